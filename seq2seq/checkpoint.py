@@ -1,0 +1,111 @@
+"""Saving and loading checkpoints, crash-safe, and rebuilding a model from one.
+
+A checkpoint is a dict of tensors and plain Python values only, so it loads with
+`torch.load(weights_only=True)`: loading never runs code from the file. It carries the resolved
+config, so a checkpoint (with its tokenizer) is all translation needs.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from seq2seq.config import ModelConfig, UserError
+from seq2seq.model.transformer import Transformer, build_model
+
+FORMAT = 1
+
+
+def atomic_save(payload: dict[str, Any], path: Path) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over `path`: a crash or a
+    full disk at any moment leaves either the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+        _fsync_directory(path.parent)
+    except BaseException as err:
+        Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise UserError(f"{path}: could not write checkpoint ({err.strerror or err}); the previous one is intact") from err
+        raise
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (POSIX); not possible on every platform."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such checkpoint file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
+        raise UserError(f"{path}: not a readable checkpoint (truncated or corrupt): {str(err).splitlines()[0]}") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
+        raise UserError(f"{path}: not a seq2seq checkpoint (format {FORMAT})")
+    return payload
+
+
+def find_checkpoint(run_dir: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:
+    directory = Path(run_dir)
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such run directory")
+    for name in prefer:
+        candidate = directory / "checkpoints" / f"{name}.pt"
+        if candidate.is_file():
+            return candidate
+    raise UserError(f"{directory}: has no checkpoint (looked for checkpoints/{{{','.join(prefer)}}}.pt)")
+
+
+def model_from_checkpoint(payload: dict[str, Any]) -> Transformer:
+    """Rebuilds the model from the config stored in the checkpoint and loads its weights."""
+    model_cfg = ModelConfig(**payload["config"]["model"])
+    vocab = payload["vocab"]
+    model = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"])
+    model.load_state_dict(payload["model"])
+    return model
+
+
+def rng_state() -> dict[str, Any]:
+    """Every random number generator a training step can draw from."""
+    version, mt_state, gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [version, list(mt_state), gauss],
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, mt_state, gauss = state["python"]
+    random.setstate((version, tuple(mt_state), gauss))
+    np.random.set_state(("MT19937", state["numpy"]["keys"].numpy().astype(np.uint32), state["numpy"]["pos"], 0, 0.0))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])

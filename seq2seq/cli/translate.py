@@ -1,0 +1,27 @@
+"""`seq2seq-translate`: a Unix filter from source lines to translations (logs go to stderr)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from seq2seq.cli.common import CONFIG_PATH, report_errors
+from seq2seq.config import register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="translate")
+def main(cfg: DictConfig) -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[%(levelname)s] %(message)s")
+    # Imported here so that `--help` and config errors answer before torch is loaded.
+    from seq2seq.translate import translate
+
+    report_errors(lambda: translate(cfg), cfg.debug)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Typed configuration: the schema Hydra checks every YAML file and override against.
+
+The dataclasses are registered in Hydra's ConfigStore, so a misspelled key or a value of the wrong
+type stops the run at start-up with a message that names the key. `validate_*` then checks what
+types cannot express (d_model divisible by heads, positive warmup, ...) before any work is done.
+Defaults live here once; the YAML files in `configs/` only say what they change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+
+class UserError(Exception):
+    """A problem with what the user gave us (config, files, checkpoint). Reported as one line, no traceback."""
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 512  # width of every residual stream vector
+    heads: int = 8  # attention heads; each works on d_model / heads dimensions
+    ffn_dim: int = 2048  # inner width of the position-wise feed-forward network
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1  # on embeddings+positions and on every sublayer output (paper: 0.1)
+    attention_dropout: float = 0.0  # on the attention weights
+    activation: str = "relu"  # relu (paper) | gelu
+    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm (steadier when deep)
+    positions: str = "sinusoidal"  # sinusoidal (paper) | learned
+    max_positions: int = 256  # longest source or target, in tokens, the model can take
+    tie_output: bool = True  # share the target embedding with the pre-softmax projection (paper §3.4)
+    share_embeddings: bool = False  # one embedding for source and target; needs data.joint_vocab
+
+
+@dataclass
+class DataConfig:
+    kind: str = "builtin"  # builtin | multi30k | parallel_files | tsv | jsonl | hub
+    src_lang: str = "src"  # language codes; file suffixes for multi30k
+    tgt_lang: str = "tgt"
+    dir: str | None = None  # multi30k: directory holding train/val/test_2016_flickr.<lang>[.gz]
+    # parallel_files: one sentence per line, plain or .gz; tsv/jsonl: set only train/valid/test.
+    train_src: str | None = None
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+    train: str | None = None  # tsv: "source<TAB>target" per line; jsonl: {"<src_key>": .., "<tgt_key>": ..}
+    valid: str | None = None
+    test: str | None = None
+    src_key: str = "src"
+    tgt_key: str = "tgt"
+    hub_name: str | None = None  # hub: a datasets name, e.g. wmt14 (needs the network)
+    hub_subset: str | None = None  # hub: e.g. de-en
+    # The built-in task: reverse a sequence of letters and upper-case it ("c a t" -> "T A C").
+    task_train_size: int = 20000
+    task_valid_size: int = 500
+    task_test_size: int = 500
+    task_min_len: int = 3
+    task_max_len: int = 12
+    task_alphabet: int = 20  # letters drawn from the first N of a-z
+    # Tokenization and filtering.
+    tokenizer: str = "bpe"  # bpe | unigram
+    vocab_size: int = 8000  # per vocabulary (joint: shared)
+    joint_vocab: bool = True  # one tokenizer for both languages (needed for model.share_embeddings)
+    max_tokens: int = 128  # drop training pairs longer than this on either side
+    max_length_ratio: float = 3.0  # drop training pairs whose token counts differ by more than this factor
+    cache_dir: str | None = None  # tokenized Arrow data + tokenizer; default ~/.cache/seq2seq
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adam"  # adam | adamw
+    schedule: str = "noam"  # noam: factor*d^-0.5*min(s^-0.5, s*w^-1.5) | inverse_sqrt: lr*min(s/w, sqrt(w/s))
+    lr: float = 5e-4  # inverse_sqrt: peak learning rate, reached at the end of warmup
+    factor: float = 1.0  # noam: scale of the paper's schedule
+    warmup: int = 4000  # steps of rising learning rate
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0  # max gradient norm; 0 turns clipping off
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    batch_tokens: int = 4096  # target tokens per batch (per rank), padding excluded
+    accum_steps: int = 1  # batches whose gradients are summed before one update
+    max_steps: int | None = 100000  # updates; null: no limit
+    max_epochs: int | None = None  # passes over the training data; null: no limit
+    max_minutes: float | None = None  # wall-clock budget; the run saves and stops when it is spent
+    label_smoothing: float = 0.1
+    valid_every: int = 1000  # updates between validations (loss, BLEU, chrF)
+    valid_max_sentences: int | None = None  # translate only the first N validation sentences for BLEU
+    save_every: int = 1000  # updates between periodic checkpoints
+    keep_checkpoints: int = 5  # periodic step_N.pt files kept (last and best are always kept)
+    best_metric: str = "bleu"  # bleu | chrf | loss | accuracy (exact match)
+    patience: int | None = None  # stop after this many validations without a better best_metric
+    log_every: int = 50  # updates between TensorBoard/tqdm train-metric refreshes
+    seed: int = 1234
+    device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 uses a grad scaler, CUDA only)
+    threads: int | None = None  # torch intra-op threads; null: torch's default
+    deterministic: bool = False  # torch.use_deterministic_algorithms, for bitwise-reproducible runs
+    compile: bool = False  # wrap the model in torch.compile
+    max_skipped_updates: int = 10  # consecutive non-finite losses/gradients before the run stops
+    resume: str | None = None  # a run directory: continue it from its last checkpoint
+    init_from: str | None = None  # a checkpoint: start a new run from its weights (fresh optimiser)
+    progress: bool = True  # tqdm progress bar
+    debug: bool = False  # show tracebacks instead of one-line errors
+
+
+@dataclass
+class TranslateConfig:
+    run: str | None = None  # run directory (uses checkpoints/best.pt, else last.pt)
+    checkpoint: str | None = None  # or a checkpoint file, with tokenizer.json beside it or in its run dir
+    input: str = "-"  # file to translate, one sentence per line; - reads stdin
+    output: str = "-"  # where translations go; - writes stdout
+    reference: str | None = None  # reference translations: print sacreBLEU and chrF to stderr
+    beam: int = 5  # beam size; 1 is greedy search
+    length_penalty: float = 1.0  # alpha in score / length^alpha; 0 favours short outputs
+    max_len_a: float = 1.5  # output may have up to a * source length + b tokens
+    max_len_b: int = 10
+    nbest: int = 1  # hypotheses per input line; >1 prints "score<TAB>translation" lines
+    batch_size: int = 64  # sentences decoded together (sorted by length first)
+    device: str = "auto"
+    threads: int | None = None
+    attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
+    debug: bool = False  # show tracebacks instead of one-line errors
+
+
+def as_dict(cfg: Any) -> dict[str, Any]:
+    """Plain nested dict of a config, whether a DictConfig (from Hydra) or a dataclass (from code)."""
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def register_configs() -> None:
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(name="translate_schema", node=TranslateConfig)
+
+
+def _check(ok: bool, key: str, value: Any, why: str) -> None:
+    if not ok:
+        raise UserError(f"config error: {key}={value!r}: {why}")
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    _check(value in allowed, key, value, f"must be one of {', '.join(allowed)}")
+
+
+def validate_model(m: ModelConfig, prefix: str = "model") -> None:
+    for name in ("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
+        _check(getattr(m, name) > 0, f"{prefix}.{name}", getattr(m, name), "must be positive")
+    _check(m.d_model % m.heads == 0, f"{prefix}.d_model", m.d_model, f"must be divisible by {prefix}.heads={m.heads}")
+    _check(m.d_model % 2 == 0, f"{prefix}.d_model", m.d_model, "must be even (sinusoidal positions pair sin/cos)")
+    for name in ("dropout", "attention_dropout"):
+        _check(0.0 <= getattr(m, name) < 1.0, f"{prefix}.{name}", getattr(m, name), "must be in [0, 1)")
+    _choice(f"{prefix}.activation", m.activation, ("relu", "gelu"))
+    _choice(f"{prefix}.positions", m.positions, ("sinusoidal", "learned"))
+
+
+def validate_train(cfg: Any) -> None:
+    """Checks a composed TrainConfig (DictConfig or dataclass) beyond its types."""
+    validate_model(cfg.model)
+    d, o = cfg.data, cfg.optim
+    _choice("data.kind", d.kind, ("builtin", "multi30k", "parallel_files", "tsv", "jsonl", "hub"))
+    _choice("data.tokenizer", d.tokenizer, ("bpe", "unigram"))
+    _check(d.vocab_size >= 16, "data.vocab_size", d.vocab_size, "must be at least 16")
+    _check(d.max_tokens > 0, "data.max_tokens", d.max_tokens, "must be positive")
+    _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")
+    _check(
+        d.max_tokens + 2 <= cfg.model.max_positions,
+        "data.max_tokens",
+        d.max_tokens,
+        f"plus BOS/EOS must fit model.max_positions={cfg.model.max_positions}",
+    )
+    if d.kind == "builtin":
+        _check(0 < d.task_min_len <= d.task_max_len, "data.task_min_len", d.task_min_len, "must be in [1, task_max_len]")
+        _check(2 <= d.task_alphabet <= 26, "data.task_alphabet", d.task_alphabet, "must be in [2, 26]")
+        _check(d.task_train_size > 0, "data.task_train_size", d.task_train_size, "must be positive")
+        _check(d.task_valid_size > 0, "data.task_valid_size", d.task_valid_size, "must be positive")
+    if d.kind == "multi30k":
+        _check(d.dir is not None, "data.dir", d.dir, "multi30k needs the directory of the raw files")
+    if d.kind == "parallel_files":
+        for key in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
+            _check(getattr(d, key) is not None, f"data.{key}", None, "parallel_files needs it")
+    if d.kind in ("tsv", "jsonl"):
+        for key in ("train", "valid"):
+            _check(getattr(d, key) is not None, f"data.{key}", None, f"{d.kind} needs it")
+    if d.kind == "hub":
+        _check(d.hub_name is not None, "data.hub_name", None, "hub needs a dataset name")
+    _choice("optim.name", o.name, ("adam", "adamw"))
+    _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt"))
+    _check(o.warmup > 0, "optim.warmup", o.warmup, "must be positive (the schedules divide by it)")
+    _check(o.lr > 0, "optim.lr", o.lr, "must be positive")
+    _check(o.factor > 0, "optim.factor", o.factor, "must be positive")
+    _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
+    _check(o.clip_norm >= 0, "optim.clip_norm", o.clip_norm, "must be >= 0")
+    _check(cfg.batch_tokens > 0, "batch_tokens", cfg.batch_tokens, "must be positive")
+    _check(
+        cfg.batch_tokens >= d.max_tokens + 2,
+        "batch_tokens",
+        cfg.batch_tokens,
+        f"must hold at least one sentence of data.max_tokens={d.max_tokens} (+BOS/EOS)",
+    )
+    _check(cfg.accum_steps > 0, "accum_steps", cfg.accum_steps, "must be positive")
+    _check(cfg.max_steps is None or cfg.max_steps > 0, "max_steps", cfg.max_steps, "must be positive or null")
+    _check(cfg.max_epochs is None or cfg.max_epochs > 0, "max_epochs", cfg.max_epochs, "must be positive or null")
+    _check(cfg.max_minutes is None or cfg.max_minutes > 0, "max_minutes", cfg.max_minutes, "must be positive or null")
+    _check(0.0 <= cfg.label_smoothing < 1.0, "label_smoothing", cfg.label_smoothing, "must be in [0, 1)")
+    _check(cfg.valid_every > 0, "valid_every", cfg.valid_every, "must be positive")
+    _check(cfg.save_every > 0, "save_every", cfg.save_every, "must be positive")
+    _check(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints, "must be >= 0")
+    _choice("best_metric", cfg.best_metric, ("bleu", "chrf", "loss", "accuracy"))
+    _choice("precision", cfg.precision, ("fp32", "bf16", "fp16"))
+    _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
+    _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
+    _check(not (cfg.resume and cfg.init_from), "init_from", cfg.init_from, "cannot be combined with resume")
+
+
+def validate_translate(cfg: Any) -> None:
+    _check(cfg.run is not None or cfg.checkpoint is not None, "run", None, "give run=<run dir> or checkpoint=<file>")
+    _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
+    _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
+    _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
+    _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")

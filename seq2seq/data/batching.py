@@ -1,0 +1,123 @@
+"""Token-bucket batches: sentences of similar length together, so padding stays small, and a batch
+holds about `batch_tokens` tokens rather than a fixed number of sentences.
+
+The batch order of an epoch is a pure function of (seed, epoch), so the position inside an epoch
+(how many batches were consumed) is all a checkpoint needs to resume the data stream exactly, with
+any number of ranks: each update consumes `world_size * accum_steps` consecutive batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from seq2seq.data.pipeline import Split
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) source ids + EOS, padded
+    tgt_in: torch.Tensor  # (B, T) BOS + target ids, padded
+    tgt_out: torch.Tensor  # (B, T) target ids + EOS, padded
+    indices: np.ndarray  # which sentences of the split
+    src_tokens: int  # real (non-pad) tokens
+    tgt_tokens: int
+
+    def to(self, device: torch.device) -> Batch:
+        non_blocking = device.type == "cuda"
+        return Batch(
+            self.src.to(device, non_blocking=non_blocking),
+            self.tgt_in.to(device, non_blocking=non_blocking),
+            self.tgt_out.to(device, non_blocking=non_blocking),
+            self.indices,
+            self.src_tokens,
+            self.tgt_tokens,
+        )
+
+
+def make_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_tokens: int, rng: np.random.Generator | None) -> list[np.ndarray]:
+    """Groups sentence indices into batches whose padded size, sentences x longest side (+2 for
+    BOS/EOS), stays within `batch_tokens`. With `rng`, ties in length are broken at random and the
+    batch order is shuffled; without, the order is by length (for evaluation)."""
+    longest = np.maximum(src_len, tgt_len) + 2
+    tiebreak = rng.random(len(longest)) if rng is not None else np.arange(len(longest))
+    order = np.lexsort((tiebreak, longest))
+    batches, start = [], 0
+    while start < len(order):
+        # Sorted ascending: the last sentence in the window is the longest, so padded size = count * its length.
+        end = start + 1
+        while end < len(order) and (end + 1 - start) * longest[order[end]] <= batch_tokens:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    if rng is not None:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def collate(split: Split, indices: np.ndarray, max_positions: int) -> Batch:
+    """Pads a batch; sides longer than the model's positions are cut (only happens for held-out data)."""
+    srcs = [np.append(split.src[i][: max_positions - 1], EOS_ID) for i in indices]
+    tgts = [split.tgt[i][: max_positions - 1] for i in indices]
+    src = np.full((len(indices), max(len(s) for s in srcs)), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((len(indices), max(len(t) for t in tgts) + 1), PAD_ID, dtype=np.int64)
+    tgt_out = np.full_like(tgt_in, PAD_ID)
+    for row, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
+        src[row, : len(s)] = s
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS_ID
+    return Batch(
+        torch.from_numpy(src),
+        torch.from_numpy(tgt_in),
+        torch.from_numpy(tgt_out),
+        np.asarray(indices),
+        sum(len(s) for s in srcs),
+        sum(len(t) + 1 for t in tgts),
+    )
+
+
+class EpochBatches:
+    """The training stream: epoch after epoch of shuffled token buckets, resumable at any update."""
+
+    def __init__(self, split: Split, batch_tokens: int, seed: int, max_positions: int) -> None:
+        self.split = split
+        self.batch_tokens = batch_tokens
+        self.seed = seed
+        self.max_positions = max_positions
+        self.src_len, self.tgt_len = split.src.lengths(), split.tgt.lengths()
+        self.epoch = 1
+        self.position = 0  # batches of this epoch already consumed
+        self._batches = self._epoch_batches(self.epoch)
+
+    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed, epoch])
+        return make_batches(self.src_len, self.tgt_len, self.batch_tokens, rng)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def next_update(self, world_size: int, rank: int, accum_steps: int) -> list[Batch]:
+        """This rank's micro-batches for the next update. When the epoch has fewer batches left than
+        an update needs, the next epoch starts (every rank sees the same counts, so none waits)."""
+        needed = world_size * accum_steps
+        if self.position + needed > len(self._batches) and self.position > 0:
+            self.epoch += 1
+            self.position = 0
+            self._batches = self._epoch_batches(self.epoch)
+        group = self._batches[self.position : self.position + needed]
+        group = group + group[: needed - len(group)] if len(group) < needed else group  # tiny corpora only
+        self.position += needed
+        mine = group[rank::world_size]
+        return [collate(self.split, indices, self.max_positions) for indices in mine]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_tokens": self.batch_tokens}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._batches = self._epoch_batches(self.epoch)

@@ -1,0 +1,113 @@
+"""Subword tokenizers from the `tokenizers` library, trained on the training split.
+
+Byte-level pre-tokenization gives full coverage: any character, seen in training or not (emoji,
+other scripts, control characters), becomes byte tokens and decodes back to itself, so nothing turns
+into <unk> silently. Text is NFC-normalised first, which changes no character a reader would see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIALS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in every vocabulary
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+
+JOINT_FILE = "tokenizer.json"
+SRC_FILE, TGT_FILE = "tokenizer.src.json", "tokenizer.tgt.json"
+
+
+def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int) -> Tokenizer:
+    """Learns a BPE or unigram vocabulary of `vocab_size` entries from `texts`."""
+    if kind == "bpe":
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    else:
+        tokenizer = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size,
+            special_tokens=SPECIALS,
+            unk_token=UNK,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    if [tokenizer.token_to_id(t) for t in SPECIALS] != [PAD_ID, BOS_ID, EOS_ID, UNK_ID]:
+        raise RuntimeError("special tokens did not get ids 0-3")
+    return tokenizer
+
+
+@dataclass
+class Tokenizers:
+    """The source and target tokenizers of a run (the same object when the vocabulary is joint)."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+    joint: bool
+
+    @classmethod
+    def train(cls, src_texts: list[str], tgt_texts: list[str], kind: str, vocab_size: int, joint: bool) -> Tokenizers:
+        if joint:
+            shared = train_tokenizer(_chain(src_texts, tgt_texts), kind, vocab_size)
+            return cls(shared, shared, True)
+        return cls(train_tokenizer(src_texts, kind, vocab_size), train_tokenizer(tgt_texts, kind, vocab_size), False)
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.joint:
+            self.src.save(str(directory / JOINT_FILE))
+        else:
+            self.src.save(str(directory / SRC_FILE))
+            self.tgt.save(str(directory / TGT_FILE))
+
+    @classmethod
+    def load(cls, directory: Path) -> Tokenizers:
+        if (directory / JOINT_FILE).is_file():
+            shared = Tokenizer.from_file(str(directory / JOINT_FILE))
+            return cls(shared, shared, True)
+        if (directory / SRC_FILE).is_file() and (directory / TGT_FILE).is_file():
+            return cls(Tokenizer.from_file(str(directory / SRC_FILE)), Tokenizer.from_file(str(directory / TGT_FILE)), False)
+        raise FileNotFoundError(f"{directory}: no {JOINT_FILE} (or {SRC_FILE} + {TGT_FILE})")
+
+    @staticmethod
+    def files(directory: Path) -> list[Path]:
+        names = [JOINT_FILE] if (directory / JOINT_FILE).is_file() else [SRC_FILE, TGT_FILE]
+        return [directory / n for n in names]
+
+    def encode_src(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.src.encode_batch(texts, add_special_tokens=False)]
+
+    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tgt.encode_batch(texts, add_special_tokens=False)]
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        return self.tgt.decode_batch(ids, skip_special_tokens=True)
+
+    def src_tokens(self, text: str) -> list[str]:
+        """Readable source pieces, for attention plot labels."""
+        return [_readable(t) for t in self.src.encode(text, add_special_tokens=False).tokens]
+
+    def tgt_tokens(self, ids: list[int]) -> list[str]:
+        return [_readable(self.tgt.id_to_token(i) or "?") for i in ids]
+
+
+def _readable(piece: str) -> str:
+    """Byte-level pieces show a space as 'Ġ'; turn that back for labels."""
+    return piece.replace("Ġ", "▁")
+
+
+def _chain(*lists: list[str]) -> Iterator[str]:
+    for texts in lists:
+        yield from texts

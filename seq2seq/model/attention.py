@@ -1,0 +1,113 @@
+"""Multi-head attention (paper §3.2): each head attends with its own chunk of the Q/K/V projections.
+
+The fast path is `F.scaled_dot_product_attention`; when the caller asks for the attention weights
+(dashboards, `translate attention=DIR`), the same arithmetic is done step by step so that the
+softmax can be returned.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Per-layer key/value cache for incremental decoding: {"k": (B, H, T, D), "v": (B, H, T, D)}.
+KVCache = dict[str, torch.Tensor]
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, T, H*D) -> (B, H, T, D)."""
+    batch, length, width = x.shape
+    return x.view(batch, length, heads, width // heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, D) -> (B, T, H*D)."""
+    batch, heads, length, dim = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * dim)
+
+
+def attention_with_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    dropout: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(d_k) + mask) V, returning the weights too. Shapes as in SDPA;
+    `mask` is boolean, True where attending is allowed."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if causal:
+        tq, tk = scores.shape[-2:]
+        future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu(tk - tq + 1)
+        scores = scores.masked_fill(future, float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return F.dropout(weights, dropout, training=dropout > 0) @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention (one fused Q/K/V projection) or cross-attention (Q from the decoder,
+    K/V from the encoder memory, computed once per sentence and cached)."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float, cross: bool) -> None:
+        super().__init__()
+        self.heads = heads
+        self.dropout = dropout
+        self.cross = cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _project(
+        self, x: torch.Tensor, memory: torch.Tensor | None, cache: KVCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.cross:
+            q = split_heads(self.q_proj(x), self.heads)
+            if cache is not None and "k" in cache:  # memory does not change while decoding
+                return q, cache["k"], cache["v"]
+            k, v = (split_heads(t, self.heads) for t in self.kv_proj(memory).chunk(2, dim=-1))
+        else:
+            q, k, v = (split_heads(t, self.heads) for t in self.qkv_proj(x).chunk(3, dim=-1))
+            if cache is not None and "k" in cache:  # append this step to the decoded prefix
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+        if cache is not None:
+            cache["k"], cache["v"] = k, v
+        return q, k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, d_model) queries; memory: (B, S, d_model) for cross-attention;
+        mask: bool, broadcastable to (B, H, T, S), True = may attend; causal: hide later positions.
+        With a cache, x holds only the new positions and earlier keys/values come from the cache."""
+        q, k, v = self._project(x, memory, cache)  # (B, H, T, D), (B, H, S, D)
+        # A single new query attends to every cached position: the causal mask is then a no-op.
+        causal = causal and q.size(2) > 1
+        if causal and q.size(2) != k.size(2):
+            # Several new queries after a cached prefix: SDPA's is_causal aligns top-left, we need
+            # bottom-right, so spell the mask out.
+            tq, tk = q.size(2), k.size(2)
+            allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+            mask, causal = allowed if mask is None else mask & allowed, False
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            context, weights = attention_with_weights(q, k, v, mask, causal, dropout)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+            weights = None
+        return self.out_proj(merge_heads(context)), weights

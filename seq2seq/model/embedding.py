@@ -1,0 +1,57 @@
+"""Token embeddings and positional encodings (paper §3.4 and §3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class TokenEmbedding(nn.Module):
+    """Looks up token vectors and scales them by sqrt(d_model), as the paper does, so that
+    they are not drowned by the positional encoding added next."""
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.pad_id = pad_id
+        self.scale = math.sqrt(d_model)
+        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+        with torch.no_grad():
+            self.weight[pad_id].zero_()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return nn.functional.embedding(tokens, self.weight, self.pad_id) * self.scale
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...). Shape (max_positions, d_model)."""
+    position = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    return table
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information: the fixed sinusoids of the paper, or learned vectors."""
+
+    def __init__(self, max_positions: int, d_model: int, learned: bool) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        if learned:
+            self.table = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)
+        else:
+            # A buffer, not a parameter: saved with the model, never trained.
+            self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: (B, T, d_model); offset: positions already decoded (incremental decoding)."""
+        length = x.size(1)
+        if offset + length > self.max_positions:
+            raise ValueError(
+                f"sequence of {offset + length} positions exceeds model.max_positions={self.max_positions}"
+            )
+        return x + self.table[offset : offset + length].to(x.dtype)

@@ -1,0 +1,114 @@
+"""The encoder and decoder layers (paper §3.1, Figure 1): sublayers wrapped in residual + LayerNorm."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seq2seq.model.attention import KVCache, MultiHeadAttention
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+# Attention weights collected per kind ("encoder", "decoder_self", "cross"), one (B, H, T, S) per layer.
+AttentionRecord = dict[str, list[torch.Tensor]]
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = activation(x W1 + b1) W2 + b2, applied to each position alone (paper §3.3)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation: str, dropout: float) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, ffn_dim)
+        self.linear2 = nn.Linear(ffn_dim, d_model)
+        self.activation = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class Residual(nn.Module):
+    """x + Dropout(sublayer(x)) with LayerNorm after (post-norm, the paper) or before (pre-norm,
+    which trains deep stacks without a long warmup)."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def _record(record: AttentionRecord | None, kind: str, weights: torch.Tensor | None) -> None:
+    if record is not None and weights is not None:
+        record.setdefault(kind, []).append(weights.detach())
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention over the source, then the feed-forward network."""
+
+    def __init__(
+        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attn_dropout: float, activation: str, norm_first: bool
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)
+        self.ffn = FeedForward(d_model, ffn_dim, activation, dropout)
+        self.attn_residual = Residual(d_model, dropout, norm_first)
+        self.ffn_residual = Residual(d_model, dropout, norm_first)
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor, record: AttentionRecord | None = None) -> torch.Tensor:
+        def self_attention(h: torch.Tensor) -> torch.Tensor:
+            out, weights = self.self_attn(h, mask=src_mask, need_weights=record is not None)
+            _record(record, "encoder", weights)
+            return out
+
+        x = self.attn_residual(x, self_attention)
+        return self.ffn_residual(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention over the target prefix, cross-attention to the encoder memory, then the FFN."""
+
+    def __init__(
+        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attn_dropout: float, activation: str, norm_first: bool
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)
+        self.cross_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=True)
+        self.ffn = FeedForward(d_model, ffn_dim, activation, dropout)
+        self.self_residual = Residual(d_model, dropout, norm_first)
+        self.cross_residual = Residual(d_model, dropout, norm_first)
+        self.ffn_residual = Residual(d_model, dropout, norm_first)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        cache: dict[str, KVCache] | None = None,
+        record: AttentionRecord | None = None,
+    ) -> torch.Tensor:
+        need_weights = record is not None
+
+        def masked_self_attention(h: torch.Tensor) -> torch.Tensor:
+            self_cache = cache["self"] if cache is not None else None
+            out, weights = self.self_attn(h, causal=True, cache=self_cache, need_weights=need_weights)
+            _record(record, "decoder_self", weights)
+            return out
+
+        def cross_attention(h: torch.Tensor) -> torch.Tensor:
+            cross_cache = cache["cross"] if cache is not None else None
+            out, weights = self.cross_attn(h, memory, mask=src_mask, cache=cross_cache, need_weights=need_weights)
+            _record(record, "cross", weights)
+            return out
+
+        x = self.self_residual(x, masked_self_attention)
+        x = self.cross_residual(x, cross_attention)
+        return self.ffn_residual(x, self.ffn)

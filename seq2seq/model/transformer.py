@@ -1,0 +1,128 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need", built from its parts.
+
+    src -> embed*sqrt(d) + positions -> N x EncoderLayer -> memory
+    tgt -> embed*sqrt(d) + positions -> N x DecoderLayer(memory) -> Linear -> logits
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from seq2seq.config import ModelConfig
+from seq2seq.model.attention import KVCache
+from seq2seq.model.embedding import PositionalEncoding, TokenEmbedding
+from seq2seq.model.layers import AttentionRecord, DecoderLayer, EncoderLayer
+
+
+def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """(B, S) token ids -> (B, 1, 1, S) bool, True where a key may be attended to.
+    Built once per batch and shared by every layer and head."""
+    return (tokens != pad_id)[:, None, None, :]
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding carries from one step to the next: the encoder output, its mask,
+    each decoder layer's key/value cache and how many target positions have been decoded."""
+
+    memory: torch.Tensor  # (B, S, d_model)
+    src_mask: torch.Tensor  # (B, 1, 1, S)
+    caches: list[dict[str, KVCache]] = field(default_factory=list)
+    offset: int = 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (beam search: follow each surviving hypothesis to its parent)."""
+        self.memory = self.memory.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+        for layer_cache in self.caches:
+            for kv in layer_cache.values():
+                for name, tensor in kv.items():
+                    kv[name] = tensor.index_select(0, index)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.pad_id = pad_id
+        self.src_embed = TokenEmbedding(src_vocab_size, cfg.d_model, pad_id)
+        if cfg.share_embeddings:
+            if src_vocab_size != tgt_vocab_size:
+                raise ValueError("model.share_embeddings needs a joint vocabulary (data.joint_vocab=true)")
+            self.tgt_embed = self.src_embed
+        else:
+            self.tgt_embed = TokenEmbedding(tgt_vocab_size, cfg.d_model, pad_id)
+        learned = cfg.positions == "learned"
+        self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
+        self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
+        self.dropout = nn.Dropout(cfg.dropout)
+        layer_args = (cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation, cfg.norm_first)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(cfg.decoder_layers))
+        # Pre-norm leaves the residual stream un-normalised: one last LayerNorm on each stack.
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.output = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_output:  # paper §3.4: the pre-softmax projection shares the target embedding
+            self.output.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        for name, param in self.named_parameters():
+            if param.dim() > 1 and "embed" not in name and "positions" not in name:
+                nn.init.xavier_uniform_(param)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(param)
+
+    def encode(self, src: torch.Tensor, record: AttentionRecord | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """src: (B, S) ids -> memory (B, S, d_model) and its mask (B, 1, 1, S)."""
+        src_mask = padding_mask(src, self.pad_id)
+        x = self.dropout(self.src_positions(self.src_embed(src)))
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask, record)
+        return self.encoder_norm(x), src_mask
+
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        state: DecoderState | None = None,
+        record: AttentionRecord | None = None,
+    ) -> torch.Tensor:
+        """tgt: (B, T) ids -> hidden states (B, T, d_model). Target padding needs no mask: it only
+        follows real tokens, which the causal mask already keeps from seeing it. With a `state`,
+        `tgt` holds only the new positions and the state's caches supply the prefix."""
+        offset = state.offset if state is not None else 0
+        x = self.dropout(self.tgt_positions(self.tgt_embed(tgt), offset))
+        for i, layer in enumerate(self.decoder_layers):
+            cache = state.caches[i] if state is not None else None
+            x = layer(x, memory, src_mask, cache, record)
+        if state is not None:
+            state.offset += tgt.size(1)
+        return self.decoder_norm(x)
+
+    def start_decoding(self, src: torch.Tensor) -> DecoderState:
+        """Encode the source once; the returned state feeds `decode_step`."""
+        memory, src_mask = self.encode(src)
+        caches = [{"self": {}, "cross": {}} for _ in self.decoder_layers]
+        return DecoderState(memory, src_mask, caches)
+
+    def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """One incremental step: tokens (B,) just emitted -> log-probabilities (B, V) of the next."""
+        hidden = self.decode(tokens[:, None], state.memory, state.src_mask, state)
+        return torch.log_softmax(self.output(hidden[:, -1]).float(), dim=-1)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: (B, S), (B, T) -> hidden states (B, T, d_model). The loss projects only
+        the non-pad positions to the vocabulary (see `seq2seq.train.loss`), which saves the largest
+        matmul on padding."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)
+
+
+def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> Transformer:
+    return Transformer(cfg, src_vocab_size, tgt_vocab_size, pad_id)

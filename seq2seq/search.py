@@ -1,0 +1,154 @@
+"""Greedy and beam search over the model's incremental decoding step (key/value cache).
+
+Both work on a batch of sentences at once and drop a sentence from the batch as soon as it is
+finished, so no compute is spent on sentences (or beams) that are done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from seq2seq.model.transformer import DecoderState, Transformer
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float  # log-probability, divided by length^alpha for beam search
+
+
+def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: int) -> torch.Tensor:
+    """Output budget per sentence, a * source length + b tokens (EOS included), at most `limit`."""
+    src_len = (src != pad_id).sum(dim=1)
+    return (src_len.float() * a + b).long().clamp(1, limit)
+
+
+def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
+    """One decoding step; padding and BOS are never valid outputs."""
+    log_probs = model.decode_step(tokens, state)
+    log_probs[:, [model.pad_id, bos]] = float("-inf")
+    return log_probs
+
+
+def _length_normalised(score: float, length: int, alpha: float) -> float:
+    return score / (length**alpha) if alpha else score
+
+
+@torch.inference_mode()
+def greedy_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_len: torch.Tensor) -> list[Hypothesis]:
+    """src: (B, S) ids -> the most likely next token at every step, for each sentence."""
+    batch = src.size(0)
+    state = model.start_decoding(src)
+    alive = torch.arange(batch, device=src.device)  # original index of each row still decoding
+    tokens = torch.full((batch,), bos, dtype=torch.long, device=src.device)
+    scores = torch.zeros(batch, device=src.device)
+    outputs: list[list[int]] = [[] for _ in range(batch)]
+    results: list[Hypothesis | None] = [None] * batch
+    for step in range(int(max_len.max())):
+        log_probs = _next_log_probs(model, tokens, state, bos)  # (B_alive, V)
+        at_limit = max_len[alive] <= step + 1
+        log_probs[at_limit] = torch.where(
+            torch.arange(log_probs.size(1), device=src.device) == eos, log_probs[at_limit], float("-inf")
+        )
+        best, tokens = log_probs.max(dim=-1)
+        scores = scores + best
+        finished = tokens == eos
+        for row, (index, token) in enumerate(zip(alive.tolist(), tokens.tolist(), strict=True)):
+            if token == eos:
+                results[index] = Hypothesis(outputs[index], float(scores[row]))
+            else:
+                outputs[index].append(token)
+        if bool(finished.all()):
+            break
+        if bool(finished.any()):
+            keep = (~finished).nonzero().squeeze(1)
+            state.reorder(keep)
+            alive, tokens, scores = alive[keep], tokens[keep], scores[keep]
+    return [r if r is not None else Hypothesis(outputs[i], float("-inf")) for i, r in enumerate(results)]
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    bos: int,
+    eos: int,
+    max_len: torch.Tensor,
+    beam: int,
+    length_penalty: float = 1.0,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """Keeps the `beam` best prefixes per sentence. A prefix that ends with EOS among the top `beam`
+    candidates is finished (so beam=1 is exactly greedy). A sentence is done when its `nbest`-th best
+    finished score is at least what its best live prefix could still reach: exact when
+    length_penalty=0 (scores only fall as a prefix grows), the usual heuristic otherwise."""
+    batch, device = src.size(0), src.device
+    state = model.start_decoding(src)
+    state.reorder(torch.arange(batch, device=device).repeat_interleave(beam))  # (B*k) rows
+    alive = list(range(batch))  # original sentence index per block of `beam` rows
+    prefixes = torch.full((batch * beam, 1), bos, dtype=torch.long, device=device)
+    # Only the first beam of each sentence is live at the start; the others would be copies.
+    scores = torch.full((batch, beam), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    limit = max_len.tolist()
+    for step in range(int(max_len.max())):
+        log_probs = _next_log_probs(model, prefixes[:, -1], state, bos)  # (B*k, V)
+        vocab = log_probs.size(-1)
+        log_probs = log_probs.view(len(alive), beam, vocab)
+        at_limit = torch.tensor([limit[i] <= step + 1 for i in alive], device=device)
+        if bool(at_limit.any()):  # out of budget: EOS is the only continuation
+            not_eos = torch.arange(vocab, device=device) != eos
+            log_probs = log_probs.masked_fill(at_limit[:, None, None] & not_eos, float("-inf"))
+        candidates = (scores[:, :, None] + log_probs).view(len(alive), beam * vocab)
+        cand_scores, cand_index = candidates.topk(min(2 * beam, beam * vocab), dim=-1)  # (B, 2k)
+        cand_beam, cand_token = cand_index // vocab, cand_index % vocab
+        is_eos = cand_token == eos
+        _finish(finished, alive, prefixes, beam, cand_scores, cand_beam, is_eos, step, length_penalty)
+        # The best `beam` candidates that do not end here continue.
+        live_scores, live_rank = cand_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=-1)
+        parent = cand_beam.gather(1, live_rank) + torch.arange(len(alive), device=device)[:, None] * beam
+        prefixes = torch.cat([prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
+        scores = live_scores
+        state.reorder(parent.view(-1))
+        done = [_is_done(finished[i], float(scores[row, 0]), step + 2, length_penalty, nbest) for row, i in enumerate(alive)]
+        if all(done):
+            break
+        if any(done):
+            keep_rows = [row for row, d in enumerate(done) if not d]
+            keep = torch.tensor([r * beam + j for r in keep_rows for j in range(beam)], device=device)
+            state.reorder(keep)
+            prefixes, scores = prefixes[keep], scores[keep_rows]
+            alive = [alive[r] for r in keep_rows]
+    return [sorted(f, key=lambda h: h.score, reverse=True)[:nbest] or [Hypothesis([], float("-inf"))] for f in finished]
+
+
+def _finish(
+    finished: list[list[Hypothesis]],
+    alive: list[int],
+    prefixes: torch.Tensor,
+    beam: int,
+    cand_scores: torch.Tensor,
+    cand_beam: torch.Tensor,
+    is_eos: torch.Tensor,
+    step: int,
+    length_penalty: float,
+) -> None:
+    """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`."""
+    for row, rank in is_eos[:, :beam].nonzero().tolist():
+        score = float(cand_scores[row, rank])
+        if score == float("-inf"):
+            continue
+        tokens = prefixes[row * beam + int(cand_beam[row, rank]), 1:].tolist()
+        finished[alive[row]].append(Hypothesis(tokens, _length_normalised(score, step + 1, length_penalty)))
+
+
+def _is_done(finished: list[Hypothesis], best_live: float, live_length: int, length_penalty: float, nbest: int) -> bool:
+    if best_live == float("-inf"):  # nothing left to extend
+        return True
+    if len(finished) < nbest:
+        return False
+    nth_best = sorted((h.score for h in finished), reverse=True)[nbest - 1]
+    return nth_best >= _length_normalised(best_live, live_length, length_penalty)

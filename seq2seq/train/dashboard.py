@@ -1,0 +1,51 @@
+"""What the user watches: TensorBoard events under <run>/tb and the tqdm progress bar.
+
+Only rank 0 creates a Dashboard. On resume the writer purges events at or after the resumed step,
+so a run that crashed after its last checkpoint shows no duplicated or stale points.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+
+class Dashboard:
+    def __init__(self, run_dir: Path, start_step: int, max_steps: int | None, progress: bool) -> None:
+        self.log_dir = run_dir / "tb"
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=start_step + 1 if start_step else None)
+        self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True, disable=not progress)
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def text(self, step: int, tag: str, markdown: str) -> None:
+        self.writer.add_text(tag, markdown, step)
+
+    def progress(self, steps: int, **postfix: Any) -> None:
+        self.bar.update(steps)
+        if postfix:
+            self.bar.set_postfix(postfix, refresh=False)
+
+    def hparams(self, config: dict[str, Any], metrics: dict[str, float]) -> None:
+        """The resolved config with the final metrics, for the HParams tab (compare sweep runs)."""
+        flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in _flatten(config).items()}
+        self.writer.add_hparams(flat, {f"hparam/{k}": v for k, v in metrics.items()}, run_name="hparams")
+
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.close()
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        elif value is not None:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,66 @@
+"""torch.distributed set-up for runs under torchrun; a no-op for a single process."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")  # where collective tensors live (CUDA for NCCL)
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def sum(self, value: float) -> float:
+        """Sum of `value` over all ranks."""
+        if not self.enabled:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return float(tensor.item())
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank if it is true on any (stop signals, time budgets)."""
+        return self.sum(float(flag)) > 0
+
+    def broadcast(self, value: Any) -> Any:
+        """rank 0's `value` on every rank."""
+        if not self.enabled:
+            return value
+        holder = [value]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+
+def init_distributed(device: torch.device) -> DistContext:
+    """Joins the process group torchrun describes in the environment (RANK, WORLD_SIZE, ...).
+    Metrics travel over gloo tensors on the CPU; gradients go over NCCL when training on CUDA."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return DistContext()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), device)
+
+
+def cleanup_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,231 @@
+"""The training loop: updates, validation, checkpoints, and exact resume.
+
+Everything a run needs to continue bit-for-bit lives in the checkpoint: model, optimiser, schedule,
+grad scaler, update count, the data stream's (epoch, position) and every RNG. A checkpoint is taken
+between updates only, so a run resumed from it replays exactly what the uninterrupted run did.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint, rng_state, set_rng_state
+from seq2seq.config import UserError, as_dict
+from seq2seq.data.batching import Batch, EpochBatches
+from seq2seq.data.pipeline import PreparedData, prepare_data
+from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.transformer import build_model
+from seq2seq.train.dashboard import Dashboard
+from seq2seq.train.distributed import DistContext
+from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
+from seq2seq.train.loss import TargetLogits, label_smoothed_loss
+from seq2seq.train.optim import build_optimizer
+from seq2seq.translator import Translator
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(UserError):
+    """Too many updates in a row had a NaN/inf loss or gradient."""
+
+
+class Trainer:
+    def __init__(self, cfg: DictConfig, run_dir: Path, data: PreparedData, device: torch.device, dist: DistContext) -> None:
+        self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
+        tok = data.tokenizers
+        self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
+        self.scorer = TargetLogits(self.model)
+        self.forward = self._wrap(self.scorer)
+        self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+        self.stream = EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
+        self.translator = Translator(self.model, tok, device, beam=1)
+        self.step = 0
+        self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric
+        self.validations_since_best = 0
+        self.skipped_updates = 0
+        self.consecutive_skips = 0
+        self.last_metrics: dict[str, float] = {}
+        self.stop_requested = False
+        self.checkpoint_dir = run_dir / "checkpoints"
+
+    # ---- set-up -------------------------------------------------------------------------------
+    def _wrap(self, scorer: TargetLogits) -> torch.nn.Module:
+        module: torch.nn.Module = scorer
+        if self.dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            module = torch.nn.parallel.DistributedDataParallel(scorer, device_ids=ids)
+        if self.cfg.compile:
+            module = torch.compile(module, dynamic=True)
+        return module
+
+    def autocast(self) -> AbstractContextManager:
+        if self.cfg.precision == "fp32":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "model": self.model.state_dict(),
+            "config": as_dict(self.cfg),
+            "vocab": {
+                "src_size": self.data.tokenizers.src.get_vocab_size(),
+                "tgt_size": self.data.tokenizers.tgt.get_vocab_size(),
+                "pad_id": PAD_ID,
+            },
+            "step": self.step,
+            "data": self.stream.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng_state(),
+            "best": self.best,
+            "validations_since_best": self.validations_since_best,
+            "skipped_updates": self.skipped_updates,
+            "metrics": self.last_metrics,
+        }
+
+    def restore(self, payload: dict[str, Any]) -> None:
+        """Continue exactly where `payload` (a checkpoint of this run) left off."""
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        self.stream.load_state_dict(payload["data"])
+        self.step = payload["step"]
+        self.best = payload["best"]
+        self.validations_since_best = payload["validations_since_best"]
+        self.skipped_updates = payload["skipped_updates"]
+        self.last_metrics = payload["metrics"]
+        set_rng_state(payload["rng"])
+
+    def init_weights_from(self, path: str) -> None:
+        """Fine-tuning: weights only; optimiser, schedule and data start fresh."""
+        payload = load_checkpoint(path)
+        if payload["config"]["model"] != as_dict(self.cfg.model):
+            raise UserError(f"init_from={path}: its model config differs from model.* of this run")
+        self.model.load_state_dict(payload["model"])
+
+    # ---- one update -------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float] | None:
+        """One optimiser update over world_size x accum_steps micro-batches. Returns its metrics,
+        or None when the update was skipped for a non-finite loss or gradient."""
+        self.forward.train()
+        micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.cfg.accum_steps)
+        local_tokens = sum(b.tgt_tokens for b in micro_batches)
+        total_tokens = self.dist.sum(local_tokens)
+        loss_sum = nll_sum = 0.0
+        for i, batch in enumerate(micro_batches):
+            # DDP: all-reduce gradients only on the last micro-batch of the update.
+            last = i == len(micro_batches) - 1
+            sync = nullcontext() if last or not self.dist.enabled else self.forward.no_sync()
+            with sync:
+                loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
+            loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
+        self.scaler.unscale_(self.optimizer)
+        clip = self.cfg.optim.clip_norm if self.cfg.optim.clip_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        finite = self.dist.sum(float(not (math.isfinite(loss_sum) and math.isfinite(grad_norm)))) == 0
+        if not finite:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update()
+            self._count_skip(loss_sum, grad_norm)
+            return None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        self.consecutive_skips = 0
+        tokens = self.dist.sum(local_tokens)
+        return {
+            "loss": self.dist.sum(loss_sum) / tokens,
+            "nll": self.dist.sum(nll_sum) / tokens,
+            "grad_norm": grad_norm,
+            "tgt_tokens": tokens,
+            "src_tokens": self.dist.sum(sum(b.src_tokens for b in micro_batches)),
+        }
+
+    def _forward_backward(self, batch: Batch, total_tokens: float) -> tuple[float, float]:
+        with self.autocast():
+            logits = self.forward(batch.src, batch.tgt_in, batch.tgt_out)
+        loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_out != PAD_ID], self.cfg.label_smoothing)
+        # Normalise by the tokens of the whole update on all ranks: DDP averages over ranks, so
+        # multiply back by world_size; the gradient is then that of the global mean token loss.
+        self.scaler.scale(loss * (self.dist.world_size / total_tokens)).backward()
+        return float(loss.detach()), float(nll.detach())
+
+    def _count_skip(self, loss: float, grad_norm: float) -> None:
+        self.skipped_updates += 1
+        self.consecutive_skips += 1
+        log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", self.step + 1, loss, grad_norm)
+        if self.consecutive_skips >= self.cfg.max_skipped_updates and self.cfg.precision != "fp16":
+            raise NonFiniteLoss(
+                f"{self.consecutive_skips} updates in a row had a non-finite loss or gradient "
+                f"(max_skipped_updates={self.cfg.max_skipped_updates}); the last good checkpoint is in {self.checkpoint_dir}"
+            )
+
+    # ---- validation ---------------------------------------------------------------------------
+    def validate(self) -> dict[str, float]:
+        metrics = validation_loss(
+            self.scorer, self.data.valid, self.cfg.batch_tokens, self.cfg.label_smoothing, self.device, self.autocast
+        )
+        sources, hypotheses, references = validation_translations(
+            self.translator, self.data.valid, self.cfg.valid_max_sentences
+        )
+        metrics.update(score_translations(hypotheses, references))
+        self.last_metrics = metrics
+        self.samples = list(zip(sources, references, hypotheses, strict=True))[:3]
+        return metrics
+
+    def improved(self, metrics: dict[str, float]) -> bool:
+        value = metrics[self.cfg.best_metric]
+        if self.best is None:
+            return True
+        return value < self.best["value"] if self.cfg.best_metric == "loss" else value > self.best["value"]
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def save(self, *names: str) -> None:
+        payload = self.state_dict()
+        for name in names:
+            atomic_save(payload, self.checkpoint_dir / f"{name}.pt")
+        if any(n.startswith("step_") for n in names):
+            periodic = sorted(self.checkpoint_dir.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+            for old in periodic[: max(len(periodic) - self.cfg.keep_checkpoints, 0)]:
+                old.unlink(missing_ok=True)
+
+
+def resume_payload(run_dir: Path) -> dict[str, Any]:
+    return load_checkpoint(find_checkpoint(run_dir, prefer=("last",)))
+
+
+def install_stop_handlers(trainer: Trainer) -> None:
+    """Ctrl-C / SIGTERM: finish the current update, save, and exit cleanly. A second Ctrl-C kills."""
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        if trainer.stop_requested:
+            signal.signal(signum, signal.SIG_DFL)
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        log.warning("stop requested (signal %d): saving a checkpoint after this update", signum)
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+
+def elapsed_minutes(start: float) -> float:
+    return (time.monotonic() - start) / 60.0
+
+
+__all__ = ["Trainer", "prepare_data", "resume_payload", "install_stop_handlers", "NonFiniteLoss", "Dashboard"]

@@ -1,0 +1,276 @@
+"""`train(cfg)`: a whole training run, from a composed config to the best checkpoint.
+
+The Hydra entry point (seq2seq/cli/train.py) only calls this; tests call it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
+from seq2seq.data.pipeline import prepare_data
+from seq2seq.train.dashboard import Dashboard
+from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
+from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, resume_payload
+
+log = logging.getLogger("seq2seq.train")
+GROUPS = ("model", "data", "optim", "experiment")
+STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={name}: CUDA is not available on this machine (use device=auto or cpu)")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any]) -> DictConfig:
+    """A resumed run keeps its saved config; key overrides on the command line (max_steps=...) apply
+    on top, group overrides (model=small) are refused: they would change what is being trained."""
+    keys = []
+    for override in overrides:
+        key = override.lstrip("+").split("=", 1)[0]
+        if key in GROUPS or override.startswith("~"):
+            raise UserError(f"resume: '{override}' would change the run being resumed; use init_from=<checkpoint> for a new run")
+        if key != "resume":
+            keys.append(override.lstrip("+"))
+    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(keys))
+    merged.resume = cfg.resume
+    if merged.model != OmegaConf.create(saved["model"]):
+        raise UserError(f"resume: the model config differs from the checkpoint's in {cfg.resume}; use init_from=<checkpoint>")
+    return merged
+
+
+def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: DistContext) -> None:
+    data, cfg = trainer.data, trainer.cfg
+    params = sum(p.numel() for p in trainer.model.parameters())
+    stats = data.stats
+    dropped = stats["train_pairs"] - stats["train_kept"]
+    log.info("model: %s parameters (%s)", f"{params:,}", ", ".join(f"{k}={v}" for k, v in as_dict(cfg.model).items()))
+    log.info(
+        "vocabulary: source %d, target %d (%s)",
+        data.tokenizers.src.get_vocab_size(),
+        data.tokenizers.tgt.get_vocab_size(),
+        "joint" if data.tokenizers.joint else "separate",
+    )
+    log.info(
+        "data: %d training pairs kept, %d dropped (%d empty, %d too long, %d length ratio); %d validation pairs",
+        stats["train_kept"],
+        dropped,
+        stats["dropped_empty"],
+        stats["dropped_too_long"],
+        stats["dropped_length_ratio"],
+        len(data.valid),
+    )
+    log.info(
+        "batches: %d tokens x %d accumulation x %d ranks per update; %d batches per epoch",
+        cfg.batch_tokens,
+        cfg.accum_steps,
+        dist.world_size,
+        len(trainer.stream),
+    )
+    log.info("device: %s, precision %s, %d threads", device, cfg.precision, torch.get_num_threads())
+    log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")
+
+
+def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path)."""
+    run_dir = Path(run_dir)
+    payload = None
+    if cfg.resume:
+        payload = resume_payload(Path(cfg.resume))
+        cfg = resumed_config(cfg, overrides or [], payload["config"])
+    validate_train(cfg)
+    device = pick_device(cfg.device)
+    dist = init_distributed(device)
+    try:
+        return _train(cfg, run_dir, device, dist, payload)
+    finally:
+        cleanup_distributed()
+
+
+def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
+    """Hydra names the run directory from each process's clock; ranks use rank 0's."""
+    chosen = Path(dist.broadcast(str(run_dir)))
+    if chosen != run_dir and not any(p.suffix == ".pt" for p in run_dir.rglob("*")):
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return chosen
+
+
+def _train(cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None) -> dict[str, Any]:
+    if dist.enabled:
+        run_dir = _agree_on_run_dir(run_dir, dist)
+        if device.type == "cuda":
+            device = torch.device("cuda", dist.local_rank)
+            torch.cuda.set_device(device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+    seed_everything(cfg.seed + dist.rank)
+    start = time.monotonic()
+    data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
+    if dist.is_main:
+        _check_writable(run_dir)
+        data.tokenizers.save(run_dir)
+    trainer = Trainer(cfg, run_dir, data, device, dist)
+    if payload is not None:
+        trainer.restore(payload)
+        log.info("resumed %s at update %d (epoch %d)", cfg.resume, trainer.step, trainer.stream.epoch)
+    elif cfg.init_from:
+        trainer.init_weights_from(cfg.init_from)
+        log.info("initialised weights from %s", cfg.init_from)
+    dashboard = Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress and dist.is_main) if dist.is_main else None
+    if dist.is_main:
+        log_summary(trainer, run_dir, device, dist)
+    install_stop_handlers(trainer)
+    try:
+        reason = _loop(trainer, dashboard, start)
+        if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
+            if dist.is_main:
+                trainer.save("last")
+        elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
+            _validate_and_save(trainer, dashboard)
+        if dashboard is not None and trainer.best is not None:
+            dashboard.hparams(as_dict(cfg), _final_metrics(trainer))
+    finally:
+        if dashboard is not None:
+            dashboard.close()
+    return _finish(trainer, reason, run_dir, start)
+
+
+def _check_writable(run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
+
+
+def _stop_reason(trainer: Trainer, start: float) -> str | None:
+    cfg = trainer.cfg
+    if cfg.max_steps and trainer.step >= cfg.max_steps:
+        return f"reached max_steps={cfg.max_steps}"
+    if cfg.max_epochs and trainer.stream.epoch > cfg.max_epochs:
+        return f"finished max_epochs={cfg.max_epochs}"
+    if trainer.dist.any(cfg.max_minutes is not None and elapsed_minutes(start) >= cfg.max_minutes):
+        return f"used max_minutes={cfg.max_minutes}"
+    if trainer.dist.any(trainer.stop_requested):
+        return STOPPED_BY_SIGNAL
+    if cfg.patience and trainer.validations_since_best >= cfg.patience:
+        return f"no better {cfg.best_metric} in {cfg.patience} validations (patience)"
+    return None
+
+
+def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
+    cfg, dist = trainer.cfg, trainer.dist
+    window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+    while (reason := _stop_reason(trainer, start)) is None:
+        metrics = trainer.train_step()
+        if metrics is None:
+            continue
+        step = trainer.step
+        window["tokens"] += metrics["tgt_tokens"]
+        window["loss"] += metrics["loss"] * metrics["tgt_tokens"]
+        window["nll"] += metrics["nll"] * metrics["tgt_tokens"]
+        window["steps"] += 1
+        if dashboard is not None and (step % cfg.log_every == 0 or step == 1):
+            seconds = time.monotonic() - window["time"]
+            loss, nll = window["loss"] / window["tokens"], window["nll"] / window["tokens"]
+            lr = trainer.scheduler.get_last_lr()[0]
+            dashboard.scalars(
+                step,
+                {
+                    "train/loss": loss,
+                    "train/ppl": float(np.exp(min(nll, 50.0))),
+                    "train/lr": lr,
+                    "train/grad_norm": metrics["grad_norm"],
+                    "train/tgt_tokens_per_s": window["tokens"] / seconds,
+                    "train/epoch": trainer.stream.epoch,
+                    "train/skipped_updates": trainer.skipped_updates,
+                },
+            )
+            dashboard.progress(window["steps"], loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window['tokens'] / seconds:,.0f}")
+            window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+        if step % cfg.valid_every == 0:
+            _validate_and_save(trainer, dashboard)
+        elif step % cfg.save_every == 0 and dist.is_main:
+            trainer.save("last", f"step_{step}")
+    if dashboard is not None and window["steps"]:
+        dashboard.progress(window["steps"])
+    return reason
+
+
+def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
+    cfg, step = trainer.cfg, trainer.step
+    if trainer.dist.is_main:  # once, not once per rank; the others wait at the barrier
+        metrics = trainer.validate()
+        better = trainer.improved(metrics)
+        if better:
+            trainer.best = {"value": metrics[cfg.best_metric], "step": step}
+            trainer.validations_since_best = 0
+        else:
+            trainer.validations_since_best += 1
+        log.info(
+            "validation at update %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f exact %.1f%%%s",
+            step,
+            metrics["loss"],
+            metrics["ppl"],
+            metrics["bleu"],
+            metrics["chrf"],
+            metrics["accuracy"],
+            "  (new best)" if better else "",
+        )
+        dashboard.scalars(step, {f"valid/{k}": v for k, v in metrics.items()})
+        dashboard.scalars(step, {f"valid/best_{cfg.best_metric}": trainer.best["value"]})
+        table = "\n".join(f"| {s} | {r} | {h} |" for s, r, h in trainer.samples)
+        dashboard.text(step, "valid/translations", "| source | reference | translation |\n|---|---|---|\n" + table)
+        names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
+        trainer.save(*names)
+    trainer.validations_since_best = trainer.dist.broadcast(trainer.validations_since_best)
+    trainer.dist.barrier()
+
+
+def _final_metrics(trainer: Trainer) -> dict[str, float]:
+    final = {f"final_{k}": v for k, v in trainer.last_metrics.items()}
+    return {**final, f"best_{trainer.cfg.best_metric}": trainer.best["value"]}
+
+
+def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[str, Any]:
+    cfg = trainer.cfg
+    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": elapsed_minutes(start)}
+    summary.update(best=trainer.best, metrics=trainer.last_metrics, run_dir=str(run_dir))
+    if trainer.dist.is_main:
+        log.info("stopped: %s after %d updates in %.1f minutes", reason, trainer.step, summary["minutes"])
+        if trainer.best:
+            metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
+            log.info("final validation: %s", metrics)
+            log.info(
+                "best checkpoint: %s (%s %.2f at update %d)",
+                run_dir / "checkpoints" / "best.pt",
+                cfg.best_metric,
+                trainer.best["value"],
+                trainer.best["step"],
+            )
+        log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", run_dir)
+    return summary

@@ -1,0 +1,140 @@
+"""`translate(cfg)`: load a checkpoint, translate a file or stdin, optionally score against a reference.
+
+Input is read and written in chunks, each flushed as soon as it is translated, so a pipe that is
+closed early still has every line translated before it, and line N of the output always belongs
+to line N of the input (empty in, empty out). Imports nothing of the training package.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+from omegaconf import DictConfig
+
+from seq2seq.checkpoint import find_checkpoint, load_checkpoint, model_from_checkpoint
+from seq2seq.config import UserError, validate_translate
+from seq2seq.data.corpus import read_lines
+from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.translator import Translation, Translator
+
+log = logging.getLogger("seq2seq.translate")
+CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
+
+
+def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
+    path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
+    payload = load_checkpoint(path)
+    tokenizers = _load_tokenizers(path, cfg.run)
+    vocab = payload["vocab"]
+    sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())
+    if sizes != (vocab["src_size"], vocab["tgt_size"]):
+        raise UserError(
+            f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
+            f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
+        )
+    model = model_from_checkpoint(payload).to(device).eval()
+    if cfg.beam > tokenizers.tgt.get_vocab_size():
+        raise UserError(f"beam={cfg.beam} is larger than the target vocabulary ({tokenizers.tgt.get_vocab_size()})")
+    log.info("loaded %s (update %d)", path, payload.get("step", -1))
+    return Translator(
+        model, tokenizers, device, cfg.beam, cfg.length_penalty, cfg.max_len_a, cfg.max_len_b, cfg.nbest, cfg.batch_size
+    )
+
+
+def _load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
+    """The tokenizer lives in the run directory; a checkpoint copied elsewhere may carry it beside itself."""
+    candidates = [checkpoint.parent, checkpoint.parent.parent] + ([Path(run)] if run else [])
+    for directory in candidates:
+        try:
+            return Tokenizers.load(directory)
+        except FileNotFoundError:
+            continue
+    raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")
+
+
+def _read_chunks(source: IO[bytes], interactive: bool) -> Iterator[list[str]]:
+    """Lines in chunks; one line at a time when a person is typing. Undecodable bytes become U+FFFD
+    with a warning, so every input line still gets its output line."""
+    chunk: list[str] = []
+    for number, raw in enumerate(source, start=1):
+        line = raw.rstrip(b"\n").removesuffix(b"\r")
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            log.warning("input line %d is not valid UTF-8; undecodable bytes replaced by U+FFFD", number)
+            text = line.decode("utf-8", errors="replace")
+        chunk.append(text.removeprefix("\ufeff") if number == 1 else text)
+        if interactive or len(chunk) >= CHUNK_LINES:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _format(index: int, nbest: list[Translation], n: int) -> str:
+    if n == 1:
+        return nbest[0].text + "\n"
+    return "".join(f"{index} ||| {t.text} ||| {t.score:.4f}\n" for t in nbest)
+
+
+def translate(cfg: DictConfig) -> dict[str, Any]:
+    validate_translate(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else "cpu" if cfg.device == "auto" else cfg.device)
+    translator = load_translator(cfg, device)
+    source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
+    sink = sys.stdout if cfg.output == "-" else open(cfg.output, "w", encoding="utf-8")  # noqa: SIM115
+    hypotheses: list[str] = []
+    start, lines = time.monotonic(), 0
+    try:
+        for chunk in _read_chunks(source, interactive=cfg.input == "-" and sys.stdin.isatty()):
+            for offset, nbest in enumerate(translator.translate(chunk, first_line_number=lines + 1)):
+                sink.write(_format(lines + offset, nbest, cfg.nbest))
+                hypotheses.append(nbest[0].text)
+            sink.flush()
+            lines += len(chunk)
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing left to do
+        return {"lines": lines}
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+    seconds = time.monotonic() - start
+    log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
+    result: dict[str, Any] = {"lines": lines, "seconds": seconds}
+    if cfg.reference:
+        result.update(_score(hypotheses, cfg.reference))
+    if cfg.attention:
+        from seq2seq.attention_plots import plot_cross_attention  # matplotlib only when asked
+
+        plot_cross_attention(translator, cfg)
+    return result
+
+
+def _open_input(path: str) -> IO[bytes]:
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such input file" if not Path(path).exists() else f"{path}: is not a file")
+    import gzip
+
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+
+
+def _score(hypotheses: list[str], reference_path: str) -> dict[str, float]:
+    import sacrebleu
+
+    references = read_lines(reference_path)
+    if len(references) != len(hypotheses):
+        raise UserError(f"{reference_path} has {len(references)} lines but the input had {len(hypotheses)}")
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    print(f"{bleu_score}  ({bleu.get_signature()})", file=sys.stderr)
+    print(f"{chrf_score}  ({chrf.get_signature()})", file=sys.stderr)
+    return {"bleu": bleu_score.score, "chrf": chrf_score.score}
