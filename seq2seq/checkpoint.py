@@ -39,7 +39,9 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
     except BaseException as err:
         Path(tmp_name).unlink(missing_ok=True)
         if isinstance(err, OSError):
-            raise UserError(f"{path}: could not write checkpoint ({err.strerror or err}); the previous one is intact") from err
+            raise UserError(
+                f"{path}: could not write checkpoint ({err.strerror or err}); the previous one is intact"
+            ) from err
         raise
 
 
@@ -64,7 +66,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
-        raise UserError(f"{path}: not a readable checkpoint (truncated or corrupt): {str(err).splitlines()[0]}") from err
+        raise UserError(
+            f"{path}: not a readable checkpoint (truncated or corrupt): {str(err).splitlines()[0]}"
+        ) from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
         raise UserError(f"{path}: not a seq2seq checkpoint (format {FORMAT})")
     return payload
@@ -96,7 +100,12 @@ def rng_state() -> dict[str, Any]:
     np_state = np.random.get_state()
     return {
         "python": [version, list(mt_state), gauss],
-        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2])},
+        "numpy": {
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),  # the legacy normal sampler caches every second draw
+            "cached_gaussian": float(np_state[4]),
+        },
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -105,7 +114,10 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     version, mt_state, gauss = state["python"]
     random.setstate((version, tuple(mt_state), gauss))
-    np.random.set_state(("MT19937", state["numpy"]["keys"].numpy().astype(np.uint32), state["numpy"]["pos"], 0, 0.0))
+    np_state = state["numpy"]
+    keys = np_state["keys"].numpy().astype(np.uint32)
+    gauss_cache = np_state.get("has_gauss", 0), np_state.get("cached_gaussian", 0.0)  # absent in older checkpoints
+    np.random.set_state(("MT19937", keys, np_state["pos"], *gauss_cache))
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])

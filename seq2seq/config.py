@@ -114,6 +114,7 @@ class TrainConfig:
     resume: str | None = None  # a run directory: continue it from its last checkpoint
     init_from: str | None = None  # a checkpoint: start a new run from its weights (fresh optimiser)
     progress: bool = True  # tqdm progress bar
+    attention_images: bool = True  # attention heatmaps in TensorBoard at each validation (~0.3 s per layer)
     debug: bool = False  # show tracebacks instead of one-line errors
 
 
@@ -185,7 +186,9 @@ def validate_train(cfg: Any) -> None:
         f"plus BOS/EOS must fit model.max_positions={cfg.model.max_positions}",
     )
     if d.kind == "builtin":
-        _check(0 < d.task_min_len <= d.task_max_len, "data.task_min_len", d.task_min_len, "must be in [1, task_max_len]")
+        _check(
+            0 < d.task_min_len <= d.task_max_len, "data.task_min_len", d.task_min_len, "must be in [1, task_max_len]"
+        )
         _check(2 <= d.task_alphabet <= 26, "data.task_alphabet", d.task_alphabet, "must be in [2, 26]")
         _check(d.task_train_size > 0, "data.task_train_size", d.task_train_size, "must be positive")
         _check(d.task_valid_size > 0, "data.task_valid_size", d.task_valid_size, "must be positive")

@@ -83,7 +83,9 @@ def beam_search(
     """Keeps the `beam` best prefixes per sentence. A prefix that ends with EOS among the top `beam`
     candidates is finished (so beam=1 is exactly greedy). A sentence is done when its `nbest`-th best
     finished score is at least what its best live prefix could still reach: exact when
-    length_penalty=0 (scores only fall as a prefix grows), the usual heuristic otherwise."""
+    length_penalty=0 (scores only fall as a prefix grows), the usual heuristic otherwise. With a
+    length penalty a sentence is also done once it has `beam` finished hypotheses (as in fairseq):
+    a longer live prefix can always beat the bound, so without this beam=1 would go on past greedy's EOS."""
     batch, device = src.size(0), src.device
     state = model.start_decoding(src)
     state.reorder(torch.arange(batch, device=device).repeat_interleave(beam))  # (B*k) rows
@@ -113,7 +115,10 @@ def beam_search(
         prefixes = torch.cat([prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
         scores = live_scores
         state.reorder(parent.view(-1))
-        done = [_is_done(finished[i], float(scores[row, 0]), step + 2, length_penalty, nbest) for row, i in enumerate(alive)]
+        done = [
+            _is_done(finished[i], float(scores[row, 0]), step + 2, length_penalty, nbest, beam)
+            for row, i in enumerate(alive)
+        ]
         if all(done):
             break
         if any(done):
@@ -145,10 +150,14 @@ def _finish(
         finished[alive[row]].append(Hypothesis(tokens, _length_normalised(score, step + 1, length_penalty)))
 
 
-def _is_done(finished: list[Hypothesis], best_live: float, live_length: int, length_penalty: float, nbest: int) -> bool:
+def _is_done(
+    finished: list[Hypothesis], best_live: float, live_length: int, length_penalty: float, nbest: int, beam: int
+) -> bool:
     if best_live == float("-inf"):  # nothing left to extend
         return True
     if len(finished) < nbest:
         return False
+    if length_penalty and len(finished) >= beam:
+        return True
     nth_best = sorted((h.score for h in finished), reverse=True)[nbest - 1]
     return nth_best >= _length_normalised(best_live, live_length, length_penalty)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -87,18 +87,24 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else "cpu" if cfg.device == "auto" else cfg.device)
+    device = torch.device(
+        "cuda" if cfg.device == "auto" and torch.cuda.is_available() else "cpu" if cfg.device == "auto" else cfg.device
+    )
     translator = load_translator(cfg, device)
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else open(cfg.output, "w", encoding="utf-8")  # noqa: SIM115
     hypotheses: list[str] = []
     start, lines = time.monotonic(), 0
+    plot = _attention_plotter(translator, cfg.attention)
     try:
         for chunk in _read_chunks(source, interactive=cfg.input == "-" and sys.stdin.isatty()):
-            for offset, nbest in enumerate(translator.translate(chunk, first_line_number=lines + 1)):
+            results = translator.translate(chunk, first_line_number=lines + 1)
+            for offset, nbest in enumerate(results):
                 sink.write(_format(lines + offset, nbest, cfg.nbest))
                 hypotheses.append(nbest[0].text)
             sink.flush()
+            # After the flush: a reader of the translations does not wait for the plots.
+            plot(chunk, [nbest[0].tokens for nbest in results], lines + 1)
             lines += len(chunk)
     except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing left to do
         return {"lines": lines}
@@ -111,10 +117,20 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.reference:
         result.update(_score(hypotheses, cfg.reference))
     if cfg.attention:
-        from seq2seq.attention_plots import plot_cross_attention  # matplotlib only when asked
-
-        plot_cross_attention(translator, cfg)
+        log.info("cross-attention heatmaps of the non-empty lines are in %s", cfg.attention)
     return result
+
+
+def _attention_plotter(
+    translator: Translator, directory: str | None
+) -> Callable[[list[str], list[list[int]], int], Any]:
+    """Writes each chunk's cross-attention PNGs as the chunk is translated (stdin may be endless)."""
+    if not directory:
+        return lambda lines, outputs, first: None
+    from seq2seq.attention_plots import make_directory, write_cross_attention_pngs  # matplotlib only when asked
+
+    target = make_directory(Path(directory))  # a bad directory fails before any translating
+    return lambda lines, outputs, first: write_cross_attention_pngs(translator, lines, outputs, target, first)
 
 
 def _open_input(path: str) -> IO[bytes]:

@@ -23,6 +23,14 @@ def report_errors(run: Callable[[], T], debug: bool) -> T:
     except UserError as err:
         if debug:
             raise
-        logging.getLogger("seq2seq").error("%s", err)
         print(f"error: {err}", file=sys.stderr)
+        _append_to_log_files(f"error: {err}")
         sys.exit(2)
+
+
+def _append_to_log_files(message: str) -> None:
+    """The error also goes to the run's train.log (not to the console twice)."""
+    record = logging.makeLogRecord({"msg": message, "levelno": logging.ERROR, "levelname": "ERROR", "name": "seq2seq"})
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.emit(record)

@@ -38,7 +38,9 @@ class Batch:
         )
 
 
-def make_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_tokens: int, rng: np.random.Generator | None) -> list[np.ndarray]:
+def make_batches(
+    src_len: np.ndarray, tgt_len: np.ndarray, batch_tokens: int, rng: np.random.Generator | None
+) -> list[np.ndarray]:
     """Groups sentence indices into batches whose padded size, sentences x longest side (+2 for
     BOS/EOS), stays within `batch_tokens`. With `rng`, ties in length are broken at random and the
     batch order is shuffled; without, the order is by length (for evaluation)."""
@@ -110,7 +112,8 @@ class EpochBatches:
             self.position = 0
             self._batches = self._epoch_batches(self.epoch)
         group = self._batches[self.position : self.position + needed]
-        group = group + group[: needed - len(group)] if len(group) < needed else group  # tiny corpora only
+        if len(group) < needed:  # tiny corpora only: cycle through the epoch's batches to fill the update
+            group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
         mine = group[rank::world_size]
         return [collate(self.split, indices, self.max_positions) for indices in mine]

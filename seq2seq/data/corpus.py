@@ -73,7 +73,11 @@ def read_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Pairs:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise UserError(f"{path}:{number}: not valid JSON: {err.msg}") from err
-        if not isinstance(record, dict) or not isinstance(record.get(src_key), str) or not isinstance(record.get(tgt_key), str):
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get(src_key), str)
+            or not isinstance(record.get(tgt_key), str)
+        ):
             raise UserError(f"{path}:{number}: expected an object with string fields {src_key!r} and {tgt_key!r}")
         sources.append(record[src_key])
         targets.append(record[tgt_key])
@@ -92,7 +96,9 @@ def read_multi30k(cfg: DataConfig) -> Corpus:
     if not directory.is_dir():
         raise UserError(f"data.dir={cfg.dir}: not a directory")
     return {
-        split: read_parallel(_multi30k_file(directory, name, cfg.src_lang), _multi30k_file(directory, name, cfg.tgt_lang))
+        split: read_parallel(
+            _multi30k_file(directory, name, cfg.src_lang), _multi30k_file(directory, name, cfg.tgt_lang)
+        )
         for split, name in MULTI30K_SPLITS.items()
     }
 
@@ -118,7 +124,10 @@ def read_corpus(cfg: DataConfig) -> Corpus:
     elif cfg.kind == "multi30k":
         corpus = read_multi30k(cfg)
     elif cfg.kind == "parallel_files":
-        corpus = {"train": read_parallel(cfg.train_src, cfg.train_tgt), "valid": read_parallel(cfg.valid_src, cfg.valid_tgt)}
+        corpus = {
+            "train": read_parallel(cfg.train_src, cfg.train_tgt),
+            "valid": read_parallel(cfg.valid_src, cfg.valid_tgt),
+        }
         if cfg.test_src and cfg.test_tgt:
             corpus["test"] = read_parallel(cfg.test_src, cfg.test_tgt)
     elif cfg.kind in ("tsv", "jsonl"):
@@ -137,6 +146,10 @@ def corpus_sources(cfg: DataConfig) -> list[str]:
     """Files the corpus is read from (for the cache key); empty for generated or hub data."""
     if cfg.kind == "multi30k":
         directory = Path(cfg.dir)
-        return [str(_multi30k_file(directory, n, lang)) for n in MULTI30K_SPLITS.values() for lang in (cfg.src_lang, cfg.tgt_lang)]
+        return [
+            str(_multi30k_file(directory, n, lang))
+            for n in MULTI30K_SPLITS.values()
+            for lang in (cfg.src_lang, cfg.tgt_lang)
+        ]
     keys = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "train", "valid", "test")
     return [getattr(cfg, k) for k in keys if getattr(cfg, k)]

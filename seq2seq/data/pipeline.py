@@ -27,7 +27,7 @@ from seq2seq.data.tokenizer import Tokenizers
 
 log = logging.getLogger(__name__)
 datasets.disable_progress_bars()  # our own log line says what is happening; tqdm is for training
-CACHE_VERSION = 1  # bump when the cached layout or tokenization changes
+CACHE_VERSION = 2  # bump when the cached layout or tokenization changes
 
 
 @dataclass
@@ -102,7 +102,10 @@ def _tokenize(tokenizers: Tokenizers, sources: list[str], targets: list[str]) ->
     dataset = datasets.Dataset.from_dict({"src_text": sources, "tgt_text": targets})
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-        return {"src_ids": tokenizers.encode_src(batch["src_text"]), "tgt_ids": tokenizers.encode_tgt(batch["tgt_text"])}
+        return {
+            "src_ids": tokenizers.encode_src(batch["src_text"]),
+            "tgt_ids": tokenizers.encode_tgt(batch["tgt_text"]),
+        }
 
     features = datasets.Features(
         {
@@ -121,7 +124,8 @@ def _build(cfg: DataConfig, target: Path) -> None:
     train = _tokenize(tokenizers, *corpus["train"])
     stats = {"train_pairs": len(train), "dropped_empty": 0, "dropped_too_long": 0, "dropped_length_ratio": 0}
     reasons = [
-        keep_pair(len(s), len(t), cfg.max_tokens, cfg.max_length_ratio) for s, t in zip(train["src_ids"], train["tgt_ids"], strict=True)
+        keep_pair(len(s), len(t), cfg.max_tokens, cfg.max_length_ratio)
+        for s, t in zip(train["src_ids"], train["tgt_ids"], strict=True)
     ]
     for reason in reasons:
         if reason:
@@ -135,12 +139,21 @@ def _build(cfg: DataConfig, target: Path) -> None:
         )
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    tokenizers.save(staging)
-    train.flatten_indices().save_to_disk(str(staging / "train"))
-    _tokenize(tokenizers, *corpus["valid"]).save_to_disk(str(staging / "valid"))
-    (staging / "stats.json").write_text(json.dumps(stats))
-    # Publish whole or not at all: a crash mid-build leaves only a staging directory.
-    staging.rename(target)
+    try:
+        tokenizers.save(staging)
+        train.flatten_indices().save_to_disk(str(staging / "train"))
+        _tokenize(tokenizers, *corpus["valid"]).save_to_disk(str(staging / "valid"))
+        (staging / "stats.json").write_text(json.dumps(stats))
+        # Publish whole or not at all: a crash mid-build leaves only a staging directory.
+        try:
+            staging.rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            shutil.rmtree(staging)  # another process published the same data first: use theirs
+    except BaseException:  # an error (not a crash) leaves nothing behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is_main: bool = True) -> PreparedData:

@@ -44,8 +44,16 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int) -> Tokeniz
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    _text_is_text(tokenizer)
     if [tokenizer.token_to_id(t) for t in SPECIALS] != [PAD_ID, BOS_ID, EOS_ID, UNK_ID]:
         raise RuntimeError("special tokens did not get ids 0-3")
+    return tokenizer
+
+
+def _text_is_text(tokenizer: Tokenizer) -> Tokenizer:
+    """A literal "<s>" or "<unk>" in a sentence is text, not a special token: encode it as bytes.
+    The setting is not saved in tokenizer.json, so `Tokenizers.load` applies it again."""
+    tokenizer.encode_special_tokens = True
     return tokenizer
 
 
@@ -75,10 +83,11 @@ class Tokenizers:
     @classmethod
     def load(cls, directory: Path) -> Tokenizers:
         if (directory / JOINT_FILE).is_file():
-            shared = Tokenizer.from_file(str(directory / JOINT_FILE))
+            shared = _text_is_text(Tokenizer.from_file(str(directory / JOINT_FILE)))
             return cls(shared, shared, True)
         if (directory / SRC_FILE).is_file() and (directory / TGT_FILE).is_file():
-            return cls(Tokenizer.from_file(str(directory / SRC_FILE)), Tokenizer.from_file(str(directory / TGT_FILE)), False)
+            src = _text_is_text(Tokenizer.from_file(str(directory / SRC_FILE)))
+            return cls(src, _text_is_text(Tokenizer.from_file(str(directory / TGT_FILE))), False)
         raise FileNotFoundError(f"{directory}: no {JOINT_FILE} (or {SRC_FILE} + {TGT_FILE})")
 
     @staticmethod
@@ -104,8 +113,12 @@ class Tokenizers:
 
 
 def _readable(piece: str) -> str:
-    """Byte-level pieces show a space as 'Ġ'; turn that back for labels."""
-    return piece.replace("Ġ", "▁")
+    """Byte-level pieces spell every byte as a printable stand-in ('Ġ' for a space, 'Ã¼' for 'ü');
+    decode them back, marking spaces as '▁' so word starts stay visible in labels."""
+    return _BYTE_DECODER.decode([piece]).replace(" ", "▁")
+
+
+_BYTE_DECODER = decoders.ByteLevel()
 
 
 def _chain(*lists: list[str]) -> Iterator[str]:

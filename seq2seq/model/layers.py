@@ -55,7 +55,14 @@ class EncoderLayer(nn.Module):
     """Self-attention over the source, then the feed-forward network."""
 
     def __init__(
-        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attn_dropout: float, activation: str, norm_first: bool
+        self,
+        d_model: int,
+        heads: int,
+        ffn_dim: int,
+        dropout: float,
+        attn_dropout: float,
+        activation: str,
+        norm_first: bool,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)
@@ -77,7 +84,14 @@ class DecoderLayer(nn.Module):
     """Masked self-attention over the target prefix, cross-attention to the encoder memory, then the FFN."""
 
     def __init__(
-        self, d_model: int, heads: int, ffn_dim: int, dropout: float, attn_dropout: float, activation: str, norm_first: bool
+        self,
+        d_model: int,
+        heads: int,
+        ffn_dim: int,
+        dropout: float,
+        attn_dropout: float,
+        activation: str,
+        norm_first: bool,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)

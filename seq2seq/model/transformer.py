@@ -1,7 +1,7 @@
 """The encoder-decoder Transformer of "Attention Is All You Need", built from its parts.
 
-    src -> embed*sqrt(d) + positions -> N x EncoderLayer -> memory
-    tgt -> embed*sqrt(d) + positions -> N x DecoderLayer(memory) -> Linear -> logits
+src -> embed*sqrt(d) + positions -> N x EncoderLayer -> memory
+tgt -> embed*sqrt(d) + positions -> N x DecoderLayer(memory) -> Linear -> logits
 """
 
 from __future__ import annotations
@@ -59,7 +59,15 @@ class Transformer(nn.Module):
         self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
         self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
         self.dropout = nn.Dropout(cfg.dropout)
-        layer_args = (cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.activation, cfg.norm_first)
+        layer_args = (
+            cfg.d_model,
+            cfg.heads,
+            cfg.ffn_dim,
+            cfg.dropout,
+            cfg.attention_dropout,
+            cfg.activation,
+            cfg.norm_first,
+        )
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(cfg.decoder_layers))
         # Pre-norm leaves the residual stream un-normalised: one last LayerNorm on each stack.

@@ -12,6 +12,8 @@ from typing import Any
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from seq2seq.translator import Translator
+
 
 class Dashboard:
     def __init__(self, run_dir: Path, start_step: int, max_steps: int | None, progress: bool) -> None:
@@ -25,6 +27,14 @@ class Dashboard:
 
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.writer.add_text(tag, markdown, step)
+
+    def attention(self, step: int, translator: Translator, sources: list[str]) -> None:
+        """Heatmaps of every attention kind and layer (heads tiled) for a few fixed sentences."""
+        # Imported here: matplotlib is needed only once a validation has run.
+        from seq2seq.attention_plots import attention_images, translate_with_attention
+
+        for tag, image in attention_images(translate_with_attention(translator, sources)):
+            self.writer.add_image(tag, image, step, dataformats="HWC")
 
     def progress(self, steps: int, **postfix: Any) -> None:
         self.bar.update(steps)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from contextlib import AbstractContextManager
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import sacrebleu
 import torch
@@ -47,7 +47,9 @@ def score_translations(hypotheses: list[str], references: list[str]) -> dict[str
     }
 
 
-def validation_translations(translator: Translator, split: Split, max_sentences: int | None) -> tuple[list[str], list[str], list[str]]:
+def validation_translations(
+    translator: Translator, split: Split, max_sentences: int | None
+) -> tuple[list[str], list[str], list[str]]:
     """(sources, hypotheses, references) for the first `max_sentences` validation pairs."""
     sources = split.src_text[:max_sentences] if max_sentences else split.src_text
     references = split.tgt_text[: len(sources)]

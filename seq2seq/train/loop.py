@@ -39,7 +39,9 @@ class NonFiniteLoss(UserError):
 
 
 class Trainer:
-    def __init__(self, cfg: DictConfig, run_dir: Path, data: PreparedData, device: torch.device, dist: DistContext) -> None:
+    def __init__(
+        self, cfg: DictConfig, run_dir: Path, data: PreparedData, device: torch.device, dist: DistContext
+    ) -> None:
         self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
         tok = data.tokenizers
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)

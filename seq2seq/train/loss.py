@@ -24,7 +24,9 @@ class TargetLogits(nn.Module):
         return self.model.output(hidden[tgt_out != self.model.pad_id])  # (N real tokens, V)
 
 
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+def label_smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """logits: (N, V), target: (N,) -> (summed smoothed loss, summed NLL), in fp32.
 
     Smoothing spreads `smoothing` of the probability mass uniformly over the vocabulary, as

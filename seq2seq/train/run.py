@@ -49,13 +49,17 @@ def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any])
     for override in overrides:
         key = override.lstrip("+").split("=", 1)[0]
         if key in GROUPS or override.startswith("~"):
-            raise UserError(f"resume: '{override}' would change the run being resumed; use init_from=<checkpoint> for a new run")
+            raise UserError(
+                f"resume: '{override}' would change the run being resumed; use init_from=<checkpoint> for a new run"
+            )
         if key != "resume":
             keys.append(override.lstrip("+"))
     merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(keys))
     merged.resume = cfg.resume
     if merged.model != OmegaConf.create(saved["model"]):
-        raise UserError(f"resume: the model config differs from the checkpoint's in {cfg.resume}; use init_from=<checkpoint>")
+        raise UserError(
+            f"resume: the model config differs from the checkpoint's in {cfg.resume}; use init_from=<checkpoint>"
+        )
     return merged
 
 
@@ -115,7 +119,9 @@ def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
     return chosen
 
 
-def _train(cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None) -> dict[str, Any]:
+def _train(
+    cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None
+) -> dict[str, Any]:
     if dist.enabled:
         run_dir = _agree_on_run_dir(run_dir, dist)
         if device.type == "cuda":
@@ -210,7 +216,9 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
                     "train/skipped_updates": trainer.skipped_updates,
                 },
             )
-            dashboard.progress(window["steps"], loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window['tokens'] / seconds:,.0f}")
+            dashboard.progress(
+                window["steps"], loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window['tokens'] / seconds:,.0f}"
+            )
             window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
         if step % cfg.valid_every == 0:
             _validate_and_save(trainer, dashboard)
@@ -243,8 +251,10 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
         )
         dashboard.scalars(step, {f"valid/{k}": v for k, v in metrics.items()})
         dashboard.scalars(step, {f"valid/best_{cfg.best_metric}": trainer.best["value"]})
-        table = "\n".join(f"| {s} | {r} | {h} |" for s, r, h in trainer.samples)
+        table = "\n".join("| " + " | ".join(_cell(t) for t in row) + " |" for row in trainer.samples)
         dashboard.text(step, "valid/translations", "| source | reference | translation |\n|---|---|---|\n" + table)
+        if cfg.attention_images:
+            dashboard.attention(step, trainer.translator, [source for source, _, _ in trainer.samples])
         names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
         trainer.save(*names)
     trainer.validations_since_best = trainer.dist.broadcast(trainer.validations_since_best)
@@ -254,6 +264,11 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
 def _final_metrics(trainer: Trainer) -> dict[str, float]:
     final = {f"final_{k}": v for k, v in trainer.last_metrics.items()}
     return {**final, f"best_{trainer.cfg.best_metric}": trainer.best["value"]}
+
+
+def _cell(text: str) -> str:
+    """A Markdown table cell: a '|' inside a sentence would end the cell early."""
+    return text.replace("|", r"\|")
 
 
 def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[str, Any]:

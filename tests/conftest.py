@@ -1,0 +1,38 @@
+"""Shared test helpers: composing real configs through Hydra, and the tiny built-in run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
+
+import seq2seq.cli.train  # noqa: F401  (registers the config schema and resolvers)
+
+# A run of the tiny model on a small slice of the built-in task: seconds, not minutes.
+TINY_TRAIN = [
+    "data.task_train_size=400",
+    "data.task_valid_size=20",
+    "batch_tokens=512",
+    "max_steps=8",
+    "valid_every=4",
+    "save_every=4",
+    "log_every=2",
+    "progress=false",
+    "threads=1",
+    "attention_images=false",  # drawing costs seconds; tests/test_dashboards.py turns it on
+]
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def compose_config(name: str, overrides: list[str]) -> DictConfig:
+    with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
+        return compose(name, overrides=overrides)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokenized-data caches go to a per-session temporary directory, never to ~/.cache."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))

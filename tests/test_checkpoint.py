@@ -1,0 +1,266 @@
+"""Checkpoint files (`seq2seq.checkpoint`): crash-safe saving, safe loading (no code from the file
+ever runs), clear errors for broken files, random-number-generator state and model rebuilding."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import seq2seq.checkpoint as checkpoint
+from seq2seq.checkpoint import (
+    atomic_save,
+    find_checkpoint,
+    load_checkpoint,
+    model_from_checkpoint,
+    rng_state,
+    set_rng_state,
+)
+from seq2seq.config import ModelConfig, TrainConfig, UserError
+from seq2seq.model.transformer import Transformer
+
+
+def sample_payload() -> dict:
+    generator = torch.Generator().manual_seed(0)
+    return {
+        "format": 1,
+        "model": {"layer.weight": torch.randn(3, 4, generator=generator), "layer.bias": torch.zeros(3)},
+        "step": 17,
+        "config": {"model": {"d_model": 8, "dropout": 0.1, "activation": "relu"}, "seed": None, "flag": True},
+        "history": [1.5, 2, "text", None, [torch.arange(5), {"deep": torch.ones(2, dtype=torch.bfloat16)}]],
+    }
+
+
+def assert_same(a: object, b: object) -> None:
+    """Structural equality, tensors compared by dtype and value."""
+    assert type(a) is type(b)
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same(a[key], b[key])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y)
+    else:
+        assert a == b
+
+
+def test_atomic_save_load_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "checkpoints" / "last.pt"  # parent directories are created
+    payload = sample_payload()
+    atomic_save(payload, path)
+    assert_same(load_checkpoint(path), payload)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.pt"]
+
+
+def test_atomic_save_replaces_previous_file(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    atomic_save(sample_payload(), path)
+    newer = {**sample_payload(), "step": 18}
+    atomic_save(newer, path)
+    assert load_checkpoint(path)["step"] == 18
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+def write_marker(path: str) -> None:
+    Path(path).write_text("code from the checkpoint ran")
+
+
+@dataclasses.dataclass
+class Custom:
+    x: int
+
+
+class Payload:
+    """Unpickling this runs `write_marker`: what a malicious checkpoint would do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return write_marker, (str(self.marker),)
+
+
+def test_pickled_code_would_run_without_weights_only(tmp_path: Path) -> None:
+    """Guards the next test: this file really does run code when unpickled unsafely."""
+    marker = tmp_path / "marker"
+    torch.save({"format": 1, "model": {}, "evil": Payload(marker)}, tmp_path / "evil.pt")
+    torch.load(tmp_path / "evil.pt", weights_only=False)
+    assert marker.exists()
+
+
+def test_load_refuses_pickled_code(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    path = tmp_path / "evil.pt"
+    torch.save({"format": 1, "model": {}, "evil": Payload(marker)}, path)
+    with pytest.raises(UserError, match=str(path)):
+        load_checkpoint(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("thing", [write_marker, Custom(1)], ids=["function", "object"])
+def test_load_refuses_arbitrary_python_objects(tmp_path: Path, thing: object) -> None:
+    path = tmp_path / "object.pt"
+    torch.save({"format": 1, "model": {}, "extra": thing}, path)
+    with pytest.raises(UserError, match=str(path)):
+        load_checkpoint(path)
+
+
+def test_truncated_checkpoint_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    atomic_save(sample_payload(), path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match=str(path)):
+        load_checkpoint(path)
+
+
+def test_garbage_file_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.pt"
+    path.write_text("not a checkpoint at all\n")
+    with pytest.raises(UserError, match=str(path)):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"weights": torch.ones(2)}, {"format": 2, "model": {}}, {"format": 1}, [torch.ones(2)]],
+    ids=["no-format", "other-format", "no-model", "list"],
+)
+def test_non_checkpoint_payload_is_a_user_error(tmp_path: Path, payload: object) -> None:
+    path = tmp_path / "other.pt"
+    torch.save(payload, path)
+    with pytest.raises(UserError, match="not a seq2seq checkpoint"):
+        load_checkpoint(path)
+
+
+def test_missing_checkpoint_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "absent.pt")
+
+
+def failing_save(payload: object, handle: object) -> None:
+    """A disk that fills up part-way through the write."""
+    handle.write(b"PK\x03\x04 partial checkpoint bytes")
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_failed_save_keeps_previous_file_and_leaves_no_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "last.pt"
+    atomic_save(sample_payload(), path)
+    before = path.read_bytes()
+    monkeypatch.setattr(checkpoint.torch, "save", failing_save)
+    with pytest.raises(UserError, match=str(path)) as info:
+        atomic_save({**sample_payload(), "step": 99}, path)
+    assert "No space left on device" in str(info.value)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["last.pt"]
+    assert load_checkpoint(path)["step"] == 17
+
+
+def test_failed_first_save_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoint.torch, "save", failing_save)
+    with pytest.raises(UserError):
+        atomic_save(sample_payload(), tmp_path / "best.pt")
+    assert os.listdir(tmp_path) == []
+
+
+def test_interrupted_save_propagates_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(payload: object, handle: object) -> None:
+        handle.write(b"partial")
+        raise KeyboardInterrupt
+
+    path = tmp_path / "last.pt"
+    atomic_save(sample_payload(), path)
+    before = path.read_bytes()
+    monkeypatch.setattr(checkpoint.torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_save(sample_payload(), path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["last.pt"]
+
+
+def draw_everything() -> tuple:
+    """Numbers from every generator, including the normal samplers that cache a second value."""
+    return (
+        [random.random() for _ in range(3)],
+        [random.gauss(0.0, 1.0) for _ in range(3)],
+        np.random.rand(3).tolist(),
+        np.random.standard_normal(3).tolist(),
+        torch.rand(3).tolist(),
+        torch.randn(3).tolist(),
+    )
+
+
+@pytest.mark.parametrize("through_file", [False, True])
+def test_rng_state_round_trip(tmp_path: Path, through_file: bool) -> None:
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    draw_everything()  # three normal draws each: the samplers now hold a cached second value
+    assert np.random.get_state()[3] == 1 and random.getstate()[2] is not None
+    state = rng_state()
+    if through_file:  # as in a real checkpoint: it must survive weights_only loading
+        atomic_save({"format": 1, "model": {}, "rng": state}, tmp_path / "rng.pt")
+        state = load_checkpoint(tmp_path / "rng.pt")["rng"]
+    first = draw_everything()
+    draw_everything()  # move every stream on
+    set_rng_state(state)
+    assert draw_everything() == first
+
+
+def test_find_checkpoint_prefers_best_then_last(tmp_path: Path) -> None:
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    (directory / "last.pt").write_bytes(b"")
+    (directory / "step_10.pt").write_bytes(b"")
+    assert find_checkpoint(tmp_path) == directory / "last.pt"
+    (directory / "best.pt").write_bytes(b"")
+    assert find_checkpoint(tmp_path) == directory / "best.pt"
+    assert find_checkpoint(tmp_path, prefer=("last",)) == directory / "last.pt"
+
+
+def test_find_checkpoint_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such run directory"):
+        find_checkpoint(tmp_path / "absent")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step_10.pt").write_bytes(b"")
+    with pytest.raises(UserError, match="has no checkpoint"):
+        find_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_model_from_checkpoint_reproduces_outputs(tmp_path: Path, tie_output: bool) -> None:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=2, max_positions=16, tie_output=tie_output
+    )
+    model = Transformer(cfg, 13, 11, 0)
+    with torch.no_grad():  # make every parameter differ from a fresh initialisation
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    model.eval()
+    payload = {
+        "format": 1,
+        "model": model.state_dict(),
+        "config": dataclasses.asdict(TrainConfig(model=cfg)),
+        "vocab": {"src_size": 13, "tgt_size": 11, "pad_id": 0},
+    }
+    atomic_save(payload, tmp_path / "model.pt")
+    rebuilt = model_from_checkpoint(load_checkpoint(tmp_path / "model.pt")).eval()
+    src = torch.tensor([[5, 6, 7, 2], [8, 2, 0, 0]])
+    tgt = torch.tensor([[1, 4, 9, 3], [1, 10, 0, 0]])
+    with torch.no_grad():
+        assert torch.equal(rebuilt.output(rebuilt(src, tgt)), model.output(model(src, tgt)))
+    assert rebuilt.cfg == cfg
+    assert (rebuilt.output.weight is rebuilt.tgt_embed.weight) == tie_output

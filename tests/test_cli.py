@@ -1,0 +1,146 @@
+"""The two console scripts, end to end, in subprocesses: what a user types and what they get back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+TINY_RUN = [
+    "data.task_train_size=400",
+    "data.task_valid_size=20",
+    "max_steps=12",
+    "valid_every=6",
+    "save_every=6",
+    "log_every=3",
+    "batch_tokens=512",
+    "progress=false",
+]
+
+
+def run_cli(
+    args: list[str], cwd: Path, stdin: str | None = None, env_cache: Path | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SEQ2SEQ_CACHE": str(env_cache or cwd / "cache")}
+    return subprocess.run(args, cwd=cwd, input=stdin, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("cli")
+    result = run_cli([str(BIN / "seq2seq-train"), *TINY_RUN, f"hydra.run.dir={workdir / 'run'}"], workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir / "run"
+
+
+def test_train_writes_a_complete_run_directory(trained_run: Path) -> None:
+    assert (trained_run / ".hydra" / "config.yaml").is_file()
+    assert (trained_run / "tokenizer.json").is_file()
+    assert {p.name for p in (trained_run / "checkpoints").glob("*.pt")} >= {
+        "last.pt",
+        "best.pt",
+        "step_6.pt",
+        "step_12.pt",
+    }
+    assert list((trained_run / "tb").glob("events.out.tfevents.*"))
+    log = (trained_run / "train.log").read_text()
+    assert "validation at update 12" in log
+    assert f"seq2seq-translate run={trained_run}" in log
+
+
+def test_translate_keeps_one_output_line_per_input_line(trained_run: Path, tmp_path: Path) -> None:
+    lines = ["a b c", "", "d e f g h", "   ", "t s r"]
+    result = run_cli(
+        [str(BIN / "seq2seq-translate"), f"run={trained_run}", "beam=2"], tmp_path, stdin="\n".join(lines) + "\n"
+    )
+    assert result.returncode == 0, result.stderr
+    output = result.stdout.split("\n")
+    assert output[-1] == "" and len(output) - 1 == len(lines)
+    assert output[1] == "" and output[3] == ""  # empty in, empty out, in place
+
+
+def test_translate_from_files_with_reference_reports_sacrebleu(trained_run: Path, tmp_path: Path) -> None:
+    (tmp_path / "src.txt").write_text("a b c\nd e f\n")
+    (tmp_path / "ref.txt").write_text("C B A\nF E D\n")
+    result = run_cli(
+        [
+            str(BIN / "seq2seq-translate"),
+            f"run={trained_run}",
+            "beam=1",
+            f"input={tmp_path / 'src.txt'}",
+            f"output={tmp_path / 'hyp.txt'}",
+            f"reference={tmp_path / 'ref.txt'}",
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "hyp.txt").read_text().splitlines()) == 2
+    assert "BLEU = " in result.stderr and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in result.stderr
+    assert "chrF2 = " in result.stderr
+
+
+def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        [str(BIN / "seq2seq-translate"), f"run={trained_run}", "beam=3", "nbest=3"], tmp_path, stdin="a b\nc d e\n"
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split(" ||| ") for line in result.stdout.splitlines()]
+    assert [r[0] for r in rows] == ["0", "0", "0", "1", "1", "1"]
+    scores = [float(r[2]) for r in rows[:3]]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run=/nonexistent/run"], "/nonexistent/run: no such run directory"),
+        (["checkpoint=/nonexistent/x.pt"], "/nonexistent/x.pt: no such checkpoint file"),
+        (["run=.", "beam=0"], "config error: beam=0: must be positive"),
+    ],
+)
+def test_translate_bad_input_is_one_line_error(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = run_cli([str(BIN / "seq2seq-translate"), *args], tmp_path, stdin="a b\n")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {expected}"]
+
+
+def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "checkpoints" / "best.pt"
+    broken.parent.mkdir()
+    data = (trained_run / "checkpoints" / "best.pt").read_bytes()
+    broken.write_bytes(data[: len(data) // 2])
+    (tmp_path / "tokenizer.json").write_bytes((trained_run / "tokenizer.json").read_bytes())
+    result = run_cli([str(BIN / "seq2seq-translate"), f"run={tmp_path}"], tmp_path, stdin="a b\n")
+    assert result.returncode == 2
+    assert f"{broken}: not a readable checkpoint (truncated or corrupt)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("model.heads=3", "config error: model.d_model=64: must be divisible by model.heads=3"),
+        ("optim.warmup=0", "config error: optim.warmup=0: must be positive (the schedules divide by it)"),
+        ("max_steps=0", "config error: max_steps=0: must be positive or null"),
+        ("model.dropout=-0.1", "config error: model.dropout=-0.1: must be in [0, 1)"),
+    ],
+)
+def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, override: str, expected: str) -> None:
+    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"error: {expected}"
+    assert not (tmp_path / "cache").exists()  # stopped before reading or tokenizing anything
+
+
+@pytest.mark.parametrize(
+    ("override", "key"), [("model.d_modle=64", "d_modle"), ("model=huge", "huge"), ("seed=abc", "seed")]
+)
+def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: str, key: str) -> None:
+    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode != 0
+    assert key in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,268 @@
+"""The Hydra configs in configs/ compose against the typed schema of `seq2seq.config`, and the
+validators reject what the types cannot: each error names the offending key."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+
+import seq2seq.cli.train  # noqa: F401  (registers the schemas and the seq2seq.* resolvers)
+from seq2seq.config import (
+    ModelConfig,
+    TrainConfig,
+    TranslateConfig,
+    UserError,
+    validate_train,
+    validate_translate,
+)
+from seq2seq.model.transformer import build_model
+
+CONFIG_DIR = Path(str(resources.files("seq2seq.configs")))
+MODELS = ["tiny", "small", "base", "big"]
+OPTIMS = ["adam_noam", "adamw_invsqrt"]
+# What each data option needs before validate_train accepts it.
+DATA_REQUIRED = {
+    "builtin": {},
+    "multi30k": {"dir": "/some/multi30k"},
+    "parallel_files": {"train_src": "a.src", "train_tgt": "a.tgt", "valid_src": "b.src", "valid_tgt": "b.tgt"},
+    "tsv": {"train": "train.tsv", "valid": "valid.tsv"},
+    "jsonl": {"train": "train.jsonl", "valid": "valid.jsonl"},
+    "hub": {"hub_name": "wmt16"},
+}
+
+
+@pytest.fixture(scope="module")
+def hydra_ctx() -> Iterator[None]:
+    with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
+        yield
+
+
+def train_cfg(*overrides: str) -> DictConfig:
+    return compose(config_name="train", overrides=list(overrides))
+
+
+def test_the_group_options_are_the_ones_tested():
+    """A new YAML file in a group must be added to the lists above (and so get tested)."""
+    assert sorted(p.stem for p in (CONFIG_DIR / "model").glob("*.yaml")) == sorted(MODELS)
+    assert sorted(p.stem for p in (CONFIG_DIR / "optim").glob("*.yaml")) == sorted(OPTIMS)
+    assert sorted(p.stem for p in (CONFIG_DIR / "data").glob("*.yaml")) == sorted(DATA_REQUIRED)
+
+
+def test_default_train_config(hydra_ctx):
+    cfg = train_cfg()
+    assert cfg.model.d_model == 64 and cfg.model.encoder_layers == 2  # model: tiny
+    assert cfg.data.kind == "builtin" and cfg.data.vocab_size == 300
+    assert cfg.optim.name == "adamw" and cfg.optim.schedule == "inverse_sqrt"
+    # The built-in task brings the training settings it needs (configs/data/builtin.yaml, package _global_).
+    assert cfg.optim.warmup == 200 and cfg.optim.lr == 2e-3
+    assert cfg.max_steps == 2000 and cfg.batch_tokens == 2048 and cfg.best_metric == "accuracy"
+    # Every schema key is present, none added by the YAML files.
+    assert set(cfg.keys()) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert set(cfg.model.keys()) == {f.name for f in dataclasses.fields(ModelConfig)}
+    validate_train(cfg)
+
+
+def _param_count(d: int, ffn: int, enc: int, dec: int, src_vocab: int, tgt_vocab: int) -> int:
+    """Post-norm, sinusoidal positions (a buffer), tied output projection, biases everywhere but the output."""
+    linear = lambda i, o: i * o + o  # noqa: E731
+    attention = linear(d, d) * 4  # Q, K, V and output projections (fused or not, the same count)
+    ffn_params = linear(d, ffn) + linear(ffn, d)
+    layer_norm = 2 * d
+    encoder_layer = attention + ffn_params + 2 * layer_norm
+    decoder_layer = 2 * attention + ffn_params + 3 * layer_norm
+    embeddings = (src_vocab + tgt_vocab) * d
+    return embeddings + enc * encoder_layer + dec * decoder_layer
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_option_composes_validates_and_builds(hydra_ctx, name):
+    cfg = train_cfg(f"model={name}")
+    expected = OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml")
+    assert OmegaConf.to_container(cfg.model) == OmegaConf.to_container(expected)
+    validate_train(cfg)
+    m = cfg.model
+    if name == "big":  # its full widths, one layer per stack: 29M of its 176M weights, built in a second
+        m.encoder_layers = m.decoder_layers = 1
+    model = build_model(m, 100, 100, 0)
+    count = sum(p.numel() for p in model.parameters())  # the tied output weight is counted once
+    assert count == _param_count(m.d_model, m.ffn_dim, m.encoder_layers, m.decoder_layers, 100, 100)
+    assert model.output.weight is model.tgt_embed.weight
+    assert [len(model.encoder_layers), len(model.decoder_layers)] == [m.encoder_layers, m.decoder_layers]
+
+
+@pytest.mark.parametrize("name", OPTIMS)
+def test_optim_option_composes_and_validates(hydra_ctx, name):
+    # With another corpus than the built-in task (which tunes optim.lr/warmup for itself).
+    cfg = train_cfg(f"optim={name}", "data=multi30k", "data.dir=/somewhere")
+    for key, value in OmegaConf.load(CONFIG_DIR / "optim" / f"{name}.yaml").items():
+        assert cfg.optim[key] == value, key
+    validate_train(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(DATA_REQUIRED))
+def test_data_option_composes_and_validates(hydra_ctx, name):
+    required = DATA_REQUIRED[name]
+    cfg = train_cfg(f"data={name}", *(f"data.{k}={v}" for k, v in required.items()))
+    assert cfg.data.kind == name
+    for key, value in required.items():
+        assert cfg.data[key] == value
+    validate_train(cfg)
+
+
+@pytest.mark.parametrize("name", [n for n, req in DATA_REQUIRED.items() if req])
+def test_data_option_without_its_required_keys_is_rejected(hydra_ctx, name):
+    """The YAML files mark them ???, but merged onto the schema's None default that marker does not
+    make composition fail (OmegaConf keeps the existing value): validate_train is what stops the run."""
+    first_key = next(iter(DATA_REQUIRED[name]))
+    cfg = train_cfg(f"data={name}")
+    assert cfg.data[first_key] is None
+    with pytest.raises(UserError, match=rf"^config error: data\.{first_key}=None: "):
+        validate_train(cfg)
+
+
+def test_experiment_options_compose(hydra_ctx):
+    for name in sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml")):
+        validate_train(train_cfg(f"experiment={name}"))
+
+
+def test_an_experiment_overrides_groups_and_top_level_settings(hydra_ctx, tmp_path):
+    """An experiment file may swap groups and change any setting of train.yaml; the command line still wins."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "demo.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /model: small\n"
+        "max_steps: 7\nbatch_tokens: 999\nmodel:\n  dropout: 0.2\n"
+    )
+    search = f"hydra.searchpath=[file://{tmp_path}]"
+    cfg = train_cfg(search, "experiment=demo")
+    assert (cfg.max_steps, cfg.batch_tokens) == (7, 999)
+    assert (cfg.model.d_model, cfg.model.dropout) == (256, 0.2)
+    cfg = train_cfg(search, "experiment=demo", "max_steps=9", "model=base")
+    assert (cfg.max_steps, cfg.batch_tokens, cfg.model.d_model, cfg.model.dropout) == (9, 999, 512, 0.2)
+
+
+def test_known_parameter_counts():
+    """Independent anchors: base with the paper's 37k joint vocabulary (shared embeddings would make
+    it the paper's ~63M), and small with 100+100 tokens, computed by hand."""
+    assert _param_count(512, 2048, 6, 6, 0, 0) == 44_138_496
+    # small: d=256, ffn=1024, 3+3 layers. Encoder layer 4*(256*256+256) + (256*1024+1024) + (1024*256+256)
+    # + 4*256 = 263168 + 525568 + 1024 = 789760; decoder layer 526336 + 525568 + 1536 = 1053440.
+    assert _param_count(256, 1024, 3, 3, 100, 100) == 200 * 256 + 3 * 789_760 + 3 * 1_053_440
+
+
+@pytest.mark.slow
+def test_big_model_builds_in_full(hydra_ctx):
+    m = train_cfg("model=big").model
+    model = build_model(m, 100, 100, 0)
+    assert sum(p.numel() for p in model.parameters()) == _param_count(1024, 4096, 6, 6, 100, 100)
+
+
+def test_unknown_key_override_names_the_key(hydra_ctx):
+    with pytest.raises(ConfigCompositionException, match=r"model\.d_modle"):
+        train_cfg("model.d_modle=3")
+
+
+def test_wrong_type_override_names_the_key(hydra_ctx):
+    with pytest.raises(ConfigCompositionException) as info:
+        train_cfg("model.d_model=abc")
+    text = str(info.value) + str(info.value.__cause__)
+    assert "model.d_model" in text and "abc" in text
+
+
+def test_unknown_group_option_lists_the_known_ones(hydra_ctx):
+    with pytest.raises(MissingConfigException) as info:
+        train_cfg("model=huge")
+    text = str(info.value)
+    assert "model/huge" in text
+    for name in MODELS:
+        assert name in text
+
+
+def test_run_dir_resolver_is_registered(hydra_ctx):
+    cfg = compose(config_name="train", overrides=["resume=outputs/old"], return_hydra_config=True)
+    assert cfg.hydra.run.dir == "outputs/old"
+    assert cfg.hydra.output_subdir.startswith(".hydra/resumed-")
+    fresh = compose(config_name="train", return_hydra_config=True)
+    assert fresh.hydra.run.dir.startswith("outputs/") and fresh.hydra.output_subdir == ".hydra"
+
+
+@pytest.fixture(scope="module")
+def default_train(hydra_ctx) -> DictConfig:
+    return train_cfg()
+
+
+def with_values(cfg: DictConfig, **values: object) -> DictConfig:
+    """A copy of `cfg` with dotted keys (given with '__' for '.') set; the schema still checks types."""
+    cfg = copy.deepcopy(cfg)
+    for key, value in values.items():
+        OmegaConf.update(cfg, key.replace("__", "."), value, merge=False)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"model__d_model": 100, "model__heads": 8}, r"model\.d_model=100: must be divisible by model\.heads=8"),
+        ({"model__dropout": -0.1}, r"model\.dropout=-0\.1: must be in \[0, 1\)"),
+        ({"model__activation": "swish"}, r"model\.activation='swish': must be one of relu, gelu"),
+        ({"optim__warmup": 0}, r"optim\.warmup=0: must be positive"),
+        ({"max_steps": 0}, r"max_steps=0: must be positive or null"),
+        ({"batch_tokens": 65}, r"batch_tokens=65: must hold at least one sentence of data\.max_tokens=64"),
+        ({"resume": "runs/a", "init_from": "b.pt"}, r"init_from='b\.pt': cannot be combined with resume"),
+    ],
+)
+def test_validate_train_names_the_key(default_train, values, message):
+    with pytest.raises(UserError, match=rf"^config error: {message}"):
+        validate_train(with_values(default_train, **values))
+
+
+def test_validate_train_boundaries(default_train):
+    assert default_train.data.max_tokens == 64
+    validate_train(with_values(default_train, batch_tokens=66))  # exactly one sentence + BOS/EOS
+    validate_train(with_values(default_train, model__d_model=96, model__heads=8, model__dropout=0.0))
+    validate_train(with_values(default_train, optim__warmup=1, max_steps=None, resume="runs/a"))
+
+
+def test_composed_override_reaches_the_validator(hydra_ctx):
+    with pytest.raises(UserError, match=r"^config error: optim\.warmup=0: "):
+        validate_train(train_cfg("optim=adam_noam", "optim.warmup=0"))
+
+
+def test_validate_train_on_dataclass():
+    validate_train(TrainConfig())
+    with pytest.raises(UserError, match=r"model\.d_model=100: must be divisible by model\.heads=8"):
+        validate_train(TrainConfig(model=ModelConfig(d_model=100, heads=8)))
+
+
+def translate_cfg(*overrides: str) -> DictConfig:
+    return compose(config_name="translate", overrides=list(overrides))
+
+
+def test_translate_config_composes(hydra_ctx):
+    cfg = translate_cfg("run=x")
+    assert cfg.run == "x" and cfg.beam == 5 and cfg.nbest == 1 and cfg.checkpoint is None
+    assert set(cfg.keys()) == {f.name for f in dataclasses.fields(TranslateConfig)}
+    validate_translate(cfg)
+    validate_translate(translate_cfg("checkpoint=a/b.pt"))
+    with pytest.raises(ConfigCompositionException, match="bem"):
+        translate_cfg("run=x", "bem=3")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["run=x", "beam=0"], r"^config error: beam=0: must be positive"),
+        (["run=x", "beam=2", "nbest=3"], r"^config error: nbest=3: must be in \[1, beam=2\]"),
+        ([], r"^config error: run=None: give run=<run dir> or checkpoint=<file>"),
+    ],
+)
+def test_validate_translate_names_the_key(hydra_ctx, overrides, message):
+    with pytest.raises(UserError, match=message):
+        validate_translate(translate_cfg(*overrides))

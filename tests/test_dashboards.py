@@ -1,0 +1,372 @@
+"""TensorBoard dashboards, the start/end summary of a training run, and the attention heatmaps.
+
+One tiny training run (module fixture) is read back three ways: TensorBoard's own event reader,
+a real `tensorboard` server over HTTP, and `seq2seq-translate attention=DIR` on its checkpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_GUIDANCE, EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+import seq2seq.cli.train  # noqa: F401  (registers the config schema and the resolvers)
+from seq2seq.attention_plots import draw_attention, render, teacher_forced_attention
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.config import ModelConfig
+from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.model.transformer import build_model
+from seq2seq.train.run import train
+
+MAX_STEPS, LOG_EVERY, VALID_EVERY = 4, 2, 3
+TRAIN_STEPS = [1, 2, 4]  # step 1, then every log_every
+VALID_STEPS = [3, 4]  # every valid_every, then the final weights (4 is not a multiple of 3)
+LAYERS = 2  # model=tiny
+KINDS = ("encoder", "decoder_self", "cross")
+TRAIN_TAGS = ["loss", "ppl", "lr", "grad_norm", "tgt_tokens_per_s", "epoch", "skipped_updates"]
+VALID_TAGS = ["loss", "nll", "ppl", "bleu", "chrf", "accuracy", "best_bleu"]
+
+
+def _compose(name: str, overrides: list[str]):
+    with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
+        return compose(name, overrides=overrides)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A finished 4-update run with two validations; returns (run dir, train() summary, log lines)."""
+    tmp = tmp_path_factory.mktemp("dashboards")
+    overrides = [
+        f"data.cache_dir={tmp / 'cache'}",
+        "data.task_train_size=200",
+        "data.task_valid_size=20",
+        "data.task_max_len=6",  # short sentences: small heatmaps, quick to draw
+        f"max_steps={MAX_STEPS}",
+        f"log_every={LOG_EVERY}",
+        f"valid_every={VALID_EVERY}",
+        f"save_every={VALID_EVERY}",
+        "progress=false",
+        "threads=1",
+        "best_metric=bleu",
+        "patience=null",
+    ]
+    cfg = _compose("train", overrides)
+    logger, records = logging.getLogger("seq2seq.train"), _Records()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(records)
+    try:
+        summary = train(cfg, tmp / "run")
+    finally:
+        logger.removeHandler(records)
+        logger.setLevel(level)
+    return tmp / "run", summary, records.lines
+
+
+def _events(directory: Path) -> EventAccumulator:
+    return EventAccumulator(str(directory), size_guidance={kind: 0 for kind in DEFAULT_SIZE_GUIDANCE}).Reload()
+
+
+@pytest.fixture(scope="module")
+def events(tiny_run) -> EventAccumulator:
+    """Everything the run wrote under <run>/tb (size guidance 0: keep every event, not a sample)."""
+    return _events(tiny_run[0] / "tb")
+
+
+def test_every_scalar_is_logged_at_its_steps(events):
+    for tag in TRAIN_TAGS:
+        assert [e.step for e in events.Scalars(f"train/{tag}")] == TRAIN_STEPS, tag
+    for tag in VALID_TAGS:
+        assert [e.step for e in events.Scalars(f"valid/{tag}")] == VALID_STEPS, tag
+    lr = [e.value for e in events.Scalars("train/lr")]
+    assert lr[0] > 0 and lr == sorted(lr)  # still in warmup: rising
+    assert all(e.value == 0 for e in events.Scalars("train/skipped_updates"))
+    assert all(e.value > 0 for e in events.Scalars("train/tgt_tokens_per_s"))
+
+
+def test_best_so_far_matches_the_validations(tiny_run, events):
+    bleu = [e.value for e in events.Scalars("valid/bleu")]
+    best = [e.value for e in events.Scalars("valid/best_bleu")]
+    assert best == pytest.approx(list(np.maximum.accumulate(bleu)))
+    assert best[-1] == pytest.approx(tiny_run[1]["best"]["value"])
+
+
+def test_hparams_carry_the_config_and_metrics(tiny_run):
+    events = _events(tiny_run[0] / "tb" / "hparams")
+    content = events.PluginTagToContent("hparams")
+    assert set(content) == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    assert start.hparams["model.d_model"].number_value == 64
+    assert start.hparams["max_steps"].number_value == MAX_STEPS
+    assert start.hparams["data.kind"].string_value == "builtin"
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    metrics = {m.name.tag for m in experiment.metric_infos}
+    assert {"hparam/best_bleu", "hparam/final_loss", "hparam/final_bleu"} <= metrics
+    final_loss = events.Scalars("hparam/final_loss")
+    assert final_loss[0].value == pytest.approx(tiny_run[1]["metrics"]["loss"])
+
+
+def test_translations_text_has_three_rows_per_validation(events):
+    texts = events.Tensors("valid/translations/text_summary")
+    assert [e.step for e in texts] == VALID_STEPS
+    for event in texts:
+        table = event.tensor_proto.string_val[0].decode().splitlines()
+        assert table[0] == "| source | reference | translation |"
+        rows = table[2:]
+        assert len(rows) == 3 and all(row.count("|") == 4 for row in rows)
+        # The built-in task reverses and upper-cases: the reference column is the source reversed.
+        for row in rows:
+            source, reference = (cell.strip() for cell in row.split("|")[1:3])
+            assert reference == source.upper()[::-1]
+
+
+def test_attention_images_for_every_kind_layer_and_sample(events):
+    expected = {
+        f"attention/{k}/layer_{layer}/sample_{s}" for k in KINDS for layer in range(1, LAYERS + 1) for s in (1, 2, 3)
+    }
+    assert set(events.Tags()["images"]) == expected
+    for tag in expected:
+        images = events.Images(tag)
+        assert [e.step for e in images] == VALID_STEPS, tag
+        picture = Image.open(io.BytesIO(images[-1].encoded_image_string))
+        assert picture.size == (images[-1].width, images[-1].height)
+        assert min(picture.size) > 200
+        assert _coloured_fraction(picture) > 0.1, tag
+
+
+def test_start_and_end_summaries_are_logged(tiny_run):
+    run_dir, summary, lines = tiny_run
+    text = "\n".join(lines)
+    model = model_from_checkpoint(load_checkpoint(run_dir / "checkpoints" / "last.pt"))
+    params = sum(p.numel() for p in model.parameters())  # the tied output matrix counts once
+    assert f"model: {params:,} parameters" in text
+    assert "vocabulary: source " in text and "(joint)" in text
+    assert "data: 200 training pairs kept, 0 dropped" in text and "20 validation pairs" in text
+    assert "tokens x 1 accumulation x 1 ranks per update" in text
+    assert "device: cpu" in text
+    assert f"tensorboard --logdir {run_dir / 'tb'}" in text
+    best = summary["best"]
+    assert (
+        f"best checkpoint: {run_dir / 'checkpoints' / 'best.pt'} (bleu {best['value']:.2f} at update {best['step']})"
+        in text
+    )
+    # The start summary comes before any validation; the best checkpoint is reported at the very end.
+    first = {
+        key: next(i for i, line in enumerate(lines) if line.startswith(key)) for key in ("model:", "validation at")
+    }
+    assert first["model:"] < first["validation at"]
+    assert lines[-2].startswith("best checkpoint:")
+
+
+# ---- a real TensorBoard server ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get(port: int, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        return response.read()
+
+
+def _wait_for_tags(port: int, plugin: str, tag: str, server: subprocess.Popen, timeout: float = 60.0) -> dict:
+    """Polls until the server has loaded the run (it reads the event files in the background)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "tensorboard exited"
+        try:
+            tags = json.loads(_get(port, f"/data/plugin/{plugin}/tags"))
+            if tag in tags.get(".", {}):
+                return tags
+        except OSError:  # not listening yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"tensorboard did not serve {plugin} tag {tag} within {timeout} s")
+
+
+def test_tensorboard_serves_scalars_and_images(tiny_run, tmp_path):
+    binary = Path(sys.executable).with_name("tensorboard")
+    port = _free_port()
+    command = [str(binary), "--logdir", str(tiny_run[0] / "tb"), "--host", "127.0.0.1", "--port", str(port)]
+    with open(tmp_path / "tensorboard.log", "wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        scalars = _wait_for_tags(port, "scalars", "valid/best_bleu", server)
+        assert {f"train/{t}" for t in TRAIN_TAGS} <= set(scalars["."])
+        assert "hparam/best_bleu" in scalars["hparams"]
+        query = urllib.parse.urlencode({"run": ".", "tag": "train/loss"})
+        assert [point[1] for point in json.loads(_get(port, f"/data/plugin/scalars/scalars?{query}"))] == TRAIN_STEPS
+        tag = "attention/cross/layer_2/sample_1"
+        _wait_for_tags(port, "images", tag, server)
+        query = urllib.parse.urlencode({"run": ".", "tag": tag, "sample": 0})
+        listing = json.loads(_get(port, f"/data/plugin/images/images?{query}"))
+        assert [entry["step"] for entry in listing] == VALID_STEPS
+        picture = Image.open(io.BytesIO(_get(port, f"/data/plugin/images/individualImage?{listing[-1]['query']}")))
+        assert _coloured_fraction(picture) > 0.1
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+# ---- seq2seq-translate attention=DIR --------------------------------------------------------------
+
+
+def _coloured_fraction(picture: Image.Image) -> float:
+    """Share of pixels far from white and from grey: heatmap cells, not text or background."""
+    rgb = np.asarray(picture.convert("RGB"), dtype=np.int16)
+    saturation = rgb.max(axis=-1) - rgb.min(axis=-1)
+    return float((saturation > 40).mean())
+
+
+def test_translate_writes_one_heatmap_per_nonempty_line(tiny_run, tmp_path):
+    from seq2seq.translate import translate
+
+    source = tmp_path / "input.txt"
+    source.write_text("a b c\n\nd e f g a\n", encoding="utf-8")
+    plots = tmp_path / "plots" / "nested"
+    overrides = [
+        f"run={tiny_run[0]}",
+        f"input={source}",
+        f"output={tmp_path / 'out.txt'}",
+        f"attention={plots}",
+        "beam=2",
+    ]
+    cfg = _compose("translate", overrides)
+    assert translate(cfg)["lines"] == 3
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 3
+    assert sorted(p.name for p in plots.iterdir()) == ["line_000001.png", "line_000003.png"]
+    for path in plots.iterdir():
+        with Image.open(path) as picture:
+            assert picture.format == "PNG" and min(picture.size) > 100
+            grey = np.asarray(picture.convert("L"), dtype=np.float64)
+            assert grey.std() > 20
+            assert _coloured_fraction(picture) > 0.1
+
+
+# ---- the weights and what is drawn from them ----------------------------------------------------
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.3, max_positions=32
+    )
+    return build_model(cfg, 20, 20, 0).train()  # training mode on purpose: the plot must not see dropout
+
+
+def test_teacher_forced_weights_are_the_ones_decoding_used(model):
+    src_ids, out_ids = [5, 9, 7, 11, 2], [6, 8, 10]
+    weights = teacher_forced_attention(model, src_ids, out_ids)
+    assert model.training  # left as it was
+    assert [w.shape for w in weights["encoder"]] == [(4, 5, 5)] * 2
+    assert [w.shape for w in weights["decoder_self"]] == [(4, 4, 4)] * 2
+    assert [w.shape for w in weights["cross"]] == [(4, 4, 5)] * 2
+    for layers in weights.values():
+        for w in layers:
+            assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5)
+    for w in weights["decoder_self"]:
+        assert torch.all(w.triu(1) == 0)  # no row looks at a later output
+    # Step by step as greedy decoding runs it (KV cache, one token at a time): the same rows.
+    model.eval()
+    with torch.inference_mode():
+        state = model.start_decoding(torch.tensor([src_ids]))
+        for t, token in enumerate([1, *out_ids]):  # BOS, then each output
+            record = {}
+            model.decode(torch.tensor([[token]]), state.memory, state.src_mask, state, record)
+            for layer in range(2):
+                assert torch.allclose(record["cross"][layer][0, :, 0], weights["cross"][layer][:, t], atol=1e-5)
+                self_row = record["decoder_self"][layer][0, :, 0]
+                assert torch.allclose(self_row, weights["decoder_self"][layer][:, t, : t + 1], atol=1e-5)
+
+
+def _tiles(image: np.ndarray) -> list[np.ndarray]:
+    """Split a mosaic at its all-blank rows and columns, row by row."""
+
+    def bands(filled: np.ndarray) -> list[slice]:
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], filled.astype(int), [0]])))
+        return [slice(a, b) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+    blank = np.isnan(image)
+    return [
+        image[r, c]
+        for r in bands(~blank.all(axis=1))
+        for c in bands(~blank.all(axis=0))
+        if not np.isnan(image[r, c]).all()
+    ]
+
+
+def test_heatmap_shows_the_weights_with_token_labels():
+    weights = torch.rand(3, 4, 5).softmax(-1)
+    columns, rows = ["▁a", "b", "$", "c", "</s>"], ["x", "▁y", "z", "</s>"]
+    fig = draw_attention(weights, columns, rows, "cross", with_mean=True)
+    heat = fig.axes[0].images[0]
+    tiles = _tiles(np.ma.filled(heat.get_array().astype(float), np.nan))
+    expected = [weights.mean(0), *weights]
+    assert len(tiles) == 4
+    for tile, want in zip(tiles, expected, strict=True):
+        np.testing.assert_allclose(tile, want.numpy(), atol=1e-6)
+    assert heat.get_clim() == pytest.approx((0.0, float(weights.max())))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert {"mean of heads", "head 1", "head 2", "head 3"} <= set(texts)
+    assert {"▁a", "b", r"\$", "</s>", "▁y"} <= set(texts)  # '$' escaped, else matplotlib reads mathtext
+    assert len(fig.axes) == 2  # the mosaic and its colour bar
+    image = render(fig)
+    height, width = fig.get_size_inches()[::-1] * fig.dpi
+    assert image.dtype == np.uint8 and image.shape[2] == 3
+    assert abs(image.shape[0] - height) <= 1 and abs(image.shape[1] - width) <= 1
+
+
+def test_bad_attention_directory_fails_before_translating(tiny_run, tmp_path):
+    from seq2seq.config import UserError
+    from seq2seq.translate import translate
+
+    (tmp_path / "input.txt").write_text("a b\n", encoding="utf-8")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("", encoding="utf-8")
+    overrides = [f"run={tiny_run[0]}", f"input={tmp_path / 'input.txt'}", f"output={tmp_path / 'out.txt'}"]
+    cfg = _compose("translate", [*overrides, f"attention={blocker / 'plots'}"])
+    with pytest.raises(UserError, match="attention="):
+        translate(cfg)
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == ""
+
+
+def test_token_labels_read_as_text():
+    # Byte-level BPE spells 'ü' as 'Ã¼' and a space as 'Ġ'; the plot labels must show 'ü' and '▁'.
+    texts = ["über die Brücke", "grüne Äpfel", "die Brücke ist grün"] * 5
+    tokenizers = Tokenizers.train(texts, texts, "bpe", 300, joint=True)
+    pieces = tokenizers.src_tokens("grüne Brücke")
+    assert "".join(pieces) == "grüne▁Brücke"
+    ids = tokenizers.encode_tgt(["Äpfel über"])[0]
+    assert "".join(tokenizers.tgt_tokens(ids)) == "Äpfel▁über"

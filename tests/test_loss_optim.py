@@ -1,0 +1,171 @@
+"""The training loss (`seq2seq.train.loss`) against PyTorch's own cross-entropy, and the optimiser
+and learning-rate schedules (`seq2seq.train.optim`) against the formulas written out here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.config import ModelConfig, OptimConfig
+from seq2seq.model.transformer import Transformer
+from seq2seq.train.loss import TargetLogits, label_smoothed_loss
+from seq2seq.train.optim import build_optimizer, inverse_sqrt_lr, noam_lr, schedule
+
+PAD = 0
+VOCAB = 11
+
+
+def padded_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T, V) logits and (B, T) targets, right-padded with PAD to different lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = 3.0 * torch.randn(4, 6, VOCAB, generator=generator)
+    target = torch.randint(1, VOCAB, (4, 6), generator=generator)
+    for row, length in enumerate([6, 3, 1, 5]):
+        target[row, length:] = PAD
+    return logits, target
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3, 0.9])
+def test_label_smoothed_loss_matches_torch_cross_entropy(eps: float) -> None:
+    logits, target = padded_batch()
+    real = target != PAD
+    loss, nll = label_smoothed_loss(logits[real], target[real], eps)
+    expected = F.cross_entropy(
+        logits.view(-1, VOCAB), target.view(-1), label_smoothing=eps, ignore_index=PAD, reduction="sum"
+    )
+    expected_nll = F.cross_entropy(logits.view(-1, VOCAB), target.view(-1), ignore_index=PAD, reduction="sum")
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(expected_nll.item(), rel=1e-5)
+
+
+def test_label_smoothed_loss_is_fp32_for_low_precision_logits() -> None:
+    logits, target = padded_batch(1)
+    real = target != PAD
+    low = logits[real].to(torch.bfloat16)
+    loss, nll = label_smoothed_loss(low, target[real], 0.1)
+    assert loss.dtype == nll.dtype == torch.float32
+    expected = F.cross_entropy(low.float(), target[real], label_smoothing=0.1, reduction="sum")
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_label_smoothed_loss_gradient_matches_torch() -> None:
+    logits, target = padded_batch(2)
+    real = target != PAD
+    ours = logits[real].clone().requires_grad_()
+    theirs = logits[real].clone().requires_grad_()
+    label_smoothed_loss(ours, target[real], 0.2)[0].backward()
+    F.cross_entropy(theirs, target[real], label_smoothing=0.2, reduction="sum").backward()
+    torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+def tiny_model() -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=16
+    )
+    return Transformer(cfg, VOCAB, VOCAB, PAD).eval()
+
+
+def test_target_logits_projects_only_real_positions() -> None:
+    model = tiny_model()
+    src = torch.tensor([[4, 5, 6, 2], [7, 2, 0, 0], [3, 8, 2, 0]])
+    tgt_out = torch.tensor([[5, 6, 7, 2, 0], [9, 2, 0, 0, 0], [4, 4, 4, 4, 2]])
+    tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), tgt_out[:, :-1]], dim=1).masked_fill(tgt_out == PAD, PAD)
+    projected_rows = []
+    hook = model.output.register_forward_hook(lambda _m, inputs, _o: projected_rows.append(inputs[0].shape[0]))
+    try:
+        logits = TargetLogits(model)(src, tgt_in, tgt_out)
+    finally:
+        hook.remove()
+    real = tgt_out != PAD
+    assert projected_rows == [int(real.sum())]  # one projection, of the real positions only
+    with torch.no_grad():
+        full = model.output(model(src, tgt_in))  # (B, T, V) over every position
+    torch.testing.assert_close(logits.detach(), full[real])
+
+
+def noam_reference(step: int, d_model: int, warmup: int, factor: float) -> float:
+    """Linear rise to factor/sqrt(d_model*warmup) at `warmup`, then factor/sqrt(d_model*step)."""
+    if step <= warmup:
+        return factor * step / (math.sqrt(d_model) * warmup * math.sqrt(warmup))
+    return factor / math.sqrt(d_model * step)
+
+
+def inverse_sqrt_reference(step: int, peak: float, warmup: int) -> float:
+    return peak * step / warmup if step <= warmup else peak * math.sqrt(warmup / step)
+
+
+@pytest.mark.parametrize("step", [1, 2, 50, 99, 100, 101, 400, 10_000])
+def test_noam_lr_formula(step: int) -> None:
+    assert noam_lr(step, 64, 100, 2.0) == pytest.approx(noam_reference(step, 64, 100, 2.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("step", [1, 2, 50, 99, 100, 101, 400, 10_000])
+def test_inverse_sqrt_lr_formula(step: int) -> None:
+    assert inverse_sqrt_lr(step, 7e-4, 100) == pytest.approx(inverse_sqrt_reference(step, 7e-4, 100), rel=1e-12)
+
+
+def test_schedules_peak_at_warmup() -> None:
+    steps = range(1, 301)
+    noam = [noam_lr(s, 512, 100, 1.0) for s in steps]
+    inv = [inverse_sqrt_lr(s, 1e-3, 100) for s in steps]
+    assert max(steps, key=lambda s: noam[s - 1]) == 100
+    assert max(steps, key=lambda s: inv[s - 1]) == 100
+    assert noam[99] == pytest.approx(1.0 / math.sqrt(512 * 100), rel=1e-12)
+    assert inv[99] == pytest.approx(1e-3, rel=1e-12)
+
+
+def test_schedules_treat_step_zero_as_step_one() -> None:
+    assert noam_lr(0, 512, 100, 1.0) == noam_lr(1, 512, 100, 1.0) > 0
+    assert inverse_sqrt_lr(0, 1e-3, 100) == inverse_sqrt_lr(1, 1e-3, 100) > 0
+
+
+def optim_config(**overrides: object) -> OptimConfig:
+    kwargs: dict[str, object] = {"warmup": 5, "betas": [0.8, 0.95], "eps": 1e-6, "lr": 3e-3, "factor": 2.0}
+    kwargs.update(overrides)
+    return OptimConfig(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["noam", "inverse_sqrt"])
+def test_scheduler_follows_schedule(kind: str) -> None:
+    cfg, d_model = optim_config(schedule=kind), 32
+    expected = (
+        (lambda s: noam_reference(s, d_model, 5, 2.0))
+        if kind == "noam"
+        else (lambda s: inverse_sqrt_reference(s, 3e-3, 5))
+    )
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer, scheduler = build_optimizer([param], cfg, d_model)
+    for update in range(1, 13):  # the lr used by update n is lr_at(n)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(expected(update), rel=1e-9)
+        assert schedule(cfg, d_model)(update) == pytest.approx(expected(update), rel=1e-9)
+        param.grad = torch.ones(3)
+        optimizer.step()
+        scheduler.step()
+
+
+@pytest.mark.parametrize(("name", "cls"), [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def test_optimizer_class_and_hyperparameters_from_config(name: str, cls: type) -> None:
+    cfg = optim_config(name=name, weight_decay=0.01)
+    optimizer, _ = build_optimizer([torch.nn.Parameter(torch.zeros(2))], cfg, 16)
+    assert type(optimizer) is cls
+    group = optimizer.param_groups[0]
+    assert tuple(group["betas"]) == (0.8, 0.95)
+    assert group["eps"] == 1e-6
+    assert group["weight_decay"] == 0.01
+
+
+def test_first_adam_update_matches_formula() -> None:
+    """First step of Adam: bias-corrected m = g and v = g^2, so the update is lr * g / (|g| + eps)."""
+    cfg = optim_config(schedule="inverse_sqrt", eps=0.5)  # a large eps makes its place in the formula visible
+    start = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    grad = torch.tensor([0.3, -1.0, 2.0, 0.0])
+    param = torch.nn.Parameter(start.clone())
+    optimizer, _ = build_optimizer([param], cfg, 16)
+    param.grad = grad.clone()
+    optimizer.step()
+    lr = inverse_sqrt_reference(1, 3e-3, 5)
+    torch.testing.assert_close(param.detach(), start - lr * grad / (grad.abs() + 0.5))

@@ -1,0 +1,105 @@
+"""Exact resume: a run stopped (or killed) and resumed ends with the same parameters, bit for bit."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import UserError
+from seq2seq.train.run import train
+
+DETERMINISTIC = [*TINY_TRAIN, "deterministic=true", "model.dropout=0.2"]
+
+
+def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run_dir / "checkpoints" / "last.pt")["model"]
+
+
+def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_stopped_and_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> None:
+    train(compose_config("train", DETERMINISTIC), tmp_path / "straight")
+    train(compose_config("train", [*DETERMINISTIC, "max_steps=4"]), tmp_path / "stopped")
+    halfway = load_checkpoint(tmp_path / "stopped" / "checkpoints" / "last.pt")
+    assert halfway["step"] == 4
+    summary = train(
+        compose_config("train", [*DETERMINISTIC, f"resume={tmp_path / 'stopped'}"]),
+        tmp_path / "stopped",
+        overrides=[f"resume={tmp_path / 'stopped'}", "max_steps=8"],
+    )
+    assert summary["step"] == 8
+    assert_bitwise_equal(final_parameters(tmp_path / "straight"), final_parameters(tmp_path / "stopped"))
+    straight = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    resumed = load_checkpoint(tmp_path / "stopped" / "checkpoints" / "last.pt")
+    assert straight["data"] == resumed["data"] and straight["best"] == resumed["best"]
+
+
+def test_resume_keeps_the_saved_config_and_refuses_model_changes(tmp_path: Path) -> None:
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2"]), tmp_path / "run")
+    resume = f"resume={tmp_path / 'run'}"
+    # The command line composes the default config, but a resumed run keeps what it was trained with.
+    with pytest.raises(UserError, match="model=small.*init_from"):
+        train(compose_config("train", [resume, "model=small"]), tmp_path / "run", overrides=[resume, "model=small"])
+    with pytest.raises(UserError, match="model config differs"):
+        train(compose_config("train", [resume]), tmp_path / "run", overrides=[resume, "model.ffn_dim=32"])
+
+
+def test_init_from_starts_a_new_run_from_the_weights_only(tmp_path: Path) -> None:
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2"]), tmp_path / "base")
+    source = tmp_path / "base" / "checkpoints" / "last.pt"
+    summary = train(
+        compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2", f"init_from={source}"]),
+        tmp_path / "tuned",
+    )
+    assert summary["step"] == 2  # a fresh step count: it is a new run, not a resumed one
+    with pytest.raises(UserError, match="model config differs"):
+        train(compose_config("train", [*TINY_TRAIN, "model.ffn_dim=32", f"init_from={source}"]), tmp_path / "other")
+
+
+def _train_command(run_dir: Path, extra: list[str]) -> list[str]:
+    overrides = [*DETERMINISTIC, "max_steps=24", "save_every=2", "valid_every=12", f"hydra.run.dir={run_dir}"]
+    return [str(Path(sys.executable).parent / "seq2seq-train"), *overrides, *extra]
+
+
+def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path) -> None:
+    """SIGKILL a real training process at random moments (checkpoints are written every 2 updates,
+    so some kills land mid-write), resume each time, and compare with a run never interrupted."""
+    env = {**os.environ}
+    straight = subprocess.run(_train_command(tmp_path / "straight", []), env=env, capture_output=True, text=True)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    run_dir = tmp_path / "killed"
+    rng = random.Random(7)
+    kills = []
+    command = _train_command(run_dir, [])
+    for _ in range(3):
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(4.0, 9.0))  # start-up takes a few seconds; then updates come fast
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            last = run_dir / "checkpoints" / "last.pt"
+            kills.append(load_checkpoint(last)["step"] if last.exists() else 0)
+        command = (
+            _train_command(run_dir, [f"resume={run_dir}"])
+            if (run_dir / "checkpoints" / "last.pt").exists()
+            else command
+        )
+    finish = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert finish.returncode == 0, finish.stderr[-2000:]
+    print(f"killed after checkpoints at steps {kills}")
+    assert_bitwise_equal(final_parameters(tmp_path / "straight"), final_parameters(run_dir))
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 24
