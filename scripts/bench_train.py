@@ -1,0 +1,152 @@
+"""Training throughput of the real training step on a real corpus; prints one JSON object.
+
+    python scripts/bench_train.py --data-dir ../shared/data/multi30k --model small --batch-tokens 4096
+    python scripts/bench_train.py --data-dir ../shared/data/multi30k --scaling 1024,2048,4096,8192
+
+Measures steady-state target/source tokens per second (after --warmup updates), seconds per update,
+real vs padded tokens per batch, peak RSS, and model FLOPs utilisation against a matmul peak measured
+in the same process. Run it on an idle machine: it measures the machine as much as the code.
+"""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_module  # noqa: E402
+
+import seq2seq.cli.train  # noqa: E402,F401  (registers the config schema)
+from seq2seq.data.pipeline import prepare_data  # noqa: E402
+from seq2seq.train.distributed import DistContext  # noqa: E402
+from seq2seq.train.loop import Trainer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_info  # noqa: E402
+
+
+def matmul_peak_gflops(seconds: float = 2.0, size: int = 1024) -> float:
+    """fp32 GEMM rate of this machine with the current thread setting."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
+
+
+def flops_per_update(model: torch.nn.Module, src_tokens: float, tgt_tokens: float) -> float:
+    """6 x matmul parameters x tokens (forward 2, backward 4), encoder params per source token and
+    decoder params + output projection per target token; embedding look-ups are not matmuls."""
+    encoder = sum(p.numel() for n, p in model.named_parameters() if n.startswith("encoder_layers"))
+    decoder = sum(p.numel() for n, p in model.named_parameters() if n.startswith("decoder_layers"))
+    output = model.output.weight.numel()
+    return 6.0 * (encoder * src_tokens + (decoder + output) * tgt_tokens)
+
+
+def build_trainer(args: argparse.Namespace, batch_tokens: int) -> Trainer:
+    overrides = [
+        f"model={args.model}",
+        "data=multi30k",
+        f"data.dir={args.data_dir}",
+        f"data.vocab_size={args.vocab}",
+        f"batch_tokens={batch_tokens}",
+        f"threads={args.threads}",
+        f"compile={str(args.compile).lower()}",
+        f"precision={args.precision}",
+    ]
+    with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
+        cfg = compose("train", overrides=overrides)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(cfg.seed)
+    data = prepare_data(cfg.data)
+    return Trainer(cfg, Path(args.run_dir), data, torch.device("cpu"), DistContext())
+
+
+def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
+    start_first = time.perf_counter()
+    trainer.train_step()
+    first_step_done = time.perf_counter()
+    for _ in range(warmup - 1):
+        trainer.train_step()
+    totals = {"tgt": 0.0, "src": 0.0, "padded_tgt": 0.0, "padded_src": 0.0}
+    start = time.perf_counter()
+    for _ in range(steps):
+        position = trainer.stream.position
+        metrics = trainer.train_step()
+        batch_indices = trainer.stream._batches[position]  # the batch this update used (1 rank, no accumulation)
+        src_len, tgt_len = trainer.stream.src_len[batch_indices], trainer.stream.tgt_len[batch_indices]
+        totals["tgt"] += metrics["tgt_tokens"]
+        totals["src"] += metrics["src_tokens"]
+        totals["padded_tgt"] += len(batch_indices) * (tgt_len.max() + 1)
+        totals["padded_src"] += len(batch_indices) * (src_len.max() + 1)
+    seconds = time.perf_counter() - start
+    return {
+        "seconds_per_update": seconds / steps,
+        "tgt_tokens_per_s": totals["tgt"] / seconds,
+        "src_tokens_per_s": totals["src"] / seconds,
+        "real_tgt_tokens_per_batch": totals["tgt"] / steps,
+        "padded_tgt_tokens_per_batch": totals["padded_tgt"] / steps,
+        "real_src_tokens_per_batch": totals["src"] / steps,
+        "padded_src_tokens_per_batch": totals["padded_src"] / steps,
+        "first_update_s": first_step_done - start_first,
+        "_flops": flops_per_update(trainer.model, totals["src"] / steps, totals["tgt"] / steps),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+    parser.add_argument("--model", default="small")
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--batch-tokens", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--warmup", type=int, default=5, help="updates not timed")
+    parser.add_argument("--steps", type=int, default=20, help="updates timed")
+    parser.add_argument("--scaling", default="", help="comma-separated batch sizes in tokens, e.g. 1024,2048,4096,8192")
+    parser.add_argument("--run-dir", default="/tmp/seq2seq-bench-train")
+    args = parser.parse_args()
+
+    trainer = build_trainer(args, args.batch_tokens)
+    startup = time.perf_counter() - PROCESS_START
+    result = measure(trainer, args.warmup, args.steps)
+    peak = matmul_peak_gflops()
+    achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
+    report = {
+        "model": args.model,
+        "batch_tokens": args.batch_tokens,
+        "threads": args.threads,
+        "compile": args.compile,
+        "precision": args.precision,
+        "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "startup_to_first_update_s": startup + result["first_update_s"],
+        **{k: round(v, 4) for k, v in result.items()},
+        "model_gflops_per_s": round(achieved, 1),
+        "matmul_peak_gflops_per_s": round(peak, 1),
+        "mfu": round(achieved / peak, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "machine": machine_info(),
+    }
+    if args.scaling:
+        report["scaling"] = []
+        for tokens in (int(t) for t in args.scaling.split(",")):
+            scaled = measure(build_trainer(args, tokens), args.warmup, args.steps)
+            scaled.pop("_flops")
+            report["scaling"].append({"batch_tokens": tokens, **{k: round(v, 4) for k, v in scaled.items()}})
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
