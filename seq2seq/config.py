@@ -29,6 +29,7 @@ class ModelConfig:
     decoder_layers: int = 6
     dropout: float = 0.1  # on embeddings+positions and on every sublayer output (paper: 0.1)
     attention_dropout: float = 0.0  # on the attention weights
+    activation_dropout: float = 0.0  # inside the FFN, after the activation (not in the paper; costs time on a CPU)
     activation: str = "relu"  # relu (paper) | gelu
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm (steadier when deep)
     positions: str = "sinusoidal"  # sinusoidal (paper) | learned
@@ -164,7 +165,7 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
         _check(getattr(m, name) > 0, f"{prefix}.{name}", getattr(m, name), "must be positive")
     _check(m.d_model % m.heads == 0, f"{prefix}.d_model", m.d_model, f"must be divisible by {prefix}.heads={m.heads}")
     _check(m.d_model % 2 == 0, f"{prefix}.d_model", m.d_model, "must be even (sinusoidal positions pair sin/cos)")
-    for name in ("dropout", "attention_dropout"):
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
         _check(0.0 <= getattr(m, name) < 1.0, f"{prefix}.{name}", getattr(m, name), "must be in [0, 1)")
     _choice(f"{prefix}.activation", m.activation, ("relu", "gelu"))
     _choice(f"{prefix}.positions", m.positions, ("sinusoidal", "learned"))

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from seq2seq.config import ModelConfig, OptimConfig
 from seq2seq.model.transformer import Transformer
-from seq2seq.train.loss import TargetLogits, label_smoothed_loss
+from seq2seq.train import loss as loss_module
+from seq2seq.train.loss import TeacherForcedLoss, label_smoothed_loss
 from seq2seq.train.optim import build_optimizer, inverse_sqrt_lr, noam_lr, schedule
 
 PAD = 0
@@ -69,22 +70,42 @@ def tiny_model() -> Transformer:
     return Transformer(cfg, VOCAB, VOCAB, PAD).eval()
 
 
-def test_target_logits_projects_only_real_positions() -> None:
-    model = tiny_model()
+def _teacher_forced_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     src = torch.tensor([[4, 5, 6, 2], [7, 2, 0, 0], [3, 8, 2, 0]])
     tgt_out = torch.tensor([[5, 6, 7, 2, 0], [9, 2, 0, 0, 0], [4, 4, 4, 4, 2]])
     tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), tgt_out[:, :-1]], dim=1).masked_fill(tgt_out == PAD, PAD)
-    projected_rows = []
-    hook = model.output.register_forward_hook(lambda _m, inputs, _o: projected_rows.append(inputs[0].shape[0]))
-    try:
-        logits = TargetLogits(model)(src, tgt_in, tgt_out)
-    finally:
-        hook.remove()
-    real = tgt_out != PAD
-    assert projected_rows == [int(real.sum())]  # one projection, of the real positions only
-    with torch.no_grad():
-        full = model.output(model(src, tgt_in))  # (B, T, V) over every position
-    torch.testing.assert_close(logits.detach(), full[real])
+    return src, tgt_in, tgt_out
+
+
+@pytest.mark.parametrize("chunk_rows", [1024, 3])  # one chunk, and chunks that split the rows unevenly
+def test_teacher_forced_loss_matches_cross_entropy_on_full_logits(monkeypatch, chunk_rows: int) -> None:
+    """The fused, chunked projection + loss (hand-written backward) against F.cross_entropy on the
+    full (B, T, V) logits with ignore_index: same loss, NLL and gradients for every parameter."""
+    monkeypatch.setattr(loss_module, "CHUNK_ROWS", chunk_rows)
+    model = tiny_model()
+    src, tgt_in, tgt_out = _teacher_forced_batch()
+    loss, nll = TeacherForcedLoss(model, smoothing=0.1)(src, tgt_in, tgt_out)
+    loss.backward()
+    ours = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logits = model.output(model(src, tgt_in))
+    flat_logits, flat_target = logits.view(-1, VOCAB), tgt_out.view(-1)
+    reference = F.cross_entropy(flat_logits, flat_target, label_smoothing=0.1, ignore_index=PAD, reduction="sum")
+    reference.backward()
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(nll, F.cross_entropy(flat_logits, flat_target, ignore_index=PAD, reduction="sum"))
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(ours[name], param.grad, msg=name)
+
+
+def test_teacher_forced_loss_under_bf16_autocast_stays_close() -> None:
+    model = tiny_model()
+    src, tgt_in, tgt_out = _teacher_forced_batch()
+    exact, _ = TeacherForcedLoss(model, smoothing=0.1)(src, tgt_in, tgt_out)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low, _ = TeacherForcedLoss(model, smoothing=0.1)(src, tgt_in, tgt_out)
+    assert low.dtype == torch.float32
+    assert abs(float(low) - float(exact)) / float(exact) < 0.02
 
 
 def noam_reference(step: int, d_model: int, warmup: int, factor: float) -> float:

@@ -24,7 +24,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, ffn_dim)
         self.linear2 = nn.Linear(ffn_dim, d_model)
         self.activation = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(dropout)
+        # The widest activation of the model: skip the dropout call entirely when it is off.
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -63,10 +64,11 @@ class EncoderLayer(nn.Module):
         attn_dropout: float,
         activation: str,
         norm_first: bool,
+        activation_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)
-        self.ffn = FeedForward(d_model, ffn_dim, activation, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
         self.attn_residual = Residual(d_model, dropout, norm_first)
         self.ffn_residual = Residual(d_model, dropout, norm_first)
 
@@ -92,11 +94,12 @@ class DecoderLayer(nn.Module):
         attn_dropout: float,
         activation: str,
         norm_first: bool,
+        activation_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)
         self.cross_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=True)
-        self.ffn = FeedForward(d_model, ffn_dim, activation, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
         self.self_residual = Residual(d_model, dropout, norm_first)
         self.cross_residual = Residual(d_model, dropout, norm_first)
         self.ffn_residual = Residual(d_model, dropout, norm_first)

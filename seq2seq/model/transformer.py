@@ -67,6 +67,7 @@ class Transformer(nn.Module):
             cfg.attention_dropout,
             cfg.activation,
             cfg.norm_first,
+            cfg.activation_dropout,
         )
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(cfg.decoder_layers))

@@ -11,29 +11,26 @@ import torch
 
 from seq2seq.data.batching import collate, make_batches
 from seq2seq.data.pipeline import Split
-from seq2seq.train.loss import TargetLogits, label_smoothed_loss
+from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.translator import Translator
 
 
 @torch.inference_mode()
 def validation_loss(
-    scorer: TargetLogits,
+    objective: TeacherForcedLoss,
     split: Split,
     batch_tokens: int,
-    smoothing: float,
     device: torch.device,
     autocast: Callable[[], AbstractContextManager],
 ) -> dict[str, float]:
-    scorer.eval()
+    objective.eval()
     loss_sum = nll_sum = tokens = 0.0
-    max_positions = scorer.model.cfg.max_positions
+    max_positions = objective.model.cfg.max_positions
     for indices in make_batches(split.src.lengths(), split.tgt.lengths(), batch_tokens, rng=None):
         batch = collate(split, indices, max_positions).to(device)
         with autocast():
-            logits = scorer(batch.src, batch.tgt_in, batch.tgt_out)
-        target = batch.tgt_out[batch.tgt_out != scorer.model.pad_id]
-        loss, nll = label_smoothed_loss(logits, target, smoothing)
-        loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + target.numel()
+            loss, nll = objective(batch.src, batch.tgt_in, batch.tgt_out)
+        loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + batch.tgt_tokens
     return {"loss": loss_sum / tokens, "nll": nll_sum / tokens, "ppl": math.exp(min(nll_sum / tokens, 50.0))}
 
 

@@ -27,7 +27,7 @@ from seq2seq.model.transformer import build_model
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
-from seq2seq.train.loss import TargetLogits, label_smoothed_loss
+from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
 from seq2seq.translator import Translator
 
@@ -45,8 +45,8 @@ class Trainer:
         self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
         tok = data.tokenizers
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
-        self.scorer = TargetLogits(self.model)
-        self.forward = self._wrap(self.scorer)
+        self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing)
+        self.forward = self._wrap(self.objective)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.stream = EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
@@ -61,11 +61,11 @@ class Trainer:
         self.checkpoint_dir = run_dir / "checkpoints"
 
     # ---- set-up -------------------------------------------------------------------------------
-    def _wrap(self, scorer: TargetLogits) -> torch.nn.Module:
-        module: torch.nn.Module = scorer
+    def _wrap(self, objective: TeacherForcedLoss) -> torch.nn.Module:
+        module: torch.nn.Module = objective
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            module = torch.nn.parallel.DistributedDataParallel(scorer, device_ids=ids)
+            module = torch.nn.parallel.DistributedDataParallel(objective, device_ids=ids)
         if self.cfg.compile:
             module = torch.compile(module, dynamic=True)
         return module
@@ -161,8 +161,7 @@ class Trainer:
 
     def _forward_backward(self, batch: Batch, total_tokens: float) -> tuple[float, float]:
         with self.autocast():
-            logits = self.forward(batch.src, batch.tgt_in, batch.tgt_out)
-        loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_out != PAD_ID], self.cfg.label_smoothing)
+            loss, nll = self.forward(batch.src, batch.tgt_in, batch.tgt_out)
         # Normalise by the tokens of the whole update on all ranks: DDP averages over ranks, so
         # multiply back by world_size; the gradient is then that of the global mean token loss.
         self.scaler.scale(loss * (self.dist.world_size / total_tokens)).backward()
@@ -180,9 +179,7 @@ class Trainer:
 
     # ---- validation ---------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
-        metrics = validation_loss(
-            self.scorer, self.data.valid, self.cfg.batch_tokens, self.cfg.label_smoothing, self.device, self.autocast
-        )
+        metrics = validation_loss(self.objective, self.data.valid, self.cfg.batch_tokens, self.device, self.autocast)
         sources, hypotheses, references = validation_translations(
             self.translator, self.data.valid, self.cfg.valid_max_sentences
         )
