@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402
 
 
-def matmul_peak_gflops(seconds: float = 2.0, size: int = 1024) -> float:
-    """fp32 GEMM rate of this machine with the current thread setting."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_peak_gflops(seconds: float = 2.0, size: int = 1024, dtype: torch.dtype = torch.float32) -> float:
+    """GEMM rate of this machine with the current thread setting, in the given precision."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     for _ in range(3):
         a @ b
     count, start = 0, time.perf_counter()
@@ -122,6 +122,7 @@ def main() -> None:
     startup = time.perf_counter() - PROCESS_START
     result = measure(trainer, args.warmup, args.steps)
     peak = matmul_peak_gflops()
+    peak_bf16 = matmul_peak_gflops(dtype=torch.bfloat16)
     achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
     report = {
         "model": args.model,
@@ -134,7 +135,9 @@ def main() -> None:
         **{k: round(v, 4) for k, v in result.items()},
         "model_gflops_per_s": round(achieved, 1),
         "matmul_peak_gflops_per_s": round(peak, 1),
-        "mfu": round(achieved / peak, 3),
+        "matmul_peak_bf16_gflops_per_s": round(peak_bf16, 1),
+        "mfu_vs_fp32_peak": round(achieved / peak, 3),
+        "mfu_vs_own_precision_peak": round(achieved / (peak_bf16 if args.precision == "bf16" else peak), 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "machine": machine_info(),
     }

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.model.attention import KVCache, MultiHeadAttention
+from seq2seq.model.dropout import Dropout
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -25,7 +26,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(ffn_dim, d_model)
         self.activation = ACTIVATIONS[activation]
         # The widest activation of the model: skip the dropout call entirely when it is off.
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.dropout = Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -38,7 +39,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

@@ -13,6 +13,7 @@ from torch import nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import KVCache
+from seq2seq.model.dropout import Dropout
 from seq2seq.model.embedding import PositionalEncoding, TokenEmbedding
 from seq2seq.model.layers import AttentionRecord, DecoderLayer, EncoderLayer
 
@@ -58,7 +59,7 @@ class Transformer(nn.Module):
         learned = cfg.positions == "learned"
         self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
         self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         layer_args = (
             cfg.d_model,
             cfg.heads,

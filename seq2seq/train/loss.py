@@ -91,9 +91,15 @@ class TeacherForcedLoss(nn.Module):
         self.model = model
         self.smoothing = smoothing
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (summed smoothed loss, summed NLL) over the non-pad target tokens."""
         hidden = self.model(src, tgt_in)  # (B, T, d_model)
         real = tgt_out != self.model.pad_id
-        dtype = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) else hidden.dtype
+        dtype = (
+            torch.get_autocast_dtype(hidden.device.type)
+            if torch.is_autocast_enabled(hidden.device.type)
+            else hidden.dtype
+        )
         return ProjectedSmoothedLoss.apply(hidden[real], self.model.output.weight, tgt_out[real], self.smoothing, dtype)

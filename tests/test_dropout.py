@@ -1,0 +1,39 @@
+"""The CPU dropout: drops the requested fraction, rescales what it keeps, and is reproducible."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.model.dropout import Dropout
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_drops_the_requested_fraction_and_preserves_the_mean(p: float) -> None:
+    torch.manual_seed(0)
+    x = torch.ones(1000, 1000)
+    y = Dropout(p).train()(x)
+    dropped = float((y == 0).float().mean())
+    assert abs(dropped - p) < 0.003  # 1e6 draws: the standard error is below 0.0005
+    kept = y[y != 0]
+    torch.testing.assert_close(kept, torch.full_like(kept, 1.0 / (1.0 - p)), rtol=1e-4, atol=0)
+    assert abs(float(y.mean()) - 1.0) < 0.01
+
+
+def test_gradient_flows_only_through_kept_elements() -> None:
+    torch.manual_seed(1)
+    x = torch.randn(64, 32, requires_grad=True)
+    y = Dropout(0.25).train()(x)
+    y.sum().backward()
+    kept = y.detach() != 0
+    assert torch.all(x.grad[~kept] == 0)
+    torch.testing.assert_close(x.grad[kept], torch.full_like(x.grad[kept], 1.0 / 0.75), rtol=1e-4, atol=0)
+
+
+def test_identity_in_eval_mode_and_reproducible_from_the_seed() -> None:
+    x = torch.randn(8, 8)
+    assert torch.equal(Dropout(0.5).eval()(x), x)
+    torch.manual_seed(3)
+    first = Dropout(0.5).train()(x)
+    torch.manual_seed(3)
+    assert torch.equal(Dropout(0.5).train()(x), first)
