@@ -1,0 +1,143 @@
+"""Train, average, translate the test set and publish the scores of one experiment, in one command.
+
+    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k
+    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k --minutes 30
+
+1. `seq2seq-train experiment=<name>` (the real command, in a subprocess) for the experiment's budget;
+2. averages the last periodic checkpoints, and keeps whichever of best.pt / averaged.pt scores the
+   higher BLEU on the *validation* split (the test set never chooses anything);
+3. translates test_2016_flickr with beam search and scores it with sacreBLEU (cased and
+   case-insensitive, with signatures) and chrF;
+4. writes results/<name>.json and results/<name>.md (the table the README includes) and prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import TranslateConfig
+from seq2seq.data.corpus import MULTI30K_SPLITS, _multi30k_file, read_lines
+from seq2seq.translate import load_translator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from average_checkpoints import main as average_checkpoints  # noqa: E402
+from machine import machine_info  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train(args: argparse.Namespace, run_dir: Path) -> float:
+    command = [
+        str(Path(sys.executable).parent / "seq2seq-train"),
+        f"experiment={args.experiment}",
+        f"data.dir={args.data_dir}",
+        f"hydra.run.dir={run_dir}",
+        "progress=false",
+        *([f"max_minutes={args.minutes}"] if args.minutes else []),
+        *args.overrides,
+    ]
+    print("+", " ".join(command), file=sys.stderr)
+    start = time.monotonic()
+    subprocess.run(command, check=True)
+    return time.monotonic() - start
+
+
+def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int, length_penalty: float) -> list[str]:
+    cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
+    translator = load_translator(cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    return [nbest[0].text for nbest in translator.translate(lines)]
+
+
+def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
+    cased, lowercase, chrf = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True), sacrebleu.CHRF()
+    return {
+        "bleu": round(cased.corpus_score(hypotheses, [references]).score, 2),
+        "bleu_signature": str(cased.get_signature()),
+        "bleu_lowercase": round(lowercase.corpus_score(hypotheses, [references]).score, 2),
+        "bleu_lowercase_signature": str(lowercase.get_signature()),
+        "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def split_text(data_dir: Path, split: str, lang: str) -> list[str]:
+    return read_lines(_multi30k_file(data_dir, MULTI30K_SPLITS[split], lang))
+
+
+def markdown(result: dict) -> str:
+    test, machine = result["test"], result["machine"]
+    return (
+        "| experiment | test BLEU (cased) | test BLEU (lowercase) | chrF | training | checkpoint | machine | config |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        f"| {result['experiment']} | {test['bleu']} | {test['bleu_lowercase']} | {test['chrf']} | "
+        f"{result['train_minutes']:.0f} min, {result['steps']} updates | {result['checkpoint']} (beam {result['beam']}) | "
+        f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", help="a file in configs/experiment/, e.g. multi30k_en_de")
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    parser.add_argument("--minutes", type=float, help="training budget (default: the experiment's max_minutes)")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--run-dir", help="default: outputs/reproduce/<experiment>")
+    parser.add_argument("--results", default=str(ROOT / "results"))
+    parser.add_argument("--skip-training", action="store_true", help="reuse the run in --run-dir")
+    parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
+    args = parser.parse_intermixed_args()
+    data_dir = Path(args.data_dir).resolve()
+    run_dir = Path(args.run_dir or ROOT / "outputs" / "reproduce" / args.experiment).resolve()
+
+    train_seconds = 0.0 if args.skip_training else train(args, run_dir)
+    last = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    src, tgt = last["config"]["data"]["src_lang"], last["config"]["data"]["tgt_lang"]
+    candidates = [run_dir / "checkpoints" / "best.pt"]
+    if list((run_dir / "checkpoints").glob("step_*.pt")):
+        candidates.append(average_checkpoints([str(run_dir)]))
+    valid_src, valid_ref = split_text(data_dir, "valid", src), split_text(data_dir, "valid", tgt)
+    valid_bleu = {}
+    for checkpoint in candidates:
+        hypotheses = translate_lines(checkpoint, run_dir, valid_src, args.beam, args.length_penalty)
+        valid_bleu[checkpoint.name] = round(sacrebleu.corpus_bleu(hypotheses, [valid_ref]).score, 2)
+    chosen = max(candidates, key=lambda c: valid_bleu[c.name])
+
+    test_src, test_ref = split_text(data_dir, "test", src), split_text(data_dir, "test", tgt)
+    start = time.monotonic()
+    hypotheses = translate_lines(chosen, run_dir, test_src, args.beam, args.length_penalty)
+    result = {
+        "experiment": args.experiment,
+        "direction": f"{src}-{tgt}",
+        "train_minutes": round(train_seconds / 60, 1) if train_seconds else last["config"]["max_minutes"],
+        "steps": last["step"],
+        "valid_bleu_by_checkpoint": valid_bleu,
+        "checkpoint": chosen.name,
+        "beam": args.beam,
+        "length_penalty": args.length_penalty,
+        "test": scores(hypotheses, test_ref),
+        "test_translate_seconds": round(time.monotonic() - start, 1),
+        "config_hash": hashlib.sha256(json.dumps(last["config"], sort_keys=True).encode()).hexdigest()[:12],
+        "machine": machine_info(),
+    }
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{args.experiment}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (results / f"{args.experiment}.md").write_text(markdown(result))
+    (run_dir / "test.hyp").write_text("\n".join(hypotheses) + "\n")
+    json.dump(result, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
