@@ -58,10 +58,12 @@ def _load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
     raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")
 
 
-def _read_chunks(source: IO[bytes], interactive: bool) -> Iterator[list[str]]:
-    """Lines in chunks; one line at a time when a person is typing. Undecodable bytes become U+FFFD
-    with a warning, so every input line still gets its output line."""
+def _read_chunks(source: IO[bytes], interactive: bool, first_chunk: int) -> Iterator[list[str]]:
+    """Lines in chunks; one line at a time when a person is typing. The first chunk is one batch, so
+    the first translations appear quickly; later chunks are large, so sorting by length packs batches
+    well. Undecodable bytes become U+FFFD with a warning: every input line still gets its output line."""
     chunk: list[str] = []
+    limit = first_chunk
     for number, raw in enumerate(source, start=1):
         line = raw.rstrip(b"\n").removesuffix(b"\r")
         try:
@@ -70,17 +72,22 @@ def _read_chunks(source: IO[bytes], interactive: bool) -> Iterator[list[str]]:
             log.warning("input line %d is not valid UTF-8; undecodable bytes replaced by U+FFFD", number)
             text = line.decode("utf-8", errors="replace")
         chunk.append(text.removeprefix("\ufeff") if number == 1 else text)
-        if interactive or len(chunk) >= CHUNK_LINES:
+        if interactive or len(chunk) >= limit:
             yield chunk
-            chunk = []
+            chunk, limit = [], CHUNK_LINES
     if chunk:
         yield chunk
 
 
+# The vocabulary has a token for every byte, "\n" and "\r" included, so a model can output them; written
+# as they are they would split a translation over two lines ("\r" too, for universal-newline readers).
+_LINE_BREAKS = str.maketrans("\r\n", "  ")
+
+
 def _format(index: int, nbest: list[Translation], n: int) -> str:
     if n == 1:
-        return nbest[0].text + "\n"
-    return "".join(f"{index} ||| {t.text} ||| {t.score:.4f}\n" for t in nbest)
+        return nbest[0].text.translate(_LINE_BREAKS) + "\n"
+    return "".join(f"{index} ||| {t.text.translate(_LINE_BREAKS)} ||| {t.score:.4f}\n" for t in nbest)
 
 
 def translate(cfg: DictConfig) -> dict[str, Any]:
@@ -97,7 +104,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     start, lines = time.monotonic(), 0
     plot = _attention_plotter(translator, cfg.attention)
     try:
-        for chunk in _read_chunks(source, interactive=cfg.input == "-" and sys.stdin.isatty()):
+        for chunk in _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), cfg.batch_size):
             results = translator.translate(chunk, first_line_number=lines + 1)
             for offset, nbest in enumerate(results):
                 sink.write(_format(lines + offset, nbest, cfg.nbest))

@@ -128,9 +128,19 @@ def test_data_option_without_its_required_keys_is_rejected(hydra_ctx, name):
         validate_train(cfg)
 
 
-def test_experiment_options_compose(hydra_ctx):
-    for name in sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml")):
-        validate_train(train_cfg(f"experiment={name}"))
+EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_options_compose(hydra_ctx, name):
+    """Every experiment composes and validates once given where its corpus is (data.dir is the user's)."""
+    cfg = train_cfg(f"experiment={name}", "data.dir=/corpus")
+    validate_train(cfg)
+    assert cfg.data.kind == "multi30k" and (cfg.data.src_lang, cfg.data.tgt_lang) == tuple(name.split("_")[1:3])
+
+
+def test_there_are_experiments():
+    assert {"multi30k_en_de", "multi30k_de_en", "multi30k_en_fr", "multi30k_en_de_gpu"} <= set(EXPERIMENTS)
 
 
 def test_an_experiment_overrides_groups_and_top_level_settings(hydra_ctx, tmp_path):

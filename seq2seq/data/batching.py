@@ -83,6 +83,33 @@ def collate(split: Split, indices: np.ndarray, max_positions: int) -> Batch:
     )
 
 
+def split_batch(batch: Batch) -> list[Batch]:
+    """The batch as two batches of half its sentences each (the first half gets the odd one), each
+    padded only to its own longest sentence: exactly what `collate` gives for those sentences. Used to
+    retry an update that ran out of memory. A batch of one sentence cannot be split: returned as is."""
+    rows = batch.src.size(0)
+    if rows < 2:
+        return [batch]
+    middle = (rows + 1) // 2
+    return [_select_rows(batch, slice(0, middle)), _select_rows(batch, slice(middle, rows))]
+
+
+def _select_rows(batch: Batch, rows: slice) -> Batch:
+    src, tgt_in, tgt_out = batch.src[rows], batch.tgt_in[rows], batch.tgt_out[rows]
+    src_width = int((src != PAD_ID).sum(dim=1).max())
+    tgt_width = int((tgt_out != PAD_ID).sum(dim=1).max())
+    src = src[:, :src_width].contiguous()
+    tgt_out = tgt_out[:, :tgt_width].contiguous()
+    return Batch(
+        src,
+        tgt_in[:, :tgt_width].contiguous(),
+        tgt_out,
+        batch.indices[rows],
+        int((src != PAD_ID).sum()),
+        int((tgt_out != PAD_ID).sum()),
+    )
+
+
 class EpochBatches:
     """The training stream: epoch after epoch of shuffled token buckets, resumable at any update."""
 

@@ -138,8 +138,22 @@ def read_corpus(cfg: DataConfig) -> Corpus:
         corpus = read_hub(cfg)
     for split in ("train", "valid"):
         if split not in corpus or not corpus[split][0]:
-            raise UserError(f"the {split} split of data.kind={cfg.kind} is empty")
+            files = _split_files(cfg, split)
+            where = f": no pairs in {' and '.join(files)}" if files else ""
+            raise UserError(f"the {split} split of data.kind={cfg.kind} is empty{where}")
     return corpus
+
+
+def _split_files(cfg: DataConfig, split: str) -> list[str]:
+    """The files a split is read from, for error messages; empty for generated or hub data."""
+    if cfg.kind == "parallel_files":
+        return [getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")]
+    if cfg.kind in ("tsv", "jsonl"):
+        return [getattr(cfg, split)]
+    if cfg.kind == "multi30k":
+        name = MULTI30K_SPLITS[split]
+        return [str(_multi30k_file(Path(cfg.dir), name, lang)) for lang in (cfg.src_lang, cfg.tgt_lang)]
+    return []
 
 
 def corpus_sources(cfg: DataConfig) -> list[str]:

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint, rng_state, set_rng_state
 from seq2seq.config import UserError, as_dict
-from seq2seq.data.batching import Batch, EpochBatches
+from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData, prepare_data
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import build_model
@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 class NonFiniteLoss(UserError):
     """Too many updates in a row had a NaN/inf loss or gradient."""
+
+
+class RepeatedOutOfMemory(UserError):
+    """Too many updates in a row ran out of memory even with their batches split in two."""
 
 
 class Trainer:
@@ -54,8 +58,9 @@ class Trainer:
         self.step = 0
         self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric
         self.validations_since_best = 0
-        self.skipped_updates = 0
-        self.consecutive_skips = 0
+        self.skipped_updates = 0  # for any reason: non-finite loss or gradient, out of memory
+        self.consecutive_skips = 0  # non-finite ones only (see _count_skip)
+        self.consecutive_oom_skips = 0
         self.last_metrics: dict[str, float] = {}
         self.stop_requested = False
         self.checkpoint_dir = run_dir / "checkpoints"
@@ -122,19 +127,35 @@ class Trainer:
     # ---- one update -------------------------------------------------------------------------
     def train_step(self) -> dict[str, float] | None:
         """One optimiser update over world_size x accum_steps micro-batches. Returns its metrics,
-        or None when the update was skipped for a non-finite loss or gradient."""
+        or None when the update was skipped for a non-finite loss or gradient, or for lack of memory.
+
+        Out of memory in a single process: the update is redone once from zero gradients with every
+        micro-batch split in two (same sentences, same normalisation, so the same update up to float
+        rounding), and skipped if that runs out of memory too. Under DDP it is an error instead, since
+        a rank that splits makes more backward passes (and all-reduces) than the others wait for."""
         self.forward.train()
         micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.cfg.accum_steps)
         local_tokens = sum(b.tgt_tokens for b in micro_batches)
         total_tokens = self.dist.sum(local_tokens)
-        loss_sum = nll_sum = 0.0
-        for i, batch in enumerate(micro_batches):
-            # DDP: all-reduce gradients only on the last micro-batch of the update.
-            last = i == len(micro_batches) - 1
-            sync = nullcontext() if last or not self.dist.enabled else self.forward.no_sync()
-            with sync:
-                loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
-            loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
+        sums = self._accumulate(micro_batches, total_tokens)
+        if sums is None:
+            # Retried here, not inside the except clause: until it is left, the exception's traceback
+            # keeps the failed pass's activations alive.
+            self._free_after_oom()
+            halves = [half for batch in micro_batches for half in split_batch(batch)]
+            log.warning(
+                "update %d ran out of memory (%d sentences, %d target tokens): retrying it in %d micro-batches",
+                self.step + 1,
+                sum(len(b.indices) for b in micro_batches),
+                local_tokens,
+                len(halves),
+            )
+            sums = self._accumulate(halves, total_tokens)
+            if sums is None:
+                self._free_after_oom()
+                self._count_oom_skip(sum(len(b.indices) for b in micro_batches), local_tokens)
+                return None
+        loss_sum, nll_sum = sums
         self.scaler.unscale_(self.optimizer)
         clip = self.cfg.optim.clip_norm if self.cfg.optim.clip_norm > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
@@ -150,6 +171,7 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         self.consecutive_skips = 0
+        self.consecutive_oom_skips = 0
         tokens = self.dist.sum(local_tokens)
         return {
             "loss": self.dist.sum(loss_sum) / tokens,
@@ -158,6 +180,50 @@ class Trainer:
             "tgt_tokens": tokens,
             "src_tokens": self.dist.sum(sum(b.src_tokens for b in micro_batches)),
         }
+
+    def _accumulate(self, micro_batches: list[Batch], total_tokens: float) -> tuple[float, float] | None:
+        """Forward and backward over every micro-batch, gradients summed. Returns the summed (loss,
+        nll), or None when one of them ran out of memory (gradients are then partial)."""
+        loss_sum = nll_sum = 0.0
+        try:
+            for i, batch in enumerate(micro_batches):
+                # DDP: all-reduce gradients only on the last micro-batch of the update.
+                last = i == len(micro_batches) - 1
+                sync = nullcontext() if last or not self.dist.enabled else self.forward.no_sync()
+                with sync:
+                    loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
+                loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
+        except torch.OutOfMemoryError as err:  # torch.cuda.OutOfMemoryError is the same class
+            if self.dist.enabled:
+                raise UserError(
+                    f"out of memory at update {self.step + 1} on rank {self.dist.rank} "
+                    f"({sum(b.tgt_tokens for b in micro_batches)} target tokens); lower batch_tokens "
+                    "(with several processes a batch cannot be split and retried)"
+                ) from err
+            return None
+        return loss_sum, nll_sum
+
+    def _free_after_oom(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)  # the failed pass's partial gradients
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # hand cached blocks back so the smaller batches can be placed
+
+    def _count_oom_skip(self, sentences: int, tokens: int) -> None:
+        self.skipped_updates += 1
+        self.consecutive_oom_skips += 1
+        log.warning(
+            "update %d skipped: out of memory even with its batches split in two (%d sentences, %d target tokens)",
+            self.step + 1,
+            sentences,
+            tokens,
+        )
+        # Without a limit a batch size that never fits would skip forever without a single update.
+        if self.consecutive_oom_skips >= self.cfg.max_skipped_updates:
+            raise RepeatedOutOfMemory(
+                f"{self.consecutive_oom_skips} updates in a row ran out of memory even with their batches split "
+                f"in two (max_skipped_updates={self.cfg.max_skipped_updates}); lower batch_tokens. "
+                f"The last good checkpoint is in {self.checkpoint_dir}"
+            )
 
     def _forward_backward(self, batch: Batch, total_tokens: float) -> tuple[float, float]:
         with self.autocast():
@@ -227,4 +293,12 @@ def elapsed_minutes(start: float) -> float:
     return (time.monotonic() - start) / 60.0
 
 
-__all__ = ["Trainer", "prepare_data", "resume_payload", "install_stop_handlers", "NonFiniteLoss", "Dashboard"]
+__all__ = [
+    "Trainer",
+    "prepare_data",
+    "resume_payload",
+    "install_stop_handlers",
+    "NonFiniteLoss",
+    "RepeatedOutOfMemory",
+    "Dashboard",
+]

@@ -133,9 +133,10 @@ def _train(
         torch.use_deterministic_algorithms(True)
     seed_everything(cfg.seed + dist.rank)
     start = time.monotonic()
+    if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
+        _check_writable(run_dir)
     data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
     if dist.is_main:
-        _check_writable(run_dir)
         data.tokenizers.save(run_dir)
     trainer = Trainer(cfg, run_dir, data, device, dist)
     if payload is not None:

@@ -1,0 +1,176 @@
+"""Decoding speed and quality of a trained run on a test set; prints one JSON object.
+
+    python scripts/bench_translate.py --run outputs/reproduce/multi30k_en_de \
+        --input ../shared/data/multi30k/test_2016_flickr.en.gz --reference ../shared/data/multi30k/test_2016_flickr.de.gz
+
+End to end: `seq2seq-translate` in a subprocess, process start to last line written, and the time to
+its first output line, for greedy and beam 5. In process: sentences/s and output tokens/s for each
+beam size and batch size, decode time per sentence by source-length bucket, BLEU of each output,
+agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
+and optionally dynamic int8 quantisation of the Linear layers. Run it on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from seq2seq.config import TranslateConfig
+from seq2seq.data.corpus import read_lines
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.search import max_output_lengths
+from seq2seq.translate import load_translator
+from seq2seq.translator import Translator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_info  # noqa: E402
+
+BUCKETS = [(5, 10), (10, 20), (20, 40), (40, 80)]
+
+
+def end_to_end(args: argparse.Namespace, beam: int) -> dict[str, float]:
+    """Wall time of the real command, and when its first output line arrived."""
+    command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={args.run}", f"beam={beam}"]
+    command += [f"threads={args.threads}"]
+    source = read_lines(args.input)[: args.limit]
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    process.stdin.write("\n".join(source) + "\n")
+    process.stdin.close()
+    first_line = process.stdout.readline()
+    first = time.perf_counter() - start
+    rest = process.stdout.read()
+    process.wait()
+    total = time.perf_counter() - start
+    hypotheses = (first_line + rest).splitlines()
+    return {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
+
+
+def timed_translation(translator: Translator, lines: list[str]) -> tuple[list[str], float]:
+    start = time.perf_counter()
+    hypotheses = [nbest[0].text for nbest in translator.translate(lines)]
+    return hypotheses, time.perf_counter() - start
+
+
+@torch.inference_mode()
+def simple_greedy(translator: Translator, lines: list[str]) -> list[str]:
+    """The reference decoder: one sentence at a time, the whole prefix re-run at every step, no cache."""
+    model, outputs = translator.model, []
+    for ids in translator.encode(lines):
+        src = torch.tensor([ids])
+        memory, src_mask = model.encode(src)
+        limit = int(
+            max_output_lengths(src, PAD_ID, translator.max_len_a, translator.max_len_b, translator.max_positions)
+        )
+        prefix = [BOS_ID]
+        for _ in range(limit):
+            hidden = model.decode(torch.tensor([prefix]), memory, src_mask)
+            log_probs = torch.log_softmax(model.output(hidden[:, -1]).float(), dim=-1)[0]
+            log_probs[[PAD_ID, BOS_ID]] = float("-inf")
+            if len(prefix) == limit:
+                break
+            token = int(log_probs.argmax())
+            if token == EOS_ID:
+                break
+            prefix.append(token)
+        outputs.append(translator.tokenizers.decode_tgt([prefix[1:]])[0])
+    return outputs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--reference", required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--beams", default="1,2,5,10")
+    parser.add_argument("--batch-sizes", default="16,64,128")
+    parser.add_argument("--quantize", action="store_true", help="also measure dynamic int8 Linear layers")
+    parser.add_argument("--limit", type=int, help="only the first N sentences (a quick check of the script)")
+    parser.add_argument("--check-sentences", type=int, default=100, help="sentences compared with the simple decoder")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    source, reference = read_lines(args.input)[: args.limit], read_lines(args.reference)[: args.limit]
+    report: dict[str, object] = {"run": args.run, "sentences": len(source), "machine": machine_info()}
+    report["end_to_end"] = [end_to_end(args, beam) for beam in (1, 5)]
+
+    start = time.perf_counter()
+    translator = load_translator(TranslateConfig(run=args.run, beam=1), torch.device("cpu"))
+    report["load_s"] = round(time.perf_counter() - start, 2)
+    rows = []
+    for beam in (int(b) for b in args.beams.split(",")):
+        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+            translator.beam, translator.batch_size = beam, batch_size
+            hypotheses, seconds = timed_translation(translator, source)
+            tokens = sum(len(t) for t in translator.tokenizers.encode_tgt(hypotheses))
+            bleu = sacrebleu.corpus_bleu(hypotheses, [reference]).score
+            rows.append(
+                {
+                    "beam": beam,
+                    "batch_size": batch_size,
+                    "seconds": round(seconds, 2),
+                    "sentences_per_s": round(len(source) / seconds, 1),
+                    "tokens_per_s": round(tokens / seconds, 1),
+                    "bleu": round(bleu, 2),
+                }
+            )
+    report["in_process"] = rows
+
+    translator.batch_size = 64
+    lengths = [len(ids) for ids in translator.tokenizers.encode_src(source)]
+    by_length = []
+    for low, high in BUCKETS:
+        bucket = [line for line, n in zip(source, lengths, strict=True) if low <= n < high]
+        if not bucket:
+            continue
+        for beam in (1, 5):
+            translator.beam = beam
+            _, seconds = timed_translation(translator, bucket)
+            by_length.append(
+                {
+                    "source_tokens": f"{low}-{high}",
+                    "beam": beam,
+                    "sentences": len(bucket),
+                    "ms_per_sentence": round(1000 * seconds / len(bucket), 2),
+                }
+            )
+    report["by_source_length"] = by_length
+
+    translator.beam = 1
+    fast, _ = timed_translation(translator, source[: args.check_sentences])
+    simple = simple_greedy(translator, source[: args.check_sentences])
+    report["cached_vs_simple_identical"] = sum(a == b for a, b in zip(fast, simple, strict=True)) / len(simple)
+
+    if args.quantize:
+        translator.model = torch.ao.quantization.quantize_dynamic(
+            translator.model, {torch.nn.Linear}, dtype=torch.qint8
+        )
+        quantized = []
+        for beam in (1, 5):
+            translator.beam = beam
+            hypotheses, seconds = timed_translation(translator, source)
+            quantized.append(
+                {
+                    "beam": beam,
+                    "seconds": round(seconds, 2),
+                    "bleu": round(sacrebleu.corpus_bleu(hypotheses, [reference]).score, 2),
+                }
+            )
+        report["int8_dynamic"] = quantized
+    report["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Bad and unusual inputs to training and translation: each either works or stops with one error that
+names the file, key or line. In-process (train(), translate()), except the closed-pipe test, which
+needs a real process. Messages are compared exactly: they are what a user reads."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import UserError
+from seq2seq.data.pipeline import prepare_data
+from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.train.run import train
+from seq2seq.translate import translate
+
+# A run of the tiny model small enough for a test; max_positions=80 (the least the built-in task's
+# data.max_tokens=64 allows) makes a line "longer than the model" cheap to translate.
+SMALL_RUN = [*TINY_TRAIN, "data.task_train_size=200", "max_steps=2", "valid_every=2", "model.max_positions=80"]
+
+
+# --- training: configuration and output directory -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make_run_dir", "reason"),
+    [
+        (lambda tmp: (tmp / "file").touch() or tmp / "file" / "run", "Not a directory"),
+        (lambda tmp: (tmp / "file").touch() or tmp / "file", "File exists"),
+        (lambda tmp: tmp / ("x" * 300), "File name too long"),
+    ],
+    ids=["parent-is-a-file", "run-dir-is-a-file", "name-too-long"],
+)
+def test_unwritable_run_directory_stops_before_any_work(tmp_path, make_run_dir, reason):
+    run_dir = make_run_dir(tmp_path)
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, run_dir)
+    assert str(info.value) == f"{run_dir}: the run directory is not writable ({reason})"
+    assert not (tmp_path / "cache").exists()  # the corpus was not even read
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_run_directory_stops_before_any_work(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, locked / "run")
+    assert str(info.value) == f"{locked / 'run'}: the run directory is not writable (Permission denied)"
+
+
+def test_batch_smaller_than_one_sentence_stops_before_any_work(tmp_path):
+    cfg = compose_config("train", [*SMALL_RUN, "batch_tokens=40", f"data.cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, tmp_path / "run")
+    assert str(info.value) == (
+        "config error: batch_tokens=40: must hold at least one sentence of data.max_tokens=64 (+BOS/EOS)"
+    )
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+# --- training: corpus files ---------------------------------------------------------------------
+
+
+def files_config(tmp_path: Path, files: dict[str, bytes], *extra: str) -> object:
+    """A parallel_files config over `files` {train_src: bytes, ...}, written under tmp_path."""
+    overrides = ["data=parallel_files", f"data.cache_dir={tmp_path / 'cache'}", "data.vocab_size=300"]
+    for key, data in files.items():
+        (tmp_path / key).write_bytes(data)
+        overrides.append(f"data.{key}={tmp_path / key}")
+    common = ["batch_tokens=512", "max_steps=2", "valid_every=2", "save_every=2", "progress=false", "threads=1"]
+    return compose_config("train", [*overrides, *common, "attention_images=false", *extra])
+
+
+def test_source_and_target_line_counts_differ(tmp_path):
+    files = {"train_src": b"a\nb\nc\n", "train_tgt": b"A\nB\n", "valid_src": b"v\n", "valid_tgt": b"V\n"}
+    with pytest.raises(UserError) as info:
+        train(files_config(tmp_path, files), tmp_path / "run")
+    src, tgt = tmp_path / "train_src", tmp_path / "train_tgt"
+    assert str(info.value) == f"{src} has 3 lines but {tgt} has 2: they must pair up"
+
+
+def test_empty_training_files(tmp_path):
+    files = {"train_src": b"", "train_tgt": b"", "valid_src": b"v\n", "valid_tgt": b"V\n"}
+    with pytest.raises(UserError) as info:
+        train(files_config(tmp_path, files), tmp_path / "run")
+    src, tgt = tmp_path / "train_src", tmp_path / "train_tgt"
+    assert str(info.value) == f"the train split of data.kind=parallel_files is empty: no pairs in {src} and {tgt}"
+
+
+MESSY = [
+    "\ufeffthe cat sits on the mat",  # a BOM, which only the first line of a file may carry
+    "tab\tseparated\x01control\x1b[0m and DEL\x7f",
+    "zero\u200bwidth\u200djoiners\u2060and\ufeffBOMs inside",
+    "emoji 🙂 👨\u200d👩\u200d👧 🇩🇪 and ❤️",
+    "Кошка sits на ковре 猫 マット قطة",
+    "नमस्ते दुनिया 한국어 Ελληνικά",
+    "Cafe\u0301 na\u0303o",  # combining accents (NFC composes them)
+    "a lone \r carriage return inside",
+]
+LONG_LINE = " ".join(f"word{i % 97}" for i in range(20_000))[:100_000]
+
+
+def crlf(lines: list[str]) -> bytes:
+    return "".join(line + "\r\n" for line in lines).encode("utf-8")
+
+
+@pytest.fixture(scope="module")
+def messy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """Trains 2 updates on Windows line endings, a BOM, control and zero-width characters, emoji and
+    mixed scripts, with one 100,000-character source line. Returns (config, summary, log lines)."""
+    tmp = tmp_path_factory.mktemp("messy")
+    train_lines = [f"{line} {i}" if i else line for i in range(5) for line in MESSY]
+    sources = [*train_lines[:17], LONG_LINE, *train_lines[17:]]
+    targets = [*train_lines[:17], "short target", *train_lines[17:]]
+    files = {"train_src": crlf(sources), "train_tgt": crlf(targets), "valid_src": crlf(MESSY), "valid_tgt": crlf(MESSY)}
+    cfg = files_config(tmp, files, "log_every=1")
+    records: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("seq2seq.train")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        summary = train(cfg, tmp / "run")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return cfg, summary, records
+
+
+def test_messy_text_trains_and_is_read_as_written(messy_run):
+    cfg, summary, _ = messy_run
+    assert summary["step"] == 2 and summary["reason"] == "reached max_steps=2"
+    assert set(summary["metrics"]) >= {"loss", "bleu", "chrf", "accuracy"}
+    assert all(torch.isfinite(torch.tensor(v)) for v in summary["metrics"].values())
+    # What the run trained and validated on: no "\r" from the line endings, no leading BOM, and every
+    # other character kept (a lone "\r" inside a line is text, not a line break).
+    valid = prepare_data(cfg.data).valid  # from the run's cache
+    expected = [MESSY[0].removeprefix("\ufeff"), *MESSY[1:]]
+    assert valid.src_text == valid.tgt_text == expected
+    tokenizers = Tokenizers.load(Path(summary["run_dir"]))
+    assert tokenizers.decode_tgt(tokenizers.encode_tgt(expected)) == [unicodedata.normalize("NFC", x) for x in expected]
+
+
+def test_a_100000_character_line_is_dropped_and_counted(messy_run):
+    _, _, records = messy_run
+    pairs = 5 * len(MESSY) + 1
+    assert (
+        f"data: {pairs - 1} training pairs kept, 1 dropped (0 empty, 1 too long, 0 length ratio); 8 validation pairs"
+        in records
+    )
+
+
+# --- translation --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("translate")
+    train(compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp / 'cache'}"]), tmp / "run")
+    return tmp / "run"
+
+
+def translate_file(run: Path, tmp_path: Path, data: bytes, *extra: str) -> tuple[dict, bytes]:
+    """Translates `data` (the input file's bytes) in-process; returns translate()'s result and the output bytes."""
+    source, target = tmp_path / "input.txt", tmp_path / "output.txt"
+    source.write_bytes(data)
+    cfg = compose_config("translate", [f"run={run}", f"input={source}", f"output={target}", "beam=1", *extra])
+    return translate(cfg), target.read_bytes()
+
+
+def test_empty_input_file_gives_empty_output(run_dir, tmp_path):
+    result, output = translate_file(run_dir, tmp_path, b"")
+    assert result["lines"] == 0 and output == b""
+
+
+@pytest.mark.parametrize("data", [b"\n", b"\n\n\n\n\n", b"\r\n\r\n\r\n", b"  \n\t\n"])
+def test_only_empty_lines_give_as_many_empty_lines(run_dir, tmp_path, data):
+    result, output = translate_file(run_dir, tmp_path, data)
+    assert result["lines"] == data.count(b"\n")
+    assert output == b"\n" * data.count(b"\n")
+
+
+def test_line_longer_than_the_model_is_truncated_with_a_warning(run_dir, tmp_path, caplog):
+    long_line = "".join(f"{'abcdefghijklmnopqrst'[i % 20]} " for i in range(50_000))  # 100,000 characters
+    tokens = len(Tokenizers.load(run_dir).encode_src([long_line])[0])
+    assert tokens > 80
+    with caplog.at_level(logging.WARNING, logger="seq2seq.translator"):
+        result, output = translate_file(run_dir, tmp_path, f"a b c\n{long_line}\nd e f\n".encode())
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"input line 2 has {tokens} tokens, more than the model's 80 positions: translating its first 79"
+    ]
+    assert result["lines"] == 3 and output.count(b"\n") == 3
+
+
+def test_characters_never_seen_in_training_are_translated(run_dir, tmp_path):
+    lines = ["🙂 猫 ∀x∈ℝ ☃", "a b 😀 c", "中文 한국어 עברית", "\x00\x07 \u200b"]
+    result, output = translate_file(run_dir, tmp_path, "\n".join(lines).encode() + b"\n")
+    assert result["lines"] == 4 and output.count(b"\n") == 4
+    output.decode("utf-8")  # whatever the model says, it is written as valid UTF-8
+
+
+def test_a_translation_with_line_breaks_stays_on_one_line(run_dir, tmp_path, monkeypatch):
+    """The byte-level vocabulary has "\\n" and "\\r" tokens, so a model can output them."""
+    monkeypatch.setattr(Tokenizers, "decode_tgt", lambda self, ids: ["x\ny\r\nz\rw" for _ in ids])
+    _, output = translate_file(run_dir, tmp_path, b"a b\n\nc d\n")
+    assert output == b"x y  z w\n\nx y  z w\n"
+    _, output = translate_file(run_dir, tmp_path, b"a b\n", "beam=2", "nbest=2")
+    assert [line.split(b" ||| ")[1] for line in output.splitlines()] == [b"x y  z w"] * 2
+
+
+def test_checkpoint_with_another_runs_tokenizer(run_dir, tmp_path):
+    """A checkpoint copied beside the tokenizer.json of a run with another vocabulary size."""
+    other = Tokenizers.train(["a b c d e", "f g h"] * 20, ["E D C B A", "H G F"] * 20, "bpe", 270, joint=True)
+    other.save(tmp_path)
+    checkpoint = tmp_path / "model.pt"
+    shutil.copy(run_dir / "checkpoints" / "best.pt", checkpoint)
+    ours = load_checkpoint(checkpoint)["vocab"]["src_size"]
+    theirs = other.src.get_vocab_size()
+    assert ours != theirs
+    cfg = compose_config("translate", [f"checkpoint={checkpoint}", f"input={tmp_path / 'x'}"])
+    with pytest.raises(UserError) as info:
+        translate(cfg)
+    assert str(info.value) == (
+        f"{checkpoint}: the checkpoint was trained with vocabularies of {ours}/{ours} entries but the "
+        f"tokenizer beside it has {theirs}/{theirs}: they belong to different runs"
+    )
+
+
+def test_beam_larger_than_the_vocabulary(run_dir, tmp_path):
+    size = Tokenizers.load(run_dir).tgt.get_vocab_size()
+    with pytest.raises(UserError) as info:
+        translate_file(run_dir, tmp_path, b"a b\n", f"beam={size + 1}")
+    assert str(info.value) == f"beam={size + 1} is larger than the target vocabulary ({size})"
+
+
+def test_reader_that_goes_away_after_one_line(run_dir, tmp_path):
+    """`seq2seq-translate ... | head -n 1`: the reader closes the pipe while translations are still
+    coming; the translator stops quietly with status 0."""
+    source = tmp_path / "input.txt"
+    source.write_text("a b c\n" * 1010)  # more than the first chunk, whether it is one batch or 1000 lines
+    command = [
+        str(Path(sys.executable).parent / "seq2seq-translate"),
+        f"run={run_dir}",
+        f"input={source}",
+        "beam=1",
+        "max_len_a=0",
+        "max_len_b=4",  # short outputs: the test is about the pipe, not the model
+        "threads=1",  # two threads fighting over two busy cores are 20 times slower
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.readline()
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0, stderr
+    assert first.endswith(b"\n")
+    assert "Traceback" not in stderr and "Error" not in stderr and "Exception" not in stderr, stderr
+    assert "translated 1010 lines" not in stderr  # it did stop early, at the closed pipe
+
+
+lines_without_newline = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"))
+
+
+def test_any_unicode_gives_one_output_line_per_input_line(run_dir, tmp_path):
+    """Any text without "\\n" (a lone "\\r" inside a line is text; one before the newline is a CRLF
+    ending), empty lines included: exactly one output line per input line, empty for empty ones."""
+    source, target = tmp_path / "input.txt", tmp_path / "output.txt"
+    options = [f"run={run_dir}", f"input={source}", f"output={target}", "beam=1", "max_len_a=0.5", "max_len_b=5"]
+    cfg = compose_config("translate", options)  # once: composing costs as much as translating
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(st.lists(st.one_of(st.just(""), lines_without_newline), max_size=6))
+    def check(lines: list[str]) -> None:
+        source.write_bytes("".join(line + "\n" for line in lines).encode("utf-8"))
+        result = translate(cfg)
+        output = target.read_bytes()
+        assert result["lines"] == len(lines)
+        assert output.count(b"\n") == len(lines) and (output == b"" or output.endswith(b"\n"))
+        assert b"\r" not in output
+        for number, (line, translation) in enumerate(zip(lines, output.split(b"\n")[:-1], strict=True)):
+            text = line.removesuffix("\r")
+            text = text.removeprefix("\ufeff") if number == 0 else text
+            if not text.strip():
+                assert translation == b"", (line, translation)
+
+    check()

@@ -1,0 +1,130 @@
+"""DistributedDataParallel on CPU (gloo, 2 processes): the same update as one process, and a real
+`torchrun ... seq2seq-train` run that agrees on one run directory."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from conftest import compose_config
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+from seq2seq.data.batching import collate
+from seq2seq.data.pipeline import prepare_data
+from seq2seq.train.distributed import cleanup_distributed, init_distributed
+from seq2seq.train.loop import Trainer
+
+OVERRIDES = [
+    "data.task_train_size=64",
+    "data.task_valid_size=8",
+    "model.dropout=0.0",  # no randomness: the runs must agree to float tolerance
+    "batch_tokens=512",
+    "threads=1",
+    "attention_images=false",
+]
+HALF_A, HALF_B = np.arange(0, 12), np.arange(12, 24)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def one_update(rank: int, world_size: int, port: int, plan: list[list[np.ndarray]], cache: str, out: str) -> None:
+    """Runs one optimiser update on this rank with the micro-batches `plan[rank]` and saves the
+    parameters (rank 0) together with how many gradient all-reduces DDP made."""
+    os.environ.update(
+        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world_size)}
+    )
+    os.environ["SEQ2SEQ_CACHE"] = cache
+    torch.set_num_threads(1)
+    cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(plan[rank])}"])
+    dist = init_distributed(torch.device("cpu"))
+    try:
+        data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
+        torch.manual_seed(0)  # the same initial weights on every rank
+        trainer = Trainer(cfg, Path(out).parent, data, torch.device("cpu"), dist)
+        allreduces = []
+        if dist.enabled:
+
+            def counting_hook(state, bucket):  # DDP checks annotations at run time; string ones fail
+                allreduces.append(bucket.index())
+                return allreduce_hook(state, bucket)
+
+            trainer.forward.register_comm_hook(None, counting_hook)
+        batches = [collate(data.train, indices, cfg.model.max_positions) for indices in plan[rank]]
+        trainer.stream.next_update = lambda *_args: batches
+        assert trainer.train_step() is not None
+        if dist.is_main:
+            torch.save({"params": trainer.model.state_dict(), "allreduces": len(allreduces)}, out)
+    finally:
+        cleanup_distributed()
+
+
+def run(world_size: int, plan: list[list[np.ndarray]], tmp_path: Path, name: str) -> dict:
+    out = tmp_path / f"{name}.pt"
+    cache = str(tmp_path / "cache")
+    if world_size == 1:
+        one_update(0, 1, 0, plan, cache, str(out))
+    else:
+        mp.spawn(one_update, args=(world_size, free_port(), plan, cache, str(out)), nprocs=world_size, join=True)
+    return torch.load(out, weights_only=True)
+
+
+@pytest.fixture(autouse=True)
+def _single_process_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path) -> None:
+    both = np.concatenate([HALF_A, HALF_B])
+    ddp = run(2, [[HALF_A], [HALF_B]], tmp_path, "ddp")
+    single_big_batch = run(1, [[both]], tmp_path, "big")
+    accumulated = run(1, [[HALF_A, HALF_B]], tmp_path, "accum")
+    for name, value in ddp["params"].items():
+        torch.testing.assert_close(value, single_big_batch["params"][name], atol=2e-6, rtol=1e-5, msg=name)
+        torch.testing.assert_close(value, accumulated["params"][name], atol=2e-6, rtol=1e-5, msg=name)
+
+
+def test_accumulation_under_ddp_all_reduces_only_on_the_update(tmp_path: Path) -> None:
+    one_micro_batch = run(2, [[HALF_A], [HALF_B]], tmp_path, "one")
+    two_micro_batches = run(2, [[HALF_A[:6], HALF_A[6:]], [HALF_B[:6], HALF_B[6:]]], tmp_path, "two")
+    assert one_micro_batch["allreduces"] > 0
+    assert two_micro_batches["allreduces"] == one_micro_batch["allreduces"]  # no_sync on the first micro-batch
+
+
+def test_torchrun_trains_validates_and_checkpoints_once(tmp_path: Path) -> None:
+    """Two CPU processes under torchrun: one run directory (rank 0's), one set of checkpoints and
+    one validation per validation step in the log."""
+    env = {**os.environ, "SEQ2SEQ_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    command = [
+        str(Path(sys.executable).parent / "torchrun"),
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "seq2seq.cli.train",
+        *OVERRIDES,
+        "max_steps=4",
+        "valid_every=2",
+        "save_every=2",
+        "progress=false",
+        "hydra.run.dir=" + str(tmp_path / "outputs" / "${now:%H-%M-%S-%f}"),  # each rank's clock differs
+    ]
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = [p for p in (tmp_path / "outputs").iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs  # the other rank's directory was given up
+    checkpoints = {p.name for p in (runs[0] / "checkpoints").glob("*.pt")}
+    assert checkpoints >= {"last.pt", "best.pt", "step_2.pt", "step_4.pt"}
+    log = (runs[0] / "train.log").read_text()
+    assert log.count("validation at update 2:") == 1 and log.count("validation at update 4:") == 1
+    assert "x 2 ranks per update" in log

@@ -1,0 +1,319 @@
+"""Faults during training (`seq2seq.train.loop.Trainer`): a NaN/inf loss or gradient skips the update
+and, repeated, stops the run with the last good checkpoint intact; running out of memory on a batch
+retries the update with the batch split in two, or skips it. Out of memory is simulated on the CPU
+by raising torch.OutOfMemoryError (what CUDA raises) from the training objective."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config
+
+from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.config import UserError
+from seq2seq.data.batching import Batch, collate, split_batch
+from seq2seq.data.pipeline import PreparedData, prepare_data
+from seq2seq.train.distributed import DistContext
+from seq2seq.train.loop import NonFiniteLoss, RepeatedOutOfMemory, Trainer
+from seq2seq.train.loss import TeacherForcedLoss
+from seq2seq.train.run import train
+
+LOOP_LOGGER = "seq2seq.train.loop"
+FAULT_TRAIN = [
+    *TINY_TRAIN,
+    "data.task_train_size=200",
+    "model.dropout=0.0",  # no randomness: two trainers given the same batches make the same update
+    "max_skipped_updates=3",
+]
+SIMULATED_OOM = "CUDA out of memory. Tried to allocate 2.00 GiB (simulated)"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    cache = tmp_path_factory.mktemp("faults-cache")
+    cfg = compose_config("train", [*FAULT_TRAIN, f"data.cache_dir={cache}"])
+    return cfg, prepare_data(cfg.data)
+
+
+def make_trainer(setup: tuple, tmp_path: Path, batches: list[Batch]) -> Trainer:
+    """A trainer whose every update is made from `batches` (its micro-batches), from seed-0 weights."""
+    cfg, data = setup
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    trainer.stream.next_update = lambda *_args: list(batches)
+    return trainer
+
+
+def batch_of(data: PreparedData, indices: np.ndarray) -> Batch:
+    return collate(data.train, indices, 256)
+
+
+def parameters(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+
+
+def assert_same_parameters(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOOP_LOGGER and r.levelno == logging.WARNING]
+
+
+# --- non-finite loss or gradient -----------------------------------------------------------------
+
+
+class InfiniteGradient(torch.autograd.Function):
+    """Identity forward (the loss stays finite), infinite gradient backward."""
+
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("inf")
+
+
+def poison(trainer: Trainer, bad_calls: set[int], how: str) -> None:
+    """The objective's n-th call (1-based) for n in `bad_calls` gives a NaN/inf loss or an inf gradient."""
+    real = trainer.objective.forward
+    calls = []
+
+    def forward(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple:
+        loss, nll = real(src, tgt_in, tgt_out)
+        calls.append(1)
+        if len(calls) in bad_calls:
+            if how == "nan_loss":
+                loss = loss * float("nan")
+            elif how == "inf_loss":
+                loss = loss * float("inf")
+            else:
+                loss = InfiniteGradient.apply(loss)
+        return loss, nll
+
+    trainer.objective.forward = forward
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("nan_loss", r"loss=nan grad_norm=nan"),
+        ("inf_loss", r"loss=inf grad_norm=(inf|nan)"),
+        ("inf_grad", r"loss=\d+\.\d+ grad_norm=(inf|nan)"),
+    ],
+)
+def test_a_non_finite_update_is_skipped_without_a_trace(setup, tmp_path, caplog, how, message):
+    _, data = setup
+    batches = [batch_of(data, np.arange(0, 8))]
+    trainer = make_trainer(setup, tmp_path, batches)
+    poison(trainer, {1}, how)
+    before, lr = parameters(trainer), trainer.scheduler.get_last_lr()
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
+        assert trainer.train_step() is None
+    assert re.fullmatch(rf"update 1 skipped: {message} \(not finite\)", warnings_of(caplog)[0])
+    assert len(warnings_of(caplog)) == 1
+    assert_same_parameters(parameters(trainer), before)
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (0, 1, 1)
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert not trainer.optimizer.state  # Adam's moments were never touched
+    assert trainer.scheduler.get_last_lr() == lr
+
+    # Training goes on, and the next update is exactly the one a trainer without the fault makes.
+    metrics = trainer.train_step()
+    assert metrics is not None and np.isfinite(metrics["loss"])
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (1, 1, 0)
+    clean = make_trainer(setup, tmp_path, batches)
+    clean.train_step()
+    assert_same_parameters(parameters(trainer), parameters(clean))
+    assert not torch.equal(parameters(trainer)["src_embed.weight"], before["src_embed.weight"])
+
+
+def test_only_consecutive_skips_count_toward_the_limit(setup, tmp_path, caplog):
+    _, data = setup
+    trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
+    poison(trainer, {1, 2, 4, 5}, "nan_loss")  # limit 3: two bad, one good, two bad, one good
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
+        outcomes = [trainer.train_step() is not None for _ in range(6)]
+    assert outcomes == [False, False, True, False, False, True]
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (2, 4, 0)
+    assert warnings_of(caplog) == [f"update {n} skipped: loss=nan grad_norm=nan (not finite)" for n in (1, 1, 2, 2)]
+
+
+def test_a_run_that_keeps_getting_nan_stops_with_its_last_good_checkpoint(tmp_path, monkeypatch, caplog):
+    """Through train(): four good updates (checkpoint at 4), then NaN for ever -> NonFiniteLoss after
+    max_skipped_updates=3 skips, and checkpoints/last.pt is the one from update 4."""
+    real = TeacherForcedLoss.forward
+    training_calls = []
+
+    def nan_after_four_updates(self: TeacherForcedLoss, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor):
+        loss, nll = real(self, src, tgt_in, tgt_out)
+        if torch.is_grad_enabled() and self.training:  # validation (inference mode) stays clean
+            training_calls.append(1)
+            if len(training_calls) > 4:
+                loss = loss * float("nan")
+        return loss, nll
+
+    monkeypatch.setattr(TeacherForcedLoss, "forward", nan_after_four_updates)
+    run_dir = tmp_path / "run"
+    cfg = compose_config("train", [*FAULT_TRAIN, "max_steps=20", "valid_every=4", "save_every=4"])
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER), pytest.raises(NonFiniteLoss) as info:
+        train(cfg, run_dir)
+    assert isinstance(info.value, UserError)  # the CLI prints it as one line, exit status 2
+    assert str(info.value) == (
+        "3 updates in a row had a non-finite loss or gradient (max_skipped_updates=3); "
+        f"the last good checkpoint is in {run_dir / 'checkpoints'}"
+    )
+    assert warnings_of(caplog) == ["update 5 skipped: loss=nan grad_norm=nan (not finite)"] * 3
+    assert len(training_calls) == 7
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_4.pt"]
+    last = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert last["step"] == 4 and last["skipped_updates"] == 0
+    assert all(torch.isfinite(t).all() for t in last["model"].values())
+    model_from_checkpoint(last)  # loads into a model of the saved config
+
+
+# --- out of memory --------------------------------------------------------------------------------
+
+
+class OutOfMemoryInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError(SIMULATED_OOM)
+
+
+def run_out_of_memory(trainer: Trainer, fails: Callable[[torch.Tensor], bool], where: str = "forward") -> list[int]:
+    """The objective runs out of memory on batches for which `fails(src)` holds, in its forward or in
+    the backward. Returns the number of sentences of every batch it was called with."""
+    real = trainer.objective.forward
+    seen = []
+
+    def forward(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple:
+        seen.append(src.size(0))
+        if fails(src) and where == "forward":
+            raise torch.OutOfMemoryError(SIMULATED_OOM)
+        loss, nll = real(src, tgt_in, tgt_out)
+        return (OutOfMemoryInBackward.apply(loss) if fails(src) else loss), nll
+
+    trainer.objective.forward = forward
+    return seen
+
+
+def test_split_batch_halves_are_what_collate_makes(setup):
+    _, data = setup
+    lengths = data.train.src.lengths()
+    indices = np.argsort(lengths, kind="stable")[::37][:5]  # five sentences of different lengths
+    whole = batch_of(data, indices)
+    halves = split_batch(whole)
+    expected = [batch_of(data, indices[:3]), batch_of(data, indices[3:])]
+    assert len(halves) == 2
+    for half, want in zip(halves, expected, strict=True):
+        for name in ("src", "tgt_in", "tgt_out"):
+            assert torch.equal(getattr(half, name), getattr(want, name)), name
+            assert getattr(half, name).is_contiguous()
+        assert half.indices.tolist() == want.indices.tolist()
+        assert (half.src_tokens, half.tgt_tokens) == (want.src_tokens, want.tgt_tokens)
+    assert halves[0].src.size(1) < whole.src.size(1)  # the shorter half lost the longer half's padding
+    assert sum(h.tgt_tokens for h in halves) == whole.tgt_tokens
+    single = batch_of(data, indices[:1])
+    assert split_batch(single) == [single]
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_out_of_memory_retries_the_update_on_half_batches(setup, tmp_path, caplog, where):
+    """Two micro-batches: the first (4 sentences) fits and has already put its gradient in place when
+    the second (8 sentences) runs out of memory. The update is redone from zero gradients on the four
+    halves and equals an update made directly on those halves."""
+    _, data = setup
+    small, big = np.arange(0, 4), np.arange(4, 12)
+    trainer = make_trainer(setup, tmp_path, [batch_of(data, small), batch_of(data, big)])
+    seen = run_out_of_memory(trainer, lambda src: src.size(0) > 4, where)
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
+        metrics = trainer.train_step()
+    assert metrics is not None
+    assert seen == [4, 8, 2, 2, 4, 4]
+    assert (trainer.step, trainer.skipped_updates) == (1, 0)
+    tokens = batch_of(data, small).tgt_tokens + batch_of(data, big).tgt_tokens
+    assert warnings_of(caplog) == [
+        f"update 1 ran out of memory (12 sentences, {tokens} target tokens): retrying it in 4 micro-batches"
+    ]
+
+    halves = [batch_of(data, small[:2]), batch_of(data, small[2:]), batch_of(data, big[:4]), batch_of(data, big[4:])]
+    direct = make_trainer(setup, tmp_path, halves)
+    expected = direct.train_step()
+    assert_same_parameters(parameters(trainer), parameters(direct))
+    assert metrics == expected
+
+
+def test_out_of_memory_on_the_halves_too_skips_the_update(setup, tmp_path, caplog):
+    _, data = setup
+    batch = batch_of(data, np.arange(0, 4))
+    trainer = make_trainer(setup, tmp_path, [batch])
+    seen = run_out_of_memory(trainer, lambda src: src.size(0) > 1)
+    before = parameters(trainer)
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
+        assert trainer.train_step() is None
+    assert seen == [4, 2]  # the whole batch, then the first half: the update is given up at once
+    assert_same_parameters(parameters(trainer), before)
+    assert all(p.grad is None for p in trainer.model.parameters())
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_oom_skips) == (0, 1, 1)
+    assert warnings_of(caplog) == [
+        f"update 1 ran out of memory (4 sentences, {batch.tgt_tokens} target tokens): retrying it in 2 micro-batches",
+        f"update 1 skipped: out of memory even with its batches split in two (4 sentences, {batch.tgt_tokens} target tokens)",
+    ]
+    seen.clear()
+    trainer.objective.forward = TeacherForcedLoss.forward.__get__(trainer.objective)  # memory is back
+    assert trainer.train_step() is not None
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_oom_skips) == (1, 1, 0)
+
+
+def test_out_of_memory_on_every_update_stops_the_run(setup, tmp_path):
+    _, data = setup
+    trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 4))])
+    run_out_of_memory(trainer, lambda src: True)
+    assert trainer.train_step() is None
+    assert trainer.train_step() is None
+    with pytest.raises(RepeatedOutOfMemory) as info:
+        trainer.train_step()
+    assert isinstance(info.value, UserError)
+    assert str(info.value) == (
+        "3 updates in a row ran out of memory even with their batches split in two (max_skipped_updates=3); "
+        f"lower batch_tokens. The last good checkpoint is in {tmp_path / 'run' / 'checkpoints'}"
+    )
+    assert (trainer.step, trainer.skipped_updates) == (0, 3)
+
+
+class TwoRanks(DistContext):
+    """Looks distributed to train_step; sums are those of one rank (no process group is needed)."""
+
+    def sum(self, value: float) -> float:
+        return value
+
+
+def test_out_of_memory_under_ddp_is_an_error_not_a_split(setup, tmp_path):
+    """A rank that split its batch would make more backward passes than the other ranks wait for."""
+    _, data = setup
+    batch = batch_of(data, np.arange(0, 4))
+    trainer = make_trainer(setup, tmp_path, [batch])
+    trainer.dist = TwoRanks(rank=1, world_size=2)
+    seen = run_out_of_memory(trainer, lambda src: True)
+    with pytest.raises(UserError) as info:
+        trainer.train_step()
+    assert str(info.value) == (
+        f"out of memory at update 1 on rank 1 ({batch.tgt_tokens} target tokens); lower batch_tokens "
+        "(with several processes a batch cannot be split and retried)"
+    )
+    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
+    assert seen == [4]
