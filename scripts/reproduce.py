@@ -48,7 +48,7 @@ def train(args: argparse.Namespace, run_dir: Path) -> float:
     ]
     print("+", " ".join(command), file=sys.stderr)
     start = time.monotonic()
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, stdout=sys.stderr)  # stdout carries only the JSON result
     return time.monotonic() - start
 
 
