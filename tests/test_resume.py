@@ -71,35 +71,63 @@ def test_init_from_starts_a_new_run_from_the_weights_only(tmp_path: Path) -> Non
 
 
 def _train_command(run_dir: Path, extra: list[str]) -> list[str]:
-    overrides = [*DETERMINISTIC, "max_steps=24", "save_every=2", "valid_every=12", f"hydra.run.dir={run_dir}"]
+    overrides = [*DETERMINISTIC, "max_steps=40", "save_every=2", "valid_every=12", f"hydra.run.dir={run_dir}"]
     return [str(Path(sys.executable).parent / "seq2seq-train"), *overrides, *extra]
 
 
 def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path) -> None:
-    """SIGKILL a real training process at random moments (checkpoints are written every 2 updates,
-    so some kills land mid-write), resume each time, and compare with a run never interrupted."""
+    """SIGKILL a real training process at random moments after it has made progress (checkpoints are
+    written every 2 updates, so some kills land mid-write), resume each time, and compare with a run
+    never interrupted."""
     env = {**os.environ}
     straight = subprocess.run(_train_command(tmp_path / "straight", []), env=env, capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-2000:]
     run_dir = tmp_path / "killed"
+    last = run_dir / "checkpoints" / "last.pt"
     rng = random.Random(7)
-    kills = []
+    kills: list[int] = []
     command = _train_command(run_dir, [])
+    resumed_launches = 0
     for _ in range(3):
+        resumed_launches += "resume=" in command[-1]
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(4.0, 9.0))  # start-up takes a few seconds; then updates come fast
+        done_before = load_checkpoint(last)["step"] if last.exists() else 0
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:  # wait for a new checkpoint
+            if last.exists() and _step_or_zero(last) > done_before:
+                break
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 0.6))  # then kill at a random moment: between updates or mid-write
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
             process.wait()
-            last = run_dir / "checkpoints" / "last.pt"
-            kills.append(load_checkpoint(last)["step"] if last.exists() else 0)
-        command = (
-            _train_command(run_dir, [f"resume={run_dir}"])
-            if (run_dir / "checkpoints" / "last.pt").exists()
-            else command
-        )
+            kills.append(_step_or_zero(last))
+        command = _train_command(run_dir, [f"resume={run_dir}"]) if last.exists() else command
+    resumed_launches += "resume=" in command[-1]
     finish = subprocess.run(command, env=env, capture_output=True, text=True)
     assert finish.returncode == 0, finish.stderr[-2000:]
     print(f"killed after checkpoints at steps {kills}")
     assert_bitwise_equal(final_parameters(tmp_path / "straight"), final_parameters(run_dir))
-    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 24
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 40
+    # The resumed segments appended to one TensorBoard run: every step once, as in the straight run
+    # (steps logged after the last checkpoint of a killed segment were purged on resume).
+    assert scalar_steps(run_dir, "train/loss") == scalar_steps(tmp_path / "straight", "train/loss")
+    assert scalar_steps(run_dir, "valid/bleu") == scalar_steps(tmp_path / "straight", "valid/bleu")
+    log = (run_dir / "train.log").read_text()
+    assert log.count("resumed ") == resumed_launches and "reached max_steps=40" in log
+
+
+def _step_or_zero(path: Path) -> int:
+    """The step of a checkpoint being written right now may not be readable yet: count that as none."""
+    try:
+        return load_checkpoint(path)["step"]
+    except UserError:
+        return 0
+
+
+def scalar_steps(run_dir: Path, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    return [event.step for event in events.Scalars(tag)]
