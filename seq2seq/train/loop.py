@@ -21,10 +21,9 @@ from omegaconf import DictConfig
 from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint, rng_state, set_rng_state
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
-from seq2seq.data.pipeline import PreparedData, prepare_data
+from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import build_model
-from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
 from seq2seq.train.loss import TeacherForcedLoss
@@ -291,14 +290,3 @@ def install_stop_handlers(trainer: Trainer) -> None:
 
 def elapsed_minutes(start: float) -> float:
     return (time.monotonic() - start) / 60.0
-
-
-__all__ = [
-    "Trainer",
-    "prepare_data",
-    "resume_payload",
-    "install_stop_handlers",
-    "NonFiniteLoss",
-    "RepeatedOutOfMemory",
-    "Dashboard",
-]
