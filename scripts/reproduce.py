@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 import sacrebleu
-import torch
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import TranslateConfig
-from seq2seq.data.corpus import MULTI30K_SPLITS, _multi30k_file, read_lines
+from seq2seq.data.corpus import MULTI30K_SPLITS, multi30k_file, read_lines
+from seq2seq.device import pick_device
 from seq2seq.translate import load_translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,7 +54,7 @@ def train(args: argparse.Namespace, run_dir: Path) -> float:
 
 def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int, length_penalty: float) -> list[str]:
     cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
-    translator = load_translator(cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    translator = load_translator(cfg, pick_device("auto"))
     return [nbest[0].text for nbest in translator.translate(lines)]
 
 
@@ -71,7 +71,7 @@ def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
 
 
 def split_text(data_dir: Path, split: str, lang: str) -> list[str]:
-    return read_lines(_multi30k_file(data_dir, MULTI30K_SPLITS[split], lang))
+    return read_lines(multi30k_file(data_dir, MULTI30K_SPLITS[split], lang))
 
 
 def markdown(result: dict) -> str:

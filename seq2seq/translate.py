@@ -21,6 +21,7 @@ from seq2seq.checkpoint import find_checkpoint, load_checkpoint, model_from_chec
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.device import pick_device
 from seq2seq.translator import Translation, Translator
 
 log = logging.getLogger("seq2seq.translate")
@@ -94,9 +95,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = torch.device(
-        "cuda" if cfg.device == "auto" and torch.cuda.is_available() else "cpu" if cfg.device == "auto" else cfg.device
-    )
+    device = pick_device(cfg.device)
     translator = load_translator(cfg, device)
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else open(cfg.output, "w", encoding="utf-8")  # noqa: SIM115

@@ -183,7 +183,7 @@ def test_cross_attention_matches_torch() -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_torch(norm_first: bool) -> None:
     torch.manual_seed(1)
-    ours = EncoderLayer(D_MODEL, HEADS, FFN, 0.0, 0.0, "relu", norm_first).eval()
+    ours = EncoderLayer(small_config(norm_first=norm_first)).eval()
     randomize(ours)
     ref = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     copy_self_attention(ours.self_attn, ref.self_attn)
@@ -203,7 +203,7 @@ def test_encoder_layer_matches_torch(norm_first: bool) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_torch(norm_first: bool) -> None:
     torch.manual_seed(2)
-    ours = DecoderLayer(D_MODEL, HEADS, FFN, 0.0, 0.0, "relu", norm_first).eval()
+    ours = DecoderLayer(small_config(norm_first=norm_first)).eval()
     randomize(ours)
     ref = nn.TransformerDecoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     copy_self_attention(ours.self_attn, ref.self_attn)

@@ -84,7 +84,7 @@ def read_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Pairs:
     return sources, targets
 
 
-def _multi30k_file(directory: Path, split: str, lang: str) -> Path:
+def multi30k_file(directory: Path, split: str, lang: str) -> Path:
     for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
         if (directory / name).is_file():
             return directory / name
@@ -96,9 +96,7 @@ def read_multi30k(cfg: DataConfig) -> Corpus:
     if not directory.is_dir():
         raise UserError(f"data.dir={cfg.dir}: not a directory")
     return {
-        split: read_parallel(
-            _multi30k_file(directory, name, cfg.src_lang), _multi30k_file(directory, name, cfg.tgt_lang)
-        )
+        split: read_parallel(multi30k_file(directory, name, cfg.src_lang), multi30k_file(directory, name, cfg.tgt_lang))
         for split, name in MULTI30K_SPLITS.items()
     }
 
@@ -152,7 +150,7 @@ def _split_files(cfg: DataConfig, split: str) -> list[str]:
         return [getattr(cfg, split)]
     if cfg.kind == "multi30k":
         name = MULTI30K_SPLITS[split]
-        return [str(_multi30k_file(Path(cfg.dir), name, lang)) for lang in (cfg.src_lang, cfg.tgt_lang)]
+        return [str(multi30k_file(Path(cfg.dir), name, lang)) for lang in (cfg.src_lang, cfg.tgt_lang)]
     return []
 
 
@@ -161,7 +159,7 @@ def corpus_sources(cfg: DataConfig) -> list[str]:
     if cfg.kind == "multi30k":
         directory = Path(cfg.dir)
         return [
-            str(_multi30k_file(directory, n, lang))
+            str(multi30k_file(directory, n, lang))
             for n in MULTI30K_SPLITS.values()
             for lang in (cfg.src_lang, cfg.tgt_lang)
         ]

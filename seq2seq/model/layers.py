@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2seq.config import ModelConfig
 from seq2seq.model.attention import KVCache, MultiHeadAttention
 from seq2seq.model.dropout import Dropout
 
@@ -56,22 +57,12 @@ def _record(record: AttentionRecord | None, kind: str, weights: torch.Tensor | N
 class EncoderLayer(nn.Module):
     """Self-attention over the source, then the feed-forward network."""
 
-    def __init__(
-        self,
-        d_model: int,
-        heads: int,
-        ffn_dim: int,
-        dropout: float,
-        attn_dropout: float,
-        activation: str,
-        norm_first: bool,
-        activation_dropout: float = 0.0,
-    ) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)
-        self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
-        self.attn_residual = Residual(d_model, dropout, norm_first)
-        self.ffn_residual = Residual(d_model, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, cross=False)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
+        self.attn_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor, record: AttentionRecord | None = None) -> torch.Tensor:
         def self_attention(h: torch.Tensor) -> torch.Tensor:
@@ -86,24 +77,14 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention over the target prefix, cross-attention to the encoder memory, then the FFN."""
 
-    def __init__(
-        self,
-        d_model: int,
-        heads: int,
-        ffn_dim: int,
-        dropout: float,
-        attn_dropout: float,
-        activation: str,
-        norm_first: bool,
-        activation_dropout: float = 0.0,
-    ) -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=False)
-        self.cross_attn = MultiHeadAttention(d_model, heads, attn_dropout, cross=True)
-        self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
-        self.self_residual = Residual(d_model, dropout, norm_first)
-        self.cross_residual = Residual(d_model, dropout, norm_first)
-        self.ffn_residual = Residual(d_model, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, cross=False)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, cross=True)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
+        self.self_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.cross_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
     def forward(
         self,

@@ -60,18 +60,8 @@ class Transformer(nn.Module):
         self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
         self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
         self.dropout = Dropout(cfg.dropout)
-        layer_args = (
-            cfg.d_model,
-            cfg.heads,
-            cfg.ffn_dim,
-            cfg.dropout,
-            cfg.attention_dropout,
-            cfg.activation,
-            cfg.norm_first,
-            cfg.activation_dropout,
-        )
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(cfg.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(cfg.decoder_layers))
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # Pre-norm leaves the residual stream un-normalised: one last LayerNorm on each stack.
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()

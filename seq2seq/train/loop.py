@@ -61,6 +61,7 @@ class Trainer:
         self.consecutive_skips = 0  # non-finite ones only (see _count_skip)
         self.consecutive_oom_skips = 0
         self.last_metrics: dict[str, float] = {}
+        self.samples: list[tuple[str, str, str]] = []  # (source, reference, translation) shown in TensorBoard
         self.stop_requested = False
         self.checkpoint_dir = run_dir / "checkpoints"
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
+from seq2seq.device import pick_device
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
 from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, resume_payload
@@ -25,15 +26,6 @@ from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, 
 log = logging.getLogger("seq2seq.train")
 GROUPS = ("model", "data", "optim", "experiment")
 STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device={name}: CUDA is not available on this machine (use device=auto or cpu)")
-    return device
 
 
 def seed_everything(seed: int) -> None:
