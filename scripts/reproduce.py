@@ -2,11 +2,15 @@
 
     python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k
     python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k --minutes 30
+    python scripts/reproduce.py builtin_reverse   # the built-in task: no data needed, a few minutes
+
+Any experiment whose data has valid and test splits works: they are read through the run's own data
+config, exactly as training read them.
 
 1. `seq2seq-train experiment=<name>` (the real command, in a subprocess) for the experiment's budget;
 2. averages the last periodic checkpoints, and keeps whichever of best.pt / averaged.pt scores the
    higher BLEU on the *validation* split (the test set never chooses anything);
-3. translates test_2016_flickr with beam search and scores it with sacreBLEU (cased and
+3. translates the test split (Multi30k: test_2016_flickr) with beam search and scores it with sacreBLEU (cased and
    case-insensitive, with signatures) and chrF;
 4. writes results/<name>.json and results/<name>.md (the table the README includes) and prints the JSON.
 """
@@ -14,18 +18,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import sacrebleu
+from omegaconf import OmegaConf
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import TranslateConfig
-from seq2seq.data.corpus import MULTI30K_SPLITS, multi30k_file, read_lines
+from seq2seq.config import DataConfig, TranslateConfig
+from seq2seq.data.corpus import read_corpus
 from seq2seq.device import pick_device
 from seq2seq.translate import load_translator
 
@@ -34,13 +41,15 @@ from average_checkpoints import main as average_checkpoints  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+VALIDATION_LINE = re.compile(r"validation at update (\d+): .*?BLEU ([\d.]+)")
+STOPPED_LINE = re.compile(r"stopped: .* after \d+ updates in ([\d.]+) minutes")
 
 
 def train(args: argparse.Namespace, run_dir: Path) -> float:
     command = [
         str(Path(sys.executable).parent / "seq2seq-train"),
         f"experiment={args.experiment}",
-        f"data.dir={args.data_dir}",
+        f"data.dir={Path(args.data_dir).resolve()}",
         f"hydra.run.dir={run_dir}",
         "progress=false",
         *([f"max_minutes={args.minutes}"] if args.minutes else []),
@@ -70,19 +79,54 @@ def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
     }
 
 
-def split_text(data_dir: Path, split: str, lang: str) -> list[str]:
-    return read_lines(multi30k_file(data_dir, MULTI30K_SPLITS[split], lang))
+def validation_curve(log: str) -> list[list[float]]:
+    """[update, greedy validation BLEU] at each validation, from the run's train.log."""
+    return [[int(update), float(bleu)] for update, bleu in VALIDATION_LINE.findall(log)]
 
 
-def markdown(result: dict) -> str:
+def training_minutes(log: str) -> float:
+    """The training time the run itself measured (summed over resumed parts)."""
+    return round(sum(float(m) for m in STOPPED_LINE.findall(log)), 1)
+
+
+def held_out_splits(saved_data_config: dict) -> dict[str, tuple[list[str], list[str]]]:
+    """The validation and test pairs of the run, read through its own data config."""
+    corpus = read_corpus(OmegaConf.merge(OmegaConf.structured(DataConfig), saved_data_config))
+    if "test" not in corpus:
+        raise SystemExit(f"error: data.kind={saved_data_config['kind']} of this run has no test split to score")
+    return {"valid": corpus["valid"], "test": corpus["test"]}
+
+
+TABLE_HEADER = (
+    "| experiment | test BLEU (cased) | test BLEU (lowercase) | chrF | training | checkpoint | machine | config |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+)
+README_START, README_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
+
+
+def table_row(result: dict) -> str:
     test, machine = result["test"], result["machine"]
     return (
-        "| experiment | test BLEU (cased) | test BLEU (lowercase) | chrF | training | checkpoint | machine | config |\n"
-        "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
         f"| {result['experiment']} | {test['bleu']} | {test['bleu_lowercase']} | {test['chrf']} | "
         f"{result['train_minutes']:.0f} min, {result['steps']} updates | {result['checkpoint']} (beam {result['beam']}) | "
         f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"
     )
+
+
+def publish(result: dict, results: Path, readme: Path | None) -> None:
+    """results/<experiment>.{json,md}, then results/table.md with a row for every result there, which
+    also replaces the table between the markers in `readme` (if it has them)."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{result['experiment']}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (results / f"{result['experiment']}.md").write_text(TABLE_HEADER + table_row(result))
+    everything = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+    table = TABLE_HEADER + "".join(table_row(r) for r in everything if "test" in r)
+    (results / "table.md").write_text(table)
+    if readme is not None and readme.exists():
+        text = readme.read_text()
+        if README_START in text and README_END in text:
+            head, rest = text.split(README_START, 1)
+            readme.write_text(head + README_START + "\n" + table + rest[rest.index(README_END) :])
 
 
 def main() -> None:
@@ -94,33 +138,38 @@ def main() -> None:
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--run-dir", help="default: outputs/reproduce/<experiment>")
     parser.add_argument("--results", default=str(ROOT / "results"))
+    parser.add_argument("--readme", default=str(ROOT / "README.md"), help="whose results table to rewrite")
     parser.add_argument("--skip-training", action="store_true", help="reuse the run in --run-dir")
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_intermixed_args()
-    data_dir = Path(args.data_dir).resolve()
     run_dir = Path(args.run_dir or ROOT / "outputs" / "reproduce" / args.experiment).resolve()
 
     train_seconds = 0.0 if args.skip_training else train(args, run_dir)
+    log = (run_dir / "train.log").read_text()
     last = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     src, tgt = last["config"]["data"]["src_lang"], last["config"]["data"]["tgt_lang"]
+    splits = held_out_splits(last["config"]["data"])
     candidates = [run_dir / "checkpoints" / "best.pt"]
     if list((run_dir / "checkpoints").glob("step_*.pt")):
-        candidates.append(average_checkpoints([str(run_dir)]))
-    valid_src, valid_ref = split_text(data_dir, "valid", src), split_text(data_dir, "valid", tgt)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
+            candidates.append(average_checkpoints([str(run_dir)]))
+    valid_src, valid_ref = splits["valid"]
     valid_bleu = {}
     for checkpoint in candidates:
         hypotheses = translate_lines(checkpoint, run_dir, valid_src, args.beam, args.length_penalty)
         valid_bleu[checkpoint.name] = round(sacrebleu.corpus_bleu(hypotheses, [valid_ref]).score, 2)
     chosen = max(candidates, key=lambda c: valid_bleu[c.name])
 
-    test_src, test_ref = split_text(data_dir, "test", src), split_text(data_dir, "test", tgt)
+    test_src, test_ref = splits["test"]
     start = time.monotonic()
     hypotheses = translate_lines(chosen, run_dir, test_src, args.beam, args.length_penalty)
     result = {
         "experiment": args.experiment,
         "direction": f"{src}-{tgt}",
-        "train_minutes": round(train_seconds / 60, 1) if train_seconds else last["config"]["max_minutes"],
+        "train_minutes": training_minutes(log),
+        "train_command_minutes": round(train_seconds / 60, 1) if train_seconds else None,  # with start-up
         "steps": last["step"],
+        "valid_bleu_curve": validation_curve(log),
         "valid_bleu_by_checkpoint": valid_bleu,
         "checkpoint": chosen.name,
         "beam": args.beam,
@@ -130,10 +179,7 @@ def main() -> None:
         "config_hash": hashlib.sha256(json.dumps(last["config"], sort_keys=True).encode()).hexdigest()[:12],
         "machine": machine_info(),
     }
-    results = Path(args.results)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.experiment}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (results / f"{args.experiment}.md").write_text(markdown(result))
+    publish(result, Path(args.results), Path(args.readme) if args.readme else None)
     (run_dir / "test.hyp").write_text("\n".join(hypotheses) + "\n")
     json.dump(result, sys.stdout, indent=2)
     print()

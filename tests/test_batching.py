@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datasets
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from seq2seq.data.batching import EpochBatches, collate, make_batches
@@ -15,7 +16,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 def token_column(lengths: list[int] | np.ndarray, rng: np.random.Generator) -> TokenColumn:
     """Random ordinary ids (4..49) for sentences of the given lengths, as flat values + offsets."""
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return TokenColumn(rng.integers(4, 50, size=int(offsets[-1])).astype(np.int32), offsets)
+    return TokenColumn([rng.integers(4, 50, size=int(offsets[-1])).astype(np.int32)], [offsets])
 
 
 def make_split(n: int = 60, max_len: int = 12, seed: int = 0) -> Split:
@@ -140,6 +141,22 @@ def test_token_column_from_dataset() -> None:
     assert len(column) == 3
     assert column.lengths().tolist() == [3, 1, 2]
     assert [column[i].tolist() for i in range(3)] == src
+
+
+def test_token_column_reads_across_record_batches_without_copying(tmp_path) -> None:
+    """A saved split is many Arrow record batches; rows are found in the right one, and the token
+    arrays are views of the memory-mapped file, not copies."""
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(4, 100, size=rng.integers(1, 9)).tolist() for _ in range(2_500)]
+    datasets.Dataset.from_dict({"ids": rows}).save_to_disk(str(tmp_path / "split"))
+    dataset = datasets.load_from_disk(str(tmp_path / "split"))
+    allocated = pa.total_allocated_bytes()
+    column = TokenColumn.from_dataset(dataset, "ids")
+    assert pa.total_allocated_bytes() == allocated  # no token was copied into Arrow's memory pool
+    assert len(column.values) > 1  # written in record batches of 1,000 rows
+    assert len(column) == len(rows) and column.lengths().tolist() == [len(r) for r in rows]
+    assert all(column[i].tolist() == rows[i] for i in range(len(rows)))
+    assert not any(values.flags.owndata for values in column.values)  # nor into numpy's
 
 
 def test_one_epoch_covers_every_sentence_once() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterable, Iterator
+from itertools import zip_longest
 from pathlib import Path
 
 from seq2seq.config import DataConfig, UserError
@@ -20,53 +22,70 @@ Corpus = dict[str, Pairs]
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (.gz is decompressed), without line endings or a leading BOM."""
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (.gz is decompressed), one at a time, without line endings or a
+    leading BOM: a corpus larger than memory can be read this way."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a text file")
+    number = 0
     try:
-        raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as file:
+            for number, line in enumerate(file, start=1):  # binary files split on b"\n" only
+                try:
+                    decoded = line.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise UserError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from err
+                if number == 1:
+                    decoded = decoded.removeprefix("\ufeff")
+                yield decoded.removesuffix("\n").removesuffix("\r")
     except (OSError, EOFError) as err:
-        raise UserError(f"{path}: cannot read: {err}") from err
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":  # the newline that ends the last line
-        lines.pop()
-    text = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            decoded = line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise UserError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from err
-        if number == 1:
-            decoded = decoded.removeprefix("\ufeff")
-        text.append(decoded.removesuffix("\r"))
-    return text
+        raise UserError(f"{path}: cannot read after line {number}: {err}") from err
 
 
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Pairs:
-    sources, targets = read_lines(src_path), read_lines(tgt_path)
-    if len(sources) != len(targets):
-        raise UserError(f"{src_path} has {len(sources)} lines but {tgt_path} has {len(targets)}: they must pair up")
-    return sources, targets
+def read_lines(path: str | Path) -> list[str]:
+    return list(iter_lines(path))
 
 
-def read_tsv(path: str | Path) -> Pairs:
+def unzip(pairs: Iterable[tuple[str, str]]) -> Pairs:
     sources, targets = [], []
-    for number, line in enumerate(read_lines(path), start=1):
-        if "\t" not in line:
-            raise UserError(f"{path}:{number}: expected 'source<TAB>target', found no tab")
-        src, tgt = line.split("\t", 1)
+    for src, tgt in pairs:
         sources.append(src)
         targets.append(tgt)
     return sources, targets
 
 
-def read_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Pairs:
-    sources, targets = [], []
-    for number, line in enumerate(read_lines(path), start=1):
+def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[str, str]]:
+    sources, targets = iter_lines(src_path), iter_lines(tgt_path)
+    count = 0
+    for count, pair in enumerate(zip_longest(sources, targets), start=1):
+        if None in pair:
+            src_count = count - 1 + sum(1 for _ in sources) + (pair[0] is not None)
+            tgt_count = count - 1 + sum(1 for _ in targets) + (pair[1] is not None)
+            raise UserError(f"{src_path} has {src_count} lines but {tgt_path} has {tgt_count}: they must pair up")
+        yield pair
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Pairs:
+    return unzip(iter_parallel(src_path, tgt_path))
+
+
+def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
+    for number, line in enumerate(iter_lines(path), start=1):
+        if "\t" not in line:
+            raise UserError(f"{path}:{number}: expected 'source<TAB>target', found no tab")
+        src, tgt = line.split("\t", 1)
+        yield src, tgt
+
+
+def read_tsv(path: str | Path) -> Pairs:
+    return unzip(iter_tsv(path))
+
+
+def iter_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Iterator[tuple[str, str]]:
+    for number, line in enumerate(iter_lines(path), start=1):
         if not line.strip():
             continue
         try:
@@ -79,9 +98,11 @@ def read_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Pairs:
             or not isinstance(record.get(tgt_key), str)
         ):
             raise UserError(f"{path}:{number}: expected an object with string fields {src_key!r} and {tgt_key!r}")
-        sources.append(record[src_key])
-        targets.append(record[tgt_key])
-    return sources, targets
+        yield record[src_key], record[tgt_key]
+
+
+def read_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Pairs:
+    return unzip(iter_jsonl(path, src_key, tgt_key))
 
 
 def multi30k_file(directory: Path, split: str, lang: str) -> Path:
@@ -92,13 +113,15 @@ def multi30k_file(directory: Path, split: str, lang: str) -> Path:
 
 
 def read_multi30k(cfg: DataConfig) -> Corpus:
+    return {split: unzip(iter_multi30k(cfg, split)) for split in MULTI30K_SPLITS}
+
+
+def iter_multi30k(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]]:
     directory = Path(cfg.dir)
     if not directory.is_dir():
         raise UserError(f"data.dir={cfg.dir}: not a directory")
-    return {
-        split: read_parallel(multi30k_file(directory, name, cfg.src_lang), multi30k_file(directory, name, cfg.tgt_lang))
-        for split, name in MULTI30K_SPLITS.items()
-    }
+    name = MULTI30K_SPLITS[split]
+    return iter_parallel(multi30k_file(directory, name, cfg.src_lang), multi30k_file(directory, name, cfg.tgt_lang))
 
 
 def read_hub(cfg: DataConfig) -> Corpus:
@@ -115,31 +138,40 @@ def read_hub(cfg: DataConfig) -> Corpus:
     return corpus
 
 
+def iter_split(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]] | None:
+    """The (source, target) pairs of one split (train, valid or test), read lazily from the corpus
+    files so that a corpus larger than memory can be tokenized; None when the config has no such split."""
+    if cfg.kind == "multi30k":
+        return iter_multi30k(cfg, split)
+    if cfg.kind == "parallel_files":
+        src, tgt = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
+        return iter_parallel(src, tgt) if src and tgt else None
+    if cfg.kind in ("tsv", "jsonl"):
+        path = getattr(cfg, split)
+        if not path:
+            return None
+        return iter_tsv(path) if cfg.kind == "tsv" else iter_jsonl(path, cfg.src_key, cfg.tgt_key)
+    corpus = reverse_task(cfg) if cfg.kind == "builtin" else read_hub(cfg)  # already in memory
+    return zip(*corpus[split], strict=True) if split in corpus else None
+
+
 def read_corpus(cfg: DataConfig) -> Corpus:
     """All splits the config names. train and valid are required; test is optional."""
-    if cfg.kind == "builtin":
-        corpus = reverse_task(cfg)
-    elif cfg.kind == "multi30k":
-        corpus = read_multi30k(cfg)
-    elif cfg.kind == "parallel_files":
-        corpus = {
-            "train": read_parallel(cfg.train_src, cfg.train_tgt),
-            "valid": read_parallel(cfg.valid_src, cfg.valid_tgt),
-        }
-        if cfg.test_src and cfg.test_tgt:
-            corpus["test"] = read_parallel(cfg.test_src, cfg.test_tgt)
-    elif cfg.kind in ("tsv", "jsonl"):
-        paths = {split: getattr(cfg, split) for split in ("train", "valid", "test") if getattr(cfg, split)}
-        read = read_tsv if cfg.kind == "tsv" else (lambda p: read_jsonl(p, cfg.src_key, cfg.tgt_key))
-        corpus = {split: read(path) for split, path in paths.items()}
-    else:
-        corpus = read_hub(cfg)
+    corpus = {}
+    for split in ("train", "valid", "test"):
+        pairs = iter_split(cfg, split)
+        if pairs is not None:
+            corpus[split] = unzip(pairs)
     for split in ("train", "valid"):
-        if split not in corpus or not corpus[split][0]:
-            files = _split_files(cfg, split)
-            where = f": no pairs in {' and '.join(files)}" if files else ""
-            raise UserError(f"the {split} split of data.kind={cfg.kind} is empty{where}")
+        require_pairs(cfg, split, len(corpus[split][0]) if split in corpus else 0)
     return corpus
+
+
+def require_pairs(cfg: DataConfig, split: str, count: int) -> None:
+    if count == 0:
+        files = _split_files(cfg, split)
+        where = f": no pairs in {' and '.join(files)}" if files else ""
+        raise UserError(f"the {split} split of data.kind={cfg.kind} is empty{where}")
 
 
 def _split_files(cfg: DataConfig, split: str) -> list[str]:

@@ -1,10 +1,13 @@
 """From a data config to tokenized, filtered splits, cached as Arrow so the next run starts at once.
 
-    read_corpus -> train tokenizer on the train split -> tokenize (datasets.map) -> filter train
-    -> save_to_disk(cache/<key>) ... next run with the same data and tokenizer settings: load_from_disk
+    train pairs, read line by line -> raw.arrow -> tokenizer trained on it -> tokenize + filter
+    (datasets.map, written to disk) -> save_to_disk(cache/<key>) ... next run: load_from_disk
 
-The cache key covers the data config and each corpus file's path, size and modification time, so an
-edited file is re-read. Loaded datasets are memory-mapped: the token ids are never Python lists.
+The training split never sits in memory whole, neither while it is built (the files are read line by
+line into an Arrow file on disk, and tokenized from there in batches) nor while training (the token
+ids are views of the memory-mapped Arrow file, never Python lists): memory does not grow with the
+corpus. The cache key covers the data config and each corpus file's path, size and modification
+time, so an edited file is re-read.
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
 
 from seq2seq.config import DataConfig, UserError, as_dict
-from seq2seq.data.corpus import corpus_sources, read_corpus
+from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
 from seq2seq.data.tokenizer import Tokenizers
 
 log = logging.getLogger(__name__)
@@ -32,25 +37,34 @@ CACHE_VERSION = 2  # bump when the cached layout or tokenization changes
 
 @dataclass
 class TokenColumn:
-    """One side of a split as flat token ids plus offsets (zero-copy views of the Arrow data)."""
+    """One side of a split as flat token ids plus row offsets, one pair of arrays per Arrow record
+    batch: views of the memory-mapped file, so loading a split copies no token."""
 
-    values: np.ndarray
-    offsets: np.ndarray
+    values: list[np.ndarray]
+    offsets: list[np.ndarray]  # offsets[k][i]:offsets[k][i + 1] is row i of chunk k in values[k]
+
+    def __post_init__(self) -> None:
+        self.starts = np.cumsum([0] + [len(o) - 1 for o in self.offsets])  # first row of each chunk
 
     @classmethod
     def from_dataset(cls, dataset: datasets.Dataset, column: str) -> TokenColumn:
-        array = dataset.data.column(column).combine_chunks()
-        offsets = array.offsets.to_numpy()
-        return cls(array.values.to_numpy(zero_copy_only=False), offsets)
+        chunks = dataset.data.column(column).chunks
+        return cls(
+            [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks],
+            [chunk.offsets.to_numpy() for chunk in chunks],
+        )
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return int(self.starts[-1])
 
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        return np.concatenate([np.diff(o) for o in self.offsets]) if self.offsets else np.zeros(0, np.int64)
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return self.values[self.offsets[index] : self.offsets[index + 1]]
+        chunk = int(np.searchsorted(self.starts, index, side="right")) - 1
+        row = index - self.starts[chunk]
+        offsets = self.offsets[chunk]
+        return self.values[chunk][offsets[row] : offsets[row + 1]]
 
 
 @dataclass
@@ -98,52 +112,98 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> 
     return None
 
 
+TOKEN_FEATURES = datasets.Features(
+    {"src_ids": datasets.Sequence(datasets.Value("int32")), "tgt_ids": datasets.Sequence(datasets.Value("int32"))}
+)
+TEXT_SCHEMA = pa.schema([("src_text", pa.string()), ("tgt_text", pa.string())])
+ROWS_PER_BATCH = 10_000
+
+
+def _write_text(pairs: Iterator[tuple[str, str]], path: Path) -> int:
+    """Streams (source, target) pairs into an Arrow file, ROWS_PER_BATCH at a time. Returns the count."""
+    count = 0
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, TEXT_SCHEMA) as writer:
+        while chunk := list(islice(pairs, ROWS_PER_BATCH)):
+            writer.write_batch(pa.record_batch(list(map(list, zip(*chunk, strict=True))), schema=TEXT_SCHEMA))
+            count += len(chunk)
+    return count
+
+
+def _texts(dataset: datasets.Dataset, column: str) -> Iterator[str]:
+    for batch in dataset.iter(batch_size=ROWS_PER_BATCH):
+        yield from batch[column]
+
+
 def _tokenize(tokenizers: Tokenizers, sources: list[str], targets: list[str]) -> datasets.Dataset:
-    dataset = datasets.Dataset.from_dict({"src_text": sources, "tgt_text": targets})
+    """A held-out split: token ids and the raw text (BLEU needs it). Held-out splits are small."""
+    return datasets.Dataset.from_dict(
+        {
+            "src_text": sources,
+            "tgt_text": targets,
+            "src_ids": tokenizers.encode_src(sources),
+            "tgt_ids": tokenizers.encode_tgt(targets),
+        },
+        features=datasets.Features(
+            {"src_text": datasets.Value("string"), "tgt_text": datasets.Value("string"), **TOKEN_FEATURES}
+        ),
+    )
+
+
+def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.Dataset, output: Path) -> tuple:
+    """The training split's token ids, without the pairs `keep_pair` drops, written to `output` batch
+    by batch. Returns the dataset and how many pairs each rule dropped."""
+    dropped = {"dropped_empty": 0, "dropped_too_long": 0, "dropped_length_ratio": 0}
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-        return {
-            "src_ids": tokenizers.encode_src(batch["src_text"]),
-            "tgt_ids": tokenizers.encode_tgt(batch["tgt_text"]),
-        }
+        kept: dict[str, list[list[int]]] = {"src_ids": [], "tgt_ids": []}
+        pairs = zip(tokenizers.encode_src(batch["src_text"]), tokenizers.encode_tgt(batch["tgt_text"]), strict=True)
+        for src, tgt in pairs:
+            reason = keep_pair(len(src), len(tgt), cfg.max_tokens, cfg.max_length_ratio)
+            if reason:
+                dropped[reason] += 1
+            else:
+                kept["src_ids"].append(src)
+                kept["tgt_ids"].append(tgt)
+        return kept
 
-    features = datasets.Features(
-        {
-            "src_text": datasets.Value("string"),
-            "tgt_text": datasets.Value("string"),
-            "src_ids": datasets.Sequence(datasets.Value("int32")),
-            "tgt_ids": datasets.Sequence(datasets.Value("int32")),
-        }
+    tokens = raw.map(
+        encode,
+        batched=True,
+        batch_size=ROWS_PER_BATCH,
+        remove_columns=["src_text", "tgt_text"],
+        features=TOKEN_FEATURES,
+        cache_file_name=str(output),
+        load_from_cache_file=False,
     )
-    return dataset.map(encode, batched=True, batch_size=10_000, features=features)
+    return tokens, dropped
 
 
 def _build(cfg: DataConfig, target: Path) -> None:
-    corpus = read_corpus(cfg)
-    tokenizers = Tokenizers.train(*corpus["train"], cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab)
-    train = _tokenize(tokenizers, *corpus["train"])
-    stats = {"train_pairs": len(train), "dropped_empty": 0, "dropped_too_long": 0, "dropped_length_ratio": 0}
-    reasons = [
-        keep_pair(len(s), len(t), cfg.max_tokens, cfg.max_length_ratio)
-        for s, t in zip(train["src_ids"], train["tgt_ids"], strict=True)
-    ]
-    for reason in reasons:
-        if reason:
-            stats[reason] += 1
-    train = train.select([i for i, r in enumerate(reasons) if r is None]).remove_columns(["src_text", "tgt_text"])
-    stats["train_kept"] = len(train)
-    if len(train) == 0:
-        raise UserError(
-            f"no training pair survives filtering (data.max_tokens={cfg.max_tokens}, "
-            f"data.max_length_ratio={cfg.max_length_ratio})"
-        )
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
+        (staging / "work").mkdir(parents=True)
+        pairs = _write_text(iter_split(cfg, "train"), staging / "work" / "raw.arrow")
+        require_pairs(cfg, "train", pairs)
+        raw = datasets.Dataset.from_file(str(staging / "work" / "raw.arrow"))
+        tokenizers = Tokenizers.train(
+            _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab
+        )
+        train, dropped = _tokenize_and_filter(cfg, tokenizers, raw, staging / "work" / "tokens.arrow")
+        stats = {"train_pairs": pairs, **dropped, "train_kept": len(train)}
+        if len(train) == 0:
+            raise UserError(
+                f"no training pair survives filtering (data.max_tokens={cfg.max_tokens}, "
+                f"data.max_length_ratio={cfg.max_length_ratio})"
+            )
+        valid = unzip(iter_split(cfg, "valid"))
+        require_pairs(cfg, "valid", len(valid[0]))
         tokenizers.save(staging)
-        train.flatten_indices().save_to_disk(str(staging / "train"))
-        _tokenize(tokenizers, *corpus["valid"]).save_to_disk(str(staging / "valid"))
+        train.save_to_disk(str(staging / "train"))
+        _tokenize(tokenizers, *valid).save_to_disk(str(staging / "valid"))
         (staging / "stats.json").write_text(json.dumps(stats))
+        del raw, train
+        shutil.rmtree(staging / "work")
         # Publish whole or not at all: a crash mid-build leaves only a staging directory.
         try:
             staging.rename(target)

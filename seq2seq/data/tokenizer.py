@@ -66,7 +66,10 @@ class Tokenizers:
     joint: bool
 
     @classmethod
-    def train(cls, src_texts: list[str], tgt_texts: list[str], kind: str, vocab_size: int, joint: bool) -> Tokenizers:
+    def train(
+        cls, src_texts: Iterable[str], tgt_texts: Iterable[str], kind: str, vocab_size: int, joint: bool
+    ) -> Tokenizers:
+        """Each iterable is read once, so they may be generators over a corpus on disk."""
         if joint:
             shared = train_tokenizer(_chain(src_texts, tgt_texts), kind, vocab_size)
             return cls(shared, shared, True)
@@ -121,6 +124,6 @@ def _readable(piece: str) -> str:
 _BYTE_DECODER = decoders.ByteLevel()
 
 
-def _chain(*lists: list[str]) -> Iterator[str]:
+def _chain(*lists: Iterable[str]) -> Iterator[str]:
     for texts in lists:
         yield from texts

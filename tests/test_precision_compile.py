@@ -1,0 +1,87 @@
+"""`compile=true` and mixed precision change how the loss is computed, never what it is.
+
+The compiled objective is checked against the eager one on CPU; the CUDA autocast paths (bf16, and
+fp16 with its grad scaler) run where a GPU exists and are skipped elsewhere. The CPU bf16 path is
+covered in test_loss_optim.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import compose_config
+
+from seq2seq.data.batching import collate
+from seq2seq.data.pipeline import prepare_data
+from seq2seq.train.distributed import DistContext
+from seq2seq.train.loop import Trainer
+
+OVERRIDES = [
+    "data.task_train_size=64",
+    "data.task_valid_size=8",
+    "model.dropout=0.0",  # deterministic: both paths must see the same function
+    "threads=1",
+    "attention_images=false",
+]
+SENTENCES = np.arange(16)
+
+
+def make_trainer(tmp_path: Path, device: torch.device, overrides: list[str]) -> Trainer:
+    cfg = compose_config("train", [*OVERRIDES, *overrides])
+    data = prepare_data(cfg.data)
+    torch.manual_seed(0)
+    return Trainer(cfg, tmp_path, data, device, DistContext())
+
+
+def loss_and_grads(module: torch.nn.Module, trainer: Trainer, device: torch.device) -> tuple[float, dict]:
+    batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions).to(device)
+    trainer.model.zero_grad(set_to_none=True)
+    with trainer.autocast():
+        loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
+    (loss / batch.tgt_tokens).backward()
+    grads = {name: p.grad.detach().float().clone() for name, p in trainer.model.named_parameters()}
+    return float(loss), grads
+
+
+def test_compiled_objective_gives_the_eager_loss_and_gradients(tmp_path: Path) -> None:
+    pytest.importorskip("torch._inductor")
+    cpu = torch.device("cpu")
+    trainer = make_trainer(tmp_path, cpu, ["compile=true"])
+    assert trainer.forward is not trainer.objective  # the trainer really runs a compiled module
+    assert hasattr(trainer.forward, "_orig_mod")
+    eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, cpu)
+    compiled_loss, compiled_grads = loss_and_grads(trainer.forward, trainer, cpu)
+    assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_update_on_cuda(tmp_path: Path, precision: str) -> None:
+    """One update under autocast: the loss is fp32 and within 2% of the fp32 loss of the same batch,
+    the parameters move, and fp16 goes through the grad scaler."""
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    cuda = torch.device("cuda")
+    reference = make_trainer(tmp_path / "fp32", cuda, ["precision=fp32"])
+    reference_loss, _ = loss_and_grads(reference.objective, reference, cuda)
+
+    trainer = make_trainer(tmp_path / precision, cuda, [f"precision={precision}"])
+    batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions).to(cuda)
+    with trainer.autocast():
+        loss, _ = trainer.forward(batch.src, batch.tgt_in, batch.tgt_out)
+    assert loss.dtype == torch.float32  # the softmax and loss are taken in fp32
+    assert float(loss) == pytest.approx(reference_loss, rel=0.02)
+
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.stream.next_update = lambda *_args: [
+        collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions)
+    ]
+    assert trainer.train_step() is not None
+    assert trainer.scaler.is_enabled() == (precision == "fp16")
+    moved = [not torch.equal(before[name], p.detach()) for name, p in trainer.model.named_parameters()]
+    assert all(moved)

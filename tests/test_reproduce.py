@@ -1,0 +1,97 @@
+"""scripts/reproduce.py end to end: on the built-in task in CI, on Multi30k with a 2-minute budget (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+from conftest import MULTI30K, TINY_TRAIN
+from omegaconf import OmegaConf
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import DataConfig
+from seq2seq.data.builtin import reverse_task
+from seq2seq.data.corpus import MULTI30K_SPLITS, multi30k_file, read_lines
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce.py"
+README = (
+    "# A README\n\n<!-- results table: written by scripts/reproduce.py -->\nold table\n<!-- end of results table -->\n"
+)
+
+
+def reproduce(tmp_path: Path, experiment: str, *arguments: str) -> dict:
+    (tmp_path / "README.md").write_text(README)
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        experiment,
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--results",
+        str(tmp_path / "results"),
+        "--readme",
+        str(tmp_path / "README.md"),
+        *arguments,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def check_published(tmp_path: Path, result: dict, references: list[str]) -> None:
+    """The scores are those of the hypotheses written, recomputed here with sacreBLEU; the tables hold them."""
+    hypotheses = (tmp_path / "run" / "test.hyp").read_text().splitlines()
+    assert len(hypotheses) == len(references)
+    expected_bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    expected_lowercase = sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score
+    assert result["test"]["bleu"] == pytest.approx(expected_bleu, abs=0.006)
+    assert result["test"]["bleu_lowercase"] == pytest.approx(expected_lowercase, abs=0.006)
+    assert result["test"]["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, abs=0.006)
+    assert "case:lc" in result["test"]["bleu_lowercase_signature"]
+    # The test set chooses nothing: the checkpoint is the one with the higher validation BLEU.
+    by_checkpoint = result["valid_bleu_by_checkpoint"]
+    assert set(by_checkpoint) == {"best.pt", "averaged.pt"}
+    assert by_checkpoint[result["checkpoint"]] == max(by_checkpoint.values())
+    assert json.loads((tmp_path / "results" / f"{result['experiment']}.json").read_text()) == result
+    row = f"| {result['experiment']} | {result['test']['bleu']} | {result['test']['bleu_lowercase']} |"
+    assert row in (tmp_path / "results" / "table.md").read_text()
+    readme = (tmp_path / "README.md").read_text()
+    assert row in readme and "old table" not in readme and readme.startswith("# A README")
+
+
+def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
+    overrides = [o for o in TINY_TRAIN if not o.startswith(("max_steps", "valid_every", "save_every"))]
+    result = reproduce(
+        tmp_path,
+        "builtin_reverse",
+        "--beam",
+        "2",
+        *overrides,
+        "data.task_test_size=30",
+        "max_steps=24",
+        "valid_every=8",
+        "save_every=8",
+    )
+    assert result["steps"] == 24
+    assert [update for update, _ in result["valid_bleu_curve"]] == [8, 16, 24]
+    assert result["beam"] == 2 and result["direction"] == "src-tgt"
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["data"]
+    sources = reverse_task(OmegaConf.merge(OmegaConf.structured(DataConfig), saved))["test"][0]
+    assert len(sources) == 30
+    references = [" ".join(reversed(source.split())).upper() for source in sources]  # the task, restated
+    check_published(tmp_path, result, references)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+def test_reproduce_multi30k_in_two_minutes(tmp_path: Path) -> None:
+    result = reproduce(
+        tmp_path, "multi30k_en_de", "--data-dir", str(MULTI30K), "--minutes", "2", "valid_every=40", "save_every=20"
+    )
+    assert 1.9 <= result["train_minutes"] <= 2.5
+    assert result["direction"] == "en-de" and result["valid_bleu_curve"]
+    check_published(tmp_path, result, read_lines(multi30k_file(MULTI30K, MULTI30K_SPLITS["test"], "de")))
