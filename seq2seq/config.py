@@ -72,6 +72,10 @@ class DataConfig:
     max_tokens: int = 128  # drop training pairs longer than this on either side
     max_length_ratio: float = 3.0  # drop training pairs whose token counts differ by more than this factor
     cache_dir: str | None = None  # tokenized Arrow data + tokenizer; default ~/.cache/seq2seq
+    # Corpora too large to pre-tokenize: read and tokenize the training files on the fly, a buffer at a time.
+    streaming: bool = False
+    stream_buffer_pairs: int = 100_000  # pairs tokenized, length-sorted and shuffled together
+    stream_tokenizer_pairs: int = 1_000_000  # the first N training pairs train the tokenizer
 
 
 @dataclass
@@ -180,6 +184,8 @@ def validate_train(cfg: Any) -> None:
     _check(d.vocab_size >= 16, "data.vocab_size", d.vocab_size, "must be at least 16")
     _check(d.max_tokens > 0, "data.max_tokens", d.max_tokens, "must be positive")
     _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")
+    _check(d.stream_buffer_pairs > 0, "data.stream_buffer_pairs", d.stream_buffer_pairs, "must be positive")
+    _check(d.stream_tokenizer_pairs > 0, "data.stream_tokenizer_pairs", d.stream_tokenizer_pairs, "must be positive")
     _check(
         d.max_tokens + 2 <= cfg.model.max_positions,
         "data.max_tokens",

@@ -136,7 +136,10 @@ def test_experiment_options_compose(hydra_ctx, name):
     """Every experiment composes and validates once given where its corpus is (data.dir is the user's)."""
     cfg = train_cfg(f"experiment={name}", "data.dir=/corpus")
     validate_train(cfg)
-    assert cfg.data.kind == "multi30k" and (cfg.data.src_lang, cfg.data.tgt_lang) == tuple(name.split("_")[1:3])
+    if name.startswith("multi30k"):
+        assert cfg.data.kind == "multi30k" and (cfg.data.src_lang, cfg.data.tgt_lang) == tuple(name.split("_")[1:3])
+    else:
+        assert name == "builtin_reverse" and cfg.data.kind == "builtin" and cfg.model.d_model == 64
 
 
 def test_there_are_experiments():

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from seq2seq.config import UserError
 from seq2seq.data.pipeline import Split
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -149,5 +150,7 @@ class EpochBatches:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_tokens": self.batch_tokens}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        if "buffer" in state:
+            raise UserError("this checkpoint was trained with data.streaming=true; resume with it")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = self._epoch_batches(self.epoch)

@@ -81,9 +81,9 @@ class Split:
 @dataclass
 class PreparedData:
     tokenizers: Tokenizers
-    train: Split
+    train: Split | None  # None with data.streaming
     valid: Split
-    stats: dict[str, int]  # pairs read, kept and dropped (by reason)
+    stats: dict[str, int]  # pairs read, kept and dropped (by reason); with streaming, the tokenizer's sample
 
 
 def cache_key(cfg: DataConfig) -> str:
@@ -92,7 +92,7 @@ def cache_key(cfg: DataConfig) -> str:
         path = Path(name).resolve()
         stat = path.stat() if path.exists() else None
         files.append([str(path), stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
-    settings = {k: v for k, v in as_dict(cfg).items() if k != "cache_dir"}
+    settings = {k: v for k, v in as_dict(cfg).items() if k not in ("cache_dir", "stream_buffer_pairs")}
     blob = json.dumps({"version": CACHE_VERSION, "data": settings, "files": files}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -183,15 +183,21 @@ def _build(cfg: DataConfig, target: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         (staging / "work").mkdir(parents=True)
-        pairs = _write_text(iter_split(cfg, "train"), staging / "work" / "raw.arrow")
+        train_pairs = iter_split(cfg, "train")
+        if cfg.streaming:  # the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
+            train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
+        pairs = _write_text(train_pairs, staging / "work" / "raw.arrow")
         require_pairs(cfg, "train", pairs)
         raw = datasets.Dataset.from_file(str(staging / "work" / "raw.arrow"))
         tokenizers = Tokenizers.train(
             _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab
         )
-        train, dropped = _tokenize_and_filter(cfg, tokenizers, raw, staging / "work" / "tokens.arrow")
-        stats = {"train_pairs": pairs, **dropped, "train_kept": len(train)}
-        if len(train) == 0:
+        if cfg.streaming:
+            train, stats = None, {"streaming": True, "tokenizer_pairs": pairs}
+        else:
+            train, dropped = _tokenize_and_filter(cfg, tokenizers, raw, staging / "work" / "tokens.arrow")
+            stats = {"train_pairs": pairs, **dropped, "train_kept": len(train)}
+        if train is not None and len(train) == 0:
             raise UserError(
                 f"no training pair survives filtering (data.max_tokens={cfg.max_tokens}, "
                 f"data.max_length_ratio={cfg.max_length_ratio})"
@@ -199,7 +205,8 @@ def _build(cfg: DataConfig, target: Path) -> None:
         valid = unzip(iter_split(cfg, "valid"))
         require_pairs(cfg, "valid", len(valid[0]))
         tokenizers.save(staging)
-        train.save_to_disk(str(staging / "train"))
+        if train is not None:
+            train.save_to_disk(str(staging / "train"))
         _tokenize(tokenizers, *valid).save_to_disk(str(staging / "valid"))
         (staging / "stats.json").write_text(json.dumps(stats))
         del raw, train
@@ -226,11 +233,15 @@ def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is
         log.info("tokenizing the corpus (cached in %s for the next run)", target)
         _build(cfg, target)
     barrier()
-    train = datasets.load_from_disk(str(target / "train"))
+    train = datasets.load_from_disk(str(target / "train")) if (target / "train").is_dir() else None
     valid = datasets.load_from_disk(str(target / "valid"))
     return PreparedData(
         tokenizers=Tokenizers.load(target),
-        train=Split(TokenColumn.from_dataset(train, "src_ids"), TokenColumn.from_dataset(train, "tgt_ids")),
+        train=(
+            Split(TokenColumn.from_dataset(train, "src_ids"), TokenColumn.from_dataset(train, "tgt_ids"))
+            if train is not None
+            else None  # data.streaming: read from the corpus files as training goes
+        ),
         valid=Split(
             TokenColumn.from_dataset(valid, "src_ids"),
             TokenColumn.from_dataset(valid, "tgt_ids"),

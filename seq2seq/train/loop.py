@@ -22,6 +22,7 @@ from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint, rn
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
+from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import build_model
 from seq2seq.train.distributed import DistContext
@@ -52,7 +53,11 @@ class Trainer:
         self.forward = self._wrap(self.objective)
         self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
-        self.stream = EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
+        self.stream = (
+            StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
+            if cfg.data.streaming
+            else EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
+        )
         self.translator = Translator(self.model, tok, device, beam=1)
         self.step = 0
         self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric

@@ -59,7 +59,6 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
     data, cfg = trainer.data, trainer.cfg
     params = sum(p.numel() for p in trainer.model.parameters())
     stats = data.stats
-    dropped = stats["train_pairs"] - stats["train_kept"]
     log.info("model: %s parameters (%s)", f"{params:,}", ", ".join(f"{k}={v}" for k, v in as_dict(cfg.model).items()))
     log.info(
         "vocabulary: source %d, target %d (%s)",
@@ -67,21 +66,31 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
         data.tokenizers.tgt.get_vocab_size(),
         "joint" if data.tokenizers.joint else "separate",
     )
+    if cfg.data.streaming:
+        log.info(
+            "data: streamed from the corpus files, %d pairs at a time (tokenizer learnt from the first %d); "
+            "%d validation pairs",
+            cfg.data.stream_buffer_pairs,
+            stats["tokenizer_pairs"],
+            len(data.valid),
+        )
+    else:
+        log.info(
+            "data: %d training pairs kept, %d dropped (%d empty, %d too long, %d length ratio); %d validation pairs",
+            stats["train_kept"],
+            stats["train_pairs"] - stats["train_kept"],
+            stats["dropped_empty"],
+            stats["dropped_too_long"],
+            stats["dropped_length_ratio"],
+            len(data.valid),
+        )
     log.info(
-        "data: %d training pairs kept, %d dropped (%d empty, %d too long, %d length ratio); %d validation pairs",
-        stats["train_kept"],
-        dropped,
-        stats["dropped_empty"],
-        stats["dropped_too_long"],
-        stats["dropped_length_ratio"],
-        len(data.valid),
-    )
-    log.info(
-        "batches: %d tokens x %d accumulation x %d ranks per update; %d batches per epoch",
+        "batches: %d tokens x %d accumulation x %d ranks per update; %d batches per %s",
         cfg.batch_tokens,
         cfg.accum_steps,
         dist.world_size,
         len(trainer.stream),
+        "buffer" if cfg.data.streaming else "epoch",
     )
     log.info("device: %s, precision %s, %d threads", device, cfg.precision, torch.get_num_threads())
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")

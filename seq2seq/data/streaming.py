@@ -1,0 +1,103 @@
+"""The training stream for corpora too large to pre-tokenize (`data.streaming=true`).
+
+The corpus files are read line by line, `data.stream_buffer_pairs` pairs at a time; each buffer is
+tokenized, filtered and cut into token buckets (sorted by length within the buffer, so padding stays
+low), and its batches are shuffled. Memory holds one buffer, whatever the size of the corpus.
+
+The interface is EpochBatches': `next_update`, `state_dict`, `load_state_dict`, `epoch`. The position
+is (epoch, buffer, batches of the buffer consumed), so a resumed run re-reads the lines of the buffers
+before it (without tokenizing them) and continues with the same batches, for any number of ranks.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import numpy as np
+
+from seq2seq.config import DataConfig, UserError
+from seq2seq.data.batching import Batch, collate, make_batches
+from seq2seq.data.corpus import iter_split
+from seq2seq.data.pipeline import Split, TokenColumn, keep_pair
+from seq2seq.data.tokenizer import Tokenizers
+
+
+def token_column(rows: list[list[int]]) -> TokenColumn:
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    values = np.fromiter((i for r in rows for i in r), dtype=np.int32, count=int(offsets[-1]))
+    return TokenColumn([values], [offsets])
+
+
+class StreamingBatches:
+    def __init__(
+        self, cfg: DataConfig, tokenizers: Tokenizers, batch_tokens: int, seed: int, max_positions: int
+    ) -> None:
+        self.cfg, self.tokenizers = cfg, tokenizers
+        self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
+        self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
+        self._start(epoch=1, buffer=0)
+
+    def _start(self, epoch: int, buffer: int) -> None:
+        """Opens the corpus for `epoch` and loads buffer number `buffer` (0-based)."""
+        self.epoch, self.buffer, self.position = epoch, buffer - 1, 0
+        self._pairs = iter_split(self.cfg, "train")
+        for _ in range(buffer):  # resuming: skip the lines of the buffers already trained on
+            for _pair in islice(self._pairs, self.cfg.stream_buffer_pairs):
+                pass
+        if not self._next_buffer():
+            raise UserError(
+                f"no training pair to stream from buffer {buffer} on (data.max_tokens={self.cfg.max_tokens}, "
+                f"data.max_length_ratio={self.cfg.max_length_ratio}, data.stream_buffer_pairs="
+                f"{self.cfg.stream_buffer_pairs})"
+            )
+
+    def _next_buffer(self) -> bool:
+        """Reads, tokenizes and batches the next buffer; False at the end of the corpus."""
+        while pairs := list(islice(self._pairs, self.cfg.stream_buffer_pairs)):
+            self.buffer += 1
+            sources = self.tokenizers.encode_src([s for s, _ in pairs])
+            targets = self.tokenizers.encode_tgt([t for _, t in pairs])
+            kept = [
+                (s, t)
+                for s, t in zip(sources, targets, strict=True)
+                if keep_pair(len(s), len(t), self.cfg.max_tokens, self.cfg.max_length_ratio) is None
+            ]
+            self.dropped += len(pairs) - len(kept)
+            if not kept:
+                continue
+            self.split = Split(token_column([s for s, _ in kept]), token_column([t for _, t in kept]))
+            rng = np.random.default_rng([self.seed, self.epoch, self.buffer])
+            self._batches = make_batches(self.split.src.lengths(), self.split.tgt.lengths(), self.batch_tokens, rng)
+            self.position = 0
+            return True
+        return False
+
+    def __len__(self) -> int:
+        """Batches in the current buffer (an epoch's count is unknown until it has been read)."""
+        return len(self._batches)
+
+    def next_update(self, world_size: int, rank: int, accum_steps: int) -> list[Batch]:
+        needed = world_size * accum_steps
+        if self.position + needed > len(self._batches) and self.position > 0 and not self._next_buffer():
+            self._start(self.epoch + 1, buffer=0)
+        group = self._batches[self.position : self.position + needed]
+        if len(group) < needed:  # a buffer smaller than one update: cycle its batches to fill it
+            group = [group[i % len(group)] for i in range(needed)]
+        self.position += needed
+        return [collate(self.split, indices, self.max_positions) for indices in group[rank::world_size]]
+
+    def state_dict(self) -> dict[str, int]:
+        return {
+            "epoch": self.epoch,
+            "buffer": self.buffer,
+            "position": self.position,
+            "seed": self.seed,
+            "batch_tokens": self.batch_tokens,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if "buffer" not in state:
+            raise ValueError("this checkpoint was not trained with data.streaming=true; resume without it")
+        self._start(int(state["epoch"]), int(state["buffer"]))
+        self.position = int(state["position"])

@@ -1,0 +1,151 @@
+"""data.streaming=true: the training files are read and tokenized a buffer at a time while training."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import DataConfig, UserError
+from seq2seq.data.batching import Batch, EpochBatches
+from seq2seq.data.pipeline import prepare_data
+from seq2seq.data.streaming import StreamingBatches
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.train.run import train
+
+PAIRS = 53
+BUFFER = 8  # 7 buffers, the last one short
+
+
+def write_corpus(directory: Path) -> DataConfig:
+    rng = random.Random(0)
+    words = ["the", "a", "dog", "cat", "runs", "sits", "on", "mat", "red", "big"]
+    sources = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 8))) for _ in range(PAIRS)]
+    sources[10] = " ".join(["dog"] * 60)  # longer than max_tokens: dropped as it streams by
+    files = {}
+    for split, lines in {"train": sources, "valid": sources[:5]}.items():
+        for side, text in (("src", lines), ("tgt", [s.upper() for s in lines])):
+            path = directory / f"{split}.{side}"
+            path.write_text("\n".join(text) + "\n")
+            files[f"{split}_{side}"] = str(path)
+    return DataConfig(
+        kind="parallel_files",
+        **files,
+        vocab_size=300,
+        max_tokens=40,
+        streaming=True,
+        stream_buffer_pairs=BUFFER,
+        cache_dir=str(directory / "cache"),
+    )
+
+
+def rows(batch: Batch) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The (source ids, target ids) of each sentence in a batch, read back from the padded tensors."""
+
+    def until_eos(row: torch.Tensor) -> tuple[int, ...]:
+        ids = row.tolist()
+        return tuple(ids[: ids.index(EOS_ID)])
+
+    return [(until_eos(s), until_eos(t)) for s, t in zip(batch.src, batch.tgt_out, strict=True)]
+
+
+def expected_pairs(cfg: DataConfig, tokenizers) -> Counter:
+    """Every training pair that passes the length filter, tokenized here in one go."""
+    sources = Path(cfg.train_src).read_text().splitlines()
+    targets = Path(cfg.train_tgt).read_text().splitlines()
+    pairs = zip(tokenizers.encode_src(sources), tokenizers.encode_tgt(targets), strict=True)
+    return Counter((tuple(s), tuple(t)) for s, t in pairs if len(s) <= cfg.max_tokens and len(t) <= cfg.max_tokens)
+
+
+def stream(cfg: DataConfig, tokenizers) -> StreamingBatches:
+    return StreamingBatches(cfg, tokenizers, batch_tokens=64, seed=5, max_positions=64)
+
+
+def one_epoch(streams: list[StreamingBatches]) -> Counter:
+    seen: Counter = Counter()
+    while True:
+        updates = [s.next_update(len(streams), rank, 1) for rank, s in enumerate(streams)]
+        if streams[0].epoch == 2:
+            return seen
+        seen.update(row for update in updates for batch in update for row in rows(batch))
+
+
+@pytest.fixture()
+def prepared(tmp_path: Path):
+    cfg = write_corpus(tmp_path)
+    return cfg, prepare_data(cfg)
+
+
+def test_streaming_prepares_only_the_tokenizer_and_validation(prepared) -> None:
+    cfg, data = prepared
+    assert data.train is None
+    assert data.stats == {"streaming": True, "tokenizer_pairs": PAIRS}
+    assert len(data.valid) == 5
+
+
+def test_an_epoch_streams_every_kept_pair_once(prepared) -> None:
+    cfg, data = prepared
+    batches = stream(cfg, data.tokenizers)
+    expected = expected_pairs(cfg, data.tokenizers)
+    assert sum(expected.values()) == PAIRS - 1  # the long one is filtered
+    assert one_epoch([batches]) == expected
+    assert batches.dropped == 1
+
+
+def test_two_ranks_share_an_epoch_without_overlap(prepared) -> None:
+    cfg, data = prepared
+    ranks = [stream(cfg, data.tokenizers), stream(cfg, data.tokenizers)]
+    seen = one_epoch(ranks)
+    expected = expected_pairs(cfg, data.tokenizers)
+    # Each update takes a pair of batches; a buffer with an odd count leaves one batch out, never doubles one.
+    assert all(seen[pair] <= expected[pair] for pair in seen) and set(seen) <= set(expected)
+    assert sum(seen.values()) >= 0.7 * sum(expected.values())
+
+
+def test_resumed_stream_continues_with_the_same_batches(prepared) -> None:
+    cfg, data = prepared
+    original = stream(cfg, data.tokenizers)
+    for _ in range(9):  # into the second epoch's buffers
+        original.next_update(1, 0, 1)
+    state = original.state_dict()
+    assert state["buffer"] > 0
+    expected = [rows(b) for _ in range(12) for b in original.next_update(1, 0, 1)]
+    resumed = stream(cfg, data.tokenizers)
+    resumed.load_state_dict(state)
+    assert [rows(b) for _ in range(12) for b in resumed.next_update(1, 0, 1)] == expected
+
+
+def test_epochs_shuffle_differently(prepared) -> None:
+    cfg, data = prepared
+    batches = stream(cfg, data.tokenizers)
+    epochs: dict[int, list] = {1: [], 2: [], 3: []}
+    while batches.epoch < 3:
+        update = batches.next_update(1, 0, 1)  # taken in the epoch the stream is in afterwards
+        epochs[batches.epoch].append(rows(update[0]))
+    assert epochs[1] != epochs[2][:-1]
+    assert sorted(map(sorted, epochs[1])) == sorted(map(sorted, epochs[2][: len(epochs[1])]))
+
+
+def test_checkpoints_of_the_two_modes_do_not_mix(prepared) -> None:
+    cfg, data = prepared
+    state = stream(cfg, data.tokenizers).state_dict()
+    with pytest.raises(UserError, match="data.streaming=true; resume with it"):
+        EpochBatches.__new__(EpochBatches).load_state_dict(state)
+
+
+def test_training_streams_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    cfg = compose_config("train", [*TINY_TRAIN, "data.streaming=true", "data.stream_buffer_pairs=150"])
+    summary = train(cfg, tmp_path)
+    assert summary["step"] == 8
+    assert (
+        "data: streamed from the corpus files, 150 pairs at a time (tokenizer learnt from the first 400)" in caplog.text
+    )
+    state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")["data"]
+    assert state["epoch"] == 1 and state["buffer"] >= 1  # 8 updates of 512 tokens go past the first buffer
