@@ -114,7 +114,7 @@ def beam_search(
         parent = cand_beam.gather(1, live_rank) + torch.arange(len(alive), device=device)[:, None] * beam
         prefixes = torch.cat([prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
         scores = live_scores
-        state.reorder(parent.view(-1))
+        state.reorder_beams(parent.view(-1))
         done = [
             _is_done(finished[i], float(scores[row, 0]), step + 2, length_penalty, nbest, beam)
             for row, i in enumerate(alive)

@@ -339,6 +339,25 @@ def test_decoder_state_reorder(index: list[int]) -> None:
         torch.testing.assert_close(got, full[:, -1], atol=ATOL, rtol=0)
 
 
+def test_reorder_beams_follows_parents_within_each_sentence() -> None:
+    """Beam search's cheap reorder (self-attention caches only) continues exactly like decoding the
+    chosen prefixes from scratch: 2 sentences x 3 beams, parents drawn within each sentence."""
+    model = make_model()
+    beam = 3
+    src = random_tokens(2, 6, SRC_VOCAB, lengths=[6, 3]).repeat_interleave(beam, dim=0)
+    tgt = random_tokens(6, 5, TGT_VOCAB)
+    parents = torch.tensor([2, 2, 0, 4, 3, 3])  # rows 0-2 are sentence 0, rows 3-5 sentence 1
+    with torch.no_grad():
+        state = model.start_decoding(src)
+        for t in range(2):
+            model.decode_step(tgt[:, t], state)
+        state.reorder_beams(parents)
+        prefix = tgt[parents, :2]
+        got = model.decode_step(tgt[:, 2], state)
+        expected = full_log_probs(model, src, torch.cat([prefix, tgt[:, 2:3]], dim=1))[:, -1]
+        torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+
+
 # 8. Weight sharing -------------------------------------------------------------------------------
 
 

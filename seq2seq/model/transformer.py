@@ -35,13 +35,22 @@ class DecoderState:
     offset: int = 0
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (beam search: follow each surviving hypothesis to its parent)."""
+        """Keep rows `index` (e.g. drop the sentences that are done) of everything."""
         self.memory = self.memory.index_select(0, index)
         self.src_mask = self.src_mask.index_select(0, index)
         for layer_cache in self.caches:
             for kv in layer_cache.values():
                 for name, tensor in kv.items():
                     kv[name] = tensor.index_select(0, index)
+
+    def reorder_beams(self, parents: torch.Tensor) -> None:
+        """Beam search: row r continues the hypothesis of row parents[r], a row of the same sentence.
+        The memory and the cross-attention caches are identical across a sentence's rows, so only
+        the decoded prefix (the self-attention caches) needs to follow: about half the copying."""
+        for layer_cache in self.caches:
+            kv = layer_cache["self"]
+            for name, tensor in kv.items():
+                kv[name] = tensor.index_select(0, parents)
 
 
 class Transformer(nn.Module):
