@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig, TranslateConfig
-from seq2seq.data.corpus import read_corpus
+from seq2seq.data.corpus import iter_split, unzip
 from seq2seq.device import pick_device
 from seq2seq.translate import load_translator
 
@@ -90,11 +90,12 @@ def training_minutes(log: str) -> float:
 
 
 def held_out_splits(saved_data_config: dict) -> dict[str, tuple[list[str], list[str]]]:
-    """The validation and test pairs of the run, read through its own data config."""
-    corpus = read_corpus(OmegaConf.merge(OmegaConf.structured(DataConfig), saved_data_config))
-    if "test" not in corpus:
-        raise SystemExit(f"error: data.kind={saved_data_config['kind']} of this run has no test split to score")
-    return {"valid": corpus["valid"], "test": corpus["test"]}
+    """The validation and test pairs of the run, read through its own data config (not the training split)."""
+    cfg = OmegaConf.merge(OmegaConf.structured(DataConfig), saved_data_config)
+    splits = {split: iter_split(cfg, split) for split in ("valid", "test")}
+    if splits["test"] is None:
+        raise SystemExit(f"error: data.kind={cfg.kind} of this run has no test split to score")
+    return {split: unzip(pairs) for split, pairs in splits.items()}
 
 
 TABLE_HEADER = (

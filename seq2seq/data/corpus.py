@@ -157,11 +157,11 @@ def iter_split(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]] | None:
 
 def read_corpus(cfg: DataConfig) -> Corpus:
     """All splits the config names. train and valid are required; test is optional."""
-    corpus = {}
-    for split in ("train", "valid", "test"):
-        pairs = iter_split(cfg, split)
-        if pairs is not None:
-            corpus[split] = unzip(pairs)
+    if cfg.kind in ("builtin", "hub"):  # generated or downloaded whole: once, not once per split
+        corpus = reverse_task(cfg) if cfg.kind == "builtin" else read_hub(cfg)
+    else:
+        splits = {split: iter_split(cfg, split) for split in ("train", "valid", "test")}
+        corpus = {split: unzip(pairs) for split, pairs in splits.items() if pairs is not None}
     for split in ("train", "valid"):
         require_pairs(cfg, split, len(corpus[split][0]) if split in corpus else 0)
     return corpus
