@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,26 @@ TINY_TRAIN = [
 ]
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def train_logging(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[str]]:
+    """train(cfg, run_dir) with the messages of the "seq2seq.train" logger captured: (summary, lines).
+    For module-scoped fixtures, where pytest's function-scoped caplog cannot be used."""
+    from seq2seq.train.run import train
+
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("seq2seq.train")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        summary = train(cfg, run_dir)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return summary, lines
 
 
 def compose_config(name: str, overrides: list[str]) -> DictConfig:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_TRAIN, compose_config
+from conftest import TINY_TRAIN, compose_config, train_logging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,18 +127,7 @@ def messy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     targets = [*train_lines[:17], "short target", *train_lines[17:]]
     files = {"train_src": crlf(sources), "train_tgt": crlf(targets), "valid_src": crlf(MESSY), "valid_tgt": crlf(MESSY)}
     cfg = files_config(tmp, files, "log_every=1")
-    records: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: records.append(record.getMessage())
-    logger = logging.getLogger("seq2seq.train")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    try:
-        summary = train(cfg, tmp / "run")
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    summary, records = train_logging(cfg, tmp / "run")
     return cfg, summary, records
 
 

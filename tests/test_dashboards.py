@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_module
+from conftest import compose_config, train_logging
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_GUIDANCE, EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -31,7 +30,6 @@ from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.model.transformer import build_model
-from seq2seq.train.run import train
 
 MAX_STEPS, LOG_EVERY, VALID_EVERY = 4, 2, 3
 TRAIN_STEPS = [1, 2, 4]  # step 1, then every log_every
@@ -40,20 +38,6 @@ LAYERS = 2  # model=tiny
 KINDS = ("encoder", "decoder_self", "cross")
 TRAIN_TAGS = ["loss", "ppl", "lr", "grad_norm", "tgt_tokens_per_s", "epoch", "skipped_updates"]
 VALID_TAGS = ["loss", "nll", "ppl", "bleu", "chrf", "accuracy", "best_bleu"]
-
-
-def _compose(name: str, overrides: list[str]):
-    with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
-        return compose(name, overrides=overrides)
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 @pytest.fixture(scope="module")
@@ -74,17 +58,9 @@ def tiny_run(tmp_path_factory):
         "best_metric=bleu",
         "patience=null",
     ]
-    cfg = _compose("train", overrides)
-    logger, records = logging.getLogger("seq2seq.train"), _Records()
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(records)
-    try:
-        summary = train(cfg, tmp / "run")
-    finally:
-        logger.removeHandler(records)
-        logger.setLevel(level)
-    return tmp / "run", summary, records.lines
+    cfg = compose_config("train", overrides)
+    summary, lines = train_logging(cfg, tmp / "run")
+    return tmp / "run", summary, lines
 
 
 def _events(directory: Path) -> EventAccumulator:
@@ -262,7 +238,7 @@ def test_translate_writes_one_heatmap_per_nonempty_line(tiny_run, tmp_path):
         f"attention={plots}",
         "beam=2",
     ]
-    cfg = _compose("translate", overrides)
+    cfg = compose_config("translate", overrides)
     assert translate(cfg)["lines"] == 3
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 3
     assert sorted(p.name for p in plots.iterdir()) == ["line_000001.png", "line_000003.png"]
@@ -356,7 +332,7 @@ def test_bad_attention_directory_fails_before_translating(tiny_run, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("", encoding="utf-8")
     overrides = [f"run={tiny_run[0]}", f"input={tmp_path / 'input.txt'}", f"output={tmp_path / 'out.txt'}"]
-    cfg = _compose("translate", [*overrides, f"attention={blocker / 'plots'}"])
+    cfg = compose_config("translate", [*overrides, f"attention={blocker / 'plots'}"])
     with pytest.raises(UserError, match="attention="):
         translate(cfg)
     assert (tmp_path / "out.txt").read_text(encoding="utf-8") == ""
