@@ -36,7 +36,14 @@ class StreamingBatches:
         self.cfg, self.tokenizers = cfg, tokenizers
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
-        self._start(epoch=1, buffer=0)
+        self.epoch, self.buffer, self.position = 1, 0, 0
+        self._batches: list[np.ndarray] | None = None  # read on first use, so a resume reads its buffer only
+
+    def _ensure_loaded(self) -> None:
+        if self._batches is None:
+            position = self.position
+            self._start(self.epoch, self.buffer)
+            self.position = position
 
     def _start(self, epoch: int, buffer: int) -> None:
         """Opens the corpus for `epoch` and loads buffer number `buffer` (0-based)."""
@@ -75,9 +82,11 @@ class StreamingBatches:
 
     def __len__(self) -> int:
         """Batches in the current buffer (an epoch's count is unknown until it has been read)."""
+        self._ensure_loaded()
         return len(self._batches)
 
     def next_update(self, world_size: int, rank: int, accum_steps: int) -> list[Batch]:
+        self._ensure_loaded()
         needed = world_size * accum_steps
         if self.position + needed > len(self._batches) and self.position > 0 and not self._next_buffer():
             self._start(self.epoch + 1, buffer=0)
@@ -99,5 +108,5 @@ class StreamingBatches:
     def load_state_dict(self, state: dict[str, int]) -> None:
         if "buffer" not in state:
             raise ValueError("this checkpoint was not trained with data.streaming=true; resume without it")
-        self._start(int(state["epoch"]), int(state["buffer"]))
-        self.position = int(state["position"])
+        self.epoch, self.buffer, self.position = int(state["epoch"]), int(state["buffer"]), int(state["position"])
+        self._batches = None
