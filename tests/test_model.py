@@ -326,7 +326,7 @@ def test_decoder_state_reorder(index: list[int]) -> None:
         state = model.start_decoding(src)
         for t in range(2):
             model.decode_step(tgt[:, t], state)
-        state.reorder(perm)
+        state.select_sentences(perm)
         ref_state = model.start_decoding(src[perm])
         for t in range(2):
             model.decode_step(tgt[perm, t], ref_state)

@@ -14,7 +14,7 @@ from torch import nn
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths
+from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths, top_k_rows
 
 VOCAB = 7  # 0 pad, 1 bos, 2 eos, 3..6 ordinary tokens
 REAL_TOKENS = list(range(3, VOCAB))
@@ -265,3 +265,20 @@ def test_batch_equals_one_sentence_at_a_time(beam: int, length_penalty: float) -
         (greedy_alone,) = greedy_search(model, single, BOS_ID, EOS_ID, max_len[row : row + 1])
         assert greedy[row].tokens == greedy_alone.tokens
         assert greedy[row].score == pytest.approx(greedy_alone.score, abs=ATOL)
+
+
+@pytest.mark.parametrize("columns", [8000, 8003, 1000])
+def test_top_k_rows_equals_torch_topk(columns: int) -> None:
+    """The chunked top-k of wide rows against torch.topk, with a partial last chunk (8003), rows
+    that are -inf except for one value (a sentence out of budget), and values spread across chunks."""
+    torch.manual_seed(0)
+    x = torch.randn(37, columns) * 3
+    x[5] = float("-inf")
+    x[5, columns - 1] = 0.0
+    x[6, :: columns // 9] = 50.0 + torch.arange(len(range(0, columns, columns // 9)), dtype=torch.float)
+    values, index = top_k_rows(x, 10)
+    expected_values, expected_index = x.topk(10, dim=-1)
+    torch.testing.assert_close(values, expected_values, atol=0, rtol=0)
+    assert torch.equal(index[values > float("-inf")], expected_index[expected_values > float("-inf")])
+    finite = values > float("-inf")
+    assert torch.equal(x.gather(1, index)[finite], values[finite]) and int(index.max()) < columns

@@ -27,26 +27,33 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
 @dataclass
 class DecoderState:
     """What incremental decoding carries from one step to the next: the encoder output, its mask,
-    each decoder layer's key/value cache and how many target positions have been decoded."""
+    each decoder layer's key/value cache and how many target positions have been decoded.
 
-    memory: torch.Tensor  # (B, S, d_model)
+    With `group` > 1 (beam search), decoder rows r*group ... r*group+group-1 all decode sentence r:
+    the memory and the cross-attention keys/values are kept once per sentence, not once per row, so
+    beams neither copy nor re-read them (the cross-attention queries of a sentence's beams are
+    answered together)."""
+
+    memory: torch.Tensor  # (B, S, d_model), one row per sentence
     src_mask: torch.Tensor  # (B, 1, 1, S)
     caches: list[dict[str, KVCache]] = field(default_factory=list)
     offset: int = 0
+    group: int = 1
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (e.g. drop the sentences that are done) of everything."""
-        self.memory = self.memory.index_select(0, index)
-        self.src_mask = self.src_mask.index_select(0, index)
+    def select_sentences(self, sentences: torch.Tensor) -> None:
+        """Keep sentences `sentences` (e.g. drop those that are done), with all their rows."""
+        rows = (sentences[:, None] * self.group + torch.arange(self.group, device=sentences.device)).view(-1)
+        self.memory = self.memory.index_select(0, sentences)
+        self.src_mask = self.src_mask.index_select(0, sentences)
         for layer_cache in self.caches:
-            for kv in layer_cache.values():
+            for kind, kv in layer_cache.items():
+                index = rows if kind == "self" else sentences
                 for name, tensor in kv.items():
                     kv[name] = tensor.index_select(0, index)
 
     def reorder_beams(self, parents: torch.Tensor) -> None:
         """Beam search: row r continues the hypothesis of row parents[r], a row of the same sentence.
-        The memory and the cross-attention caches are identical across a sentence's rows, so only
-        the decoded prefix (the self-attention caches) needs to follow: about half the copying."""
+        Only the decoded prefix (the self-attention caches) follows; the rest is per sentence."""
         for layer_cache in self.caches:
             kv = layer_cache["self"]
             for name, tensor in kv.items():
@@ -114,14 +121,16 @@ class Transformer(nn.Module):
             state.offset += tgt.size(1)
         return self.decoder_norm(x)
 
-    def start_decoding(self, src: torch.Tensor) -> DecoderState:
-        """Encode the source once; the returned state feeds `decode_step`."""
+    def start_decoding(self, src: torch.Tensor, group: int = 1) -> DecoderState:
+        """Encode the source once; the returned state feeds `decode_step` with `group` rows
+        (hypotheses) per sentence."""
         memory, src_mask = self.encode(src)
         caches = [{"self": {}, "cross": {}} for _ in self.decoder_layers]
-        return DecoderState(memory, src_mask, caches)
+        return DecoderState(memory, src_mask, caches, group=group)
 
     def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
-        """One incremental step: tokens (B,) just emitted -> log-probabilities (B, V) of the next."""
+        """One incremental step: tokens (B * group,) just emitted -> log-probabilities (B * group, V)
+        of the next."""
         hidden = self.decode(tokens[:, None], state.memory, state.src_mask, state)
         return torch.log_softmax(self.output(hidden[:, -1]).float(), dim=-1)
 
