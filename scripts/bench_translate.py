@@ -13,6 +13,7 @@ and optionally dynamic int8 quantisation of the Linear layers. Run it on an idle
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import resource
 import subprocess
@@ -39,7 +40,7 @@ BUCKETS = [(5, 10), (10, 20), (20, 40), (40, 80)]
 def end_to_end(args: argparse.Namespace, beam: int) -> dict[str, float]:
     """Wall time of the real command, and when its first output line arrived."""
     command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={args.run}", f"beam={beam}"]
-    command += [f"threads={args.threads}"]
+    command += [f"threads={args.threads}", f"precision={args.precision}"]
     source = read_lines(args.input)[: args.limit]
     start = time.perf_counter()
     process = subprocess.Popen(
@@ -64,8 +65,9 @@ def timed_translation(translator: Translator, lines: list[str]) -> tuple[list[st
 
 @torch.inference_mode()
 def simple_greedy(translator: Translator, lines: list[str]) -> list[str]:
-    """The reference decoder: one sentence at a time, the whole prefix re-run at every step, no cache."""
-    model, outputs = translator.model, []
+    """The reference decoder: one sentence at a time, the whole prefix re-run at every step, no cache,
+    in fp32 whatever the precision benchmarked."""
+    model, outputs = copy.deepcopy(translator.model).float(), []
     for ids in translator.encode(lines):
         src = torch.tensor([ids])
         memory, src_mask = model.encode(src)
@@ -93,6 +95,7 @@ def main() -> None:
     parser.add_argument("--input", required=True)
     parser.add_argument("--reference", required=True)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="fp32", help="fp32 or bf16 (the weights' type), as in seq2seq-translate")
     parser.add_argument("--beams", default="1,2,5,10")
     parser.add_argument("--batch-sizes", default="16,64,128")
     parser.add_argument("--quantize", action="store_true", help="also measure dynamic int8 Linear layers")
@@ -101,11 +104,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     source, reference = read_lines(args.input)[: args.limit], read_lines(args.reference)[: args.limit]
-    report: dict[str, object] = {"run": args.run, "sentences": len(source), "machine": machine_info()}
+    report: dict[str, object] = {
+        "run": args.run,
+        "sentences": len(source),
+        "precision": args.precision,
+        "machine": machine_info(),
+    }
     report["end_to_end"] = [end_to_end(args, beam) for beam in (1, 5)]
 
     start = time.perf_counter()
-    translator = load_translator(TranslateConfig(run=args.run, beam=1), torch.device("cpu"))
+    translator = load_translator(TranslateConfig(run=args.run, beam=1, precision=args.precision), torch.device("cpu"))
     report["load_s"] = round(time.perf_counter() - start, 2)
     rows = []
     for beam in (int(b) for b in args.beams.split(",")):
@@ -126,7 +134,7 @@ def main() -> None:
             )
     report["in_process"] = rows
 
-    translator.batch_size = 64
+    translator.batch_size = TranslateConfig.batch_size
     lengths = [len(ids) for ids in translator.tokenizers.encode_src(source)]
     by_length = []
     for low, high in BUCKETS:
@@ -153,7 +161,7 @@ def main() -> None:
 
     if args.quantize:
         translator.model = torch.ao.quantization.quantize_dynamic(
-            translator.model, {torch.nn.Linear}, dtype=torch.qint8
+            copy.deepcopy(translator.model).float(), {torch.nn.Linear}, dtype=torch.qint8
         )
         quantized = []
         for beam in (1, 5):

@@ -135,8 +135,9 @@ class TranslateConfig:
     max_len_a: float = 1.5  # output may have up to a * source length + b tokens
     max_len_b: int = 10
     nbest: int = 1  # hypotheses per input line; >1 prints "score<TAB>translation" lines
-    batch_size: int = 64  # sentences decoded together (sorted by length first)
+    batch_size: int = 128  # sentences decoded together (sorted by length first)
     device: str = "auto"
+    precision: str = "fp32"  # fp32, bf16 (CPUs with AMX/AVX512-BF16, GPUs) or fp16 (GPUs): the weights' type
     threads: int | None = None
     attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
     debug: bool = False  # show tracebacks instead of one-line errors
@@ -243,4 +244,5 @@ def validate_translate(cfg: Any) -> None:
     _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
     _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
     _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
+    _choice("precision", cfg.precision, ("fp32", "bf16", "fp16"))
     _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")

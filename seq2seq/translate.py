@@ -26,9 +26,12 @@ from seq2seq.translator import Translation, Translator
 
 log = logging.getLogger("seq2seq.translate")
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
+FIRST_CHUNK_LINES = 16  # the first chunk: its translations are out in a fraction of a second
 
 
 def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
+    if cfg.precision == "fp16" and device.type == "cpu":
+        raise UserError("config error: precision='fp16' needs a GPU; on a CPU use bf16 (with AMX) or fp32")
     path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
     payload = load_checkpoint(path)
     tokenizers = _load_tokenizers(path, cfg.run)
@@ -39,7 +42,8 @@ def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
             f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
             f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
         )
-    model = model_from_checkpoint(payload).to(device).eval()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
+    model = model_from_checkpoint(payload).to(device=device, dtype=dtype).eval()
     if cfg.beam > tokenizers.tgt.get_vocab_size():
         raise UserError(f"beam={cfg.beam} is larger than the target vocabulary ({tokenizers.tgt.get_vocab_size()})")
     log.info("loaded %s (update %d)", path, payload.get("step", -1))
@@ -60,7 +64,7 @@ def _load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
 
 
 def _read_chunks(source: IO[bytes], interactive: bool, first_chunk: int) -> Iterator[list[str]]:
-    """Lines in chunks; one line at a time when a person is typing. The first chunk is one batch, so
+    """Lines in chunks; one line at a time when a person is typing. The first chunk is small, so
     the first translations appear quickly; later chunks are large, so sorting by length packs batches
     well. Undecodable bytes become U+FFFD with a warning: every input line still gets its output line."""
     chunk: list[str] = []
@@ -103,7 +107,8 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     start, lines = time.monotonic(), 0
     plot = _attention_plotter(translator, cfg.attention)
     try:
-        for chunk in _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), cfg.batch_size):
+        first_chunk = min(cfg.batch_size, FIRST_CHUNK_LINES)
+        for chunk in _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), first_chunk):
             results = translator.translate(chunk, first_line_number=lines + 1)
             for offset, nbest in enumerate(results):
                 sink.write(_format(lines + offset, nbest, cfg.nbest))

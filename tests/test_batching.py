@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from seq2seq.data.batching import EpochBatches, collate, make_batches
-from seq2seq.data.pipeline import Split, TokenColumn
+from seq2seq.data.pipeline import Split, TokenColumn, load_saved_split
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -134,10 +134,9 @@ def updates(
     return [indices_of(stream.next_update(world_size, rank, accum)) for _ in range(count)]
 
 
-def test_token_column_from_dataset() -> None:
+def test_token_column_from_table() -> None:
     src = [[5, 6, 7], [8], [9, 10]]
-    dataset = datasets.Dataset.from_dict({"ids": src})
-    column = TokenColumn.from_dataset(dataset, "ids")
+    column = TokenColumn.from_table(pa.table({"ids": src}), "ids")
     assert len(column) == 3
     assert column.lengths().tolist() == [3, 1, 2]
     assert [column[i].tolist() for i in range(3)] == src
@@ -149,9 +148,8 @@ def test_token_column_reads_across_record_batches_without_copying(tmp_path) -> N
     rng = np.random.default_rng(0)
     rows = [rng.integers(4, 100, size=rng.integers(1, 9)).tolist() for _ in range(2_500)]
     datasets.Dataset.from_dict({"ids": rows}).save_to_disk(str(tmp_path / "split"))
-    dataset = datasets.load_from_disk(str(tmp_path / "split"))
     allocated = pa.total_allocated_bytes()
-    column = TokenColumn.from_dataset(dataset, "ids")
+    column = TokenColumn.from_table(load_saved_split(tmp_path / "split"), "ids")
     assert pa.total_allocated_bytes() == allocated  # no token was copied into Arrow's memory pool
     assert len(column.values) > 1  # written in record batches of 1,000 rows
     assert len(column) == len(rows) and column.lengths().tolist() == [len(r) for r in rows]

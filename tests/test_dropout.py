@@ -20,6 +20,17 @@ def test_drops_the_requested_fraction_and_preserves_the_mean(p: float) -> None:
     assert abs(float(y.mean()) - 1.0) < 0.01
 
 
+def test_each_half_of_a_random_draw_is_an_independent_field() -> None:
+    """One 31-bit draw serves two elements (low and high 15 bits): both positions drop at the
+    rate asked, independently of each other, and an odd element count works."""
+    torch.manual_seed(2)
+    y = Dropout(0.5).train()(torch.ones(999_999))
+    first, second = (y[0:-1:2] == 0).float(), (y[1::2] == 0).float()
+    assert abs(float(first.mean()) - 0.5) < 0.005 and abs(float(second.mean()) - 0.5) < 0.005
+    assert abs(float((first * second).mean()) - 0.25) < 0.005  # independent: P(both) = P(one)^2
+    assert y.shape == (999_999,)
+
+
 def test_gradient_flows_only_through_kept_elements() -> None:
     torch.manual_seed(1)
     x = torch.randn(64, 32, requires_grad=True)

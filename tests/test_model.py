@@ -4,6 +4,8 @@ formulas evaluated with Python `math`, or the model's own full-sequence forward 
 
 from __future__ import annotations
 
+import copy
+
 import math
 
 import pytest
@@ -314,6 +316,24 @@ def test_incremental_decoding_matches_full(norm_first: bool, positions: str) -> 
         hidden = model.decode(tgt[:, :2], state.memory, state.src_mask, state)
         hidden = torch.cat([hidden, model.decode(tgt[:, 2:], state.memory, state.src_mask, state)], dim=1)
         torch.testing.assert_close(torch.log_softmax(model.output(hidden), dim=-1), expected, atol=ATOL, rtol=0)
+
+
+def test_bf16_incremental_decoding_stays_close_to_fp32() -> None:
+    """A bf16 model decoding on a CPU (translate precision=bf16) keeps its caches and attention in
+    fp32: each step's log-probabilities are within bf16 rounding of the fp32 model's full pass, with
+    three sentences sharing each source (grouped cross-attention, as in beam search)."""
+    model = make_model()
+    src = random_tokens(2, 7, SRC_VOCAB, lengths=[7, 4])
+    tgt = random_tokens(6, 5, TGT_VOCAB)
+    with torch.no_grad():
+        expected = full_log_probs(model, src.repeat_interleave(3, dim=0), tgt)
+        half = copy.deepcopy(model).to(torch.bfloat16)
+        state = half.start_decoding(src, group=3)
+        for t in range(tgt.size(1)):
+            step = half.decode_step(tgt[:, t], state)
+            assert step.dtype == torch.float32 and state.caches[0]["self"]["k"].dtype == torch.float32
+            torch.testing.assert_close(step, expected[:, t], atol=0.1, rtol=0)
+        assert state.caches[0]["cross"]["k"].size(0) == 2  # once per source, not per row
 
 
 @pytest.mark.parametrize("index", [[2, 0, 1], [1, 1, 0]])

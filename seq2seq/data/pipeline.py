@@ -1,7 +1,7 @@
 """From a data config to tokenized, filtered splits, cached as Arrow so the next run starts at once.
 
     train pairs, read line by line -> raw.arrow -> tokenizer trained on it -> tokenize + filter
-    (datasets.map, written to disk) -> save_to_disk(cache/<key>) ... next run: load_from_disk
+    (datasets.map, written to disk) -> save_to_disk(cache/<key>) ... next run: memory-map its Arrow files
 
 The training split never sits in memory whole, neither while it is built (the files are read line by
 line into an Arrow file on disk, and tokenized from there in batches) nor while training (the token
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 import pyarrow as pa
 
@@ -30,8 +30,10 @@ from seq2seq.config import DataConfig, UserError, as_dict
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
 from seq2seq.data.tokenizer import Tokenizers
 
+if TYPE_CHECKING:
+    import datasets  # imported where a cache is built: ~1 s of start-up that a cached run does not need
+
 log = logging.getLogger(__name__)
-datasets.disable_progress_bars()  # our own log line says what is happening; tqdm is for training
 CACHE_VERSION = 2  # bump when the cached layout or tokenization changes
 
 
@@ -47,8 +49,8 @@ class TokenColumn:
         self.starts = np.cumsum([0] + [len(o) - 1 for o in self.offsets])  # first row of each chunk
 
     @classmethod
-    def from_dataset(cls, dataset: datasets.Dataset, column: str) -> TokenColumn:
-        chunks = dataset.data.column(column).chunks
+    def from_table(cls, table: pa.Table, column: str) -> TokenColumn:
+        chunks = table.column(column).chunks
         return cls(
             [chunk.values.to_numpy(zero_copy_only=False) for chunk in chunks],
             [chunk.offsets.to_numpy() for chunk in chunks],
@@ -112,9 +114,12 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> 
     return None
 
 
-TOKEN_FEATURES = datasets.Features(
-    {"src_ids": datasets.Sequence(datasets.Value("int32")), "tgt_ids": datasets.Sequence(datasets.Value("int32"))}
-)
+def _token_features() -> dict[str, datasets.Sequence]:
+    import datasets
+
+    return {"src_ids": datasets.Sequence(datasets.Value("int32")), "tgt_ids": datasets.Sequence(datasets.Value("int32"))}
+
+
 TEXT_SCHEMA = pa.schema([("src_text", pa.string()), ("tgt_text", pa.string())])
 ROWS_PER_BATCH = 10_000
 
@@ -136,6 +141,8 @@ def _texts(dataset: datasets.Dataset, column: str) -> Iterator[str]:
 
 def _tokenize(tokenizers: Tokenizers, sources: list[str], targets: list[str]) -> datasets.Dataset:
     """A held-out split: token ids and the raw text (BLEU needs it). Held-out splits are small."""
+    import datasets
+
     return datasets.Dataset.from_dict(
         {
             "src_text": sources,
@@ -144,7 +151,7 @@ def _tokenize(tokenizers: Tokenizers, sources: list[str], targets: list[str]) ->
             "tgt_ids": tokenizers.encode_tgt(targets),
         },
         features=datasets.Features(
-            {"src_text": datasets.Value("string"), "tgt_text": datasets.Value("string"), **TOKEN_FEATURES}
+            {"src_text": datasets.Value("string"), "tgt_text": datasets.Value("string"), **_token_features()}
         ),
     )
 
@@ -152,6 +159,7 @@ def _tokenize(tokenizers: Tokenizers, sources: list[str], targets: list[str]) ->
 def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.Dataset, output: Path) -> tuple:
     """The training split's token ids, without the pairs `keep_pair` drops, written to `output` batch
     by batch. Returns the dataset and how many pairs each rule dropped."""
+    import datasets
     dropped = {"dropped_empty": 0, "dropped_too_long": 0, "dropped_length_ratio": 0}
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
@@ -171,7 +179,7 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
         batched=True,
         batch_size=ROWS_PER_BATCH,
         remove_columns=["src_text", "tgt_text"],
-        features=TOKEN_FEATURES,
+        features=datasets.Features(_token_features()),
         cache_file_name=str(output),
         load_from_cache_file=False,
     )
@@ -179,6 +187,9 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
 
 
 def _build(cfg: DataConfig, target: Path) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()  # our own log line says what is happening; tqdm is for training
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -223,6 +234,18 @@ def _build(cfg: DataConfig, target: Path) -> None:
         raise
 
 
+def load_saved_split(directory: Path) -> pa.Table:
+    """A split written by `datasets.Dataset.save_to_disk`, memory-mapped: its Arrow files (listed in
+    state.json) are read with pyarrow alone, the way `datasets.load_from_disk` reads them, without
+    importing `datasets` (and pandas) on every start."""
+    state = json.loads((directory / "state.json").read_text())
+    tables = [
+        pa.ipc.open_stream(pa.memory_map(str(directory / entry["filename"]))).read_all()
+        for entry in state["_data_files"]
+    ]
+    return pa.concat_tables(tables)
+
+
 def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is_main: bool = True) -> PreparedData:
     """Tokenized splits for `cfg`, built once and then loaded from the cache. Under DDP only the
     main process builds; the others wait at `barrier` and load what it wrote."""
@@ -233,20 +256,20 @@ def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is
         log.info("tokenizing the corpus (cached in %s for the next run)", target)
         _build(cfg, target)
     barrier()
-    train = datasets.load_from_disk(str(target / "train")) if (target / "train").is_dir() else None
-    valid = datasets.load_from_disk(str(target / "valid"))
+    train = load_saved_split(target / "train") if (target / "train").is_dir() else None
+    valid = load_saved_split(target / "valid")
     return PreparedData(
         tokenizers=Tokenizers.load(target),
         train=(
-            Split(TokenColumn.from_dataset(train, "src_ids"), TokenColumn.from_dataset(train, "tgt_ids"))
+            Split(TokenColumn.from_table(train, "src_ids"), TokenColumn.from_table(train, "tgt_ids"))
             if train is not None
             else None  # data.streaming: read from the corpus files as training goes
         ),
         valid=Split(
-            TokenColumn.from_dataset(valid, "src_ids"),
-            TokenColumn.from_dataset(valid, "tgt_ids"),
-            valid["src_text"],
-            valid["tgt_text"],
+            TokenColumn.from_table(valid, "src_ids"),
+            TokenColumn.from_table(valid, "tgt_ids"),
+            valid.column("src_text").to_pylist(),
+            valid.column("tgt_text").to_pylist(),
         ),
         stats=json.loads((target / "stats.json").read_text()),
     )

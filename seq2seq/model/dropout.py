@@ -1,13 +1,16 @@
 """Dropout with a cheaper random mask on a CPU.
 
 `nn.Dropout` draws a double-precision Bernoulli sample per element; on the CPU that was 12% of a
-training step of the small model. Fifteen random bits per element (one int16 draw) are plenty: the
-drop probability is rounded to a multiple of 2^-15 (0.1 becomes 0.100006). The mask still comes from
+training step of the small model. Fifteen random bits per element are plenty: the drop probability is
+rounded to a multiple of 2^-15 (0.1 becomes 0.100006). One int32 draw (uniform over 31 bits) gives the
+15-bit fields of two elements, so the generator runs once per two elements. The mask still comes from
 torch's CPU generator, so seeding and checkpointed RNG state reproduce it exactly. Elsewhere (CUDA)
 this is plain `F.dropout`.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -28,8 +31,12 @@ class Dropout(nn.Module):
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)
-        keep = torch.empty(x.shape, dtype=torch.int16).random_() >= self.threshold
-        return torch.where(keep, x, 0.0) * self.scale
+        return x * self._keep_mask(x.shape) * self.scale
+
+    def _keep_mask(self, shape: torch.Size) -> torch.Tensor:
+        count = math.prod(shape)
+        bits = torch.empty((count + 1) // 2, dtype=torch.int32).random_().view(torch.int16)[:count]
+        return (bits.bitwise_and_(INT16_LEVELS - 1) >= self.threshold).view(shape)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

@@ -6,7 +6,6 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import sacrebleu
 import torch
 
 from seq2seq.data.batching import collate, make_batches
@@ -36,6 +35,8 @@ def validation_loss(
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, float]:
     """Corpus BLEU and chrF with sacreBLEU's defaults (13a tokenization, cased), and exact match in %."""
+    import sacrebleu  # at the first validation, not at start-up
+
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
     return {
         "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
