@@ -14,10 +14,16 @@ import time
 
 PROCESS_START = time.perf_counter()
 
+import sys  # noqa: E402
+
+from seq2seq.allocator import relaunch_with_tcmalloc  # noqa: E402
+
+if "--system-malloc" not in sys.argv:  # measure what seq2seq-train runs on
+    relaunch_with_tcmalloc("bench_train.py", __name__)
+
 import argparse  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -116,6 +122,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="updates timed")
     parser.add_argument("--scaling", default="", help="comma-separated batch sizes in tokens, e.g. 1024,2048,4096,8192")
     parser.add_argument("--run-dir", default="/tmp/seq2seq-bench-train")
+    parser.add_argument("--system-malloc", action="store_true", help="the C library's malloc, not tcmalloc (an A/B)")
     args = parser.parse_args()
 
     trainer = build_trainer(args, args.batch_tokens)

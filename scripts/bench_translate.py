@@ -12,24 +12,29 @@ and optionally dynamic int8 quantisation of the Linear layers. Run it on an idle
 
 from __future__ import annotations
 
-import argparse
-import copy
-import json
-import resource
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-import sacrebleu
-import torch
+from seq2seq.allocator import relaunch_with_tcmalloc
 
-from seq2seq.config import TranslateConfig
-from seq2seq.data.corpus import read_lines
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.search import max_output_lengths
-from seq2seq.translate import load_translator
-from seq2seq.translator import Translator
+relaunch_with_tcmalloc("bench_translate.py", __name__)  # in process too, what seq2seq-translate runs on
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import sacrebleu  # noqa: E402
+import torch  # noqa: E402
+
+from seq2seq.config import TranslateConfig  # noqa: E402
+from seq2seq.data.corpus import read_lines  # noqa: E402
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from seq2seq.search import max_output_lengths  # noqa: E402
+from seq2seq.translate import load_translator  # noqa: E402
+from seq2seq.translator import Translator  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402

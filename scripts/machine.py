@@ -23,4 +23,11 @@ def machine_info() -> dict[str, object]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "load_average_1min": round(os.getloadavg()[0], 2),
+        "allocator": allocator_in_use(),
     }
+
+
+def allocator_in_use() -> str:
+    """tcmalloc when this process has it mapped (seq2seq's commands preload it when installed)."""
+    maps = Path("/proc/self/maps")
+    return "tcmalloc" if maps.exists() and "tcmalloc" in maps.read_text() else "system"

@@ -118,7 +118,10 @@ def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: P
         (["checkpoint=/nonexistent/x.pt"], "/nonexistent/x.pt: no such checkpoint file"),
         (["run=.", "beam=0"], "config error: beam=0: must be positive"),
         (["run=.", "precision=fp8"], "config error: precision='fp8': must be one of fp32, bf16, fp16"),
-        (["run=.", "precision=fp16", "device=cpu"], "config error: precision='fp16' needs a GPU; on a CPU use bf16 (with AMX) or fp32"),
+        (
+            ["run=.", "precision=fp16", "device=cpu"],
+            "config error: precision='fp16' needs a GPU; on a CPU use bf16 (with AMX) or fp32",
+        ),
     ],
 )
 def test_translate_bad_input_is_one_line_error(tmp_path: Path, args: list[str], expected: str) -> None:

@@ -5,7 +5,6 @@ formulas evaluated with Python `math`, or the model's own full-sequence forward 
 from __future__ import annotations
 
 import copy
-
 import math
 
 import pytest
@@ -176,6 +175,29 @@ def test_cross_attention_matches_torch() -> None:
     torch.testing.assert_close(out_w, out, atol=ATOL, rtol=0)
     assert weights is not None and weights.shape == (3, HEADS, 5, 8)
     torch.testing.assert_close(weights.mean(dim=1), expected_w, atol=ATOL, rtol=0)
+    torch.testing.assert_close(weights, per_head, atol=ATOL, rtol=0)
+
+
+def test_grouped_decoding_cross_attention_matches_torch() -> None:
+    """Decoding: under no_grad a few queries take the matmul path (not SDPA), and in beam search
+    g query rows share one memory row. Against torch on the memory repeated for every query row."""
+    ours, ref = _attention_pair(cross=True)
+    group = 3
+    x = torch.randn(2 * group, 1, D_MODEL)  # one new position for 3 hypotheses of each of 2 sentences
+    memory = torch.randn(2, 8, D_MODEL)
+    ignore = torch.zeros(2, 8, dtype=torch.bool)
+    ignore[1, 5:] = True
+    repeated = memory.repeat_interleave(group, dim=0)
+    expected, per_head = ref(
+        x, repeated, repeated, key_padding_mask=ignore.repeat_interleave(group, dim=0), average_attn_weights=False
+    )
+    cache: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        out, _ = ours(x, memory, mask=our_mask(ignore), cache=cache)
+        assert cache["k"].shape == (2, HEADS, 8, D_MODEL // HEADS)  # kept once per sentence
+        again, weights = ours(x, memory, mask=our_mask(ignore), cache=cache, need_weights=True)
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(again, expected, atol=ATOL, rtol=0)
     torch.testing.assert_close(weights, per_head, atol=ATOL, rtol=0)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from seq2seq.allocator import relaunch_with_tcmalloc
+
+relaunch_with_tcmalloc("seq2seq-train", __name__)  # before torch is imported: see seq2seq/allocator.py
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.allocator import return_large_blocks_to_the_system
 from seq2seq.cli.common import CONFIG_PATH, report_errors
 from seq2seq.config import register_configs
 from seq2seq.train.run import train
@@ -22,7 +25,6 @@ OmegaConf.register_new_resolver(
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 def main(cfg: DictConfig) -> None:
     runtime = HydraConfig.get()
-    return_large_blocks_to_the_system()  # flat memory over a long run (see seq2seq/allocator.py)
     report_errors(lambda: train(cfg, runtime.runtime.output_dir, list(runtime.overrides.task)), cfg.debug)
 
 

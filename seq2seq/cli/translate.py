@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 import sys
 
+from seq2seq.allocator import relaunch_with_tcmalloc
+
+relaunch_with_tcmalloc("seq2seq-translate", __name__)  # before torch is imported: see seq2seq/allocator.py
+
 import hydra
 from omegaconf import DictConfig
 

@@ -117,7 +117,10 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> 
 def _token_features() -> dict[str, datasets.Sequence]:
     import datasets
 
-    return {"src_ids": datasets.Sequence(datasets.Value("int32")), "tgt_ids": datasets.Sequence(datasets.Value("int32"))}
+    return {
+        "src_ids": datasets.Sequence(datasets.Value("int32")),
+        "tgt_ids": datasets.Sequence(datasets.Value("int32")),
+    }
 
 
 TEXT_SCHEMA = pa.schema([("src_text", pa.string()), ("tgt_text", pa.string())])
@@ -160,6 +163,7 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
     """The training split's token ids, without the pairs `keep_pair` drops, written to `output` batch
     by batch. Returns the dataset and how many pairs each rule dropped."""
     import datasets
+
     dropped = {"dropped_empty": 0, "dropped_too_long": 0, "dropped_length_ratio": 0}
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:

@@ -51,7 +51,7 @@ class Trainer:
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
         self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing)
         self.forward = self._wrap(self.objective)
-        self.optimizer, self.scheduler = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.stream = (
             StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
@@ -99,7 +99,6 @@ class Trainer:
             "step": self.step,
             "data": self.stream.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": rng_state(),
             "best": self.best,
@@ -112,7 +111,6 @@ class Trainer:
         """Continue exactly where `payload` (a checkpoint of this run) left off."""
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
-        self.scheduler.load_state_dict(payload["scheduler"])
         self.scaler.load_state_dict(payload["scaler"])
         self.stream.load_state_dict(payload["data"])
         self.step = payload["step"]
@@ -173,7 +171,6 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         self.step += 1
         self.consecutive_skips = 0
         self.consecutive_oom_skips = 0

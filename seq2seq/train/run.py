@@ -205,7 +205,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
         if dashboard is not None and (step % cfg.log_every == 0 or step == 1):
             seconds = time.monotonic() - window["time"]
             loss, nll = window["loss"] / window["tokens"], window["nll"] / window["tokens"]
-            lr = trainer.scheduler.get_last_lr()[0]
+            lr = trainer.optimizer.lr
             dashboard.scalars(
                 step,
                 {
