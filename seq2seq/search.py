@@ -54,8 +54,26 @@ def _length_normalised(score: float, length: int, alpha: float) -> float:
     return score / (length**alpha) if alpha else score
 
 
+def rows_to_keep(live: list[int], current: int, multiple: int) -> torch.Tensor | None:
+    """Which of the `current` sentences of a batch to go on decoding: the `live` ones, plus finished
+    ones as padding up to a multiple of `multiple`; None when that is all of them (nothing to drop).
+
+    With multiple=1 a finished sentence leaves at once. A bf16 model on a CPU gets 16: oneDNN builds
+    a kernel for every matrix shape it meets (~5 ms each, with a cache of 64), and a batch that
+    shrinks one sentence at a time meets a new shape at almost every step; measured on test2016,
+    building them took 2.2 s against 2.5 s of running them."""
+    size = min(current, -(-len(live) // multiple) * multiple)
+    if size == current:
+        return None
+    live_set = set(live)
+    padding = [row for row in range(current) if row not in live_set][: size - len(live)]
+    return torch.tensor(sorted(live + padding))
+
+
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, max_len: torch.Tensor) -> list[Hypothesis]:
+def greedy_search(
+    model: Transformer, src: torch.Tensor, bos: int, eos: int, max_len: torch.Tensor, row_multiple: int = 1
+) -> list[Hypothesis]:
     """src: (B, S) ids -> the most likely next token at every step, for each sentence."""
     batch = src.size(0)
     state = model.start_decoding(src)
@@ -72,16 +90,20 @@ def greedy_search(model: Transformer, src: torch.Tensor, bos: int, eos: int, max
         )
         best, tokens = log_probs.max(dim=-1)
         scores = scores + best
-        finished = tokens == eos
+        live = []
         for row, (index, token) in enumerate(zip(alive.tolist(), tokens.tolist(), strict=True)):
+            if results[index] is not None:  # finished earlier, kept as padding
+                continue
             if token == eos:
                 results[index] = Hypothesis(outputs[index], float(scores[row]))
             else:
                 outputs[index].append(token)
-        if bool(finished.all()):
+                live.append(row)
+        if not live:
             break
-        if bool(finished.any()):
-            keep = (~finished).nonzero().squeeze(1)
+        keep = rows_to_keep(live, len(alive), row_multiple)
+        if keep is not None:
+            keep = keep.to(src.device)
             state.select_sentences(keep)
             alive, tokens, scores = alive[keep], tokens[keep], scores[keep]
     return [r if r is not None else Hypothesis(outputs[i], float("-inf")) for i, r in enumerate(results)]
@@ -97,13 +119,15 @@ def beam_search(
     beam: int,
     length_penalty: float = 1.0,
     nbest: int = 1,
+    row_multiple: int = 1,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` best prefixes per sentence. A prefix that ends with EOS among the top `beam`
     candidates is finished (so beam=1 is exactly greedy). A sentence is done when its `nbest`-th best
     finished score is at least what its best live prefix could still reach: exact when
     length_penalty=0 (scores only fall as a prefix grows), the usual heuristic otherwise. With a
     length penalty a sentence is also done once it has `beam` finished hypotheses (as in fairseq):
-    a longer live prefix can always beat the bound, so without this beam=1 would go on past greedy's EOS."""
+    a longer live prefix can always beat the bound, so without this beam=1 would go on past greedy's EOS.
+    Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`)."""
     batch, device = src.size(0), src.device
     state = model.start_decoding(src, group=beam)  # (B*k) decoder rows
     alive = list(range(batch))  # original sentence index per block of `beam` rows
@@ -112,6 +136,7 @@ def beam_search(
     scores = torch.full((batch, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    closed: set[int] = set()  # sentences done but still in the batch as padding
     limit = max_len.tolist()
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, prefixes[:, -1], state, bos)  # (B*k, V)
@@ -128,7 +153,7 @@ def beam_search(
         cand_scores, flat = candidates.topk(min(2 * beam, beam * per_row), dim=-1)  # (B, 2k)
         cand_beam, cand_token = flat // per_row, row_tokens.view(len(alive), -1).gather(1, flat)
         is_eos = cand_token == eos
-        _finish(finished, alive, prefixes, beam, cand_scores, cand_beam, is_eos, step, length_penalty)
+        _finish(finished, alive, closed, prefixes, beam, cand_scores, cand_beam, is_eos, step, length_penalty)
         # The best `beam` candidates that do not end here continue.
         live_scores, live_rank = cand_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=-1)
         parent = cand_beam.gather(1, live_rank) + torch.arange(len(alive), device=device)[:, None] * beam
@@ -136,23 +161,25 @@ def beam_search(
         scores = live_scores
         state.reorder_beams(parent.view(-1))
         done = [
-            _is_done(finished[i], float(scores[row, 0]), step + 2, length_penalty, nbest, beam)
+            i in closed or _is_done(finished[i], float(scores[row, 0]), step + 2, length_penalty, nbest, beam)
             for row, i in enumerate(alive)
         ]
         if all(done):
             break
-        if any(done):
-            keep_rows = [row for row, d in enumerate(done) if not d]
-            keep = torch.tensor([r * beam + j for r in keep_rows for j in range(beam)], device=device)
-            state.select_sentences(torch.tensor(keep_rows, device=device))
-            prefixes, scores = prefixes[keep], scores[keep_rows]
-            alive = [alive[r] for r in keep_rows]
+        closed.update(i for i, d in zip(alive, done, strict=True) if d)
+        keep_rows = rows_to_keep([row for row, d in enumerate(done) if not d], len(alive), row_multiple)
+        if keep_rows is not None:
+            keep = (keep_rows[:, None] * beam + torch.arange(beam)).view(-1).to(device)
+            state.select_sentences(keep_rows.to(device))
+            prefixes, scores = prefixes[keep], scores[keep_rows.to(device)]
+            alive = [alive[r] for r in keep_rows.tolist()]
     return [sorted(f, key=lambda h: h.score, reverse=True)[:nbest] or [Hypothesis([], float("-inf"))] for f in finished]
 
 
 def _finish(
     finished: list[list[Hypothesis]],
     alive: list[int],
+    closed: set[int],
     prefixes: torch.Tensor,
     beam: int,
     cand_scores: torch.Tensor,
@@ -161,8 +188,11 @@ def _finish(
     step: int,
     length_penalty: float,
 ) -> None:
-    """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`."""
+    """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
+    (not those of sentences already done, which only pad the batch)."""
     for row, rank in is_eos[:, :beam].nonzero().tolist():
+        if alive[row] in closed:
+            continue
         score = float(cand_scores[row, rank])
         if score == float("-inf"):
             continue

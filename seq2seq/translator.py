@@ -67,9 +67,15 @@ class Translator:
 
     def _search(self, src: torch.Tensor) -> list[list[Hypothesis]]:
         max_len = max_output_lengths(src, PAD_ID, self.max_len_a, self.max_len_b, self.max_positions)
+        # A half-precision model on a CPU runs on oneDNN kernels built per matrix shape: let the batch
+        # shrink in steps of 16 sentences so that few shapes occur (see search.rows_to_keep).
+        half_on_cpu = src.device.type == "cpu" and self.model.output.weight.dtype in (torch.bfloat16, torch.float16)
+        multiple = 16 if half_on_cpu else 1
         if self.beam == 1:
-            return [[h] for h in greedy_search(self.model, src, BOS_ID, EOS_ID, max_len)]
-        return beam_search(self.model, src, BOS_ID, EOS_ID, max_len, self.beam, self.length_penalty, self.nbest)
+            return [[h] for h in greedy_search(self.model, src, BOS_ID, EOS_ID, max_len, multiple)]
+        return beam_search(
+            self.model, src, BOS_ID, EOS_ID, max_len, self.beam, self.length_penalty, self.nbest, multiple
+        )
 
     @torch.inference_mode()
     def translate(self, lines: list[str], first_line_number: int = 1) -> list[list[Translation]]:

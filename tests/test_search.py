@@ -14,7 +14,7 @@ from torch import nn
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths, top_k_rows
+from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths, rows_to_keep, top_k_rows
 
 VOCAB = 7  # 0 pad, 1 bos, 2 eos, 3..6 ordinary tokens
 REAL_TOKENS = list(range(3, VOCAB))
@@ -265,6 +265,36 @@ def test_batch_equals_one_sentence_at_a_time(beam: int, length_penalty: float) -
         (greedy_alone,) = greedy_search(model, single, BOS_ID, EOS_ID, max_len[row : row + 1])
         assert greedy[row].tokens == greedy_alone.tokens
         assert greedy[row].score == pytest.approx(greedy_alone.score, abs=ATOL)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_padding_the_batch_with_finished_sentences_changes_nothing(beam: int) -> None:
+    """row_multiple keeps finished sentences in the batch (as padding to a multiple of 3 here) instead
+    of dropping each at once: same hypotheses and scores, and nothing added to a sentence once done."""
+    model = make_model(5)
+    torch.manual_seed(5)
+    lengths = [6, 2, 5, 3, 4, 6, 2]
+    src = torch.full((len(lengths), max(lengths)), PAD_ID)
+    for row, n in enumerate(lengths):
+        src[row, : n - 1] = torch.randint(3, VOCAB, (n - 1,))
+        src[row, n - 1] = EOS_ID
+    max_len = torch.tensor([8, 3, 7, 4, 6, 9, 2])
+    for search in ("greedy", "beam"):
+        if search == "greedy":
+            plain = [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len)]
+            padded = [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len, row_multiple=3)]
+        else:
+            plain = beam_search(model, src, BOS_ID, EOS_ID, max_len, beam, 1.0, nbest=beam)
+            padded = beam_search(model, src, BOS_ID, EOS_ID, max_len, beam, 1.0, nbest=beam, row_multiple=3)
+        for mine, reference in zip(padded, plain, strict=True):
+            assert [h.tokens for h in mine] == [h.tokens for h in reference]
+            assert [h.score for h in mine] == pytest.approx([h.score for h in reference], abs=ATOL)
+
+
+def test_rows_to_keep_pads_with_finished_rows() -> None:
+    assert rows_to_keep([0, 2, 5], current=8, multiple=4).tolist() == [0, 1, 2, 5]
+    assert rows_to_keep([0, 2, 5], current=8, multiple=1).tolist() == [0, 2, 5]
+    assert rows_to_keep([1, 3], current=4, multiple=4) is None  # padding would keep all: nothing to do
 
 
 @pytest.mark.parametrize("columns", [8000, 8003, 1000])
