@@ -155,4 +155,6 @@ class MultiHeadAttention(nn.Module):
         if group > 1:
             context = ungroup(context, group)
             weights = ungroup(weights, group) if weights is not None else None
-        return self.out_proj(merge_heads(context).to(x.dtype)), weights if need_weights else None
+        if cache is not None:  # back from the fp32 cache of a half-precision model (see _project)
+            context = context.to(x.dtype)
+        return self.out_proj(merge_heads(context)), weights if need_weights else None
