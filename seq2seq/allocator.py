@@ -4,8 +4,8 @@ Every training batch has a new shape, so a step's large tensors come in sizes th
 glibc's malloc either keeps them on its heap, where they fragment it (the small model's bf16 training
 reached 2.0 GB of RSS in 25 updates and 3.5 GB in an hour), or, with a fixed mmap threshold, maps and
 unmaps them every time, paying a page fault per 4 KB (1.2 GB, but 40% slower). tcmalloc keeps freed
-blocks in size classes and reuses them: measured on this project's machine, 3,866 target tok/s at
-1.24 GB against 3,420 tok/s at 2.0 GB with glibc (see README, Performance).
+blocks in size classes and reuses them: measured on this project's machine, 3,087-3,866 target
+tok/s at 1.18-1.24 GB against 2,943-3,420 tok/s at 1.8-2.0 GB with glibc (see README, Performance).
 
 The allocator has to be chosen before the process starts (LD_PRELOAD), so the console scripts call
 `relaunch_with_tcmalloc()` before importing torch: when the process was started as the command (not
