@@ -38,6 +38,9 @@ def relaunch_with_tcmalloc(command: str, module: str) -> None:
     started_as_command = module == "__main__" or os.path.basename(sys.argv[0]) == command
     if not started_as_command or not sys.platform.startswith("linux"):
         return
+    if tcmalloc_environment(dict(os.environ), "tcmalloc") is None:  # off or already on: skip the search
+        return
+    # find_library runs `ldconfig -p` (~0.1 s), so only when a re-launch may follow.
     library = ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
     environment = tcmalloc_environment(dict(os.environ), library)
     if environment is None:
