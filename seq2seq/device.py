@@ -15,3 +15,8 @@ def pick_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device={name}: CUDA is not available on this machine (use device=auto or cpu)")
     return device
+
+
+def half_precision_on_cpu(tensor: torch.Tensor) -> bool:
+    """bf16/fp16 on a CPU, where PyTorch's kernels differ most from fp32 in speed (attention, oneDNN)."""
+    return tensor.device.type == "cpu" and tensor.dtype in (torch.bfloat16, torch.float16)

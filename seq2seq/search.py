@@ -59,9 +59,9 @@ def rows_to_keep(live: list[int], current: int, multiple: int) -> torch.Tensor |
     ones as padding up to a multiple of `multiple`; None when that is all of them (nothing to drop).
 
     With multiple=1 a finished sentence leaves at once. A bf16 model on a CPU gets 16: oneDNN builds
-    a kernel for every matrix shape it meets (~5 ms each, with a cache of 64), and a batch that
-    shrinks one sentence at a time meets a new shape at almost every step; measured on test2016,
-    building them took 2.2 s against 2.5 s of running them."""
+    a kernel for every matrix shape it meets (with a cache of 64), and a batch that shrinks one
+    sentence at a time meets a new shape at almost every step; measured on test2016 (greedy and
+    beam 5), 1,225 kernels built in 2.2 s against 2.5 s of running them."""
     size = min(current, -(-len(live) // multiple) * multiple)
     if size == current:
         return None
@@ -169,10 +169,10 @@ def beam_search(
         closed.update(i for i, d in zip(alive, done, strict=True) if d)
         keep_rows = rows_to_keep([row for row, d in enumerate(done) if not d], len(alive), row_multiple)
         if keep_rows is not None:
-            keep = (keep_rows[:, None] * beam + torch.arange(beam)).view(-1).to(device)
-            state.select_sentences(keep_rows.to(device))
-            prefixes, scores = prefixes[keep], scores[keep_rows.to(device)]
             alive = [alive[r] for r in keep_rows.tolist()]
+            keep_rows = keep_rows.to(device)
+            prefixes, scores = prefixes[state.rows_of(keep_rows)], scores[keep_rows]
+            state.select_sentences(keep_rows)
     return [sorted(f, key=lambda h: h.score, reverse=True)[:nbest] or [Hypothesis([], float("-inf"))] for f in finished]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
+from seq2seq.device import half_precision_on_cpu
 from seq2seq.model.transformer import Transformer
 from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths
 
@@ -69,8 +70,7 @@ class Translator:
         max_len = max_output_lengths(src, PAD_ID, self.max_len_a, self.max_len_b, self.max_positions)
         # A half-precision model on a CPU runs on oneDNN kernels built per matrix shape: let the batch
         # shrink in steps of 16 sentences so that few shapes occur (see search.rows_to_keep).
-        half_on_cpu = src.device.type == "cpu" and self.model.output.weight.dtype in (torch.bfloat16, torch.float16)
-        multiple = 16 if half_on_cpu else 1
+        multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
         if self.beam == 1:
             return [[h] for h in greedy_search(self.model, src, BOS_ID, EOS_ID, max_len, multiple)]
         return beam_search(

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2seq.device import half_precision_on_cpu
+
 # Per-layer key/value cache for incremental decoding: {"k": (B, H, T, D), "v": (B, H, T, D)}.
 KVCache = dict[str, torch.Tensor]
 
@@ -71,7 +73,7 @@ def _sdpa(
     """F.scaled_dot_product_attention, except that on a CPU half-precision inputs run in fp32:
     measured on the small model, PyTorch's CPU flash-attention backward in bf16 was 13x slower than
     in fp32 (it was 40% of a bf16 training step), while the casts cost little."""
-    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and torch.is_grad_enabled():
+    if half_precision_on_cpu(q) and torch.is_grad_enabled():
         with torch.autocast("cpu", enabled=False):  # autocast would cast the inputs back down
             out = F.scaled_dot_product_attention(
                 q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout, is_causal=causal
@@ -101,7 +103,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # A half-precision model decoding on a CPU keeps its cache and does its attention in fp32:
         # PyTorch's CPU batched matmuls of a decoding step took 1.8x longer in bf16 than in fp32.
-        upcast = cache is not None and x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16)
+        upcast = cache is not None and half_precision_on_cpu(x)
         if self.cross:
             q = split_heads(self.q_proj(x), self.heads)
             q = q.float() if upcast else q
@@ -146,7 +148,7 @@ class MultiHeadAttention(nn.Module):
             mask, causal = allowed if mask is None else mask & allowed, False
         dropout = self.dropout if self.training else 0.0
         # Decoding steps have a handful of queries; there PyTorch's CPU flash-attention kernel took
-        # 1.4-2x the time of two matmuls and a softmax (measured at 320 rows x 4 heads x 10-30 keys).
+        # 1.2-1.7x the time of two matmuls and a softmax (measured at 320 rows x 4 heads x 10-30 keys).
         few_queries = q.device.type == "cpu" and q.size(2) <= 16 and not torch.is_grad_enabled()
         if need_weights or few_queries:
             context, weights = attention_with_weights(q, k, v, mask, causal, dropout)

@@ -40,9 +40,13 @@ class DecoderState:
     offset: int = 0
     group: int = 1
 
+    def rows_of(self, sentences: torch.Tensor) -> torch.Tensor:
+        """The decoder rows of sentences `sentences`, in order."""
+        return (sentences[:, None] * self.group + torch.arange(self.group, device=sentences.device)).view(-1)
+
     def select_sentences(self, sentences: torch.Tensor) -> None:
         """Keep sentences `sentences` (e.g. drop those that are done), with all their rows."""
-        rows = (sentences[:, None] * self.group + torch.arange(self.group, device=sentences.device)).view(-1)
+        rows = self.rows_of(sentences)
         self.memory = self.memory.index_select(0, sentences)
         self.src_mask = self.src_mask.index_select(0, sentences)
         for layer_cache in self.caches:
