@@ -214,6 +214,7 @@ def test_optimizer_state_survives_a_round_trip_and_reads_torch_checkpoints() -> 
             saved = first.state_dict()
         resumed.load_state_dict(saved)
         assert resumed.updates == 3
+        moments_before = {k: v.clone() for k, v in torch_optimizer.state[reference].items()}
         uninterrupted = copy.deepcopy(torch_optimizer)
         uninterrupted_param = uninterrupted.param_groups[0]["params"][0]
         for update, grad in enumerate(grads[3:], start=4):
@@ -222,6 +223,8 @@ def test_optimizer_state_survives_a_round_trip_and_reads_torch_checkpoints() -> 
             uninterrupted.param_groups[0]["lr"] = schedule(cfg, 16)(update)
             uninterrupted.step()
         torch.testing.assert_close(resumed_param.detach(), uninterrupted_param.detach(), rtol=1e-6, atol=1e-7)
+        for name, before in moments_before.items():  # what was loaded from is left as it was
+            assert torch.equal(torch_optimizer.state[reference][name], before), name
 
 
 def test_first_adam_update_matches_formula() -> None:

@@ -96,12 +96,18 @@ class Adam:
         return {"updates": self.updates, "state": {i: dict(s) for i, s in self.state.items()}}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
-        """Also reads a torch.optim Adam/AdamW state dict (checkpoints written before this class)."""
-        state = {int(i): dict(s) for i, s in saved["state"].items()}
-        for entry in state.values():
-            entry["step"] = int(entry["step"])
-        self.state = state
-        self.updates = saved.get("updates", max((s["step"] for s in state.values()), default=0))
+        """Also reads a torch.optim Adam/AdamW state dict (checkpoints written before this class).
+        The moments are copied to their parameter's device (checkpoints are loaded on the CPU) and are
+        copies in any case: updating them in place must not change the dict they came from."""
+        self.state = {}
+        for i, entry in saved["state"].items():
+            param = self.params[int(i)]
+            self.state[int(i)] = {
+                "step": int(entry["step"]),
+                "exp_avg": entry["exp_avg"].to(param, copy=True),
+                "exp_avg_sq": entry["exp_avg_sq"].to(param, copy=True),
+            }
+        self.updates = saved.get("updates", max((s["step"] for s in self.state.values()), default=0))
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimConfig, d_model: int) -> Adam:
