@@ -111,7 +111,7 @@ class TrainConfig:
     log_every: int = 50  # updates between TensorBoard/tqdm train-metric refreshes
     seed: int = 1234
     device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 uses a grad scaler, CUDA only)
+    precision: str = "auto"  # auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (CUDA, grad scaler)
     threads: int | None = None  # torch intra-op threads; null: torch's default
     deterministic: bool = False  # torch.use_deterministic_algorithms, for bitwise-reproducible runs
     compile: bool = False  # wrap the model in torch.compile
@@ -137,7 +137,9 @@ class TranslateConfig:
     nbest: int = 1  # hypotheses per input line; >1 prints "score<TAB>translation" lines
     batch_size: int = 128  # sentences decoded together (sorted by length first)
     device: str = "auto"
-    precision: str = "fp32"  # fp32, bf16 (CPUs with AMX/AVX512-BF16, GPUs) or fp16 (GPUs): the weights' type
+    precision: str = (
+        "auto"  # the weights' type: auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU)
+    )
     threads: int | None = None
     attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
     debug: bool = False  # show tracebacks instead of one-line errors
@@ -233,7 +235,7 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.save_every > 0, "save_every", cfg.save_every, "must be positive")
     _check(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints, "must be >= 0")
     _choice("best_metric", cfg.best_metric, ("bleu", "chrf", "loss", "accuracy"))
-    _choice("precision", cfg.precision, ("fp32", "bf16", "fp16"))
+    _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
     _check(not (cfg.resume and cfg.init_from), "init_from", cfg.init_from, "cannot be combined with resume")
@@ -244,5 +246,5 @@ def validate_translate(cfg: Any) -> None:
     _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
     _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
     _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
-    _choice("precision", cfg.precision, ("fp32", "bf16", "fp16"))
+    _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")

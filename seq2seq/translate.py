@@ -22,6 +22,7 @@ from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.device import pick_device
+from seq2seq.precision import choose_precision, log_choice
 from seq2seq.translator import Translation, Translator
 
 log = logging.getLogger("seq2seq.translate")
@@ -30,8 +31,8 @@ FIRST_CHUNK_LINES = 16  # the first chunk: its translations are out in a fractio
 
 
 def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
-    if cfg.precision == "fp16" and device.type == "cpu":
-        raise UserError("config error: precision='fp16' needs a GPU; on a CPU use bf16 (with AMX) or fp32")
+    if cfg.precision == "fp16" and device.type == "cpu":  # before loading: a config error costs no time
+        choose_precision(cfg.precision, device, 0, 0)
     path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
     payload = load_checkpoint(path)
     tokenizers = _load_tokenizers(path, cfg.run)
@@ -42,7 +43,10 @@ def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
             f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
             f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
         )
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
+    shape = payload["config"]["model"]
+    choice = choose_precision(cfg.precision, device, shape["d_model"], shape["ffn_dim"])
+    log_choice(choice, log)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
     model = model_from_checkpoint(payload).to(device=device, dtype=dtype).eval()
     if cfg.beam > tokenizers.tgt.get_vocab_size():
         raise UserError(f"beam={cfg.beam} is larger than the target vocabulary ({tokenizers.tgt.get_vocab_size()})")

@@ -50,6 +50,11 @@ def test_train_writes_a_complete_run_directory(trained_run: Path) -> None:
     log = (trained_run / "train.log").read_text()
     assert "validation at update 12" in log
     assert f"seq2seq-translate run={trained_run}" in log
+    # precision=auto (the default) measured this CPU, said what it chose, and the checkpoint records it
+    assert "precision: fp32 (auto: bf16 matmul " in log or "precision: bf16 (auto: bf16 matmul " in log
+    from seq2seq.checkpoint import load_checkpoint
+
+    assert load_checkpoint(trained_run / "checkpoints" / "last.pt")["config"]["precision"] in ("fp32", "bf16")
 
 
 def test_translate_keeps_one_output_line_per_input_line(trained_run: Path, tmp_path: Path) -> None:
@@ -117,10 +122,11 @@ def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: P
         (["run=/nonexistent/run"], "/nonexistent/run: no such run directory"),
         (["checkpoint=/nonexistent/x.pt"], "/nonexistent/x.pt: no such checkpoint file"),
         (["run=.", "beam=0"], "config error: beam=0: must be positive"),
-        (["run=.", "precision=fp8"], "config error: precision='fp8': must be one of fp32, bf16, fp16"),
+        (["run=.", "precision=fp8"], "config error: precision='fp8': must be one of auto, fp32, bf16, fp16"),
         (
             ["run=.", "precision=fp16", "device=cpu"],
-            "config error: precision='fp16' needs a GPU; on a CPU use bf16 (with AMX) or fp32",
+            "config error: precision='fp16' needs a GPU; on a CPU use precision=auto (measures bf16 against fp32), "
+            "bf16 or fp32",
         ),
     ],
 )

@@ -25,6 +25,7 @@ from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import build_model
+from seq2seq.precision import choose_precision
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
 from seq2seq.train.loss import TeacherForcedLoss
@@ -52,6 +53,10 @@ class Trainer:
         self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing)
         self.forward = self._wrap(self.objective)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model)
+        # precision=auto becomes what this machine runs fastest; the checkpoint's config records it, so a
+        # resume computes as the run did. Ranks measure alike but could disagree when close: rank 0 decides.
+        self.precision_choice = choose_precision(cfg.precision, device, cfg.model.d_model, cfg.model.ffn_dim)
+        cfg.precision = dist.broadcast(self.precision_choice.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.stream = (
             StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.device import pick_device
+from seq2seq.precision import log_choice
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
 from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, resume_payload
@@ -92,7 +93,8 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
         len(trainer.stream),
         "buffer" if cfg.data.streaming else "epoch",
     )
-    log.info("device: %s, precision %s, %d threads", device, cfg.precision, torch.get_num_threads())
+    log.info("device: %s, %d threads", device, torch.get_num_threads())
+    log_choice(trainer.precision_choice, log)
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")
 
 
