@@ -81,8 +81,10 @@ class DataConfig:
 @dataclass
 class OptimConfig:
     name: str = "adam"  # adam | adamw
-    schedule: str = "noam"  # noam: factor*d^-0.5*min(s^-0.5, s*w^-1.5) | inverse_sqrt: lr*min(s/w, sqrt(w/s))
-    lr: float = 5e-4  # inverse_sqrt: peak learning rate, reached at the end of warmup
+    # noam: factor*d^-0.5*min(s^-0.5, s*w^-1.5) | inverse_sqrt: lr*min(s/w, sqrt(w/s)) | linear_to_zero:
+    # lr*min(s/w, 1-used), reaching zero when max_minutes or max_steps (whichever is nearer) is used up
+    schedule: str = "noam"
+    lr: float = 5e-4  # inverse_sqrt, linear_to_zero: peak learning rate, reached at the end of warmup
     factor: float = 1.0  # noam: scale of the paper's schedule
     warmup: int = 4000  # steps of rising learning rate
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -213,7 +215,13 @@ def validate_train(cfg: Any) -> None:
     if d.kind == "hub":
         _check(d.hub_name is not None, "data.hub_name", None, "hub needs a dataset name")
     _choice("optim.name", o.name, ("adam", "adamw"))
-    _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt"))
+    _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt", "linear_to_zero"))
+    _check(
+        o.schedule != "linear_to_zero" or cfg.max_minutes is not None or cfg.max_steps is not None,
+        "optim.schedule",
+        o.schedule,
+        "decays to zero at the end of the budget: set max_minutes or max_steps",
+    )
     _check(o.warmup > 0, "optim.warmup", o.warmup, "must be positive (the schedules divide by it)")
     _check(o.lr > 0, "optim.lr", o.lr, "must be positive")
     _check(o.factor > 0, "optim.factor", o.factor, "must be positive")

@@ -142,9 +142,17 @@ def _train(
     if dist.is_main:
         data.tokenizers.save(run_dir)
     trainer = Trainer(cfg, run_dir, data, device, dist)
+    trainer.started = start
     if payload is not None:
         trainer.restore(payload)
-        log.info("resumed %s at update %d (epoch %d)", cfg.resume, trainer.step, trainer.stream.epoch)
+        log.info(
+            "resumed %s at update %d (epoch %d) after %.1f minutes of training%s",
+            cfg.resume,
+            trainer.step,
+            trainer.stream.epoch,
+            trainer.elapsed_before / 60.0,
+            f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
+        )
     elif cfg.init_from:
         trainer.init_weights_from(cfg.init_from)
         log.info("initialised weights from %s", cfg.init_from)
@@ -153,7 +161,7 @@ def _train(
         log_summary(trainer, run_dir, device, dist)
     install_stop_handlers(trainer)
     try:
-        reason = _loop(trainer, dashboard, start)
+        reason = _loop(trainer, dashboard)
         if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
             if dist.is_main:
                 trainer.save("last")
@@ -177,13 +185,13 @@ def _check_writable(run_dir: Path) -> None:
         raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
 
 
-def _stop_reason(trainer: Trainer, start: float) -> str | None:
+def _stop_reason(trainer: Trainer) -> str | None:
     cfg = trainer.cfg
     if cfg.max_steps and trainer.step >= cfg.max_steps:
         return f"reached max_steps={cfg.max_steps}"
     if cfg.max_epochs and trainer.stream.epoch > cfg.max_epochs:
         return f"finished max_epochs={cfg.max_epochs}"
-    if trainer.dist.any(cfg.max_minutes is not None and elapsed_minutes(start) >= cfg.max_minutes):
+    if trainer.dist.any(cfg.max_minutes is not None and trainer.elapsed_minutes() >= cfg.max_minutes):
         return f"used max_minutes={cfg.max_minutes}"
     if trainer.dist.any(trainer.stop_requested):
         return STOPPED_BY_SIGNAL
@@ -192,10 +200,10 @@ def _stop_reason(trainer: Trainer, start: float) -> str | None:
     return None
 
 
-def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
+def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
     cfg, dist = trainer.cfg, trainer.dist
     window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
-    while (reason := _stop_reason(trainer, start)) is None:
+    while (reason := _stop_reason(trainer)) is None:
         metrics = trainer.train_step()
         if metrics is None:
             continue
@@ -280,7 +288,8 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
     summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": elapsed_minutes(start)}
     summary.update(best=trainer.best, metrics=trainer.last_metrics, run_dir=str(run_dir))
     if trainer.dist.is_main:
-        log.info("stopped: %s after %d updates in %.1f minutes", reason, trainer.step, summary["minutes"])
+        resumed = f" ({trainer.elapsed_minutes():.1f} minutes of training in all)" if trainer.elapsed_before else ""
+        log.info("stopped: %s after %d updates in %.1f minutes%s", reason, trainer.step, summary["minutes"], resumed)
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)
