@@ -149,3 +149,17 @@ def test_training_streams_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFi
     )
     state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")["data"]
     assert state["epoch"] == 1 and state["buffer"] >= 1  # 8 updates of 512 tokens go past the first buffer
+
+
+def test_epochs_done_counts_the_epoch_at_its_last_update(prepared) -> None:
+    """max_epochs stops on this: it must see the end of the corpus before the next epoch is started."""
+    cfg, data = prepared
+    batches = stream(cfg, data.tokenizers)
+    seen: Counter = Counter()
+    while batches.epochs_done(1, 1) < 1:
+        seen.update(row for batch in batches.next_update(1, 0, 1) for row in rows(batch))
+    assert batches.epoch == 1
+    assert seen == expected_pairs(cfg, data.tokenizers)
+    assert batches.epochs_done(1, 1) == 1  # asking again does not lose the peeked line
+    batches.next_update(1, 0, 1)
+    assert (batches.epoch, batches.epochs_done(1, 1)) == (2, 1)

@@ -146,6 +146,12 @@ class EpochBatches:
         mine = group[rank::world_size]
         return [collate(self.split, indices, self.max_positions) for indices in mine]
 
+    def epochs_done(self, world_size: int, accum_steps: int) -> int:
+        """Epochs fully trained on: the current one counts once the next update would start another."""
+        needed = world_size * accum_steps
+        ending = self.position > 0 and self.position + needed > len(self._batches)
+        return self.epoch if ending else self.epoch - 1
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_tokens": self.batch_tokens}
 

@@ -11,7 +11,7 @@ before it (without tokenizing them) and continues with the same batches, for any
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import chain, islice
 
 import numpy as np
 
@@ -95,6 +95,23 @@ class StreamingBatches:
             group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
         return [collate(self.split, indices, self.max_positions) for indices in group[rank::world_size]]
+
+    def epochs_done(self, world_size: int, accum_steps: int) -> int:
+        """Epochs fully trained on: the current one counts once its last buffer cannot fill the next
+        update and the corpus has no line left (a trailing buffer that the filters empty is not foreseen:
+        that epoch counts when the next one starts)."""
+        self._ensure_loaded()
+        needed = world_size * accum_steps
+        ending = self.position > 0 and self.position + needed > len(self._batches) and not self._corpus_left()
+        return self.epoch if ending else self.epoch - 1
+
+    def _corpus_left(self) -> bool:
+        try:
+            first = next(self._pairs)
+        except StopIteration:
+            return False
+        self._pairs = chain([first], self._pairs)  # put it back
+        return True
 
     def state_dict(self) -> dict[str, int]:
         return {

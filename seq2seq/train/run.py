@@ -179,7 +179,7 @@ def _stop_reason(trainer: Trainer, start: float) -> str | None:
     cfg = trainer.cfg
     if cfg.max_steps and trainer.step >= cfg.max_steps:
         return f"reached max_steps={cfg.max_steps}"
-    if cfg.max_epochs and trainer.stream.epoch > cfg.max_epochs:
+    if cfg.max_epochs and trainer.stream.epochs_done(trainer.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
         return f"finished max_epochs={cfg.max_epochs}"
     if trainer.dist.any(cfg.max_minutes is not None and elapsed_minutes(start) >= cfg.max_minutes):
         return f"used max_minutes={cfg.max_minutes}"
