@@ -358,3 +358,21 @@ def test_fp16_overflowing_gradients_are_the_scalers_business(setup, tmp_path, ca
     assert outcomes == [False] * 5 + [True]
     assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (1, 5, 0)
     assert trainer.scaler.get_scale() == scale / 2**5
+
+
+def test_resuming_with_fp16_a_run_that_was_not_fp16_starts_a_fresh_scaler(setup, tmp_path, caplog):
+    """Regression: GradScaler.load_state_dict({}) raised (a disabled scaler saves nothing)."""
+    _, data = setup
+    batches = [batch_of(data, np.arange(0, 8))]
+    fp32 = make_trainer(setup, tmp_path, batches)
+    fp32.train_step()
+    payload = fp32.state_dict()
+    assert payload["scaler"] == {}
+    resumed = fp16_trainer(setup, tmp_path, batches)
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
+        resumed.restore(payload)
+    assert warnings_of(caplog) == [
+        "the checkpoint has no grad scaler state (not trained with fp16): starting a fresh one"
+    ]
+    assert resumed.step == 1 and resumed.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
+    assert resumed.train_step() is not None

@@ -111,7 +111,10 @@ class Trainer:
         """Continue exactly where `payload` (a checkpoint of this run) left off."""
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
-        self.scaler.load_state_dict(payload["scaler"])
+        if self.scaler.is_enabled() and not payload["scaler"]:  # the run was not fp16 until now
+            log.warning("the checkpoint has no grad scaler state (not trained with fp16): starting a fresh one")
+        else:
+            self.scaler.load_state_dict(payload["scaler"])
         self.stream.load_state_dict(payload["data"])
         self.step = payload["step"]
         self.best = payload["best"]
