@@ -275,3 +275,17 @@ def test_max_epochs_trains_every_sentence_exactly_that_many_times(tmp_path, monk
     summary = train(compose_config("train", [*overrides, f"max_epochs={epochs}"]), tmp_path)
     assert summary["reason"] == f"finished max_epochs={epochs}"
     assert set(seen.values()) == {epochs} and len(seen) == 100
+
+
+def test_resume_with_another_batch_tokens_is_refused_through_train(tmp_path) -> None:
+    """Regression: a resumed run with batch_tokens=... on the command line used the saved position on
+    other batches, silently. The message names the key and the saved value."""
+    from conftest import TINY_TRAIN, compose_config
+
+    from seq2seq.config import UserError
+    from seq2seq.train.run import train
+
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2"]), tmp_path)
+    resume = f"resume={tmp_path}"
+    with pytest.raises(UserError, match="^resume: batch_tokens=600 differs from the checkpoint's batch_tokens=512,"):
+        train(compose_config("train", [resume]), tmp_path, overrides=[resume, "batch_tokens=600", "max_steps=4"])

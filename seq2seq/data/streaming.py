@@ -16,7 +16,7 @@ from itertools import chain, islice
 import numpy as np
 
 from seq2seq.config import DataConfig, UserError
-from seq2seq.data.batching import Batch, collate, make_batches
+from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
 from seq2seq.data.corpus import iter_split
 from seq2seq.data.pipeline import Split, TokenColumn, keep_pair
 from seq2seq.data.tokenizer import Tokenizers
@@ -124,6 +124,7 @@ class StreamingBatches:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if "buffer" not in state:
-            raise ValueError("this checkpoint was not trained with data.streaming=true; resume without it")
+            raise UserError("this checkpoint was not trained with data.streaming=true; resume without it")
+        check_same_stream(state, self.batch_tokens, self.seed)
         self.epoch, self.buffer, self.position = int(state["epoch"]), int(state["buffer"]), int(state["position"])
         self._batches = None
