@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
-from seq2seq.device import pick_device
+from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
 from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, resume_payload
@@ -131,7 +131,7 @@ def _train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
+        use_deterministic_algorithms(device)
     seed_everything(cfg.seed + dist.rank)
     start = time.monotonic()
     if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
