@@ -106,6 +106,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
     validate_train(cfg)
     device = pick_device(cfg.device)
     dist = init_distributed(device)
+    device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
         return _train(cfg, run_dir, device, dist, payload)
     finally:
@@ -125,9 +126,6 @@ def _train(
 ) -> dict[str, Any]:
     if dist.enabled:
         run_dir = _agree_on_run_dir(run_dir, dist)
-        if device.type == "cuda":
-            device = torch.device("cuda", dist.local_rank)
-            torch.cuda.set_device(device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.deterministic:
