@@ -30,6 +30,7 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
             handle.flush()
@@ -43,6 +44,12 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
                 f"{path}: could not write checkpoint ({err.strerror or err}); the previous one is intact"
             ) from err
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -98,7 +98,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    batch_tokens: int = 4096  # target tokens per batch (per rank), padding excluded
+    batch_tokens: int = 4096  # padded tokens per batch (per rank): sentences x longest side incl. BOS/EOS
     accum_steps: int = 1  # batches whose gradients are summed before one update
     max_steps: int | None = 100000  # updates; null: no limit
     max_epochs: int | None = None  # passes over the training data; null: no limit
@@ -136,7 +136,7 @@ class TranslateConfig:
     length_penalty: float = 1.0  # alpha in score / length^alpha; 0 favours short outputs
     max_len_a: float = 1.5  # output may have up to a * source length + b tokens
     max_len_b: int = 10
-    nbest: int = 1  # hypotheses per input line; >1 prints "score<TAB>translation" lines
+    nbest: int = 1  # hypotheses per input line; >1 prints "line ||| translation ||| score" lines (line from 0)
     batch_size: int = 128  # sentences decoded together (sorted by length first)
     device: str = "auto"
     precision: str = (

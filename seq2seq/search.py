@@ -122,11 +122,12 @@ def beam_search(
     row_multiple: int = 1,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` best prefixes per sentence. A prefix that ends with EOS among the top `beam`
-    candidates is finished (so beam=1 is exactly greedy). A sentence is done when its `nbest`-th best
-    finished score is at least what its best live prefix could still reach: exact when
-    length_penalty=0 (scores only fall as a prefix grows), the usual heuristic otherwise. With a
-    length penalty a sentence is also done once it has `beam` finished hypotheses (as in fairseq):
-    a longer live prefix can always beat the bound, so without this beam=1 would go on past greedy's EOS.
+    candidates is finished (so beam=1 is exactly greedy). Without a length penalty a sentence is done
+    when its `nbest`-th best finished score is at least its best live prefix's: exact, since scores
+    only fall as a prefix grows, and a larger `nbest` only adds hypotheses that score no better. With
+    a length penalty a longer prefix can always win, so a sentence is done once it has `beam` finished
+    hypotheses (as in fairseq and Hugging Face): a rule that does not look at `nbest`, so the best
+    hypothesis is the same whatever `nbest` is.
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`)."""
     batch, device = src.size(0), src.device
     state = model.start_decoding(src, group=beam)  # (B*k) decoder rows
@@ -161,7 +162,7 @@ def beam_search(
         scores = live_scores
         state.reorder_beams(parent.view(-1))
         done = [
-            i in closed or _is_done(finished[i], float(scores[row, 0]), step + 2, length_penalty, nbest, beam)
+            i in closed or _is_done(finished[i], float(scores[row, 0]), length_penalty, nbest, beam)
             for row, i in enumerate(alive)
         ]
         if all(done):
@@ -200,14 +201,11 @@ def _finish(
         finished[alive[row]].append(Hypothesis(tokens, _length_normalised(score, step + 1, length_penalty)))
 
 
-def _is_done(
-    finished: list[Hypothesis], best_live: float, live_length: int, length_penalty: float, nbest: int, beam: int
-) -> bool:
+def _is_done(finished: list[Hypothesis], best_live: float, length_penalty: float, nbest: int, beam: int) -> bool:
     if best_live == float("-inf"):  # nothing left to extend
         return True
+    if length_penalty:
+        return len(finished) >= beam
     if len(finished) < nbest:
         return False
-    if length_penalty and len(finished) >= beam:
-        return True
-    nth_best = sorted((h.score for h in finished), reverse=True)[nbest - 1]
-    return nth_best >= _length_normalised(best_live, live_length, length_penalty)
+    return sorted((h.score for h in finished), reverse=True)[nbest - 1] >= best_live

@@ -241,3 +241,51 @@ def test_corpus_smaller_than_an_update_still_fills_every_rank(world_size: int, a
         for per_rank in step_ranks(streams, accum):
             assert len(per_rank) == accum
             assert all(sorted(batch) == list(range(4)) for batch in per_rank)
+
+
+def test_epochs_done_counts_an_epoch_when_its_last_update_is_taken() -> None:
+    ranks = [EpochBatches(make_split(), batch_tokens=64, seed=0, max_positions=64) for _ in range(2)]
+    seen = []
+    while ranks[0].epochs_done(2, 1) < 1:
+        seen += [i for rank, s in enumerate(ranks) for batch in s.next_update(2, rank, 1) for i in batch.indices]
+    assert ranks[0].epoch == 1 and ranks[0].position == len(ranks[0]) // 2 * 2
+    assert len(seen) == len(set(seen))  # nothing of the next epoch
+    assert len(seen) == sum(len(b) for b in ranks[0]._batches[: ranks[0].position])
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_max_epochs_trains_every_sentence_exactly_that_many_times(tmp_path, monkeypatch, epochs: int) -> None:
+    """Regression: with max_epochs=1 the run took one update of the second epoch (7 updates for 6 batches)."""
+    from collections import Counter
+
+    from conftest import TINY_TRAIN, compose_config
+
+    from seq2seq.train.run import train
+
+    seen: Counter = Counter()
+    real = EpochBatches.next_update
+
+    def recording(self: EpochBatches, world_size: int, rank: int, accum_steps: int) -> list:
+        batches = real(self, world_size, rank, accum_steps)
+        seen.update(int(i) for batch in batches for i in batch.indices)
+        return batches
+
+    monkeypatch.setattr(EpochBatches, "next_update", recording)
+    overrides = [*TINY_TRAIN, "data.task_train_size=100", "batch_tokens=256", "max_steps=null", "valid_every=1000"]
+    summary = train(compose_config("train", [*overrides, f"max_epochs={epochs}"]), tmp_path)
+    assert summary["reason"] == f"finished max_epochs={epochs}"
+    assert set(seen.values()) == {epochs} and len(seen) == 100
+
+
+def test_resume_with_another_batch_tokens_is_refused_through_train(tmp_path) -> None:
+    """Regression: a resumed run with batch_tokens=... on the command line used the saved position on
+    other batches, silently. The message names the key and the saved value."""
+    from conftest import TINY_TRAIN, compose_config
+
+    from seq2seq.config import UserError
+    from seq2seq.train.run import train
+
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2"]), tmp_path)
+    resume = f"resume={tmp_path}"
+    with pytest.raises(UserError, match="^resume: batch_tokens=600 differs from the checkpoint's batch_tokens=512,"):
+        train(compose_config("train", [resume]), tmp_path, overrides=[resume, "batch_tokens=600", "max_steps=4"])

@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import os
 import random
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,17 @@ def test_model_from_checkpoint_reproduces_outputs(tmp_path: Path, tie_output: bo
         assert torch.equal(rebuilt.output(rebuilt(src, tgt)), model.output(model(src, tgt)))
     assert rebuilt.cfg == cfg
     assert (rebuilt.output.weight is rebuilt.tgt_embed.weight) == tie_output
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_checkpoint_file_mode_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    """Regression: mkstemp's 0600 stayed on every checkpoint, whatever the user's umask."""
+    previous = os.umask(umask)
+    try:
+        atomic_save(sample_payload(), tmp_path / "last.pt")
+        (tmp_path / "plain.txt").write_text("an ordinary file, made under the same umask")
+    finally:
+        os.umask(previous)
+    mode = stat.S_IMODE((tmp_path / "last.pt").stat().st_mode)
+    assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
+    assert os.umask(previous) == previous  # the umask is left as it was

@@ -128,3 +128,36 @@ def test_torchrun_trains_validates_and_checkpoints_once(tmp_path: Path) -> None:
     log = (runs[0] / "train.log").read_text()
     assert log.count("validation at update 2:") == 1 and log.count("validation at update 4:") == 1
     assert "x 2 ranks per update" in log
+
+
+def test_each_rank_takes_its_gpu_before_joining_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the process group (and the run-directory broadcast) came before set_device, so NCCL
+    used GPU 0 on every rank, and device=cuda:0 kept every rank's collectives on GPU 0. Recorded
+    without a GPU: the calls torch.cuda and torch.distributed receive, in order."""
+    import torch.distributed as torch_dist
+
+    calls: list[tuple] = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(torch_dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch_dist, "init_process_group", lambda **kwargs: calls.append(("init", kwargs)))
+    monkeypatch.setattr(torch_dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(torch_dist, "get_world_size", lambda: 2)
+    context = init_distributed(torch.device("cuda", 0))
+    gpu1 = torch.device("cuda", 1)
+    assert calls[0] == ("set_device", gpu1)
+    assert calls[1][0] == "init" and calls[1][1]["backend"] == "nccl" and calls[1][1]["device_id"] == gpu1
+    assert (context.rank, context.local_rank, context.device) == (1, 1, gpu1)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_torchrun_on_two_gpus_with_device_cuda_0(tmp_path: Path) -> None:
+    """Each rank on its own GPU even when the config names one (NCCL fails on a shared GPU)."""
+    env = {**os.environ, "SEQ2SEQ_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    command = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=2"]
+    command += ["-m", "seq2seq.cli.train", *OVERRIDES, "max_steps=2", "valid_every=2", "progress=false"]
+    command += ["device=cuda:0", f"hydra.run.dir={tmp_path / 'run'}"]
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]

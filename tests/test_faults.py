@@ -317,3 +317,62 @@ def test_out_of_memory_under_ddp_is_an_error_not_a_split(setup, tmp_path):
     )
     assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
     assert seen == [4]
+
+
+# --- fp16: the grad scaler's skips ------------------------------------------------------------------
+
+
+def fp16_trainer(setup: tuple, tmp_path: Path, batches: list[Batch]) -> Trainer:
+    """make_trainer with precision=fp16 (a grad scaler). Built directly: train() may refuse fp16 on a CPU."""
+    cfg, data = setup
+    cfg = cfg.copy()
+    cfg.precision = "fp16"
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    trainer.stream.next_update = lambda *_args: list(batches)
+    assert trainer.scaler.is_enabled()
+    return trainer
+
+
+def test_fp16_with_a_nan_loss_on_every_update_stops(setup, tmp_path, caplog):
+    """Regression: under fp16 every skip was exempt from max_skipped_updates, so a forward pass that
+    overflows on every batch skipped for ever without an update."""
+    _, data = setup
+    trainer = fp16_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
+    poison(trainer, set(range(1, 100)), "nan_loss")
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER), pytest.raises(NonFiniteLoss, match="3 updates in a row"):
+        for _ in range(10):
+            trainer.train_step()
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (0, 3, 3)
+
+
+def test_fp16_overflowing_gradients_are_the_scalers_business(setup, tmp_path, caplog):
+    """A finite loss with infinite gradients is what the grad scaler skips while it finds its scale:
+    counted as skipped, never toward the limit, and the scale halves each time."""
+    _, data = setup
+    trainer = fp16_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
+    poison(trainer, set(range(1, 6)), "inf_grad")  # 5 > max_skipped_updates=3
+    scale = trainer.scaler.get_scale()
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
+        outcomes = [trainer.train_step() is not None for _ in range(6)]
+    assert outcomes == [False] * 5 + [True]
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (1, 5, 0)
+    assert trainer.scaler.get_scale() == scale / 2**5
+
+
+def test_resuming_with_fp16_a_run_that_was_not_fp16_starts_a_fresh_scaler(setup, tmp_path, caplog):
+    """Regression: GradScaler.load_state_dict({}) raised (a disabled scaler saves nothing)."""
+    _, data = setup
+    batches = [batch_of(data, np.arange(0, 8))]
+    fp32 = make_trainer(setup, tmp_path, batches)
+    fp32.train_step()
+    payload = fp32.state_dict()
+    assert payload["scaler"] == {}
+    resumed = fp16_trainer(setup, tmp_path, batches)
+    with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
+        resumed.restore(payload)
+    assert warnings_of(caplog) == [
+        "the checkpoint has no grad scaler state (not trained with fp16): starting a fresh one"
+    ]
+    assert resumed.step == 1 and resumed.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
+    assert resumed.train_step() is not None

@@ -205,16 +205,18 @@ def test_optimizer_state_survives_a_round_trip_and_reads_torch_checkpoints() -> 
         reference.grad = grad.clone()
         torch_optimizer.param_groups[0]["lr"] = schedule(cfg, 16)(update)
         torch_optimizer.step()
-    for saved in (torch_optimizer.state_dict(), None):
-        resumed_param = torch.nn.Parameter(reference.detach().clone())
-        resumed = build_optimizer([resumed_param], cfg, 16)
-        if saved is None:  # our own format: save after loading the torch one, load into a fresh optimizer
-            first = build_optimizer([resumed_param], cfg, 16)
+    for source in ("torch", "ours"):
+        if source == "torch":
+            saved = torch_optimizer.state_dict()
+        else:  # our own format: save after loading the torch one (into an optimizer of its own parameter)
+            first = build_optimizer([torch.nn.Parameter(reference.detach().clone())], cfg, 16)
             first.load_state_dict(torch_optimizer.state_dict())
             saved = first.state_dict()
+        untouched = copy.deepcopy(saved)
+        resumed_param = torch.nn.Parameter(reference.detach().clone())
+        resumed = build_optimizer([resumed_param], cfg, 16)
         resumed.load_state_dict(saved)
         assert resumed.updates == 3
-        moments_before = {k: v.clone() for k, v in torch_optimizer.state[reference].items()}
         uninterrupted = copy.deepcopy(torch_optimizer)
         uninterrupted_param = uninterrupted.param_groups[0]["params"][0]
         for update, grad in enumerate(grads[3:], start=4):
@@ -223,8 +225,10 @@ def test_optimizer_state_survives_a_round_trip_and_reads_torch_checkpoints() -> 
             uninterrupted.param_groups[0]["lr"] = schedule(cfg, 16)(update)
             uninterrupted.step()
         torch.testing.assert_close(resumed_param.detach(), uninterrupted_param.detach(), rtol=1e-6, atol=1e-7)
-        for name, before in moments_before.items():  # what was loaded from is left as it was
-            assert torch.equal(torch_optimizer.state[reference][name], before), name
+        # What was loaded from (this iteration's `saved`) is left as it was.
+        for i, entry in saved["state"].items():
+            for name in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(entry[name], untouched["state"][i][name]), (source, name)
 
 
 def test_first_adam_update_matches_formula() -> None:

@@ -297,10 +297,11 @@ def test_rows_to_keep_pads_with_finished_rows() -> None:
     assert rows_to_keep([1, 3], current=4, multiple=4) is None  # padding would keep all: nothing to do
 
 
-@pytest.mark.parametrize("columns", [8000, 8003, 1000])
+@pytest.mark.parametrize("columns", [8000, 8003, 1300])
 def test_top_k_rows_equals_torch_topk(columns: int) -> None:
-    """The chunked top-k of wide rows against torch.topk, with a partial last chunk (8003), rows
+    """The chunked top-k of wide rows against torch.topk, with a partial last chunk (8003, 1300), rows
     that are -inf except for one value (a sentence out of budget), and values spread across chunks."""
+    assert columns >= 4 * 10 * 32  # wide enough to be chunked: narrower rows are torch.topk itself
     torch.manual_seed(0)
     x = torch.randn(37, columns) * 3
     x[5] = float("-inf")
@@ -312,3 +313,18 @@ def test_top_k_rows_equals_torch_topk(columns: int) -> None:
     assert torch.equal(index[values > float("-inf")], expected_index[expected_values > float("-inf")])
     finite = values > float("-inf")
     assert torch.equal(x.gather(1, index)[finite], values[finite]) and int(index.max()) < columns
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
+@pytest.mark.parametrize("seed", [0, 1, 2, 23])
+def test_the_best_hypothesis_does_not_depend_on_nbest(seed: int, length_penalty: float) -> None:
+    """Regression: with a length penalty a sentence stopped once `nbest` hypotheses were finished, so
+    asking for more hypotheses could find a better first one (it did for seed 2 with alpha 1, where
+    nbest=1 gave the empty output, and seed 23 with alpha 2)."""
+    model, src = make_model(seed), sources()
+    max_len = torch.tensor([20, 20, 20])
+    runs = {n: beam_search(model, src, BOS_ID, EOS_ID, max_len, 5, length_penalty, nbest=n) for n in range(1, 6)}
+    for n, results in runs.items():
+        for row, hyps in enumerate(results):
+            assert len(hyps) == n
+            assert (hyps[0].tokens, hyps[0].score) == (runs[5][row][0].tokens, runs[5][row][0].score), (n, row)

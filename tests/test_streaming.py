@@ -137,6 +137,23 @@ def test_checkpoints_of_the_two_modes_do_not_mix(prepared) -> None:
     state = stream(cfg, data.tokenizers).state_dict()
     with pytest.raises(UserError, match="data.streaming=true; resume with it"):
         EpochBatches.__new__(EpochBatches).load_state_dict(state)
+    # The other way round was a bare ValueError (a traceback instead of the one-line message).
+    epoch_state = {"epoch": 1, "position": 0, "seed": 5, "batch_tokens": 64}
+    with pytest.raises(
+        UserError, match=r"^this checkpoint was not trained with data.streaming=true; resume without it$"
+    ):
+        stream(cfg, data.tokenizers).load_state_dict(epoch_state)
+
+
+@pytest.mark.parametrize(("key", "value"), [("batch_tokens", 128), ("seed", 6)])
+def test_a_resumed_stream_refuses_another_batch_tokens_or_seed(prepared, key: str, value: int) -> None:
+    """Regression: the saved batch_tokens was ignored, so the position pointed into other batches."""
+    cfg, data = prepared
+    state = stream(cfg, data.tokenizers).state_dict()
+    changed = {"batch_tokens": 64, "seed": 5, key: value}
+    resumed = StreamingBatches(cfg, data.tokenizers, changed["batch_tokens"], changed["seed"], max_positions=64)
+    with pytest.raises(UserError, match=rf"^resume: {key}={value} differs from the checkpoint's {key}={state[key]},"):
+        resumed.load_state_dict(state)
 
 
 def test_training_streams_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -149,3 +166,17 @@ def test_training_streams_end_to_end(tmp_path: Path, caplog: pytest.LogCaptureFi
     )
     state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")["data"]
     assert state["epoch"] == 1 and state["buffer"] >= 1  # 8 updates of 512 tokens go past the first buffer
+
+
+def test_epochs_done_counts_the_epoch_at_its_last_update(prepared) -> None:
+    """max_epochs stops on this: it must see the end of the corpus before the next epoch is started."""
+    cfg, data = prepared
+    batches = stream(cfg, data.tokenizers)
+    seen: Counter = Counter()
+    while batches.epochs_done(1, 1) < 1:
+        seen.update(row for batch in batches.next_update(1, 0, 1) for row in rows(batch))
+    assert batches.epoch == 1
+    assert seen == expected_pairs(cfg, data.tokenizers)
+    assert batches.epochs_done(1, 1) == 1  # asking again does not lose the peeked line
+    batches.next_update(1, 0, 1)
+    assert (batches.epoch, batches.epochs_done(1, 1)) == (2, 1)

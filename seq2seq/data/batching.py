@@ -111,6 +111,18 @@ def _select_rows(batch: Batch, rows: slice) -> Batch:
     )
 
 
+def check_same_stream(state: dict[str, int], batch_tokens: int, seed: int) -> None:
+    """A saved position counts batches of the saved (batch_tokens, seed): with others it would point
+    elsewhere in another sequence of batches, so a resumed run cannot change them."""
+    for key, value in (("batch_tokens", batch_tokens), ("seed", seed)):
+        saved = state.get(key, value)
+        if saved != value:
+            raise UserError(
+                f"resume: {key}={value} differs from the checkpoint's {key}={saved}, which its data position "
+                f"counts in; keep {saved}, or start a new run with init_from=<checkpoint>"
+            )
+
+
 class EpochBatches:
     """The training stream: epoch after epoch of shuffled token buckets, resumable at any update."""
 
@@ -146,11 +158,18 @@ class EpochBatches:
         mine = group[rank::world_size]
         return [collate(self.split, indices, self.max_positions) for indices in mine]
 
+    def epochs_done(self, world_size: int, accum_steps: int) -> int:
+        """Epochs fully trained on: the current one counts once the next update would start another."""
+        needed = world_size * accum_steps
+        ending = self.position > 0 and self.position + needed > len(self._batches)
+        return self.epoch if ending else self.epoch - 1
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_tokens": self.batch_tokens}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if "buffer" in state:
             raise UserError("this checkpoint was trained with data.streaming=true; resume with it")
+        check_same_stream(state, self.batch_tokens, self.seed)
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = self._epoch_batches(self.epoch)

@@ -11,12 +11,12 @@ before it (without tokenizing them) and continues with the same batches, for any
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import chain, islice
 
 import numpy as np
 
 from seq2seq.config import DataConfig, UserError
-from seq2seq.data.batching import Batch, collate, make_batches
+from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
 from seq2seq.data.corpus import iter_split
 from seq2seq.data.pipeline import Split, TokenColumn, keep_pair
 from seq2seq.data.tokenizer import Tokenizers
@@ -96,6 +96,23 @@ class StreamingBatches:
         self.position += needed
         return [collate(self.split, indices, self.max_positions) for indices in group[rank::world_size]]
 
+    def epochs_done(self, world_size: int, accum_steps: int) -> int:
+        """Epochs fully trained on: the current one counts once its last buffer cannot fill the next
+        update and the corpus has no line left (a trailing buffer that the filters empty is not foreseen:
+        that epoch counts when the next one starts)."""
+        self._ensure_loaded()
+        needed = world_size * accum_steps
+        ending = self.position > 0 and self.position + needed > len(self._batches) and not self._corpus_left()
+        return self.epoch if ending else self.epoch - 1
+
+    def _corpus_left(self) -> bool:
+        try:
+            first = next(self._pairs)
+        except StopIteration:
+            return False
+        self._pairs = chain([first], self._pairs)  # put it back
+        return True
+
     def state_dict(self) -> dict[str, int]:
         return {
             "epoch": self.epoch,
@@ -107,6 +124,7 @@ class StreamingBatches:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if "buffer" not in state:
-            raise ValueError("this checkpoint was not trained with data.streaming=true; resume without it")
+            raise UserError("this checkpoint was not trained with data.streaming=true; resume without it")
+        check_same_stream(state, self.batch_tokens, self.seed)
         self.epoch, self.buffer, self.position = int(state["epoch"]), int(state["buffer"]), int(state["position"])
         self._batches = None

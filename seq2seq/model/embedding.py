@@ -44,7 +44,7 @@ class PositionalEncoding(nn.Module):
         if learned:
             self.table = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)
         else:
-            # A buffer, not a parameter: saved with the model, never trained.
+            # A buffer, not a parameter: never trained, and not saved (persistent=False): rebuilt from the config.
             self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:

@@ -52,13 +52,21 @@ class DistContext:
 
 def init_distributed(device: torch.device) -> DistContext:
     """Joins the process group torchrun describes in the environment (RANK, WORLD_SIZE, ...).
-    Metrics travel over gloo tensors on the CPU; gradients go over NCCL when training on CUDA."""
+    On CUDA each process takes GPU LOCAL_RANK, whatever `device` names (device=cuda:0 would put every
+    rank on GPU 0), before any collective: NCCL's object collectives run on the current device, 0 on
+    every rank until it is set ("Duplicate GPU detected"). Collectives go over NCCL on CUDA, else gloo."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return DistContext()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    options: dict[str, Any] = {}
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        options["device_id"] = device  # binds the communicator to this GPU at once
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), device)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", **options)
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
 
 
 def cleanup_distributed() -> None:

@@ -135,7 +135,10 @@ class Trainer:
         """Continue exactly where `payload` (a checkpoint of this run) left off."""
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
-        self.scaler.load_state_dict(payload["scaler"])
+        if self.scaler.is_enabled() and not payload["scaler"]:  # the run was not fp16 until now
+            log.warning("the checkpoint has no grad scaler state (not trained with fp16): starting a fresh one")
+        else:
+            self.scaler.load_state_dict(payload["scaler"])
         self.stream.load_state_dict(payload["data"])
         self.step = payload["step"]
         self.best = payload["best"]
@@ -191,7 +194,10 @@ class Trainer:
         if not finite:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.update()
-            self._count_skip(loss_sum, grad_norm)
+            # The grad scaler's own skips (finite loss, overflowing gradients) lower its scale and
+            # end by themselves; a non-finite loss on any rank does not, so it counts toward the limit.
+            scaler_skip = self.scaler.is_enabled() and self.dist.sum(float(not math.isfinite(loss_sum))) == 0
+            self._count_skip(loss_sum, grad_norm, scaler_skip)
             return None
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -260,11 +266,13 @@ class Trainer:
         self.scaler.scale(loss * (self.dist.world_size / total_tokens)).backward()
         return float(loss.detach()), float(nll.detach())
 
-    def _count_skip(self, loss: float, grad_norm: float) -> None:
+    def _count_skip(self, loss: float, grad_norm: float, scaler_skip: bool) -> None:
         self.skipped_updates += 1
-        self.consecutive_skips += 1
         log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", self.step + 1, loss, grad_norm)
-        if self.consecutive_skips >= self.cfg.max_skipped_updates and self.cfg.precision != "fp16":
+        if scaler_skip:
+            return
+        self.consecutive_skips += 1
+        if self.consecutive_skips >= self.cfg.max_skipped_updates:
             raise NonFiniteLoss(
                 f"{self.consecutive_skips} updates in a row had a non-finite loss or gradient "
                 f"(max_skipped_updates={self.cfg.max_skipped_updates}); the last good checkpoint is in {self.checkpoint_dir}"

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
-from seq2seq.device import pick_device
+from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.precision import log_choice
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
@@ -108,6 +108,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
     validate_train(cfg)
     device = pick_device(cfg.device)
     dist = init_distributed(device)
+    device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
         return _train(cfg, run_dir, device, dist, payload)
     finally:
@@ -127,13 +128,10 @@ def _train(
 ) -> dict[str, Any]:
     if dist.enabled:
         run_dir = _agree_on_run_dir(run_dir, dist)
-        if device.type == "cuda":
-            device = torch.device("cuda", dist.local_rank)
-            torch.cuda.set_device(device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
+        use_deterministic_algorithms(device)
     seed_everything(cfg.seed + dist.rank)
     start = time.monotonic()
     if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
@@ -189,7 +187,7 @@ def _stop_reason(trainer: Trainer) -> str | None:
     cfg = trainer.cfg
     if cfg.max_steps and trainer.step >= cfg.max_steps:
         return f"reached max_steps={cfg.max_steps}"
-    if cfg.max_epochs and trainer.stream.epoch > cfg.max_epochs:
+    if cfg.max_epochs and trainer.stream.epochs_done(trainer.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
         return f"finished max_epochs={cfg.max_epochs}"
     if trainer.dist.any(cfg.max_minutes is not None and trainer.elapsed_minutes() >= cfg.max_minutes):
         return f"used max_minutes={cfg.max_minutes}"
