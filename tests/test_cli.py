@@ -166,3 +166,25 @@ def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: s
     assert result.returncode != 0
     assert key in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "override", "expected"),
+    [
+        ("seq2seq-train", "max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-train", "+max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-train", "++model.d_modle=64", "model.d_modle: unknown key; did you mean model.d_model?"),
+        ("seq2seq-train", "+foo=1", "foo: unknown key; --help lists the keys"),
+        ("seq2seq-train", "model=huge", "model=huge: unknown option; choose from base, big, small, tiny"),
+        ("seq2seq-translate", "beams=3", "beams: unknown key; did you mean beam?"),
+        ("seq2seq-translate", "model=small", "model: unknown key; --help lists the keys"),
+    ],
+)
+def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
+    tmp_path: Path, command: str, override: str, expected: str
+) -> None:
+    # `+key=...` used to be added to the config and the run went ahead with it ignored.
+    result = run_cli([str(BIN / command), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {expected}"]
+    assert not (tmp_path / "run").exists()
