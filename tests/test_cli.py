@@ -156,6 +156,7 @@ def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, overrid
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"error: {expected}"
     assert not (tmp_path / "cache").exists()  # stopped before reading or tokenizing anything
+    assert not (tmp_path / "run").exists()  # and left no empty run directory behind
 
 
 @pytest.mark.parametrize(
@@ -188,3 +189,23 @@ def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {expected}"]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("make_args", "expected"),
+    [
+        (lambda tmp: [f"hydra.run.dir={tmp / 'file' / 'run'}"], "{tmp}/file/run: the run directory is not writable"),
+        (lambda tmp: [f"resume={tmp / 'missing'}"], "resume={tmp}/missing: no such run directory"),
+        (lambda tmp: [f"resume={tmp}"], "resume={tmp}: has no checkpoints/last.pt to resume from"),
+    ],
+    ids=["parent-is-a-file", "resume-missing", "resume-without-checkpoint"],
+)
+def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(tmp_path: Path, make_args, expected: str) -> None:
+    # Hydra used to create it (and .hydra/, train.log) first, or fail with "Unable to configure handler 'file'".
+    (tmp_path / "file").touch()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_cli([str(BIN / "seq2seq-train"), *make_args(tmp_path)], tmp_path)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {expected.format(tmp=tmp_path)}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

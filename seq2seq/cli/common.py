@@ -43,17 +43,8 @@ def check_override_keys(argv: list[str], schema: type, groups: tuple[str, ...] =
     """Refuses, in one line, a command-line override whose key the schema does not have, with or
     without Hydra's `+` (which would otherwise add the key and run with it ignored), and a group
     option that does not exist. Runs before Hydra, so nothing is composed or created first."""
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    args, _ = get_args_parser().parse_known_args(argv)
-    try:
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-    except HydraException as err:
-        raise UserError(f"cannot parse the command line: {str(err).splitlines()[0]}") from err
     known = _schema_keys(schema)
-    for override in overrides:
+    for override in parse_command_line(argv)[1]:
         key = override.key_or_group
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             continue
@@ -63,6 +54,19 @@ def check_override_keys(argv: list[str], schema: type, groups: tuple[str, ...] =
             close = difflib.get_close_matches(key, [*known, *groups], n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "--help lists the keys"
             raise UserError(f"{key}: unknown key; {hint}")
+
+
+def parse_command_line(argv: list[str]) -> tuple[Any, list[Any]]:
+    """Hydra's own parsing of the command line: (its flags, its overrides)."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    try:
+        return args, OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException as err:
+        raise UserError(f"cannot parse the command line: {str(err).splitlines()[0]}") from err
 
 
 def _schema_keys(schema: type, prefix: str = "") -> list[str]:
