@@ -24,6 +24,7 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train
 from seq2seq.translate import translate
 
@@ -61,6 +62,21 @@ def test_read_only_run_directory_stops_before_any_work(tmp_path):
     with pytest.raises(UserError) as info:
         train(cfg, locked / "run")
     assert str(info.value) == f"{locked / 'run'}: the run directory is not writable (Permission denied)"
+
+
+def test_a_second_run_into_a_busy_run_directory_is_refused_naming_the_holder(tmp_path):
+    # Two runs into one directory both "succeeded", their checkpoints, config and log mixed.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}"])
+    with run_directory_lock(run_dir):  # what the first run holds while it trains
+        with pytest.raises(UserError) as info:
+            train(cfg, run_dir)
+    assert str(info.value) == (
+        f"{run_dir}: another seq2seq-train (process {os.getpid()}) is using this run directory; "
+        "wait for it to end or choose another directory"
+    )
+    assert not (tmp_path / "cache").exists() and not (run_dir / "checkpoints").exists()
 
 
 def test_batch_smaller_than_one_sentence_stops_before_any_work(tmp_path):

@@ -229,6 +229,10 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
         ({"max_steps": 0}, r"max_steps=0: must be positive or null"),
         ({"batch_tokens": 65}, r"batch_tokens=65: must hold at least one sentence of data\.max_tokens=64"),
         ({"resume": "runs/a", "init_from": "b.pt"}, r"init_from='b\.pt': cannot be combined with resume"),
+        (
+            {"model__share_embeddings": True, "data__joint_vocab": False},
+            r"model\.share_embeddings=True: needs data\.joint_vocab=true",
+        ),
     ],
 )
 def test_validate_train_names_the_key(default_train, values, message):

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.cli.common import CONFIG_PATH, check_override_keys, parse_command_line, report_errors
 from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
+from seq2seq.train.lock import check_unlocked
 from seq2seq.train.run import GROUPS, train
 
 register_configs()
@@ -68,10 +69,13 @@ def check_run_directory(argv: list[str]) -> None:
         if not (Path(resume) / "checkpoints" / "last.pt").is_file():
             raise UserError(f"resume={resume}: has no checkpoints/last.pt to resume from")
         _probe_writable(Path(resume), Path(resume))
+        check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
     elif not args.multirun:
         target = Path(str(values.get("hydra.run.dir", "outputs")))
         existing = next(p for p in [target, *target.parents] if p.exists() or p == Path(p.anchor))
         _probe_writable(target, existing)
+        if existing == target:
+            check_unlocked(target)
 
 
 def _probe_writable(run_dir: Path, existing: Path) -> None:
