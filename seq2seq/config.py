@@ -214,6 +214,12 @@ def validate_train(cfg: Any) -> None:
             _check(getattr(d, key) is not None, f"data.{key}", None, f"{d.kind} needs it")
     if d.kind == "hub":
         _check(d.hub_name is not None, "data.hub_name", None, "hub needs a dataset name")
+    _check(
+        d.joint_vocab or not cfg.model.share_embeddings,
+        "model.share_embeddings",
+        True,
+        "needs data.joint_vocab=true (one embedding matrix cannot serve two vocabularies)",
+    )
     _choice("optim.name", o.name, ("adam", "adamw"))
     _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt", "linear_to_zero"))
     _check(

@@ -162,6 +162,7 @@ def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, overrid
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"error: {expected}"
     assert not (tmp_path / "cache").exists()  # stopped before reading or tokenizing anything
+    assert not (tmp_path / "run").exists()  # and left no empty run directory behind
 
 
 @pytest.mark.parametrize(
@@ -172,3 +173,45 @@ def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: s
     assert result.returncode != 0
     assert key in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "override", "expected"),
+    [
+        ("seq2seq-train", "max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-train", "+max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-train", "++model.d_modle=64", "model.d_modle: unknown key; did you mean model.d_model?"),
+        ("seq2seq-train", "+foo=1", "foo: unknown key; --help lists the keys"),
+        ("seq2seq-train", "model=huge", "model=huge: unknown option; choose from base, big, small, tiny"),
+        ("seq2seq-translate", "beams=3", "beams: unknown key; did you mean beam?"),
+        ("seq2seq-translate", "model=small", "model: unknown key; --help lists the keys"),
+    ],
+)
+def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
+    tmp_path: Path, command: str, override: str, expected: str
+) -> None:
+    # `+key=...` used to be added to the config and the run went ahead with it ignored.
+    result = run_cli([str(BIN / command), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {expected}"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("make_args", "expected"),
+    [
+        (lambda tmp: [f"hydra.run.dir={tmp / 'file' / 'run'}"], "{tmp}/file/run: the run directory is not writable"),
+        (lambda tmp: [f"resume={tmp / 'missing'}"], "resume={tmp}/missing: no such run directory"),
+        (lambda tmp: [f"resume={tmp}"], "resume={tmp}: has no checkpoints/last.pt to resume from"),
+    ],
+    ids=["parent-is-a-file", "resume-missing", "resume-without-checkpoint"],
+)
+def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(tmp_path: Path, make_args, expected: str) -> None:
+    # Hydra used to create it (and .hydra/, train.log) first, or fail with "Unable to configure handler 'file'".
+    (tmp_path / "file").touch()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_cli([str(BIN / "seq2seq-train"), *make_args(tmp_path)], tmp_path)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {expected.format(tmp=tmp_path)}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -5,6 +5,7 @@ The Hydra entry point (seq2seq/cli/train.py) only calls this; tests call it dire
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import shutil
@@ -22,6 +23,7 @@ from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.precision import log_choice
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
+from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, resume_payload
 
 log = logging.getLogger("seq2seq.train")
@@ -136,6 +138,13 @@ def _train(
     start = time.monotonic()
     if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
         _check_writable(run_dir)
+    with run_directory_lock(run_dir) if dist.is_main else contextlib.nullcontext():
+        return _train_locked(cfg, run_dir, device, dist, payload, start)
+
+
+def _train_locked(
+    cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, start: float
+) -> dict[str, Any]:
     data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
