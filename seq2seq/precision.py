@@ -5,7 +5,8 @@ slower than fp32 on an EPYC with AVX2 only (0.8 against 116 GFLOP/s), where PyTo
 hardware path and emulates it. So on a CPU the choice is a measurement: a matmul of the model's own
 shapes in each precision, timed for a few tens of milliseconds (0.2 s where bf16 is emulated), cached per machine (CPU, its ISA
 level as `torch.backends.cpu.get_cpu_capability()` names it, torch version, threads) in the cache
-folder, so later runs decide at once. On CUDA it follows what the GPU supports. Training and
+folder, so later runs decide at once; on x86 CPUs without bf16 instructions (AMX, AVX512-BF16) fp32 is kept
+whatever a noisy measurement says. On CUDA it follows what the GPU supports. Training and
 translation share this, and the benchmarks call it too.
 """
 
@@ -32,6 +33,7 @@ BF16_MIN_SPEEDUP = 1.25
 # An explicit bf16 slower than fp32 by more than this gets a warning at start.
 WARN_SLOWDOWN = 2.0
 TIMED_SECONDS = 0.02  # per precision, after one untimed call that builds the kernel
+MIN_CALLS = 3
 ROWS = 64  # tokens in the measured matmul: (ROWS, d_model) @ (d_model, ffn_dim), the FFN's first layer
 
 
@@ -64,6 +66,15 @@ def cpu_capability() -> str:
     return torch.backends.cpu.get_cpu_capability()
 
 
+def has_bf16_instructions(capability: str) -> bool:
+    """False on x86 CPUs without AMX or AVX512-BF16, where PyTorch emulates bf16: there a measurement
+    that puts bf16 ahead is noise (a busy machine slowed the fp32 calls), never a real gain. Other
+    architectures (ARM's BF16 extension) are left to the measurement."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    return capability in ("AMX", "AVX512-BF16")
+
+
 def measure_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:
     """Times (ROWS, d_model) @ (d_model, ffn_dim) in fp32 and bf16 with the current thread setting."""
     return MatmulRates(
@@ -74,13 +85,17 @@ def measure_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:
 
 
 def _gflops(d_model: int, ffn_dim: int, dtype: torch.dtype) -> float:
+    """The rate of the fastest of at least MIN_CALLS timed calls: on a busy machine some calls wait for a
+    core (a 2-thread matmul waits for both), and the fastest is the one that measured the CPU."""
     a, b = torch.randn(ROWS, d_model, dtype=dtype), torch.randn(d_model, ffn_dim, dtype=dtype)
     a @ b  # oneDNN builds the kernel for this shape on the first call (~10 ms): not timed
-    count, start = 0, time.perf_counter()
-    while count == 0 or time.perf_counter() - start < TIMED_SECONDS:
+    fastest, calls, start = float("inf"), 0, time.perf_counter()
+    while calls < MIN_CALLS or time.perf_counter() - start < TIMED_SECONDS:
+        before = time.perf_counter()
         a @ b
-        count += 1
-    return 2.0 * ROWS * d_model * ffn_dim * count / (time.perf_counter() - start) / 1e9
+        fastest = min(fastest, time.perf_counter() - before)
+        calls += 1
+    return 2.0 * ROWS * d_model * ffn_dim / fastest / 1e9
 
 
 def _cache_file() -> Path:
@@ -153,7 +168,8 @@ def choose_precision(
         return PrecisionChoice("fp32", "as asked")
     measured = (rates or cached_matmul_rates)(d_model, ffn_dim)
     if requested == "auto":
-        chosen = "bf16" if measured.bf16 >= BF16_MIN_SPEEDUP * measured.fp32 else "fp32"
+        faster = measured.bf16 >= BF16_MIN_SPEEDUP * measured.fp32
+        chosen = "bf16" if faster and has_bf16_instructions(measured.capability) else "fp32"
         return PrecisionChoice(chosen, f"auto: {measured.describe()}")
     warning = None
     if measured.bf16 * WARN_SLOWDOWN < measured.fp32:

@@ -42,10 +42,35 @@ def test_auto_takes_fp32_where_bf16_has_no_hardware_path() -> None:
 
 def test_auto_keeps_fp32_when_bf16_wins_only_narrowly() -> None:
     """autocast's casts eat a small matmul gain: bf16 must be BF16_MIN_SPEEDUP x faster to be chosen."""
-    just_below = MatmulRates(fp32=100.0, bf16=100.0 * precision.BF16_MIN_SPEEDUP - 1, capability="AVX512")
+    just_below = MatmulRates(fp32=100.0, bf16=100.0 * precision.BF16_MIN_SPEEDUP - 1, capability="AMX")
     assert choose_precision("auto", CPU, 256, 1024, fake(just_below)).precision == "fp32"
-    just_above = MatmulRates(fp32=100.0, bf16=100.0 * precision.BF16_MIN_SPEEDUP + 1, capability="AVX512_BF16")
+    just_above = MatmulRates(fp32=100.0, bf16=100.0 * precision.BF16_MIN_SPEEDUP + 1, capability="AMX")
     assert choose_precision("auto", CPU, 256, 1024, fake(just_above)).precision == "bf16"
+
+
+def test_auto_keeps_fp32_on_an_x86_cpu_without_bf16_instructions_whatever_the_timing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A busy machine once timed a tiny fp32 matmul at 0.05 GFLOP/s against emulated bf16's 0.27 (both
+    2-thread calls waited for a core): auto must not take emulated bf16 on such noise."""
+    monkeypatch.setattr(precision.platform, "machine", lambda: "x86_64")
+    noisy = MatmulRates(fp32=0.052, bf16=0.269, capability="AVX2")
+    assert choose_precision("auto", CPU, 64, 256, fake(noisy)).precision == "fp32"
+    assert choose_precision("auto", CPU, 64, 256, fake(MatmulRates(1.0, 3.0, "AVX512"))).precision == "fp32"
+    assert choose_precision("auto", CPU, 64, 256, fake(MatmulRates(1.0, 3.0, "AVX512-BF16"))).precision == "bf16"
+    monkeypatch.setattr(precision.platform, "machine", lambda: "aarch64")  # ARM: the measurement decides
+    assert choose_precision("auto", CPU, 64, 256, fake(MatmulRates(1.0, 3.0, "SVE256"))).precision == "bf16"
+
+
+def test_a_measurement_keeps_the_fastest_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls slowed by a busy machine do not count: the rate is that of the fastest call."""
+    # start, then (before, after) of calls of 1.0, 0.5 and 2.0 s, a check (3.5 < 4: go on), a 1.0 s call, a check
+    ticks = iter([0.0, 0.0, 1.0, 1.0, 1.5, 1.5, 3.5, 3.5, 3.5, 4.5, 4.5])
+    monkeypatch.setattr(precision.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(precision, "TIMED_SECONDS", 4.0)
+    monkeypatch.setattr(precision, "MIN_CALLS", 3)
+    rate = precision._gflops(8, 16, torch.float32)
+    assert rate == pytest.approx(2.0 * precision.ROWS * 8 * 16 / 0.5 / 1e9)
 
 
 def test_explicit_bf16_runs_as_asked_but_warns_when_much_slower() -> None:
