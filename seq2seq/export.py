@@ -60,8 +60,9 @@ def tied_aliases(model: dict[str, Any]) -> list[tuple[str, str]]:
     return aliases
 
 
-def export(cfg: Any) -> Path:
-    """Writes the export described by `cfg` (an ExportConfig or DictConfig); returns its directory."""
+def export(cfg: Any) -> tuple[Path, ModelConfig]:
+    """Writes the export described by `cfg` (an ExportConfig or DictConfig); returns its directory and
+    the model's config."""
     _check_config(cfg)
     output = Path(cfg.output)
     if output.exists() or output.is_symlink():
@@ -81,7 +82,7 @@ def export(cfg: Any) -> Path:
         tokenizers.save(directory)
 
     _write_directory(output, write_all)
-    return output
+    return output, model_cfg
 
 
 def _check_config(cfg: Any) -> None:

@@ -90,7 +90,7 @@ def ct2_translate(model_dir: Path, lines: list[str], beam: int, max_positions: i
 
 
 def export_to(output: Path, fmt: str, **kwargs: object) -> Path:
-    return export(OmegaConf.structured(ExportConfig(output=str(output), format=fmt, **kwargs)))
+    return export(OmegaConf.structured(ExportConfig(output=str(output), format=fmt, **kwargs)))[0]
 
 
 # --- the trained model ------------------------------------------------------------------------------
@@ -302,6 +302,7 @@ def test_command_line_exports_and_reports_errors_in_one_line(tmp_path: Path, cap
     printed = capsys.readouterr().out
     assert printed.startswith(f"wrote {tmp_path / 'ct2'} (ctranslate2, ")
     assert "model.bin" in printed and "tokenizer.json" in printed
+    assert "min_decoding_length=0, max_input_length=64, max_decoding_length=<at most 63>" in printed
     for argv, expected in [
         ([f"checkpoint={checkpoint}", f"output={tmp_path / 'ct2'}"], f"error: {tmp_path / 'ct2'}: already exists"),
         ([f"checkpoint={checkpoint}", "outptu=x"], "error: outptu: unknown key; did you mean output?"),

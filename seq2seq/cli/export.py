@@ -33,14 +33,19 @@ def _run(argv: list[str]) -> None:
     from seq2seq.export import export
 
     cfg = parse_arguments(argv)
-    output = export(cfg)
+    output, model_cfg = export(cfg)
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     print(f"wrote {output} ({cfg.format}, {size:.1f} MB): {', '.join(files)}")
     if cfg.format == "safetensors":
         print(f"translate with: seq2seq-translate checkpoint={output}")
     else:
-        print(f"translate with: ctranslate2.Translator({str(output)!r}).translate_batch(...) (see README)")
+        positions = model_cfg.max_positions
+        print(
+            f"translate with: ctranslate2.Translator({str(output)!r}).translate_batch(tokens, beam_size=..., "
+            f"min_decoding_length=0, max_input_length={positions}, max_decoding_length=<at most {positions - 1}>) "
+            "(see README)"
+        )
 
 
 def parse_arguments(argv: list[str]) -> object:
