@@ -89,7 +89,7 @@ def _check_config(cfg: Any) -> None:
     if cfg.run is None and cfg.checkpoint is None:
         raise UserError("config error: run=None: give run=<run dir> or checkpoint=<file>")
     if not cfg.output:
-        raise UserError("config error: output=None: give output=<new directory>")
+        raise UserError(f"config error: output={cfg.output!r}: give output=<new directory>")
     if cfg.format not in FORMATS:
         raise UserError(f"config error: format={cfg.format!r}: must be one of {', '.join(FORMATS)}")
     if cfg.quantization is not None:

@@ -217,6 +217,7 @@ def test_existing_output_directory_is_refused_and_left_alone(tmp_path: Path) -> 
         (dict(format="safetensors", quantization="int8"), r"quantization='int8': only for format=ctranslate2"),
         (dict(format="ctranslate2", quantization="int3"), r"quantization='int3': must be one of int8"),
         (dict(output=None), r"output=None: give output=<new directory>"),
+        (dict(output=""), r"output='': give output=<new directory>"),
     ],
 )
 def test_bad_settings_are_one_line(tmp_path: Path, kwargs: dict, expected: str) -> None:
@@ -319,3 +320,5 @@ def test_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "seq2seq-export"
     result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "format=safetensors|ctranslate2" in result.stdout
+    result = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("usage: seq2seq-export") and not result.stdout

@@ -21,9 +21,12 @@ usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [f
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or "--help" in argv or "-h" in argv:
+    if "--help" in argv or "-h" in argv:
         print(USAGE, end="")
         return
+    if not argv:  # nothing to export: say how, and fail like any other bad command line
+        print(USAGE, end="", file=sys.stderr)
+        sys.exit(2)
     from seq2seq.cli.common import report_errors
 
     report_errors(lambda: _run(argv), "debug=true" in argv)
