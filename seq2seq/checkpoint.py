@@ -7,7 +7,9 @@ config, so a checkpoint (with its tokenizer) is all translation needs.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
+import json
 import os
 import pickle
 import random
@@ -23,6 +25,8 @@ from seq2seq.config import ModelConfig, UserError
 from seq2seq.model.transformer import Transformer, build_model
 
 FORMAT = 1
+# A weights-only export (`seq2seq-export format=safetensors`): the file, and the JSON beside it.
+WEIGHTS_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT = "model.safetensors", "config.json", "seq2seq-weights-1"
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
@@ -112,6 +116,71 @@ def model_from_checkpoint(payload: dict[str, Any]) -> Transformer:
     model = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"])
     model.load_state_dict(payload["model"])
     return model
+
+
+def load_weights(path: str | Path) -> dict[str, Any]:
+    """A weights-only export (model.safetensors, with config.json beside it) as a checkpoint-shaped
+    dict that `model_from_checkpoint` takes. Reading it runs no code: a JSON file and raw tensors.
+    A directory means the model.safetensors in it."""
+    path = Path(path)
+    path = path / WEIGHTS_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise UserError(f"{path}: no such weights file")
+    config_path = path.parent / WEIGHTS_CONFIG
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise UserError(f"{config_path}: missing; a weights file needs the config.json written beside it") from err
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{config_path}: not a readable config ({err})") from err
+    if not isinstance(config, dict) or config.get("format") != WEIGHTS_FORMAT:
+        raise UserError(f"{config_path}: not a seq2seq weights config (format {WEIGHTS_FORMAT})")
+    model_cfg, vocab = config.get("model"), config.get("vocab")
+    if not isinstance(model_cfg, dict) or not isinstance(vocab, dict):
+        raise UserError(f"{config_path}: has no model or vocab section")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    for key in model_cfg:
+        if key not in known:
+            raise UserError(f"{config_path}: model.{key}: not a setting this version knows")
+    for key in ("src_size", "tgt_size", "pad_id"):
+        if not isinstance(vocab.get(key), int):
+            raise UserError(f"{config_path}: vocab.{key}: missing or not an integer")
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError as err:
+        raise UserError(f"{path}: reading it needs the safetensors package: pip install 'seq2seq[export]'") from err
+    try:
+        state = load_file(path)
+    except (SafetensorError, OSError) as err:
+        raise UserError(f"{path}: not a readable safetensors file (truncated or corrupt): {err}") from err
+    for alias, stored in config.get("tied", []):  # one tensor under two names, stored once
+        if stored in state:
+            state[alias] = state[stored]
+    _check_weights(state, ModelConfig(**model_cfg), vocab, path)
+    return {
+        "format": FORMAT,
+        "model": state,
+        "config": {"model": model_cfg},
+        "vocab": vocab,
+        "step": config.get("step", -1),
+    }
+
+
+def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab: dict[str, int], path: Path) -> None:
+    """Names and shapes against the model the config describes (built without memory, on "meta")."""
+    with torch.device("meta"):
+        expected = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"]).state_dict()
+    for name, tensor in expected.items():
+        if name not in state:
+            raise UserError(f"{path}: has no tensor {name}")
+        if tuple(state[name].shape) != tuple(tensor.shape):
+            raise UserError(
+                f"{path}: {name} has shape {tuple(state[name].shape)}, the config wants {tuple(tensor.shape)}"
+            )
+    for name in state:
+        if name not in expected:
+            raise UserError(f"{path}: {name}: a tensor the model does not have")
 
 
 def rng_state() -> dict[str, Any]:

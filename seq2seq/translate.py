@@ -19,7 +19,7 @@ from typing import IO, Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import find_checkpoint, load_checkpoint, model_from_checkpoint
+from seq2seq.checkpoint import WEIGHTS_FILE, find_checkpoint, load_checkpoint, load_weights, model_from_checkpoint
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import Tokenizers
@@ -36,7 +36,11 @@ def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
     if cfg.precision == "fp16" and device.type == "cpu":  # before loading: a config error costs no time
         choose_precision(cfg.precision, device, 0, 0)
     path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
-    payload = load_checkpoint(path)
+    if path.suffix == ".safetensors" or (path / WEIGHTS_FILE).is_file():  # a seq2seq-export directory or file
+        path = path / WEIGHTS_FILE if path.is_dir() else path
+        payload = load_weights(path)
+    else:
+        payload = load_checkpoint(path)
     tokenizers = _load_tokenizers(path, cfg.run)
     vocab = payload["vocab"]
     sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())

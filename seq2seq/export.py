@@ -1,0 +1,306 @@
+"""`export(cfg)`: a training checkpoint as files for inference only.
+
+format=safetensors: <output>/model.safetensors (the weights, no optimiser state; loading it runs no
+code), config.json (model config, vocabulary sizes, special-token ids) and the tokenizer file(s).
+`seq2seq-translate checkpoint=<output>` (or <output>/model.safetensors) translates with it.
+
+format=ctranslate2: a CTranslate2 model directory (model.bin, config.json, vocabulary) built from
+`ctranslate2.specs.TransformerSpec`, with the tokenizer file(s) beside it. Carried over exactly:
+the position table (our sinusoids interleave sin/cos, so the table itself is stored, not CTranslate2's
+built-in one), the sqrt(d_model) embedding scale, post- or pre-norm (with the final LayerNorm of each
+stack), the activation, tied and shared embeddings (stored once, as aliases), LayerNorm epsilon, and
+the special tokens: source = tokens + "</s>", the decoder starts from "<s>".
+
+The output directory is written under a temporary name beside it and renamed at the end, so a
+failure leaves nothing behind; an existing output directory is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.checkpoint import WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT, find_checkpoint, load_checkpoint
+from seq2seq.config import ModelConfig, UserError, validate_model
+from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
+from seq2seq.model.embedding import sinusoidal_table
+
+FORMATS = ("safetensors", "ctranslate2")
+CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+LAYER_NORM_EPS = torch.nn.LayerNorm(1).eps  # every LayerNorm of the model is built with torch's default
+
+
+@dataclass
+class ExportConfig:
+    run: str | None = None  # run directory (uses checkpoints/best.pt, else last.pt)
+    checkpoint: str | None = None  # or a checkpoint file, with tokenizer.json beside it or in its run dir
+    output: str | None = None  # directory to create (must not exist)
+    format: str = "safetensors"  # safetensors | ctranslate2
+    quantization: str | None = None  # ctranslate2 only: int8, int8_float32, float16, bfloat16, ... (null: fp32)
+    debug: bool = False  # show tracebacks instead of one-line errors
+
+
+def tied_aliases(model: dict[str, Any]) -> list[tuple[str, str]]:
+    """(alias, stored name) pairs of the state dict entries that are one tensor under two names,
+    in the order they are restored (an alias may point at an earlier alias)."""
+    aliases = []
+    if model.get("share_embeddings"):
+        aliases.append(("tgt_embed.weight", "src_embed.weight"))
+    if model.get("tie_output", True):
+        aliases.append(("output.weight", "tgt_embed.weight"))
+    return aliases
+
+
+def export(cfg: Any) -> tuple[Path, ModelConfig]:
+    """Writes the export described by `cfg` (an ExportConfig or DictConfig); returns its directory and
+    the model's config."""
+    _check_config(cfg)
+    output = Path(cfg.output)
+    if output.exists() or output.is_symlink():
+        raise UserError(f"{output}: already exists; give output= a new directory")
+    path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
+    payload = load_checkpoint(path)
+    tokenizers = _load_tokenizers(path, cfg.run)
+    model_cfg = _model_config(payload, path)
+    _check_vocab(payload, tokenizers, path)
+    if cfg.format == "safetensors":
+        write = _safetensors_writer(payload, model_cfg, path)
+    else:
+        write = _ctranslate2_writer(payload, model_cfg, tokenizers, path, cfg.quantization)
+
+    def write_all(directory: Path) -> None:
+        write(directory)
+        tokenizers.save(directory)
+
+    _write_directory(output, write_all)
+    return output, model_cfg
+
+
+def _check_config(cfg: Any) -> None:
+    if cfg.run is None and cfg.checkpoint is None:
+        raise UserError("config error: run=None: give run=<run dir> or checkpoint=<file>")
+    if not cfg.output:
+        raise UserError(f"config error: output={cfg.output!r}: give output=<new directory>")
+    if cfg.format not in FORMATS:
+        raise UserError(f"config error: format={cfg.format!r}: must be one of {', '.join(FORMATS)}")
+    if cfg.quantization is not None:
+        if cfg.format != "ctranslate2":
+            raise UserError(f"config error: quantization={cfg.quantization!r}: only for format=ctranslate2")
+        if cfg.quantization not in CT2_QUANTIZATIONS:
+            raise UserError(
+                f"config error: quantization={cfg.quantization!r}: must be one of {', '.join(CT2_QUANTIZATIONS)}"
+            )
+
+
+def _load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
+    """Beside the checkpoint, in its run directory, or in run= (as seq2seq-translate looks)."""
+    for directory in [checkpoint.parent, checkpoint.parent.parent] + ([Path(run)] if run else []):
+        try:
+            return Tokenizers.load(directory)
+        except FileNotFoundError:
+            continue
+    raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")
+
+
+def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:
+    stored = payload.get("config", {}).get("model")
+    if not isinstance(stored, dict):
+        raise UserError(f"{path}: the checkpoint has no model config (config.model)")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    for key in stored:
+        if key not in known:
+            raise UserError(f"{path}: model.{key}: not a setting this version knows; it cannot be exported")
+    model_cfg = ModelConfig(**stored)
+    try:
+        validate_model(model_cfg)
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from err
+    return model_cfg
+
+
+def _check_vocab(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:
+    vocab = payload["vocab"]
+    sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())
+    if sizes != (vocab["src_size"], vocab["tgt_size"]):
+        raise UserError(
+            f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
+            f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
+        )
+
+
+def _write_directory(output: Path, write: Callable[[Path], None]) -> None:
+    """Runs `write` on a temporary directory beside `output`, then renames it to `output`."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    except OSError as err:
+        raise UserError(f"{output}: cannot create the output directory ({err.strerror or err})") from err
+    try:
+        mask = _umask()
+        write(staging)
+        for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
+            os.chmod(file, 0o666 & ~mask)
+        os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it 0700
+        if output.exists():  # appeared while we were writing
+            raise UserError(f"{output}: already exists; give output= a new directory")
+        os.rename(staging, output)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(f"{output}: could not write the export ({err.strerror or err}); nothing was written") from err
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# --- safetensors ------------------------------------------------------------------------------------
+
+
+def _safetensors_writer(payload: dict[str, Any], model_cfg: ModelConfig, path: Path) -> Callable[[Path], None]:
+    try:
+        from safetensors.torch import save_file
+    except ImportError as err:
+        raise UserError("format=safetensors needs the safetensors package: pip install 'seq2seq[export]'") from err
+    state = dict(payload["model"])
+    model = dataclasses.asdict(model_cfg)
+    aliases = tied_aliases(model)
+    for alias, stored in aliases:
+        if alias not in state or stored not in state or not torch.equal(state[alias], state[stored]):
+            raise UserError(f"{path}: {alias} should be the same tensor as {stored} (model config) but is not")
+    for alias, _ in aliases:
+        del state[alias]
+    # safetensors stores each tensor once, contiguous; the checkpoint's are the fp32 master weights.
+    tensors = {name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}
+    config = {
+        "format": WEIGHTS_FORMAT,
+        "model": model,
+        "vocab": {
+            **payload["vocab"],
+            "pad_id": PAD_ID,
+            "bos_id": BOS_ID,
+            "eos_id": EOS_ID,
+            "unk_id": UNK_ID,
+        },
+        "tied": [list(pair) for pair in aliases],
+        "step": payload.get("step", -1),
+        "source_checkpoint": str(path),
+    }
+
+    def write(directory: Path) -> None:
+        save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": WEIGHTS_FORMAT})
+        (directory / WEIGHTS_CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+    return write
+
+
+# --- CTranslate2 ------------------------------------------------------------------------------------
+
+
+def _ctranslate2_writer(
+    payload: dict[str, Any], model_cfg: ModelConfig, tokenizers: Tokenizers, path: Path, quantization: str | None
+) -> Callable[[Path], None]:
+    """Builds (and validates) the whole spec before anything is written."""
+    try:
+        from ctranslate2.specs import common_spec, transformer_spec
+    except ImportError as err:
+        raise UserError("format=ctranslate2 needs the ctranslate2 package: pip install 'seq2seq[export]'") from err
+    activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}  # F.gelu is erf-exact
+    if model_cfg.activation not in activations:
+        raise UserError(f"{path}: model.activation={model_cfg.activation}: CTranslate2 has no such activation")
+    state = payload["model"]
+
+    def weight(name: str) -> Any:
+        if name not in state:
+            raise UserError(f"{path}: the checkpoint has no {name}")
+        return state[name].detach().float().cpu().numpy()
+
+    def linear(spec: Any, name: str) -> None:
+        spec.weight = weight(f"{name}.weight")
+        if f"{name}.bias" in state:
+            spec.bias = weight(f"{name}.bias")
+
+    def norm(spec: Any, name: str) -> None:
+        spec.gamma, spec.beta = weight(f"{name}.weight"), weight(f"{name}.bias")
+
+    def positions(name: str) -> Any:
+        # Position p of a sequence reads row p, from 0, in both implementations.
+        if model_cfg.positions == "learned":
+            return weight(f"{name}.table")
+        return sinusoidal_table(model_cfg.max_positions, model_cfg.d_model).numpy()
+
+    spec = transformer_spec.TransformerSpec.from_config(
+        (model_cfg.encoder_layers, model_cfg.decoder_layers),
+        model_cfg.heads,
+        pre_norm=model_cfg.norm_first,  # pre-norm also brings the final LayerNorm of each stack, as ours
+        activation=activations[model_cfg.activation],
+    )
+    encoder, decoder = spec.encoder, spec.decoder
+    encoder.embeddings[0].weight = weight("src_embed.weight")
+    decoder.embeddings.weight = weight("tgt_embed.weight")
+    encoder.scale_embeddings = decoder.scale_embeddings = True  # x sqrt(d_model), before adding positions
+    encoder.position_encodings.encodings = positions("src_positions")
+    decoder.position_encodings.encodings = positions("tgt_positions")
+    decoder.projection.weight = weight("output.weight")  # no bias; tied: stored once as an alias
+    if model_cfg.norm_first:
+        norm(encoder.layer_norm, "encoder_norm")
+        norm(decoder.layer_norm, "decoder_norm")
+    for i, layer in enumerate(encoder.layer):
+        prefix = f"encoder_layers.{i}"
+        norm(layer.self_attention.layer_norm, f"{prefix}.attn_residual.norm")
+        linear(layer.self_attention.linear[0], f"{prefix}.self_attn.qkv_proj")  # fused [q; k; v], as CT2's
+        linear(layer.self_attention.linear[1], f"{prefix}.self_attn.out_proj")
+        _feed_forward(layer.ffn, prefix, norm, linear)
+    for i, layer in enumerate(decoder.layer):
+        prefix = f"decoder_layers.{i}"
+        norm(layer.self_attention.layer_norm, f"{prefix}.self_residual.norm")
+        linear(layer.self_attention.linear[0], f"{prefix}.self_attn.qkv_proj")
+        linear(layer.self_attention.linear[1], f"{prefix}.self_attn.out_proj")
+        norm(layer.attention.layer_norm, f"{prefix}.cross_residual.norm")
+        linear(layer.attention.linear[0], f"{prefix}.cross_attn.q_proj")
+        linear(layer.attention.linear[1], f"{prefix}.cross_attn.kv_proj")  # fused [k; v], as CT2's
+        linear(layer.attention.linear[2], f"{prefix}.cross_attn.out_proj")
+        _feed_forward(layer.ffn, prefix, norm, linear)
+
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, BOS, EOS
+    spec.config.decoder_start_token = BOS  # search.py starts every hypothesis from <s>
+    spec.config.add_source_bos = False  # our source is its tokens + </s>, no <s>
+    spec.config.add_source_eos = True
+    spec.register_source_vocabulary(_vocabulary(tokenizers.src, path))
+    spec.register_target_vocabulary(_vocabulary(tokenizers.tgt, path))
+    try:
+        spec.validate()
+        spec.optimize(quantization=quantization)  # aliases equal tensors (tied/shared), then quantizes
+    except ValueError as err:
+        raise UserError(f"{path}: CTranslate2 refused the model: {str(err).strip().splitlines()[0]}") from err
+    return lambda directory: spec.save(str(directory))
+
+
+def _feed_forward(spec: Any, prefix: str, norm: Callable, linear: Callable) -> None:
+    norm(spec.layer_norm, f"{prefix}.ffn_residual.norm")
+    linear(spec.linear_0, f"{prefix}.ffn.linear1")
+    linear(spec.linear_1, f"{prefix}.ffn.linear2")
+
+
+def _vocabulary(tokenizer: Any, path: Path) -> list[str]:
+    """The tokens by id. CTranslate2 maps tokens to ids by name, so every id needs its own name."""
+    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
+    if tokens[:4] != [PAD, BOS, EOS, UNK]:
+        raise UserError(f"{path}: the tokenizer's first ids are {tokens[:4]}, not {[PAD, BOS, EOS, UNK]}")
+    if None in tokens or len(set(tokens)) != len(tokens):
+        raise UserError(f"{path}: the tokenizer's vocabulary has ids without a token or two ids for one token")
+    return tokens

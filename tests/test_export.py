@@ -1,0 +1,324 @@
+"""seq2seq-export: weights-only safetensors files and CTranslate2 model directories translate exactly
+as the checkpoint they came from; bad input is one line and leaves nothing behind."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config, train_logging
+from omegaconf import OmegaConf
+
+from seq2seq.checkpoint import atomic_save, load_weights, model_from_checkpoint
+from seq2seq.cli.export import main as export_main
+from seq2seq.config import ModelConfig, TranslateConfig, UserError
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
+from seq2seq.export import ExportConfig, export
+from seq2seq.model.transformer import build_model
+from seq2seq.translate import load_translator
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")
+pytest.importorskip("safetensors", reason="safetensors export needs `pip install seq2seq[export]`")
+
+# A few dozen updates at a high learning rate: the outputs are wrong but not trivial (not all empty).
+TRAIN = [
+    *TINY_TRAIN,
+    "max_steps=60",
+    "valid_every=60",
+    "save_every=60",
+    "optim.schedule=inverse_sqrt",
+    "optim.lr=3e-3",
+    "optim.warmup=20",
+]
+MAX_LEN_A, MAX_LEN_B = 1.5, 10  # seq2seq-translate's defaults
+
+
+def source_lines(count: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    letters = string.ascii_lowercase[:20]
+    return [" ".join(rng.choice(letters) for _ in range(rng.randint(3, 12))) for _ in range(count)]
+
+
+LINES = source_lines(50)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("export")
+    cfg = compose_config("train", [*TRAIN, f"data.cache_dir={root / 'cache'}"])
+    train_logging(cfg, root / "run")
+    return root / "run"
+
+
+def ours(checkpoint: Path, beam: int, lines: list[str] = LINES) -> list[str]:
+    cfg = OmegaConf.structured(TranslateConfig(checkpoint=str(checkpoint), beam=beam, precision="fp32", device="cpu"))
+    translator = load_translator(cfg, torch.device("cpu"))
+    return [nbest[0].text for nbest in translator.translate(lines)]
+
+
+def ct2_translate(model_dir: Path, lines: list[str], beam: int, max_positions: int) -> list[str]:
+    """CTranslate2 decoding with the options that make it decode as `seq2seq.search` does."""
+    tokenizers = Tokenizers.load(model_dir)
+    translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32", intra_threads=1)
+    sources = [tokenizers.src.encode(line, add_special_tokens=False).tokens for line in lines]
+    # Our budget is per sentence, a * (tokens + </s>) + b, </s> included; CTranslate2's is per call
+    # and excludes </s>: group the sentences by budget.
+    budgets = [min(int((len(s) + 1) * MAX_LEN_A + MAX_LEN_B), max_positions) for s in sources]
+    outputs: list[str] = [""] * len(lines)
+    for budget in sorted(set(budgets)):
+        rows = [i for i, b in enumerate(budgets) if b == budget]
+        results = translator.translate_batch(
+            [sources[i] for i in rows],
+            beam_size=beam,
+            length_penalty=1.0,
+            max_decoding_length=budget - 1,
+            min_decoding_length=0,  # CTranslate2's default 1 forbids an immediate </s>; ours allows it
+            max_input_length=max_positions,
+            suppress_sequences=[["<pad>"], ["<s>"]],  # search.py never emits these
+        )
+        for i, result in zip(rows, results, strict=True):
+            ids = [tokenizers.tgt.token_to_id(t) for t in result.hypotheses[0]]
+            outputs[i] = tokenizers.tgt.decode(ids, skip_special_tokens=True)
+    return outputs
+
+
+def export_to(output: Path, fmt: str, **kwargs: object) -> Path:
+    return export(OmegaConf.structured(ExportConfig(output=str(output), format=fmt, **kwargs)))[0]
+
+
+# --- the trained model ------------------------------------------------------------------------------
+
+
+def test_safetensors_export_translates_exactly_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+    out = export_to(tmp_path / "weights", "safetensors", run=str(run_dir))
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    checkpoint = run_dir / "checkpoints" / "best.pt"
+    assert (out / "model.safetensors").stat().st_size < checkpoint.stat().st_size / 2  # no optimiser moments
+    reference = ours(checkpoint, beam=1)
+    assert sum(bool(t) for t in reference) >= len(LINES) // 2, "the model should not output nothing"
+    assert ours(out, beam=1) == reference  # checkpoint=<dir>
+    assert ours(out / "model.safetensors", beam=4) == ours(checkpoint, beam=4)
+    config = json.loads((out / "config.json").read_text())
+    assert config["vocab"] == {"src_size": 300, "tgt_size": 300, "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+
+
+def test_ctranslate2_greedy_equals_ours_on_every_line_and_beam_on_most(run_dir: Path, tmp_path: Path) -> None:
+    out = export_to(tmp_path / "ct2", "ctranslate2", run=str(run_dir))
+    assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    max_positions = 256
+    greedy = ours(run_dir / "checkpoints" / "best.pt", beam=1)
+    assert ct2_translate(out, LINES, 1, max_positions) == greedy
+    beam = ours(run_dir / "checkpoints" / "best.pt", beam=4)
+    theirs = ct2_translate(out, LINES, 4, max_positions)
+    same = sum(a == b for a, b in zip(beam, theirs, strict=True))
+    print(f"beam 4: CTranslate2 equal on {same}/{len(LINES)} lines")
+    assert same >= 0.8 * len(LINES)
+
+
+# --- architecture variants, compared on log-probabilities -------------------------------------------
+
+VARIANTS = {
+    "prenorm-gelu-learned-shared-untied": dict(
+        norm_first=True, activation="gelu", positions="learned", share_embeddings=True, tie_output=False
+    ),
+    "postnorm-relu-sinusoidal-separate-vocab": dict(norm_first=False, activation="relu", joint=False),
+    "prenorm-shared-and-tied": dict(norm_first=True, share_embeddings=True, tie_output=True),
+}
+
+
+def random_checkpoint(directory: Path, joint: bool = True, **overrides: object) -> tuple[Path, ModelConfig]:
+    """An untrained model with every weight (LayerNorms included) perturbed, saved as a checkpoint."""
+    src = source_lines(200, seed=1)
+    tgt = [" ".join(reversed(line.upper().split())) for line in src]
+    tokenizers = Tokenizers.train(src, tgt, "bpe", 300, joint=joint)
+    cfg = ModelConfig(
+        d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=3, max_positions=64, dropout=0.0, **overrides
+    )
+    sizes = tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size()
+    torch.manual_seed(0)
+    model = build_model(cfg, *sizes, PAD_ID)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.2)
+    payload = {
+        "format": 1,
+        "model": model.state_dict(),
+        "config": {"model": dataclasses.asdict(cfg)},
+        "vocab": {"src_size": sizes[0], "tgt_size": sizes[1], "pad_id": PAD_ID},
+        "step": 0,
+    }
+    atomic_save(payload, directory / "model.pt")
+    tokenizers.save(directory)
+    return directory / "model.pt", cfg
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS), ids=list(VARIANTS))
+def test_ctranslate2_and_safetensors_carry_each_architecture_option(tmp_path: Path, variant: str) -> None:
+    checkpoint, cfg = random_checkpoint(tmp_path / "ckpt", **VARIANTS[variant])
+    ct2_dir = export_to(tmp_path / "ct2", "ctranslate2", checkpoint=str(checkpoint))
+    st_dir = export_to(tmp_path / "st", "safetensors", checkpoint=str(checkpoint))
+    payload = torch.load(checkpoint, weights_only=True)
+    model = model_from_checkpoint(payload).eval()
+    reloaded = model_from_checkpoint(load_weights(st_dir)).eval()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+    if cfg.tie_output:
+        assert reloaded.output.weight is reloaded.tgt_embed.weight
+    if cfg.share_embeddings:
+        assert reloaded.tgt_embed.weight is reloaded.src_embed.weight
+
+    tokenizers = Tokenizers.load(tmp_path / "ckpt")
+    lines = source_lines(8, seed=3)
+    targets = [" ".join(reversed(line.upper().split())) for line in lines]
+    src_ids = tokenizers.encode_src(lines)
+    tgt_ids = tokenizers.encode_tgt(targets)
+    translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="float32", intra_threads=1)
+    scores = translator.score_batch(
+        [tokenizers.src.encode(line, add_special_tokens=False).tokens for line in lines],
+        [tokenizers.tgt.encode(line, add_special_tokens=False).tokens for line in targets],
+    )
+    with torch.no_grad():
+        for s, t, result in zip(src_ids, tgt_ids, scores, strict=True):
+            hidden = model(torch.tensor([[*s, EOS_ID]]), torch.tensor([[BOS_ID, *t]]))
+            log_probs = torch.log_softmax(model.output(hidden[0]), dim=-1)
+            expected = log_probs.gather(1, torch.tensor([*t, EOS_ID])[:, None])[:, 0]
+            assert result.tokens[-1] == "</s>"
+            torch.testing.assert_close(torch.tensor(result.log_probs), expected, atol=2e-4, rtol=1e-4)
+
+
+# --- bad input ----------------------------------------------------------------------------------------
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_existing_output_directory_is_refused_and_left_alone(tmp_path: Path) -> None:
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("keep")
+    for fmt in ("safetensors", "ctranslate2"):
+        with pytest.raises(UserError, match=r"out: already exists; give output= a new directory$"):
+            export_to(tmp_path / "out", fmt, checkpoint=str(checkpoint))
+    assert leftovers(tmp_path / "out") == ["mine.txt"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        (dict(format="onnx"), r"format='onnx': must be one of safetensors, ctranslate2"),
+        (dict(format="safetensors", quantization="int8"), r"quantization='int8': only for format=ctranslate2"),
+        (dict(format="ctranslate2", quantization="int3"), r"quantization='int3': must be one of int8"),
+        (dict(output=None), r"output=None: give output=<new directory>"),
+        (dict(output=""), r"output='': give output=<new directory>"),
+    ],
+)
+def test_bad_settings_are_one_line(tmp_path: Path, kwargs: dict, expected: str) -> None:
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+    cfg = OmegaConf.structured(ExportConfig(checkpoint=str(checkpoint), output=str(tmp_path / "out")))
+    cfg = OmegaConf.merge(cfg, kwargs)
+    with pytest.raises(UserError, match=expected):
+        export(cfg)
+    assert leftovers(tmp_path) == ["ckpt"]
+
+
+def test_bad_checkpoints_are_one_line_naming_the_file(tmp_path: Path) -> None:
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+    with pytest.raises(UserError, match=r"nope: no such run directory"):
+        export_to(tmp_path / "out", "safetensors", run=str(tmp_path / "nope"))
+    truncated = tmp_path / "ckpt" / "cut.pt"
+    truncated.write_bytes(checkpoint.read_bytes()[:1000])
+    with pytest.raises(UserError, match=r"cut.pt: not a readable checkpoint"):
+        export_to(tmp_path / "out", "ctranslate2", checkpoint=str(truncated))
+    payload = torch.load(checkpoint, weights_only=True)
+    payload["config"]["model"]["rotary"] = True  # a setting from some other version
+    atomic_save(payload, tmp_path / "ckpt" / "future.pt")
+    with pytest.raises(UserError, match=r"future.pt: model.rotary: not a setting this version knows"):
+        export_to(tmp_path / "out", "ctranslate2", checkpoint=str(tmp_path / "ckpt" / "future.pt"))
+    payload = torch.load(checkpoint, weights_only=True)
+    payload["vocab"]["tgt_size"] += 1
+    atomic_save(payload, tmp_path / "other" / "model.pt")
+    (tmp_path / "other" / "tokenizer.json").write_bytes((tmp_path / "ckpt" / "tokenizer.json").read_bytes())
+    with pytest.raises(UserError, match=r"model.pt: .* they belong to different runs"):
+        export_to(tmp_path / "out", "safetensors", checkpoint=str(tmp_path / "other" / "model.pt"))
+    assert leftovers(tmp_path) == ["ckpt", "other"]
+
+
+def test_a_failure_while_writing_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+
+    def full_disk(self: Tokenizers, directory: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Tokenizers, "save", full_disk)
+    for fmt in ("safetensors", "ctranslate2"):
+        with pytest.raises(UserError, match=r"out: could not write the export \(No space left on device\)"):
+            export_to(tmp_path / "out", fmt, checkpoint=str(checkpoint))
+    assert leftovers(tmp_path) == ["ckpt"]  # neither out/ nor the temporary directory
+
+
+def test_bad_weights_files_are_one_line(tmp_path: Path) -> None:
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+    good = export_to(tmp_path / "st", "safetensors", checkpoint=str(checkpoint))
+    weights = good / "model.safetensors"
+
+    def broken(name: str) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        for file in good.iterdir():
+            (directory / file.name).write_bytes(file.read_bytes())
+        return directory
+
+    cut = broken("cut")
+    (cut / "model.safetensors").write_bytes(weights.read_bytes()[:500])
+    with pytest.raises(UserError, match=r"cut/model.safetensors: not a readable safetensors file"):
+        load_weights(cut)
+    lonely = broken("lonely")
+    (lonely / "config.json").unlink()
+    with pytest.raises(UserError, match=r"lonely/config.json: missing"):
+        load_weights(lonely / "model.safetensors")
+    wrong = broken("wrong")
+    config = json.loads((wrong / "config.json").read_text())
+    config["model"]["d_model"] = 64
+    (wrong / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=r"wrong/model.safetensors: src_embed.weight has shape \(\d+, 32\)"):
+        load_weights(wrong)
+    with pytest.raises(UserError, match=r"nothing/model.safetensors: no such weights file"):
+        load_weights(tmp_path / "nothing" / "model.safetensors")
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def test_command_line_exports_and_reports_errors_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+    export_main([f"checkpoint={checkpoint}", f"output={tmp_path / 'ct2'}", "format=ctranslate2"])
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"wrote {tmp_path / 'ct2'} (ctranslate2, ")
+    assert "model.bin" in printed and "tokenizer.json" in printed
+    assert "min_decoding_length=0, max_input_length=64, max_decoding_length=<at most 63>" in printed
+    for argv, expected in [
+        ([f"checkpoint={checkpoint}", f"output={tmp_path / 'ct2'}"], f"error: {tmp_path / 'ct2'}: already exists"),
+        ([f"checkpoint={checkpoint}", "outptu=x"], "error: outptu: unknown key; did you mean output?"),
+        ([f"checkpoint={checkpoint}", "output=x", "debug=maybe"], "error: debug: "),
+    ]:
+        with pytest.raises(SystemExit) as info:
+            export_main(argv)
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(expected) and err.count("\n") == 1, err
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "seq2seq-export"
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "format=safetensors|ctranslate2" in result.stdout
+    result = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("usage: seq2seq-export") and not result.stdout
