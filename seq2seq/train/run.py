@@ -105,7 +105,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
         cfg = resumed_config(cfg, overrides or [], payload["config"])
     validate_train(cfg)
     device = pick_device(cfg.device)
-    dist = init_distributed(device)
+    dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
         return _train(cfg, run_dir, device, dist, payload)
@@ -134,7 +134,7 @@ def _train(
     start = time.monotonic()
     if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
         _check_writable(run_dir)
-    data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
+    data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
     trainer = Trainer(cfg, run_dir, data, device, dist)
@@ -257,8 +257,8 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
             dashboard.attention(step, trainer.translator, [source for source, _, _ in trainer.samples])
         names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
         trainer.save(*names)
+    trainer.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
     trainer.validations_since_best = trainer.dist.broadcast(trainer.validations_since_best)
-    trainer.dist.barrier()
 
 
 def _final_metrics(trainer: Trainer) -> dict[str, float]:
