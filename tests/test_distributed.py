@@ -129,6 +129,9 @@ def test_torchrun_trains_validates_and_checkpoints_once(tmp_path: Path) -> None:
     log = (runs[0] / "train.log").read_text()
     assert log.count("validation at update 2:") == 1 and log.count("validation at update 4:") == 1
     assert "x 2 ranks per update" in log
+    # Each rank's own random state (seeded seed+rank), so a resumed rank 1 does not take rank 0's.
+    states = torch.load(runs[0] / "checkpoints" / "last.pt", weights_only=True)["rng"]
+    assert len(states) == 2 and not torch.equal(states[0]["torch"], states[1]["torch"])
 
 
 def test_each_rank_takes_its_gpu_before_joining_the_group(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,15 @@ class DistContext:
         """True on every rank if it is true on any (stop signals, time budgets)."""
         return self.sum(float(flag)) > 0
 
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value`, in rank order, on every rank (small picklable objects; over the gloo
+        group, so CPU tensors stay on the CPU)."""
+        if not self.enabled:
+            return [value]
+        values: list[Any] = [None] * self.world_size
+        dist.all_gather_object(values, value, group=self.wait_group)
+        return values
+
     def broadcast(self, value: Any) -> Any:
         """rank 0's `value` on every rank."""
         if not self.enabled:

@@ -151,8 +151,7 @@ def _train(
     try:
         reason = _loop(trainer, dashboard, start)
         if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
-            if dist.is_main:
-                trainer.save("last")
+            trainer.save("last")
         elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
             _validate_and_save(trainer, dashboard)
         if dashboard is not None and trainer.best is not None:
@@ -189,7 +188,7 @@ def _stop_reason(trainer: Trainer, start: float) -> str | None:
 
 
 def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
-    cfg, dist = trainer.cfg, trainer.dist
+    cfg = trainer.cfg
     window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
     while (reason := _stop_reason(trainer, start)) is None:
         metrics = trainer.train_step()
@@ -222,7 +221,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
             window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
         if step % cfg.valid_every == 0:
             _validate_and_save(trainer, dashboard)
-        elif step % cfg.save_every == 0 and dist.is_main:
+        elif step % cfg.save_every == 0:
             trainer.save("last", f"step_{step}")
     if dashboard is not None and window["steps"]:
         dashboard.progress(window["steps"])
@@ -231,6 +230,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
 
 def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
     cfg, step = trainer.cfg, trainer.step
+    names: list[str] = []
     if trainer.dist.is_main:  # once, not once per rank; the others wait at the barrier
         metrics = trainer.validate()
         better = trainer.improved(metrics)
@@ -256,9 +256,9 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
         if cfg.attention_images:
             dashboard.attention(step, trainer.translator, [source for source, _, _ in trainer.samples])
         names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
-        trainer.save(*names)
     trainer.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
-    trainer.validations_since_best = trainer.dist.broadcast(trainer.validations_since_best)
+    trainer.validations_since_best, names = trainer.dist.broadcast((trainer.validations_since_best, names))
+    trainer.save(*names)  # every rank: each one's RNG state goes into the checkpoint
 
 
 def _final_metrics(trainer: Trainer) -> dict[str, float]:
