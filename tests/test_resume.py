@@ -151,3 +151,26 @@ def scalar_steps(run_dir: Path, tag: str) -> list[int]:
     events = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
     events.Reload()
     return [event.step for event in events.Scalars(tag)]
+
+
+def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Checkpoints from before per-rank states hold one dict; a checkpoint of another world size warns."""
+    from seq2seq.checkpoint import rng_state
+    from seq2seq.data.pipeline import prepare_data
+    from seq2seq.train.distributed import DistContext
+    from seq2seq.train.loop import Trainer
+
+    cfg = compose_config("train", TINY_TRAIN)
+    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    torch.manual_seed(3)
+    payload = trainer.state_dict()
+    expected = torch.rand(4)
+    for states in (payload["rng"][0], payload["rng"]):  # the old format, then the new one
+        torch.manual_seed(99)
+        trainer.restore({**payload, "rng": states})
+        assert torch.equal(torch.rand(4), expected)
+    torch.manual_seed(99)
+    with caplog.at_level("WARNING", logger="seq2seq.train.loop"):
+        trainer.restore({**payload, "rng": [payload["rng"][0], rng_state()]})  # saved by 2 ranks
+    assert torch.equal(torch.rand(4), expected)  # rank 0 takes rank 0's
+    assert "the random state of 2 rank(s), this run has 1" in caplog.text
