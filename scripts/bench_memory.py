@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--model", default="small")
-    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--precision", default="auto")
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_args()
     data_dir = Path(args.data_dir).resolve()

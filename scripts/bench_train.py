@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--precision", default="auto", help="auto (what seq2seq-train picks here), fp32 or bf16")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--warmup", type=int, default=5, help="updates not timed")
     parser.add_argument("--steps", type=int, default=20, help="updates timed")
@@ -136,7 +136,8 @@ def main() -> None:
         "batch_tokens": args.batch_tokens,
         "threads": args.threads,
         "compile": args.compile,
-        "precision": args.precision,
+        "precision": trainer.cfg.precision,
+        "precision_reason": trainer.precision_choice.reason,
         "parameters": sum(p.numel() for p in trainer.model.parameters()),
         "startup_to_first_update_s": startup + result["first_update_s"],
         **{k: round(v, 4) for k, v in result.items()},
@@ -144,7 +145,7 @@ def main() -> None:
         "matmul_peak_gflops_per_s": round(peak, 1),
         "matmul_peak_bf16_gflops_per_s": round(peak_bf16, 1),
         "mfu_vs_fp32_peak": round(achieved / peak, 3),
-        "mfu_vs_own_precision_peak": round(achieved / (peak_bf16 if args.precision == "bf16" else peak), 3),
+        "mfu_vs_own_precision_peak": round(achieved / (peak_bf16 if trainer.cfg.precision == "bf16" else peak), 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "machine": machine_info(),
     }

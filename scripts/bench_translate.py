@@ -100,7 +100,9 @@ def main() -> None:
     parser.add_argument("--input", required=True)
     parser.add_argument("--reference", required=True)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--precision", default="fp32", help="fp32 or bf16 (the weights' type), as in seq2seq-translate")
+    parser.add_argument(
+        "--precision", default="auto", help="auto, fp32 or bf16 (the weights' type), as in seq2seq-translate"
+    )
     parser.add_argument("--beams", default="1,2,5,10")
     parser.add_argument("--batch-sizes", default="16,64,128")
     parser.add_argument("--quantize", action="store_true", help="also measure dynamic int8 Linear layers")
@@ -112,7 +114,7 @@ def main() -> None:
     report: dict[str, object] = {
         "run": args.run,
         "sentences": len(source),
-        "precision": args.precision,
+        "precision": args.precision,  # replaced below by what it meant on this machine
         "machine": machine_info(),
     }
     report["end_to_end"] = [end_to_end(args, beam) for beam in (1, 5)]
@@ -120,6 +122,7 @@ def main() -> None:
     start = time.perf_counter()
     translator = load_translator(TranslateConfig(run=args.run, beam=1, precision=args.precision), torch.device("cpu"))
     report["load_s"] = round(time.perf_counter() - start, 2)
+    report["precision"] = {torch.float32: "fp32", torch.bfloat16: "bf16"}[translator.model.output.weight.dtype]
     rows = []
     for beam in (int(b) for b in args.beams.split(",")):
         for batch_size in (int(b) for b in args.batch_sizes.split(",")):

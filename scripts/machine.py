@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.precision import cpu_capability
+
 
 def machine_info() -> dict[str, object]:
     cpu = platform.machine()
@@ -19,6 +21,7 @@ def machine_info() -> dict[str, object]:
         cpu = names[0] if names else cpu
     return {
         "cpu": cpu,
+        "cpu_capability": cpu_capability(),  # AMX / AVX512-BF16 / AVX512 / AVX2: never compare across classes
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

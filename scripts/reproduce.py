@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -43,9 +45,14 @@ from machine import machine_info  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_LINE = re.compile(r"validation at update (\d+): .*?BLEU ([\d.]+)")
 STOPPED_LINE = re.compile(r"stopped: .* after \d+ updates in ([\d.]+) minutes")
+PRECISION_LINE = re.compile(r"precision: (\w+) \((.*)\)$", re.MULTILINE)
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]", re.MULTILINE)
+LOAD_SAMPLE_SECONDS = 30
 
 
-def train(args: argparse.Namespace, run_dir: Path) -> float:
+def train(args: argparse.Namespace, run_dir: Path) -> tuple[float, list[float]]:
+    """Runs the training command; returns its seconds and the 1-minute load average sampled every
+    LOAD_SAMPLE_SECONDS meanwhile (a published figure needs the machine state it was taken in)."""
     command = [
         str(Path(sys.executable).parent / "seq2seq-train"),
         f"experiment={args.experiment}",
@@ -56,9 +63,18 @@ def train(args: argparse.Namespace, run_dir: Path) -> float:
         *args.overrides,
     ]
     print("+", " ".join(command), file=sys.stderr)
-    start = time.monotonic()
-    subprocess.run(command, check=True, stdout=sys.stderr)  # stdout carries only the JSON result
-    return time.monotonic() - start
+    start, loads = time.monotonic(), []
+    process = subprocess.Popen(command, stdout=sys.stderr)  # stdout carries only the JSON result
+    while True:
+        try:
+            process.wait(timeout=LOAD_SAMPLE_SECONDS)
+            break
+        except subprocess.TimeoutExpired:
+            loads.append(round(os.getloadavg()[0], 2))
+    loads.append(round(os.getloadavg()[0], 2))  # and at the end, so a short run has one sample too
+    if process.returncode != 0:
+        raise SystemExit(f"error: training exited with status {process.returncode}")
+    return time.monotonic() - start, loads
 
 
 def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int, length_penalty: float) -> list[str]:
@@ -80,8 +96,40 @@ def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
 
 
 def validation_curve(log: str) -> list[list[float]]:
-    """[update, greedy validation BLEU] at each validation, from the run's train.log."""
-    return [[int(update), float(bleu)] for update, bleu in VALIDATION_LINE.findall(log)]
+    """[update, minutes since the run started, greedy validation BLEU] at each validation, from the
+    timestamps of the run's train.log (one training segment: reproduce.py does not resume)."""
+    start = None
+    curve = []
+    for line in log.splitlines():
+        stamp = LOG_TIME.match(line)
+        if stamp is None:
+            continue
+        seconds = datetime.datetime.fromisoformat(stamp.group(1)).timestamp() + int(stamp.group(2)) / 1000
+        start = seconds if start is None else start
+        found = VALIDATION_LINE.search(line)
+        if found:
+            curve.append([int(found.group(1)), round((seconds - start) / 60.0, 2), float(found.group(2))])
+    return curve
+
+
+def plot_curve(result: dict, path: Path) -> None:
+    """Validation BLEU against minutes of training, as a PNG beside the JSON."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, minutes, bleu = zip(*result["valid_bleu_curve"], strict=True)
+    figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
+    axes.plot(minutes, bleu, marker="o")
+    axes.set_xlabel("minutes of training")
+    axes.set_ylabel("validation BLEU (greedy)")
+    machine = result["machine"]
+    axes.set_title(f"{result['name']}: {machine['cpu_capability']}, {result['precision']}, {machine['cores']} cores")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
 
 
 def training_minutes(log: str) -> float:
@@ -99,27 +147,39 @@ def held_out_splits(saved_data_config: dict) -> dict[str, tuple[list[str], list[
 
 
 TABLE_HEADER = (
-    "| experiment | test BLEU (cased) | test BLEU (lowercase) | chrF | training | checkpoint | machine | config |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    "| experiment | CPU class | precision | training | test BLEU (cased) | test BLEU (lowercase) | chrF "
+    "| checkpoint | load during training | machine | config |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 )
 README_START, README_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
 
 
 def table_row(result: dict) -> str:
     test, machine = result["test"], result["machine"]
+    load = result.get("load_average_during_training")
+    load_text = f"{load} (max {result['load_average_during_training_max']})" if load is not None else "not recorded"
     return (
-        f"| {result['experiment']} | {test['bleu']} | {test['bleu_lowercase']} | {test['chrf']} | "
-        f"{result['train_minutes']:.0f} min, {result['steps']} updates | {result['checkpoint']} (beam {result['beam']}) | "
+        f"| {result['experiment']} | {machine['cpu_capability']} | {result['precision']} | "
+        f"{result['train_minutes']:.0f} min, {result['steps']} updates | {test['bleu']} | {test['bleu_lowercase']} | "
+        f"{test['chrf']} | {result['checkpoint']} (beam {result['beam']}) | {load_text} | "
         f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"
     )
 
 
+def result_name(experiment: str, minutes: float | None, cpu_capability: str) -> str:
+    """One file per experiment, budget and CPU class: figures of different classes never overwrite
+    (nor get compared with) each other."""
+    budget = f"_{minutes:g}min" if minutes else ""
+    return f"{experiment}{budget}.{cpu_capability.lower()}"
+
+
 def publish(result: dict, results: Path, readme: Path | None) -> None:
-    """results/<experiment>.{json,md}, then results/table.md with a row for every result there, which
+    """results/<name>.{json,md,png}, then results/table.md with a row for every result there, which
     also replaces the table between the markers in `readme` (if it has them)."""
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"{result['experiment']}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (results / f"{result['experiment']}.md").write_text(TABLE_HEADER + table_row(result))
+    (results / f"{result['name']}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (results / f"{result['name']}.md").write_text(TABLE_HEADER + table_row(result))
+    plot_curve(result, results / f"{result['name']}.png")
     everything = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
     table = TABLE_HEADER + "".join(table_row(r) for r in everything if "test" in r)
     (results / "table.md").write_text(table)
@@ -137,20 +197,25 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, help="training budget (default: the experiment's max_minutes)")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--length-penalty", type=float, default=1.0)
-    parser.add_argument("--run-dir", help="default: outputs/reproduce/<experiment>")
+    parser.add_argument("--run-dir", help="default: outputs/reproduce/<experiment>[_<N>min]")
     parser.add_argument("--results", default=str(ROOT / "results"))
     parser.add_argument("--readme", default=str(ROOT / "README.md"), help="whose results table to rewrite")
     parser.add_argument("--skip-training", action="store_true", help="reuse the run in --run-dir")
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_intermixed_args()
-    run_dir = Path(args.run_dir or ROOT / "outputs" / "reproduce" / args.experiment).resolve()
+    budget = f"_{args.minutes:g}min" if args.minutes else ""
+    run_dir = Path(args.run_dir or ROOT / "outputs" / "reproduce" / f"{args.experiment}{budget}").resolve()
 
-    train_seconds = 0.0 if args.skip_training else train(args, run_dir)
+    train_seconds, loads = (0.0, []) if args.skip_training else train(args, run_dir)
     log = (run_dir / "train.log").read_text()
     last = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     src, tgt = last["config"]["data"]["src_lang"], last["config"]["data"]["tgt_lang"]
     splits = held_out_splits(last["config"]["data"])
+    # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
+    # the last periodic checkpoints; beam search on the validation split chooses among them.
     candidates = [run_dir / "checkpoints" / "best.pt"]
+    if load_checkpoint(candidates[0])["step"] != last["step"]:
+        candidates.append(run_dir / "checkpoints" / "last.pt")
     if list((run_dir / "checkpoints").glob("step_*.pt")):
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
             candidates.append(average_checkpoints([str(run_dir)]))
@@ -164,13 +229,21 @@ def main() -> None:
     test_src, test_ref = splits["test"]
     start = time.monotonic()
     hypotheses = translate_lines(chosen, run_dir, test_src, args.beam, args.length_penalty)
+    machine = machine_info()
+    chosen_precision = PRECISION_LINE.findall(log)
     result = {
+        "name": result_name(args.experiment, args.minutes, machine["cpu_capability"]),
         "experiment": args.experiment,
         "direction": f"{src}-{tgt}",
+        "budget_minutes": args.minutes or last["config"]["max_minutes"],
         "train_minutes": training_minutes(log),
         "train_command_minutes": round(train_seconds / 60, 1) if train_seconds else None,  # with start-up
         "steps": last["step"],
-        "valid_bleu_curve": validation_curve(log),
+        "precision": last["config"]["precision"],
+        "precision_reason": chosen_precision[-1][1] if chosen_precision else None,
+        "load_average_during_training": round(sum(loads) / len(loads), 2) if loads else None,
+        "load_average_during_training_max": max(loads) if loads else None,
+        "valid_bleu_curve": validation_curve(log),  # [update, minutes, greedy BLEU]
         "valid_bleu_by_checkpoint": valid_bleu,
         "checkpoint": chosen.name,
         "beam": args.beam,
@@ -178,7 +251,7 @@ def main() -> None:
         "test": scores(hypotheses, test_ref),
         "test_translate_seconds": round(time.monotonic() - start, 1),
         "config_hash": hashlib.sha256(json.dumps(last["config"], sort_keys=True).encode()).hexdigest()[:12],
-        "machine": machine_info(),
+        "machine": machine,
     }
     publish(result, Path(args.results), Path(args.readme) if args.readme else None)
     (run_dir / "test.hyp").write_text("\n".join(hypotheses) + "\n")

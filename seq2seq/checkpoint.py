@@ -7,6 +7,7 @@ config, so a checkpoint (with its tokenizer) is all translation needs.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
@@ -39,6 +40,10 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
         _fsync_directory(path.parent)
     except BaseException as err:
         Path(tmp_name).unlink(missing_ok=True)
+        if _is_disk_full(err):
+            raise UserError(
+                f"{path}: could not write checkpoint: no space left on {path.parent}; the previous one is intact"
+            ) from err
         if isinstance(err, OSError):
             raise UserError(
                 f"{path}: could not write checkpoint ({err.strerror or err}); the previous one is intact"
@@ -50,6 +55,14 @@ def _umask() -> int:
     mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
     os.umask(mask)
     return mask
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    """torch.save reports a failed write as RuntimeError("[enforce fail at inline_container.cc...] ...
+    file write failed"), without the errno; a full disk is by far the likeliest cause."""
+    if isinstance(err, OSError):
+        return err.errno == errno.ENOSPC
+    return isinstance(err, RuntimeError) and "inline_container" in str(err)
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -73,9 +86,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
-        raise UserError(
-            f"{path}: not a readable checkpoint (truncated or corrupt): {str(err).splitlines()[0]}"
-        ) from err
+        # An empty file gives an exception with an empty message: name its type instead.
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{path}: not a readable checkpoint (truncated or corrupt): {detail}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
         raise UserError(f"{path}: not a seq2seq checkpoint (format {FORMAT})")
     return payload

@@ -81,8 +81,10 @@ class DataConfig:
 @dataclass
 class OptimConfig:
     name: str = "adam"  # adam | adamw
-    schedule: str = "noam"  # noam: factor*d^-0.5*min(s^-0.5, s*w^-1.5) | inverse_sqrt: lr*min(s/w, sqrt(w/s))
-    lr: float = 5e-4  # inverse_sqrt: peak learning rate, reached at the end of warmup
+    # noam: factor*d^-0.5*min(s^-0.5, s*w^-1.5) | inverse_sqrt: lr*min(s/w, sqrt(w/s)) | linear_to_zero:
+    # lr*min(s/w, 1-used), reaching zero when max_minutes or max_steps (whichever is nearer) is used up
+    schedule: str = "noam"
+    lr: float = 5e-4  # inverse_sqrt, linear_to_zero: peak learning rate, reached at the end of warmup
     factor: float = 1.0  # noam: scale of the paper's schedule
     warmup: int = 4000  # steps of rising learning rate
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -111,7 +113,7 @@ class TrainConfig:
     log_every: int = 50  # updates between TensorBoard/tqdm train-metric refreshes
     seed: int = 1234
     device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 uses a grad scaler, CUDA only)
+    precision: str = "auto"  # auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (CUDA, grad scaler)
     threads: int | None = None  # torch intra-op threads; null: torch's default
     deterministic: bool = False  # torch.use_deterministic_algorithms, for bitwise-reproducible runs
     compile: bool = False  # wrap the model in torch.compile
@@ -141,7 +143,9 @@ class TranslateConfig:
     nbest: int = 1  # hypotheses per input line; >1 prints "line ||| translation ||| score" lines (line from 0)
     batch_size: int = 128  # sentences decoded together (sorted by length first)
     device: str = "auto"
-    precision: str = "fp32"  # fp32, bf16 (CPUs with AMX/AVX512-BF16, GPUs) or fp16 (GPUs): the weights' type
+    precision: str = (
+        "auto"  # the weights' type: auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU)
+    )
     threads: int | None = None
     attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
     debug: bool = False  # show tracebacks instead of one-line errors
@@ -214,8 +218,20 @@ def validate_train(cfg: Any) -> None:
             _check(getattr(d, key) is not None, f"data.{key}", None, f"{d.kind} needs it")
     if d.kind == "hub":
         _check(d.hub_name is not None, "data.hub_name", None, "hub needs a dataset name")
+    _check(
+        d.joint_vocab or not cfg.model.share_embeddings,
+        "model.share_embeddings",
+        True,
+        "needs data.joint_vocab=true (one embedding matrix cannot serve two vocabularies)",
+    )
     _choice("optim.name", o.name, ("adam", "adamw"))
-    _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt"))
+    _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt", "linear_to_zero"))
+    _check(
+        o.schedule != "linear_to_zero" or cfg.max_minutes is not None or cfg.max_steps is not None,
+        "optim.schedule",
+        o.schedule,
+        "decays to zero at the end of the budget: set max_minutes or max_steps",
+    )
     _check(o.warmup > 0, "optim.warmup", o.warmup, "must be positive (the schedules divide by it)")
     _check(o.lr > 0, "optim.lr", o.lr, "must be positive")
     _check(o.factor > 0, "optim.factor", o.factor, "must be positive")
@@ -237,7 +253,7 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.save_every > 0, "save_every", cfg.save_every, "must be positive")
     _check(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints, "must be >= 0")
     _choice("best_metric", cfg.best_metric, ("bleu", "chrf", "loss", "accuracy"))
-    _choice("precision", cfg.precision, ("fp32", "bf16", "fp16"))
+    _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
     _check(cfg.dist_timeout_minutes > 0, "dist_timeout_minutes", cfg.dist_timeout_minutes, "must be positive")
     _check(cfg.dist_wait_minutes > 0, "dist_wait_minutes", cfg.dist_wait_minutes, "must be positive")
@@ -250,5 +266,5 @@ def validate_translate(cfg: Any) -> None:
     _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
     _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
     _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
-    _choice("precision", cfg.precision, ("fp32", "bf16", "fp16"))
+    _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")

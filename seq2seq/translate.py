@@ -7,9 +7,11 @@ to line N of the input (empty in, empty out). Imports nothing of the training pa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -22,6 +24,7 @@ from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.device import pick_device
+from seq2seq.precision import choose_precision, log_choice
 from seq2seq.translator import Translation, Translator
 
 log = logging.getLogger("seq2seq.translate")
@@ -30,8 +33,8 @@ FIRST_CHUNK_LINES = 16  # the first chunk: its translations are out in a fractio
 
 
 def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
-    if cfg.precision == "fp16" and device.type == "cpu":
-        raise UserError("config error: precision='fp16' needs a GPU; on a CPU use bf16 (with AMX) or fp32")
+    if cfg.precision == "fp16" and device.type == "cpu":  # before loading: a config error costs no time
+        choose_precision(cfg.precision, device, 0, 0)
     path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
     payload = load_checkpoint(path)
     tokenizers = _load_tokenizers(path, cfg.run)
@@ -42,7 +45,10 @@ def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
             f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
             f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
         )
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
+    shape = payload["config"]["model"]
+    choice = choose_precision(cfg.precision, device, shape["d_model"], shape["ffn_dim"])
+    log_choice(choice, log)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
     model = model_from_checkpoint(payload).to(device=device, dtype=dtype).eval()
     if cfg.beam > tokenizers.tgt.get_vocab_size():
         raise UserError(f"beam={cfg.beam} is larger than the target vocabulary ({tokenizers.tgt.get_vocab_size()})")
@@ -63,13 +69,13 @@ def _load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
     raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")
 
 
-def _read_chunks(source: IO[bytes], interactive: bool, first_chunk: int) -> Iterator[list[str]]:
+def _read_chunks(source: IO[bytes], interactive: bool, first_chunk: int, name: str) -> Iterator[list[str]]:
     """Lines in chunks; one line at a time when a person is typing. The first chunk is small, so
     the first translations appear quickly; later chunks are large, so sorting by length packs batches
     well. Undecodable bytes become U+FFFD with a warning: every input line still gets its output line."""
     chunk: list[str] = []
     limit = first_chunk
-    for number, raw in enumerate(source, start=1):
+    for number, raw in enumerate(_lines_of(source, name), start=1):
         line = raw.rstrip(b"\n").removesuffix(b"\r")
         try:
             text = line.decode("utf-8")
@@ -82,6 +88,38 @@ def _read_chunks(source: IO[bytes], interactive: bool, first_chunk: int) -> Iter
             chunk, limit = [], CHUNK_LINES
     if chunk:
         yield chunk
+
+
+def _lines_of(source: IO[bytes], name: str) -> Iterator[bytes]:
+    """The raw lines of the input; a corrupt .gz or a read error becomes one line naming the file."""
+    number = 0
+    try:
+        for raw in source:
+            yield raw
+            number += 1
+    except (OSError, EOFError, zlib.error) as err:
+        where = "stdin" if name == "-" else name
+        raise UserError(f"{where}: cannot read after line {number}: {err}") from err
+
+
+def _open_output(path: str) -> IO[str]:
+    try:
+        return open(path, "w", encoding="utf-8")  # noqa: SIM115
+    except OSError as err:
+        raise UserError(f"{path}: cannot write the translations ({err.strerror or err})") from err
+
+
+def _write(sink: IO[str], text: str, name: str) -> None:
+    """Writes and flushes a chunk of translations; a full disk or a read-only file system is one line.
+    A reader that went away (BrokenPipeError) is not an error: translate() stops quietly."""
+    try:
+        sink.write(text)
+        sink.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        where = "stdout" if name == "-" else name
+        raise UserError(f"{where}: cannot write the translations ({err.strerror or err})") from err
 
 
 # The vocabulary has a token for every byte, "\n" and "\r" included, so a model can output them; written
@@ -102,18 +140,18 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     device = pick_device(cfg.device)
     translator = load_translator(cfg, device)
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
-    sink = sys.stdout if cfg.output == "-" else open(cfg.output, "w", encoding="utf-8")  # noqa: SIM115
+    sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)
     hypotheses: list[str] = []
     start, lines = time.monotonic(), 0
     plot = _attention_plotter(translator, cfg.attention)
     try:
         first_chunk = min(cfg.batch_size, FIRST_CHUNK_LINES)
-        for chunk in _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), first_chunk):
+        chunks = _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), first_chunk, cfg.input)
+        for chunk in chunks:
             results = translator.translate(chunk, first_line_number=lines + 1)
-            for offset, nbest in enumerate(results):
-                sink.write(_format(lines + offset, nbest, cfg.nbest))
-                hypotheses.append(nbest[0].text)
-            sink.flush()
+            text = "".join(_format(lines + offset, nbest, cfg.nbest) for offset, nbest in enumerate(results))
+            hypotheses.extend(nbest[0].text for nbest in results)
+            _write(sink, text, cfg.output)
             # After the flush: a reader of the translations does not wait for the plots.
             plot(chunk, [nbest[0].tokens for nbest in results], lines + 1)
             lines += len(chunk)
@@ -121,7 +159,8 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
         return {"lines": lines}
     finally:
         if sink is not sys.stdout:
-            sink.close()
+            with contextlib.suppress(OSError):  # every chunk was flushed; a failed write is already reported
+                sink.close()
     seconds = time.monotonic() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
     result: dict[str, Any] = {"lines": lines, "seconds": seconds}

@@ -22,6 +22,7 @@ TINY_TRAIN = [
     "log_every=2",
     "progress=false",
     "threads=1",
+    "precision=fp32",  # the same arithmetic on every CPU (auto would pick bf16 on AMX); test_precision tests auto
     "attention_images=false",  # drawing costs seconds; tests/test_dashboards.py turns it on
 ]
 

@@ -4,8 +4,10 @@ needs a real process. Messages are compared exactly: they are what a user reads.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train
 from seq2seq.translate import translate
 
@@ -59,6 +62,21 @@ def test_read_only_run_directory_stops_before_any_work(tmp_path):
     with pytest.raises(UserError) as info:
         train(cfg, locked / "run")
     assert str(info.value) == f"{locked / 'run'}: the run directory is not writable (Permission denied)"
+
+
+def test_a_second_run_into_a_busy_run_directory_is_refused_naming_the_holder(tmp_path):
+    # Two runs into one directory both "succeeded", their checkpoints, config and log mixed.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}"])
+    with run_directory_lock(run_dir):  # what the first run holds while it trains
+        with pytest.raises(UserError) as info:
+            train(cfg, run_dir)
+    assert str(info.value) == (
+        f"{run_dir}: another seq2seq-train (process {os.getpid()}) is using this run directory; "
+        "wait for it to end or choose another directory"
+    )
+    assert not (tmp_path / "cache").exists() and not (run_dir / "checkpoints").exists()
 
 
 def test_batch_smaller_than_one_sentence_stops_before_any_work(tmp_path):
@@ -194,6 +212,34 @@ def test_line_longer_than_the_model_is_truncated_with_a_warning(run_dir, tmp_pat
         f"input line 2 has {tokens} tokens, more than the model's 80 positions: translating its first 79"
     ]
     assert result["lines"] == 3 and output.count(b"\n") == 3
+
+
+def test_unwritable_output_is_one_line_naming_it(run_dir, tmp_path):
+    (tmp_path / "file").touch()
+    target = tmp_path / "file" / "out.txt"  # like a read-only file system: open() raises OSError
+    (tmp_path / "input.txt").write_text("a b c\n")
+    cfg = compose_config("translate", [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={target}"])
+    with pytest.raises(UserError) as info:
+        translate(cfg)
+    assert str(info.value) == f"{target}: cannot write the translations (Not a directory)"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_while_writing_translations_is_one_line(run_dir, tmp_path):
+    (tmp_path / "input.txt").write_text("a b c\n")
+    cfg = compose_config("translate", [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", "output=/dev/full"])
+    with pytest.raises(UserError) as info:
+        translate(cfg)
+    assert str(info.value) == "/dev/full: cannot write the translations (No space left on device)"
+
+
+def test_a_corrupt_gzip_input_is_one_line_naming_it(run_dir, tmp_path):
+    packed = bytearray(gzip.compress("".join(f"{i} a b c\n" for i in range(2000)).encode()))
+    packed[30] ^= 0xFF
+    (tmp_path / "input.txt.gz").write_bytes(bytes(packed))
+    cfg = compose_config("translate", [f"run={run_dir}", f"input={tmp_path / 'input.txt.gz'}", "beam=1"])
+    with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'input.txt.gz'))}: cannot read after line"):
+        translate(cfg)
 
 
 def test_characters_never_seen_in_training_are_translated(run_dir, tmp_path):

@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import os
 import random
+import re
 import stat
 from pathlib import Path
 
@@ -125,6 +126,16 @@ def test_truncated_checkpoint_is_a_user_error(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
+def test_empty_checkpoint_file_is_a_user_error(tmp_path: Path) -> None:
+    # torch.load raises an exception with an empty message here; the message code indexed its first line.
+    path = tmp_path / "best.pt"
+    path.write_bytes(b"")
+    with pytest.raises(
+        UserError, match=rf"^{re.escape(str(path))}: not a readable checkpoint \(truncated or corrupt\)"
+    ):
+        load_checkpoint(path)
+
+
 def test_garbage_file_is_a_user_error(tmp_path: Path) -> None:
     path = tmp_path / "notes.pt"
     path.write_text("not a checkpoint at all\n")
@@ -162,10 +173,32 @@ def test_failed_save_keeps_previous_file_and_leaves_no_temp(tmp_path: Path, monk
     monkeypatch.setattr(checkpoint.torch, "save", failing_save)
     with pytest.raises(UserError, match=str(path)) as info:
         atomic_save({**sample_payload(), "step": 99}, path)
-    assert "No space left on device" in str(info.value)
+    assert f"no space left on {tmp_path}" in str(info.value)
     monkeypatch.undo()
     assert path.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["last.pt"]
+    assert load_checkpoint(path)["step"] == 17
+
+
+def test_full_disk_inside_torch_save_says_so_and_keeps_the_previous_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def torch_writer_fails(payload: object, handle: object) -> None:  # what torch.save raises on a full disk
+        handle.write(b"PK\x03\x04 partial")
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file data/3: file write failed"
+        )
+
+    path = tmp_path / "checkpoints" / "last.pt"
+    atomic_save(sample_payload(), path)
+    monkeypatch.setattr(checkpoint.torch, "save", torch_writer_fails)
+    with pytest.raises(UserError) as info:
+        atomic_save({**sample_payload(), "step": 99}, path)
+    monkeypatch.undo()
+    assert str(info.value) == (
+        f"{path}: could not write checkpoint: no space left on {path.parent}; the previous one is intact"
+    )
+    assert os.listdir(path.parent) == ["last.pt"]
     assert load_checkpoint(path)["step"] == 17
 
 

@@ -50,6 +50,11 @@ def test_train_writes_a_complete_run_directory(trained_run: Path) -> None:
     log = (trained_run / "train.log").read_text()
     assert "validation at update 12" in log
     assert f"seq2seq-translate run={trained_run}" in log
+    # precision=auto (the default) measured this CPU, said what it chose, and the checkpoint records it
+    assert "precision: fp32 (auto: bf16 matmul " in log or "precision: bf16 (auto: bf16 matmul " in log
+    from seq2seq.checkpoint import load_checkpoint
+
+    assert load_checkpoint(trained_run / "checkpoints" / "last.pt")["config"]["precision"] in ("fp32", "bf16")
 
 
 def test_translate_keeps_one_output_line_per_input_line(trained_run: Path, tmp_path: Path) -> None:
@@ -117,10 +122,11 @@ def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: P
         (["run=/nonexistent/run"], "/nonexistent/run: no such run directory"),
         (["checkpoint=/nonexistent/x.pt"], "/nonexistent/x.pt: no such checkpoint file"),
         (["run=.", "beam=0"], "config error: beam=0: must be positive"),
-        (["run=.", "precision=fp8"], "config error: precision='fp8': must be one of fp32, bf16, fp16"),
+        (["run=.", "precision=fp8"], "config error: precision='fp8': must be one of auto, fp32, bf16, fp16"),
         (
             ["run=.", "precision=fp16", "device=cpu"],
-            "config error: precision='fp16' needs a GPU; on a CPU use bf16 (with AMX) or fp32",
+            "config error: precision='fp16' needs a GPU; on a CPU use precision=auto (measures bf16 against fp32), "
+            "bf16 or fp32",
         ),
     ],
 )
@@ -156,6 +162,7 @@ def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, overrid
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"error: {expected}"
     assert not (tmp_path / "cache").exists()  # stopped before reading or tokenizing anything
+    assert not (tmp_path / "run").exists()  # and left no empty run directory behind
 
 
 @pytest.mark.parametrize(
@@ -166,3 +173,45 @@ def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: s
     assert result.returncode != 0
     assert key in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "override", "expected"),
+    [
+        ("seq2seq-train", "max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-train", "+max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-train", "++model.d_modle=64", "model.d_modle: unknown key; did you mean model.d_model?"),
+        ("seq2seq-train", "+foo=1", "foo: unknown key; --help lists the keys"),
+        ("seq2seq-train", "model=huge", "model=huge: unknown option; choose from base, big, small, tiny"),
+        ("seq2seq-translate", "beams=3", "beams: unknown key; did you mean beam?"),
+        ("seq2seq-translate", "model=small", "model: unknown key; --help lists the keys"),
+    ],
+)
+def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
+    tmp_path: Path, command: str, override: str, expected: str
+) -> None:
+    # `+key=...` used to be added to the config and the run went ahead with it ignored.
+    result = run_cli([str(BIN / command), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: {expected}"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("make_args", "expected"),
+    [
+        (lambda tmp: [f"hydra.run.dir={tmp / 'file' / 'run'}"], "{tmp}/file/run: the run directory is not writable"),
+        (lambda tmp: [f"resume={tmp / 'missing'}"], "resume={tmp}/missing: no such run directory"),
+        (lambda tmp: [f"resume={tmp}"], "resume={tmp}: has no checkpoints/last.pt to resume from"),
+    ],
+    ids=["parent-is-a-file", "resume-missing", "resume-without-checkpoint"],
+)
+def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(tmp_path: Path, make_args, expected: str) -> None:
+    # Hydra used to create it (and .hydra/, train.log) first, or fail with "Unable to configure handler 'file'".
+    (tmp_path / "file").touch()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_cli([str(BIN / "seq2seq-train"), *make_args(tmp_path)], tmp_path)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {expected.format(tmp=tmp_path)}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

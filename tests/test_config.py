@@ -255,6 +255,15 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
         ({"resume": "runs/a", "init_from": "b.pt"}, r"init_from='b\.pt': cannot be combined with resume"),
         ({"dist_timeout_minutes": 0}, r"dist_timeout_minutes=0(\.0)?: must be positive"),
         ({"dist_wait_minutes": -1}, r"dist_wait_minutes=-1(\.0)?: must be positive"),
+        (
+            {"optim__schedule": "linear_to_zero", "max_steps": None, "max_minutes": None},
+            r"optim\.schedule='linear_to_zero': decays to zero at the end of the budget: set max_minutes or max_steps",
+        ),
+        ({"precision": "fp8"}, r"precision='fp8': must be one of auto, fp32, bf16, fp16"),
+        (
+            {"model__share_embeddings": True, "data__joint_vocab": False},
+            r"model\.share_embeddings=True: needs data\.joint_vocab=true",
+        ),
     ],
 )
 def test_validate_train_names_the_key(default_train, values, message):

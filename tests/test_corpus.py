@@ -85,6 +85,15 @@ def test_a_truncated_gzip_file_is_a_user_error(tmp_path):
         read_lines(path)
 
 
+def test_a_corrupt_gzip_file_is_a_user_error(tmp_path):
+    # A flipped byte in the deflate stream: zlib.error ("invalid bit length repeat"), not an OSError.
+    packed = bytearray(gzip.compress("".join(f"{i} the quick brown fox\n" for i in range(2000)).encode()))
+    packed[30] ^= 0xFF
+    path = write(tmp_path / "corrupt.gz", bytes(packed))
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}: cannot read after line 0: Error -3"):
+        read_lines(path)
+
+
 def test_trailing_newline_does_not_change_the_count(tmp_path):
     with_newline = write(tmp_path / "a.txt", "x\ny\nz\n")
     without = write(tmp_path / "b.txt", "x\ny\nz")

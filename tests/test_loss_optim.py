@@ -14,7 +14,7 @@ from seq2seq.config import ModelConfig, OptimConfig
 from seq2seq.model.transformer import Transformer
 from seq2seq.train import loss as loss_module
 from seq2seq.train.loss import TeacherForcedLoss, label_smoothed_loss
-from seq2seq.train.optim import build_optimizer, inverse_sqrt_lr, noam_lr, schedule
+from seq2seq.train.optim import build_optimizer, inverse_sqrt_lr, linear_to_zero_lr, noam_lr, schedule
 
 PAD = 0
 VOCAB = 11
@@ -242,3 +242,34 @@ def test_first_adam_update_matches_formula() -> None:
     optimizer.step()
     lr = inverse_sqrt_reference(1, 3e-3, 5)
     torch.testing.assert_close(param.detach(), start - lr * grad / (grad.abs() + 0.5))
+
+
+@pytest.mark.parametrize(("step", "used"), [(1, 0.0), (3, 0.01), (10, 0.2), (10, 0.95), (50, 1.0), (50, 1.3)])
+def test_linear_to_zero_lr_is_the_lower_of_warmup_and_decay(step: int, used: float) -> None:
+    warmup_line = 2e-3 * step / 10
+    decay_line = 2e-3 * (1.0 - used)
+    expected = max(0.0, min(warmup_line, decay_line))
+    assert linear_to_zero_lr(step, 2e-3, 10, used) == pytest.approx(expected, rel=1e-12, abs=0.0)
+
+
+def test_linear_to_zero_follows_the_budget_it_is_given() -> None:
+    """The optimiser asks for the budget used when each update starts; update n's rate comes from it."""
+    cfg = optim_config(schedule="linear_to_zero", lr=1e-3, warmup=2)
+    asked: list[int] = []
+
+    def budget_used(step: int) -> float:
+        asked.append(step)
+        return (step - 1) / 8  # 8 updates in all
+
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer = build_optimizer([param], cfg, 16, budget_used)
+    rates = []
+    for _ in range(8):
+        param.grad = torch.ones(3)
+        optimizer.step()
+        rates.append(optimizer.lr)
+    assert asked == list(range(1, 9))
+    expected = [5e-4, 1e-3 * 7 / 8, 1e-3 * 6 / 8, 1e-3 * 5 / 8, 1e-3 * 4 / 8, 1e-3 * 3 / 8, 1e-3 * 2 / 8, 1e-3 / 8]
+    assert rates == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="budget"):
+        schedule(cfg, 16)

@@ -107,6 +107,34 @@ def test_prepare_data_tokenizes_and_filters(cfg):
     assert data.tokenizers.joint and cache_entries(cfg) == [cache_key(cfg)]
 
 
+def test_a_megabyte_line_without_spaces_is_dropped_before_tokenization(cfg, monkeypatch):
+    # It used to reach the tokenizer trainer, which ran for minutes on it without a word.
+    pairs, counts, kept = make_pairs()
+    huge = "x" * 1_000_000
+    write_lines(Path(cfg.train_src), [s for s, _ in pairs] + [huge, "a b"])
+    write_lines(Path(cfg.train_tgt), [t for _, t in pairs] + ["X", huge[:900_000]])
+    train_tokenizer = pipeline.Tokenizers.train
+
+    def checked(src, tgt, *args):
+        def short(texts):
+            for text in texts:
+                assert len(text) < 100_000, "an over-long line reached BPE"
+                yield text
+
+        return train_tokenizer(short(src), short(tgt), *args)
+
+    monkeypatch.setattr(pipeline.Tokenizers, "train", checked)
+    data = prepare_data(cfg)
+    too_long = counts["dropped_too_long"] + 2
+    assert data.stats == {
+        "train_pairs": len(pairs) + 2,
+        **counts,
+        "dropped_too_long": too_long,
+        "train_kept": len(kept),
+    }
+    assert decoded(data, "train", "src") == [s for s, _ in kept]
+
+
 def test_second_call_uses_the_cache(cfg, monkeypatch):
     first = prepare_data(cfg)
 

@@ -54,10 +54,18 @@ def check_published(tmp_path: Path, result: dict, references: list[str]) -> None
     assert "case:lc" in result["test"]["bleu_lowercase_signature"]
     # The test set chooses nothing: the checkpoint is the one with the higher validation BLEU.
     by_checkpoint = result["valid_bleu_by_checkpoint"]
-    assert set(by_checkpoint) == {"best.pt", "averaged.pt"}
+    assert {"best.pt", "averaged.pt"} <= set(by_checkpoint) <= {"best.pt", "last.pt", "averaged.pt"}
     assert by_checkpoint[result["checkpoint"]] == max(by_checkpoint.values())
-    assert json.loads((tmp_path / "results" / f"{result['experiment']}.json").read_text()) == result
-    row = f"| {result['experiment']} | {result['test']['bleu']} | {result['test']['bleu_lowercase']} |"
+    # One file per experiment, budget and CPU class; the row names the class, precision and load.
+    capability = result["machine"]["cpu_capability"]
+    assert result["name"].endswith("." + capability.lower())
+    assert json.loads((tmp_path / "results" / f"{result['name']}.json").read_text()) == result
+    assert (tmp_path / "results" / f"{result['name']}.png").read_bytes().startswith(b"\x89PNG")
+    assert result["precision"] in ("fp32", "bf16") and result["load_average_during_training"] > 0
+    row = (
+        f"| {result['experiment']} | {capability} | {result['precision']} | {result['train_minutes']:.0f} min, "
+        f"{result['steps']} updates | {result['test']['bleu']} | {result['test']['bleu_lowercase']} |"
+    )
     assert row in (tmp_path / "results" / "table.md").read_text()
     readme = (tmp_path / "README.md").read_text()
     assert row in readme and "old table" not in readme and readme.startswith("# A README")
@@ -77,7 +85,9 @@ def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
         "save_every=8",
     )
     assert result["steps"] == 24
-    assert [update for update, _ in result["valid_bleu_curve"]] == [8, 16, 24]
+    assert [update for update, _, _ in result["valid_bleu_curve"]] == [8, 16, 24]
+    minutes = [m for _, m, _ in result["valid_bleu_curve"]]
+    assert minutes == sorted(minutes) and 0 < minutes[-1] < 5
     assert result["beam"] == 2 and result["direction"] == "src-tgt"
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["data"]
     sources = reverse_task(OmegaConf.merge(OmegaConf.structured(DataConfig), saved))["test"][0]

@@ -174,3 +174,32 @@ def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog
         trainer.restore({**payload, "rng": [payload["rng"][0], rng_state()]})  # saved by 2 ranks
     assert torch.equal(torch.rand(4), expected)  # rank 0 takes rank 0's
     assert "the random state of 2 rank(s), this run has 1" in caplog.text
+
+
+def test_max_minutes_counts_training_time_over_restarts(tmp_path: Path) -> None:
+    """A resumed run carries on the clock of its checkpoint: with its budget already spent, it stops at
+    once instead of getting max_minutes afresh."""
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
+    spent = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["elapsed_seconds"]
+    assert spent > 0
+    resume = [f"resume={tmp_path / 'run'}", "max_steps=100", f"max_minutes={spent / 60.0}"]
+    summary = train(compose_config("train", [*TINY_TRAIN, *resume]), tmp_path / "run", overrides=resume)
+    assert summary["reason"] == f"used max_minutes={spent / 60.0}"
+    assert summary["step"] == 4
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["elapsed_seconds"] >= spent
+
+
+def test_time_driven_schedule_reads_the_run_clock(tmp_path: Path) -> None:
+    """linear_to_zero with max_minutes: 30 s into a 1-minute budget, past warmup, the rate is half the peak."""
+    from seq2seq.data.pipeline import prepare_data
+    from seq2seq.train.distributed import DistContext
+    from seq2seq.train.loop import Trainer
+
+    overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.lr=1e-3", "optim.warmup=1", "max_minutes=1"]
+    cfg = compose_config("train", [*overrides, "max_steps=null"])
+    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer.started = time.monotonic() - 30.0
+    assert trainer.budget_used(5) == pytest.approx(0.5, abs=0.01)
+    assert trainer.optimizer.lr_at(5) == pytest.approx(0.5e-3, rel=0.02)
+    trainer.elapsed_before = 30.0  # and as much again before a restart: the budget is spent
+    assert trainer.optimizer.lr_at(5) == 0.0

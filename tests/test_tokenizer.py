@@ -4,6 +4,7 @@ NFC form, nothing becomes <unk>, and vocabularies survive save/load."""
 from __future__ import annotations
 
 import random
+import re
 import unicodedata
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+from seq2seq.config import UserError
 from seq2seq.data.tokenizer import (
     JOINT_FILE,
     SPECIALS,
@@ -197,3 +199,10 @@ def test_readable_pieces():
     pieces = toks.src_tokens("the cat")
     assert "".join(pieces).replace("▁", " ") == "the cat"
     assert toks.tgt_tokens(toks.encode_tgt(["the cat"])[0]) == pieces
+
+
+@pytest.mark.parametrize("content", [b"", b'{"version": "1.0", "trunc', b"\x00\xff garbage"])
+def test_a_corrupt_tokenizer_file_is_a_user_error(tmp_path, content):
+    (tmp_path / "tokenizer.json").write_bytes(content)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(tmp_path / 'tokenizer.json'))}: not a readable tokenizer"):
+        Tokenizers.load(tmp_path)

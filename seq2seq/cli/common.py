@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import importlib.resources
 import logging
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from seq2seq.config import UserError
 
@@ -34,3 +37,58 @@ def _append_to_log_files(message: str) -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.emit(record)
+
+
+def check_override_keys(argv: list[str], schema: type, groups: tuple[str, ...] = ()) -> None:
+    """Refuses, in one line, a command-line override whose key the schema does not have, with or
+    without Hydra's `+` (which would otherwise add the key and run with it ignored), and a group
+    option that does not exist. Runs before Hydra, so nothing is composed or created first."""
+    known = _schema_keys(schema)
+    for override in parse_command_line(argv)[1]:
+        key = override.key_or_group
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            continue
+        if key in groups:
+            _check_group_option(key, override)
+        elif key not in known:
+            close = difflib.get_close_matches(key, [*known, *groups], n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else "--help lists the keys"
+            raise UserError(f"{key}: unknown key; {hint}")
+
+
+def parse_command_line(argv: list[str]) -> tuple[Any, list[Any]]:
+    """Hydra's own parsing of the command line: (its flags, its overrides)."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    try:
+        return args, OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException as err:
+        raise UserError(f"cannot parse the command line: {str(err).splitlines()[0]}") from err
+
+
+def _schema_keys(schema: type, prefix: str = "") -> list[str]:
+    keys = []
+    for f in dataclasses.fields(schema):
+        keys.append(prefix + f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            keys.extend(_schema_keys(type(default), f"{prefix}{f.name}."))
+    return keys
+
+
+def group_options(group: str) -> list[str]:
+    directory = importlib.resources.files("seq2seq.configs") / group
+    return sorted(p.name.removesuffix(".yaml") for p in directory.iterdir() if p.name.endswith(".yaml"))
+
+
+def _check_group_option(group: str, override: Any) -> None:
+    if override.is_delete() or override.value_type is None:
+        return
+    values = override.value()
+    options = group_options(group)
+    for value in values if isinstance(values, list) else [values]:
+        if isinstance(value, str) and value not in options and value != "null":
+            raise UserError(f"{group}={value}: unknown option; choose from {', '.join(options)}")

@@ -6,13 +6,20 @@ from seq2seq.allocator import relaunch_with_tcmalloc
 
 relaunch_with_tcmalloc("seq2seq-train", __name__)  # before torch is imported: see seq2seq/allocator.py
 
+import logging
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import CONFIG_PATH, report_errors
-from seq2seq.config import register_configs
-from seq2seq.train.run import train
+from seq2seq.cli.common import CONFIG_PATH, check_override_keys, parse_command_line, report_errors
+from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
+from seq2seq.train.lock import check_unlocked
+from seq2seq.train.run import GROUPS, train
 
 register_configs()
 # A resumed run keeps writing into its own directory (see hydra.run.dir in configs/train.yaml).
@@ -22,10 +29,74 @@ OmegaConf.register_new_resolver(
 )
 
 
+def main() -> None:
+    # Before Hydra: it would add a `+key` and run without reading it, or answer a typo in six lines;
+    # and it creates the run directory (.hydra/, train.log) first, with a traceback when it cannot.
+    def check() -> None:
+        check_override_keys(sys.argv[1:], TrainConfig, GROUPS)
+        check_run_directory(sys.argv[1:])
+
+    report_errors(check, "debug=true" in sys.argv)
+    _hydra_main()
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     runtime = HydraConfig.get()
-    report_errors(lambda: train(cfg, runtime.runtime.output_dir, list(runtime.overrides.task)), cfg.debug)
+    run_dir = Path(runtime.runtime.output_dir)
+
+    def run() -> dict:
+        if not cfg.resume:  # a refused config leaves no run directory behind (Hydra made it just now)
+            try:
+                validate_train(cfg)
+            except UserError:
+                _remove_hydra_only_directory(run_dir)
+                raise
+        return train(cfg, run_dir, list(runtime.overrides.task))
+
+    report_errors(run, cfg.debug)
+
+
+def check_run_directory(argv: list[str]) -> None:
+    """resume= must name an existing run with a last.pt (Hydra would create a missing one), and the
+    directory the run will write to must be writable."""
+    args, overrides = parse_command_line(argv)
+    values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
+    resume = values.get("resume")
+    if isinstance(resume, str) and resume:
+        if not Path(resume).is_dir():
+            raise UserError(f"resume={resume}: no such run directory")
+        if not (Path(resume) / "checkpoints" / "last.pt").is_file():
+            raise UserError(f"resume={resume}: has no checkpoints/last.pt to resume from")
+        _probe_writable(Path(resume), Path(resume))
+        check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
+    elif not args.multirun:
+        target = Path(str(values.get("hydra.run.dir", "outputs")))
+        existing = next(p for p in [target, *target.parents] if p.exists() or p == Path(p.anchor))
+        _probe_writable(target, existing)
+        if existing == target:
+            check_unlocked(target)
+
+
+def _probe_writable(run_dir: Path, existing: Path) -> None:
+    if not existing.is_dir():
+        raise UserError(f"{run_dir}: the run directory is not writable ({existing} is not a directory)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
+
+
+def _remove_hydra_only_directory(run_dir: Path) -> None:
+    """Removes the run directory when it holds nothing but what Hydra wrote at start-up."""
+    entries = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else {"?"}
+    if entries <= {".hydra", "train.log"} and all(p.suffix == ".yaml" for p in (run_dir / ".hydra").glob("*")):
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+            root.removeHandler(handler)  # train.log goes with the directory
+            handler.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

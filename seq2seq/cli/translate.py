@@ -12,14 +12,19 @@ relaunch_with_tcmalloc("seq2seq-translate", __name__)  # before torch is importe
 import hydra
 from omegaconf import DictConfig
 
-from seq2seq.cli.common import CONFIG_PATH, report_errors
-from seq2seq.config import register_configs
+from seq2seq.cli.common import CONFIG_PATH, check_override_keys, report_errors
+from seq2seq.config import TranslateConfig, register_configs
 
 register_configs()
 
 
+def main() -> None:
+    report_errors(lambda: check_override_keys(sys.argv[1:], TranslateConfig), "debug=true" in sys.argv)
+    _hydra_main()
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="translate")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[%(levelname)s] %(message)s")
     # Imported here so that `--help` and config errors answer before torch is loaded.
     from seq2seq.translate import translate

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterable, Iterator
 from itertools import zip_longest
 from pathlib import Path
@@ -41,7 +42,7 @@ def iter_lines(path: str | Path) -> Iterator[str]:
                 if number == 1:
                     decoded = decoded.removeprefix("\ufeff")
                 yield decoded.removesuffix("\n").removesuffix("\r")
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:  # zlib.error: a corrupt .gz
         raise UserError(f"{path}: cannot read after line {number}: {err}") from err
 
 

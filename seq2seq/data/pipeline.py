@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import datasets  # imported where a cache is built: ~1 s of start-up that a cached run does not need
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 2  # bump when the cached layout or tokenization changes
+CACHE_VERSION = 3  # bump when the cached layout or tokenization changes
 
 
 @dataclass
@@ -112,6 +112,26 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> 
     if max(src_len, tgt_len) / min(src_len, tgt_len) > max_ratio:
         return "dropped_length_ratio"
     return None
+
+
+# A line longer than data.max_tokens x this many characters fits in data.max_tokens tokens only if its
+# tokens average more than 16 characters. Such lines are dropped before tokenization: one of them (1 MB
+# without a space) kept BPE busy for minutes, its time growing with the square of a word's length.
+MAX_CHARS_PER_TOKEN = 16
+
+
+def drop_overlong(
+    pairs: Iterable[tuple[str, str]], max_tokens: int, dropped: dict[str, int]
+) -> Iterator[tuple[str, str]]:
+    """The pairs whose sides are short enough to tokenize; the others are counted in `dropped` under
+    the reason `keep_pair` would give them (an empty side first, as there)."""
+    limit = max_tokens * MAX_CHARS_PER_TOKEN
+    for src, tgt in pairs:
+        if len(src) > limit or len(tgt) > limit:
+            reason = "dropped_empty" if not src or not tgt else "dropped_too_long"
+            dropped[reason] += 1
+        else:
+            yield src, tgt
 
 
 def _token_features() -> dict[str, datasets.Sequence]:
@@ -198,19 +218,24 @@ def _build(cfg: DataConfig, target: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         (staging / "work").mkdir(parents=True)
-        train_pairs = iter_split(cfg, "train")
+        early = {"dropped_empty": 0, "dropped_too_long": 0}
+        train_pairs = drop_overlong(iter_split(cfg, "train"), cfg.max_tokens, early)
         if cfg.streaming:  # the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
             train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
-        pairs = _write_text(train_pairs, staging / "work" / "raw.arrow")
+        written = _write_text(train_pairs, staging / "work" / "raw.arrow")
+        pairs = written + sum(early.values())
         require_pairs(cfg, "train", pairs)
+        if written == 0:
+            raise UserError(f"no training pair survives filtering (data.max_tokens={cfg.max_tokens})")
         raw = datasets.Dataset.from_file(str(staging / "work" / "raw.arrow"))
         tokenizers = Tokenizers.train(
             _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab
         )
         if cfg.streaming:
-            train, stats = None, {"streaming": True, "tokenizer_pairs": pairs}
+            train, stats = None, {"streaming": True, "tokenizer_pairs": written}
         else:
             train, dropped = _tokenize_and_filter(cfg, tokenizers, raw, staging / "work" / "tokens.arrow")
+            dropped = {reason: count + early.get(reason, 0) for reason, count in dropped.items()}
             stats = {"train_pairs": pairs, **dropped, "train_kept": len(train)}
         if train is not None and len(train) == 0:
             raise UserError(

@@ -18,7 +18,7 @@ import numpy as np
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
 from seq2seq.data.corpus import iter_split
-from seq2seq.data.pipeline import Split, TokenColumn, keep_pair
+from seq2seq.data.pipeline import Split, TokenColumn, drop_overlong, keep_pair
 from seq2seq.data.tokenizer import Tokenizers
 
 
@@ -61,8 +61,11 @@ class StreamingBatches:
 
     def _next_buffer(self) -> bool:
         """Reads, tokenizes and batches the next buffer; False at the end of the corpus."""
-        while pairs := list(islice(self._pairs, self.cfg.stream_buffer_pairs)):
+        while read := list(islice(self._pairs, self.cfg.stream_buffer_pairs)):
             self.buffer += 1
+            overlong = {"dropped_empty": 0, "dropped_too_long": 0}
+            pairs = list(drop_overlong(read, self.cfg.max_tokens, overlong))  # before the slow tokenizer
+            self.dropped += len(read) - len(pairs)
             sources = self.tokenizers.encode_src([s for s, _ in pairs])
             targets = self.tokenizers.encode_tgt([t for _, t in pairs])
             kept = [

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from seq2seq.config import UserError
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in every vocabulary
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
@@ -86,11 +88,11 @@ class Tokenizers:
     @classmethod
     def load(cls, directory: Path) -> Tokenizers:
         if (directory / JOINT_FILE).is_file():
-            shared = _text_is_text(Tokenizer.from_file(str(directory / JOINT_FILE)))
+            shared = _read(directory / JOINT_FILE)
             return cls(shared, shared, True)
         if (directory / SRC_FILE).is_file() and (directory / TGT_FILE).is_file():
-            src = _text_is_text(Tokenizer.from_file(str(directory / SRC_FILE)))
-            return cls(src, _text_is_text(Tokenizer.from_file(str(directory / TGT_FILE))), False)
+            src = _read(directory / SRC_FILE)
+            return cls(src, _read(directory / TGT_FILE), False)
         raise FileNotFoundError(f"{directory}: no {JOINT_FILE} (or {SRC_FILE} + {TGT_FILE})")
 
     @staticmethod
@@ -113,6 +115,15 @@ class Tokenizers:
 
     def tgt_tokens(self, ids: list[int]) -> list[str]:
         return [_readable(self.tgt.id_to_token(i) or "?") for i in ids]
+
+
+def _read(path: Path) -> Tokenizer:
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as err:  # the library raises a bare Exception for an unparsable file
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{path}: not a readable tokenizer file (truncated or corrupt): {detail}") from err
+    return _text_is_text(tokenizer)
 
 
 def _readable(piece: str) -> str:

@@ -27,6 +27,7 @@ from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import build_model
+from seq2seq.precision import choose_precision
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
 from seq2seq.train.loss import TeacherForcedLoss
@@ -53,7 +54,14 @@ class Trainer:
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
         self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing)
         self.forward = self._wrap(self.objective)
-        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model)
+        # The run's clock: max_minutes and a time-driven schedule count training time summed over restarts.
+        self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
+        self.started = time.monotonic()  # run.py moves it back to the command's start
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model, self.budget_used)
+        # precision=auto becomes what this machine runs fastest; the checkpoint's config records it, so a
+        # resume computes as the run did. Ranks measure alike but could disagree when close: rank 0 decides.
+        self.precision_choice = choose_precision(cfg.precision, device, cfg.model.d_model, cfg.model.ffn_dim)
+        cfg.precision = dist.broadcast(self.precision_choice.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.stream = (
             StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
@@ -82,6 +90,21 @@ class Trainer:
             module = torch.compile(module, dynamic=True)
         return module
 
+    def elapsed_minutes(self) -> float:
+        """Training time of this run so far, summed over its restarts: what max_minutes counts."""
+        return (self.elapsed_before + time.monotonic() - self.started) / 60.0
+
+    def budget_used(self, step: int) -> float:
+        """The fraction of the run's budget spent when update `step` starts: of max_steps or of
+        max_minutes, whichever is nearer its end (linear_to_zero reaches zero there)."""
+        used = (step - 1) / self.cfg.max_steps if self.cfg.max_steps else 0.0
+        if self.cfg.max_minutes:
+            minutes = self.elapsed_minutes()
+            if self.dist.enabled:  # one learning rate on every rank, or their weights drift apart
+                minutes = self.dist.sum(minutes) / self.dist.world_size
+            used = max(used, minutes / self.cfg.max_minutes)
+        return min(max(used, 0.0), 1.0)
+
     def autocast(self) -> AbstractContextManager:
         if self.cfg.precision == "fp32":
             return nullcontext()
@@ -108,6 +131,7 @@ class Trainer:
             "validations_since_best": self.validations_since_best,
             "skipped_updates": self.skipped_updates,
             "metrics": self.last_metrics,
+            "elapsed_seconds": self.elapsed_minutes() * 60.0,
         }
 
     def restore(self, payload: dict[str, Any]) -> None:
@@ -124,6 +148,7 @@ class Trainer:
         self.validations_since_best = payload["validations_since_best"]
         self.skipped_updates = payload["skipped_updates"]
         self.last_metrics = payload["metrics"]
+        self.elapsed_before = payload.get("elapsed_seconds", 0.0)  # absent from checkpoints before it was kept
         self._restore_rng(payload["rng"])
 
     def _restore_rng(self, states: list[dict[str, Any]] | dict[str, Any]) -> None:

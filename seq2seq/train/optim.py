@@ -23,10 +23,26 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * min(step / warmup, (warmup / step) ** 0.5)
 
 
-def schedule(cfg: OptimConfig, d_model: int) -> Callable[[int], float]:
-    """Learning rate as a function of the update number (1-based)."""
+def linear_to_zero_lr(step: int, peak: float, warmup: int, budget_used: float) -> float:
+    """Linear warmup to `peak`, and a line from `peak` down to zero at the end of the budget; the rate
+    is the lower of the two. `budget_used` is the fraction of the run's budget (time or updates) spent
+    when the update starts. A run of fixed length ends better annealed to zero than cut off on an
+    inverse-sqrt tail (Li et al. 2020, "Budgeted Training")."""
+    step = max(step, 1)
+    return peak * max(0.0, min(step / warmup, 1.0 - budget_used))
+
+
+def schedule(
+    cfg: OptimConfig, d_model: int, budget_used: Callable[[int], float] | None = None
+) -> Callable[[int], float]:
+    """Learning rate as a function of the update number (1-based). linear_to_zero also needs
+    `budget_used(step)`: the fraction of the run's budget spent when that update starts."""
     if cfg.schedule == "noam":
         return lambda step: noam_lr(step, d_model, cfg.warmup, cfg.factor)
+    if cfg.schedule == "linear_to_zero":
+        if budget_used is None:
+            raise ValueError("the linear_to_zero schedule needs the run's budget (budget_used)")
+        return lambda step: linear_to_zero_lr(step, cfg.lr, cfg.warmup, budget_used(step))
     return lambda step: inverse_sqrt_lr(step, cfg.lr, cfg.warmup)
 
 
@@ -53,6 +69,7 @@ class Adam:
         self.lr_at = lr_at
         self.betas, self.eps, self.weight_decay, self.decoupled = betas, eps, weight_decay, decoupled
         self.updates = 0  # updates made, so the next one uses lr_at(updates + 1)
+        self.last_lr: float | None = None  # what the latest update used (a time-driven rate cannot be recomputed)
         self.state: dict[int, dict[str, Any]] = {}  # per parameter index: step, exp_avg, exp_avg_sq
         # GradScaler (fp16) reads the gradients through param_groups, as for a torch.optim optimizer.
         self.param_groups = [{"params": self.params}]
@@ -60,12 +77,13 @@ class Adam:
     @property
     def lr(self) -> float:
         """The learning rate of the latest update (of the first, before any)."""
-        return self.lr_at(max(self.updates, 1))
+        return self.last_lr if self.last_lr is not None else self.lr_at(max(self.updates, 1))
 
     @torch.no_grad()
     def step(self) -> None:
         self.updates += 1
         lr, (beta1, beta2) = self.lr_at(self.updates), self.betas
+        self.last_lr = lr
         for index, param in enumerate(self.params):
             if param.grad is None:  # unused this update: untouched, as in torch.optim
                 continue
@@ -110,6 +128,12 @@ class Adam:
         self.updates = saved.get("updates", max((s["step"] for s in self.state.values()), default=0))
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: OptimConfig, d_model: int) -> Adam:
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter],
+    cfg: OptimConfig,
+    d_model: int,
+    budget_used: Callable[[int], float] | None = None,
+) -> Adam:
     """Adam or AdamW (`optim.name`) following the configured learning-rate schedule."""
-    return Adam(params, schedule(cfg, d_model), tuple(cfg.betas), cfg.eps, cfg.weight_decay, cfg.name == "adamw")
+    lr_at = schedule(cfg, d_model, budget_used)
+    return Adam(params, lr_at, tuple(cfg.betas), cfg.eps, cfg.weight_decay, cfg.name == "adamw")

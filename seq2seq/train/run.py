@@ -5,6 +5,7 @@ The Hydra entry point (seq2seq/cli/train.py) only calls this; tests call it dire
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import shutil
@@ -19,8 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.device import pick_device, use_deterministic_algorithms
+from seq2seq.precision import log_choice
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
+from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, resume_payload
 
 log = logging.getLogger("seq2seq.train")
@@ -92,7 +95,8 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
         len(trainer.stream),
         "buffer" if cfg.data.streaming else "epoch",
     )
-    log.info("device: %s, precision %s, %d threads", device, cfg.precision, torch.get_num_threads())
+    log.info("device: %s, %d threads", device, torch.get_num_threads())
+    log_choice(trainer.precision_choice, log)
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")
 
 
@@ -134,13 +138,28 @@ def _train(
     start = time.monotonic()
     if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
         _check_writable(run_dir)
+    with run_directory_lock(run_dir) if dist.is_main else contextlib.nullcontext():
+        return _train_locked(cfg, run_dir, device, dist, payload, start)
+
+
+def _train_locked(
+    cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, start: float
+) -> dict[str, Any]:
     data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
     trainer = Trainer(cfg, run_dir, data, device, dist)
+    trainer.started = start
     if payload is not None:
         trainer.restore(payload)
-        log.info("resumed %s at update %d (epoch %d)", cfg.resume, trainer.step, trainer.stream.epoch)
+        log.info(
+            "resumed %s at update %d (epoch %d) after %.1f minutes of training%s",
+            cfg.resume,
+            trainer.step,
+            trainer.stream.epoch,
+            trainer.elapsed_before / 60.0,
+            f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
+        )
     elif cfg.init_from:
         trainer.init_weights_from(cfg.init_from)
         log.info("initialised weights from %s", cfg.init_from)
@@ -149,7 +168,7 @@ def _train(
         log_summary(trainer, run_dir, device, dist)
     install_stop_handlers(trainer)
     try:
-        reason = _loop(trainer, dashboard, start)
+        reason = _loop(trainer, dashboard)
         if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
             trainer.save("last")
         elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
@@ -172,13 +191,13 @@ def _check_writable(run_dir: Path) -> None:
         raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
 
 
-def _stop_reason(trainer: Trainer, start: float) -> str | None:
+def _stop_reason(trainer: Trainer) -> str | None:
     cfg = trainer.cfg
     if cfg.max_steps and trainer.step >= cfg.max_steps:
         return f"reached max_steps={cfg.max_steps}"
     if cfg.max_epochs and trainer.stream.epochs_done(trainer.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
         return f"finished max_epochs={cfg.max_epochs}"
-    if trainer.dist.any(cfg.max_minutes is not None and elapsed_minutes(start) >= cfg.max_minutes):
+    if trainer.dist.any(cfg.max_minutes is not None and trainer.elapsed_minutes() >= cfg.max_minutes):
         return f"used max_minutes={cfg.max_minutes}"
     if trainer.dist.any(trainer.stop_requested):
         return STOPPED_BY_SIGNAL
@@ -187,10 +206,10 @@ def _stop_reason(trainer: Trainer, start: float) -> str | None:
     return None
 
 
-def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
+def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
     cfg = trainer.cfg
     window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
-    while (reason := _stop_reason(trainer, start)) is None:
+    while (reason := _stop_reason(trainer)) is None:
         metrics = trainer.train_step()
         if metrics is None:
             continue
@@ -276,7 +295,8 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
     summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": elapsed_minutes(start)}
     summary.update(best=trainer.best, metrics=trainer.last_metrics, run_dir=str(run_dir))
     if trainer.dist.is_main:
-        log.info("stopped: %s after %d updates in %.1f minutes", reason, trainer.step, summary["minutes"])
+        resumed = f" ({trainer.elapsed_minutes():.1f} minutes of training in all)" if trainer.elapsed_before else ""
+        log.info("stopped: %s after %d updates in %.1f minutes%s", reason, trainer.step, summary["minutes"], resumed)
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)

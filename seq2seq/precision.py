@@ -1,0 +1,195 @@
+"""Which precision a run computes in: `precision=auto` measures it, a slow explicit choice is warned about.
+
+No fixed default is right on every CPU: bf16 matmuls ran 4x fp32's rate on a Xeon with AMX and ~100x
+slower than fp32 on an EPYC with AVX2 only (0.8 against 116 GFLOP/s), where PyTorch has no bf16
+hardware path and emulates it. So on a CPU the choice is a measurement: a matmul of the model's own
+shapes in each precision, timed for a few tens of milliseconds (0.2 s where bf16 is emulated), cached per machine (CPU, its ISA
+level as `torch.backends.cpu.get_cpu_capability()` names it, torch version, threads) in the cache
+folder, so later runs decide at once; on x86 CPUs without bf16 instructions (AMX, AVX512-BF16) fp32 is kept
+whatever a noisy measurement says. On CUDA it follows what the GPU supports. Training and
+translation share this, and the benchmarks call it too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from seq2seq.config import UserError
+
+log = logging.getLogger(__name__)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# bf16 must beat fp32's matmul rate by this much to be chosen: autocast adds a cast before every
+# matmul and keeps softmax, norms and the loss in fp32, so a narrow matmul win is lost in the step.
+BF16_MIN_SPEEDUP = 1.25
+# An explicit bf16 slower than fp32 by more than this gets a warning at start.
+WARN_SLOWDOWN = 2.0
+TIMED_SECONDS = 0.02  # per precision, after one untimed call that builds the kernel
+MIN_CALLS = 3
+ROWS = 64  # tokens in the measured matmul: (ROWS, d_model) @ (d_model, ffn_dim), the FFN's first layer
+
+
+@dataclass(frozen=True)
+class MatmulRates:
+    """GFLOP/s of one matmul of the model's shapes, measured on this machine."""
+
+    fp32: float
+    bf16: float
+    capability: str  # the CPU class (cpu_capability()): AMX, AVX512-BF16, AVX512, AVX2 ...
+
+    def describe(self) -> str:
+        return f"bf16 matmul {self.bf16:.3g} GFLOP/s vs fp32 {self.fp32:.3g} on this CPU ({self.capability})"
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    precision: str  # fp32 | bf16 | fp16: what the run computes in
+    reason: str  # one line for the log: why
+    warning: str | None = None  # said once at start when an explicit choice is much slower than the other
+
+
+def cpu_capability() -> str:
+    """The CPU class that decides bf16's speed: AMX, AVX512-BF16, AVX512, AVX2 or torch's own name.
+    `torch.backends.cpu.get_cpu_capability()` says AVX512 for all three AVX-512 kinds, hence the probes."""
+    probes = [("AMX", "_is_amx_tile_supported"), ("AVX512-BF16", "_is_avx512_bf16_supported")]
+    for name, probe in probes:
+        if getattr(torch.cpu, probe, lambda: False)():
+            return name
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def has_bf16_instructions(capability: str) -> bool:
+    """False on x86 CPUs without AMX or AVX512-BF16, where PyTorch emulates bf16: there a measurement
+    that puts bf16 ahead is noise (a busy machine slowed the fp32 calls), never a real gain. Other
+    architectures (ARM's BF16 extension) are left to the measurement."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    return capability in ("AMX", "AVX512-BF16")
+
+
+def measure_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:
+    """Times (ROWS, d_model) @ (d_model, ffn_dim) in fp32 and bf16 with the current thread setting."""
+    return MatmulRates(
+        fp32=_gflops(d_model, ffn_dim, torch.float32),
+        bf16=_gflops(d_model, ffn_dim, torch.bfloat16),
+        capability=cpu_capability(),
+    )
+
+
+def _gflops(d_model: int, ffn_dim: int, dtype: torch.dtype) -> float:
+    """The rate of the fastest of at least MIN_CALLS timed calls: on a busy machine some calls wait for a
+    core (a 2-thread matmul waits for both), and the fastest is the one that measured the CPU."""
+    a, b = torch.randn(ROWS, d_model, dtype=dtype), torch.randn(d_model, ffn_dim, dtype=dtype)
+    a @ b  # oneDNN builds the kernel for this shape on the first call (~10 ms): not timed
+    fastest, calls, start = float("inf"), 0, time.perf_counter()
+    while calls < MIN_CALLS or time.perf_counter() - start < TIMED_SECONDS:
+        before = time.perf_counter()
+        a @ b
+        fastest = min(fastest, time.perf_counter() - before)
+        calls += 1
+    return 2.0 * ROWS * d_model * ffn_dim / fastest / 1e9
+
+
+def _cache_file() -> Path:
+    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / "precision.json"
+
+
+def _machine_key(d_model: int, ffn_dim: int) -> str:
+    return "|".join(
+        [_cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
+        + [f"{d_model}x{ffn_dim}"]
+    )
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cached_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:
+    """The measurement for this machine and shape, from the cache file when it has one. An unreadable
+    or unwritable cache only costs a new measurement (0.2 s where bf16 is emulated, less elsewhere)."""
+    path, key = _cache_file(), _machine_key(d_model, ffn_dim)
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    cache = cache if isinstance(cache, dict) else {}
+    try:
+        return MatmulRates(**cache[key])
+    except (KeyError, TypeError):
+        pass
+    rates = measure_matmul_rates(d_model, ffn_dim)
+    cache[key] = asdict(rates)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(cache, indent=1))
+        temporary.replace(path)
+    except OSError:
+        pass
+    return rates
+
+
+def choose_precision(
+    requested: str,
+    device: torch.device,
+    d_model: int,
+    ffn_dim: int,
+    rates: Callable[[int, int], MatmulRates] | None = None,
+) -> PrecisionChoice:
+    """What `precision=<requested>` means on `device`; `rates` measures the CPU (default: cached_matmul_rates)."""
+    if requested not in PRECISIONS:
+        raise UserError(f"config error: precision={requested!r}: must be one of {', '.join(PRECISIONS)}")
+    if device.type == "cuda":
+        return _choose_on_cuda(requested, device)
+    if device.type != "cpu":
+        if requested == "auto":
+            return PrecisionChoice("fp32", f"auto: fp32 on {device.type}")
+        return PrecisionChoice(requested, "as asked")
+    if requested == "fp16":
+        raise UserError(
+            "config error: precision='fp16' needs a GPU; on a CPU use precision=auto (measures bf16 against fp32), "
+            "bf16 or fp32"
+        )
+    if requested == "fp32":
+        return PrecisionChoice("fp32", "as asked")
+    measured = (rates or cached_matmul_rates)(d_model, ffn_dim)
+    if requested == "auto":
+        faster = measured.bf16 >= BF16_MIN_SPEEDUP * measured.fp32
+        chosen = "bf16" if faster and has_bf16_instructions(measured.capability) else "fp32"
+        return PrecisionChoice(chosen, f"auto: {measured.describe()}")
+    warning = None
+    if measured.bf16 * WARN_SLOWDOWN < measured.fp32:
+        warning = (
+            f"precision=bf16 is {measured.fp32 / measured.bf16:.0f}x slower than fp32 here ({measured.describe()}); "
+            "precision=auto or precision=fp32 runs at the faster speed"
+        )
+    return PrecisionChoice("bf16", f"as asked ({measured.describe()})", warning)
+
+
+def _choose_on_cuda(requested: str, device: torch.device) -> PrecisionChoice:
+    if requested != "auto":
+        return PrecisionChoice(requested, "as asked")
+    name = torch.cuda.get_device_name(device)
+    if torch.cuda.is_bf16_supported():
+        return PrecisionChoice("bf16", f"auto: {name} supports bf16")
+    return PrecisionChoice("fp16", f"auto: {name} has no bf16; fp16 (training uses a grad scaler)")
+
+
+def log_choice(choice: PrecisionChoice, logger: logging.Logger = log) -> None:
+    logger.info("precision: %s (%s)", choice.precision, choice.reason)
+    if choice.warning:
+        logger.warning(choice.warning)
