@@ -117,6 +117,10 @@ class TrainConfig:
     threads: int | None = None  # torch intra-op threads; null: torch's default
     deterministic: bool = False  # torch.use_deterministic_algorithms, for bitwise-reproducible runs
     compile: bool = False  # wrap the model in torch.compile
+    # torchrun: how long a rank waits in a collective for the others before the run stops (a hung peer) ...
+    dist_timeout_minutes: float = 10.0
+    # ... and how long the others wait while rank 0 works alone: tokenizer training, tokenizing, validation.
+    dist_wait_minutes: float = 360.0
     max_skipped_updates: int = 10  # consecutive non-finite losses/gradients before the run stops
     resume: str | None = None  # a run directory: continue it from its last checkpoint
     init_from: str | None = None  # a checkpoint: start a new run from its weights (fresh optimiser)
@@ -251,6 +255,8 @@ def validate_train(cfg: Any) -> None:
     _choice("best_metric", cfg.best_metric, ("bleu", "chrf", "loss", "accuracy"))
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
+    _check(cfg.dist_timeout_minutes > 0, "dist_timeout_minutes", cfg.dist_timeout_minutes, "must be positive")
+    _check(cfg.dist_wait_minutes > 0, "dist_wait_minutes", cfg.dist_wait_minutes, "must be positive")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
     _check(not (cfg.resume and cfg.init_from), "init_from", cfg.init_from, "cannot be combined with resume")
 

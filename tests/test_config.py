@@ -253,6 +253,8 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
         ({"max_steps": 0}, r"max_steps=0: must be positive or null"),
         ({"batch_tokens": 65}, r"batch_tokens=65: must hold at least one sentence of data\.max_tokens=64"),
         ({"resume": "runs/a", "init_from": "b.pt"}, r"init_from='b\.pt': cannot be combined with resume"),
+        ({"dist_timeout_minutes": 0}, r"dist_timeout_minutes=0(\.0)?: must be positive"),
+        ({"dist_wait_minutes": -1}, r"dist_wait_minutes=-1(\.0)?: must be positive"),
         (
             {"optim__schedule": "linear_to_zero", "max_steps": None, "max_minutes": None},
             r"optim\.schedule='linear_to_zero': decays to zero at the end of the budget: set max_minutes or max_steps",

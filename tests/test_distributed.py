@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,9 @@ def test_torchrun_trains_validates_and_checkpoints_once(tmp_path: Path) -> None:
     log = (runs[0] / "train.log").read_text()
     assert log.count("validation at update 2:") == 1 and log.count("validation at update 4:") == 1
     assert "x 2 ranks per update" in log
+    # Each rank's own random state (seeded seed+rank), so a resumed rank 1 does not take rank 0's.
+    states = torch.load(runs[0] / "checkpoints" / "last.pt", weights_only=True)["rng"]
+    assert len(states) == 2 and not torch.equal(states[0]["torch"], states[1]["torch"])
 
 
 def test_each_rank_takes_its_gpu_before_joining_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,11 +149,19 @@ def test_each_rank_takes_its_gpu_before_joining_the_group(monkeypatch: pytest.Mo
     monkeypatch.setattr(torch_dist, "init_process_group", lambda **kwargs: calls.append(("init", kwargs)))
     monkeypatch.setattr(torch_dist, "get_rank", lambda: 1)
     monkeypatch.setattr(torch_dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(torch_dist, "new_group", lambda **kwargs: calls.append(("new_group", kwargs)))
     context = init_distributed(torch.device("cuda", 0))
     gpu1 = torch.device("cuda", 1)
     assert calls[0] == ("set_device", gpu1)
     assert calls[1][0] == "init" and calls[1][1]["backend"] == "nccl" and calls[1][1]["device_id"] == gpu1
     assert (context.rank, context.local_rank, context.device) == (1, 1, gpu1)
+    # The configurable timeouts (defaults 10 and 360 minutes): ordinary collectives, and waiting on rank 0.
+    assert calls[1][1]["timeout"] == timedelta(minutes=10)
+    assert calls[2] == ("new_group", {"backend": "gloo", "timeout": timedelta(minutes=360)})
+    calls.clear()
+    init_distributed(torch.device("cpu"), timeout_minutes=0.5, wait_minutes=45)
+    assert calls[0][1]["backend"] == "gloo" and calls[0][1]["timeout"] == timedelta(seconds=30)
+    assert calls[1] == ("new_group", {"backend": "gloo", "timeout": timedelta(minutes=45)})
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
@@ -161,3 +173,44 @@ def test_torchrun_on_two_gpus_with_device_cuda_0(tmp_path: Path) -> None:
     command += ["device=cuda:0", f"hydra.run.dir={tmp_path / 'run'}"]
     result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def slow_rank_zero_run(rank: int, world_size: int, port: int, run_dir: str, cache: str, seconds: float) -> None:
+    """train() on this rank; rank 0 takes `seconds` longer than the collective timeout (3 s) both to
+    prepare the data and for every validation, as tokenizing a large corpus or a long BLEU pass would."""
+    import time
+
+    import seq2seq.train.run as run
+    from seq2seq.train.loop import Trainer as LoopTrainer
+
+    os.environ.update(
+        {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world_size)}
+    )
+    os.environ["SEQ2SEQ_CACHE"] = cache
+    torch.set_num_threads(1)
+    if rank == 0:
+        prepare, validate = run.prepare_data, LoopTrainer.validate
+
+        def slow_prepare(*args, **kwargs):
+            time.sleep(seconds)
+            return prepare(*args, **kwargs)
+
+        def slow_validate(self):
+            time.sleep(seconds)
+            return validate(self)
+
+        run.prepare_data = slow_prepare
+        LoopTrainer.validate = slow_validate
+    overrides = [*OVERRIDES, "max_steps=4", "valid_every=2", "progress=false", "dist_timeout_minutes=0.05"]
+    summary = run.train(compose_config("train", overrides), Path(run_dir))
+    assert summary["step"] == 4
+
+
+@pytest.mark.slow
+def test_a_slow_rank_zero_does_not_time_the_others_out(tmp_path: Path) -> None:
+    """Regression: the other ranks waited for rank 0's data preparation and validation inside ordinary
+    collectives, under the 10-minute default (NCCL's watchdog then kills them); here with a 3-second
+    dist_timeout_minutes and rank 0 taking 6 s each time, on gloo."""
+    args = (2, free_port(), str(tmp_path / "run"), str(tmp_path / "cache"), 6.0)
+    mp.spawn(slow_rank_zero_run, args=args, nprocs=2, join=True)
+    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()

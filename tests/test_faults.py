@@ -15,10 +15,12 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config
 
+import seq2seq.train.loop as loop
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, collate, split_batch
 from seq2seq.data.pipeline import PreparedData, prepare_data
+from seq2seq.precision import PrecisionChoice
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.loop import NonFiniteLoss, RepeatedOutOfMemory, Trainer
 from seq2seq.train.loss import TeacherForcedLoss
@@ -322,11 +324,13 @@ def test_out_of_memory_under_ddp_is_an_error_not_a_split(setup, tmp_path):
 # --- fp16: the grad scaler's skips ------------------------------------------------------------------
 
 
-def fp16_trainer(setup: tuple, tmp_path: Path, batches: list[Batch]) -> Trainer:
-    """make_trainer with precision=fp16 (a grad scaler). Built directly: train() may refuse fp16 on a CPU."""
+def fp16_trainer(setup: tuple, tmp_path: Path, batches: list[Batch], monkeypatch: pytest.MonkeyPatch) -> Trainer:
+    """make_trainer with precision=fp16 (a grad scaler, whose logic runs on a CPU too): the precision
+    choice, which refuses fp16 on a CPU, is told to accept it."""
     cfg, data = setup
     cfg = cfg.copy()
     cfg.precision = "fp16"
+    monkeypatch.setattr(loop, "choose_precision", lambda *_args: PrecisionChoice("fp16", "test on a CPU"))
     torch.manual_seed(0)
     trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
     trainer.stream.next_update = lambda *_args: list(batches)
@@ -334,11 +338,11 @@ def fp16_trainer(setup: tuple, tmp_path: Path, batches: list[Batch]) -> Trainer:
     return trainer
 
 
-def test_fp16_with_a_nan_loss_on_every_update_stops(setup, tmp_path, caplog):
+def test_fp16_with_a_nan_loss_on_every_update_stops(setup, tmp_path, caplog, monkeypatch):
     """Regression: under fp16 every skip was exempt from max_skipped_updates, so a forward pass that
     overflows on every batch skipped for ever without an update."""
     _, data = setup
-    trainer = fp16_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
+    trainer = fp16_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))], monkeypatch)
     poison(trainer, set(range(1, 100)), "nan_loss")
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER), pytest.raises(NonFiniteLoss, match="3 updates in a row"):
         for _ in range(10):
@@ -346,11 +350,11 @@ def test_fp16_with_a_nan_loss_on_every_update_stops(setup, tmp_path, caplog):
     assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (0, 3, 3)
 
 
-def test_fp16_overflowing_gradients_are_the_scalers_business(setup, tmp_path, caplog):
+def test_fp16_overflowing_gradients_are_the_scalers_business(setup, tmp_path, caplog, monkeypatch):
     """A finite loss with infinite gradients is what the grad scaler skips while it finds its scale:
     counted as skipped, never toward the limit, and the scale halves each time."""
     _, data = setup
-    trainer = fp16_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
+    trainer = fp16_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))], monkeypatch)
     poison(trainer, set(range(1, 6)), "inf_grad")  # 5 > max_skipped_updates=3
     scale = trainer.scaler.get_scale()
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
@@ -360,7 +364,7 @@ def test_fp16_overflowing_gradients_are_the_scalers_business(setup, tmp_path, ca
     assert trainer.scaler.get_scale() == scale / 2**5
 
 
-def test_resuming_with_fp16_a_run_that_was_not_fp16_starts_a_fresh_scaler(setup, tmp_path, caplog):
+def test_resuming_with_fp16_a_run_that_was_not_fp16_starts_a_fresh_scaler(setup, tmp_path, caplog, monkeypatch):
     """Regression: GradScaler.load_state_dict({}) raised (a disabled scaler saves nothing)."""
     _, data = setup
     batches = [batch_of(data, np.arange(0, 8))]
@@ -368,7 +372,7 @@ def test_resuming_with_fp16_a_run_that_was_not_fp16_starts_a_fresh_scaler(setup,
     fp32.train_step()
     payload = fp32.state_dict()
     assert payload["scaler"] == {}
-    resumed = fp16_trainer(setup, tmp_path, batches)
+    resumed = fp16_trainer(setup, tmp_path, batches, monkeypatch)
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
         resumed.restore(payload)
     assert warnings_of(caplog) == [

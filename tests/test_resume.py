@@ -70,23 +70,27 @@ def test_init_from_starts_a_new_run_from_the_weights_only(tmp_path: Path) -> Non
         train(compose_config("train", [*TINY_TRAIN, "model.ffn_dim=32", f"init_from={source}"]), tmp_path / "other")
 
 
-def _train_command(run_dir: Path, extra: list[str]) -> list[str]:
+def _train_command(run_dir: Path, extra: list[str], ranks: int = 1) -> list[str]:
     overrides = [*DETERMINISTIC, "max_steps=40", "save_every=2", "valid_every=12", f"hydra.run.dir={run_dir}"]
-    return [str(Path(sys.executable).parent / "seq2seq-train"), *overrides, *extra]
+    if ranks == 1:
+        return [str(Path(sys.executable).parent / "seq2seq-train"), *overrides, *extra]
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={ranks}"]
+    return [*torchrun, "-m", "seq2seq.cli.train", *overrides, *extra]
 
 
-def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path) -> None:
-    """SIGKILL a real training process at random moments after it has made progress (checkpoints are
-    written every 2 updates, so some kills land mid-write), resume each time, and compare with a run
-    never interrupted."""
-    env = {**os.environ}
-    straight = subprocess.run(_train_command(tmp_path / "straight", []), env=env, capture_output=True, text=True)
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path, ranks: int) -> None:
+    """SIGKILL a real training run (with 2 ranks: torchrun and its two gloo workers) at random moments after it has made progress (checkpoints are written every 2 updates, so
+    some kills land mid-write), resume each time, and compare with a run never interrupted. With 2
+    ranks the dropout masks of rank 1 depend on its own RNG state being saved and restored."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight = subprocess.run(_train_command(tmp_path / "straight", [], ranks), env=env, capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-2000:]
     run_dir = tmp_path / "killed"
     last = run_dir / "checkpoints" / "last.pt"
     rng = random.Random(7)
     kills: list[int] = []
-    command = _train_command(run_dir, [])
+    command = _train_command(run_dir, [], ranks)
     resumed_launches = 0
     for _ in range(3):
         resumed_launches += "resume=" in command[-1]
@@ -99,10 +103,9 @@ def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path) -> None:
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 0.6))  # then kill at a random moment: between updates or mid-write
         if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            process.wait()
+            _kill_with_children(process)
             kills.append(_step_or_zero(last))
-        command = _train_command(run_dir, [f"resume={run_dir}"]) if last.exists() else command
+        command = _train_command(run_dir, [f"resume={run_dir}"], ranks) if last.exists() else command
     resumed_launches += "resume=" in command[-1]
     finish = subprocess.run(command, env=env, capture_output=True, text=True)
     assert finish.returncode == 0, finish.stderr[-2000:]
@@ -114,7 +117,24 @@ def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path) -> None:
     assert scalar_steps(run_dir, "train/loss") == scalar_steps(tmp_path / "straight", "train/loss")
     assert scalar_steps(run_dir, "valid/bleu") == scalar_steps(tmp_path / "straight", "valid/bleu")
     log = (run_dir / "train.log").read_text()
-    assert log.count("resumed ") == resumed_launches and "reached max_steps=40" in log
+    assert log.count("resumed ") == resumed_launches * ranks and "reached max_steps=40" in log  # every rank logs it
+    assert len(load_checkpoint(last)["rng"]) == ranks
+
+
+def _kill_with_children(process: subprocess.Popen) -> None:
+    """SIGKILL a process and its children: torchrun starts each worker in a session of its own, so
+    they outlive it (and go on training into the run directory) unless they are killed one by one."""
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    process.send_signal(signal.SIGKILL)  # first, so that it cannot react to its workers' deaths
+    for child in children:
+        try:
+            os.kill(int(child), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
+    for child in children:  # gone before the next segment starts writing into the same directory
+        while Path(f"/proc/{child}").exists() and "zombie" not in Path(f"/proc/{child}/status").read_text():
+            time.sleep(0.01)
 
 
 def _step_or_zero(path: Path) -> int:
@@ -131,6 +151,29 @@ def scalar_steps(run_dir: Path, tag: str) -> list[int]:
     events = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
     events.Reload()
     return [event.step for event in events.Scalars(tag)]
+
+
+def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Checkpoints from before per-rank states hold one dict; a checkpoint of another world size warns."""
+    from seq2seq.checkpoint import rng_state
+    from seq2seq.data.pipeline import prepare_data
+    from seq2seq.train.distributed import DistContext
+    from seq2seq.train.loop import Trainer
+
+    cfg = compose_config("train", TINY_TRAIN)
+    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    torch.manual_seed(3)
+    payload = trainer.state_dict()
+    expected = torch.rand(4)
+    for states in (payload["rng"][0], payload["rng"]):  # the old format, then the new one
+        torch.manual_seed(99)
+        trainer.restore({**payload, "rng": states})
+        assert torch.equal(torch.rand(4), expected)
+    torch.manual_seed(99)
+    with caplog.at_level("WARNING", logger="seq2seq.train.loop"):
+        trainer.restore({**payload, "rng": [payload["rng"][0], rng_state()]})  # saved by 2 ranks
+    assert torch.equal(torch.rand(4), expected)  # rank 0 takes rank 0's
+    assert "the random state of 2 rank(s), this run has 1" in caplog.text
 
 
 def test_max_minutes_counts_training_time_over_restarts(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")  # where collective tensors live (CUDA for NCCL)
+    wait_group: Any = None  # gloo group with the long timeout, for waiting on rank 0 (see wait_for_main)
 
     @property
     def enabled(self) -> bool:
@@ -29,6 +31,13 @@ class DistContext:
         if self.enabled:
             dist.barrier()
 
+    def wait_for_main(self) -> None:
+        """The barrier where the other ranks wait while rank 0 works alone (tokenizer training,
+        tokenizing, validation): on a gloo group of its own whose timeout is dist_wait_minutes, not the
+        dist_timeout_minutes every other collective (and NCCL's watchdog) keeps."""
+        if self.enabled:
+            dist.barrier(group=self.wait_group)
+
     def sum(self, value: float) -> float:
         """Sum of `value` over all ranks."""
         if not self.enabled:
@@ -41,6 +50,15 @@ class DistContext:
         """True on every rank if it is true on any (stop signals, time budgets)."""
         return self.sum(float(flag)) > 0
 
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's `value`, in rank order, on every rank (small picklable objects; over the gloo
+        group, so CPU tensors stay on the CPU)."""
+        if not self.enabled:
+            return [value]
+        values: list[Any] = [None] * self.world_size
+        dist.all_gather_object(values, value, group=self.wait_group)
+        return values
+
     def broadcast(self, value: Any) -> Any:
         """rank 0's `value` on every rank."""
         if not self.enabled:
@@ -50,7 +68,7 @@ class DistContext:
         return holder[0]
 
 
-def init_distributed(device: torch.device) -> DistContext:
+def init_distributed(device: torch.device, timeout_minutes: float = 10.0, wait_minutes: float = 360.0) -> DistContext:
     """Joins the process group torchrun describes in the environment (RANK, WORLD_SIZE, ...).
     On CUDA each process takes GPU LOCAL_RANK, whatever `device` names (device=cuda:0 would put every
     rank on GPU 0), before any collective: NCCL's object collectives run on the current device, 0 on
@@ -65,8 +83,10 @@ def init_distributed(device: torch.device) -> DistContext:
         torch.cuda.set_device(device)
         options["device_id"] = device  # binds the communicator to this GPU at once
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", **options)
-    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(minutes=timeout_minutes), **options)
+    wait_group = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes))
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device, wait_group)
 
 
 def cleanup_distributed() -> None:

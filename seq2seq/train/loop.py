@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import signal
 import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -109,7 +111,8 @@ class Trainer:
         dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
         return {
             "format": 1,
             "model": self.model.state_dict(),
@@ -123,7 +126,7 @@ class Trainer:
             "data": self.stream.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "rng": rng_state(),
+            "rng": rng if rng is not None else [rng_state()],
             "best": self.best,
             "validations_since_best": self.validations_since_best,
             "skipped_updates": self.skipped_updates,
@@ -146,7 +149,26 @@ class Trainer:
         self.skipped_updates = payload["skipped_updates"]
         self.last_metrics = payload["metrics"]
         self.elapsed_before = payload.get("elapsed_seconds", 0.0)  # absent from checkpoints before it was kept
-        set_rng_state(payload["rng"])
+        self._restore_rng(payload["rng"])
+
+    def _restore_rng(self, states: list[dict[str, Any]] | dict[str, Any]) -> None:
+        """Each rank continues its own random streams (dropout masks differ between ranks)."""
+        states = [states] if isinstance(states, dict) else states  # checkpoints from before per-rank states
+        rank, world_size = self.dist.rank, self.dist.world_size
+        if len(states) != world_size:
+            log.warning(
+                "the checkpoint has the random state of %d rank(s), this run has %d: ranks without one start "
+                "from seed+rank+update, so the run is not bit-exact from here",
+                len(states),
+                world_size,
+            )
+        if rank < len(states):
+            set_rng_state(states[rank])
+        else:
+            seed = self.cfg.seed + rank + self.step
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
 
     def init_weights_from(self, path: str) -> None:
         """Fine-tuning: weights only; optimiser, schedule and data start fresh."""
@@ -297,13 +319,18 @@ class Trainer:
 
     # ---- checkpoints --------------------------------------------------------------------------
     def save(self, *names: str) -> None:
-        payload = self.state_dict()
-        for name in names:
-            atomic_save(payload, self.checkpoint_dir / f"{name}.pt")
-        if any(n.startswith("step_") for n in names):
-            periodic = sorted(self.checkpoint_dir.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-            for old in periodic[: max(len(periodic) - self.cfg.keep_checkpoints, 0)]:
-                old.unlink(missing_ok=True)
+        """Under DDP every rank calls this: the checkpoint holds each rank's RNG state; rank 0 writes
+        it while the others wait (on the long-timeout barrier: a big checkpoint can take a while)."""
+        states = self.dist.gather(rng_state())
+        if self.dist.is_main:
+            payload = self.state_dict(states)
+            for name in names:
+                atomic_save(payload, self.checkpoint_dir / f"{name}.pt")
+            if any(n.startswith("step_") for n in names):
+                periodic = sorted(self.checkpoint_dir.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+                for old in periodic[: max(len(periodic) - self.cfg.keep_checkpoints, 0)]:
+                    old.unlink(missing_ok=True)
+        self.dist.wait_for_main()
 
 
 def resume_payload(run_dir: Path) -> dict[str, Any]:

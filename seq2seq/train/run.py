@@ -109,7 +109,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
         cfg = resumed_config(cfg, overrides or [], payload["config"])
     validate_train(cfg)
     device = pick_device(cfg.device)
-    dist = init_distributed(device)
+    dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
         return _train(cfg, run_dir, device, dist, payload)
@@ -145,7 +145,7 @@ def _train(
 def _train_locked(
     cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, start: float
 ) -> dict[str, Any]:
-    data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
+    data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
     trainer = Trainer(cfg, run_dir, data, device, dist)
@@ -170,8 +170,7 @@ def _train_locked(
     try:
         reason = _loop(trainer, dashboard)
         if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
-            if dist.is_main:
-                trainer.save("last")
+            trainer.save("last")
         elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
             _validate_and_save(trainer, dashboard)
         if dashboard is not None and trainer.best is not None:
@@ -208,7 +207,7 @@ def _stop_reason(trainer: Trainer) -> str | None:
 
 
 def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
-    cfg, dist = trainer.cfg, trainer.dist
+    cfg = trainer.cfg
     window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
     while (reason := _stop_reason(trainer)) is None:
         metrics = trainer.train_step()
@@ -241,7 +240,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
             window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
         if step % cfg.valid_every == 0:
             _validate_and_save(trainer, dashboard)
-        elif step % cfg.save_every == 0 and dist.is_main:
+        elif step % cfg.save_every == 0:
             trainer.save("last", f"step_{step}")
     if dashboard is not None and window["steps"]:
         dashboard.progress(window["steps"])
@@ -250,6 +249,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
 
 def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
     cfg, step = trainer.cfg, trainer.step
+    names: list[str] = []
     if trainer.dist.is_main:  # once, not once per rank; the others wait at the barrier
         metrics = trainer.validate()
         better = trainer.improved(metrics)
@@ -275,9 +275,9 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
         if cfg.attention_images:
             dashboard.attention(step, trainer.translator, [source for source, _, _ in trainer.samples])
         names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
-        trainer.save(*names)
-    trainer.validations_since_best = trainer.dist.broadcast(trainer.validations_since_best)
-    trainer.dist.barrier()
+    trainer.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
+    trainer.validations_since_best, names = trainer.dist.broadcast((trainer.validations_since_best, names))
+    trainer.save(*names)  # every rank: each one's RNG state goes into the checkpoint
 
 
 def _final_metrics(trainer: Trainer) -> dict[str, float]:
