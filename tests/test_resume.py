@@ -131,3 +131,40 @@ def scalar_steps(run_dir: Path, tag: str) -> list[int]:
     events = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
     events.Reload()
     return [event.step for event in events.Scalars(tag)]
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing of the process runs after it (no save, no handler)."""
+
+
+@pytest.mark.parametrize("victim", ["step_8.pt", "best.pt"])
+def test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume(tmp_path, monkeypatch, caplog, victim):
+    # Killed while writing step_N.pt or best.pt, the run used to have last.pt of that update already,
+    # so the resumed run never wrote them, and logged a best.pt that did not exist.
+    import seq2seq.train.loop as loop
+
+    overrides = [*DETERMINISTIC, "best_metric=loss"]
+    save = loop.atomic_save
+
+    def killed_at_update_8(payload, path):
+        if path.name == victim and payload["step"] == 8:
+            (path.parent / f".{victim}.abc123.tmp").write_bytes(b"half a checkpoint")  # what a kill leaves
+            raise Killed
+        save(payload, path)
+
+    monkeypatch.setattr(loop, "atomic_save", killed_at_update_8)
+    with pytest.raises(Killed):
+        train(compose_config("train", overrides), tmp_path / "run")
+    monkeypatch.undo()
+    checkpoints = tmp_path / "run" / "checkpoints"
+    with caplog.at_level("INFO", logger="seq2seq.train"):
+        summary = train(
+            compose_config("train", [*overrides, f"resume={tmp_path / 'run'}"]),
+            tmp_path / "run",
+            overrides=[f"resume={tmp_path / 'run'}"],
+        )
+    assert summary["step"] == 8 and summary["best"]["step"] == 8
+    assert load_checkpoint(checkpoints / "step_8.pt")["step"] == 8
+    assert load_checkpoint(checkpoints / "best.pt")["step"] == 8
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best.pt", "last.pt", "step_4.pt", "step_8.pt"]
+    assert f"best checkpoint: {checkpoints / 'best.pt'} (loss" in caplog.text

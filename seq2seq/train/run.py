@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.device import pick_device
@@ -145,6 +146,8 @@ def _train(
 def _train_locked(
     cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, start: float
 ) -> dict[str, Any]:
+    if dist.is_main and (stale := remove_stale_temporaries(run_dir / "checkpoints")):
+        log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
     data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
@@ -291,12 +294,16 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)
-            log.info(
-                "best checkpoint: %s (%s %.2f at update %d)",
-                run_dir / "checkpoints" / "best.pt",
-                cfg.best_metric,
-                trainer.best["value"],
-                trainer.best["step"],
-            )
+            best_path = run_dir / "checkpoints" / "best.pt"
+            if best_path.is_file():  # never name a file that is not there
+                log.info(
+                    "best checkpoint: %s (%s %.2f at update %d)",
+                    best_path,
+                    cfg.best_metric,
+                    trainer.best["value"],
+                    trainer.best["step"],
+                )
+            else:
+                log.warning("best checkpoint: %s was not written (the run was interrupted while saving it)", best_path)
         log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", run_dir)
     return summary
