@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_TRAIN, compose_config
+from conftest import TINY_TRAIN, compose_config, train_logging
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
@@ -168,3 +168,23 @@ def test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume(tmp_pa
     assert load_checkpoint(checkpoints / "best.pt")["step"] == 8
     assert sorted(p.name for p in checkpoints.iterdir()) == ["best.pt", "last.pt", "step_4.pt", "step_8.pt"]
     assert f"best checkpoint: {checkpoints / 'best.pt'} (loss" in caplog.text
+
+
+def test_ctrl_c_says_how_to_translate_and_how_to_resume(tmp_path, monkeypatch):
+    import seq2seq.train.loop as loop
+
+    step = loop.Trainer.train_step
+
+    def interrupted_after_update_2(self):
+        metrics = step(self)
+        if self.step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler asks the loop to stop after this update
+        return metrics
+
+    monkeypatch.setattr(loop.Trainer, "train_step", interrupted_after_update_2)
+    summary, lines = train_logging(compose_config("train", TINY_TRAIN), tmp_path / "run")
+    assert summary["step"] == 2
+    assert lines[-2:] == [
+        f"translate with:  seq2seq-translate run={tmp_path / 'run'} < input.txt > output.txt",
+        f"resume with:     seq2seq-train resume={tmp_path / 'run'}",
+    ]

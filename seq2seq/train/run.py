@@ -306,4 +306,6 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
             else:
                 log.warning("best checkpoint: %s was not written (the run was interrupted while saving it)", best_path)
         log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", run_dir)
+        if reason == STOPPED_BY_SIGNAL:
+            log.info("resume with:     seq2seq-train resume=%s", run_dir)
     return summary
