@@ -346,3 +346,46 @@ def test_token_labels_read_as_text():
     assert "".join(pieces) == "grüne▁Brücke"
     ids = tokenizers.encode_tgt(["Äpfel über"])[0]
     assert "".join(tokenizers.tgt_tokens(ids)) == "Äpfel▁über"
+
+
+def test_progress_bar_shows_this_updates_figures(tmp_path, capsys):
+    from seq2seq.train.dashboard import Dashboard
+
+    dashboard = Dashboard(tmp_path, 0, 100, True)
+    dashboard.bar.mininterval = 0  # draw on every update, as a slow update would
+    dashboard.progress(1, loss="9.000")
+    dashboard.progress(49, loss="1.000")
+    last_drawn = capsys.readouterr().err.split("\r")[-1]
+    dashboard.close()
+    assert "50/100" in last_drawn and "loss=1.000" in last_drawn  # it showed update 1's loss at update 50
+
+
+def test_progress_bar_total_follows_the_time_budget_when_it_binds(tmp_path, monkeypatch):
+    import seq2seq.train.dashboard as module
+
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    dashboard = module.Dashboard(tmp_path, 0, 100_000, False, deadline=600.0)
+    clock[0] = 60.0
+    dashboard.progress(10)  # 6 s per update, 540 s left: 90 more updates fit
+    assert dashboard.bar.total == 100
+    clock[0] = 120.0
+    dashboard.progress(30)  # 40 updates in 120 s, 480 s left: 160 more
+    assert dashboard.bar.total == 200
+    dashboard.close()
+    steps_bound = module.Dashboard(tmp_path, 0, 150, False, deadline=600.0)
+    steps_bound.progress(30)
+    assert steps_bound.bar.total == 150  # max_steps binds first
+    steps_bound.close()
+
+
+def test_progress_bar_moves_on_every_update(tmp_path, monkeypatch):
+    from seq2seq.train.dashboard import Dashboard
+
+    moves = []
+    progress = Dashboard.progress
+    monkeypatch.setattr(Dashboard, "progress", lambda self, steps, **kw: moves.append(steps) or progress(self, steps))
+    overrides = ["data.task_train_size=200", "data.task_valid_size=10", "max_steps=6", "log_every=50"]
+    overrides += ["valid_every=6", "save_every=6", "progress=false", "threads=1", "attention_images=false"]
+    train_logging(compose_config("train", [*overrides, f"data.cache_dir={tmp_path / 'cache'}"]), tmp_path / "run")
+    assert moves == [1] * 6  # it used to move every log_every updates (and at update 1)

@@ -158,7 +158,8 @@ def _train_locked(
     elif cfg.init_from:
         trainer.init_weights_from(cfg.init_from)
         log.info("initialised weights from %s", cfg.init_from)
-    dashboard = Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress and dist.is_main) if dist.is_main else None
+    deadline = start + cfg.max_minutes * 60 if cfg.max_minutes else None
+    dashboard = Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress, deadline) if dist.is_main else None
     if dist.is_main:
         log_summary(trainer, run_dir, device, dist)
     install_stop_handlers(trainer)
@@ -206,6 +207,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
     cfg, dist = trainer.cfg, trainer.dist
     window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
     while (reason := _stop_reason(trainer, start)) is None:
+        update_start = time.monotonic()
         metrics = trainer.train_step()
         if metrics is None:
             continue
@@ -230,16 +232,16 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
                     "train/skipped_updates": trainer.skipped_updates,
                 },
             )
-            dashboard.progress(
-                window["steps"], loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window['tokens'] / seconds:,.0f}"
-            )
             window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+        if dashboard is not None:  # every update: the bar moves at least every few seconds
+            tok_s = metrics["tgt_tokens"] / max(time.monotonic() - update_start, 1e-9)
+            dashboard.progress(
+                1, loss=f"{metrics['loss']:.3f}", lr=f"{trainer.optimizer.lr:.2e}", tok_s=f"{tok_s:,.0f}"
+            )
         if step % cfg.valid_every == 0:
             _validate_and_save(trainer, dashboard)
         elif step % cfg.save_every == 0 and dist.is_main:
             trainer.save("last", f"step_{step}")
-    if dashboard is not None and window["steps"]:
-        dashboard.progress(window["steps"])
     return reason
 
 
