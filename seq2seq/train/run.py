@@ -190,6 +190,8 @@ def _check_writable(run_dir: Path) -> None:
 
 def _stop_reason(trainer: Trainer, start: float) -> str | None:
     cfg = trainer.cfg
+    if trainer.dist.any(target_reached(trainer)):
+        return f"reached the target {cfg.best_metric} {'<=' if cfg.best_metric == 'loss' else '>='} {cfg.target:g}"
     if cfg.max_steps and trainer.step >= cfg.max_steps:
         return f"reached max_steps={cfg.max_steps}"
     if cfg.max_epochs and trainer.stream.epoch > cfg.max_epochs:
@@ -201,6 +203,13 @@ def _stop_reason(trainer: Trainer, start: float) -> str | None:
     if cfg.patience and trainer.validations_since_best >= cfg.patience:
         return f"no better {cfg.best_metric} in {cfg.patience} validations (patience)"
     return None
+
+
+def target_reached(trainer: Trainer) -> bool:
+    cfg, best = trainer.cfg, trainer.best
+    if cfg.target is None or best is None:
+        return False
+    return best["value"] <= cfg.target if cfg.best_metric == "loss" else best["value"] >= cfg.target
 
 
 def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
@@ -307,6 +316,12 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
                 )
             else:
                 log.warning("best checkpoint: %s was not written (the run was interrupted while saving it)", best_path)
+        if cfg.target is not None:  # said plainly, last before the commands
+            best = f"best {cfg.best_metric} {trainer.best['value']:.2f}" if trainer.best else "no validation"
+            if target_reached(trainer):
+                log.info("target reached: %s (target %g) at update %d", best, cfg.target, trainer.best["step"])
+            else:
+                log.warning("target NOT reached: %s, target %g (%s)", best, cfg.target, reason)
         log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", run_dir)
         if reason == STOPPED_BY_SIGNAL:
             log.info("resume with:     seq2seq-train resume=%s", run_dir)
