@@ -16,7 +16,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import CONFIG_PATH, check_override_keys, parse_command_line, report_errors
+from seq2seq.cli.common import (
+    CONFIG_PATH,
+    check_override_keys,
+    parse_command_line,
+    print_help,
+    report_errors,
+    wants_help,
+)
 from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
 from seq2seq.train.lock import check_unlocked
 from seq2seq.train.run import GROUPS, train
@@ -30,6 +37,11 @@ OmegaConf.register_new_resolver(
 
 
 def main() -> None:
+    if wants_help(sys.argv[1:]):
+        usage = "[group=option ...] [key=value ...]"
+        report_errors(lambda: print_help(sys.argv[1:], "seq2seq-train", usage, TrainConfig, GROUPS), False)
+        return
+
     # Before Hydra: it would add a `+key` and run without reading it, or answer a typo in six lines;
     # and it creates the run directory (.hydra/, train.log) first, with a traceback when it cannot.
     def check() -> None:
