@@ -92,7 +92,9 @@ def test_best_so_far_matches_the_validations(tiny_run, events):
 
 
 def test_hparams_carry_the_config_and_metrics(tiny_run):
-    events = _events(tiny_run[0] / "tb" / "hparams")
+    # In the run's own events: a tb/hparams subdirectory showed up in TensorBoard as a second run.
+    assert [p for p in (tiny_run[0] / "tb").iterdir() if p.is_dir()] == []
+    events = _events(tiny_run[0] / "tb")
     content = events.PluginTagToContent("hparams")
     assert set(content) == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
@@ -155,7 +157,8 @@ def test_start_and_end_summaries_are_logged(tiny_run):
         key: next(i for i, line in enumerate(lines) if line.startswith(key)) for key in ("model:", "validation at")
     }
     assert first["model:"] < first["validation at"]
-    assert lines[-2].startswith("best checkpoint:")
+    assert lines[-3].startswith("best checkpoint:")
+    assert lines[-2].startswith("target NOT reached: best bleu")  # the built-in task's target, said plainly
 
 
 # ---- a real TensorBoard server ------------------------------------------------------------------
@@ -196,7 +199,7 @@ def test_tensorboard_serves_scalars_and_images(tiny_run, tmp_path):
     try:
         scalars = _wait_for_tags(port, "scalars", "valid/best_bleu", server)
         assert {f"train/{t}" for t in TRAIN_TAGS} <= set(scalars["."])
-        assert "hparam/best_bleu" in scalars["hparams"]
+        assert "hparam/best_bleu" in scalars["."] and set(scalars) == {"."}  # one run, not a second "hparams" one
         query = urllib.parse.urlencode({"run": ".", "tag": "train/loss"})
         assert [point[1] for point in json.loads(_get(port, f"/data/plugin/scalars/scalars?{query}"))] == TRAIN_STEPS
         tag = "attention/cross/layer_2/sample_1"

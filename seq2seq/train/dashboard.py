@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 
 from seq2seq.translator import Translator
@@ -64,7 +65,13 @@ class Dashboard:
     def hparams(self, config: dict[str, Any], metrics: dict[str, float]) -> None:
         """The resolved config with the final metrics, for the HParams tab (compare sweep runs)."""
         flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in _flatten(config).items()}
-        self.writer.add_hparams(flat, {f"hparam/{k}": v for k, v in metrics.items()}, run_name="hparams")
+        named = {f"hparam/{k}": v for k, v in metrics.items()}
+        # Into this run's own event file: SummaryWriter.add_hparams writes a second run (<run>/tb/<name>),
+        # which TensorBoard lists beside every run.
+        for summary in hparams(flat, named):
+            self.writer.file_writer.add_summary(summary)
+        for tag, value in named.items():
+            self.writer.add_scalar(tag, value, self.step)
 
     def close(self) -> None:
         self.bar.close()
