@@ -244,7 +244,8 @@ def test_translate_writes_one_heatmap_per_nonempty_line(tiny_run, tmp_path):
     cfg = compose_config("translate", overrides)
     assert translate(cfg)["lines"] == 3
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 3
-    assert sorted(p.name for p in plots.iterdir()) == ["line_000001.png", "line_000003.png"]
+    # Named by the 0-based sentence id the n-best lines carry ("0 ||| ..."); the files started at 1.
+    assert sorted(p.name for p in plots.iterdir()) == ["sentence_000000.png", "sentence_000002.png"]
     for path in plots.iterdir():
         with Image.open(path) as picture:
             assert picture.format == "PNG" and min(picture.size) > 100
