@@ -158,7 +158,7 @@ def test_start_and_end_summaries_are_logged(tiny_run):
     }
     assert first["model:"] < first["validation at"]
     assert lines[-3].startswith("best checkpoint:")
-    assert lines[-2].startswith("target NOT reached: best bleu")  # the built-in task's target, said plainly
+    assert lines[-2].startswith("target NOT reached: accuracy")  # the built-in task's target, said plainly
 
 
 # ---- a real TensorBoard server ------------------------------------------------------------------

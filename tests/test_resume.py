@@ -192,23 +192,25 @@ def test_ctrl_c_says_how_to_translate_and_how_to_resume(tmp_path, monkeypatch):
 
 def test_a_run_stops_when_it_reaches_its_target_and_says_so(tmp_path):
     # best_metric=loss with a target every validation meets: the run stops at the first validation.
-    cfg = compose_config("train", [*TINY_TRAIN, "best_metric=loss", "target=1000", "patience=null"])
+    cfg = compose_config("train", [*TINY_TRAIN, "target_metric=loss", "target=1000", "patience=null"])
     summary, lines = train_logging(cfg, tmp_path / "run")
     assert summary["step"] == 4 and summary["reason"] == "reached the target loss <= 1000"
-    assert lines[-2].startswith(f"target reached: best loss {summary['best']['value']:.2f} (target 1000) at update 4")
+    assert lines[-2] == f"target reached: loss {summary['metrics']['loss']:.2f} (target 1000) at update 4"
 
 
 def test_a_run_that_misses_its_target_says_so_in_its_last_lines(tmp_path):
     # The built-in demo stopped on its clock at 3.2% exact match and said nothing about it.
-    cfg = compose_config("train", [*TINY_TRAIN, "best_metric=accuracy", "target=100", "patience=null"])
+    cfg = compose_config("train", [*TINY_TRAIN, "best_metric=bleu", "target=100", "patience=null"])
     summary, lines = train_logging(cfg, tmp_path / "run")
     assert summary["step"] == 8
-    best = summary["best"]["value"]
-    assert best < 100
-    assert lines[-2] == f"target NOT reached: best accuracy {best:.2f}, target 100 (reached max_steps=8)"
+    accuracy = summary["metrics"]["accuracy"]
+    assert accuracy < 100
+    assert lines[-2] == (
+        f"target NOT reached: accuracy {accuracy:.2f} at the last validation, target 100 (reached max_steps=8)"
+    )
 
 
 def test_the_built_in_task_ends_on_its_target_not_on_a_clock():
     cfg = compose_config("train", [])
-    assert (cfg.best_metric, cfg.target, cfg.max_minutes) == ("accuracy", 95, None)
+    assert (cfg.target_metric, cfg.target, cfg.max_minutes) == ("accuracy", 95, None)
     assert cfg.max_steps is not None  # the cap

@@ -191,7 +191,7 @@ def _check_writable(run_dir: Path) -> None:
 def _stop_reason(trainer: Trainer, start: float) -> str | None:
     cfg = trainer.cfg
     if trainer.dist.any(target_reached(trainer)):
-        return f"reached the target {cfg.best_metric} {'<=' if cfg.best_metric == 'loss' else '>='} {cfg.target:g}"
+        return f"reached the target {cfg.target_metric} {'<=' if cfg.target_metric == 'loss' else '>='} {cfg.target:g}"
     if cfg.max_steps and trainer.step >= cfg.max_steps:
         return f"reached max_steps={cfg.max_steps}"
     if cfg.max_epochs and trainer.stream.epoch > cfg.max_epochs:
@@ -206,10 +206,11 @@ def _stop_reason(trainer: Trainer, start: float) -> str | None:
 
 
 def target_reached(trainer: Trainer) -> bool:
-    cfg, best = trainer.cfg, trainer.best
-    if cfg.target is None or best is None:
+    """The latest validation met `target` (the weights now are the ones that learnt the task)."""
+    cfg, value = trainer.cfg, trainer.last_metrics.get(trainer.cfg.target_metric)
+    if cfg.target is None or value is None:
         return False
-    return best["value"] <= cfg.target if cfg.best_metric == "loss" else best["value"] >= cfg.target
+    return value <= cfg.target if cfg.target_metric == "loss" else value >= cfg.target
 
 
 def _loop(trainer: Trainer, dashboard: Dashboard | None, start: float) -> str:
@@ -317,11 +318,12 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
             else:
                 log.warning("best checkpoint: %s was not written (the run was interrupted while saving it)", best_path)
         if cfg.target is not None:  # said plainly, last before the commands
-            best = f"best {cfg.best_metric} {trainer.best['value']:.2f}" if trainer.best else "no validation"
+            value = trainer.last_metrics.get(cfg.target_metric)
+            last = f"{cfg.target_metric} {value:.2f}" if value is not None else "no validation"
             if target_reached(trainer):
-                log.info("target reached: %s (target %g) at update %d", best, cfg.target, trainer.best["step"])
+                log.info("target reached: %s (target %g) at update %d", last, cfg.target, trainer.step)
             else:
-                log.warning("target NOT reached: %s, target %g (%s)", best, cfg.target, reason)
+                log.warning("target NOT reached: %s at the last validation, target %g (%s)", last, cfg.target, reason)
         log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", run_dir)
         if reason == STOPPED_BY_SIGNAL:
             log.info("resume with:     seq2seq-train resume=%s", run_dir)
