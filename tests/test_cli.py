@@ -226,3 +226,18 @@ def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: P
     assert "  model        base, big, small, tiny" in lines
     assert "  model.d_model=256  # width of every residual stream vector" in lines  # model=small applied
     assert "  max_steps=2000  # updates; null: no limit" in lines
+
+
+def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into_it(tmp_path: Path) -> None:
+    from seq2seq.train.lock import run_directory_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with run_directory_lock(run):  # held by "the first run" (this process)
+        result = run_cli([str(BIN / "seq2seq-train"), f"hydra.run.dir={run}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {run}: another seq2seq-train (process {os.getpid()}) is using this run directory; "
+        "wait for it to end or choose another directory"
+    ]
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # no .hydra/ or train.log of the second run

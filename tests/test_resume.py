@@ -214,3 +214,17 @@ def test_the_built_in_task_ends_on_its_target_not_on_a_clock():
     cfg = compose_config("train", [])
     assert (cfg.target_metric, cfg.target, cfg.max_minutes) == ("accuracy", 95, None)
     assert cfg.max_steps is not None  # the cap
+
+
+def test_the_end_summary_never_names_a_best_checkpoint_that_is_not_there(tmp_path, caplog):
+    train(compose_config("train", TINY_TRAIN), tmp_path / "run")
+    (tmp_path / "run" / "checkpoints" / "best.pt").unlink()
+    with caplog.at_level("INFO", logger="seq2seq.train"):
+        train(
+            compose_config("train", [*TINY_TRAIN, f"resume={tmp_path / 'run'}"]),
+            tmp_path / "run",
+            overrides=[f"resume={tmp_path / 'run'}"],
+        )  # already at max_steps: it stops at once and prints the end summary
+    best = tmp_path / "run" / "checkpoints" / "best.pt"
+    assert f"best checkpoint: {best} (" not in caplog.text
+    assert f"best checkpoint: {best} was not written" in caplog.text
