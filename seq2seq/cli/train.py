@@ -7,6 +7,7 @@ from seq2seq.allocator import relaunch_with_tcmalloc
 relaunch_with_tcmalloc("seq2seq-train", __name__)  # before torch is imported: see seq2seq/allocator.py
 
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -81,6 +82,9 @@ def check_run_directory(argv: list[str]) -> None:
         if not (Path(resume) / "checkpoints" / "last.pt").is_file():
             raise UserError(f"resume={resume}: has no checkpoints/last.pt to resume from")
         _probe_writable(Path(resume), Path(resume))
+        log = Path(resume) / "train.log"  # Hydra appends to it before any of our code runs
+        if log.exists() and not os.access(log, os.W_OK):
+            raise UserError(f"{log}: not writable, so the resumed run cannot log")
         check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
     elif not args.multirun:
         target = Path(str(values.get("hydra.run.dir", "outputs")))
