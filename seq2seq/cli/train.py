@@ -82,16 +82,23 @@ def check_run_directory(argv: list[str]) -> None:
         if not (Path(resume) / "checkpoints" / "last.pt").is_file():
             raise UserError(f"resume={resume}: has no checkpoints/last.pt to resume from")
         _probe_writable(Path(resume), Path(resume))
+        if _first_rank():
+            check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
         log = Path(resume) / "train.log"  # Hydra appends to it before any of our code runs
         if log.exists() and not os.access(log, os.W_OK):
             raise UserError(f"{log}: not writable, so the resumed run cannot log")
-        check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
     elif not args.multirun:
         target = Path(str(values.get("hydra.run.dir", "outputs")))
         existing = next(p for p in [target, *target.parents] if p.exists() or p == Path(p.anchor))
         _probe_writable(target, existing)
-        if existing == target:
+        if existing == target and _first_rank():
             check_unlocked(target)
+
+
+def _first_rank() -> bool:
+    """Under torchrun only rank 0 takes the lock (in train()); the others checking it at the same
+    moment as rank 0 would collide with it."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _probe_writable(run_dir: Path, existing: Path) -> None:
