@@ -32,6 +32,7 @@ from pathlib import Path
 import sacrebleu
 from omegaconf import OmegaConf
 
+from seq2seq.average import main as average_checkpoints
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
@@ -39,7 +40,6 @@ from seq2seq.device import pick_device
 from seq2seq.translate import load_translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from average_checkpoints import main as average_checkpoints  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,9 +216,9 @@ def main() -> None:
     candidates = [run_dir / "checkpoints" / "best.pt"]
     if load_checkpoint(candidates[0])["step"] != last["step"]:
         candidates.append(run_dir / "checkpoints" / "last.pt")
-    if list((run_dir / "checkpoints").glob("step_*.pt")):
+    if periodic := list((run_dir / "checkpoints").glob("step_*.pt")):
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
-            candidates.append(average_checkpoints([str(run_dir)]))
+            candidates.append(average_checkpoints([str(run_dir), "--last", str(min(5, len(periodic)))]))
     valid_src, valid_ref = splits["valid"]
     valid_bleu = {}
     for checkpoint in candidates:

@@ -253,16 +253,17 @@ def make_directory(directory: Path) -> Path:
     return directory
 
 
-def png_name(line_number: int) -> str:
-    return f"line_{line_number:06d}.png"
+def png_name(sentence_id: int) -> str:
+    return f"sentence_{sentence_id:06d}.png"
 
 
 def write_cross_attention_pngs(
-    translator: Translator, lines: list[str], outputs: list[list[int]], directory: Path, first_line_number: int = 1
+    translator: Translator, lines: list[str], outputs: list[list[int]], directory: Path, first_id: int = 0
 ) -> list[Path]:
-    """One PNG per non-empty line, named by its 1-based line number: the last decoder layer's
-    cross-attention averaged over heads (first panel), then each head. The last layer is the one
-    whose output is projected to the vocabulary, the usual choice for alignments."""
+    """One PNG per non-empty line, named by its sentence id: 0-based, the id the n-best lines carry
+    (Moses/Marian convention), so sentence_000004.png belongs to "4 ||| ..." (input line 5). The
+    last decoder layer's cross-attention averaged over heads (first panel), then each head. The last
+    layer is the one whose output is projected to the vocabulary, the usual choice for alignments."""
     make_directory(directory)
     written = []
     for offset, (line, out_ids) in enumerate(zip(lines, outputs, strict=True)):
@@ -270,9 +271,9 @@ def write_cross_attention_pngs(
             continue
         sample = sentence_attention(translator, line, out_ids)
         columns, rows = sample.axes("cross")
-        number = first_line_number + offset
-        title = f"line {number}: cross-attention, last layer"
-        path = directory / png_name(number)
+        sentence = first_id + offset
+        title = f"sentence {sentence} (input line {sentence + 1}): cross-attention, last layer"
+        path = directory / png_name(sentence)
         save_png(draw_attention(sample.weights["cross"][-1], columns, rows, title, with_mean=True), path)
         written.append(path)
     return written

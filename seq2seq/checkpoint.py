@@ -7,6 +7,7 @@ config, so a checkpoint (with its tokenizer) is all translation needs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -67,6 +68,18 @@ def _is_disk_full(err: BaseException) -> bool:
     if isinstance(err, OSError):
         return err.errno == errno.ENOSPC
     return isinstance(err, RuntimeError) and "inline_container" in str(err)
+
+
+def remove_stale_temporaries(directory: Path) -> int:
+    """Deletes the .NAME.pt.*.tmp files of saves that a killed process never finished; returns their
+    total size. Call it only while holding the run directory's lock (no save can be under way)."""
+    removed = 0
+    for tmp in directory.glob(".*.pt.*.tmp"):
+        with contextlib.suppress(OSError):
+            size = tmp.stat().st_size
+            tmp.unlink()
+            removed += size
+    return removed
 
 
 def _fsync_directory(directory: Path) -> None:

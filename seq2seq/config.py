@@ -110,6 +110,8 @@ class TrainConfig:
     keep_checkpoints: int = 5  # periodic step_N.pt files kept (last and best are always kept)
     best_metric: str = "bleu"  # bleu | chrf | loss | accuracy (exact match)
     patience: int | None = None  # stop after this many validations without a better best_metric
+    target: float | None = None  # stop once target_metric reaches this on validation (loss: falls to it); null: none
+    target_metric: str = "accuracy"  # bleu | chrf | loss | accuracy (exact match): what target is about
     log_every: int = 50  # updates between TensorBoard/tqdm train-metric refreshes
     seed: int = 1234
     device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
@@ -257,6 +259,10 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
     _check(cfg.dist_timeout_minutes > 0, "dist_timeout_minutes", cfg.dist_timeout_minutes, "must be positive")
     _check(cfg.dist_wait_minutes > 0, "dist_wait_minutes", cfg.dist_wait_minutes, "must be positive")
+    _choice("target_metric", cfg.target_metric, ("bleu", "chrf", "loss", "accuracy"))
+    if cfg.target is not None and cfg.target_metric != "loss":
+        _check(0 < cfg.target <= 100, "target", cfg.target, f"{cfg.target_metric} is a percentage: must be in (0, 100]")
+    _check(cfg.target is None or cfg.target > 0, "target", cfg.target, "must be positive or null")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
     _check(not (cfg.resume and cfg.init_from), "init_from", cfg.init_from, "cannot be combined with resume")
 

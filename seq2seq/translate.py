@@ -157,7 +157,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
             hypotheses.extend(nbest[0].text for nbest in results)
             _write(sink, text, cfg.output)
             # After the flush: a reader of the translations does not wait for the plots.
-            plot(chunk, [nbest[0].tokens for nbest in results], lines + 1)
+            plot(chunk, [nbest[0].tokens for nbest in results], lines)  # 0-based ids, as in the n-best lines
             lines += len(chunk)
     except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing left to do
         return {"lines": lines}

@@ -215,3 +215,35 @@ def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(tmp_path: Path,
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {expected.format(tmp=tmp_path)}")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_translate_help_lists_only_its_own_keys_with_their_descriptions(tmp_path: Path) -> None:
+    # It listed the training groups (model, data, ...), which translation then refused, and no descriptions.
+    result = run_cli([str(BIN / "seq2seq-translate"), "--help"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "  beam=5  # beam size; 1 is greedy search" in result.stdout.splitlines()
+    assert "model" not in result.stdout and "optim" not in result.stdout
+
+
+def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: Path) -> None:
+    result = run_cli([str(BIN / "seq2seq-train"), "model=small", "--help"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  model        base, big, small, tiny" in lines
+    assert "  model.d_model=256  # width of every residual stream vector" in lines  # model=small applied
+    assert "  max_steps=2000  # updates; null: no limit" in lines
+
+
+def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into_it(tmp_path: Path) -> None:
+    from seq2seq.train.lock import run_directory_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with run_directory_lock(run):  # held by "the first run" (this process)
+        result = run_cli([str(BIN / "seq2seq-train"), f"hydra.run.dir={run}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {run}: another seq2seq-train (process {os.getpid()}) is using this run directory; "
+        "wait for it to end or choose another directory"
+    ]
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # no .hydra/ or train.log of the second run

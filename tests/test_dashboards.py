@@ -92,7 +92,9 @@ def test_best_so_far_matches_the_validations(tiny_run, events):
 
 
 def test_hparams_carry_the_config_and_metrics(tiny_run):
-    events = _events(tiny_run[0] / "tb" / "hparams")
+    # In the run's own events: a tb/hparams subdirectory showed up in TensorBoard as a second run.
+    assert [p for p in (tiny_run[0] / "tb").iterdir() if p.is_dir()] == []
+    events = _events(tiny_run[0] / "tb")
     content = events.PluginTagToContent("hparams")
     assert set(content) == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
@@ -155,7 +157,8 @@ def test_start_and_end_summaries_are_logged(tiny_run):
         key: next(i for i, line in enumerate(lines) if line.startswith(key)) for key in ("model:", "validation at")
     }
     assert first["model:"] < first["validation at"]
-    assert lines[-2].startswith("best checkpoint:")
+    assert lines[-3].startswith("best checkpoint:")
+    assert lines[-2].startswith("target NOT reached: accuracy")  # the built-in task's target, said plainly
 
 
 # ---- a real TensorBoard server ------------------------------------------------------------------
@@ -196,7 +199,7 @@ def test_tensorboard_serves_scalars_and_images(tiny_run, tmp_path):
     try:
         scalars = _wait_for_tags(port, "scalars", "valid/best_bleu", server)
         assert {f"train/{t}" for t in TRAIN_TAGS} <= set(scalars["."])
-        assert "hparam/best_bleu" in scalars["hparams"]
+        assert "hparam/best_bleu" in scalars["."] and set(scalars) == {"."}  # one run, not a second "hparams" one
         query = urllib.parse.urlencode({"run": ".", "tag": "train/loss"})
         assert [point[1] for point in json.loads(_get(port, f"/data/plugin/scalars/scalars?{query}"))] == TRAIN_STEPS
         tag = "attention/cross/layer_2/sample_1"
@@ -241,7 +244,8 @@ def test_translate_writes_one_heatmap_per_nonempty_line(tiny_run, tmp_path):
     cfg = compose_config("translate", overrides)
     assert translate(cfg)["lines"] == 3
     assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 3
-    assert sorted(p.name for p in plots.iterdir()) == ["line_000001.png", "line_000003.png"]
+    # Named by the 0-based sentence id the n-best lines carry ("0 ||| ..."); the files started at 1.
+    assert sorted(p.name for p in plots.iterdir()) == ["sentence_000000.png", "sentence_000002.png"]
     for path in plots.iterdir():
         with Image.open(path) as picture:
             assert picture.format == "PNG" and min(picture.size) > 100
@@ -346,3 +350,46 @@ def test_token_labels_read_as_text():
     assert "".join(pieces) == "grüne▁Brücke"
     ids = tokenizers.encode_tgt(["Äpfel über"])[0]
     assert "".join(tokenizers.tgt_tokens(ids)) == "Äpfel▁über"
+
+
+def test_progress_bar_shows_this_updates_figures(tmp_path, capsys):
+    from seq2seq.train.dashboard import Dashboard
+
+    dashboard = Dashboard(tmp_path, 0, 100, True)
+    dashboard.bar.mininterval = 0  # draw on every update, as a slow update would
+    dashboard.progress(1, loss="9.000")
+    dashboard.progress(49, loss="1.000")
+    last_drawn = capsys.readouterr().err.split("\r")[-1]
+    dashboard.close()
+    assert "50/100" in last_drawn and "loss=1.000" in last_drawn  # it showed update 1's loss at update 50
+
+
+def test_progress_bar_total_follows_the_time_budget_when_it_binds(tmp_path, monkeypatch):
+    import seq2seq.train.dashboard as module
+
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    dashboard = module.Dashboard(tmp_path, 0, 100_000, False, deadline=600.0)
+    clock[0] = 60.0
+    dashboard.progress(10)  # 6 s per update, 540 s left: 90 more updates fit
+    assert dashboard.bar.total == 100
+    clock[0] = 120.0
+    dashboard.progress(30)  # 40 updates in 120 s, 480 s left: 160 more
+    assert dashboard.bar.total == 200
+    dashboard.close()
+    steps_bound = module.Dashboard(tmp_path, 0, 150, False, deadline=600.0)
+    steps_bound.progress(30)
+    assert steps_bound.bar.total == 150  # max_steps binds first
+    steps_bound.close()
+
+
+def test_progress_bar_moves_on_every_update(tmp_path, monkeypatch):
+    from seq2seq.train.dashboard import Dashboard
+
+    moves = []
+    progress = Dashboard.progress
+    monkeypatch.setattr(Dashboard, "progress", lambda self, steps, **kw: moves.append(steps) or progress(self, steps))
+    overrides = ["data.task_train_size=200", "data.task_valid_size=10", "max_steps=6", "log_every=50"]
+    overrides += ["valid_every=6", "save_every=6", "progress=false", "threads=1", "attention_images=false"]
+    train_logging(compose_config("train", [*overrides, f"data.cache_dir={tmp_path / 'cache'}"]), tmp_path / "run")
+    assert moves == [1] * 6  # it used to move every log_every updates (and at update 1)

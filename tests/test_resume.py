@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_TRAIN, compose_config
+from conftest import TINY_TRAIN, compose_config, train_logging
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
@@ -203,3 +203,100 @@ def test_time_driven_schedule_reads_the_run_clock(tmp_path: Path) -> None:
     assert trainer.optimizer.lr_at(5) == pytest.approx(0.5e-3, rel=0.02)
     trainer.elapsed_before = 30.0  # and as much again before a restart: the budget is spent
     assert trainer.optimizer.lr_at(5) == 0.0
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing of the process runs after it (no save, no handler)."""
+
+
+@pytest.mark.parametrize("victim", ["step_8.pt", "best.pt"])
+def test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume(tmp_path, monkeypatch, caplog, victim):
+    # Killed while writing step_N.pt or best.pt, the run used to have last.pt of that update already,
+    # so the resumed run never wrote them, and logged a best.pt that did not exist.
+    import seq2seq.train.loop as loop
+
+    overrides = [*DETERMINISTIC, "best_metric=loss"]
+    save = loop.atomic_save
+
+    def killed_at_update_8(payload, path):
+        if path.name == victim and payload["step"] == 8:
+            (path.parent / f".{victim}.abc123.tmp").write_bytes(b"half a checkpoint")  # what a kill leaves
+            raise Killed
+        save(payload, path)
+
+    monkeypatch.setattr(loop, "atomic_save", killed_at_update_8)
+    with pytest.raises(Killed):
+        train(compose_config("train", overrides), tmp_path / "run")
+    monkeypatch.undo()
+    checkpoints = tmp_path / "run" / "checkpoints"
+    with caplog.at_level("INFO", logger="seq2seq.train"):
+        summary = train(
+            compose_config("train", [*overrides, f"resume={tmp_path / 'run'}"]),
+            tmp_path / "run",
+            overrides=[f"resume={tmp_path / 'run'}"],
+        )
+    assert summary["step"] == 8 and summary["best"]["step"] == 8
+    assert load_checkpoint(checkpoints / "step_8.pt")["step"] == 8
+    assert load_checkpoint(checkpoints / "best.pt")["step"] == 8
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best.pt", "last.pt", "step_4.pt", "step_8.pt"]
+    assert f"best checkpoint: {checkpoints / 'best.pt'} (loss" in caplog.text
+
+
+def test_ctrl_c_says_how_to_translate_and_how_to_resume(tmp_path, monkeypatch):
+    import seq2seq.train.loop as loop
+
+    step = loop.Trainer.train_step
+
+    def interrupted_after_update_2(self):
+        metrics = step(self)
+        if self.step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler asks the loop to stop after this update
+        return metrics
+
+    monkeypatch.setattr(loop.Trainer, "train_step", interrupted_after_update_2)
+    summary, lines = train_logging(compose_config("train", TINY_TRAIN), tmp_path / "run")
+    assert summary["step"] == 2
+    assert lines[-2:] == [
+        f"translate with:  seq2seq-translate run={tmp_path / 'run'} < input.txt > output.txt",
+        f"resume with:     seq2seq-train resume={tmp_path / 'run'}",
+    ]
+
+
+def test_a_run_stops_when_it_reaches_its_target_and_says_so(tmp_path):
+    # best_metric=loss with a target every validation meets: the run stops at the first validation.
+    cfg = compose_config("train", [*TINY_TRAIN, "target_metric=loss", "target=1000", "patience=null"])
+    summary, lines = train_logging(cfg, tmp_path / "run")
+    assert summary["step"] == 4 and summary["reason"] == "reached the target loss <= 1000"
+    assert lines[-2] == f"target reached: loss {summary['metrics']['loss']:.2f} (target 1000) at update 4"
+
+
+def test_a_run_that_misses_its_target_says_so_in_its_last_lines(tmp_path):
+    # The built-in demo stopped on its clock at 3.2% exact match and said nothing about it.
+    cfg = compose_config("train", [*TINY_TRAIN, "best_metric=bleu", "target=100", "patience=null"])
+    summary, lines = train_logging(cfg, tmp_path / "run")
+    assert summary["step"] == 8
+    accuracy = summary["metrics"]["accuracy"]
+    assert accuracy < 100
+    assert lines[-2] == (
+        f"target NOT reached: accuracy {accuracy:.2f} at the last validation, target 100 (reached max_steps=8)"
+    )
+
+
+def test_the_built_in_task_ends_on_its_target_not_on_a_clock():
+    cfg = compose_config("train", [])
+    assert (cfg.target_metric, cfg.target, cfg.max_minutes) == ("accuracy", 95, None)
+    assert cfg.max_steps is not None  # the cap
+
+
+def test_the_end_summary_never_names_a_best_checkpoint_that_is_not_there(tmp_path, caplog):
+    train(compose_config("train", TINY_TRAIN), tmp_path / "run")
+    (tmp_path / "run" / "checkpoints" / "best.pt").unlink()
+    with caplog.at_level("INFO", logger="seq2seq.train"):
+        train(
+            compose_config("train", [*TINY_TRAIN, f"resume={tmp_path / 'run'}"]),
+            tmp_path / "run",
+            overrides=[f"resume={tmp_path / 'run'}"],
+        )  # already at max_steps: it stops at once and prints the end summary
+    best = tmp_path / "run" / "checkpoints" / "best.pt"
+    assert f"best checkpoint: {best} (" not in caplog.text
+    assert f"best checkpoint: {best} was not written" in caplog.text

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import importlib.resources
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -92,3 +93,62 @@ def _check_group_option(group: str, override: Any) -> None:
     for value in values if isinstance(values, list) else [values]:
         if isinstance(value, str) and value not in options and value != "null":
             raise UserError(f"{group}={value}: unknown option; choose from {', '.join(options)}")
+
+
+def wants_help(argv: list[str]) -> bool:
+    return "--help" in argv or "-h" in argv
+
+
+def print_help(argv: list[str], command: str, usage: str, schema: type, groups: tuple[str, ...] = ()) -> None:
+    """Our own --help (instead of Hydra's, which lists every config group of the package, translation
+    included): the groups this command takes, then every key with the value it would have with the
+    rest of this command line, and its one-line description (the comment beside it in seq2seq/config.py)."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    check_override_keys(argv, schema, groups)
+    overrides = [a for a in parse_command_line(argv)[0].overrides if not a.startswith("hydra")]
+    with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
+        composed = compose(command.removeprefix("seq2seq-"), overrides=overrides)
+    lines = [f"usage: {command} {usage}", "", "Override any key as key=value (no '+'); --hydra-help: Hydra's options."]
+    if groups:
+        lines += ["", "groups (group=option):"]
+        lines += [f"  {group:<12} {', '.join(group_options(group))}" for group in groups if group_options(group)]
+    lines += ["", "keys (default: description):"]
+    for key, comment in _described_fields(schema):
+        value = OmegaConf.select(composed, key)
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+        lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `--help | head`
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (nothing left to flush at exit)
+
+
+def _described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:
+    comments = _field_comments(schema)
+    rows = []
+    for f in dataclasses.fields(schema):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            rows.extend(_described_fields(type(default), f"{prefix}{f.name}."))
+        else:
+            rows.append((prefix + f.name, comments.get(f.name, "")))
+    return rows
+
+
+def _field_comments(schema: type) -> dict[str, str]:
+    """name -> the comment at the end of its line in the dataclass source."""
+    import inspect
+    import io
+    import tokenize
+
+    comments, name = {}, None
+    for token in tokenize.generate_tokens(io.StringIO(inspect.getsource(schema)).readline):
+        if token.type == tokenize.NEWLINE:
+            name = None
+        elif token.type == tokenize.NAME and name is None and token.start[1] == 4:
+            name = token.string
+        elif token.type == tokenize.COMMENT and name is not None and token.start[1] > 4:
+            comments[name] = token.string.lstrip("# ").strip()
+    return comments

@@ -7,6 +7,7 @@ from seq2seq.allocator import relaunch_with_tcmalloc
 relaunch_with_tcmalloc("seq2seq-train", __name__)  # before torch is imported: see seq2seq/allocator.py
 
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -16,7 +17,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.cli.common import CONFIG_PATH, check_override_keys, parse_command_line, report_errors
+from seq2seq.cli.common import (
+    CONFIG_PATH,
+    check_override_keys,
+    parse_command_line,
+    print_help,
+    report_errors,
+    wants_help,
+)
 from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
 from seq2seq.train.lock import check_unlocked
 from seq2seq.train.run import GROUPS, train
@@ -30,6 +38,11 @@ OmegaConf.register_new_resolver(
 
 
 def main() -> None:
+    if wants_help(sys.argv[1:]):
+        usage = "[group=option ...] [key=value ...]"
+        report_errors(lambda: print_help(sys.argv[1:], "seq2seq-train", usage, TrainConfig, GROUPS), False)
+        return
+
     # Before Hydra: it would add a `+key` and run without reading it, or answer a typo in six lines;
     # and it creates the run directory (.hydra/, train.log) first, with a traceback when it cannot.
     def check() -> None:
@@ -69,13 +82,23 @@ def check_run_directory(argv: list[str]) -> None:
         if not (Path(resume) / "checkpoints" / "last.pt").is_file():
             raise UserError(f"resume={resume}: has no checkpoints/last.pt to resume from")
         _probe_writable(Path(resume), Path(resume))
-        check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
+        if _first_rank():
+            check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
+        log = Path(resume) / "train.log"  # Hydra appends to it before any of our code runs
+        if log.exists() and not os.access(log, os.W_OK):
+            raise UserError(f"{log}: not writable, so the resumed run cannot log")
     elif not args.multirun:
         target = Path(str(values.get("hydra.run.dir", "outputs")))
         existing = next(p for p in [target, *target.parents] if p.exists() or p == Path(p.anchor))
         _probe_writable(target, existing)
-        if existing == target:
+        if existing == target and _first_rank():
             check_unlocked(target)
+
+
+def _first_rank() -> bool:
+    """Under torchrun only rank 0 takes the lock (in train()); the others checking it at the same
+    moment as rank 0 would collide with it."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _probe_writable(run_dir: Path, existing: Path) -> None:

@@ -12,13 +12,17 @@ relaunch_with_tcmalloc("seq2seq-translate", __name__)  # before torch is importe
 import hydra
 from omegaconf import DictConfig
 
-from seq2seq.cli.common import CONFIG_PATH, check_override_keys, report_errors
+from seq2seq.cli.common import CONFIG_PATH, check_override_keys, print_help, report_errors, wants_help
 from seq2seq.config import TranslateConfig, register_configs
 
 register_configs()
 
 
 def main() -> None:
+    if wants_help(sys.argv[1:]):
+        usage = "run=<run dir> [key=value ...] < input > output"
+        report_errors(lambda: print_help(sys.argv[1:], "seq2seq-translate", usage, TranslateConfig), False)
+        return
     report_errors(lambda: check_override_keys(sys.argv[1:], TranslateConfig), "debug=true" in sys.argv)
     _hydra_main()
 

@@ -6,20 +6,28 @@ so a run that crashed after its last checkpoint shows no duplicated or stale poi
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 
 from seq2seq.translator import Translator
 
 
 class Dashboard:
-    def __init__(self, run_dir: Path, start_step: int, max_steps: int | None, progress: bool) -> None:
+    def __init__(
+        self, run_dir: Path, start_step: int, max_steps: int | None, progress: bool, deadline: float | None = None
+    ) -> None:
+        """`deadline`: the time.monotonic() at which max_minutes runs out, if set; the bar's total is
+        then the updates that fit before it (at the rate so far) when that is fewer than max_steps."""
         self.log_dir = run_dir / "tb"
         self.writer = SummaryWriter(str(self.log_dir), purge_step=start_step + 1 if start_step else None)
         self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True, disable=not progress)
+        self.max_steps, self.deadline = max_steps, deadline
+        self.start_step, self.step, self.started = start_step, start_step, time.monotonic()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
@@ -37,14 +45,33 @@ class Dashboard:
             self.writer.add_image(tag, image, step, dataformats="HWC")
 
     def progress(self, steps: int, **postfix: Any) -> None:
-        self.bar.update(steps)
+        """Called after every update. The postfix is set before the bar moves, so the line drawn shows
+        this update's figures (not those of the previous refresh)."""
         if postfix:
             self.bar.set_postfix(postfix, refresh=False)
+        self.step += steps  # tqdm's own count stays put when the bar is disabled
+        if self.deadline is not None:
+            self.bar.total = self._total_by_deadline(self.step)
+        self.bar.update(steps)
+
+    def _total_by_deadline(self, step: int) -> int | None:
+        now = time.monotonic()
+        done = step - self.start_step
+        if done <= 0 or now <= self.started:
+            return self.max_steps
+        fit = step + int(max(self.deadline - now, 0.0) / ((now - self.started) / done))
+        return min(fit, self.max_steps) if self.max_steps else fit
 
     def hparams(self, config: dict[str, Any], metrics: dict[str, float]) -> None:
         """The resolved config with the final metrics, for the HParams tab (compare sweep runs)."""
         flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in _flatten(config).items()}
-        self.writer.add_hparams(flat, {f"hparam/{k}": v for k, v in metrics.items()}, run_name="hparams")
+        named = {f"hparam/{k}": v for k, v in metrics.items()}
+        # Into this run's own event file: SummaryWriter.add_hparams writes a second run (<run>/tb/<name>),
+        # which TensorBoard lists beside every run.
+        for summary in hparams(flat, named):
+            self.writer.file_writer.add_summary(summary)
+        for tag, value in named.items():
+            self.writer.add_scalar(tag, value, self.step)
 
     def close(self) -> None:
         self.bar.close()

@@ -324,7 +324,9 @@ class Trainer:
         states = self.dist.gather(rng_state())
         if self.dist.is_main:
             payload = self.state_dict(states)
-            for name in names:
+            # last.pt goes last: a process killed part-way through leaves the previous last.pt, so a
+            # resume replays this update and writes the best and periodic checkpoints it owed.
+            for name in sorted(names, key=lambda n: n == "last"):
                 atomic_save(payload, self.checkpoint_dir / f"{name}.pt")
             if any(n.startswith("step_") for n in names):
                 periodic = sorted(self.checkpoint_dir.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))

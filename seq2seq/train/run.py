@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -145,6 +146,8 @@ def _train(
 def _train_locked(
     cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, start: float
 ) -> dict[str, Any]:
+    if dist.is_main and (stale := remove_stale_temporaries(run_dir / "checkpoints")):
+        log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
     data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
@@ -163,7 +166,9 @@ def _train_locked(
     elif cfg.init_from:
         trainer.init_weights_from(cfg.init_from)
         log.info("initialised weights from %s", cfg.init_from)
-    dashboard = Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress and dist.is_main) if dist.is_main else None
+    # When max_minutes runs out, counting what earlier segments of a resumed run spent.
+    deadline = time.monotonic() + (cfg.max_minutes - trainer.elapsed_minutes()) * 60 if cfg.max_minutes else None
+    dashboard = Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress, deadline) if dist.is_main else None
     if dist.is_main:
         log_summary(trainer, run_dir, device, dist)
     install_stop_handlers(trainer)
@@ -193,6 +198,8 @@ def _check_writable(run_dir: Path) -> None:
 
 def _stop_reason(trainer: Trainer) -> str | None:
     cfg = trainer.cfg
+    if trainer.dist.any(target_reached(trainer)):
+        return f"reached the target {cfg.target_metric} {'<=' if cfg.target_metric == 'loss' else '>='} {cfg.target:g}"
     if cfg.max_steps and trainer.step >= cfg.max_steps:
         return f"reached max_steps={cfg.max_steps}"
     if cfg.max_epochs and trainer.stream.epochs_done(trainer.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
@@ -206,10 +213,19 @@ def _stop_reason(trainer: Trainer) -> str | None:
     return None
 
 
+def target_reached(trainer: Trainer) -> bool:
+    """The latest validation met `target` (the weights now are the ones that learnt the task)."""
+    cfg, value = trainer.cfg, trainer.last_metrics.get(trainer.cfg.target_metric)
+    if cfg.target is None or value is None:
+        return False
+    return value <= cfg.target if cfg.target_metric == "loss" else value >= cfg.target
+
+
 def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
-    cfg = trainer.cfg
+    cfg, dist = trainer.cfg, trainer.dist
     window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
     while (reason := _stop_reason(trainer)) is None:
+        update_start = time.monotonic()
         metrics = trainer.train_step()
         if metrics is None:
             continue
@@ -234,16 +250,16 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
                     "train/skipped_updates": trainer.skipped_updates,
                 },
             )
-            dashboard.progress(
-                window["steps"], loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{window['tokens'] / seconds:,.0f}"
-            )
             window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+        if dashboard is not None:  # every update: the bar moves at least every few seconds
+            tok_s = metrics["tgt_tokens"] / max(time.monotonic() - update_start, 1e-9)
+            dashboard.progress(
+                1, loss=f"{metrics['loss']:.3f}", lr=f"{trainer.optimizer.lr:.2e}", tok_s=f"{tok_s:,.0f}"
+            )
         if step % cfg.valid_every == 0:
             _validate_and_save(trainer, dashboard)
         elif step % cfg.save_every == 0:
             trainer.save("last", f"step_{step}")
-    if dashboard is not None and window["steps"]:
-        dashboard.progress(window["steps"])
     return reason
 
 
@@ -300,12 +316,25 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)
-            log.info(
-                "best checkpoint: %s (%s %.2f at update %d)",
-                run_dir / "checkpoints" / "best.pt",
-                cfg.best_metric,
-                trainer.best["value"],
-                trainer.best["step"],
-            )
+            best_path = run_dir / "checkpoints" / "best.pt"
+            if best_path.is_file():  # never name a file that is not there
+                log.info(
+                    "best checkpoint: %s (%s %.2f at update %d)",
+                    best_path,
+                    cfg.best_metric,
+                    trainer.best["value"],
+                    trainer.best["step"],
+                )
+            else:
+                log.warning("best checkpoint: %s was not written (the run was interrupted while saving it)", best_path)
+        if cfg.target is not None:  # said plainly, last before the commands
+            value = trainer.last_metrics.get(cfg.target_metric)
+            last = f"{cfg.target_metric} {value:.2f}" if value is not None else "no validation"
+            if target_reached(trainer):
+                log.info("target reached: %s (target %g) at update %d", last, cfg.target, trainer.step)
+            else:
+                log.warning("target NOT reached: %s at the last validation, target %g (%s)", last, cfg.target, reason)
         log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", run_dir)
+        if reason == STOPPED_BY_SIGNAL:
+            log.info("resume with:     seq2seq-train resume=%s", run_dir)
     return summary
