@@ -222,7 +222,7 @@ def target_reached(trainer: Trainer) -> bool:
 
 
 def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
-    cfg, dist = trainer.cfg, trainer.dist
+    cfg = trainer.cfg
     window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
     while (reason := _stop_reason(trainer)) is None:
         update_start = time.monotonic()
