@@ -300,3 +300,24 @@ def test_the_end_summary_never_names_a_best_checkpoint_that_is_not_there(tmp_pat
     best = tmp_path / "run" / "checkpoints" / "best.pt"
     assert f"best checkpoint: {best} (" not in caplog.text
     assert f"best checkpoint: {best} was not written" in caplog.text
+
+
+def test_the_final_validation_is_kept_inside_max_minutes(tmp_path: Path) -> None:
+    """The latest validation's duration is kept back from max_minutes: training stops that much before
+    the deadline (the final validation then ends by it), and linear_to_zero reaches zero there."""
+    from seq2seq.data.pipeline import prepare_data
+    from seq2seq.train.distributed import DistContext
+    from seq2seq.train.loop import Trainer
+    from seq2seq.train.run import _stop_reason
+
+    overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.warmup=1", "max_minutes=1", "max_steps=null"]
+    cfg = compose_config("train", overrides)
+    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer.started = time.monotonic() - 45.0  # 0.75 of the 1-minute budget spent
+    assert _stop_reason(trainer) is None
+    trainer.validation_minutes = 0.1
+    assert trainer.budget_used(5) == pytest.approx(0.75 / 0.9, abs=0.01)
+    assert _stop_reason(trainer) is None
+    trainer.validation_minutes = 0.3  # a validation takes longer than what is left
+    assert _stop_reason(trainer) == "used max_minutes=1.0"
+    assert trainer.optimizer.lr_at(5) == 0.0

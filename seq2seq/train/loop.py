@@ -57,6 +57,9 @@ class Trainer:
         # The run's clock: max_minutes and a time-driven schedule count training time summed over restarts.
         self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
         self.started = time.monotonic()  # run.py moves it back to the command's start
+        # How long the latest validation (and its saves) took: kept back from max_minutes, so the final
+        # validation ends by the deadline instead of after it.
+        self.validation_minutes = 0.0
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model, self.budget_used)
         # precision=auto becomes what this machine runs fastest; the checkpoint's config records it, so a
         # resume computes as the run did. Ranks measure alike but could disagree when close: rank 0 decides.
@@ -99,11 +102,15 @@ class Trainer:
         max_minutes, whichever is nearer its end (linear_to_zero reaches zero there)."""
         used = (step - 1) / self.cfg.max_steps if self.cfg.max_steps else 0.0
         if self.cfg.max_minutes:
-            minutes = self.elapsed_minutes()
+            fraction = self.elapsed_minutes() / max(self.training_minutes(), 1e-9)
             if self.dist.enabled:  # one learning rate on every rank, or their weights drift apart
-                minutes = self.dist.sum(minutes) / self.dist.world_size
-            used = max(used, minutes / self.cfg.max_minutes)
+                fraction = self.dist.sum(fraction) / self.dist.world_size
+            used = max(used, fraction)
         return min(max(used, 0.0), 1.0)
+
+    def training_minutes(self) -> float:
+        """The part of max_minutes that training may use: all but the final validation's share."""
+        return self.cfg.max_minutes - self.validation_minutes
 
     def autocast(self) -> AbstractContextManager:
         if self.cfg.precision == "fp32":
@@ -132,6 +139,7 @@ class Trainer:
             "skipped_updates": self.skipped_updates,
             "metrics": self.last_metrics,
             "elapsed_seconds": self.elapsed_minutes() * 60.0,
+            "validation_minutes": self.validation_minutes,
         }
 
     def restore(self, payload: dict[str, Any]) -> None:
@@ -149,6 +157,7 @@ class Trainer:
         self.skipped_updates = payload["skipped_updates"]
         self.last_metrics = payload["metrics"]
         self.elapsed_before = payload.get("elapsed_seconds", 0.0)  # absent from checkpoints before it was kept
+        self.validation_minutes = payload.get("validation_minutes", 0.0)
         self._restore_rng(payload["rng"])
 
     def _restore_rng(self, states: list[dict[str, Any]] | dict[str, Any]) -> None:

@@ -204,7 +204,7 @@ def _stop_reason(trainer: Trainer) -> str | None:
         return f"reached max_steps={cfg.max_steps}"
     if cfg.max_epochs and trainer.stream.epochs_done(trainer.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
         return f"finished max_epochs={cfg.max_epochs}"
-    if trainer.dist.any(cfg.max_minutes is not None and trainer.elapsed_minutes() >= cfg.max_minutes):
+    if trainer.dist.any(cfg.max_minutes is not None and trainer.elapsed_minutes() >= trainer.training_minutes()):
         return f"used max_minutes={cfg.max_minutes}"
     if trainer.dist.any(trainer.stop_requested):
         return STOPPED_BY_SIGNAL
@@ -265,6 +265,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
 
 def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
     cfg, step = trainer.cfg, trainer.step
+    started = time.monotonic()
     names: list[str] = []
     if trainer.dist.is_main:  # once, not once per rank; the others wait at the barrier
         metrics = trainer.validate()
@@ -294,6 +295,7 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
     trainer.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
     trainer.validations_since_best, names = trainer.dist.broadcast((trainer.validations_since_best, names))
     trainer.save(*names)  # every rank: each one's RNG state goes into the checkpoint
+    trainer.validation_minutes = (time.monotonic() - started) / 60.0
 
 
 def _final_metrics(trainer: Trainer) -> dict[str, float]:
