@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from seq2seq.config import ModelConfig, UserError
+from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
 
 FORMAT = 1
@@ -120,6 +121,17 @@ def find_checkpoint(run_dir: str | Path, prefer: tuple[str, ...] = ("best", "las
         if candidate.is_file():
             return candidate
     raise UserError(f"{directory}: has no checkpoint (looked for checkpoints/{{{','.join(prefer)}}}.pt)")
+
+
+def check_vocabulary(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:
+    """The tokenizer found beside a checkpoint must be the one it was trained with (same sizes)."""
+    vocab = payload["vocab"]
+    sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())
+    if sizes != (vocab["src_size"], vocab["tgt_size"]):
+        raise UserError(
+            f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
+            f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
+        )
 
 
 def model_from_checkpoint(payload: dict[str, Any]) -> Transformer:

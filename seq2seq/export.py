@@ -29,7 +29,14 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT, find_checkpoint, load_checkpoint
+from seq2seq.checkpoint import (
+    WEIGHTS_CONFIG,
+    WEIGHTS_FILE,
+    WEIGHTS_FORMAT,
+    check_vocabulary,
+    find_checkpoint,
+    load_checkpoint,
+)
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.model.embedding import sinusoidal_table
@@ -71,7 +78,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     payload = load_checkpoint(path)
     tokenizers = _load_tokenizers(path, cfg.run)
     model_cfg = _model_config(payload, path)
-    _check_vocab(payload, tokenizers, path)
+    check_vocabulary(payload, tokenizers, path)
     if cfg.format == "safetensors":
         write = _safetensors_writer(payload, model_cfg, path)
     else:
@@ -125,16 +132,6 @@ def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:
     except UserError as err:
         raise UserError(f"{path}: {err}") from err
     return model_cfg
-
-
-def _check_vocab(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:
-    vocab = payload["vocab"]
-    sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())
-    if sizes != (vocab["src_size"], vocab["tgt_size"]):
-        raise UserError(
-            f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
-            f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
-        )
 
 
 def _write_directory(output: Path, write: Callable[[Path], None]) -> None:

@@ -19,7 +19,14 @@ from typing import IO, Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import WEIGHTS_FILE, find_checkpoint, load_checkpoint, load_weights, model_from_checkpoint
+from seq2seq.checkpoint import (
+    WEIGHTS_FILE,
+    check_vocabulary,
+    find_checkpoint,
+    load_checkpoint,
+    load_weights,
+    model_from_checkpoint,
+)
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import Tokenizers
@@ -42,13 +49,7 @@ def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
     else:
         payload = load_checkpoint(path)
     tokenizers = _load_tokenizers(path, cfg.run)
-    vocab = payload["vocab"]
-    sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())
-    if sizes != (vocab["src_size"], vocab["tgt_size"]):
-        raise UserError(
-            f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
-            f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
-        )
+    check_vocabulary(payload, tokenizers, path)
     shape = payload["config"]["model"]
     choice = choose_precision(cfg.precision, device, shape["d_model"], shape["ffn_dim"])
     log_choice(choice, log)
