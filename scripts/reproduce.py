@@ -157,7 +157,10 @@ README_START, README_END = "<!-- results table: written by scripts/reproduce.py 
 def table_row(result: dict) -> str:
     test, machine = result["test"], result["machine"]
     load = result.get("load_average_during_training")
-    load_text = f"{load} (max {result['load_average_during_training_max']})" if load is not None else "not recorded"
+    if load is not None:
+        load_text = f"{load} (max {result['load_average_during_training_max']})"
+    else:  # rows from before the sampling: the load at the end says whether the machine was shared
+        load_text = f"not sampled; {machine['load_average_1min']} at the end"
     return (
         f"| {result['experiment']} | {machine['cpu_capability']} | {result['precision']} | "
         f"{result['train_minutes']:.0f} min, {result['steps']} updates | {test['bleu']} | {test['bleu_lowercase']} | "

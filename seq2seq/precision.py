@@ -103,10 +103,8 @@ def _cache_file() -> Path:
 
 
 def _machine_key(d_model: int, ffn_dim: int) -> str:
-    return "|".join(
-        [_cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
-        + [f"{d_model}x{ffn_dim}"]
-    )
+    parts = [_cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
+    return "|".join([*parts, f"{d_model}x{ffn_dim}"])
 
 
 def _cpu_name() -> str:
