@@ -1,4 +1,4 @@
-"""Greedy and beam search (`seq2seq.search`) on a tiny random model, checked against independent
+"""Greedy and beam search (`seq2seq.inference.search`) on a tiny random model, checked against independent
 computations: an exhaustive enumeration of every output scored with the model's full teacher-forced
 forward pass, a greedy decoder written with full forward passes, and one-sentence-at-a-time runs."""
 
@@ -14,7 +14,7 @@ from torch import nn
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths, rows_to_keep, top_k_rows
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths, rows_to_keep, top_k_rows
 
 VOCAB = 7  # 0 pad, 1 bos, 2 eos, 3..6 ordinary tokens
 REAL_TOKENS = list(range(3, VOCAB))
@@ -79,7 +79,7 @@ def sequence_log_probs(model: Transformer, src: torch.Tensor, outputs: list[list
         group = [i for i, tokens in enumerate(outputs) if len(tokens) == length]
         tgt_in = torch.tensor([[BOS_ID, *outputs[i]] for i in group])
         target = torch.tensor([[*outputs[i], EOS_ID] for i in group])
-        log_probs = torch.log_softmax(model.output(model(src.expand(len(group), -1), tgt_in)), -1)
+        log_probs = torch.log_softmax(model(src.expand(len(group), -1), tgt_in), -1)
         sums = log_probs.gather(2, target[:, :, None]).squeeze(2).sum(1)
         scores.update(zip(group, sums.tolist(), strict=True))
     return [scores[i] for i in range(len(outputs))]
@@ -97,7 +97,7 @@ def reference_greedy(model: Transformer, src: torch.Tensor, max_len: int) -> lis
     tokens: list[int] = []
     while True:
         tgt_in = torch.tensor([[BOS_ID, *tokens]])
-        logits = model.output(model(src, tgt_in))[0, -1]
+        logits = model(src, tgt_in)[0, -1]
         logits[[PAD_ID, BOS_ID]] = float("-inf")
         if len(tokens) + 1 >= max_len:
             return tokens

@@ -13,8 +13,8 @@ import torch
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.device import half_precision_on_cpu
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths
 
 log = logging.getLogger(__name__)
 
