@@ -1,7 +1,9 @@
 """Greedy and beam search over the model's incremental decoding step (key/value cache).
 
 Both work on a batch of sentences at once and drop a sentence from the batch as soon as it is
-finished, so no compute is spent on sentences (or beams) that are done.
+finished, so no compute is spent on sentences (or beams) that are done. Beam search's bookkeeping
+is `Beams`, its stopping rule `sentence_done`; the CPU speed-ups both use are in
+`seq2seq.inference.speedups`. What a score means is said once, in `Hypothesis`.
 """
 
 from __future__ import annotations
@@ -10,13 +12,31 @@ from dataclasses import dataclass
 
 import torch
 
-from seq2seq.model.transformer import DecoderState, Transformer
+from seq2seq.inference.speedups import best_continuations, rows_to_keep
+from seq2seq.model.kv_cache import DecoderState
+from seq2seq.model.transformer import Transformer
+
+NEG_INF = float("-inf")
 
 
 @dataclass
 class Hypothesis:
+    """A finished output and how likely the model finds it, the same in greedy and beam search.
+
+    log_prob: log P(tokens + EOS | source), the sum of the model's log-probabilities of each output
+        token and of the final EOS (pad and BOS are banned without renormalising the rest).
+    score: what hypotheses are ranked by, log_prob / (len(tokens) + 1) ** length_penalty (EOS
+        counted); with length_penalty 0 it is log_prob itself. -inf for a sentence without output.
+    """
+
     tokens: list[int]  # without BOS and EOS
-    score: float  # log-probability, divided by length^alpha for beam search
+    log_prob: float
+    score: float
+
+    @classmethod
+    def scored(cls, tokens: list[int], log_prob: float, length_penalty: float) -> Hypothesis:
+        length = len(tokens) + 1
+        return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty else log_prob)
 
 
 def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: int) -> torch.Tensor:
@@ -28,74 +48,48 @@ def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: 
 def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
     """One decoding step; padding and BOS are never valid outputs."""
     log_probs = model.decode_step(tokens, state)
-    log_probs[:, [model.pad_id, bos]] = float("-inf")
+    log_probs[:, [model.pad_id, bos]] = NEG_INF
     return log_probs
 
 
-def top_k_rows(x: torch.Tensor, k: int, width: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """`x.topk(k, dim=-1)` for wide rows (the vocabulary), about 1.5x faster on a CPU: the k best
-    values of a row lie in the k chunks of `width` values with the highest maxima, so only those
-    chunks are ranked. Equal to torch.topk except in the order of tied values."""
-    rows, columns = x.shape
-    if columns < 4 * k * width:
-        return x.topk(k, dim=-1)
-    whole = columns // width
-    maxima = x[:, : whole * width].view(rows, whole, width).amax(-1)
-    if whole * width < columns:
-        maxima = torch.cat([maxima, x[:, whole * width :].amax(-1, keepdim=True)], dim=1)
-    chunks = maxima.topk(k, dim=-1).indices  # (R, k)
-    index = (chunks[:, :, None] * width + torch.arange(width, device=x.device)).view(rows, k * width)
-    values = x.gather(1, index.clamp(max=columns - 1)).masked_fill(index >= columns, float("-inf"))
-    top, where = values.topk(k, dim=-1)
-    return top, index.gather(1, where).clamp(max=columns - 1)  # -inf fillers still name a real column
-
-
-def _length_normalised(score: float, length: int, alpha: float) -> float:
-    return score / (length**alpha) if alpha else score
-
-
-def rows_to_keep(live: list[int], current: int, multiple: int) -> torch.Tensor | None:
-    """Which of the `current` sentences of a batch to go on decoding: the `live` ones, plus finished
-    ones as padding up to a multiple of `multiple`; None when that is all of them (nothing to drop).
-
-    With multiple=1 a finished sentence leaves at once. A bf16 model on a CPU gets 16: oneDNN builds
-    a kernel for every matrix shape it meets (with a cache of 64), and a batch that shrinks one
-    sentence at a time meets a new shape at almost every step; measured on test2016 (greedy and
-    beam 5), 1,225 kernels built in 2.2 s against 2.5 s of running them."""
-    size = min(current, -(-len(live) // multiple) * multiple)
-    if size == current:
-        return None
-    live_set = set(live)
-    padding = [row for row in range(current) if row not in live_set][: size - len(live)]
-    return torch.tensor(sorted(live + padding))
+def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:
+    """Rows where `rows` (bool) is True are out of budget: EOS is their only continuation."""
+    if bool(rows.any()):
+        not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != eos
+        log_probs.masked_fill_(rows[:, None] & not_eos, NEG_INF)
 
 
 @torch.inference_mode()
 def greedy_search(
-    model: Transformer, src: torch.Tensor, bos: int, eos: int, max_len: torch.Tensor, row_multiple: int = 1
+    model: Transformer,
+    src: torch.Tensor,
+    bos: int,
+    eos: int,
+    max_len: torch.Tensor,
+    length_penalty: float = 0.0,
+    row_multiple: int = 1,
 ) -> list[Hypothesis]:
-    """src: (B, S) ids -> the most likely next token at every step, for each sentence."""
+    """src: (B, S) ids -> the most likely next token at every step, for each sentence. The tokens do
+    not depend on `length_penalty`: it only sets the hypotheses' `score`. Sentences leave the batch
+    as they finish, in steps of `row_multiple` (see `rows_to_keep`)."""
     batch = src.size(0)
     state = model.start_decoding(src)
     alive = torch.arange(batch, device=src.device)  # original index of each row still decoding
     tokens = torch.full((batch,), bos, dtype=torch.long, device=src.device)
-    scores = torch.zeros(batch, device=src.device)
+    log_prob = torch.zeros(batch, device=src.device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
     results: list[Hypothesis | None] = [None] * batch
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, tokens, state, bos)  # (B_alive, V)
-        at_limit = max_len[alive] <= step + 1
-        log_probs[at_limit] = torch.where(
-            torch.arange(log_probs.size(1), device=src.device) == eos, log_probs[at_limit], float("-inf")
-        )
+        _only_eos(log_probs, max_len[alive] <= step + 1, eos)
         best, tokens = log_probs.max(dim=-1)
-        scores = scores + best
+        log_prob = log_prob + best
         live = []
         for row, (index, token) in enumerate(zip(alive.tolist(), tokens.tolist(), strict=True)):
             if results[index] is not None:  # finished earlier, kept as padding
                 continue
             if token == eos:
-                results[index] = Hypothesis(outputs[index], float(scores[row]))
+                results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty)
             else:
                 outputs[index].append(token)
                 live.append(row)
@@ -105,8 +99,8 @@ def greedy_search(
         if keep is not None:
             keep = keep.to(src.device)
             state.select_sentences(keep)
-            alive, tokens, scores = alive[keep], tokens[keep], scores[keep]
-    return [r if r is not None else Hypothesis(outputs[i], float("-inf")) for i, r in enumerate(results)]
+            alive, tokens, log_prob = alive[keep], tokens[keep], log_prob[keep]
+    return [r if r is not None else Hypothesis(outputs[i], NEG_INF, NEG_INF) for i, r in enumerate(results)]
 
 
 @torch.inference_mode()
@@ -121,91 +115,108 @@ def beam_search(
     nbest: int = 1,
     row_multiple: int = 1,
 ) -> list[list[Hypothesis]]:
-    """Keeps the `beam` best prefixes per sentence. A prefix that ends with EOS among the top `beam`
-    candidates is finished (so beam=1 is exactly greedy). Without a length penalty a sentence is done
-    when its `nbest`-th best finished score is at least its best live prefix's: exact, since scores
-    only fall as a prefix grows, and a larger `nbest` only adds hypotheses that score no better. With
-    a length penalty a longer prefix can always win, so a sentence is done once it has `beam` finished
-    hypotheses (as in fairseq and Hugging Face): a rule that does not look at `nbest`, so the best
-    hypothesis is the same whatever `nbest` is.
+    """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
+    hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
+    finished (so beam=1 is exactly greedy); a sentence is done when `sentence_done` says so.
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`)."""
-    batch, device = src.size(0), src.device
     state = model.start_decoding(src, group=beam)  # (B*k) decoder rows
-    alive = list(range(batch))  # original sentence index per block of `beam` rows
-    prefixes = torch.full((batch * beam, 1), bos, dtype=torch.long, device=device)
-    # Only the first beam of each sentence is live at the start; the others would be copies.
-    scores = torch.full((batch, beam), float("-inf"), device=device)
-    scores[:, 0] = 0.0
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    closed: set[int] = set()  # sentences done but still in the batch as padding
+    beams = Beams(src.size(0), beam, bos, src.device)
     limit = max_len.tolist()
     for step in range(int(max_len.max())):
-        log_probs = _next_log_probs(model, prefixes[:, -1], state, bos)  # (B*k, V)
-        vocab = log_probs.size(-1)
-        at_limit = torch.tensor([limit[i] <= step + 1 for i in alive], device=device)
-        if bool(at_limit.any()):  # out of budget: EOS is the only continuation
-            not_eos = torch.arange(vocab, device=device) != eos
-            log_probs.masked_fill_(at_limit.repeat_interleave(beam)[:, None] & not_eos, float("-inf"))
-        # A sentence's best 2k continuations are among the best 2k of each of its k rows: ranking each
-        # row first avoids writing (and sorting) a full (B, k*V) table of candidate scores.
-        per_row = min(2 * beam, vocab)
-        row_scores, row_tokens = top_k_rows(log_probs, per_row)  # (B*k, n)
-        candidates = (scores.view(-1, 1) + row_scores).view(len(alive), beam * per_row)
-        cand_scores, flat = candidates.topk(min(2 * beam, beam * per_row), dim=-1)  # (B, 2k)
-        cand_beam, cand_token = flat // per_row, row_tokens.view(len(alive), -1).gather(1, flat)
+        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*k, V)
+        at_limit = torch.tensor([limit[i] <= step + 1 for i in beams.alive], device=src.device)
+        _only_eos(log_probs, at_limit.repeat_interleave(beam), eos)
+        cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         is_eos = cand_token == eos
-        _finish(finished, alive, closed, prefixes, beam, cand_scores, cand_beam, is_eos, step, length_penalty)
-        # The best `beam` candidates that do not end here continue.
-        live_scores, live_rank = cand_scores.masked_fill(is_eos, float("-inf")).topk(beam, dim=-1)
-        parent = cand_beam.gather(1, live_rank) + torch.arange(len(alive), device=device)[:, None] * beam
-        prefixes = torch.cat([prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
-        scores = live_scores
-        state.reorder_beams(parent.view(-1))
+        beams.finish(cand_scores, cand_beam, is_eos, length_penalty)
+        state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos))
         done = [
-            i in closed or _is_done(finished[i], float(scores[row, 0]), length_penalty, nbest, beam)
-            for row, i in enumerate(alive)
+            i in beams.closed or sentence_done(beams.finished[i], beams.best_live(row), length_penalty, nbest, beam)
+            for row, i in enumerate(beams.alive)
         ]
         if all(done):
             break
-        closed.update(i for i, d in zip(alive, done, strict=True) if d)
-        keep_rows = rows_to_keep([row for row, d in enumerate(done) if not d], len(alive), row_multiple)
-        if keep_rows is not None:
-            alive = [alive[r] for r in keep_rows.tolist()]
-            keep_rows = keep_rows.to(device)
-            prefixes, scores = prefixes[state.rows_of(keep_rows)], scores[keep_rows]
-            state.select_sentences(keep_rows)
-    return [sorted(f, key=lambda h: h.score, reverse=True)[:nbest] or [Hypothesis([], float("-inf"))] for f in finished]
+        beams.closed.update(i for i, d in zip(beams.alive, done, strict=True) if d)
+        keep = rows_to_keep([row for row, d in enumerate(done) if not d], len(done), row_multiple)
+        if keep is not None:
+            keep = keep.to(src.device)
+            beams.keep(keep, state.rows_of(keep))
+            state.select_sentences(keep)
+    return beams.results(nbest)
 
 
-def _finish(
-    finished: list[list[Hypothesis]],
-    alive: list[int],
-    closed: set[int],
-    prefixes: torch.Tensor,
-    beam: int,
-    cand_scores: torch.Tensor,
-    cand_beam: torch.Tensor,
-    is_eos: torch.Tensor,
-    step: int,
-    length_penalty: float,
-) -> None:
-    """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
-    (not those of sentences already done, which only pad the batch)."""
-    for row, rank in is_eos[:, :beam].nonzero().tolist():
-        if alive[row] in closed:
-            continue
-        score = float(cand_scores[row, rank])
-        if score == float("-inf"):
-            continue
-        tokens = prefixes[row * beam + int(cand_beam[row, rank]), 1:].tolist()
-        finished[alive[row]].append(Hypothesis(tokens, _length_normalised(score, step + 1, length_penalty)))
+def sentence_done(finished: list[Hypothesis], best_live: float, length_penalty: float, nbest: int, beam: int) -> bool:
+    """Beam search's stopping rule for one sentence, given its finished hypotheses and the
+    log-probability of its best live prefix.
 
-
-def _is_done(finished: list[Hypothesis], best_live: float, length_penalty: float, nbest: int, beam: int) -> bool:
-    if best_live == float("-inf"):  # nothing left to extend
+    Without a length penalty a sentence is done when its `nbest`-th best finished score is at least
+    its best live prefix's: exact, since log-probabilities only fall as a prefix grows, and a larger
+    `nbest` only adds hypotheses that score no better. With a length penalty a longer prefix can
+    always win, so a sentence is done once it has `beam` finished hypotheses (as in fairseq and
+    Hugging Face): a rule that does not look at `nbest`, so the best hypothesis is the same whatever
+    `nbest` is."""
+    if best_live == NEG_INF:  # nothing left to extend
         return True
     if length_penalty:
         return len(finished) >= beam
     if len(finished) < nbest:
         return False
     return sorted((h.score for h in finished), reverse=True)[nbest - 1] >= best_live
+
+
+class Beams:
+    """Beam search's bookkeeping for a batch: `beam` live prefixes (decoder rows) per sentence still
+    in the batch, their log-probabilities, and every sentence's finished hypotheses."""
+
+    def __init__(self, batch: int, beam: int, bos: int, device: torch.device) -> None:
+        self.beam = beam
+        self.alive = list(range(batch))  # original sentence index per block of `beam` rows
+        self.prefixes = torch.full((batch * beam, 1), bos, dtype=torch.long, device=device)
+        # Only the first beam of each sentence is live at the start; the others would be copies.
+        self.scores = torch.full((batch, beam), NEG_INF, device=device)  # log-probabilities, (B, k)
+        self.scores[:, 0] = 0.0
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        self.closed: set[int] = set()  # sentences done but still in the batch as padding
+
+    def last_tokens(self) -> torch.Tensor:
+        return self.prefixes[:, -1]
+
+    def best_live(self, row: int) -> float:
+        """The log-probability of the best live prefix of the batch's sentence `row`."""
+        return float(self.scores[row, 0])
+
+    def finish(
+        self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, is_eos: torch.Tensor, length_penalty: float
+    ) -> None:
+        """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
+        (not those of sentences already done, which only pad the batch)."""
+        for row, rank in is_eos[:, : self.beam].nonzero().tolist():
+            if self.alive[row] in self.closed:
+                continue
+            log_prob = float(cand_scores[row, rank])
+            if log_prob == NEG_INF:
+                continue
+            tokens = self.prefixes[row * self.beam + int(cand_beam[row, rank]), 1:].tolist()
+            self.finished[self.alive[row]].append(Hypothesis.scored(tokens, log_prob, length_penalty))
+
+    def extend(
+        self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, cand_token: torch.Tensor, is_eos: torch.Tensor
+    ) -> torch.Tensor:
+        """The best `beam` candidates that do not end here continue. Returns each new row's parent row."""
+        live_scores, live_rank = cand_scores.masked_fill(is_eos, NEG_INF).topk(self.beam, dim=-1)
+        parent = cand_beam.gather(1, live_rank) + torch.arange(len(self.alive), device=cand_beam.device)[:, None] * self.beam
+        self.prefixes = torch.cat([self.prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
+        self.scores = live_scores
+        return parent.view(-1)
+
+    def keep(self, sentences: torch.Tensor, rows: torch.Tensor) -> None:
+        """Keeps the batch's sentences `sentences`, whose decoder rows are `rows`."""
+        self.alive = [self.alive[r] for r in sentences.tolist()]
+        self.prefixes, self.scores = self.prefixes[rows], self.scores[sentences]
+
+    def results(self, nbest: int) -> list[list[Hypothesis]]:
+        """Each sentence's `nbest` best finished hypotheses, best first."""
+        return [
+            sorted(f, key=lambda h: h.score, reverse=True)[:nbest] or [Hypothesis([], NEG_INF, NEG_INF)]
+            for f in self.finished
+        ]
