@@ -27,6 +27,9 @@ class Translation:
 
 
 class Translator:
+    """A loaded model and its tokenizers, set up once, that translates lists of strings (`translate`).
+    `seq2seq.inference.loading.load_translator` builds one from a translate config."""
+
     def __init__(
         self,
         model: Transformer,
