@@ -24,9 +24,9 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.inference.command import translate
 from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train
-from seq2seq.inference.command import translate
 
 # A run of the tiny model small enough for a test; max_positions=80 (the least the built-in task's
 # data.max_tokens=64 allows) makes a line "longer than the model" cheap to translate.

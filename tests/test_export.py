@@ -21,8 +21,8 @@ from seq2seq.cli.export import main as export_main
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.export import ExportConfig, export
-from seq2seq.model.transformer import build_model
 from seq2seq.inference.loading import load_translator
+from seq2seq.model.transformer import build_model
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")
 pytest.importorskip("safetensors", reason="safetensors export needs `pip install seq2seq[export]`")

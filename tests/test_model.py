@@ -14,8 +14,8 @@ from torch import nn
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.embedding import PositionalEncoding, TokenEmbedding, sinusoidal_table
-from seq2seq.model.layers import AttentionRecord, DecoderLayer, EncoderLayer
 from seq2seq.model.kv_cache import DecoderState, KVCache
+from seq2seq.model.layers import AttentionRecord, DecoderLayer, EncoderLayer
 from seq2seq.model.transformer import Transformer, padding_mask
 
 D_MODEL, HEADS, FFN, LAYERS = 32, 4, 64, 2
@@ -434,7 +434,8 @@ def test_attention_record() -> None:
     with torch.no_grad():
         memory, src_mask = model.encode(src, record)
         hidden = model.decode(tgt, memory, src_mask, record=record)
-        torch.testing.assert_close(model.output(hidden), model(src, tgt), atol=ATOL, rtol=0)  # recording changes nothing
+        # Recording changes nothing: the logits are those of the plain forward pass.
+        torch.testing.assert_close(model.output(hidden), model(src, tgt), atol=ATOL, rtol=0)
 
     assert set(record) == {"encoder", "decoder_self", "cross"}
     shapes = {

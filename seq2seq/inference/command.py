@@ -139,7 +139,10 @@ def _attention_plotter(
     """Writes each chunk's cross-attention PNGs as the chunk is translated (stdin may be endless)."""
     if not directory:
         return lambda lines, outputs, first: None
-    from seq2seq.inference.attention_plots import make_directory, write_cross_attention_pngs  # matplotlib only when asked
+    from seq2seq.inference.attention_plots import (  # matplotlib only when asked
+        make_directory,
+        write_cross_attention_pngs,
+    )
 
     target = make_directory(Path(directory))  # a bad directory fails before any translating
     return lambda lines, outputs, first: write_cross_attention_pngs(translator, lines, outputs, target, first)

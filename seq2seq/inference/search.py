@@ -204,7 +204,9 @@ class Beams:
     ) -> torch.Tensor:
         """The best `beam` candidates that do not end here continue. Returns each new row's parent row."""
         live_scores, live_rank = cand_scores.masked_fill(is_eos, NEG_INF).topk(self.beam, dim=-1)
-        parent = cand_beam.gather(1, live_rank) + torch.arange(len(self.alive), device=cand_beam.device)[:, None] * self.beam
+        parent = (
+            cand_beam.gather(1, live_rank) + torch.arange(len(self.alive), device=cand_beam.device)[:, None] * self.beam
+        )
         self.prefixes = torch.cat([self.prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
         self.scores = live_scores
         return parent.view(-1)
