@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from seq2seq.average import cli, main  # noqa: F401  (scripts/reproduce.py imports main)
+from seq2seq.cli.average import main
 
 if __name__ == "__main__":
-    cli()
+    main()

@@ -32,9 +32,9 @@ import torch  # noqa: E402
 from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from seq2seq.search import max_output_lengths  # noqa: E402
-from seq2seq.translate import load_translator  # noqa: E402
-from seq2seq.translator import Translator  # noqa: E402
+from seq2seq.inference.loading import load_translator  # noqa: E402
+from seq2seq.inference.search import max_output_lengths  # noqa: E402
+from seq2seq.inference.translator import Translator  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402

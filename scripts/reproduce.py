@@ -37,7 +37,7 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
 from seq2seq.device import pick_device
-from seq2seq.translate import load_translator
+from seq2seq.inference.loading import load_translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402

@@ -98,14 +98,3 @@ def main(argv: list[str] | None = None) -> Path:
     json.dump({"inputs": [str(p) for p in paths], "steps": steps, "output": str(output)}, sys.stdout)
     print()
     return output
-
-
-def cli() -> None:
-    """The console script: a bad run directory or file is one line on stderr, exit status 2."""
-    from seq2seq.cli.common import report_errors
-
-    report_errors(main, debug=False)
-
-
-if __name__ == "__main__":
-    cli()

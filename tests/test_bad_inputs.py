@@ -24,9 +24,9 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.inference.command import translate
 from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train
-from seq2seq.translate import translate
 
 # A run of the tiny model small enough for a test; max_positions=80 (the least the built-in task's
 # data.max_tokens=64 allows) makes a line "longer than the model" cheap to translate.
@@ -206,7 +206,7 @@ def test_line_longer_than_the_model_is_truncated_with_a_warning(run_dir, tmp_pat
     long_line = "".join(f"{'abcdefghijklmnopqrst'[i % 20]} " for i in range(50_000))  # 100,000 characters
     tokens = len(Tokenizers.load(run_dir).encode_src([long_line])[0])
     assert tokens > 80
-    with caplog.at_level(logging.WARNING, logger="seq2seq.translator"):
+    with caplog.at_level(logging.WARNING, logger="seq2seq.inference.translator"):
         result, output = translate_file(run_dir, tmp_path, f"a b c\n{long_line}\nd e f\n".encode())
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         f"input line 2 has {tokens} tokens, more than the model's 80 positions: translating its first 79"

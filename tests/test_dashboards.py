@@ -25,10 +25,10 @@ from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 import seq2seq.cli.train  # noqa: F401  (registers the config schema and the resolvers)
-from seq2seq.attention_plots import draw_attention, render, teacher_forced_attention
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.inference.attention_plots import draw_attention, render, teacher_forced_attention
 from seq2seq.model.transformer import build_model
 
 MAX_STEPS, LOG_EVERY, VALID_EVERY = 4, 2, 3
@@ -229,7 +229,7 @@ def _coloured_fraction(picture: Image.Image) -> float:
 
 
 def test_translate_writes_one_heatmap_per_nonempty_line(tiny_run, tmp_path):
-    from seq2seq.translate import translate
+    from seq2seq.inference.command import translate
 
     source = tmp_path / "input.txt"
     source.write_text("a b c\n\nd e f g a\n", encoding="utf-8")
@@ -330,7 +330,7 @@ def test_heatmap_shows_the_weights_with_token_labels():
 
 def test_bad_attention_directory_fails_before_translating(tiny_run, tmp_path):
     from seq2seq.config import UserError
-    from seq2seq.translate import translate
+    from seq2seq.inference.command import translate
 
     (tmp_path / "input.txt").write_text("a b\n", encoding="utf-8")
     blocker = tmp_path / "a_file"

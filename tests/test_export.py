@@ -20,9 +20,9 @@ from seq2seq.checkpoint import atomic_save, load_weights, model_from_checkpoint
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
-from seq2seq.export import ExportConfig, export
+from seq2seq.inference.export import ExportConfig, export
+from seq2seq.inference.loading import load_translator
 from seq2seq.model.transformer import build_model
-from seq2seq.translate import load_translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")
 pytest.importorskip("safetensors", reason="safetensors export needs `pip install seq2seq[export]`")
@@ -64,7 +64,7 @@ def ours(checkpoint: Path, beam: int, lines: list[str] = LINES) -> list[str]:
 
 
 def ct2_translate(model_dir: Path, lines: list[str], beam: int, max_positions: int) -> list[str]:
-    """CTranslate2 decoding with the options that make it decode as `seq2seq.search` does."""
+    """CTranslate2 decoding with the options that make it decode as `seq2seq.inference.search` does."""
     tokenizers = Tokenizers.load(model_dir)
     translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32", intra_threads=1)
     sources = [tokenizers.src.encode(line, add_special_tokens=False).tokens for line in lines]
@@ -186,8 +186,8 @@ def test_ctranslate2_and_safetensors_carry_each_architecture_option(tmp_path: Pa
     )
     with torch.no_grad():
         for s, t, result in zip(src_ids, tgt_ids, scores, strict=True):
-            hidden = model(torch.tensor([[*s, EOS_ID]]), torch.tensor([[BOS_ID, *t]]))
-            log_probs = torch.log_softmax(model.output(hidden[0]), dim=-1)
+            logits = model(torch.tensor([[*s, EOS_ID]]), torch.tensor([[BOS_ID, *t]]))
+            log_probs = torch.log_softmax(logits[0], dim=-1)
             expected = log_probs.gather(1, torch.tensor([*t, EOS_ID])[:, None])[:, 0]
             assert result.tokens[-1] == "</s>"
             torch.testing.assert_close(torch.tensor(result.log_probs), expected, atol=2e-4, rtol=1e-4)

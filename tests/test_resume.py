@@ -155,10 +155,10 @@ def scalar_steps(run_dir: Path, tag: str) -> list[int]:
 
 def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Checkpoints from before per-rank states hold one dict; a checkpoint of another world size warns."""
-    from seq2seq.checkpoint import rng_state
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
     from seq2seq.train.loop import Trainer
+    from seq2seq.train.rng import rng_state
 
     cfg = compose_config("train", TINY_TRAIN)
     trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())

@@ -1,4 +1,4 @@
-"""Greedy and beam search (`seq2seq.search`) on a tiny random model, checked against independent
+"""Greedy and beam search (`seq2seq.inference.search`) on a tiny random model, checked against independent
 computations: an exhaustive enumeration of every output scored with the model's full teacher-forced
 forward pass, a greedy decoder written with full forward passes, and one-sentence-at-a-time runs."""
 
@@ -13,8 +13,9 @@ from torch import nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths
+from seq2seq.inference.speedups import rows_to_keep, top_k_rows
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths, rows_to_keep, top_k_rows
 
 VOCAB = 7  # 0 pad, 1 bos, 2 eos, 3..6 ordinary tokens
 REAL_TOKENS = list(range(3, VOCAB))
@@ -79,7 +80,7 @@ def sequence_log_probs(model: Transformer, src: torch.Tensor, outputs: list[list
         group = [i for i, tokens in enumerate(outputs) if len(tokens) == length]
         tgt_in = torch.tensor([[BOS_ID, *outputs[i]] for i in group])
         target = torch.tensor([[*outputs[i], EOS_ID] for i in group])
-        log_probs = torch.log_softmax(model.output(model(src.expand(len(group), -1), tgt_in)), -1)
+        log_probs = torch.log_softmax(model(src.expand(len(group), -1), tgt_in), -1)
         sums = log_probs.gather(2, target[:, :, None]).squeeze(2).sum(1)
         scores.update(zip(group, sums.tolist(), strict=True))
     return [scores[i] for i in range(len(outputs))]
@@ -97,7 +98,7 @@ def reference_greedy(model: Transformer, src: torch.Tensor, max_len: int) -> lis
     tokens: list[int] = []
     while True:
         tgt_in = torch.tensor([[BOS_ID, *tokens]])
-        logits = model.output(model(src, tgt_in))[0, -1]
+        logits = model(src, tgt_in)[0, -1]
         logits[[PAD_ID, BOS_ID]] = float("-inf")
         if len(tokens) + 1 >= max_len:
             return tokens
@@ -149,6 +150,22 @@ def test_beam_one_is_greedy(seed: int, length_penalty: float) -> None:
         assert b.tokens == g.tokens
         # Greedy reports the raw log-probability, beam search divides it by length^alpha (EOS counted).
         assert b.score == pytest.approx(g.score / (len(g.tokens) + 1) ** length_penalty, abs=ATOL)
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
+def test_scores_mean_the_same_in_greedy_and_beam_search(length_penalty: float) -> None:
+    """`log_prob` is the output's log-probability (EOS included) in both searches, and `score` is it
+    divided by length^alpha in both: greedy and beam=1 with the same length penalty agree on both."""
+    model, src = make_model(4), sources()
+    max_len = torch.tensor([7, 5, 6])
+    greedy = greedy_search(model, src, BOS_ID, EOS_ID, max_len, length_penalty)
+    beam = beam_search(model, src, BOS_ID, EOS_ID, max_len, beam=1, length_penalty=length_penalty)
+    for row, (g, (b,)) in enumerate(zip(greedy, beam, strict=True)):
+        assert g.tokens == b.tokens
+        (raw,) = sequence_log_probs(model, unpadded(src, row), [g.tokens])
+        for hyp in (g, b):
+            assert hyp.log_prob == pytest.approx(raw, abs=ATOL)
+            assert hyp.score == pytest.approx(raw / (len(hyp.tokens) + 1) ** length_penalty, abs=ATOL)
 
 
 EXHAUSTIVE_SEEDS = (1, 3, 5)  # models whose best outputs have various lengths (see the guard below)

@@ -1,6 +1,6 @@
 """`seq2seq-export`: a run's checkpoint as inference files (safetensors, or a CTranslate2 model).
 
-Takes `key=value` arguments like the other commands (checked against `seq2seq.export.ExportConfig`),
+Takes `key=value` arguments like the other commands (checked against `seq2seq.inference.export.ExportConfig`),
 but without Hydra's run directory or logging: it only reads a checkpoint and writes one directory.
 """
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str]) -> None:
-    from seq2seq.export import export
+    from seq2seq.inference.export import export
 
     cfg = parse_arguments(argv)
     output, model_cfg = export(cfg)
@@ -57,7 +57,7 @@ def parse_arguments(argv: list[str]) -> object:
 
     from seq2seq.cli.common import check_override_keys
     from seq2seq.config import UserError
-    from seq2seq.export import ExportConfig
+    from seq2seq.inference.export import ExportConfig
 
     check_override_keys(argv, ExportConfig)
     try:

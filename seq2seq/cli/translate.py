@@ -31,7 +31,7 @@ def main() -> None:
 def _hydra_main(cfg: DictConfig) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[%(levelname)s] %(message)s")
     # Imported here so that `--help` and config errors answer before torch is loaded.
-    from seq2seq.translate import translate
+    from seq2seq.inference.command import translate
 
     report_errors(lambda: translate(cfg), cfg.debug)
 

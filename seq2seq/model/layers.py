@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.config import ModelConfig
-from seq2seq.model.attention import KVCache, MultiHeadAttention
+from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.dropout import Dropout
+from seq2seq.model.kv_cache import LayerCache
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -91,19 +92,19 @@ class DecoderLayer(nn.Module):
         x: torch.Tensor,
         memory: torch.Tensor,
         src_mask: torch.Tensor,
-        cache: dict[str, KVCache] | None = None,
+        cache: LayerCache | None = None,
         record: AttentionRecord | None = None,
     ) -> torch.Tensor:
         need_weights = record is not None
 
         def masked_self_attention(h: torch.Tensor) -> torch.Tensor:
-            self_cache = cache["self"] if cache is not None else None
+            self_cache = cache.self_attn if cache is not None else None
             out, weights = self.self_attn(h, causal=True, cache=self_cache, need_weights=need_weights)
             _record(record, "decoder_self", weights)
             return out
 
         def cross_attention(h: torch.Tensor) -> torch.Tensor:
-            cross_cache = cache["cross"] if cache is not None else None
+            cross_cache = cache.cross_attn if cache is not None else None
             out, weights = self.cross_attn(h, memory, mask=src_mask, cache=cross_cache, need_weights=need_weights)
             _record(record, "cross", weights)
             return out

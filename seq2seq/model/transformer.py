@@ -6,15 +6,13 @@ tgt -> embed*sqrt(d) + positions -> N x DecoderLayer(memory) -> Linear -> logits
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import nn
 
 from seq2seq.config import ModelConfig
-from seq2seq.model.attention import KVCache
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.embedding import PositionalEncoding, TokenEmbedding
+from seq2seq.model.kv_cache import DecoderState, LayerCache
 from seq2seq.model.layers import AttentionRecord, DecoderLayer, EncoderLayer
 
 
@@ -24,47 +22,10 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (tokens != pad_id)[:, None, None, :]
 
 
-@dataclass
-class DecoderState:
-    """What incremental decoding carries from one step to the next: the encoder output, its mask,
-    each decoder layer's key/value cache and how many target positions have been decoded.
-
-    With `group` > 1 (beam search), decoder rows r*group ... r*group+group-1 all decode sentence r:
-    the memory and the cross-attention keys/values are kept once per sentence, not once per row, so
-    beams neither copy nor re-read them (the cross-attention queries of a sentence's beams are
-    answered together)."""
-
-    memory: torch.Tensor  # (B, S, d_model), one row per sentence
-    src_mask: torch.Tensor  # (B, 1, 1, S)
-    caches: list[dict[str, KVCache]] = field(default_factory=list)
-    offset: int = 0
-    group: int = 1
-
-    def rows_of(self, sentences: torch.Tensor) -> torch.Tensor:
-        """The decoder rows of sentences `sentences`, in order."""
-        return (sentences[:, None] * self.group + torch.arange(self.group, device=sentences.device)).view(-1)
-
-    def select_sentences(self, sentences: torch.Tensor) -> None:
-        """Keep sentences `sentences` (e.g. drop those that are done), with all their rows."""
-        rows = self.rows_of(sentences)
-        self.memory = self.memory.index_select(0, sentences)
-        self.src_mask = self.src_mask.index_select(0, sentences)
-        for layer_cache in self.caches:
-            for kind, kv in layer_cache.items():
-                index = rows if kind == "self" else sentences
-                for name, tensor in kv.items():
-                    kv[name] = tensor.index_select(0, index)
-
-    def reorder_beams(self, parents: torch.Tensor) -> None:
-        """Beam search: row r continues the hypothesis of row parents[r], a row of the same sentence.
-        Only the decoded prefix (the self-attention caches) follows; the rest is per sentence."""
-        for layer_cache in self.caches:
-            kv = layer_cache["self"]
-            for name, tensor in kv.items():
-                kv[name] = tensor.index_select(0, parents)
-
-
 class Transformer(nn.Module):
+    """`encode` (src -> memory), `decode` (tgt, memory -> hidden states), `forward` (src, tgt -> logits),
+    and for search `start_decoding` + `decode_step` (one token at a time over a key/value cache)."""
+
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> None:
         super().__init__()
         self.cfg = cfg
@@ -129,7 +90,7 @@ class Transformer(nn.Module):
         """Encode the source once; the returned state feeds `decode_step` with `group` rows
         (hypotheses) per sentence."""
         memory, src_mask = self.encode(src)
-        caches = [{"self": {}, "cross": {}} for _ in self.decoder_layers]
+        caches = [LayerCache() for _ in self.decoder_layers]
         return DecoderState(memory, src_mask, caches, group=group)
 
     def decode_step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
@@ -139,11 +100,11 @@ class Transformer(nn.Module):
         return torch.log_softmax(self.output(hidden[:, -1]).float(), dim=-1)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: (B, S), (B, T) -> hidden states (B, T, d_model). The loss projects only
-        the non-pad positions to the vocabulary (see `seq2seq.train.loss`), which saves the largest
-        matmul on padding."""
+        """Teacher forcing: (B, S), (B, T) ids -> logits (B, T, V) of every next token. Training does
+        not call this: its loss takes `decode`'s hidden states and projects only the non-pad positions
+        to the vocabulary (`seq2seq.train.loss`), which saves the largest matmul on padding."""
         memory, src_mask = self.encode(src)
-        return self.decode(tgt_in, memory, src_mask)
+        return self.output(self.decode(tgt_in, memory, src_mask))
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> Transformer:

@@ -14,7 +14,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 
-from seq2seq.translator import Translator
+from seq2seq.inference.translator import Translator
 
 
 class Dashboard:
@@ -39,7 +39,7 @@ class Dashboard:
     def attention(self, step: int, translator: Translator, sources: list[str]) -> None:
         """Heatmaps of every attention kind and layer (heads tiled) for a few fixed sentences."""
         # Imported here: matplotlib is needed only once a validation has run.
-        from seq2seq.attention_plots import attention_images, translate_with_attention
+        from seq2seq.inference.attention_plots import attention_images, translate_with_attention
 
         for tag, image in attention_images(translate_with_attention(translator, sources)):
             self.writer.add_image(tag, image, step, dataformats="HWC")

@@ -10,8 +10,8 @@ import torch
 
 from seq2seq.data.batching import collate, make_batches
 from seq2seq.data.pipeline import Split
+from seq2seq.inference.translator import Translator
 from seq2seq.train.loss import TeacherForcedLoss
-from seq2seq.translator import Translator
 
 
 @torch.inference_mode()

@@ -20,19 +20,20 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint, rng_state, set_rng_state
+from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
 from seq2seq.precision import choose_precision
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
-from seq2seq.translator import Translator
+from seq2seq.train.rng import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 

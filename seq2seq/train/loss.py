@@ -95,7 +95,8 @@ class TeacherForcedLoss(nn.Module):
         self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (summed smoothed loss, summed NLL) over the non-pad target tokens."""
-        hidden = self.model(src, tgt_in)  # (B, T, d_model)
+        memory, src_mask = self.model.encode(src)
+        hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model), not logits: projected below
         real = tgt_out != self.model.pad_id
         dtype = (
             torch.get_autocast_dtype(hidden.device.type)

@@ -13,8 +13,8 @@ import torch
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.device import half_precision_on_cpu
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths
 from seq2seq.model.transformer import Transformer
-from seq2seq.search import Hypothesis, beam_search, greedy_search, max_output_lengths
 
 log = logging.getLogger(__name__)
 
@@ -22,11 +22,14 @@ log = logging.getLogger(__name__)
 @dataclass
 class Translation:
     text: str
-    score: float
+    score: float  # Hypothesis.score: log P(output + EOS) / (tokens + 1) ** length_penalty; 0.0 for an empty line
     tokens: list[int]
 
 
 class Translator:
+    """A loaded model and its tokenizers, set up once, that translates lists of strings (`translate`).
+    `seq2seq.inference.loading.load_translator` builds one from a translate config."""
+
     def __init__(
         self,
         model: Transformer,
@@ -69,10 +72,11 @@ class Translator:
     def _search(self, src: torch.Tensor) -> list[list[Hypothesis]]:
         max_len = max_output_lengths(src, PAD_ID, self.max_len_a, self.max_len_b, self.max_positions)
         # A half-precision model on a CPU runs on oneDNN kernels built per matrix shape: let the batch
-        # shrink in steps of 16 sentences so that few shapes occur (see search.rows_to_keep).
+        # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
         if self.beam == 1:
-            return [[h] for h in greedy_search(self.model, src, BOS_ID, EOS_ID, max_len, multiple)]
+            hyps = greedy_search(self.model, src, BOS_ID, EOS_ID, max_len, self.length_penalty, multiple)
+            return [[h] for h in hyps]
         return beam_search(
             self.model, src, BOS_ID, EOS_ID, max_len, self.beam, self.length_penalty, self.nbest, multiple
         )

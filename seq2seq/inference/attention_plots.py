@@ -28,9 +28,9 @@ from matplotlib.transforms import ScaledTranslation, Transform
 
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID
+from seq2seq.inference.translator import Translator
 from seq2seq.model.layers import AttentionRecord
 from seq2seq.model.transformer import Transformer
-from seq2seq.translator import Translator
 
 log = logging.getLogger(__name__)
 KINDS = ("encoder", "decoder_self", "cross")

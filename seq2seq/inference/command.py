@@ -1,8 +1,9 @@
-"""`translate(cfg)`: load a checkpoint, translate a file or stdin, optionally score against a reference.
+"""`translate(cfg)`, the work of `seq2seq-translate`: load a model, translate a file or stdin,
+optionally score against a reference.
 
 Input is read and written in chunks, each flushed as soon as it is translated, so a pipe that is
 closed early still has every line translated before it, and line N of the output always belongs
-to line N of the input (empty in, empty out). Imports nothing of the training package.
+to line N of the input (empty in, empty out).
 """
 
 from __future__ import annotations
@@ -19,59 +20,15 @@ from typing import IO, Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import (
-    WEIGHTS_FILE,
-    check_vocabulary,
-    find_checkpoint,
-    load_checkpoint,
-    load_weights,
-    model_from_checkpoint,
-)
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
-from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.device import pick_device
-from seq2seq.precision import choose_precision, log_choice
-from seq2seq.translator import Translation, Translator
+from seq2seq.inference.loading import load_translator
+from seq2seq.inference.translator import Translation, Translator
 
 log = logging.getLogger("seq2seq.translate")
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
 FIRST_CHUNK_LINES = 16  # the first chunk: its translations are out in a fraction of a second
-
-
-def load_translator(cfg: DictConfig, device: torch.device) -> Translator:
-    if cfg.precision == "fp16" and device.type == "cpu":  # before loading: a config error costs no time
-        choose_precision(cfg.precision, device, 0, 0)
-    path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
-    if path.suffix == ".safetensors" or (path / WEIGHTS_FILE).is_file():  # a seq2seq-export directory or file
-        path = path / WEIGHTS_FILE if path.is_dir() else path
-        payload = load_weights(path)
-    else:
-        payload = load_checkpoint(path)
-    tokenizers = _load_tokenizers(path, cfg.run)
-    check_vocabulary(payload, tokenizers, path)
-    shape = payload["config"]["model"]
-    choice = choose_precision(cfg.precision, device, shape["d_model"], shape["ffn_dim"])
-    log_choice(choice, log)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
-    model = model_from_checkpoint(payload).to(device=device, dtype=dtype).eval()
-    if cfg.beam > tokenizers.tgt.get_vocab_size():
-        raise UserError(f"beam={cfg.beam} is larger than the target vocabulary ({tokenizers.tgt.get_vocab_size()})")
-    log.info("loaded %s (update %d)", path, payload.get("step", -1))
-    return Translator(
-        model, tokenizers, device, cfg.beam, cfg.length_penalty, cfg.max_len_a, cfg.max_len_b, cfg.nbest, cfg.batch_size
-    )
-
-
-def _load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
-    """The tokenizer lives in the run directory; a checkpoint copied elsewhere may carry it beside itself."""
-    candidates = [checkpoint.parent, checkpoint.parent.parent] + ([Path(run)] if run else [])
-    for directory in candidates:
-        try:
-            return Tokenizers.load(directory)
-        except FileNotFoundError:
-            continue
-    raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")
 
 
 def _read_chunks(source: IO[bytes], interactive: bool, first_chunk: int, name: str) -> Iterator[list[str]]:
@@ -182,7 +139,10 @@ def _attention_plotter(
     """Writes each chunk's cross-attention PNGs as the chunk is translated (stdin may be endless)."""
     if not directory:
         return lambda lines, outputs, first: None
-    from seq2seq.attention_plots import make_directory, write_cross_attention_pngs  # matplotlib only when asked
+    from seq2seq.inference.attention_plots import (  # matplotlib only when asked
+        make_directory,
+        write_cross_attention_pngs,
+    )
 
     target = make_directory(Path(directory))  # a bad directory fails before any translating
     return lambda lines, outputs, first: write_cross_attention_pngs(translator, lines, outputs, target, first)

@@ -39,6 +39,7 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
+from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
 
 FORMATS = ("safetensors", "ctranslate2")
@@ -76,7 +77,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
         raise UserError(f"{output}: already exists; give output= a new directory")
     path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
     payload = load_checkpoint(path)
-    tokenizers = _load_tokenizers(path, cfg.run)
+    tokenizers = load_tokenizers(path, cfg.run)
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
     if cfg.format == "safetensors":
@@ -106,16 +107,6 @@ def _check_config(cfg: Any) -> None:
             raise UserError(
                 f"config error: quantization={cfg.quantization!r}: must be one of {', '.join(CT2_QUANTIZATIONS)}"
             )
-
-
-def _load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
-    """Beside the checkpoint, in its run directory, or in run= (as seq2seq-translate looks)."""
-    for directory in [checkpoint.parent, checkpoint.parent.parent] + ([Path(run)] if run else []):
-        try:
-            return Tokenizers.load(directory)
-        except FileNotFoundError:
-            continue
-    raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")
 
 
 def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:

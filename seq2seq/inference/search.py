@@ -1,0 +1,224 @@
+"""Greedy and beam search over the model's incremental decoding step (key/value cache).
+
+Both work on a batch of sentences at once and drop a sentence from the batch as soon as it is
+finished, so no compute is spent on sentences (or beams) that are done. Beam search's bookkeeping
+is `Beams`, its stopping rule `sentence_done`; the CPU speed-ups both use are in
+`seq2seq.inference.speedups`. What a score means is said once, in `Hypothesis`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from seq2seq.inference.speedups import best_continuations, rows_to_keep
+from seq2seq.model.kv_cache import DecoderState
+from seq2seq.model.transformer import Transformer
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    """A finished output and how likely the model finds it, the same in greedy and beam search.
+
+    log_prob: log P(tokens + EOS | source), the sum of the model's log-probabilities of each output
+        token and of the final EOS (pad and BOS are banned without renormalising the rest).
+    score: what hypotheses are ranked by, log_prob / (len(tokens) + 1) ** length_penalty (EOS
+        counted); with length_penalty 0 it is log_prob itself. -inf for a sentence without output.
+    """
+
+    tokens: list[int]  # without BOS and EOS
+    log_prob: float
+    score: float
+
+    @classmethod
+    def scored(cls, tokens: list[int], log_prob: float, length_penalty: float) -> Hypothesis:
+        length = len(tokens) + 1
+        return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty else log_prob)
+
+
+def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: int) -> torch.Tensor:
+    """Output budget per sentence, a * source length + b tokens (EOS included), at most `limit`."""
+    src_len = (src != pad_id).sum(dim=1)
+    return (src_len.float() * a + b).long().clamp(1, limit)
+
+
+def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
+    """One decoding step; padding and BOS are never valid outputs."""
+    log_probs = model.decode_step(tokens, state)
+    log_probs[:, [model.pad_id, bos]] = NEG_INF
+    return log_probs
+
+
+def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:
+    """Rows where `rows` (bool) is True are out of budget: EOS is their only continuation."""
+    if bool(rows.any()):
+        not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != eos
+        log_probs.masked_fill_(rows[:, None] & not_eos, NEG_INF)
+
+
+@torch.inference_mode()
+def greedy_search(
+    model: Transformer,
+    src: torch.Tensor,
+    bos: int,
+    eos: int,
+    max_len: torch.Tensor,
+    length_penalty: float = 0.0,
+    row_multiple: int = 1,
+) -> list[Hypothesis]:
+    """src: (B, S) ids -> the most likely next token at every step, for each sentence. The tokens do
+    not depend on `length_penalty`: it only sets the hypotheses' `score`. Sentences leave the batch
+    as they finish, in steps of `row_multiple` (see `rows_to_keep`)."""
+    batch = src.size(0)
+    state = model.start_decoding(src)
+    alive = torch.arange(batch, device=src.device)  # original index of each row still decoding
+    tokens = torch.full((batch,), bos, dtype=torch.long, device=src.device)
+    log_prob = torch.zeros(batch, device=src.device)
+    outputs: list[list[int]] = [[] for _ in range(batch)]
+    results: list[Hypothesis | None] = [None] * batch
+    for step in range(int(max_len.max())):
+        log_probs = _next_log_probs(model, tokens, state, bos)  # (B_alive, V)
+        _only_eos(log_probs, max_len[alive] <= step + 1, eos)
+        best, tokens = log_probs.max(dim=-1)
+        log_prob = log_prob + best
+        live = []
+        for row, (index, token) in enumerate(zip(alive.tolist(), tokens.tolist(), strict=True)):
+            if results[index] is not None:  # finished earlier, kept as padding
+                continue
+            if token == eos:
+                results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty)
+            else:
+                outputs[index].append(token)
+                live.append(row)
+        if not live:
+            break
+        keep = rows_to_keep(live, len(alive), row_multiple)
+        if keep is not None:
+            keep = keep.to(src.device)
+            state.select_sentences(keep)
+            alive, tokens, log_prob = alive[keep], tokens[keep], log_prob[keep]
+    return [r if r is not None else Hypothesis(outputs[i], NEG_INF, NEG_INF) for i, r in enumerate(results)]
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    bos: int,
+    eos: int,
+    max_len: torch.Tensor,
+    beam: int,
+    length_penalty: float = 1.0,
+    nbest: int = 1,
+    row_multiple: int = 1,
+) -> list[list[Hypothesis]]:
+    """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
+    hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
+    finished (so beam=1 is exactly greedy); a sentence is done when `sentence_done` says so.
+    Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`)."""
+    state = model.start_decoding(src, group=beam)  # (B*k) decoder rows
+    beams = Beams(src.size(0), beam, bos, src.device)
+    limit = max_len.tolist()
+    for step in range(int(max_len.max())):
+        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*k, V)
+        at_limit = torch.tensor([limit[i] <= step + 1 for i in beams.alive], device=src.device)
+        _only_eos(log_probs, at_limit.repeat_interleave(beam), eos)
+        cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
+        is_eos = cand_token == eos
+        beams.finish(cand_scores, cand_beam, is_eos, length_penalty)
+        state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos))
+        done = [
+            i in beams.closed or sentence_done(beams.finished[i], beams.best_live(row), length_penalty, nbest, beam)
+            for row, i in enumerate(beams.alive)
+        ]
+        if all(done):
+            break
+        beams.closed.update(i for i, d in zip(beams.alive, done, strict=True) if d)
+        keep = rows_to_keep([row for row, d in enumerate(done) if not d], len(done), row_multiple)
+        if keep is not None:
+            keep = keep.to(src.device)
+            beams.keep(keep, state.rows_of(keep))
+            state.select_sentences(keep)
+    return beams.results(nbest)
+
+
+def sentence_done(finished: list[Hypothesis], best_live: float, length_penalty: float, nbest: int, beam: int) -> bool:
+    """Beam search's stopping rule for one sentence, given its finished hypotheses and the
+    log-probability of its best live prefix.
+
+    Without a length penalty a sentence is done when its `nbest`-th best finished score is at least
+    its best live prefix's: exact, since log-probabilities only fall as a prefix grows, and a larger
+    `nbest` only adds hypotheses that score no better. With a length penalty a longer prefix can
+    always win, so a sentence is done once it has `beam` finished hypotheses (as in fairseq and
+    Hugging Face): a rule that does not look at `nbest`, so the best hypothesis is the same whatever
+    `nbest` is."""
+    if best_live == NEG_INF:  # nothing left to extend
+        return True
+    if length_penalty:
+        return len(finished) >= beam
+    if len(finished) < nbest:
+        return False
+    return sorted((h.score for h in finished), reverse=True)[nbest - 1] >= best_live
+
+
+class Beams:
+    """Beam search's bookkeeping for a batch: `beam` live prefixes (decoder rows) per sentence still
+    in the batch, their log-probabilities, and every sentence's finished hypotheses."""
+
+    def __init__(self, batch: int, beam: int, bos: int, device: torch.device) -> None:
+        self.beam = beam
+        self.alive = list(range(batch))  # original sentence index per block of `beam` rows
+        self.prefixes = torch.full((batch * beam, 1), bos, dtype=torch.long, device=device)
+        # Only the first beam of each sentence is live at the start; the others would be copies.
+        self.scores = torch.full((batch, beam), NEG_INF, device=device)  # log-probabilities, (B, k)
+        self.scores[:, 0] = 0.0
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        self.closed: set[int] = set()  # sentences done but still in the batch as padding
+
+    def last_tokens(self) -> torch.Tensor:
+        return self.prefixes[:, -1]
+
+    def best_live(self, row: int) -> float:
+        """The log-probability of the best live prefix of the batch's sentence `row`."""
+        return float(self.scores[row, 0])
+
+    def finish(
+        self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, is_eos: torch.Tensor, length_penalty: float
+    ) -> None:
+        """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
+        (not those of sentences already done, which only pad the batch)."""
+        for row, rank in is_eos[:, : self.beam].nonzero().tolist():
+            if self.alive[row] in self.closed:
+                continue
+            log_prob = float(cand_scores[row, rank])
+            if log_prob == NEG_INF:
+                continue
+            tokens = self.prefixes[row * self.beam + int(cand_beam[row, rank]), 1:].tolist()
+            self.finished[self.alive[row]].append(Hypothesis.scored(tokens, log_prob, length_penalty))
+
+    def extend(
+        self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, cand_token: torch.Tensor, is_eos: torch.Tensor
+    ) -> torch.Tensor:
+        """The best `beam` candidates that do not end here continue. Returns each new row's parent row."""
+        live_scores, live_rank = cand_scores.masked_fill(is_eos, NEG_INF).topk(self.beam, dim=-1)
+        parent = (
+            cand_beam.gather(1, live_rank) + torch.arange(len(self.alive), device=cand_beam.device)[:, None] * self.beam
+        )
+        self.prefixes = torch.cat([self.prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
+        self.scores = live_scores
+        return parent.view(-1)
+
+    def keep(self, sentences: torch.Tensor, rows: torch.Tensor) -> None:
+        """Keeps the batch's sentences `sentences`, whose decoder rows are `rows`."""
+        self.alive = [self.alive[r] for r in sentences.tolist()]
+        self.prefixes, self.scores = self.prefixes[rows], self.scores[sentences]
+
+    def results(self, nbest: int) -> list[list[Hypothesis]]:
+        """Each sentence's `nbest` best finished hypotheses, best first."""
+        return [
+            sorted(f, key=lambda h: h.score, reverse=True)[:nbest] or [Hypothesis([], NEG_INF, NEG_INF)]
+            for f in self.finished
+        ]

@@ -1,0 +1,39 @@
+"""The random state of training: every generator a training step draws from (dropout masks, batch
+order), saved in each checkpoint so that a resumed run draws exactly what the uninterrupted one did."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def rng_state() -> dict[str, Any]:
+    """Every random number generator a training step can draw from."""
+    version, mt_state, gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [version, list(mt_state), gauss],
+        "numpy": {
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),  # the legacy normal sampler caches every second draw
+            "cached_gaussian": float(np_state[4]),
+        },
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, mt_state, gauss = state["python"]
+    random.setstate((version, tuple(mt_state), gauss))
+    np_state = state["numpy"]
+    keys = np_state["keys"].numpy().astype(np.uint32)
+    gauss_cache = np_state.get("has_gauss", 0), np_state.get("cached_gaussian", 0.0)  # absent in older checkpoints
+    np.random.set_state(("MT19937", keys, np_state["pos"], *gauss_cache))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
