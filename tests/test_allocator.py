@@ -71,7 +71,7 @@ def test_only_the_relaunched_process_has_tcmalloc_preloaded(user_preload: str | 
         "import os, subprocess, sys; from seq2seq.allocator import relaunch_with_tcmalloc; "
         "print('start', flush=True); relaunch_with_tcmalloc('x', '__main__'); relaunch_with_tcmalloc('x', '__main__'); "
         "print('maps', 'tcmalloc' in open('/proc/self/maps').read()); "
-        "print('own', repr(os.environ.get('LD_PRELOAD')), sorted(k for k in os.environ if 'SEQ2SEQ' in k)); "
+        "print('own', repr(os.environ.get('LD_PRELOAD')), sorted(k for k in os.environ if k.startswith('_SEQ2SEQ'))); "
         f"print('child', subprocess.run([sys.executable, '-c', {CHILD!r}], capture_output=True, text=True).stdout.strip())"
     )
     env = clean_environment(**({"LD_PRELOAD": user_preload} if user_preload else {}))
