@@ -1,26 +1,36 @@
 """Run the console scripts on tcmalloc when the system has it (`apt install libtcmalloc-minimal4`).
 
-Every training batch has a new shape, so a step's large tensors come in sizes that never repeat.
+What this module does to a process, and when: nothing on import. `relaunch_with_tcmalloc()` is called
+explicitly, as the first thing the console scripts do (`seq2seq/cli/launch.py`; `python -m
+seq2seq.cli.train`, as torchrun starts it, at the top of that module) and by the benchmark scripts.
+When the process was started as the command, tcmalloc is installed and not loaded yet, it re-executes
+the same command line (same PID, so torchrun and shells see the same process) with tcmalloc added to
+LD_PRELOAD. The re-launched process, in the same call, at once puts LD_PRELOAD back the way the user
+had it (remembered in _SEQ2SEQ_LD_PRELOAD for that one exec): only that process runs on tcmalloc, and
+what it starts (tokenizer workers, subprocesses, a user's hooks) sees the user's own environment.
+SEQ2SEQ_ALLOCATOR=system turns all of this off.
+
+Why: every training batch has a new shape, so a step's large tensors come in sizes that never repeat.
 glibc's malloc either keeps them on its heap, where they fragment it (the small model's bf16 training
 reached 2.0 GB of RSS in 25 updates and 3.5 GB in an hour), or, with a fixed mmap threshold, maps and
 unmaps them every time, paying a page fault per 4 KB (1.2 GB, but 40% slower). tcmalloc keeps freed
 blocks in size classes and reuses them: measured on this project's machine, 3,087-3,866 target
 tok/s at 1.18-1.24 GB against 2,943-3,420 tok/s at 1.8-2.0 GB with glibc (see README, Performance).
-
-The allocator has to be chosen before the process starts (LD_PRELOAD), so the console scripts call
-`relaunch_with_tcmalloc()` before importing torch: when the process was started as the command (not
-when a test or a script imports the module) it re-executes the same command line (same PID, so
-torchrun and shells see the same process) with tcmalloc preloaded. SEQ2SEQ_ALLOCATOR=system turns
-this off.
+The allocator has to be chosen before the process starts (LD_PRELOAD), hence the re-launch, and it
+comes before torch is imported, which would otherwise be imported twice.
 """
 
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
 import sys
+from collections.abc import MutableMapping
 
 SWITCH = "SEQ2SEQ_ALLOCATOR"  # "system" keeps the C library's malloc
+# Set only for the exec of the re-launch: the user's LD_PRELOAD as JSON (null when it was unset).
+USER_PRELOAD = "_SEQ2SEQ_LD_PRELOAD"
 
 
 def relaunch_wanted(environ: dict[str, str]) -> bool:
@@ -36,19 +46,45 @@ def tcmalloc_environment(environ: dict[str, str], library: str | None) -> dict[s
     return {**environ, "LD_PRELOAD": f"{environ.get('LD_PRELOAD', '')} {library}".strip()}
 
 
+def remember_user_preload(environment: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
+    """`environment` (what the re-launch runs with) plus the LD_PRELOAD of `environ` (the user's)."""
+    return {**environment, USER_PRELOAD: json.dumps(environ.get("LD_PRELOAD"))}
+
+
+def restore_user_preload(environ: MutableMapping[str, str]) -> None:
+    """In the re-launched process: LD_PRELOAD as the user had it (tcmalloc is loaded by now, and the
+    loader reads LD_PRELOAD only when a program starts), and no trace of the re-launch."""
+    preload = json.loads(environ.pop(USER_PRELOAD))
+    if preload is None:
+        environ.pop("LD_PRELOAD", None)
+    else:
+        environ["LD_PRELOAD"] = preload
+
+
 def relaunch_with_tcmalloc(command: str, module: str) -> None:
     """Re-executes this process with tcmalloc preloaded, if it is installed and not loaded yet, and
-    the process is the command (`command` on the PATH, or `python -m` / a path to `module`)."""
+    the process is the command (`command` on the PATH, or `python -m` / a path to `module`); in the
+    re-executed process, restores the user's LD_PRELOAD for whatever it starts."""
+    if USER_PRELOAD in os.environ:  # this is the re-launched process
+        restore_user_preload(os.environ)
+        return
     started_as_command = module == "__main__" or os.path.basename(sys.argv[0]) == command
     if not started_as_command or not sys.platform.startswith("linux"):
         return
-    if not relaunch_wanted(dict(os.environ)):
+    if not relaunch_wanted(dict(os.environ)) or _tcmalloc_mapped():
         return
     # find_library runs `ldconfig -p` (0.05 s measured), so only when a re-launch may follow.
     library = ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
     environment = tcmalloc_environment(dict(os.environ), library)
     if environment is None:
         return
+    environment = remember_user_preload(environment, dict(os.environ))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment)
+
+
+def _tcmalloc_mapped() -> bool:
+    """tcmalloc is loaded in this process already (re-launched, and LD_PRELOAD since restored)."""
+    with open("/proc/self/maps") as maps:
+        return "tcmalloc" in maps.read()

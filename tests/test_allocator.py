@@ -50,3 +50,49 @@ def test_relaunched_process_runs_on_tcmalloc_with_its_own_arguments() -> None:
         [sys.executable, "-c", code, "seq2seq.cli.train"], capture_output=True, text=True, env=env
     )
     assert imported.stdout.splitlines()[1:] == ["maps False ['seq2seq.cli.train']"]
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    """This environment without any allocator setting, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "SEQ2SEQ_ALLOCATOR")}
+    return {**env, **extra}
+
+
+CHILD = "import os; print(repr(os.environ.get('LD_PRELOAD')), 'tcmalloc' in open('/proc/self/maps').read())"
+
+
+@pytest.mark.skipif(ctypes.util.find_library("tcmalloc_minimal") is None, reason="tcmalloc is not installed")
+@pytest.mark.parametrize("user_preload", [None, ctypes.util.find_library("m")])  # libm: harmless to preload
+def test_only_the_relaunched_process_has_tcmalloc_preloaded(user_preload: str | None) -> None:
+    """The re-launched process runs on tcmalloc, but the environment it passes on is the user's: a
+    child it starts sees the user's LD_PRELOAD (or none) and no variable of the re-launch, and does
+    not load tcmalloc. A second call in the re-launched process does not re-launch it again."""
+    code = (
+        "import os, subprocess, sys; from seq2seq.allocator import relaunch_with_tcmalloc; "
+        "print('start', flush=True); relaunch_with_tcmalloc('x', '__main__'); relaunch_with_tcmalloc('x', '__main__'); "
+        "print('maps', 'tcmalloc' in open('/proc/self/maps').read()); "
+        "print('own', repr(os.environ.get('LD_PRELOAD')), sorted(k for k in os.environ if k.startswith('_SEQ2SEQ'))); "
+        f"print('child', subprocess.run([sys.executable, '-c', {CHILD!r}], capture_output=True, text=True).stdout.strip())"
+    )
+    env = clean_environment(**({"LD_PRELOAD": user_preload} if user_preload else {}))
+    command = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert command.stdout.splitlines() == [
+        "start",
+        "start",  # re-launched once, not again on the second call
+        "maps True",
+        f"own {user_preload!r} []",
+        f"child {user_preload!r} False",
+    ], command.stdout + command.stderr
+
+
+@pytest.mark.skipif(ctypes.util.find_library("tcmalloc_minimal") is None, reason="tcmalloc is not installed")
+@pytest.mark.parametrize(("command", "module"), [("seq2seq-train", "train"), ("seq2seq-translate", "translate")])
+def test_importing_a_command_module_does_not_relaunch(command: str, module: str) -> None:
+    """The re-launch is the console script's first call (seq2seq.cli.launch), not a side effect of
+    importing the command's module, even in a process that looks like the command."""
+    code = (
+        f"import sys; sys.argv[0] = {command!r}; print('start', flush=True); import seq2seq.cli.{module}; "
+        "print('maps', 'tcmalloc' in open('/proc/self/maps').read())"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_environment())
+    assert result.stdout.splitlines() == ["start", "maps False"], result.stdout + result.stderr

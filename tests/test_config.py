@@ -16,7 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 import seq2seq.cli.train  # noqa: F401  (registers the schemas and the seq2seq.* resolvers)
 from seq2seq.config import (
+    DataConfig,
     ModelConfig,
+    OptimConfig,
     TrainConfig,
     TranslateConfig,
     UserError,
@@ -61,9 +63,10 @@ def test_default_train_config(hydra_ctx):
     assert cfg.model.d_model == 64 and cfg.model.encoder_layers == 2  # model: tiny
     assert cfg.data.kind == "builtin" and cfg.data.vocab_size == 300
     assert cfg.optim.name == "adamw" and cfg.optim.schedule == "inverse_sqrt"
-    # The built-in task brings the training settings it needs (configs/data/builtin.yaml, package _global_).
+    # The built-in task brings the training settings it needs (train.yaml selects experiment/builtin.yaml).
     assert cfg.optim.warmup == 200 and cfg.optim.lr == 2e-3
     assert cfg.max_steps == 2000 and cfg.batch_tokens == 2048 and cfg.best_metric == "accuracy"
+    assert (cfg.target, cfg.target_metric, cfg.patience) == (95, "accuracy", 4)
     # Every schema key is present, none added by the YAML files.
     assert set(cfg.keys()) == {f.name for f in dataclasses.fields(TrainConfig)}
     assert set(cfg.model.keys()) == {f.name for f in dataclasses.fields(ModelConfig)}
@@ -85,8 +88,8 @@ def _param_count(d: int, ffn: int, enc: int, dec: int, src_vocab: int, tgt_vocab
 @pytest.mark.parametrize("name", MODELS)
 def test_model_option_composes_validates_and_builds(hydra_ctx, name):
     cfg = train_cfg(f"model={name}")
-    expected = OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml")
-    assert OmegaConf.to_container(cfg.model) == OmegaConf.to_container(expected)
+    expected = {**dataclasses.asdict(ModelConfig()), **_yaml_values(CONFIG_DIR / "model" / f"{name}.yaml", "")}
+    assert OmegaConf.to_container(cfg.model) == expected  # the file's sizes, the rest the schema's
     validate_train(cfg)
     m = cfg.model
     if name == "big":  # its full widths, one layer per stack: 29M of its 176M weights, built in a second
@@ -100,10 +103,10 @@ def test_model_option_composes_validates_and_builds(hydra_ctx, name):
 
 @pytest.mark.parametrize("name", OPTIMS)
 def test_optim_option_composes_and_validates(hydra_ctx, name):
-    # With another corpus than the built-in task (which tunes optim.lr/warmup for itself).
+    # With another corpus than the built-in task (whose settings tune optim.lr/warmup for it).
     cfg = train_cfg(f"optim={name}", "data=multi30k", "data.dir=/somewhere")
-    for key, value in OmegaConf.load(CONFIG_DIR / "optim" / f"{name}.yaml").items():
-        assert cfg.optim[key] == value, key
+    expected = {**dataclasses.asdict(OptimConfig()), **_yaml_values(CONFIG_DIR / "optim" / f"{name}.yaml", "")}
+    assert OmegaConf.to_container(cfg.optim) == expected
     validate_train(cfg)
 
 
@@ -115,6 +118,13 @@ def test_data_option_composes_and_validates(hydra_ctx, name):
     for key, value in required.items():
         assert cfg.data[key] == value
     validate_train(cfg)
+    # The built-in task's training settings (experiment/builtin.yaml) come with data=builtin only.
+    schema = {key: value for key, value in dataclasses.asdict(TrainConfig()).items() if not isinstance(value, dict)}
+    top_level = {key: cfg[key] for key in schema}
+    if name == "builtin":
+        schema.update(_yaml_values(CONFIG_DIR / "experiment" / "builtin.yaml", "experiment"))
+        schema = {key: value for key, value in schema.items() if "." not in key}
+    assert top_level == schema
 
 
 @pytest.mark.parametrize("name", [n for n, req in DATA_REQUIRED.items() if req])
@@ -143,28 +153,90 @@ def _leaves(tree: dict, prefix: str = "") -> Iterator[tuple[str, object]]:
 def _yaml_values(path: Path, package: str) -> dict[str, object]:
     """The settings a config file makes, as dotted keys of the composed config (`???` is no setting)."""
     text = path.read_text()
-    prefix = "" if "# @package _global_" in text else f"{package}."
+    prefix = "" if "# @package _global_" in text or not package else f"{package}."
     tree = OmegaConf.to_container(OmegaConf.create(text))
     tree.pop("defaults", None)
     return {key: value for key, value in _leaves(tree, prefix) if value != "???"}
 
 
+def _picks_and_bases(path: Path) -> tuple[dict[str, str], dict[str, object]]:
+    """The group options an experiment picks, and the settings of the experiments it builds on (e.g.
+    multi30k_en_de on multi30k_base), as dotted keys."""
+    picks: dict[str, str] = {}
+    settings: dict[str, object] = {}
+    for entry in OmegaConf.load(path).get("defaults", []):
+        if entry == "_self_":
+            continue
+        if isinstance(entry, str):  # another experiment: what it picks and sets comes first
+            base = CONFIG_DIR / "experiment" / f"{entry}.yaml"
+            base_picks, base_settings = _picks_and_bases(base)
+            picks.update(base_picks)
+            settings.update(base_settings)
+            settings.update(_yaml_values(base, "experiment"))
+        else:  # override /group: option
+            ((key, option),) = entry.items()
+            picks[key.removeprefix("override /")] = option
+    return picks, settings
+
+
+def _settings_below(path: Path) -> dict[str, object]:
+    """What an experiment gets before its own settings: the group options (train.yaml's, or those it
+    picks) and the experiments it builds on."""
+    train_picks = {}
+    for entry in OmegaConf.load(CONFIG_DIR / "train.yaml").defaults:
+        if isinstance(entry, DictConfig) and next(iter(entry)) in ("model", "data", "optim"):
+            train_picks.update(entry)
+    picks, bases = _picks_and_bases(path)
+    below: dict[str, object] = {}
+    for group, option in {**train_picks, **picks}.items():
+        below.update(_yaml_values(CONFIG_DIR / group / f"{option}.yaml", group))
+    return {**below, **bases}
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_options_compose(hydra_ctx, name):
     """Every experiment composes and validates once given where its corpus is (data.dir is the user's),
-    and every setting it makes, itself or through the group options it picks, is in the result."""
+    and every setting it makes, itself, through the group options it picks or through the experiment it
+    builds on, is in the result."""
     path = CONFIG_DIR / "experiment" / f"{name}.yaml"
     cfg = train_cfg(f"experiment={name}", "data.dir=/corpus")
     validate_train(cfg)
-    expected: dict[str, object] = {}
-    for entry in OmegaConf.load(path).get("defaults", []):
-        ((key, option),) = entry.items()
-        group = key.removeprefix("override /")
-        expected.update(_yaml_values(CONFIG_DIR / group / f"{option}.yaml", group))
+    expected = _settings_below(path)
     expected.update(_yaml_values(path, "experiment"))  # the experiment's own settings come last
     assert expected, name
     for key, value in expected.items():
         assert OmegaConf.select(cfg, key) == value, key
+
+
+SCHEMA = OmegaConf.structured(TrainConfig)
+GROUP_SCHEMAS = {"model": ModelConfig, "data": DataConfig, "optim": OptimConfig}
+# An experiment may name its language pair even where it is its data option's own (multi30k_en_de).
+NAMES_ITS_PAIR = {"data.src_lang", "data.tgt_lang"}
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_each_setting_is_stated_once(path):
+    """The schema in seq2seq/config.py holds every default; a YAML file states only what differs from
+    what lies below it: a group option from the schema, an experiment from the options it picks and
+    the experiment it builds on. (`???` marks a required key and is no setting.)"""
+    if path.parent.name in GROUP_SCHEMAS:
+        schema = OmegaConf.structured(GROUP_SCHEMAS[path.parent.name])
+        below = {key: OmegaConf.select(schema, key) for key in _yaml_values(path, "")}
+        own = _yaml_values(path, "")
+    else:
+        below, own = _settings_below(path), _yaml_values(path, "experiment")
+        below = {key: below.get(key, OmegaConf.select(SCHEMA, key)) for key in own}
+        own = {key: value for key, value in own.items() if key not in NAMES_ITS_PAIR}
+    restated = {key: value for key, value in own.items() if below[key] == value}
+    assert not restated, f"{path.name} restates what it gets anyway: {restated}"
+
+
+@pytest.mark.parametrize("name", ["train", "translate"])
+def test_the_primary_configs_set_nothing_of_the_schema(name):
+    """train.yaml and translate.yaml pick the schema and the groups and configure Hydra; every default
+    is the schema's (seq2seq/config.py)."""
+    tree = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{name}.yaml"))
+    assert set(tree) == {"defaults", "hydra"}
 
 
 def test_an_experiment_overrides_groups_and_top_level_settings(hydra_ctx, tmp_path):

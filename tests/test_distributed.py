@@ -60,7 +60,7 @@ def one_update(rank: int, world_size: int, port: int, plan: list[list[np.ndarray
                 allreduces.append(bucket.index())
                 return allreduce_hook(state, bucket)
 
-            trainer.forward.register_comm_hook(None, counting_hook)
+            trainer.training_objective.register_comm_hook(None, counting_hook)
         batches = [collate(data.train, indices, cfg.model.max_positions) for indices in plan[rank]]
         trainer.stream.next_update = lambda *_args: batches
         assert trainer.train_step() is not None

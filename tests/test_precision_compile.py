@@ -46,14 +46,20 @@ def loss_and_grads(module: torch.nn.Module, trainer: Trainer, device: torch.devi
     return float(loss), grads
 
 
+def test_one_eager_process_trains_the_objective_itself(tmp_path: Path) -> None:
+    """Without torchrun or compile=true there is no wrapper: training and validation run one module."""
+    trainer = make_trainer(tmp_path, torch.device("cpu"), [])
+    assert trainer.training_objective is trainer.objective
+
+
 def test_compiled_objective_gives_the_eager_loss_and_gradients(tmp_path: Path) -> None:
     pytest.importorskip("torch._inductor")
     cpu = torch.device("cpu")
     trainer = make_trainer(tmp_path, cpu, ["compile=true"])
-    assert trainer.forward is not trainer.objective  # the trainer really runs a compiled module
-    assert hasattr(trainer.forward, "_orig_mod")
+    assert trainer.training_objective is not trainer.objective  # the trainer really runs a compiled module
+    assert hasattr(trainer.training_objective, "_orig_mod")
     eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, cpu)
-    compiled_loss, compiled_grads = loss_and_grads(trainer.forward, trainer, cpu)
+    compiled_loss, compiled_grads = loss_and_grads(trainer.training_objective, trainer, cpu)
     assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
     for name, grad in eager_grads.items():
         torch.testing.assert_close(compiled_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
@@ -73,7 +79,7 @@ def test_mixed_precision_update_on_cuda(tmp_path: Path, precision: str) -> None:
     trainer = make_trainer(tmp_path / precision, cuda, [f"precision={precision}"])
     batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions).to(cuda)
     with trainer.autocast():
-        loss, _ = trainer.forward(batch.src, batch.tgt_in, batch.tgt_out)
+        loss, _ = trainer.training_objective(batch.src, batch.tgt_in, batch.tgt_out)
     assert loss.dtype == torch.float32  # the softmax and loss are taken in fp32
     assert float(loss) == pytest.approx(reference_loss, rel=0.02)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from seq2seq.allocator import relaunch_with_tcmalloc
 
-relaunch_with_tcmalloc("seq2seq-train", __name__)  # before torch is imported: see seq2seq/allocator.py
+if __name__ == "__main__":  # `python -m seq2seq.cli.train` (torchrun): the console script does it in launch.py
+    relaunch_with_tcmalloc("seq2seq-train", __name__)  # before torch is imported: see seq2seq/allocator.py
 
 import logging
 import os

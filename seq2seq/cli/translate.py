@@ -7,7 +7,8 @@ import sys
 
 from seq2seq.allocator import relaunch_with_tcmalloc
 
-relaunch_with_tcmalloc("seq2seq-translate", __name__)  # before torch is imported: see seq2seq/allocator.py
+if __name__ == "__main__":  # `python -m seq2seq.cli.translate`: the console script does it in launch.py
+    relaunch_with_tcmalloc("seq2seq-translate", __name__)  # before torch is imported: see seq2seq/allocator.py
 
 import hydra
 from omegaconf import DictConfig

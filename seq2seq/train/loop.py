@@ -53,8 +53,8 @@ class Trainer:
         self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
         tok = data.tokenizers
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
-        self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing)
-        self.forward = self._wrap(self.objective)
+        self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing)  # validation calls it as it is
+        self.training_objective = self._wrap_for_training(self.objective)
         # The run's clock: max_minutes and a time-driven schedule count training time summed over restarts.
         self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
         self.started = time.monotonic()  # run.py moves it back to the command's start
@@ -77,7 +77,7 @@ class Trainer:
         self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric
         self.validations_since_best = 0
         self.skipped_updates = 0  # for any reason: non-finite loss or gradient, out of memory
-        self.consecutive_skips = 0  # non-finite ones only (see _count_skip)
+        self.consecutive_skips = 0  # non-finite ones only (see _count_non_finite_skip)
         self.consecutive_oom_skips = 0
         self.last_metrics: dict[str, float] = {}
         self.samples: list[tuple[str, str, str]] = []  # (source, reference, translation) shown in TensorBoard
@@ -85,7 +85,9 @@ class Trainer:
         self.checkpoint_dir = run_dir / "checkpoints"
 
     # ---- set-up -------------------------------------------------------------------------------
-    def _wrap(self, objective: TeacherForcedLoss) -> torch.nn.Module:
+    def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
+        """`objective` as train_step calls it: in DistributedDataParallel under torchrun (gradients
+        all-reduced), compiled with compile=true, else itself. Its parameters are the model's."""
         module: torch.nn.Module = objective
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -188,63 +190,56 @@ class Trainer:
         self.model.load_state_dict(payload["model"])
 
     # ---- one update -------------------------------------------------------------------------
+    # train_step reads as its four parts: gradients (with the out-of-memory retry), the grad scaler's
+    # unscaling and clipping, the finiteness check, and the update or its skip (counted). Collectives
+    # (dist.sum) run in the same order on every rank, whatever path the update takes.
     def train_step(self) -> dict[str, float] | None:
         """One optimiser update over world_size x accum_steps micro-batches. Returns its metrics,
-        or None when the update was skipped for a non-finite loss or gradient, or for lack of memory.
+        or None when the update was skipped for a non-finite loss or gradient, or for lack of memory."""
+        self.training_objective.train()
+        micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.cfg.accum_steps)
+        sums = self._gradients(micro_batches)
+        if sums is None:
+            return None
+        loss_sum, nll_sum = sums
+        grad_norm = self._unscale_and_clip()
+        if not self._finite_on_every_rank(loss_sum, grad_norm):
+            self._skip_non_finite(loss_sum, grad_norm)
+            return None
+        self._apply_update()
+        return self._update_metrics(micro_batches, loss_sum, nll_sum, grad_norm)
+
+    # -- gradients, and the out-of-memory retry
+    def _gradients(self, micro_batches: list[Batch]) -> tuple[float, float] | None:
+        """Gradients of the update summed in the parameters' .grad; returns the summed (loss, nll), or
+        None when the update is skipped for lack of memory.
 
         Out of memory in a single process: the update is redone once from zero gradients with every
         micro-batch split in two (same sentences, same normalisation, so the same update up to float
         rounding), and skipped if that runs out of memory too. Under DDP it is an error instead, since
         a rank that splits makes more backward passes (and all-reduces) than the others wait for."""
-        self.forward.train()
-        micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.cfg.accum_steps)
         local_tokens = sum(b.tgt_tokens for b in micro_batches)
         total_tokens = self.dist.sum(local_tokens)
         sums = self._accumulate(micro_batches, total_tokens)
+        if sums is not None:
+            return sums
+        # Retried here, not inside the except clause: until it is left, the exception's traceback
+        # keeps the failed pass's activations alive.
+        self._free_after_oom()
+        halves = [half for batch in micro_batches for half in split_batch(batch)]
+        sentences = sum(len(b.indices) for b in micro_batches)
+        log.warning(
+            "update %d ran out of memory (%d sentences, %d target tokens): retrying it in %d micro-batches",
+            self.step + 1,
+            sentences,
+            local_tokens,
+            len(halves),
+        )
+        sums = self._accumulate(halves, total_tokens)
         if sums is None:
-            # Retried here, not inside the except clause: until it is left, the exception's traceback
-            # keeps the failed pass's activations alive.
             self._free_after_oom()
-            halves = [half for batch in micro_batches for half in split_batch(batch)]
-            log.warning(
-                "update %d ran out of memory (%d sentences, %d target tokens): retrying it in %d micro-batches",
-                self.step + 1,
-                sum(len(b.indices) for b in micro_batches),
-                local_tokens,
-                len(halves),
-            )
-            sums = self._accumulate(halves, total_tokens)
-            if sums is None:
-                self._free_after_oom()
-                self._count_oom_skip(sum(len(b.indices) for b in micro_batches), local_tokens)
-                return None
-        loss_sum, nll_sum = sums
-        self.scaler.unscale_(self.optimizer)
-        clip = self.cfg.optim.clip_norm if self.cfg.optim.clip_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
-        finite = self.dist.sum(float(not (math.isfinite(loss_sum) and math.isfinite(grad_norm)))) == 0
-        if not finite:
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.update()
-            # The grad scaler's own skips (finite loss, overflowing gradients) lower its scale and
-            # end by themselves; a non-finite loss on any rank does not, so it counts toward the limit.
-            scaler_skip = self.scaler.is_enabled() and self.dist.sum(float(not math.isfinite(loss_sum))) == 0
-            self._count_skip(loss_sum, grad_norm, scaler_skip)
-            return None
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        self.consecutive_skips = 0
-        self.consecutive_oom_skips = 0
-        tokens = self.dist.sum(local_tokens)
-        return {
-            "loss": self.dist.sum(loss_sum) / tokens,
-            "nll": self.dist.sum(nll_sum) / tokens,
-            "grad_norm": grad_norm,
-            "tgt_tokens": tokens,
-            "src_tokens": self.dist.sum(sum(b.src_tokens for b in micro_batches)),
-        }
+            self._count_oom_skip(sentences, local_tokens)
+        return sums
 
     def _accumulate(self, micro_batches: list[Batch], total_tokens: float) -> tuple[float, float] | None:
         """Forward and backward over every micro-batch, gradients summed. Returns the summed (loss,
@@ -254,7 +249,7 @@ class Trainer:
             for i, batch in enumerate(micro_batches):
                 # DDP: all-reduce gradients only on the last micro-batch of the update.
                 last = i == len(micro_batches) - 1
-                sync = nullcontext() if last or not self.dist.enabled else self.forward.no_sync()
+                sync = nullcontext() if last or not self.dist.enabled else self.training_objective.no_sync()
                 with sync:
                     loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
                 loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
@@ -268,10 +263,75 @@ class Trainer:
             return None
         return loss_sum, nll_sum
 
+    def _forward_backward(self, batch: Batch, total_tokens: float) -> tuple[float, float]:
+        with self.autocast():
+            loss, nll = self.training_objective(batch.src, batch.tgt_in, batch.tgt_out)
+        # Normalise by the tokens of the whole update on all ranks: DDP averages over ranks, so
+        # multiply back by world_size; the gradient is then that of the global mean token loss.
+        # The grad scaler (fp16 only; a no-op otherwise) scales the loss so that small gradients survive.
+        self.scaler.scale(loss * (self.dist.world_size / total_tokens)).backward()
+        return float(loss.detach()), float(nll.detach())
+
     def _free_after_oom(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)  # the failed pass's partial gradients
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back so the smaller batches can be placed
+
+    # -- the grad scaler, clipping and the finiteness check
+    def _unscale_and_clip(self) -> float:
+        """The gradients back to their true scale, clipped to optim.clip_norm; returns their norm
+        before clipping (inf or nan when they are not finite)."""
+        self.scaler.unscale_(self.optimizer)
+        clip = self.cfg.optim.clip_norm if self.cfg.optim.clip_norm > 0 else float("inf")
+        return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+
+    def _finite_on_every_rank(self, loss_sum: float, grad_norm: float) -> bool:
+        """One verdict for all ranks: they all make the update or all skip it."""
+        return self.dist.sum(float(not (math.isfinite(loss_sum) and math.isfinite(grad_norm)))) == 0
+
+    # -- the update, or its skip
+    def _apply_update(self) -> None:
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.consecutive_skips = 0
+        self.consecutive_oom_skips = 0
+
+    def _skip_non_finite(self, loss_sum: float, grad_norm: float) -> None:
+        """Drops the update's gradients and lets the grad scaler lower its scale, then counts the skip."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.update()
+        # The grad scaler's own skips (finite loss, overflowing gradients) lower its scale and
+        # end by themselves; a non-finite loss on any rank does not, so it counts toward the limit.
+        scaler_skip = self.scaler.is_enabled() and self.dist.sum(float(not math.isfinite(loss_sum))) == 0
+        self._count_non_finite_skip(loss_sum, grad_norm, scaler_skip)
+
+    def _update_metrics(
+        self, micro_batches: list[Batch], loss_sum: float, nll_sum: float, grad_norm: float
+    ) -> dict[str, float]:
+        """The update's per-token loss and nll and its token counts, over all ranks."""
+        tokens = self.dist.sum(sum(b.tgt_tokens for b in micro_batches))
+        return {
+            "loss": self.dist.sum(loss_sum) / tokens,
+            "nll": self.dist.sum(nll_sum) / tokens,
+            "grad_norm": grad_norm,
+            "tgt_tokens": tokens,
+            "src_tokens": self.dist.sum(sum(b.src_tokens for b in micro_batches)),
+        }
+
+    # -- counting skips: too many in a row stop the run
+    def _count_non_finite_skip(self, loss: float, grad_norm: float, scaler_skip: bool) -> None:
+        self.skipped_updates += 1
+        log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", self.step + 1, loss, grad_norm)
+        if scaler_skip:
+            return
+        self.consecutive_skips += 1
+        if self.consecutive_skips >= self.cfg.max_skipped_updates:
+            raise NonFiniteLoss(
+                f"{self.consecutive_skips} updates in a row had a non-finite loss or gradient "
+                f"(max_skipped_updates={self.cfg.max_skipped_updates}); the last good checkpoint is in {self.checkpoint_dir}"
+            )
 
     def _count_oom_skip(self, sentences: int, tokens: int) -> None:
         self.skipped_updates += 1
@@ -288,26 +348,6 @@ class Trainer:
                 f"{self.consecutive_oom_skips} updates in a row ran out of memory even with their batches split "
                 f"in two (max_skipped_updates={self.cfg.max_skipped_updates}); lower batch_tokens. "
                 f"The last good checkpoint is in {self.checkpoint_dir}"
-            )
-
-    def _forward_backward(self, batch: Batch, total_tokens: float) -> tuple[float, float]:
-        with self.autocast():
-            loss, nll = self.forward(batch.src, batch.tgt_in, batch.tgt_out)
-        # Normalise by the tokens of the whole update on all ranks: DDP averages over ranks, so
-        # multiply back by world_size; the gradient is then that of the global mean token loss.
-        self.scaler.scale(loss * (self.dist.world_size / total_tokens)).backward()
-        return float(loss.detach()), float(nll.detach())
-
-    def _count_skip(self, loss: float, grad_norm: float, scaler_skip: bool) -> None:
-        self.skipped_updates += 1
-        log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", self.step + 1, loss, grad_norm)
-        if scaler_skip:
-            return
-        self.consecutive_skips += 1
-        if self.consecutive_skips >= self.cfg.max_skipped_updates:
-            raise NonFiniteLoss(
-                f"{self.consecutive_skips} updates in a row had a non-finite loss or gradient "
-                f"(max_skipped_updates={self.cfg.max_skipped_updates}); the last good checkpoint is in {self.checkpoint_dir}"
             )
 
     # ---- validation ---------------------------------------------------------------------------

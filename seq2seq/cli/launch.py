@@ -1,0 +1,26 @@
+"""The console scripts' entry points (`[project.scripts]` in pyproject.toml).
+
+Each first re-launches the process on tcmalloc (`seq2seq.allocator`), explicitly and before the
+command's own module imports Hydra and torch (which a re-launch would otherwise import twice), then
+runs the command's `main`. Importing this module does nothing.
+"""
+
+from __future__ import annotations
+
+from seq2seq.allocator import relaunch_with_tcmalloc
+
+
+def train() -> None:
+    """`seq2seq-train`"""
+    relaunch_with_tcmalloc("seq2seq-train", __name__)
+    from seq2seq.cli.train import main
+
+    main()
+
+
+def translate() -> None:
+    """`seq2seq-translate`"""
+    relaunch_with_tcmalloc("seq2seq-translate", __name__)
+    from seq2seq.cli.translate import main
+
+    main()
