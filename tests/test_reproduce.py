@@ -56,6 +56,10 @@ def check_published(tmp_path: Path, result: dict, references: list[str]) -> None
     by_checkpoint = result["valid_bleu_by_checkpoint"]
     assert {"best.pt", "averaged.pt"} <= set(by_checkpoint) <= {"best.pt", "last.pt", "averaged.pt"}
     assert by_checkpoint[result["checkpoint"]] == max(by_checkpoint.values())
+    # ... and the length penalty is the one with the highest validation BLEU for that checkpoint.
+    by_penalty = result["valid_bleu_by_length_penalty"]
+    assert set(by_penalty) == {"0.6", "1", "1.4"} and by_penalty["1"] == by_checkpoint[result["checkpoint"]]
+    assert by_penalty[f"{result['length_penalty']:g}"] == max(by_penalty.values())
     # One file per experiment, budget and CPU class; the row names the class, precision and load.
     capability = result["machine"]["cpu_capability"]
     assert result["name"].endswith("." + capability.lower())
