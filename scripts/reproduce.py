@@ -84,6 +84,20 @@ def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int
     return [nbest[0].text for nbest in translator.translate(lines)]
 
 
+def average_of_the_end(run_dir: Path, last_step: int, count: int = 5) -> Path | None:
+    """The average of the run's final `count` checkpoints: the newest periodic ones, and last.pt when
+    training stopped after the newest of them (a run stopped by its clock rarely ends on a multiple of
+    save_every, and its final updates are the most annealed)."""
+    directory = run_dir / "checkpoints"
+    periodic = sorted(directory.glob("step_*.pt"), key=lambda p: int(p.stem.removeprefix("step_")))
+    if not periodic:
+        return None
+    newest = int(periodic[-1].stem.removeprefix("step_"))
+    files = periodic[-(count - 1) :] + [directory / "last.pt"] if last_step > newest else periodic[-count:]
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
+        return average_checkpoints([*map(str, files), "--output", str(directory / "averaged.pt")])
+
+
 def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
     cased, lowercase, chrf = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True), sacrebleu.CHRF()
     return {
@@ -221,13 +235,12 @@ def main() -> None:
     src, tgt = last["config"]["data"]["src_lang"], last["config"]["data"]["tgt_lang"]
     splits = held_out_splits(last["config"]["data"])
     # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
-    # the last periodic checkpoints; beam search on the validation split chooses among them.
+    # the final checkpoints; beam search on the validation split chooses among them.
     candidates = [run_dir / "checkpoints" / "best.pt"]
     if load_checkpoint(candidates[0])["step"] != last["step"]:
         candidates.append(run_dir / "checkpoints" / "last.pt")
-    if periodic := list((run_dir / "checkpoints").glob("step_*.pt")):
-        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
-            candidates.append(average_checkpoints([str(run_dir), "--last", str(min(5, len(periodic)))]))
+    if averaged := average_of_the_end(run_dir, last["step"]):
+        candidates.append(averaged)
     valid_src, valid_ref = splits["valid"]
 
     def valid_score(checkpoint: Path, length_penalty: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -109,3 +110,27 @@ def test_reproduce_multi30k_in_two_minutes(tmp_path: Path) -> None:
     assert 1.9 <= result["train_minutes"] <= 2.5
     assert result["direction"] == "en-de" and result["valid_bleu_curve"]
     check_published(tmp_path, result, read_lines(multi30k_file(MULTI30K, MULTI30K_SPLITS["test"], "de")))
+
+
+def load_script() -> object:
+    spec = importlib.util.spec_from_file_location("reproduce_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_average_ends_with_last_pt_when_training_stopped_after_the_newest_periodic_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = load_script()
+    (tmp_path / "checkpoints").mkdir()
+    for step in (700, 800, 900, 1000, 1100, 1200):  # 1000+ sorts before 700 as text: numbers must order them
+        (tmp_path / "checkpoints" / f"step_{step}.pt").touch()
+    averaged: list[list[str]] = []
+    monkeypatch.setattr(script, "average_checkpoints", lambda argv: averaged.append(argv) or Path("averaged.pt"))
+    files = lambda: [Path(a).name for a in averaged[-1][:-2]]  # noqa: E731
+    script.average_of_the_end(tmp_path, last_step=1262)  # stopped by the clock 62 updates after step_1200
+    assert files() == ["step_900.pt", "step_1000.pt", "step_1100.pt", "step_1200.pt", "last.pt"]
+    assert averaged[-1][-2:] == ["--output", str(tmp_path / "checkpoints" / "averaged.pt")]
+    script.average_of_the_end(tmp_path, last_step=1200)  # last.pt is step_1200.pt: not twice
+    assert files() == ["step_800.pt", "step_900.pt", "step_1000.pt", "step_1100.pt", "step_1200.pt"]
