@@ -90,7 +90,7 @@ def end_to_end_ctranslate2(args: argparse.Namespace, beam: int, source: list[str
 
 def timed_translation(translator: Translator, lines: list[str]) -> tuple[list[str], float]:
     start = time.perf_counter()
-    hypotheses = [nbest[0].text for nbest in translator.translate(lines)]
+    hypotheses = translator.translate(lines)
     return hypotheses, time.perf_counter() - start
 
 

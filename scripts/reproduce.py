@@ -81,7 +81,7 @@ def train(args: argparse.Namespace, run_dir: Path) -> tuple[float, list[float]]:
 def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int, length_penalty: float) -> list[str]:
     cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
     translator = load_translator(cfg, pick_device("auto"))
-    return [nbest[0].text for nbest in translator.translate(lines)]
+    return translator.translate(lines)
 
 
 def average_of_the_end(run_dir: Path, last_step: int, count: int = 5) -> Path | None:

@@ -95,6 +95,12 @@ def _format(index: int, nbest: list[Translation], n: int) -> str:
     return "".join(f"{index} ||| {t.text.translate(_LINE_BREAKS)} ||| {t.score:.4f}\n" for t in nbest)
 
 
+def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
+    """prefix=true input: "source<TAB>target prefix" per line; a line without a tab has no prefix."""
+    pairs = [line.split("\t", 1) if "\t" in line else [line, ""] for line in lines]
+    return [source for source, _ in pairs], [prefix for _, prefix in pairs]
+
+
 def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     if cfg.threads:
@@ -110,12 +116,13 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
         first_chunk = min(cfg.batch_size, FIRST_CHUNK_LINES)
         chunks = _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), first_chunk, cfg.input)
         for chunk in chunks:
-            results = translator.translate(chunk, first_line_number=lines + 1)
+            sources, prefixes = split_prefixes(chunk) if cfg.prefix else (chunk, None)
+            results = translator.translate_nbest(sources, prefixes, first_line_number=lines + 1)
             text = "".join(_format(lines + offset, nbest, cfg.nbest) for offset, nbest in enumerate(results))
             hypotheses.extend(nbest[0].text for nbest in results)
             _write(sink, text, cfg.output)
             # After the flush: a reader of the translations does not wait for the plots.
-            plot(chunk, [nbest[0].tokens for nbest in results], lines)  # 0-based ids, as in the n-best lines
+            plot(sources, [nbest[0].tokens for nbest in results], lines)  # 0-based ids, as in the n-best lines
             lines += len(chunk)
     except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing left to do
         return {"lines": lines}
@@ -139,7 +146,10 @@ def _attention_plotter(
     """Writes each chunk's cross-attention PNGs as the chunk is translated (stdin may be endless)."""
     if not directory:
         return lambda lines, outputs, first: None
-    from seq2seq.inference.attention_plots import make_directory, write_cross_attention_pngs  # matplotlib only when asked
+    from seq2seq.inference.attention_plots import (
+        make_directory,
+        write_cross_attention_pngs,
+    )  # matplotlib only when asked
 
     target = make_directory(Path(directory))  # a bad directory fails before any translating
     return lambda lines, outputs, first: write_cross_attention_pngs(translator, lines, outputs, target, first)
