@@ -282,6 +282,8 @@ def validate_translate(cfg: Any) -> None:
         _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
     _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
     ensemble = "," in str(cfg.checkpoint or "")
-    _check(not (ensemble and cfg.attention), "attention", cfg.attention, "plots one model's attention, not an ensemble's")
+    _check(
+        not (ensemble and cfg.attention), "attention", cfg.attention, "plots one model's attention, not an ensemble's"
+    )
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")
