@@ -89,7 +89,9 @@ class MultiHeadAttention(nn.Module):
             context = context.to(x.dtype)
         return self.out_proj(merge_heads(context)), weights
 
-    def _project(self, x: torch.Tensor, memory: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _project(
+        self, x: torch.Tensor, memory: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries from x, keys and values from x (self-attention) or the memory: (B, H, T, D) each."""
         if self.cross:
             q = split_heads(self.q_proj(x), self.heads)
