@@ -15,6 +15,7 @@ import pytest
 from conftest import TINY_TRAIN, compose_config, train_logging
 from omegaconf import OmegaConf
 
+from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import SamplingRule, Translator
 from seq2seq.inference.command import translate
@@ -148,3 +149,28 @@ def test_attention_plots_are_refused_for_an_ensemble(run_dir: Path, tmp_path: Pa
     ):
         command(tmp_path, LINES, checkpoint=f"{best},{best}", attention=str(tmp_path / "plots"))
     assert not (tmp_path / "plots").exists()
+
+
+def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference.export import ExportConfig, export
+
+    ct2 = export(
+        OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
+    )[0]
+    positions = load_checkpoint(run_dir / "checkpoints" / "best.pt")["config"]["model"]["max_positions"]
+    assert json.loads((ct2 / "seq2seq.json").read_text()) == {"max_positions": positions}
+    for settings in (dict(beam=1), dict(beam=1, prefix=True)):
+        lines = [f"{line}\tk j" if line and settings.get("prefix") else line for line in LINES]
+        ours = command(tmp_path, lines, run=str(run_dir), **settings)
+        assert command(tmp_path, lines, checkpoint=str(ct2), **settings) == ours
+    samples = command(tmp_path, LINES, checkpoint=str(ct2), sampling=True, nbest=2, seed=5)
+    assert len(samples) == 2 * 4 + 1 and samples == command(
+        tmp_path, LINES, checkpoint=str(ct2), sampling=True, nbest=2, seed=5
+    )
+
+
+def test_the_ctranslate2_path_of_the_command_does_not_import_torch() -> None:
+    code = "import sys, seq2seq.cli.translate, seq2seq.inference.command; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]

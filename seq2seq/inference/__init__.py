@@ -7,7 +7,20 @@ ensemble.py (several checkpoints decoded as one model), command.py (`seq2seq-tra
 (heatmaps), export.py (`seq2seq-export`).
 """
 
-from seq2seq.inference.sampling import SamplingRule
-from seq2seq.inference.translator import Translation, Translator
+from typing import Any
 
 __all__ = ["SamplingRule", "Translation", "Translator"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API's names, imported on first use: importing a module of this package (e.g. the
+    CTranslate2 path of seq2seq-translate) must not import torch, which takes seconds."""
+    if name == "SamplingRule":
+        from seq2seq.inference.sampling import SamplingRule
+
+        return SamplingRule
+    if name in ("Translation", "Translator"):
+        from seq2seq.inference import translator
+
+        return getattr(translator, name)
+    raise AttributeError(f"module 'seq2seq.inference' has no attribute {name!r}")

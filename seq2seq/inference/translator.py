@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,16 +22,10 @@ from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths
+from seq2seq.inference.translation import Translation
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Translation:
-    text: str
-    score: float  # Hypothesis.score: log P(output + EOS) / (tokens + 1) ** length_penalty; 0.0 for an empty line
-    tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix included)
 
 
 class Translator:
