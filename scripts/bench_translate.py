@@ -7,7 +7,9 @@ End to end: `seq2seq-translate` in a subprocess, process start to last line writ
 its first output line, for greedy and beam 5. In process: sentences/s and output tokens/s for each
 beam size and batch size, decode time per sentence by source-length bucket, BLEU of each output,
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
-and optionally dynamic int8 quantisation of the Linear layers. Run it on an idle machine.
+and optionally dynamic int8 quantisation of the Linear layers. With `--ctranslate2 <export dir>`, the
+CTranslate2 export of the same checkpoint is timed end to end beside ours (scripts/translate_ctranslate2.py),
+round by round, with its BLEU and the fraction of lines equal to ours. Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -42,11 +44,9 @@ from machine import machine_info  # noqa: E402
 BUCKETS = [(5, 10), (10, 20), (20, 40), (40, 80)]
 
 
-def end_to_end(args: argparse.Namespace, beam: int) -> dict[str, float]:
-    """Wall time of the real command, and when its first output line arrived."""
-    command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={args.run}", f"beam={beam}"]
-    command += [f"threads={args.threads}", f"precision={args.precision}"]
-    source = read_lines(args.input)[: args.limit]
+def run_filter(command: list[str], source: list[str]) -> tuple[list[str], float, float]:
+    """Runs a translation filter; its output lines, wall time (process start to last line) and the time
+    its first output line arrived."""
     start = time.perf_counter()
     process = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -58,13 +58,39 @@ def end_to_end(args: argparse.Namespace, beam: int) -> dict[str, float]:
     rest = process.stdout.read()
     process.wait()
     total = time.perf_counter() - start
-    hypotheses = (first_line + rest).splitlines()
-    return {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
+    if process.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} exited with status {process.returncode}")
+    return (first_line + rest).splitlines(), total, first
+
+
+def scores(hypotheses: list[str], reference: list[str]) -> dict[str, float]:
+    return {
+        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [reference]).score, 2),
+        "bleu_lc": round(sacrebleu.corpus_bleu(hypotheses, [reference], lowercase=True).score, 2),
+    }
+
+
+def end_to_end(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
+    """The real command, process start to last line written, and when its first output line arrived."""
+    command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={args.run}", f"beam={beam}"]
+    command += [f"threads={args.threads}", f"precision={args.precision}"]
+    hypotheses, total, first = run_filter(command, source)
+    row = {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
+    return {**row, **scores(hypotheses, reference), "hypotheses": hypotheses}
+
+
+def end_to_end_ctranslate2(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
+    """The same, with the CTranslate2 export of the same checkpoint (scripts/translate_ctranslate2.py)."""
+    command = [sys.executable, str(Path(__file__).resolve().parent / "translate_ctranslate2.py"), args.ctranslate2]
+    command += [f"--beam={beam}", f"--threads={args.threads}", f"--compute-type={args.ct2_compute_type}"]
+    hypotheses, total, first = run_filter(command, source)
+    row = {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
+    return {**row, **scores(hypotheses, reference), "hypotheses": hypotheses}
 
 
 def timed_translation(translator: Translator, lines: list[str]) -> tuple[list[str], float]:
     start = time.perf_counter()
-    hypotheses = [nbest[0].text for nbest in translator.translate(lines)]
+    hypotheses = translator.translate(lines)
     return hypotheses, time.perf_counter() - start
 
 
@@ -106,6 +132,11 @@ def main() -> None:
     parser.add_argument("--beams", default="1,2,5,10")
     parser.add_argument("--batch-sizes", default="16,64,128")
     parser.add_argument("--quantize", action="store_true", help="also measure dynamic int8 Linear layers")
+    parser.add_argument("--rounds", type=int, default=1, help="end-to-end rounds (A/B/A/B with --ctranslate2)")
+    parser.add_argument(
+        "--ctranslate2", help="a seq2seq-export format=ctranslate2 directory of the same checkpoint: timed beside ours"
+    )
+    parser.add_argument("--ct2-compute-type", default="float32", help="CTranslate2's compute_type (float32: as ours)")
     parser.add_argument("--limit", type=int, help="only the first N sentences (a quick check of the script)")
     parser.add_argument("--check-sentences", type=int, default=100, help="sentences compared with the simple decoder")
     args = parser.parse_args()
@@ -117,7 +148,22 @@ def main() -> None:
         "precision": args.precision,  # replaced below by what it meant on this machine
         "machine": machine_info(),
     }
-    report["end_to_end"] = [end_to_end(args, beam) for beam in (1, 5)]
+    rounds = []
+    for _ in range(args.rounds):  # A/B/A/B: the machine's speed drifts between runs
+        for beam in (1, 5):
+            rounds.append(("seq2seq", end_to_end(args, beam, source, reference)))
+            if args.ctranslate2:
+                rounds.append(("ctranslate2", end_to_end_ctranslate2(args, beam, source, reference)))
+    ours = {row["beam"]: row["hypotheses"] for engine, row in rounds if engine == "seq2seq"}
+    for engine, row in rounds:
+        if engine == "ctranslate2":  # lines equal to ours, the export's promise
+            same = sum(a == b for a, b in zip(row["hypotheses"], ours[row["beam"]], strict=True))
+            row["same_as_seq2seq"] = round(same / len(source), 4)
+    report["end_to_end"] = [row for engine, row in rounds if engine == "seq2seq"]
+    if args.ctranslate2:
+        report["ctranslate2_end_to_end"] = [row for engine, row in rounds if engine == "ctranslate2"]
+    for _, row in rounds:
+        del row["hypotheses"]
 
     start = time.perf_counter()
     translator = load_translator(TranslateConfig(run=args.run, beam=1, precision=args.precision), torch.device("cpu"))

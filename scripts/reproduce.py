@@ -8,8 +8,9 @@ Any experiment whose data has valid and test splits works: they are read through
 config, exactly as training read them.
 
 1. `seq2seq-train experiment=<name>` (the real command, in a subprocess) for the experiment's budget;
-2. averages the last periodic checkpoints, and keeps whichever of best.pt / averaged.pt scores the
-   higher BLEU on the *validation* split (the test set never chooses anything);
+2. averages the last periodic checkpoints, and keeps whichever of best.pt / last.pt / averaged.pt scores
+   the higher BLEU on the *validation* split, then the length penalty for it the same way (the test set
+   never chooses anything);
 3. translates the test split (Multi30k: test_2016_flickr) with beam search and scores it with sacreBLEU (cased and
    case-insensitive, with signatures) and chrF;
 4. writes results/<name>.json and results/<name>.md (the table the README includes) and prints the JSON.
@@ -80,7 +81,21 @@ def train(args: argparse.Namespace, run_dir: Path) -> tuple[float, list[float]]:
 def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int, length_penalty: float) -> list[str]:
     cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
     translator = load_translator(cfg, pick_device("auto"))
-    return [nbest[0].text for nbest in translator.translate(lines)]
+    return translator.translate(lines)
+
+
+def average_of_the_end(run_dir: Path, last_step: int, count: int = 5) -> Path | None:
+    """The average of the run's final `count` checkpoints: the newest periodic ones, and last.pt when
+    training stopped after the newest of them (a run stopped by its clock rarely ends on a multiple of
+    save_every, and its final updates are the most annealed)."""
+    directory = run_dir / "checkpoints"
+    periodic = sorted(directory.glob("step_*.pt"), key=lambda p: int(p.stem.removeprefix("step_")))
+    if not periodic:
+        return None
+    newest = int(periodic[-1].stem.removeprefix("step_"))
+    files = periodic[-(count - 1) :] + [directory / "last.pt"] if last_step > newest else periodic[-count:]
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
+        return average_checkpoints([*map(str, files), "--output", str(directory / "averaged.pt")])
 
 
 def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
@@ -164,7 +179,8 @@ def table_row(result: dict) -> str:
     return (
         f"| {result['experiment']} | {machine['cpu_capability']} | {result['precision']} | "
         f"{result['train_minutes']:.0f} min, {result['steps']} updates | {test['bleu']} | {test['bleu_lowercase']} | "
-        f"{test['chrf']} | {result['checkpoint']} (beam {result['beam']}) | {load_text} | "
+        f"{test['chrf']} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
+        f"{load_text} | "
         f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"
     )
 
@@ -199,7 +215,11 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     parser.add_argument("--minutes", type=float, help="training budget (default: the experiment's max_minutes)")
     parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument(
+        "--length-penalties",
+        default="0.6,1.0,1.4",
+        help="candidates for beam search's length penalty, chosen on the validation split",
+    )
     parser.add_argument("--run-dir", help="default: outputs/reproduce/<experiment>[_<N>min]")
     parser.add_argument("--results", default=str(ROOT / "results"))
     parser.add_argument("--readme", default=str(ROOT / "README.md"), help="whose results table to rewrite")
@@ -215,23 +235,29 @@ def main() -> None:
     src, tgt = last["config"]["data"]["src_lang"], last["config"]["data"]["tgt_lang"]
     splits = held_out_splits(last["config"]["data"])
     # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
-    # the last periodic checkpoints; beam search on the validation split chooses among them.
+    # the final checkpoints; beam search on the validation split chooses among them.
     candidates = [run_dir / "checkpoints" / "best.pt"]
     if load_checkpoint(candidates[0])["step"] != last["step"]:
         candidates.append(run_dir / "checkpoints" / "last.pt")
-    if periodic := list((run_dir / "checkpoints").glob("step_*.pt")):
-        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
-            candidates.append(average_checkpoints([str(run_dir), "--last", str(min(5, len(periodic)))]))
+    if averaged := average_of_the_end(run_dir, last["step"]):
+        candidates.append(averaged)
     valid_src, valid_ref = splits["valid"]
-    valid_bleu = {}
-    for checkpoint in candidates:
-        hypotheses = translate_lines(checkpoint, run_dir, valid_src, args.beam, args.length_penalty)
-        valid_bleu[checkpoint.name] = round(sacrebleu.corpus_bleu(hypotheses, [valid_ref]).score, 2)
+
+    def valid_score(checkpoint: Path, length_penalty: float) -> float:
+        hypotheses = translate_lines(checkpoint, run_dir, valid_src, args.beam, length_penalty)
+        return round(sacrebleu.corpus_bleu(hypotheses, [valid_ref]).score, 2)
+
+    # The checkpoint first (at length penalty 1.0), then the length penalty for it: two small
+    # searches on the validation split instead of their product.
+    valid_bleu = {checkpoint.name: valid_score(checkpoint, 1.0) for checkpoint in candidates}
     chosen = max(candidates, key=lambda c: valid_bleu[c.name])
+    penalties = sorted({float(p) for p in args.length_penalties.split(",")} | {1.0})
+    valid_bleu_by_penalty = {p: valid_bleu[chosen.name] if p == 1.0 else valid_score(chosen, p) for p in penalties}
+    length_penalty = max(penalties, key=lambda p: (valid_bleu_by_penalty[p], p == 1.0))  # ties keep 1.0
 
     test_src, test_ref = splits["test"]
     start = time.monotonic()
-    hypotheses = translate_lines(chosen, run_dir, test_src, args.beam, args.length_penalty)
+    hypotheses = translate_lines(chosen, run_dir, test_src, args.beam, length_penalty)
     machine = machine_info()
     chosen_precision = PRECISION_LINE.findall(log)
     result = {
@@ -250,7 +276,8 @@ def main() -> None:
         "valid_bleu_by_checkpoint": valid_bleu,
         "checkpoint": chosen.name,
         "beam": args.beam,
-        "length_penalty": args.length_penalty,
+        "length_penalty": length_penalty,
+        "valid_bleu_by_length_penalty": {f"{p:g}": b for p, b in valid_bleu_by_penalty.items()},
         "test": scores(hypotheses, test_ref),
         "test_translate_seconds": round(time.monotonic() - start, 1),
         "config_hash": hashlib.sha256(json.dumps(last["config"], sort_keys=True).encode()).hexdigest()[:12],

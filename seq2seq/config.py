@@ -150,6 +150,12 @@ class TranslateConfig:
     )
     threads: int | None = None
     attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
+    sampling: bool = False  # sample instead of searching (back-translation): nbest samples per line, beam unused
+    temperature: float = 1.0  # sampling: divides the log-probabilities; < 1 sharper, > 1 flatter
+    top_k: int = 0  # sampling: only the k most likely tokens (0: all)
+    top_p: float = 1.0  # sampling: only the most likely tokens up to this probability mass, in (0, 1]
+    seed: int = 0  # sampling: the same seed, input and batch_size give the same samples
+    prefix: bool = False  # input lines are "source<TAB>target prefix": each translation starts with its prefix
     debug: bool = False  # show tracebacks instead of one-line errors
 
 
@@ -270,7 +276,14 @@ def validate_train(cfg: Any) -> None:
 def validate_translate(cfg: Any) -> None:
     _check(cfg.run is not None or cfg.checkpoint is not None, "run", None, "give run=<run dir> or checkpoint=<file>")
     _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
-    _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
+    if cfg.sampling:
+        _check(cfg.nbest > 0, "nbest", cfg.nbest, "must be positive (samples per line)")
+    else:
+        _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
     _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
+    ensemble = "," in str(cfg.checkpoint or "")
+    _check(
+        not (ensemble and cfg.attention), "attention", cfg.attention, "plots one model's attention, not an ensemble's"
+    )
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")

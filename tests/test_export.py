@@ -60,7 +60,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ours(checkpoint: Path, beam: int, lines: list[str] = LINES) -> list[str]:
     cfg = OmegaConf.structured(TranslateConfig(checkpoint=str(checkpoint), beam=beam, precision="fp32", device="cpu"))
     translator = load_translator(cfg, torch.device("cpu"))
-    return [nbest[0].text for nbest in translator.translate(lines)]
+    return translator.translate(lines)
 
 
 def ct2_translate(model_dir: Path, lines: list[str], beam: int, max_positions: int) -> list[str]:

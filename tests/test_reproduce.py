@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -56,6 +57,10 @@ def check_published(tmp_path: Path, result: dict, references: list[str]) -> None
     by_checkpoint = result["valid_bleu_by_checkpoint"]
     assert {"best.pt", "averaged.pt"} <= set(by_checkpoint) <= {"best.pt", "last.pt", "averaged.pt"}
     assert by_checkpoint[result["checkpoint"]] == max(by_checkpoint.values())
+    # ... and the length penalty is the one with the highest validation BLEU for that checkpoint.
+    by_penalty = result["valid_bleu_by_length_penalty"]
+    assert set(by_penalty) == {"0.6", "1", "1.4"} and by_penalty["1"] == by_checkpoint[result["checkpoint"]]
+    assert by_penalty[f"{result['length_penalty']:g}"] == max(by_penalty.values())
     # One file per experiment, budget and CPU class; the row names the class, precision and load.
     capability = result["machine"]["cpu_capability"]
     assert result["name"].endswith("." + capability.lower())
@@ -105,3 +110,27 @@ def test_reproduce_multi30k_in_two_minutes(tmp_path: Path) -> None:
     assert 1.9 <= result["train_minutes"] <= 2.5
     assert result["direction"] == "en-de" and result["valid_bleu_curve"]
     check_published(tmp_path, result, read_lines(multi30k_file(MULTI30K, MULTI30K_SPLITS["test"], "de")))
+
+
+def load_script() -> object:
+    spec = importlib.util.spec_from_file_location("reproduce_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_average_ends_with_last_pt_when_training_stopped_after_the_newest_periodic_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = load_script()
+    (tmp_path / "checkpoints").mkdir()
+    for step in (700, 800, 900, 1000, 1100, 1200):  # 1000+ sorts before 700 as text: numbers must order them
+        (tmp_path / "checkpoints" / f"step_{step}.pt").touch()
+    averaged: list[list[str]] = []
+    monkeypatch.setattr(script, "average_checkpoints", lambda argv: averaged.append(argv) or Path("averaged.pt"))
+    files = lambda: [Path(a).name for a in averaged[-1][:-2]]  # noqa: E731
+    script.average_of_the_end(tmp_path, last_step=1262)  # stopped by the clock 62 updates after step_1200
+    assert files() == ["step_900.pt", "step_1000.pt", "step_1100.pt", "step_1200.pt", "last.pt"]
+    assert averaged[-1][-2:] == ["--output", str(tmp_path / "checkpoints" / "averaged.pt")]
+    script.average_of_the_end(tmp_path, last_step=1200)  # last.pt is step_1200.pt: not twice
+    assert files() == ["step_800.pt", "step_900.pt", "step_1000.pt", "step_1100.pt", "step_1200.pt"]

@@ -94,7 +94,7 @@ def sentence_attention(translator: Translator, source: str, out_ids: list[int]) 
 
 def translate_with_attention(translator: Translator, sources: list[str]) -> list[SentenceAttention]:
     """Translate `sources` (as the translator is set up) and collect each one's attention."""
-    results = translator.translate(sources)
+    results = translator.translate_nbest(sources)
     return [sentence_attention(translator, s, nbest[0].tokens) for s, nbest in zip(sources, results, strict=True)]
 
 

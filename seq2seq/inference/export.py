@@ -39,6 +39,7 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
+from seq2seq.inference.ctranslate2_engine import DECODING_FILE
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
 
@@ -275,7 +276,13 @@ def _ctranslate2_writer(
         spec.optimize(quantization=quantization)  # aliases equal tensors (tied/shared), then quantizes
     except ValueError as err:
         raise UserError(f"{path}: CTranslate2 refused the model: {str(err).strip().splitlines()[0]}") from err
-    return lambda directory: spec.save(str(directory))
+
+    def write(directory: Path) -> None:
+        spec.save(str(directory))
+        # What CTranslate2's files do not say and seq2seq-translate needs to decode as with the checkpoint.
+        (directory / DECODING_FILE).write_text(json.dumps({"max_positions": model_cfg.max_positions}) + "\n")
+
+    return write
 
 
 def _feed_forward(spec: Any, prefix: str, norm: Callable, linear: Callable) -> None:

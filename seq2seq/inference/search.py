@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.speedups import best_continuations, rows_to_keep
 from seq2seq.model.kv_cache import DecoderState
 from seq2seq.model.transformer import Transformer
@@ -59,6 +60,21 @@ def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:
         log_probs.masked_fill_(rows[:, None] & not_eos, NEG_INF)
 
 
+def force_prefix(log_probs: torch.Tensor, forced: torch.Tensor | None, sentences: torch.Tensor, step: int) -> None:
+    """A forced target prefix: rows whose sentence still has a prefix token at `step` may only output
+    it, with the model's log-probability (so a hypothesis's score stays log P of all its tokens).
+    forced: (B, P) token ids per original sentence, -1 after each prefix's end; sentences: (R,) the
+    original sentence of each row."""
+    if forced is None or step >= forced.size(1):
+        return
+    tokens = forced[sentences, step]  # (R,)
+    rows = tokens >= 0
+    if bool(rows.any()):
+        wanted = tokens[rows, None]
+        only = torch.full_like(log_probs[rows], NEG_INF).scatter_(1, wanted, log_probs[rows].gather(1, wanted))
+        log_probs[rows] = only
+
+
 @torch.inference_mode()
 def greedy_search(
     model: Transformer,
@@ -68,10 +84,16 @@ def greedy_search(
     max_len: torch.Tensor,
     length_penalty: float = 0.0,
     row_multiple: int = 1,
+    forced: torch.Tensor | None = None,
+    sampling: SamplingRule | None = None,
+    generator: torch.Generator | None = None,
 ) -> list[Hypothesis]:
-    """src: (B, S) ids -> the most likely next token at every step, for each sentence. The tokens do
-    not depend on `length_penalty`: it only sets the hypotheses' `score`. Sentences leave the batch
-    as they finish, in steps of `row_multiple` (see `rows_to_keep`)."""
+    """src: (B, S) ids -> the most likely next token at every step, for each sentence; with a
+    `sampling` rule, a token drawn from the model's (filtered) distribution instead (`generator`
+    seeds it). The tokens do not depend on `length_penalty`: it only sets the hypotheses' `score`,
+    which is the model's own log-probability either way (not the tempered one). `forced`: a target
+    prefix per sentence (see `force_prefix`). Sentences leave the batch as they finish, in steps of
+    `row_multiple` (see `rows_to_keep`)."""
     batch = src.size(0)
     state = model.start_decoding(src)
     alive = torch.arange(batch, device=src.device)  # original index of each row still decoding
@@ -82,7 +104,12 @@ def greedy_search(
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, tokens, state, bos)  # (B_alive, V)
         _only_eos(log_probs, max_len[alive] <= step + 1, eos)
-        best, tokens = log_probs.max(dim=-1)
+        force_prefix(log_probs, forced, alive, step)
+        if sampling is None:
+            best, tokens = log_probs.max(dim=-1)
+        else:
+            tokens = sampling.sample(log_probs, generator)
+            best = log_probs.gather(1, tokens[:, None]).squeeze(1)
         log_prob = log_prob + best
         live = []
         for row, (index, token) in enumerate(zip(alive.tolist(), tokens.tolist(), strict=True)):
@@ -114,11 +141,14 @@ def beam_search(
     length_penalty: float = 1.0,
     nbest: int = 1,
     row_multiple: int = 1,
+    forced: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
     hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
     finished (so beam=1 is exactly greedy); a sentence is done when `sentence_done` says so.
-    Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`)."""
+    Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
+    `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
+    live prefix, as at the start."""
     state = model.start_decoding(src, group=beam)  # (B*k) decoder rows
     beams = Beams(src.size(0), beam, bos, src.device)
     limit = max_len.tolist()
@@ -126,6 +156,8 @@ def beam_search(
         log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*k, V)
         at_limit = torch.tensor([limit[i] <= step + 1 for i in beams.alive], device=src.device)
         _only_eos(log_probs, at_limit.repeat_interleave(beam), eos)
+        if forced is not None:
+            force_prefix(log_probs, forced, torch.tensor(beams.alive, device=src.device).repeat_interleave(beam), step)
         cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         is_eos = cand_token == eos
         beams.finish(cand_scores, cand_beam, is_eos, length_penalty)

@@ -1,29 +1,31 @@
 """Raw text in, translations out: tokenize, sort by length, batch, search, detokenize, restore order.
 
-Used by `seq2seq-translate` and by validation during training, so both decode the same way.
+The Python API (`Translator.load`, `translate`, `translate_nbest`), on which `seq2seq-translate` and
+validation during training are built, so all three decode the same way. No Hydra needed:
+
+    from seq2seq.inference import Translator
+    translator = Translator.load("outputs/2026-11-23/18-12-22", beam=5)
+    translator.translate(["A man rides a bike."])  # ["Ein Mann fährt Fahrrad."]
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import torch
 
+from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
-from seq2seq.device import half_precision_on_cpu
+from seq2seq.device import half_precision_on_cpu, pick_device
+from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths
+from seq2seq.inference.translation import Translation
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Translation:
-    text: str
-    score: float  # Hypothesis.score: log P(output + EOS) / (tokens + 1) ** length_penalty; 0.0 for an empty line
-    tokens: list[int]
 
 
 class Translator:
@@ -32,7 +34,7 @@ class Translator:
 
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | Ensemble,
         tokenizers: Tokenizers,
         device: torch.device,
         beam: int = 1,
@@ -41,6 +43,9 @@ class Translator:
         max_len_b: int = 10,
         nbest: int = 1,
         batch_size: int = 64,
+        *,
+        sampling: SamplingRule | None = None,
+        seed: int = 0,
     ) -> None:
         self.model = model
         self.tokenizers = tokenizers
@@ -51,7 +56,60 @@ class Translator:
         self.max_len_b = max_len_b
         self.nbest = nbest
         self.batch_size = batch_size
-        self.max_positions = model.cfg.max_positions
+        self.sampling = sampling  # None: search (greedy or beam); else `nbest` samples per line
+        # One generator for the translator's life: the same lines in the same calls give the same samples.
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.max_positions = model.max_positions if isinstance(model, Ensemble) else model.cfg.max_positions
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | Sequence[str | Path],
+        *,
+        beam: int = 5,
+        nbest: int = 1,
+        length_penalty: float = 1.0,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        batch_size: int = 128,
+        precision: str = "auto",
+        device: str = "auto",
+        sampling: SamplingRule | None = None,
+        seed: int = 0,
+    ) -> Translator:
+        """Loads a model once for translating many lists of lines.
+
+        path: a run directory (its best.pt, else last.pt), a training checkpoint (.pt) with the
+            tokenizer beside it or in its run directory, a `seq2seq-export` directory or its
+            model.safetensors, or a list of checkpoints of one run to decode as an ensemble.
+        beam: 1 is greedy search. nbest: hypotheses (or samples) returned per line by `translate_nbest`.
+        length_penalty: hypotheses are ranked by log P / (tokens + 1) ** length_penalty.
+        max_len_a, max_len_b: at most a * source tokens + b output tokens per line.
+        precision: auto (measured once per machine), fp32, bf16, or fp16 on a GPU.
+        device: auto, cpu, cuda, cuda:N. sampling: sample instead of searching (see SamplingRule),
+        seeded by `seed`.
+        Bad files or settings raise `seq2seq.config.UserError` with a one-line message.
+        """
+        from seq2seq.inference.loading import load_translator  # here: loading.py builds Translators
+
+        paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
+        directory = len(paths) == 1 and Path(paths[0]).is_dir() and not (Path(paths[0]) / "model.safetensors").exists()
+        cfg = TranslateConfig(
+            run=paths[0] if directory else None,
+            checkpoint=None if directory else ",".join(paths),
+            beam=beam,
+            nbest=nbest,
+            length_penalty=length_penalty,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            batch_size=batch_size,
+            precision=precision,
+            device=device,
+        )
+        translator = load_translator(cfg, pick_device(device))
+        translator.sampling = sampling
+        translator.generator.manual_seed(seed)
+        return translator
 
     def encode(self, lines: list[str], first_line_number: int = 1) -> list[list[int]]:
         """Source ids + EOS, cut to the model's positions with a warning that names the line."""
@@ -69,32 +127,74 @@ class Translator:
             encoded.append([*ids, EOS_ID])
         return encoded
 
-    def _search(self, src: torch.Tensor) -> list[list[Hypothesis]]:
+    def encode_prefixes(self, prefixes: list[str], first_line_number: int = 1) -> list[list[int]]:
+        """Target ids of each forced prefix; one that leaves no room for EOS within the model's
+        positions is an error naming its line."""
+        encoded = self.tokenizers.encode_tgt(prefixes)
+        for offset, ids in enumerate(encoded):
+            if len(ids) + 1 > self.max_positions - 1:
+                raise UserError(
+                    f"input line {first_line_number + offset}: the target prefix has {len(ids)} tokens, more than "
+                    f"the {self.max_positions - 2} the model's {self.max_positions} positions leave room for"
+                )
+        return encoded
+
+    def _search(self, src: torch.Tensor, prefixes: list[list[int]] | None) -> list[list[Hypothesis]]:
         max_len = max_output_lengths(src, PAD_ID, self.max_len_a, self.max_len_b, self.max_positions)
+        forced = None
+        if prefixes is not None and any(prefixes):
+            # The budget counts after the prefix too: a prefix never uses up a sentence's output.
+            lengths = torch.tensor([len(p) for p in prefixes], device=max_len.device)
+            max_len = torch.maximum(max_len, lengths + self.max_len_b).clamp(max=self.max_positions - 1)
+            forced = torch.full((len(prefixes), int(lengths.max())), -1, dtype=torch.long)
+            for row, prefix in enumerate(prefixes):
+                forced[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+            forced = forced.to(src.device)
         # A half-precision model on a CPU runs on oneDNN kernels built per matrix shape: let the batch
         # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
+        if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
+            repeat = lambda x: None if x is None else x.repeat_interleave(self.nbest, dim=0)  # noqa: E731
+            hyps = greedy_search(
+                self.model, repeat(src), BOS_ID, EOS_ID, repeat(max_len), self.length_penalty, multiple,
+                repeat(forced), self.sampling, self.generator,
+            )  # fmt: skip
+            return [hyps[i : i + self.nbest] for i in range(0, len(hyps), self.nbest)]
         if self.beam == 1:
-            hyps = greedy_search(self.model, src, BOS_ID, EOS_ID, max_len, self.length_penalty, multiple)
+            hyps = greedy_search(self.model, src, BOS_ID, EOS_ID, max_len, self.length_penalty, multiple, forced)
             return [[h] for h in hyps]
         return beam_search(
-            self.model, src, BOS_ID, EOS_ID, max_len, self.beam, self.length_penalty, self.nbest, multiple
+            self.model, src, BOS_ID, EOS_ID, max_len, self.beam, self.length_penalty, self.nbest, multiple, forced
         )
 
+    def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]:
+        """The best translation of each line, in input order; with `prefixes`, each translation starts
+        with its line's prefix (target text; "" for none)."""
+        return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
+
     @torch.inference_mode()
-    def translate(self, lines: list[str], first_line_number: int = 1) -> list[list[Translation]]:
-        """One list of `nbest` translations per input line, in input order. Empty lines stay empty."""
+    def translate_nbest(
+        self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
+    ) -> list[list[Translation]]:
+        """`nbest` translations (or samples) per line, best score first, in input order. Empty lines
+        stay empty. `first_line_number` numbers the lines in warnings and errors."""
+        if prefixes is not None and len(prefixes) != len(lines):
+            raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
         self.model.eval()
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
         encoded = dict(zip(todo, self.encode([lines[i] for i in todo], first_line_number), strict=True))
+        forced = None
+        if prefixes is not None:
+            forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], first_line_number), strict=True))
         # Longest first: similar lengths share a batch (little padding), and the slowest batch shows up early.
         todo.sort(key=lambda i: len(encoded[i]), reverse=True)
         for batch in _chunks(todo, self.batch_size):
             src = torch.full((len(batch), max(len(encoded[i]) for i in batch)), PAD_ID, dtype=torch.long)
             for row, i in enumerate(batch):
                 src[row, : len(encoded[i])] = torch.tensor(encoded[i])
-            for i, hyps in zip(batch, self._search(src.to(self.device)), strict=True):
+            batch_prefixes = [forced[i] for i in batch] if forced is not None else None
+            for i, hyps in zip(batch, self._search(src.to(self.device), batch_prefixes), strict=True):
                 texts = self.tokenizers.decode_tgt([h.tokens for h in hyps])
                 results[i] = [Translation(t, h.score, h.tokens) for t, h in zip(texts, hyps, strict=True)]
         return results

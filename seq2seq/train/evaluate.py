@@ -51,5 +51,5 @@ def validation_translations(
     """(sources, hypotheses, references) for the first `max_sentences` validation pairs."""
     sources = split.src_text[:max_sentences] if max_sentences else split.src_text
     references = split.tgt_text[: len(sources)]
-    hypotheses = [nbest[0].text for nbest in translator.translate(sources)]
+    hypotheses = translator.translate(sources)
     return sources, hypotheses, references

@@ -1,0 +1,176 @@
+"""The Python API, and the decoding options through `seq2seq-translate`, on a tiny trained run:
+the API and the command give the same translations, prefixes come out as given, ensembles and
+sampling behave as their definitions say, and bad input is one line naming the key, line or file."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY_TRAIN, compose_config, train_logging
+from omegaconf import OmegaConf
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import TranslateConfig, UserError
+from seq2seq.inference import SamplingRule, Translator
+from seq2seq.inference.command import translate
+
+TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
+LINES = ["a b c d", "e f g", "h i j k l", "", "m n"]
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("api")
+    train_logging(compose_config("train", [*TRAIN, f"data.cache_dir={root / 'cache'}"]), root / "run")
+    return root / "run"
+
+
+def command(tmp_path: Path, lines: list[str], **settings: object) -> list[str]:
+    """seq2seq-translate's work (translate(cfg)) on `lines`; its output lines."""
+    source, output = tmp_path / "input.txt", tmp_path / "output.txt"
+    source.write_text("".join(line + "\n" for line in lines))
+    settings = {"precision": "fp32", "device": "cpu", **settings}
+    translate(OmegaConf.structured(TranslateConfig(input=str(source), output=str(output), **settings)))
+    return output.read_text().split("\n")[:-1]  # not splitlines(): a sampled piece may hold \x1c or \x85
+
+
+def test_the_api_translates_as_the_command(run_dir: Path, tmp_path: Path) -> None:
+    translator = Translator.load(run_dir, beam=3, precision="fp32", device="cpu")
+    assert translator.translate(LINES) == command(tmp_path, LINES, run=str(run_dir), beam=3)
+    nbest = translator.translate_nbest(LINES)
+    assert [n[0].text for n in nbest] == translator.translate(LINES) and nbest[3][0].text == ""
+    # A checkpoint file and a list of one checkpoint load the same model as the run directory.
+    best = run_dir / "checkpoints" / "best.pt"
+    for path in (best, [best]):
+        assert Translator.load(path, beam=3, precision="fp32", device="cpu").translate(LINES) == translator.translate(
+            LINES
+        )
+
+
+def test_the_readme_api_example_runs_as_printed(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = README.read_text()
+    example = re.search(r"<!-- api example -->\n```python\n(.*?)```", text, re.DOTALL)
+    assert example, "README has no API example"
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "my-run").symlink_to(run_dir)  # the run directory the example names
+    monkeypatch.chdir(tmp_path)
+    printed = subprocess.run([sys.executable, "-c", example.group(1)], capture_output=True, text=True, timeout=300)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    assert len(printed.stdout.splitlines()) >= 2
+
+
+def test_prefixes_start_each_translation(run_dir: Path, tmp_path: Path) -> None:
+    translator = Translator.load(run_dir, beam=2, precision="fp32", device="cpu")
+    prefixes = ["k j", "", "x y z", "", "n"]
+    results = translator.translate_nbest(LINES, prefixes)
+    for line, prefix, nbest in zip(LINES, prefixes, results, strict=True):
+        if line:
+            forced = translator.tokenizers.encode_tgt([prefix])[0]
+            assert nbest[0].tokens[: len(forced)] == forced
+            assert nbest[0].text.startswith(prefix)
+    # The command reads them from "source<TAB>prefix" lines; a line without a tab has none.
+    tsv = [f"{line}\t{prefix}" if prefix else line for line, prefix in zip(LINES, prefixes, strict=True)]
+    assert command(tmp_path, tsv, run=str(run_dir), beam=2, prefix=True) == [n[0].text for n in results]
+
+
+def test_a_prefix_longer_than_the_model_allows_names_its_line(run_dir: Path, tmp_path: Path) -> None:
+    long = " ".join(["a"] * 300)
+    with pytest.raises(UserError, match=r"^input line 2: the target prefix has \d+ tokens, more than the \d+"):
+        command(tmp_path, ["a b", f"c d\t{long}"], run=str(run_dir), beam=2, prefix=True)
+
+
+def test_an_ensemble_of_a_checkpoint_with_itself_translates_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+    best = run_dir / "checkpoints" / "best.pt"
+    alone = command(tmp_path, LINES, checkpoint=str(best), beam=3)
+    assert command(tmp_path, LINES, checkpoint=f"{best},{best}", beam=3) == alone
+    two = command(tmp_path, LINES, checkpoint=f"{best},{run_dir / 'checkpoints' / 'step_20.pt'}", beam=3)
+    assert len(two) == len(LINES)
+
+
+def test_an_ensemble_across_tokenizers_is_refused_naming_the_file(run_dir: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(run_dir / "checkpoints" / "best.pt", other / "best.pt")
+    tokenizer = json.loads((run_dir / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    a, b = [t for t in vocab if vocab[t] > 10][:2]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, different tokenizer
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer))
+    checkpoints = f"{run_dir / 'checkpoints' / 'best.pt'},{other / 'best.pt'}"
+    with pytest.raises(UserError, match=rf"^{re.escape(str(other / 'best.pt'))}: its tokenizer differs from that of "):
+        command(tmp_path, LINES, checkpoint=checkpoints)
+
+
+def test_sampling_is_seeded_and_gives_nbest_samples_per_line(run_dir: Path, tmp_path: Path) -> None:
+    settings = dict(run=str(run_dir), sampling=True, nbest=4, temperature=1.5, seed=3)
+    first = command(tmp_path, LINES, **settings)
+    assert first == command(tmp_path, LINES, **settings)
+    assert len(first) == 4 * 4 + 1 and first[0].startswith("0 ||| ")  # the empty line: one empty entry
+    samples = [line.split(" ||| ")[1] for line in first if line.startswith("2 ||| ")]
+    assert len(samples) == 4
+    other_seed = command(tmp_path, LINES, **{**settings, "seed": 4})
+    assert other_seed != first
+    # top_k=1 sampling is greedy search.
+    greedy = command(tmp_path, LINES, run=str(run_dir), beam=1)
+    assert command(tmp_path, LINES, run=str(run_dir), sampling=True, top_k=1) == greedy
+    rule = SamplingRule(top_k=1)
+    api = Translator.load(run_dir, beam=1, precision="fp32", device="cpu", sampling=rule)
+    assert api.translate(LINES) == greedy
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("temperature=0", "error: config error: temperature=0.0: must be > 0"),
+        ("top_p=1.5", "error: config error: top_p=1.5: must be in (0, 1]"),
+        ("top_p=0", "error: config error: top_p=0.0: must be in (0, 1]"),
+    ],
+)
+def test_bad_sampling_settings_are_one_line_and_exit_non_zero(run_dir: Path, override: str, message: str) -> None:
+    script = Path(sys.executable).parent / "seq2seq-translate"
+    done = subprocess.run(
+        [str(script), f"run={run_dir}", "sampling=true", override], input="a b\n", capture_output=True, text=True
+    )
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1] == message
+
+
+def test_attention_plots_are_refused_for_an_ensemble(run_dir: Path, tmp_path: Path) -> None:
+    best = run_dir / "checkpoints" / "best.pt"
+    with pytest.raises(
+        UserError, match=r"^config error: attention='.*': plots one model's attention, not an ensemble's"
+    ):
+        command(tmp_path, LINES, checkpoint=f"{best},{best}", attention=str(tmp_path / "plots"))
+    assert not (tmp_path / "plots").exists()
+
+
+def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference.export import ExportConfig, export
+
+    ct2 = export(
+        OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
+    )[0]
+    positions = load_checkpoint(run_dir / "checkpoints" / "best.pt")["config"]["model"]["max_positions"]
+    assert json.loads((ct2 / "seq2seq.json").read_text()) == {"max_positions": positions}
+    for settings in (dict(beam=1), dict(beam=1, prefix=True)):
+        lines = [f"{line}\tk j" if line and settings.get("prefix") else line for line in LINES]
+        ours = command(tmp_path, lines, run=str(run_dir), **settings)
+        assert command(tmp_path, lines, checkpoint=str(ct2), **settings) == ours
+    samples = command(tmp_path, LINES, checkpoint=str(ct2), sampling=True, nbest=2, seed=5)
+    assert len(samples) == 2 * 4 + 1 and samples == command(
+        tmp_path, LINES, checkpoint=str(ct2), sampling=True, nbest=2, seed=5
+    )
+
+
+def test_the_ctranslate2_path_of_the_command_does_not_import_torch() -> None:
+    code = "import sys, seq2seq.cli.translate, seq2seq.inference.command; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
