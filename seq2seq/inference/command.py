@@ -17,14 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import torch
 from omegaconf import DictConfig
 
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
-from seq2seq.device import pick_device
-from seq2seq.inference.loading import load_translator
-from seq2seq.inference.translator import Translation, Translator
+from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, is_ctranslate2_model
+from seq2seq.inference.translation import Translation
 
 log = logging.getLogger("seq2seq.translate")
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
@@ -95,12 +93,30 @@ def _format(index: int, nbest: list[Translation], n: int) -> str:
     return "".join(f"{index} ||| {t.text.translate(_LINE_BREAKS)} ||| {t.score:.4f}\n" for t in nbest)
 
 
-def translate(cfg: DictConfig) -> dict[str, Any]:
-    validate_translate(cfg)
+def load_any_translator(cfg: DictConfig) -> Any:
+    """A CTranslate2 export decodes with CTranslate2 and never imports torch (2-3 s of start-up);
+    anything else with `Translator`. Both have `translate_nbest`."""
+    if is_ctranslate2_model(cfg.checkpoint):
+        return CTranslate2Translator(cfg)
+    import torch  # here, not at the top: see above
+
+    from seq2seq.device import pick_device
+    from seq2seq.inference.loading import load_translator
+
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
-    translator = load_translator(cfg, device)
+    return load_translator(cfg, pick_device(cfg.device))
+
+
+def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
+    """prefix=true input: "source<TAB>target prefix" per line; a line without a tab has no prefix."""
+    pairs = [line.split("\t", 1) if "\t" in line else [line, ""] for line in lines]
+    return [source for source, _ in pairs], [prefix for _, prefix in pairs]
+
+
+def translate(cfg: DictConfig) -> dict[str, Any]:
+    validate_translate(cfg)
+    translator = load_any_translator(cfg)
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)
     hypotheses: list[str] = []
@@ -110,12 +126,13 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
         first_chunk = min(cfg.batch_size, FIRST_CHUNK_LINES)
         chunks = _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), first_chunk, cfg.input)
         for chunk in chunks:
-            results = translator.translate(chunk, first_line_number=lines + 1)
+            sources, prefixes = split_prefixes(chunk) if cfg.prefix else (chunk, None)
+            results = translator.translate_nbest(sources, prefixes, first_line_number=lines + 1)
             text = "".join(_format(lines + offset, nbest, cfg.nbest) for offset, nbest in enumerate(results))
             hypotheses.extend(nbest[0].text for nbest in results)
             _write(sink, text, cfg.output)
             # After the flush: a reader of the translations does not wait for the plots.
-            plot(chunk, [nbest[0].tokens for nbest in results], lines)  # 0-based ids, as in the n-best lines
+            plot(sources, [nbest[0].tokens for nbest in results], lines)  # 0-based ids, as in the n-best lines
             lines += len(chunk)
     except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing left to do
         return {"lines": lines}
@@ -133,16 +150,14 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-def _attention_plotter(
-    translator: Translator, directory: str | None
-) -> Callable[[list[str], list[list[int]], int], Any]:
+def _attention_plotter(translator: Any, directory: str | None) -> Callable[[list[str], list[list[int]], int], Any]:
     """Writes each chunk's cross-attention PNGs as the chunk is translated (stdin may be endless)."""
     if not directory:
         return lambda lines, outputs, first: None
-    from seq2seq.inference.attention_plots import (  # matplotlib only when asked
+    from seq2seq.inference.attention_plots import (
         make_directory,
         write_cross_attention_pngs,
-    )
+    )  # matplotlib only when asked
 
     target = make_directory(Path(directory))  # a bad directory fails before any translating
     return lambda lines, outputs, first: write_cross_attention_pngs(translator, lines, outputs, target, first)
