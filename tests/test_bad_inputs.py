@@ -256,6 +256,12 @@ def test_a_translation_with_line_breaks_stays_on_one_line(run_dir, tmp_path, mon
     assert output == b"x y  z w\n\nx y  z w\n"
     _, output = translate_file(run_dir, tmp_path, b"a b\n", "beam=2", "nbest=2")
     assert [line.split(b" ||| ")[1] for line in output.splitlines()] == [b"x y  z w"] * 2
+    # Every character Python's str.splitlines() breaks at, not only "\n" and "\r".
+    breaks = "\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+    assert len(f"a{breaks}b".splitlines()) == 1 + len(breaks)  # the independent definition
+    monkeypatch.setattr(Tokenizers, "decode_tgt", lambda self, ids: [f"a{breaks}b" for _ in ids])
+    _, output = translate_file(run_dir, tmp_path, b"a b\nc d\n")
+    assert output.decode().splitlines() == ["a" + " " * len(breaks) + "b"] * 2
 
 
 def test_checkpoint_with_another_runs_tokenizer(run_dir, tmp_path):

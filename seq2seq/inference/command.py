@@ -84,7 +84,9 @@ def _write(sink: IO[str], text: str, name: str) -> None:
 
 # The vocabulary has a token for every byte, "\n" and "\r" included, so a model can output them; written
 # as they are they would split a translation over two lines ("\r" too, for universal-newline readers).
-_LINE_BREAKS = str.maketrans("\r\n", "  ")
+# Python's str.splitlines() also breaks at these (a sampled translation met \x1c and \x85 in testing).
+_SPLITLINES_BREAKS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAKS = str.maketrans(_SPLITLINES_BREAKS, " " * len(_SPLITLINES_BREAKS))
 
 
 def _format(index: int, nbest: list[Translation], n: int) -> str:
