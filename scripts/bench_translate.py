@@ -70,22 +70,25 @@ def scores(hypotheses: list[str], reference: list[str]) -> dict[str, float]:
     }
 
 
+def filter_row(command: list[str], beam: int, source: list[str], reference: list[str]) -> dict:
+    """A translation command's row: wall time, first line, scores, and its hypotheses."""
+    hypotheses, total, first = run_filter(command, source)
+    row = {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
+    return {**row, **scores(hypotheses, reference), "hypotheses": hypotheses}
+
+
 def end_to_end(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
     """The real command, process start to last line written, and when its first output line arrived."""
     command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={args.run}", f"beam={beam}"]
     command += [f"threads={args.threads}", f"precision={args.precision}"]
-    hypotheses, total, first = run_filter(command, source)
-    row = {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
-    return {**row, **scores(hypotheses, reference), "hypotheses": hypotheses}
+    return filter_row(command, beam, source, reference)
 
 
 def end_to_end_ctranslate2(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
     """The same, with the CTranslate2 export of the same checkpoint (scripts/translate_ctranslate2.py)."""
     command = [sys.executable, str(Path(__file__).resolve().parent / "translate_ctranslate2.py"), args.ctranslate2]
     command += [f"--beam={beam}", f"--threads={args.threads}", f"--compute-type={args.ct2_compute_type}"]
-    hypotheses, total, first = run_filter(command, source)
-    row = {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
-    return {**row, **scores(hypotheses, reference), "hypotheses": hypotheses}
+    return filter_row(command, beam, source, reference)
 
 
 def timed_translation(translator: Translator, lines: list[str]) -> tuple[list[str], float]:

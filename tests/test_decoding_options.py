@@ -10,7 +10,14 @@ import math
 import pytest
 import torch
 from test_sampling import CHI2_999, chi_square
-from test_search import make_model, reference_greedy, sequence_log_probs, sources, unpadded
+from test_search import (
+    make_model,
+    one_thread,  # noqa: F401  (autouse: tiny matmuls, one thread)
+    reference_greedy,
+    sequence_log_probs,
+    sources,
+    unpadded,
+)
 
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference.ensemble import Ensemble
@@ -18,14 +25,6 @@ from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import beam_search, greedy_search, max_output_lengths
 
 ATOL = 1e-4
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def budget(src: torch.Tensor) -> torch.Tensor:

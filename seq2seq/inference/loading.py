@@ -37,9 +37,9 @@ def load_translator(cfg: DictConfig | TranslateConfig, device: torch.device) -> 
     paths = [Path(p) for p in str(cfg.checkpoint).split(",")] if cfg.checkpoint else [find_checkpoint(cfg.run)]
     loaded = [read_model_file(path) for path in paths]
     tokenizers = load_tokenizers(loaded[0][0], cfg.run)
+    for path, _ in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
+        check_same_tokenizer(load_tokenizers(path, cfg.run), tokenizers, path, loaded[0][0])
     for path, payload in loaded:
-        if len(loaded) > 1:
-            check_same_tokenizer(load_tokenizers(path, cfg.run), tokenizers, path, loaded[0][0])
         check_vocabulary(payload, tokenizers, path)
     shape = loaded[0][1]["config"]["model"]
     choice = choose_precision(cfg.precision, device, shape["d_model"], shape["ffn_dim"])

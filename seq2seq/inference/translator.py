@@ -105,11 +105,11 @@ class Translator:
             batch_size=batch_size,
             precision=precision,
             device=device,
+            sampling=sampling is not None,
+            seed=seed,
+            **(dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sampling else {}),
         )
-        translator = load_translator(cfg, pick_device(device))
-        translator.sampling = sampling
-        translator.generator.manual_seed(seed)
-        return translator
+        return load_translator(cfg, pick_device(device))
 
     def encode(self, lines: list[str], first_line_number: int = 1) -> list[list[int]]:
         """Source ids + EOS, cut to the model's positions with a warning that names the line."""
