@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.checkpoint import remove_stale_temporaries
+from seq2seq.checkpoint import INFERENCE_DIR, remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -308,6 +308,32 @@ def _cell(text: str) -> str:
     return text.replace("|", r"\|")
 
 
+def _write_inference_exports(run_dir: Path) -> list[Path]:
+    """<run>/model/ (the weights alone, safetensors), which translation loads in place of the
+    checkpoint (which also carries the optimiser), and <run>/ctranslate2/ when CTranslate2 is installed.
+    A failure here costs nothing: the checkpoints are intact and translation falls back to them."""
+    import importlib.util
+
+    from seq2seq.inference.export import RUN_EXPORTS, write_run_export
+
+    if not (run_dir / "checkpoints").is_dir():
+        return []
+    written = []
+    for name in RUN_EXPORTS:
+        if name == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
+            continue  # an optional extra: pip install 'seq2seq[export]'
+        try:
+            output = write_run_export(run_dir, name)
+        except (UserError, OSError) as err:
+            log.warning("%s/ not written (translation reads the checkpoint): %s", name, err)
+            continue
+        size = sum(f.stat().st_size for f in output.iterdir()) / 1e6
+        how = "loaded by seq2seq-translate run=" if name == INFERENCE_DIR else f"seq2seq-translate checkpoint={output}"
+        log.info("for translation: %s (%s, %.0f MB; %s)", output, RUN_EXPORTS[name], size, how)
+        written.append(output)
+    return written
+
+
 def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[str, Any]:
     cfg = trainer.cfg
     summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": elapsed_minutes(start)}
@@ -329,6 +355,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
                 )
             else:
                 log.warning("best checkpoint: %s was not written (the run was interrupted while saving it)", best_path)
+        _write_inference_exports(run_dir)
         if cfg.target is not None:  # said plainly, last before the commands
             value = trainer.last_metrics.get(cfg.target_metric)
             last = f"{cfg.target_metric} {value:.2f}" if value is not None else "no validation"
