@@ -36,7 +36,8 @@ def load_tokenizers(directory: Path) -> tuple[Tokenizer, Tokenizer]:
 # What seq2seq-translate writes in place of a line break inside a translation (a byte-level
 # vocabulary can output one): every character str.splitlines() breaks at becomes a space. The same
 # table as seq2seq/inference/command.py's (a test checks), copied because this script imports no seq2seq.
-LINE_BREAKS = str.maketrans(dict.fromkeys("\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029", " "))
+_BREAKS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+LINE_BREAKS = str.maketrans(_BREAKS, " " * len(_BREAKS))
 
 
 def cut_to_positions(tokens: list[str], max_positions: int, number: int) -> list[str]:
@@ -60,7 +61,9 @@ def translate(
     first_line_number: int = 1,
 ) -> list[str]:
     sources = [
-        cut_to_positions(src_tok.encode(line, add_special_tokens=False).tokens, args.max_positions, first_line_number + i)
+        cut_to_positions(
+            src_tok.encode(line, add_special_tokens=False).tokens, args.max_positions, first_line_number + i
+        )
         for i, line in enumerate(lines)
     ]
     budgets = [min(int((len(s) + 1) * args.max_len_a + args.max_len_b), args.max_positions) for s in sources]

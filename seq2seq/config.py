@@ -124,7 +124,7 @@ class TrainConfig:
     dist_wait_minutes: float = 360.0
     max_skipped_updates: int = 10  # consecutive non-finite losses/gradients before the run stops
     resume: str | None = None  # a run directory: continue it from its last checkpoint
-    init_from: str | None = None  # a checkpoint or model.safetensors: start a new run from its weights (fresh optimiser)
+    init_from: str | None = None  # a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)
     progress: bool = True  # tqdm progress bar
     attention_images: bool = True  # attention heatmaps in TensorBoard at each validation (~0.3 s per layer)
     debug: bool = False  # show tracebacks instead of one-line errors
@@ -132,7 +132,7 @@ class TrainConfig:
 
 @dataclass
 class TranslateConfig:
-    run: str | None = None  # run directory (uses model/, the weights of best.pt; else best.pt; else last.pt)
+    run: str | None = None  # run directory (the weights written at the end of training, else best.pt, else last.pt)
     checkpoint: str | None = None  # or a checkpoint file, with tokenizer.json beside it or in its run dir
     input: str = "-"  # file to translate, one sentence per line; - reads stdin
     output: str = "-"  # where translations go; - writes stdout

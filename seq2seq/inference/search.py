@@ -164,6 +164,8 @@ def beam_search(
             force_prefix(log_probs, forced, torch.tensor(beams.alive, device=src.device).repeat_interleave(rows), step)
         live_scores = beams.scores[:, :1] if step == 0 else beams.scores  # only beam 0 is live at the start
         cand_scores, cand_beam, cand_token = best_continuations(log_probs, live_scores, 2 * beam)  # (B, 2k)
+        if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
+            cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
         is_eos = cand_token == eos
         beams.finish(cand_scores, cand_beam, is_eos, length_penalty)
         parents = beams.extend(cand_scores, cand_beam, cand_token, is_eos)  # rows of the (B*k) layout
@@ -185,6 +187,19 @@ def beam_search(
             beams.keep(keep, state.rows_of(keep))
             state.select_sentences(keep)
     return beams.results(nbest)
+
+
+def _pad_candidates(
+    scores: torch.Tensor, beams: torch.Tensor, tokens: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Candidates padded to `width` columns with impossible ones (-inf, beam 0, token 0), which stay
+    dead, as the copies of the first beam did when every beam was decoded at the first step."""
+    missing = width - scores.size(1)
+    return (
+        torch.cat([scores, scores.new_full((scores.size(0), missing), NEG_INF)], dim=1),
+        torch.cat([beams, beams.new_zeros(beams.size(0), missing)], dim=1),
+        torch.cat([tokens, tokens.new_zeros(tokens.size(0), missing)], dim=1),
+    )
 
 
 def sentence_done(finished: list[Hypothesis], best_live: float, length_penalty: float, nbest: int, beam: int) -> bool:

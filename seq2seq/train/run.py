@@ -341,6 +341,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
     if trainer.dist.is_main:
         resumed = f" ({trainer.elapsed_minutes():.1f} minutes of training in all)" if trainer.elapsed_before else ""
         log.info("stopped: %s after %d updates in %.1f minutes%s", reason, trainer.step, summary["minutes"], resumed)
+        _write_inference_exports(run_dir)
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)
@@ -355,7 +356,6 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
                 )
             else:
                 log.warning("best checkpoint: %s was not written (the run was interrupted while saving it)", best_path)
-        _write_inference_exports(run_dir)
         if cfg.target is not None:  # said plainly, last before the commands
             value = trainer.last_metrics.get(cfg.target_metric)
             last = f"{cfg.target_metric} {value:.2f}" if value is not None else "no validation"
