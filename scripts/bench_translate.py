@@ -8,8 +8,9 @@ its first output line, for greedy and beam 5. In process: sentences/s and output
 beam size and batch size, decode time per sentence by source-length bucket, BLEU of each output,
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
 and optionally dynamic int8 quantisation of the Linear layers. With `--ctranslate2 <export dir>`, the
-CTranslate2 export of the same checkpoint is timed end to end beside ours (scripts/translate_ctranslate2.py),
-round by round, with its BLEU and the fraction of lines equal to ours. Run it on an idle machine.
+CTranslate2 export of the same checkpoint is timed end to end beside ours, round by round, alone
+(scripts/translate_ctranslate2.py) and inside `seq2seq-translate checkpoint=<export>`, with BLEU and the
+fraction of lines equal to ours. Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -91,6 +92,13 @@ def end_to_end_ctranslate2(args: argparse.Namespace, beam: int, source: list[str
     return filter_row(command, beam, source, reference)
 
 
+def end_to_end_on_export(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
+    """`seq2seq-translate checkpoint=<CTranslate2 export>`: our command, CTranslate2 inside, no torch import."""
+    command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"checkpoint={args.ctranslate2}"]
+    command += [f"beam={beam}", f"threads={args.threads}"]
+    return filter_row(command, beam, source, reference)
+
+
 def timed_translation(translator: Translator, lines: list[str]) -> tuple[list[str], float]:
     start = time.perf_counter()
     hypotheses = translator.translate(lines)
@@ -157,14 +165,16 @@ def main() -> None:
             rounds.append(("seq2seq", end_to_end(args, beam, source, reference)))
             if args.ctranslate2:
                 rounds.append(("ctranslate2", end_to_end_ctranslate2(args, beam, source, reference)))
+                rounds.append(("seq2seq_on_export", end_to_end_on_export(args, beam, source, reference)))
     ours = {row["beam"]: row["hypotheses"] for engine, row in rounds if engine == "seq2seq"}
     for engine, row in rounds:
-        if engine == "ctranslate2":  # lines equal to ours, the export's promise
+        if engine != "seq2seq":  # lines equal to ours, the export's promise
             same = sum(a == b for a, b in zip(row["hypotheses"], ours[row["beam"]], strict=True))
             row["same_as_seq2seq"] = round(same / len(source), 4)
     report["end_to_end"] = [row for engine, row in rounds if engine == "seq2seq"]
     if args.ctranslate2:
         report["ctranslate2_end_to_end"] = [row for engine, row in rounds if engine == "ctranslate2"]
+        report["seq2seq_on_export_end_to_end"] = [row for engine, row in rounds if engine == "seq2seq_on_export"]
     for _, row in rounds:
         del row["hypotheses"]
 

@@ -33,14 +33,39 @@ def load_tokenizers(directory: Path) -> tuple[Tokenizer, Tokenizer]:
     )
 
 
+# What seq2seq-translate writes in place of a line break inside a translation (a byte-level
+# vocabulary can output one): every character str.splitlines() breaks at becomes a space. The same
+# table as seq2seq/inference/command.py's (a test checks), copied because this script imports no seq2seq.
+_BREAKS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+LINE_BREAKS = str.maketrans(_BREAKS, " " * len(_BREAKS))
+
+
+def cut_to_positions(tokens: list[str], max_positions: int, number: int) -> list[str]:
+    """A source longer than the model's positions (</s> included) is cut, with a warning naming the
+    line, as seq2seq-translate does; CTranslate2's max_input_length would cut it silently."""
+    if len(tokens) + 1 > max_positions:
+        print(
+            f"warning: input line {number} has {len(tokens)} tokens, more than the model's {max_positions} "
+            f"positions: translating its first {max_positions - 1}",
+            file=sys.stderr,
+        )
+    return tokens[: max_positions - 1]
+
+
 def translate(
     translator: ctranslate2.Translator,
     src_tok: Tokenizer,
     tgt_tok: Tokenizer,
     lines: list[str],
     args: argparse.Namespace,
+    first_line_number: int = 1,
 ) -> list[str]:
-    sources = [src_tok.encode(line, add_special_tokens=False).tokens for line in lines]
+    sources = [
+        cut_to_positions(
+            src_tok.encode(line, add_special_tokens=False).tokens, args.max_positions, first_line_number + i
+        )
+        for i, line in enumerate(lines)
+    ]
     budgets = [min(int((len(s) + 1) * args.max_len_a + args.max_len_b), args.max_positions) for s in sources]
     outputs = [""] * len(lines)
     for budget in sorted(set(budgets)):
@@ -59,7 +84,7 @@ def translate(
         )
         for i, result in zip(rows, results, strict=True):
             ids = [tgt_tok.token_to_id(t) for t in result.hypotheses[0]]
-            outputs[i] = tgt_tok.decode(ids, skip_special_tokens=True).replace("\r", " ").replace("\n", " ")
+            outputs[i] = tgt_tok.decode(ids, skip_special_tokens=True).translate(LINE_BREAKS)
     return outputs
 
 
@@ -88,7 +113,8 @@ def main() -> None:
         chunk = lines[start : start + size]
         if not chunk:
             break
-        sys.stdout.write("".join(t + "\n" for t in translate(translator, src_tok, tgt_tok, chunk, args)))
+        translations = translate(translator, src_tok, tgt_tok, chunk, args, start + 1)
+        sys.stdout.write("".join(t + "\n" for t in translations))
         sys.stdout.flush()
         start += size
 

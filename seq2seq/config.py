@@ -12,7 +12,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 
@@ -125,7 +124,7 @@ class TrainConfig:
     dist_wait_minutes: float = 360.0
     max_skipped_updates: int = 10  # consecutive non-finite losses/gradients before the run stops
     resume: str | None = None  # a run directory: continue it from its last checkpoint
-    init_from: str | None = None  # a checkpoint: start a new run from its weights (fresh optimiser)
+    init_from: str | None = None  # a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)
     progress: bool = True  # tqdm progress bar
     attention_images: bool = True  # attention heatmaps in TensorBoard at each validation (~0.3 s per layer)
     debug: bool = False  # show tracebacks instead of one-line errors
@@ -133,7 +132,7 @@ class TrainConfig:
 
 @dataclass
 class TranslateConfig:
-    run: str | None = None  # run directory (uses checkpoints/best.pt, else last.pt)
+    run: str | None = None  # run directory (the weights written at the end of training, else best.pt, else last.pt)
     checkpoint: str | None = None  # or a checkpoint file, with tokenizer.json beside it or in its run dir
     input: str = "-"  # file to translate, one sentence per line; - reads stdin
     output: str = "-"  # where translations go; - writes stdout
@@ -167,6 +166,8 @@ def as_dict(cfg: Any) -> dict[str, Any]:
 
 
 def register_configs() -> None:
+    from hydra.core.config_store import ConfigStore  # here: seq2seq-translate mostly runs without Hydra
+
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="translate_schema", node=TranslateConfig)

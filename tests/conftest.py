@@ -50,6 +50,9 @@ def train_logging(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[str]]:
 
 
 def compose_config(name: str, overrides: list[str]) -> DictConfig:
+    from seq2seq.config import register_configs
+
+    register_configs()  # the schemas the YAML files name (the commands register them as they start)
     with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
         return compose(name, overrides=overrides)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -50,6 +51,12 @@ def test_train_writes_a_complete_run_directory(trained_run: Path) -> None:
     log = (trained_run / "train.log").read_text()
     assert "validation at update 12" in log
     assert f"seq2seq-translate run={trained_run}" in log
+    # What translation reads: the weights alone, and a CTranslate2 model when ctranslate2 is installed.
+    assert (trained_run / "model" / "model.safetensors").is_file() and (trained_run / "model" / "config.json").is_file()
+    assert f"for translation: {trained_run / 'model'} (safetensors, " in log
+    if importlib.util.find_spec("ctranslate2") is not None:
+        assert (trained_run / "ctranslate2" / "model.bin").is_file()
+        assert f"seq2seq-translate checkpoint={trained_run / 'ctranslate2'})" in log
     # precision=auto (the default) measured this CPU, said what it chose, and the checkpoint records it
     assert "precision: fp32 (auto: bf16 matmul " in log or "precision: bf16 (auto: bf16 matmul " in log
     from seq2seq.checkpoint import load_checkpoint
@@ -134,6 +141,71 @@ def test_translate_bad_input_is_one_line_error(tmp_path: Path, args: list[str], 
     result = run_cli([str(BIN / "seq2seq-translate"), *args], tmp_path, stdin="a b\n")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {expected}"]
+
+
+TRANSLATE_COMMAND_LINES = [
+    [],
+    ["run=outputs/2026-11-23/18-12-22", "beam=1"],
+    ["checkpoint=run/checkpoints/best.pt", "length_penalty=0.6", "nbest=3", "reference=ref.de", "input=test.en"],
+    ["run=r", "sampling=true", "top_p=0.9", "temperature=0.7", "top_k=20", "seed=3", "threads=2", "precision=fp32"],
+    ["run=r", "max_len_a=2", "max_len_b=5", "attention=null", "prefix=true", "debug=true", "device=cpu"],
+]
+
+
+@pytest.mark.parametrize("argv", TRANSLATE_COMMAND_LINES)
+def test_translate_parses_its_command_line_as_hydra_composes_it(argv: list[str]) -> None:
+    from conftest import compose_config
+    from omegaconf import OmegaConf
+
+    from seq2seq.cli.common import parse_key_values
+    from seq2seq.config import TranslateConfig
+
+    ours = OmegaConf.to_container(parse_key_values(argv, TranslateConfig))
+    hydras = OmegaConf.to_container(compose_config("translate", argv))
+    hydras.pop("hydra", None)
+    assert ours == hydras
+
+
+def test_translate_takes_an_ensemble_as_one_comma_separated_value() -> None:
+    """Hydra's grammar reads `a,b` as a sweep and refuses it without -m; the README's ensemble line needs it as is."""
+    from seq2seq.cli.common import parse_key_values
+    from seq2seq.config import TranslateConfig
+
+    cfg = parse_key_values(["checkpoint=run/checkpoints/step_1600.pt,run/checkpoints/step_1700.pt"], TranslateConfig)
+    assert cfg.checkpoint == "run/checkpoints/step_1600.pt,run/checkpoints/step_1700.pt"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["beam=abc"], "beam: Value 'abc' of type 'str' could not be converted to Integer"),
+        (["run"], "run: expected key=value; --help lists the keys"),
+        (["+beams=3"], "+beams: unknown key; did you mean beam?"),
+    ],
+)
+def test_translate_command_line_errors_name_the_key(argv: list[str], expected: str) -> None:
+    from seq2seq.cli.common import parse_key_values
+    from seq2seq.config import TranslateConfig, UserError
+
+    with pytest.raises(UserError) as caught:
+        parse_key_values(argv, TranslateConfig)
+    assert str(caught.value) == expected
+
+
+def test_translate_starts_without_hydra_unless_asked_for_it(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.argv = ['seq2seq-translate', 'run=/nonexistent/run']\n"
+        "import seq2seq.cli.translate as command\n"
+        "try:\n    command.main()\nexcept SystemExit:\n    pass\n"
+        "print('hydra' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    assert "error: /nonexistent/run: no such run directory" in done.stderr
+    # Hydra's own flags still work: --cfg job prints the composed config and translates nothing.
+    result = run_cli([str(BIN / "seq2seq-translate"), "--cfg", "job", "run=r", "beam=3"], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "beam: 3" in result.stdout and "run: r" in result.stdout
 
 
 def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: Path) -> None:

@@ -96,6 +96,28 @@ def test_reorder_beams_moves_only_the_decoded_prefixes() -> None:
         assert row_labels(cache.cross_attn.k) == [100 * layer + s for s in (0, 1)]
 
 
+def test_branch_gives_each_sentence_its_beams_after_the_first_step() -> None:
+    state = decoder_state(sentences=3, group=1)  # the first step of beam search: one row per sentence
+    state.branch(torch.tensor([0, 0, 1, 1, 2, 2]), group=2)
+    assert state.group == 2 and state.rows_of(torch.tensor([2])).tolist() == [4, 5]
+    for layer, cache in enumerate(state.caches):
+        assert row_labels(cache.self_attn.k) == [100 * layer + r for r in (0, 0, 1, 1, 2, 2)]
+        assert row_labels(cache.cross_attn.k) == [100 * layer + s for s in (0, 1, 2)]  # still one per sentence
+    state.select_sentences(torch.tensor([2]))  # then sentences leave with both of their rows
+    assert row_labels(state.caches[0].self_attn.v) == [2, 2]
+
+
+def test_the_first_keys_and_values_are_stored_contiguous() -> None:
+    """A chunk of the K/V projection is a strided view; a matmul would copy it at every step that reads it."""
+    projected = torch.randn(3, 4, 2 * 8)
+    k, v = (t.view(3, 4, 2, 4).transpose(1, 2) for t in projected.chunk(2, dim=-1))
+    assert not k.is_contiguous()
+    cache = KVCache()
+    cache.append(k, v)
+    assert cache.k.is_contiguous() and cache.v.is_contiguous()
+    assert torch.equal(cache.k, k) and torch.equal(cache.v, v)
+
+
 def test_rows_of_lists_each_sentences_rows() -> None:
     state = decoder_state(sentences=3, group=4)
     assert state.rows_of(torch.tensor([1, 2])).tolist() == [4, 5, 6, 7, 8, 9, 10, 11]

@@ -70,6 +70,21 @@ def test_init_from_starts_a_new_run_from_the_weights_only(tmp_path: Path) -> Non
         train(compose_config("train", [*TINY_TRAIN, "model.ffn_dim=32", f"init_from={source}"]), tmp_path / "other")
 
 
+def test_init_from_takes_the_weights_only_file_training_writes(tmp_path: Path) -> None:
+    """<run>/model/ (written at the end of training, of best.pt) starts a run exactly as best.pt does."""
+    train(compose_config("train", [*DETERMINISTIC, "max_steps=2", "valid_every=2"]), tmp_path / "base")
+    weights = tmp_path / "base" / "model"
+    for name, source in [("from_weights", weights), ("from_file", weights / "model.safetensors")]:
+        train(compose_config("train", [*DETERMINISTIC, "max_steps=2", f"init_from={source}"]), tmp_path / name)
+    best = tmp_path / "base" / "checkpoints" / "best.pt"
+    train(compose_config("train", [*DETERMINISTIC, "max_steps=2", f"init_from={best}"]), tmp_path / "from_best")
+    train(compose_config("train", [*DETERMINISTIC, "max_steps=2"]), tmp_path / "from_scratch")
+    assert_bitwise_equal(final_parameters(tmp_path / "from_weights"), final_parameters(tmp_path / "from_best"))
+    assert_bitwise_equal(final_parameters(tmp_path / "from_file"), final_parameters(tmp_path / "from_best"))
+    scratch, tuned = final_parameters(tmp_path / "from_scratch"), final_parameters(tmp_path / "from_best")
+    assert not torch.equal(scratch["src_embed.weight"], tuned["src_embed.weight"])
+
+
 def _train_command(run_dir: Path, extra: list[str], ranks: int = 1) -> list[str]:
     overrides = [*DETERMINISTIC, "max_steps=40", "save_every=2", "valid_every=12", f"hydra.run.dir={run_dir}"]
     if ranks == 1:

@@ -345,3 +345,13 @@ def test_the_best_hypothesis_does_not_depend_on_nbest(seed: int, length_penalty:
         for row, hyps in enumerate(results):
             assert len(hyps) == n
             assert (hyps[0].tokens, hyps[0].score) == (runs[5][row][0].tokens, runs[5][row][0].score), (n, row)
+
+
+def test_beam_search_decodes_one_row_per_sentence_at_the_first_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the first step a sentence's k beams would all be BOS: one decoder row each, then k."""
+    model, src = make_model(0), sources()
+    rows = []
+    step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda tokens, state: rows.append(len(tokens)) or step(tokens, state))
+    beam_search(model, src, BOS_ID, EOS_ID, max_output_lengths(src, PAD_ID, 1.5, 6, 64), 3)
+    assert rows[:2] == [src.size(0), 3 * src.size(0)]  # what the search finds: the exhaustive tests above

@@ -4,6 +4,7 @@ sampling behave as their definitions say, and bad input is one line naming the k
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -23,6 +24,7 @@ from seq2seq.inference.command import translate
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
 LINES = ["a b c d", "e f g", "h i j k l", "", "m n"]
 README = Path(__file__).resolve().parents[1] / "README.md"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +170,38 @@ def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_di
     assert len(samples) == 2 * 4 + 1 and samples == command(
         tmp_path, LINES, checkpoint=str(ct2), sampling=True, nbest=2, seed=5
     )
+
+
+def test_both_engines_cut_a_source_longer_than_the_model_and_say_which_line(
+    run_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference.export import ExportConfig, export
+
+    ct2 = export(
+        OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
+    )[0]
+    positions = load_checkpoint(run_dir / "checkpoints" / "best.pt")["config"]["model"]["max_positions"]
+    lines = ["a b c", " ".join("abcdefgh"[i % 8] for i in range(positions + 20)), "d e"]
+    outputs = {}
+    for engine, where in (("torch", dict(run=str(run_dir))), ("ctranslate2", dict(checkpoint=str(ct2)))):
+        caplog.clear()
+        outputs[engine] = command(tmp_path, lines, beam=1, **where)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and warnings[0].startswith(f"input line 2 has {positions + 20} tokens"), warnings
+    assert outputs["ctranslate2"] == outputs["torch"]
+
+
+def test_the_ctranslate2_script_maps_line_breaks_as_the_command() -> None:
+    """scripts/translate_ctranslate2.py keeps its own copy of seq2seq-translate's table (it imports no seq2seq)."""
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference.command import _LINE_BREAKS
+
+    spec = importlib.util.spec_from_file_location("translate_ctranslate2", SCRIPTS / "translate_ctranslate2.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.LINE_BREAKS == _LINE_BREAKS
+    assert len("a\u2028b\x85c\rd\ne\x1cf".translate(script.LINE_BREAKS).splitlines()) == 1
 
 
 def test_the_ctranslate2_path_of_the_command_does_not_import_torch() -> None:

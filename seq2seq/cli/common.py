@@ -57,6 +57,28 @@ def check_override_keys(argv: list[str], schema: type, groups: tuple[str, ...] =
             raise UserError(f"{key}: unknown key; {hint}")
 
 
+def parse_key_values(argv: list[str], schema: type) -> Any:
+    """`key=value` arguments over a flat schema (no config groups, no Hydra flags), parsed by OmegaConf
+    alone: the schema's defaults with the arguments merged on top and type-checked, as Hydra would
+    compose them (tests/test_cli.py compares the two). A bad key or value is one line naming it."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    known = _schema_keys(schema)
+    for argument in argv:
+        key, equals, _ = argument.partition("=")
+        if not equals:
+            raise UserError(f"{argument}: expected key=value; --help lists the keys")
+        if key not in known:
+            close = difflib.get_close_matches(key.lstrip("+~"), known, n=1, cutoff=0.6)
+            raise UserError(f"{key}: unknown key; {f'did you mean {close[0]}?' if close else '--help lists the keys'}")
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(argv))
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "command line"
+        raise UserError(f"{key}: {str(err).strip().splitlines()[0]}") from err
+
+
 def parse_command_line(argv: list[str]) -> tuple[Any, list[Any]]:
     """Hydra's own parsing of the command line: (its flags, its overrides)."""
     from hydra._internal.utils import get_args_parser

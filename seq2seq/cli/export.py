@@ -52,19 +52,10 @@ def _run(argv: list[str]) -> None:
 
 
 def parse_arguments(argv: list[str]) -> object:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from seq2seq.cli.common import check_override_keys
-    from seq2seq.config import UserError
+    from seq2seq.cli.common import parse_key_values
     from seq2seq.inference.export import ExportConfig
 
-    check_override_keys(argv, ExportConfig)
-    try:
-        return OmegaConf.merge(OmegaConf.structured(ExportConfig), OmegaConf.from_dotlist(argv))
-    except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", None) or "command line"
-        raise UserError(f"{key}: {str(err).strip().splitlines()[0]}") from err
+    return parse_key_values(argv, ExportConfig)
 
 
 if __name__ == "__main__":

@@ -66,13 +66,27 @@ class CTranslate2Translator:
     def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]:
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
+    def _source_tokens(self, line: str, number: int) -> list[str]:
+        """The line's tokens, cut to the model's positions (</s> included) with the warning that
+        `Translator.encode` gives: CTranslate2 itself would cut them silently (max_input_length)."""
+        tokens = self.tokenizers.src.encode(line, add_special_tokens=False).tokens
+        if len(tokens) + 1 > self.max_positions:
+            log.warning(
+                "input line %d has %d tokens, more than the model's %d positions: translating its first %d",
+                number,
+                len(tokens),
+                self.max_positions,
+                self.max_positions - 1,
+            )
+        return tokens[: self.max_positions - 1]
+
     def translate_nbest(
         self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
     ) -> list[list[Translation]]:
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        sources = {i: tok.src.encode(lines[i], add_special_tokens=False).tokens[: self.max_positions - 1] for i in todo}
+        sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
         forced = {i: tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [] for i in todo}
         for i in todo:
             if len(forced[i]) + 2 > self.max_positions:

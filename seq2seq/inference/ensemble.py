@@ -34,6 +34,10 @@ class EnsembleState:
         for state in self.states:
             state.reorder_beams(parents)
 
+    def branch(self, parents: torch.Tensor, group: int) -> None:
+        for state in self.states:
+            state.branch(parents, group)
+
 
 class Ensemble(torch.nn.Module):
     def __init__(self, models: list[Transformer]) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import (
+    INFERENCE_DIR,
     WEIGHTS_CONFIG,
     WEIGHTS_FILE,
     WEIGHTS_FORMAT,
@@ -94,6 +95,33 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     return output, model_cfg
 
 
+# What training writes into its run directory at the end, for translation (`write_run_export`).
+RUN_EXPORTS = {INFERENCE_DIR: "safetensors", "ctranslate2": "ctranslate2"}
+
+
+def write_run_export(run_dir: Path, name: str) -> Path:
+    """<run>/<name>/ (a key of RUN_EXPORTS), the export of the run's best checkpoint (else its last):
+    model/ holds the weights alone, which `seq2seq-translate run=` loads instead of the checkpoint;
+    ctranslate2/ a CTranslate2 model (`seq2seq-translate checkpoint=<run>/ctranslate2`). Replaces an
+    earlier one (a resumed run): the new directory is complete before the old one goes."""
+    path = find_checkpoint(run_dir)
+    payload = load_checkpoint(path)
+    tokenizers = load_tokenizers(path, str(run_dir))
+    model_cfg = _model_config(payload, path)
+    if RUN_EXPORTS[name] == "safetensors":
+        write = _safetensors_writer(payload, model_cfg, path)
+    else:
+        write = _ctranslate2_writer(payload, model_cfg, tokenizers, path, None)
+
+    def write_all(directory: Path) -> None:
+        write(directory)
+        tokenizers.save(directory)
+
+    output = Path(run_dir) / name
+    _write_directory(output, write_all, replace=True)
+    return output
+
+
 def _check_config(cfg: Any) -> None:
     if cfg.run is None and cfg.checkpoint is None:
         raise UserError("config error: run=None: give run=<run dir> or checkpoint=<file>")
@@ -126,8 +154,9 @@ def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:
     return model_cfg
 
 
-def _write_directory(output: Path, write: Callable[[Path], None]) -> None:
-    """Runs `write` on a temporary directory beside `output`, then renames it to `output`."""
+def _write_directory(output: Path, write: Callable[[Path], None], replace: bool = False) -> None:
+    """Runs `write` on a temporary directory beside `output`, then renames it to `output` (with
+    `replace`, an existing `output` is moved aside first and deleted once the new one is in place)."""
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
@@ -139,9 +168,15 @@ def _write_directory(output: Path, write: Callable[[Path], None]) -> None:
         for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
             os.chmod(file, 0o666 & ~mask)
         os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it 0700
-        if output.exists():  # appeared while we were writing
+        if output.exists() and not replace:  # appeared while we were writing
             raise UserError(f"{output}: already exists; give output= a new directory")
-        os.rename(staging, output)
+        if output.exists():  # replace: the old one leaves under a temporary name, then goes
+            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
+            os.rename(output, old / output.name)
+            os.rename(staging, output)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, output)
     except OSError as err:
         shutil.rmtree(staging, ignore_errors=True)
         raise UserError(f"{output}: could not write the export ({err.strerror or err}); nothing was written") from err
@@ -160,10 +195,8 @@ def _umask() -> int:
 
 
 def _safetensors_writer(payload: dict[str, Any], model_cfg: ModelConfig, path: Path) -> Callable[[Path], None]:
-    try:
-        from safetensors.torch import save_file
-    except ImportError as err:
-        raise UserError("format=safetensors needs the safetensors package: pip install 'seq2seq[export]'") from err
+    from safetensors.torch import save_file
+
     state = dict(payload["model"])
     model = dataclasses.asdict(model_cfg)
     aliases = tied_aliases(model)

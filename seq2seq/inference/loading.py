@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import (
-    WEIGHTS_FILE,
-    check_vocabulary,
-    find_checkpoint,
-    load_checkpoint,
-    load_weights,
-    model_from_checkpoint,
-)
+from seq2seq.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint, read_model_file
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.ensemble import Ensemble
@@ -34,7 +26,7 @@ def load_translator(cfg: DictConfig | TranslateConfig, device: torch.device) -> 
     if cfg.precision == "fp16" and device.type == "cpu":  # before loading: a config error costs no time
         choose_precision(cfg.precision, device, 0, 0)
     sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
-    paths = [Path(p) for p in str(cfg.checkpoint).split(",")] if cfg.checkpoint else [find_checkpoint(cfg.run)]
+    paths = [Path(p) for p in str(cfg.checkpoint).split(",")] if cfg.checkpoint else [find_model_file(cfg.run)]
     loaded = [read_model_file(path) for path in paths]
     tokenizers = load_tokenizers(loaded[0][0], cfg.run)
     for path, _ in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
@@ -73,15 +65,6 @@ def check_same_tokenizer(tokenizers: Tokenizers, first: Tokenizers, path: Path, 
             f"{path}: its tokenizer differs from that of {first_path}; an ensemble needs checkpoints that "
             "share one tokenizer (checkpoints of one run)"
         )
-
-
-def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
-    """(the file read, its checkpoint-shaped payload): a training checkpoint, or a `seq2seq-export`
-    model.safetensors (given as the file or as its directory)."""
-    if path.suffix == ".safetensors" or (path / WEIGHTS_FILE).is_file():
-        path = path / WEIGHTS_FILE if path.is_dir() else path
-        return path, load_weights(path)
-    return path, load_checkpoint(path)
 
 
 def load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:

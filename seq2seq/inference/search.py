@@ -149,21 +149,33 @@ def beam_search(
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
     `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
     live prefix, as at the start."""
-    state = model.start_decoding(src, group=beam)  # (B*k) decoder rows
+    # The first step decodes one row per sentence (its k beams would all be BOS); `branch` then gives
+    # each sentence k rows (B*k decoder rows).
+    state = model.start_decoding(src)
     beams = Beams(src.size(0), beam, bos, src.device)
     limit = max_len.tolist()
     for step in range(int(max_len.max())):
-        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*k, V)
+        rows = 1 if step == 0 else beam  # decoder rows per sentence at this step
+        tokens = beams.last_tokens()
+        log_probs = _next_log_probs(model, tokens[::beam] if step == 0 else tokens, state, bos)  # (B*rows, V)
         at_limit = torch.tensor([limit[i] <= step + 1 for i in beams.alive], device=src.device)
-        _only_eos(log_probs, at_limit.repeat_interleave(beam), eos)
+        _only_eos(log_probs, at_limit.repeat_interleave(rows), eos)
         if forced is not None:
-            force_prefix(log_probs, forced, torch.tensor(beams.alive, device=src.device).repeat_interleave(beam), step)
-        cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
+            force_prefix(log_probs, forced, torch.tensor(beams.alive, device=src.device).repeat_interleave(rows), step)
+        live_scores = beams.scores[:, :1] if step == 0 else beams.scores  # only beam 0 is live at the start
+        cand_scores, cand_beam, cand_token = best_continuations(log_probs, live_scores, 2 * beam)  # (B, 2k)
+        if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
+            cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
         is_eos = cand_token == eos
         beams.finish(cand_scores, cand_beam, is_eos, length_penalty)
-        state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos))
+        parents = beams.extend(cand_scores, cand_beam, cand_token, is_eos)  # rows of the (B*k) layout
+        if step == 0:
+            state.branch(parents // beam, beam)
+        else:
+            state.reorder_beams(parents)
+        best_live = beams.best_live()
         done = [
-            i in beams.closed or sentence_done(beams.finished[i], beams.best_live(row), length_penalty, nbest, beam)
+            i in beams.closed or sentence_done(beams.finished[i], best_live[row], length_penalty, nbest, beam)
             for row, i in enumerate(beams.alive)
         ]
         if all(done):
@@ -175,6 +187,19 @@ def beam_search(
             beams.keep(keep, state.rows_of(keep))
             state.select_sentences(keep)
     return beams.results(nbest)
+
+
+def _pad_candidates(
+    scores: torch.Tensor, beams: torch.Tensor, tokens: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Candidates padded to `width` columns with impossible ones (-inf, beam 0, token 0), which stay
+    dead, as the copies of the first beam did when every beam was decoded at the first step."""
+    missing = width - scores.size(1)
+    return (
+        torch.cat([scores, scores.new_full((scores.size(0), missing), NEG_INF)], dim=1),
+        torch.cat([beams, beams.new_zeros(beams.size(0), missing)], dim=1),
+        torch.cat([tokens, tokens.new_zeros(tokens.size(0), missing)], dim=1),
+    )
 
 
 def sentence_done(finished: list[Hypothesis], best_live: float, length_penalty: float, nbest: int, beam: int) -> bool:
@@ -213,9 +238,10 @@ class Beams:
     def last_tokens(self) -> torch.Tensor:
         return self.prefixes[:, -1]
 
-    def best_live(self, row: int) -> float:
-        """The log-probability of the best live prefix of the batch's sentence `row`."""
-        return float(self.scores[row, 0])
+    def best_live(self) -> list[float]:
+        """The log-probability of the best live prefix of each sentence in the batch (one read of
+        the tensor, not one per sentence: this runs at every step)."""
+        return self.scores[:, 0].tolist()
 
     def finish(
         self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, is_eos: torch.Tensor, length_penalty: float

@@ -79,7 +79,8 @@ class Translator:
     ) -> Translator:
         """Loads a model once for translating many lists of lines.
 
-        path: a run directory (its best.pt, else last.pt), a training checkpoint (.pt) with the
+        path: a run directory (the weights-only model/ that training writes at its end, else best.pt,
+            else last.pt), a training checkpoint (.pt) with the
             tokenizer beside it or in its run directory, a `seq2seq-export` directory or its
             model.safetensors, or a list of checkpoints of one run to decode as an ensemble.
         beam: 1 is greedy search. nbest: hypotheses (or samples) returned per line by `translate_nbest`.

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint
+from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint, read_model_file
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
@@ -183,8 +183,9 @@ class Trainer:
             torch.manual_seed(seed)
 
     def init_weights_from(self, path: str) -> None:
-        """Fine-tuning: weights only; optimiser, schedule and data start fresh."""
-        payload = load_checkpoint(path)
+        """Fine-tuning: weights only; optimiser, schedule and data start fresh. `path`: a training
+        checkpoint or a weights-only export (model.safetensors or its directory)."""
+        _, payload = read_model_file(Path(path))
         if payload["config"]["model"] != as_dict(self.cfg.model):
             raise UserError(f"init_from={path}: its model config differs from model.* of this run")
         self.model.load_state_dict(payload["model"])

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.checkpoint import remove_stale_temporaries
+from seq2seq.checkpoint import INFERENCE_DIR, remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -308,6 +308,32 @@ def _cell(text: str) -> str:
     return text.replace("|", r"\|")
 
 
+def _write_inference_exports(run_dir: Path) -> list[Path]:
+    """<run>/model/ (the weights alone, safetensors), which translation loads in place of the
+    checkpoint (which also carries the optimiser), and <run>/ctranslate2/ when CTranslate2 is installed.
+    A failure here costs nothing: the checkpoints are intact and translation falls back to them."""
+    import importlib.util
+
+    from seq2seq.inference.export import RUN_EXPORTS, write_run_export
+
+    if not (run_dir / "checkpoints").is_dir():
+        return []
+    written = []
+    for name in RUN_EXPORTS:
+        if name == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
+            continue  # an optional extra: pip install 'seq2seq[export]'
+        try:
+            output = write_run_export(run_dir, name)
+        except (UserError, OSError) as err:
+            log.warning("%s/ not written (translation reads the checkpoint): %s", name, err)
+            continue
+        size = sum(f.stat().st_size for f in output.iterdir()) / 1e6
+        how = "loaded by seq2seq-translate run=" if name == INFERENCE_DIR else f"seq2seq-translate checkpoint={output}"
+        log.info("for translation: %s (%s, %.0f MB; %s)", output, RUN_EXPORTS[name], size, how)
+        written.append(output)
+    return written
+
+
 def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[str, Any]:
     cfg = trainer.cfg
     summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": elapsed_minutes(start)}
@@ -315,6 +341,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
     if trainer.dist.is_main:
         resumed = f" ({trainer.elapsed_minutes():.1f} minutes of training in all)" if trainer.elapsed_before else ""
         log.info("stopped: %s after %d updates in %.1f minutes%s", reason, trainer.step, summary["minutes"], resumed)
+        _write_inference_exports(run_dir)
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)
