@@ -214,8 +214,10 @@ def load_weights(path: str | Path) -> dict[str, Any]:
 def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab: dict[str, int], path: Path) -> None:
     """Names and shapes against the model the config describes. Built on the CPU, not on "meta": there
     its weight initialisers go through torch's decompositions, which import torch._dynamo (2.1 s of a
-    2-core EPYC's start-up, measured with cProfile); the CPU build costs ~0.1 s."""
-    expected = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"]).state_dict()
+    2-core EPYC's start-up, measured with cProfile); the CPU build costs ~0.1 s. Its random initialisation
+    must not move the caller's random state (init_from= then trains exactly as from the checkpoint)."""
+    with torch.random.fork_rng(devices=[]):
+        expected = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"]).state_dict()
     for name, tensor in expected.items():
         if name not in state:
             raise UserError(f"{path}: has no tensor {name}")
