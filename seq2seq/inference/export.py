@@ -18,6 +18,7 @@ failure leaves nothing behind; an existing output directory is refused.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -82,44 +83,57 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     tokenizers = load_tokenizers(path, cfg.run)
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
-    if cfg.format == "safetensors":
-        write = _safetensors_writer(payload, model_cfg, path)
-    else:
-        write = _ctranslate2_writer(payload, model_cfg, tokenizers, path, cfg.quantization)
-
-    def write_all(directory: Path) -> None:
-        write(directory)
-        tokenizers.save(directory)
-
+    write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
     _write_directory(output, write_all)
     return output, model_cfg
 
 
-# What training writes into its run directory at the end, for translation (`write_run_export`).
+# What training writes into its run directory at the end, for translation: directory name -> format.
 RUN_EXPORTS = {INFERENCE_DIR: "safetensors", "ctranslate2": "ctranslate2"}
 
 
-def write_run_export(run_dir: Path, name: str) -> Path:
-    """<run>/<name>/ (a key of RUN_EXPORTS), the export of the run's best checkpoint (else its last):
-    model/ holds the weights alone, which `seq2seq-translate run=` loads instead of the checkpoint;
-    ctranslate2/ a CTranslate2 model (`seq2seq-translate checkpoint=<run>/ctranslate2`). Replaces an
-    earlier one (a resumed run): the new directory is complete before the old one goes."""
+def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:
+    """<run>/model/ (the weights alone, which `seq2seq-translate run=` loads instead of the checkpoint)
+    and, when the ctranslate2 package is installed, <run>/ctranslate2/ (`seq2seq-translate
+    checkpoint=<run>/ctranslate2`), both of the run's best checkpoint (else its last), read once. Each
+    replaces an earlier one (a resumed run): the new directory is complete before the old one goes.
+    Returns each export's directory, or the error that stopped it (the others are still written)."""
     path = find_checkpoint(run_dir)
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, str(run_dir))
     model_cfg = _model_config(payload, path)
-    if RUN_EXPORTS[name] == "safetensors":
+    written: dict[str, Path | UserError] = {}
+    for name, fmt in RUN_EXPORTS.items():
+        if fmt == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
+            continue  # an optional extra: pip install 'seq2seq[export]'
+        try:
+            _write_directory(run_dir / name, _writer(fmt, payload, model_cfg, tokenizers, path, None), replace=True)
+            written[name] = run_dir / name
+        except UserError as err:
+            written[name] = err
+    return written
+
+
+def _writer(
+    fmt: str,
+    payload: dict[str, Any],
+    model_cfg: ModelConfig,
+    tokenizers: Tokenizers,
+    path: Path,
+    quantization: str | None,
+) -> Callable[[Path], None]:
+    """Writes the export in format `fmt` and the tokenizer into a directory; everything that can be
+    refused is checked here, before any directory exists."""
+    if fmt == "safetensors":
         write = _safetensors_writer(payload, model_cfg, path)
     else:
-        write = _ctranslate2_writer(payload, model_cfg, tokenizers, path, None)
+        write = _ctranslate2_writer(payload, model_cfg, tokenizers, path, quantization)
 
     def write_all(directory: Path) -> None:
         write(directory)
         tokenizers.save(directory)
 
-    output = Path(run_dir) / name
-    _write_directory(output, write_all, replace=True)
-    return output
+    return write_all
 
 
 def _check_config(cfg: Any) -> None:

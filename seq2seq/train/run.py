@@ -308,30 +308,25 @@ def _cell(text: str) -> str:
     return text.replace("|", r"\|")
 
 
-def _write_inference_exports(run_dir: Path) -> list[Path]:
-    """<run>/model/ (the weights alone, safetensors), which translation loads in place of the
-    checkpoint (which also carries the optimiser), and <run>/ctranslate2/ when CTranslate2 is installed.
-    A failure here costs nothing: the checkpoints are intact and translation falls back to them."""
-    import importlib.util
-
-    from seq2seq.inference.export import RUN_EXPORTS, write_run_export
+def _write_inference_exports(run_dir: Path) -> None:
+    """What translation reads (seq2seq.inference.export.write_run_exports), logged. A failure here
+    costs nothing: the checkpoints are intact and translation falls back to them."""
+    from seq2seq.inference.export import RUN_EXPORTS, write_run_exports
 
     if not (run_dir / "checkpoints").is_dir():
-        return []
-    written = []
-    for name in RUN_EXPORTS:
-        if name == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
-            continue  # an optional extra: pip install 'seq2seq[export]'
-        try:
-            output = write_run_export(run_dir, name)
-        except (UserError, OSError) as err:
-            log.warning("%s/ not written (translation reads the checkpoint): %s", name, err)
+        return
+    try:
+        written = write_run_exports(run_dir)
+    except (UserError, OSError) as err:
+        log.warning("no export for translation written (translation reads the checkpoint): %s", err)
+        return
+    for name, output in written.items():
+        if isinstance(output, UserError):
+            log.warning("%s/ not written (translation reads the checkpoint): %s", name, output)
             continue
         size = sum(f.stat().st_size for f in output.iterdir()) / 1e6
         how = "loaded by seq2seq-translate run=" if name == INFERENCE_DIR else f"seq2seq-translate checkpoint={output}"
         log.info("for translation: %s (%s, %.0f MB; %s)", output, RUN_EXPORTS[name], size, how)
-        written.append(output)
-    return written
 
 
 def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[str, Any]:
