@@ -4,13 +4,15 @@
         --input ../shared/data/multi30k/test_2016_flickr.en.gz --reference ../shared/data/multi30k/test_2016_flickr.de.gz
 
 End to end: `seq2seq-translate` in a subprocess, process start to last line written, and the time to
-its first output line, for greedy and beam 5. In process: sentences/s and output tokens/s for each
+its first output line, for greedy and beam 5: as a user runs it (`run=`: the run's CTranslate2 export
+where it has one, see seq2seq/inference/engine.py; the row names the engine) and on PyTorch
+(`engine=torch`). In process (PyTorch): sentences/s and output tokens/s for each
 beam size and batch size, decode time per sentence by source-length bucket, BLEU of each output,
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
 and optionally dynamic int8 quantisation of the Linear layers. With `--ctranslate2 <export dir>`, the
-CTranslate2 export of the same checkpoint is timed end to end beside ours, round by round, alone
-(scripts/translate_ctranslate2.py) and inside `seq2seq-translate checkpoint=<export>`, with BLEU and the
-fraction of lines equal to ours. Run it on an idle machine.
+CTranslate2 export of the same checkpoint is also timed alone (scripts/translate_ctranslate2.py),
+round by round beside ours. Every row has its BLEU and the fraction of lines equal to PyTorch's. Run
+it on an idle machine.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import copy  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -45,23 +48,24 @@ from machine import machine_info  # noqa: E402
 BUCKETS = [(5, 10), (10, 20), (20, 40), (40, 80)]
 
 
-def run_filter(command: list[str], source: list[str]) -> tuple[list[str], float, float]:
-    """Runs a translation filter; its output lines, wall time (process start to last line) and the time
-    its first output line arrived."""
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    process.stdin.write("\n".join(source) + "\n")
-    process.stdin.close()
-    first_line = process.stdout.readline()
-    first = time.perf_counter() - start
-    rest = process.stdout.read()
-    process.wait()
-    total = time.perf_counter() - start
+def run_filter(command: list[str], source: list[str]) -> tuple[list[str], float, float, str]:
+    """Runs a translation filter; its output lines, wall time (process start to last line), the time
+    its first output line arrived, and its log."""
+    with tempfile.TemporaryFile("w+") as log:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+        process.stdin.write("\n".join(source) + "\n")
+        process.stdin.close()
+        first_line = process.stdout.readline()
+        first = time.perf_counter() - start
+        rest = process.stdout.read()
+        process.wait()
+        total = time.perf_counter() - start
+        log.seek(0)
+        stderr = log.read()
     if process.returncode != 0:
-        raise SystemExit(f"error: {' '.join(command)} exited with status {process.returncode}")
-    return (first_line + rest).splitlines(), total, first
+        raise SystemExit(f"error: {' '.join(command)} exited with status {process.returncode}: {stderr[-500:]}")
+    return (first_line + rest).splitlines(), total, first, stderr
 
 
 def scores(hypotheses: list[str], reference: list[str]) -> dict[str, float]:
@@ -73,15 +77,20 @@ def scores(hypotheses: list[str], reference: list[str]) -> dict[str, float]:
 
 def filter_row(command: list[str], beam: int, source: list[str], reference: list[str]) -> dict:
     """A translation command's row: wall time, first line, scores, and its hypotheses."""
-    hypotheses, total, first = run_filter(command, source)
+    hypotheses, total, first, log = run_filter(command, source)
     row = {"beam": beam, "wall_s": round(total, 2), "first_line_s": round(first, 2), "lines": len(hypotheses)}
+    engine = [line.split("engine: ", 1)[1] for line in log.splitlines() if "engine: " in line]
+    if engine:  # seq2seq-translate logs which engine decoded and why
+        row["engine"] = engine[0]
     return {**row, **scores(hypotheses, reference), "hypotheses": hypotheses}
 
 
-def end_to_end(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
+def end_to_end(
+    args: argparse.Namespace, beam: int, source: list[str], reference: list[str], engine: str = "auto"
+) -> dict:
     """The real command, process start to last line written, and when its first output line arrived."""
     command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={args.run}", f"beam={beam}"]
-    command += [f"threads={args.threads}", f"precision={args.precision}"]
+    command += [f"threads={args.threads}", f"precision={args.precision}", f"engine={engine}"]
     return filter_row(command, beam, source, reference)
 
 
@@ -89,13 +98,6 @@ def end_to_end_ctranslate2(args: argparse.Namespace, beam: int, source: list[str
     """The same, with the CTranslate2 export of the same checkpoint (scripts/translate_ctranslate2.py)."""
     command = [sys.executable, str(Path(__file__).resolve().parent / "translate_ctranslate2.py"), args.ctranslate2]
     command += [f"--beam={beam}", f"--threads={args.threads}", f"--compute-type={args.ct2_compute_type}"]
-    return filter_row(command, beam, source, reference)
-
-
-def end_to_end_on_export(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
-    """`seq2seq-translate checkpoint=<CTranslate2 export>`: our command, CTranslate2 inside, no torch import."""
-    command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"checkpoint={args.ctranslate2}"]
-    command += [f"beam={beam}", f"threads={args.threads}"]
     return filter_row(command, beam, source, reference)
 
 
@@ -162,19 +164,18 @@ def main() -> None:
     rounds = []
     for _ in range(args.rounds):  # A/B/A/B: the machine's speed drifts between runs
         for beam in (1, 5):
-            rounds.append(("seq2seq", end_to_end(args, beam, source, reference)))
+            rounds.append(("end_to_end", end_to_end(args, beam, source, reference)))
+            rounds.append(("end_to_end_pytorch", end_to_end(args, beam, source, reference, engine="torch")))
             if args.ctranslate2:
-                rounds.append(("ctranslate2", end_to_end_ctranslate2(args, beam, source, reference)))
-                rounds.append(("seq2seq_on_export", end_to_end_on_export(args, beam, source, reference)))
-    ours = {row["beam"]: row["hypotheses"] for engine, row in rounds if engine == "seq2seq"}
-    for engine, row in rounds:
-        if engine != "seq2seq":  # lines equal to ours, the export's promise
-            same = sum(a == b for a, b in zip(row["hypotheses"], ours[row["beam"]], strict=True))
-            row["same_as_seq2seq"] = round(same / len(source), 4)
-    report["end_to_end"] = [row for engine, row in rounds if engine == "seq2seq"]
-    if args.ctranslate2:
-        report["ctranslate2_end_to_end"] = [row for engine, row in rounds if engine == "ctranslate2"]
-        report["seq2seq_on_export_end_to_end"] = [row for engine, row in rounds if engine == "seq2seq_on_export"]
+                rounds.append(("ctranslate2_end_to_end", end_to_end_ctranslate2(args, beam, source, reference)))
+    pytorch = {row["beam"]: row["hypotheses"] for kind, row in rounds if kind == "end_to_end_pytorch"}
+    for kind, row in rounds:
+        if kind != "end_to_end_pytorch":  # lines equal to PyTorch's: what the other engines promise
+            same = sum(a == b for a, b in zip(row["hypotheses"], pytorch[row["beam"]], strict=True))
+            row["same_as_pytorch"] = round(same / len(source), 4)
+    for kind in ("end_to_end", "end_to_end_pytorch", "ctranslate2_end_to_end"):
+        if any(k == kind for k, _ in rounds):
+            report[kind] = [row for k, row in rounds if k == kind]
     for _, row in rounds:
         del row["hypotheses"]
 

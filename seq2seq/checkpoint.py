@@ -23,11 +23,11 @@ import torch
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
+from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, is_current
 
 FORMAT = 1
 # A weights-only export (`seq2seq-export format=safetensors`): the file, and the JSON beside it.
 WEIGHTS_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT = "model.safetensors", "config.json", "seq2seq-weights-1"
-INFERENCE_DIR = "model"  # <run>/model/: the weights-only export training writes at its end
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
@@ -118,10 +118,7 @@ def find_model_file(run_dir: str | Path) -> Path:
     best.pt, else last.pt."""
     checkpoint = find_checkpoint(run_dir)
     weights = Path(run_dir) / INFERENCE_DIR / WEIGHTS_FILE
-    with contextlib.suppress(OSError):
-        if weights.stat().st_mtime >= checkpoint.stat().st_mtime:
-            return weights
-    return checkpoint
+    return weights if is_current(weights, checkpoint) else checkpoint
 
 
 def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
@@ -131,17 +128,6 @@ def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
         path = path / WEIGHTS_FILE if path.is_dir() else path
         return path, load_weights(path)
     return path, load_checkpoint(path)
-
-
-def find_checkpoint(run_dir: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:
-    directory = Path(run_dir)
-    if not directory.is_dir():
-        raise UserError(f"{directory}: no such run directory")
-    for name in prefer:
-        candidate = directory / "checkpoints" / f"{name}.pt"
-        if candidate.is_file():
-            return candidate
-    raise UserError(f"{directory}: has no checkpoint (looked for checkpoints/{{{','.join(prefer)}}}.pt)")
 
 
 def check_vocabulary(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:

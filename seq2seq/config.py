@@ -155,6 +155,7 @@ class TranslateConfig:
     top_p: float = 1.0  # sampling: only the most likely tokens up to this probability mass, in (0, 1]
     seed: int = 0  # sampling: the same seed, input and batch_size give the same samples
     prefix: bool = False  # input lines are "source<TAB>target prefix": each translation starts with its prefix
+    engine: str = "auto"  # auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2
     debug: bool = False  # show tracebacks instead of one-line errors
 
 
@@ -287,4 +288,5 @@ def validate_translate(cfg: Any) -> None:
         not (ensemble and cfg.attention), "attention", cfg.attention, "plots one model's attention, not an ensemble's"
     )
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
+    _choice("engine", cfg.engine, ("auto", "torch", "ctranslate2"))
     _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")

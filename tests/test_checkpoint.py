@@ -18,12 +18,12 @@ import torch
 import seq2seq.checkpoint as checkpoint
 from seq2seq.checkpoint import (
     atomic_save,
-    find_checkpoint,
     load_checkpoint,
     model_from_checkpoint,
 )
 from seq2seq.config import ModelConfig, TrainConfig, UserError
 from seq2seq.model.transformer import Transformer
+from seq2seq.run_files import find_checkpoint
 from seq2seq.train.rng import rng_state, set_rng_state
 
 

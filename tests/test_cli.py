@@ -56,7 +56,8 @@ def test_train_writes_a_complete_run_directory(trained_run: Path) -> None:
     assert f"for translation: {trained_run / 'model'} (safetensors, " in log
     if importlib.util.find_spec("ctranslate2") is not None:
         assert (trained_run / "ctranslate2" / "model.bin").is_file()
-        assert f"seq2seq-translate checkpoint={trained_run / 'ctranslate2'})" in log
+        assert f"for translation: {trained_run / 'ctranslate2'} (ctranslate2, " in log
+        assert "seq2seq-translate run=, the default)" in log
     # precision=auto (the default) measured this CPU, said what it chose, and the checkpoint records it
     assert "precision: fp32 (auto: bf16 matmul " in log or "precision: bf16 (auto: bf16 matmul " in log
     from seq2seq.checkpoint import load_checkpoint

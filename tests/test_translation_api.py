@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -208,3 +209,30 @@ def test_the_ctranslate2_path_of_the_command_does_not_import_torch() -> None:
     code = "import sys, seq2seq.cli.translate, seq2seq.inference.command; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+def test_a_run_decodes_with_its_ctranslate2_export_by_default_as_pytorch_would(
+    run_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Training left ctranslate2/ in the run (ctranslate2 is installed): run= decodes with it, without
+    importing torch, and writes PyTorch's lines (greedy, beam, a prefix in greedy search)."""
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    caplog.set_level(logging.INFO, logger="seq2seq.translate")
+    prefixed = [f"{line}\tk j" if line else line for line in LINES]
+    for lines, settings in (
+        (LINES, dict(beam=1)),
+        (LINES, dict(beam=4)),
+        (prefixed, dict(prefix=True, beam=1)),
+    ):
+        caplog.clear()
+        default = command(tmp_path, lines, run=str(run_dir), **settings)
+        assert "engine: CTranslate2 (the run's CTranslate2 export; engine=torch for PyTorch)" in caplog.messages
+        assert default == command(tmp_path, lines, run=str(run_dir), engine="torch", **settings), settings
+    code = (
+        "import sys; from omegaconf import OmegaConf; from seq2seq.config import TranslateConfig; "
+        "from seq2seq.inference.command import translate; "
+        f"translate(OmegaConf.structured(TranslateConfig(run={str(run_dir)!r}, input={str(tmp_path / 'input.txt')!r}, "
+        f"output={str(tmp_path / 'out.txt')!r}))); print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False" and (tmp_path / "out.txt").read_text(), done.stderr[-2000:]

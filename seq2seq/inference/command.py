@@ -21,7 +21,8 @@ from omegaconf import DictConfig
 
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
-from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, is_ctranslate2_model
+from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+from seq2seq.inference.engine import EngineChoice, choose_engine
 from seq2seq.inference.translation import Translation
 
 log = logging.getLogger("seq2seq.translate")
@@ -96,11 +97,19 @@ def _format(index: int, nbest: list[Translation], n: int) -> str:
 
 
 def load_any_translator(cfg: DictConfig) -> Any:
-    """A CTranslate2 export decodes with CTranslate2 and never imports torch (2-3 s of start-up);
-    anything else with `Translator`. Both have `translate_nbest`."""
-    if is_ctranslate2_model(cfg.checkpoint):
-        return CTranslate2Translator(cfg)
-    import torch  # here, not at the top: see above
+    """The engine `choose_engine` picks: CTranslate2 never imports torch (2-3 s of start-up), PyTorch's
+    `Translator` decodes everything. Both have `translate_nbest`."""
+    choice = choose_engine(cfg)
+    translator = _load(cfg, choice)
+    # After loading: a bad file or setting is one line of error, not a line of log and one of error.
+    log.info("engine: %s (%s)", {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[choice.engine], choice.why)
+    return translator
+
+
+def _load(cfg: DictConfig, choice: EngineChoice) -> Any:
+    if choice.engine == "ctranslate2":
+        return CTranslate2Translator(cfg, choice.model)
+    import torch  # here, not at the top: see load_any_translator
 
     from seq2seq.device import pick_device
     from seq2seq.inference.loading import load_translator

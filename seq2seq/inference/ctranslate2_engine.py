@@ -21,7 +21,7 @@ from typing import Any
 
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
-from seq2seq.inference.translation import Translation
+from seq2seq.inference.translation import Translation, check_beam_fits
 
 log = logging.getLogger("seq2seq.translate")
 DECODING_FILE = "seq2seq.json"  # written by seq2seq-export beside model.bin: the model's max_positions
@@ -32,28 +32,39 @@ def is_ctranslate2_model(path: str | None) -> bool:
     return bool(path) and "," not in str(path) and (Path(str(path)) / "model.bin").is_file()
 
 
+def _device(device: str, cuda_devices: int) -> tuple[str, int]:
+    """CTranslate2's (device, device_index) for our device= ("auto": a GPU if there is one, as PyTorch's)."""
+    if device == "auto":
+        device = "cuda" if cuda_devices else "cpu"
+    kind, _, index = device.partition(":")
+    return kind, int(index or 0)
+
+
 class CTranslate2Translator:
     """`Translator`'s `translate` and `translate_nbest` on a CTranslate2 model directory."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, directory: str | Path) -> None:
+        """`cfg`: a TranslateConfig (its run= and checkpoint= are not read); `directory`: the model."""
+        directory = Path(directory)
         try:
             import ctranslate2
         except ImportError as err:
-            raise UserError(f"{cfg.checkpoint}: a CTranslate2 model needs: pip install 'seq2seq[export]'") from err
+            raise UserError(f"{directory}: a CTranslate2 model needs: pip install 'seq2seq[export]'") from err
         if cfg.attention:
             raise UserError(f"config error: attention={cfg.attention!r}: not with a CTranslate2 model")
-        directory = Path(cfg.checkpoint)
         self.tokenizers = Tokenizers.load(directory)
+        check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
         decoding = directory / DECODING_FILE
         self.max_positions = (
             json.loads(decoding.read_text())["max_positions"] if decoding.is_file() else ModelConfig.max_positions
         )
         self.cfg = cfg
-        device = "cpu" if cfg.device == "auto" else str(cfg.device).split(":")[0]
+        device, index = _device(str(cfg.device), ctranslate2.get_cuda_device_count())
         try:
             self.engine = ctranslate2.Translator(
                 str(directory),
                 device=device,
+                device_index=index,
                 compute_type=COMPUTE_TYPES[cfg.precision],
                 intra_threads=cfg.threads or 0,
             )

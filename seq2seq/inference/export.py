@@ -30,20 +30,13 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import (
-    INFERENCE_DIR,
-    WEIGHTS_CONFIG,
-    WEIGHTS_FILE,
-    WEIGHTS_FORMAT,
-    check_vocabulary,
-    find_checkpoint,
-    load_checkpoint,
-)
+from seq2seq.checkpoint import WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT, check_vocabulary, load_checkpoint
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import DECODING_FILE
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
+from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, find_checkpoint
 
 FORMATS = ("safetensors", "ctranslate2")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -89,7 +82,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
 
 
 # What training writes into its run directory at the end, for translation: directory name -> format.
-RUN_EXPORTS = {INFERENCE_DIR: "safetensors", "ctranslate2": "ctranslate2"}
+RUN_EXPORTS = {INFERENCE_DIR: "safetensors", CTRANSLATE2_DIR: "ctranslate2"}
 
 
 def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:

@@ -14,6 +14,7 @@ from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.sampling import SamplingRule
+from seq2seq.inference.translation import check_beam_fits
 from seq2seq.inference.translator import Translator
 from seq2seq.precision import choose_precision, log_choice
 
@@ -38,8 +39,7 @@ def load_translator(cfg: DictConfig | TranslateConfig, device: torch.device) -> 
     log_choice(choice, log)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
     models = [model_from_checkpoint(payload).to(device=device, dtype=dtype).eval() for _, payload in loaded]
-    if cfg.beam > tokenizers.tgt.get_vocab_size():
-        raise UserError(f"beam={cfg.beam} is larger than the target vocabulary ({tokenizers.tgt.get_vocab_size()})")
+    check_beam_fits(cfg.beam, tokenizers.tgt.get_vocab_size())
     for path, payload in loaded:
         log.info("loaded %s (update %d)", path, payload.get("step", -1))
     return Translator(

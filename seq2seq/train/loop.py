@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import atomic_save, find_checkpoint, load_checkpoint, read_model_file
+from seq2seq.checkpoint import atomic_save, load_checkpoint, read_model_file
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
@@ -29,6 +29,7 @@ from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
 from seq2seq.precision import choose_precision
+from seq2seq.run_files import find_checkpoint
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
 from seq2seq.train.loss import TeacherForcedLoss

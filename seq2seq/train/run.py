@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.checkpoint import INFERENCE_DIR, remove_stale_temporaries
+from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.precision import log_choice
+from seq2seq.run_files import INFERENCE_DIR
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
 from seq2seq.train.lock import run_directory_lock
@@ -325,7 +326,7 @@ def _write_inference_exports(run_dir: Path) -> None:
             log.warning("%s/ not written (translation reads the checkpoint): %s", name, output)
             continue
         size = sum(f.stat().st_size for f in output.iterdir()) / 1e6
-        how = "loaded by seq2seq-translate run=" if name == INFERENCE_DIR else f"seq2seq-translate checkpoint={output}"
+        how = "seq2seq-translate run= engine=torch" if name == INFERENCE_DIR else "seq2seq-translate run=, the default"
         log.info("for translation: %s (%s, %.0f MB; %s)", output, RUN_EXPORTS[name], size, how)
 
 

@@ -1,0 +1,99 @@
+"""Which engine `seq2seq-translate` decodes with: PyTorch (`Translator`) or CTranslate2
+(`CTranslate2Translator`), chosen without importing torch.
+
+engine=auto (the default) decodes a run with its CTranslate2 export, `<run>/ctranslate2/`, which
+training writes when ctranslate2 is installed, wherever that gives the lines PyTorch gives, only
+faster: the best translation by greedy or beam search, a forced prefix in greedy search, fp32 (on the
+Multi30k en-de model both engines wrote the same 1,000/1,000 test lines, greedy and beam 5; README,
+Performance). Everything else stays on PyTorch: n-best lists (their scores differ in the third
+decimal: CTranslate2 renormalises the probabilities after banning <pad> and <s>, we do not), a prefix
+in beam search (CTranslate2 ranks the hypotheses that extend it otherwise), sampling (its sampler
+draws other samples from the same seed), attention plots, ensembles, bf16/fp16, an export older than
+the run's checkpoint. The log says which engine
+decodes and why; engine=torch or engine=ctranslate2 forces one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config import UserError
+from seq2seq.inference.ctranslate2_engine import is_ctranslate2_model
+from seq2seq.run_files import CTRANSLATE2_DIR, find_checkpoint, is_current
+
+log = logging.getLogger("seq2seq.translate")
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: str  # "torch" or "ctranslate2"
+    model: str | None  # the CTranslate2 model directory; None for torch (run= or checkpoint= as given)
+    why: str  # for the log
+
+
+def choose_engine(cfg: Any) -> EngineChoice:
+    """The engine and model that `cfg` (a TranslateConfig) decodes with; a forced engine that cannot
+    decode what was asked is a one-line UserError naming the key."""
+    if is_ctranslate2_model(cfg.checkpoint):  # a CTranslate2 export given by hand
+        if cfg.engine == "torch":
+            raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")
+        _warn_if_stale(Path(cfg.checkpoint))
+        return EngineChoice("ctranslate2", str(cfg.checkpoint), "checkpoint= is a CTranslate2 model")
+    if cfg.engine == "torch":
+        return EngineChoice("torch", None, "engine=torch")
+    unfit = _why_not_ctranslate2(cfg)
+    if unfit is None:
+        export = Path(cfg.run) / CTRANSLATE2_DIR
+        return EngineChoice("ctranslate2", str(export), "the run's CTranslate2 export; engine=torch for PyTorch")
+    if cfg.engine == "ctranslate2":
+        raise UserError(f"config error: engine=ctranslate2: {unfit}")
+    return EngineChoice("torch", None, unfit)
+
+
+def _why_not_ctranslate2(cfg: Any) -> str | None:
+    """None when the run's CTranslate2 export can decode this request as PyTorch would; else why not."""
+    if cfg.checkpoint or not cfg.run:
+        return "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
+    if cfg.sampling:
+        return "sampling=true (CTranslate2 draws other samples from the same seed)"
+    if cfg.nbest > 1:
+        return "nbest>1 (CTranslate2's scores differ in the third decimal)"
+    if cfg.prefix and cfg.beam > 1:  # seen in tests/test_translation_api.py: other lines, not only other scores
+        return "prefix=true with beam>1 (CTranslate2 ranks hypotheses that extend a prefix differently)"
+    if cfg.attention:
+        return "attention= plots PyTorch's attention"
+    if cfg.precision not in ("auto", "fp32"):
+        return f"precision={cfg.precision} (the export is fp32)"
+    export = Path(cfg.run) / CTRANSLATE2_DIR / "model.bin"
+    if not export.is_file():
+        return f"{export.parent} does not exist (training writes it when ctranslate2 is installed)"
+    checkpoint = find_checkpoint(cfg.run)
+    if not is_current(export, checkpoint):
+        return f"{export.parent} is older than {checkpoint} (a resumed run stopped before its end)"
+    if not ctranslate2_installed():
+        return "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
+    return None
+
+
+def ctranslate2_installed() -> bool:
+    return importlib.util.find_spec("ctranslate2") is not None
+
+
+def _warn_if_stale(export: Path) -> None:
+    """<run>/ctranslate2 given by hand: say so if the run has a newer checkpoint than the export."""
+    run = export.parent
+    if not (run / "checkpoints").is_dir():
+        return  # an export kept somewhere else: nothing to compare it with
+    with contextlib.suppress(UserError):
+        checkpoint = find_checkpoint(run)
+        if not is_current(export / "model.bin", checkpoint):
+            log.warning(
+                "%s is older than %s (a resumed run stopped before its end): it decodes the earlier model",
+                export,
+                checkpoint,
+            )

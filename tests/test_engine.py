@@ -1,0 +1,104 @@
+"""Which engine seq2seq-translate decodes with (seq2seq/inference/engine.py): the run's CTranslate2
+export wherever it decodes as PyTorch would, PyTorch for everything else, a forced engine that cannot
+do what was asked is one line naming the key. The run directories here are files with set times:
+the rule reads only names and modification times."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from seq2seq.config import TranslateConfig, UserError
+from seq2seq.inference import ctranslate2_engine, engine
+from seq2seq.inference.engine import choose_engine
+
+
+def make_run(root: Path, export_age: float) -> Path:
+    """A run with checkpoints/best.pt and ctranslate2/model.bin written `export_age` s after it (< 0: before)."""
+    (root / "checkpoints").mkdir(parents=True)
+    (root / "ctranslate2").mkdir()
+    best, export = root / "checkpoints" / "best.pt", root / "ctranslate2" / "model.bin"
+    best.write_bytes(b"")
+    export.write_bytes(b"")
+    os.utime(best, (1_000_000, 1_000_000))
+    os.utime(export, (1_000_000 + export_age, 1_000_000 + export_age))
+    return root
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: True)
+
+
+@pytest.mark.usefixtures("installed")
+def test_a_run_with_a_current_export_decodes_with_ctranslate2(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", export_age=5)
+    for settings in (dict(), dict(beam=1), dict(beam=4), dict(prefix=True, beam=1), dict(precision="fp32")):
+        choice = choose_engine(TranslateConfig(run=str(run), **settings))
+        assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), settings
+    assert choose_engine(TranslateConfig(run=str(run), engine="torch")).engine == "torch"
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        (dict(sampling=True), "sampling=true"),
+        (dict(beam=4, nbest=2), "nbest>1"),
+        (dict(prefix=True, beam=2), "prefix=true with beam>1"),
+        (dict(attention="plots"), "attention="),
+        (dict(precision="bf16"), "precision=bf16"),
+        (dict(checkpoint="best.pt"), "checkpoint= is a PyTorch checkpoint"),
+        (dict(checkpoint="a.pt,b.pt"), "checkpoint= is a PyTorch checkpoint"),
+    ],
+)
+def test_what_ctranslate2_would_decode_differently_stays_on_pytorch(tmp_path: Path, settings: dict, why: str) -> None:
+    run = make_run(tmp_path / "run", export_age=5)
+    choice = choose_engine(TranslateConfig(run=str(run), **settings))
+    assert choice.engine == "torch" and choice.why.startswith(why), choice
+    with pytest.raises(UserError, match=rf"^config error: engine=ctranslate2: {why}"):
+        choose_engine(TranslateConfig(run=str(run), engine="ctranslate2", **settings))
+
+
+@pytest.mark.usefixtures("installed")
+def test_an_export_older_than_the_checkpoint_or_missing_is_not_used(tmp_path: Path) -> None:
+    stale = make_run(tmp_path / "stale", export_age=-5)  # a resumed run stopped before its end
+    choice = choose_engine(TranslateConfig(run=str(stale)))
+    assert choice.engine == "torch" and "is older than" in choice.why and "best.pt" in choice.why
+    same_second = make_run(tmp_path / "same", export_age=0)  # written at the end, within the clock's step
+    assert choose_engine(TranslateConfig(run=str(same_second))).engine == "ctranslate2"
+    missing = make_run(tmp_path / "missing", export_age=5)
+    (missing / "ctranslate2" / "model.bin").unlink()
+    choice = choose_engine(TranslateConfig(run=str(missing)))
+    assert choice.engine == "torch" and choice.why.endswith("(training writes it when ctranslate2 is installed)")
+    with pytest.raises(UserError, match=r"^config error: engine=ctranslate2: .*stale/ctranslate2 is older than"):
+        choose_engine(TranslateConfig(run=str(stale), engine="ctranslate2"))
+
+
+def test_without_the_package_a_run_decodes_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
+    choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run", export_age=5))))
+    assert choice.engine == "torch" and "pip install 'seq2seq[export]'" in choice.why
+
+
+def test_an_export_given_as_checkpoint_is_decoded_by_ctranslate2_and_a_stale_one_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = make_run(tmp_path / "run", export_age=-5)
+    choice = choose_engine(TranslateConfig(checkpoint=str(run / "ctranslate2")))
+    assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2"))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{run / 'ctranslate2'} is older than {run / 'checkpoints' / 'best.pt'} (a resumed run stopped before its "
+        "end): it decodes the earlier model"
+    ]
+    with pytest.raises(UserError, match=r"^config error: engine=torch: checkpoint=.* is a CTranslate2 model$"):
+        choose_engine(TranslateConfig(checkpoint=str(run / "ctranslate2"), engine="torch"))
+
+
+def test_ctranslate2_devices_follow_ours() -> None:
+    assert ctranslate2_engine._device("auto", cuda_devices=0) == ("cpu", 0)
+    assert ctranslate2_engine._device("auto", cuda_devices=2) == ("cuda", 0)
+    assert ctranslate2_engine._device("cuda:1", cuda_devices=2) == ("cuda", 1)
+    assert ctranslate2_engine._device("cpu", cuda_devices=2) == ("cpu", 0)
