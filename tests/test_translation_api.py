@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -57,16 +58,21 @@ def test_the_api_translates_as_the_command(run_dir: Path, tmp_path: Path) -> Non
         )
 
 
-def test_the_readme_api_example_runs_as_printed(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = README.read_text()
-    example = re.search(r"<!-- api example -->\n```python\n(.*?)```", text, re.DOTALL)
-    assert example, "README has no API example"
+@pytest.mark.parametrize("name", ["api example", "api example ctranslate2"])
+def test_the_readme_api_examples_run_as_printed(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    if name.endswith("ctranslate2"):
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    example = re.search(rf"<!-- {name} -->\n```python\n(.*?)```", README.read_text(), re.DOTALL)
+    assert example, f"README has no {name}"
     (tmp_path / "outputs").mkdir()
     (tmp_path / "outputs" / "my-run").symlink_to(run_dir)  # the run directory the example names
     monkeypatch.chdir(tmp_path)
     printed = subprocess.run([sys.executable, "-c", example.group(1)], capture_output=True, text=True, timeout=300)
     assert printed.returncode == 0, printed.stderr[-2000:]
-    assert len(printed.stdout.splitlines()) >= 2
+    expected = Translator.load(run_dir, beam=5).translate(["a b c d", "e f g"])
+    assert printed.stdout.splitlines()[0] == repr(expected)
 
 
 def test_prefixes_start_each_translation(run_dir: Path, tmp_path: Path) -> None:
@@ -236,3 +242,29 @@ def test_a_run_decodes_with_its_ctranslate2_export_by_default_as_pytorch_would(
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False" and (tmp_path / "out.txt").read_text(), done.stderr[-2000:]
+
+
+def test_the_ctranslate2_api_translates_as_pytorch_without_importing_torch(run_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference import CTranslate2Translator
+
+    for beam in (1, 4):
+        ours = Translator.load(run_dir, beam=beam, precision="fp32", device="cpu").translate(LINES)
+        assert CTranslate2Translator.load(run_dir, beam=beam).translate(LINES) == ours
+        assert CTranslate2Translator.load(run_dir / "ctranslate2", beam=beam).translate(LINES) == ours
+    code = (
+        "import sys; from seq2seq.inference import CTranslate2Translator; "
+        f"print(CTranslate2Translator.load({str(run_dir)!r}).translate(['a b']), 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().endswith("False"), done.stderr[-2000:]
+    stale = tmp_path / "run"
+    shutil.copytree(run_dir, stale)
+    later = (stale / "ctranslate2" / "model.bin").stat().st_mtime + 10
+    os.utime(stale / "checkpoints" / "best.pt", (later, later))
+    with pytest.raises(UserError, match=r"^config error: engine=ctranslate2: .*/ctranslate2 is older than"):
+        CTranslate2Translator.load(stale)
+    with pytest.raises(UserError, match=r"^config error: nbest=3: must be in \[1, beam=2\]$"):
+        CTranslate2Translator.load(run_dir, beam=2, nbest=3)
+    with pytest.raises(UserError, match=r"^beam=1000000 is larger than the target vocabulary \(\d+\)$"):
+        CTranslate2Translator.load(run_dir, beam=10**6)

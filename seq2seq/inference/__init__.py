@@ -3,13 +3,14 @@
 loading.py (a checkpoint or exported weights -> model + tokenizer), translator.py (the Translator,
 the Python API: lines in, translations out), search.py (greedy, beam and sampled decoding, forced
 prefixes) with speedups.py (its exact CPU shortcuts), sampling.py (temperature, top-k, top-p),
-ensemble.py (several checkpoints decoded as one model), command.py (`seq2seq-translate`'s work: files, chunks, scoring), attention_plots.py
+ensemble.py (several checkpoints decoded as one model), ctranslate2_engine.py (the same API on a
+CTranslate2 export, without torch), engine.py (which engine seq2seq-translate picks), command.py (`seq2seq-translate`'s work: files, chunks, scoring), attention_plots.py
 (heatmaps), export.py (`seq2seq-export`).
 """
 
 from typing import Any
 
-__all__ = ["SamplingRule", "Translation", "Translator"]
+__all__ = ["CTranslate2Translator", "SamplingRule", "Translation", "Translator"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,6 +20,10 @@ def __getattr__(name: str) -> Any:
         from seq2seq.inference.sampling import SamplingRule
 
         return SamplingRule
+    if name == "CTranslate2Translator":  # no torch: CTranslate2 and the tokenizers only
+        from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+
+        return CTranslate2Translator
     if name in ("Translation", "Translator"):
         from seq2seq.inference import translator
 

@@ -14,12 +14,13 @@ immediate </s> is allowed (`min_decoding_length=0`); <pad> and <s> are never out
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from seq2seq.config import ModelConfig, UserError
+from seq2seq.config import ModelConfig, TranslateConfig, UserError, validate_translate
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.translation import Translation, check_beam_fits
 
@@ -41,7 +42,63 @@ def _device(device: str, cuda_devices: int) -> tuple[str, int]:
 
 
 class CTranslate2Translator:
-    """`Translator`'s `translate` and `translate_nbest` on a CTranslate2 model directory."""
+    """`Translator`'s `translate` and `translate_nbest` on a CTranslate2 model directory:
+
+    from seq2seq.inference import CTranslate2Translator
+    translator = CTranslate2Translator.load("outputs/2026-11-23/18-12-22", beam=5)  # no torch import
+    translator.translate(["A man rides a bike."])
+    """
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        beam: int = 5,
+        nbest: int = 1,
+        length_penalty: float = 1.0,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        batch_size: int = 128,
+        precision: str = "auto",
+        device: str = "auto",
+        threads: int | None = None,
+        sampling: Any = None,
+        seed: int = 0,
+    ) -> CTranslate2Translator:
+        """Loads a CTranslate2 model once for translating many lists of lines.
+
+        path: a run directory (its ctranslate2/, which must be no older than its checkpoint) or a
+            `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s;
+            `sampling` is a `SamplingRule` (CTranslate2's sampler: other samples than PyTorch's from
+            the same seed). Bad files or settings raise `seq2seq.config.UserError`, one line.
+        """
+        from seq2seq.inference.engine import choose_engine  # here: engine.py imports this module
+
+        run = not is_ctranslate2_model(str(path))
+        rule = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sampling else {}
+        cfg = TranslateConfig(
+            run=str(path) if run else None,
+            checkpoint=None if run else str(path),
+            engine="ctranslate2",
+            beam=beam,
+            nbest=nbest,
+            length_penalty=length_penalty,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            batch_size=batch_size,
+            precision=precision,
+            device=device,
+            threads=threads,
+            sampling=sampling is not None,
+            seed=seed,
+            **rule,
+        )
+        validate_translate(cfg)
+        # A run's export is checked as seq2seq-translate checks it (current, installed); what the
+        # command keeps on PyTorch by default (n-best, sampling) is the caller's choice here.
+        model = choose_engine(dataclasses.replace(cfg, nbest=1, sampling=False)).model if run else str(path)
+        return cls(cfg, model)
 
     def __init__(self, cfg: Any, directory: str | Path) -> None:
         """`cfg`: a TranslateConfig (its run= and checkpoint= are not read); `directory`: the model."""
