@@ -11,7 +11,7 @@ beam size and batch size, decode time per sentence by source-length bucket, BLEU
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
 and optionally dynamic int8 quantisation of the Linear layers. With `--ctranslate2 <export dir>`, the
 CTranslate2 export of the same checkpoint is also timed alone (scripts/translate_ctranslate2.py),
-round by round beside ours. Every row has its BLEU and the fraction of lines equal to PyTorch's. Run
+round by round beside ours, and in process (`CTranslate2Translator`, the in-process rows' settings). Every row has its BLEU and the fraction of lines equal to PyTorch's. Run
 it on an idle machine.
 """
 
@@ -38,6 +38,7 @@ import torch  # noqa: E402
 from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from seq2seq.inference.ctranslate2_engine import CTranslate2Translator  # noqa: E402
 from seq2seq.inference.loading import load_translator  # noqa: E402
 from seq2seq.inference.search import max_output_lengths  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
@@ -101,7 +102,7 @@ def end_to_end_ctranslate2(args: argparse.Namespace, beam: int, source: list[str
     return filter_row(command, beam, source, reference)
 
 
-def timed_translation(translator: Translator, lines: list[str]) -> tuple[list[str], float]:
+def timed_translation(translator: Translator | CTranslate2Translator, lines: list[str]) -> tuple[list[str], float]:
     start = time.perf_counter()
     hypotheses = translator.translate(lines)
     return hypotheses, time.perf_counter() - start
@@ -131,6 +132,19 @@ def simple_greedy(translator: Translator, lines: list[str]) -> list[str]:
             prefix.append(token)
         outputs.append(translator.tokenizers.decode_tgt([prefix[1:]])[0])
     return outputs
+
+
+def in_process_ctranslate2(args: argparse.Namespace, source: list[str], reference: list[str]) -> list[dict]:
+    rows = []
+    for beam in (int(b) for b in args.beams.split(",")):
+        for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+            translator = CTranslate2Translator.load(
+                args.ctranslate2, beam=beam, batch_size=batch_size, threads=args.threads, device="cpu"
+            )
+            hypotheses, seconds = timed_translation(translator, source)
+            bleu = sacrebleu.corpus_bleu(hypotheses, [reference]).score
+            rows.append({"beam": beam, "batch_size": batch_size, "seconds": round(seconds, 2), "bleu": round(bleu, 2)})
+    return rows
 
 
 def main() -> None:
@@ -201,6 +215,8 @@ def main() -> None:
                 }
             )
     report["in_process"] = rows
+    if args.ctranslate2:  # the same rows on the CTranslate2 engine that seq2seq-translate runs by default
+        report["ctranslate2_in_process"] = in_process_ctranslate2(args, source, reference)
 
     translator.batch_size = TranslateConfig.batch_size
     lengths = [len(ids) for ids in translator.tokenizers.encode_src(source)]
