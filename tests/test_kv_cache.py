@@ -96,9 +96,9 @@ def test_reorder_beams_moves_only_the_decoded_prefixes() -> None:
         assert row_labels(cache.cross_attn.k) == [100 * layer + s for s in (0, 1)]
 
 
-def test_branch_gives_each_sentence_its_beams_after_the_first_step() -> None:
+def test_reordering_to_more_rows_gives_each_sentence_its_beams_after_the_first_step() -> None:
     state = decoder_state(sentences=3, group=1)  # the first step of beam search: one row per sentence
-    state.branch(torch.tensor([0, 0, 1, 1, 2, 2]), group=2)
+    state.reorder_beams(torch.tensor([0, 0, 1, 1, 2, 2]), group=2)
     assert state.group == 2 and state.rows_of(torch.tensor([2])).tolist() == [4, 5]
     for layer, cache in enumerate(state.caches):
         assert row_labels(cache.self_attn.k) == [100 * layer + r for r in (0, 0, 1, 1, 2, 2)]

@@ -30,13 +30,9 @@ class EnsembleState:
         for state in self.states:
             state.select_sentences(sentences)
 
-    def reorder_beams(self, parents: torch.Tensor) -> None:
+    def reorder_beams(self, parents: torch.Tensor, group: int | None = None) -> None:
         for state in self.states:
-            state.reorder_beams(parents)
-
-    def branch(self, parents: torch.Tensor, group: int) -> None:
-        for state in self.states:
-            state.branch(parents, group)
+            state.reorder_beams(parents, group)
 
 
 class Ensemble(torch.nn.Module):

@@ -149,30 +149,24 @@ def beam_search(
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
     `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
     live prefix, as at the start."""
-    # The first step decodes one row per sentence (its k beams would all be BOS); `branch` then gives
-    # each sentence k rows (B*k decoder rows).
+    # The first step decodes one row per sentence (its k beams would all be BOS), the next ones k:
+    # `beams.rows` decoder rows per sentence, B*rows in all.
     state = model.start_decoding(src)
     beams = Beams(src.size(0), beam, bos, src.device)
     limit = max_len.tolist()
     for step in range(int(max_len.max())):
-        rows = 1 if step == 0 else beam  # decoder rows per sentence at this step
-        tokens = beams.last_tokens()
-        log_probs = _next_log_probs(model, tokens[::beam] if step == 0 else tokens, state, bos)  # (B*rows, V)
+        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*rows, V)
         at_limit = torch.tensor([limit[i] <= step + 1 for i in beams.alive], device=src.device)
-        _only_eos(log_probs, at_limit.repeat_interleave(rows), eos)
+        _only_eos(log_probs, at_limit.repeat_interleave(beams.rows), eos)
         if forced is not None:
-            force_prefix(log_probs, forced, torch.tensor(beams.alive, device=src.device).repeat_interleave(rows), step)
-        live_scores = beams.scores[:, :1] if step == 0 else beams.scores  # only beam 0 is live at the start
-        cand_scores, cand_beam, cand_token = best_continuations(log_probs, live_scores, 2 * beam)  # (B, 2k)
+            sentence_of_row = torch.tensor(beams.alive, device=src.device).repeat_interleave(beams.rows)
+            force_prefix(log_probs, forced, sentence_of_row, step)
+        cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
         is_eos = cand_token == eos
         beams.finish(cand_scores, cand_beam, is_eos, length_penalty)
-        parents = beams.extend(cand_scores, cand_beam, cand_token, is_eos)  # rows of the (B*k) layout
-        if step == 0:
-            state.branch(parents // beam, beam)
-        else:
-            state.reorder_beams(parents)
+        state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos), group=beam)
         best_live = beams.best_live()
         done = [
             i in beams.closed or sentence_done(beams.finished[i], best_live[row], length_penalty, nbest, beam)
@@ -227,11 +221,11 @@ class Beams:
 
     def __init__(self, batch: int, beam: int, bos: int, device: torch.device) -> None:
         self.beam = beam
-        self.alive = list(range(batch))  # original sentence index per block of `beam` rows
-        self.prefixes = torch.full((batch * beam, 1), bos, dtype=torch.long, device=device)
-        # Only the first beam of each sentence is live at the start; the others would be copies.
-        self.scores = torch.full((batch, beam), NEG_INF, device=device)  # log-probabilities, (B, k)
-        self.scores[:, 0] = 0.0
+        # Live prefixes per sentence: one at the start (k identical ones would be copies), then k.
+        self.rows = 1
+        self.alive = list(range(batch))  # original sentence index per block of `rows` rows
+        self.prefixes = torch.full((batch, 1), bos, dtype=torch.long, device=device)
+        self.scores = torch.zeros((batch, 1), device=device)  # log-probabilities, (B, rows)
         self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
         self.closed: set[int] = set()  # sentences done but still in the batch as padding
 
@@ -254,19 +248,20 @@ class Beams:
             log_prob = float(cand_scores[row, rank])
             if log_prob == NEG_INF:
                 continue
-            tokens = self.prefixes[row * self.beam + int(cand_beam[row, rank]), 1:].tolist()
+            tokens = self.prefixes[row * self.rows + int(cand_beam[row, rank]), 1:].tolist()
             self.finished[self.alive[row]].append(Hypothesis.scored(tokens, log_prob, length_penalty))
 
     def extend(
         self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, cand_token: torch.Tensor, is_eos: torch.Tensor
     ) -> torch.Tensor:
-        """The best `beam` candidates that do not end here continue. Returns each new row's parent row."""
+        """The best `beam` candidates that do not end here continue (`beam` rows per sentence from
+        now on). Returns each new row's parent row among the previous step's rows."""
         live_scores, live_rank = cand_scores.masked_fill(is_eos, NEG_INF).topk(self.beam, dim=-1)
         parent = (
-            cand_beam.gather(1, live_rank) + torch.arange(len(self.alive), device=cand_beam.device)[:, None] * self.beam
+            cand_beam.gather(1, live_rank) + torch.arange(len(self.alive), device=cand_beam.device)[:, None] * self.rows
         )
         self.prefixes = torch.cat([self.prefixes[parent.view(-1)], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
-        self.scores = live_scores
+        self.scores, self.rows = live_scores, self.beam
         return parent.view(-1)
 
     def keep(self, sentences: torch.Tensor, rows: torch.Tensor) -> None:

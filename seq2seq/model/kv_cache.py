@@ -87,15 +87,11 @@ class DecoderState:
             cache.self_attn.select_rows(rows)
             cache.cross_attn.select_rows(sentences)
 
-    def reorder_beams(self, parents: torch.Tensor) -> None:
+    def reorder_beams(self, parents: torch.Tensor, group: int | None = None) -> None:
         """Beam search: row r continues the hypothesis of row parents[r], a row of the same sentence.
-        Only the decoded prefix (the self-attention caches) follows; the rest is per sentence."""
+        Only the decoded prefix (the self-attention caches) follows; the rest is per sentence.
+        `group`: rows per sentence from now on, when it changes (beam search's first step decodes
+        one row per sentence, whose other beams would be copies of it, and then branches to k)."""
         for cache in self.caches:
             cache.self_attn.select_rows(parents)
-
-    def branch(self, parents: torch.Tensor, group: int) -> None:
-        """Beam search after its first step, which decoded one row per sentence (its other beams would
-        have been copies of it): from now on each sentence has `group` rows, row r continuing row
-        parents[r] of the first step."""
-        self.reorder_beams(parents)
-        self.group = group
+        self.group = group or self.group
