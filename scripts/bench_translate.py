@@ -11,8 +11,9 @@ beam size and batch size, decode time per sentence by source-length bucket, BLEU
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
 and optionally dynamic int8 quantisation of the Linear layers. With `--ctranslate2 <export dir>`, the
 CTranslate2 export of the same checkpoint is also timed alone (scripts/translate_ctranslate2.py),
-round by round beside ours, and in process (`CTranslate2Translator`, the in-process rows' settings). Every row has its BLEU and the fraction of lines equal to PyTorch's. Run
-it on an idle machine.
+round by round beside ours, and in process (`CTranslate2Translator`, the in-process rows' settings); with
+`--int8`, the command with `precision=int8` (CTranslate2's 8-bit weights). Every row has its BLEU and the
+fraction of lines equal to PyTorch's. Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -87,11 +88,16 @@ def filter_row(command: list[str], beam: int, source: list[str], reference: list
 
 
 def end_to_end(
-    args: argparse.Namespace, beam: int, source: list[str], reference: list[str], engine: str = "auto"
+    args: argparse.Namespace,
+    beam: int,
+    source: list[str],
+    reference: list[str],
+    engine: str = "auto",
+    precision: str | None = None,
 ) -> dict:
     """The real command, process start to last line written, and when its first output line arrived."""
     command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={args.run}", f"beam={beam}"]
-    command += [f"threads={args.threads}", f"precision={args.precision}", f"engine={engine}"]
+    command += [f"threads={args.threads}", f"precision={precision or args.precision}", f"engine={engine}"]
     return filter_row(command, beam, source, reference)
 
 
@@ -159,6 +165,7 @@ def main() -> None:
     parser.add_argument("--beams", default="1,2,5,10")
     parser.add_argument("--batch-sizes", default="16,64,128")
     parser.add_argument("--quantize", action="store_true", help="also measure dynamic int8 Linear layers")
+    parser.add_argument("--int8", action="store_true", help="also time seq2seq-translate run= precision=int8")
     parser.add_argument("--rounds", type=int, default=1, help="end-to-end rounds (A/B/A/B with --ctranslate2)")
     parser.add_argument(
         "--ctranslate2", help="a seq2seq-export format=ctranslate2 directory of the same checkpoint: timed beside ours"
@@ -182,12 +189,14 @@ def main() -> None:
             rounds.append(("end_to_end_pytorch", end_to_end(args, beam, source, reference, engine="torch")))
             if args.ctranslate2:
                 rounds.append(("ctranslate2_end_to_end", end_to_end_ctranslate2(args, beam, source, reference)))
+            if args.int8:
+                rounds.append(("end_to_end_int8", end_to_end(args, beam, source, reference, precision="int8")))
     pytorch = {row["beam"]: row["hypotheses"] for kind, row in rounds if kind == "end_to_end_pytorch"}
     for kind, row in rounds:
         if kind != "end_to_end_pytorch":  # lines equal to PyTorch's: what the other engines promise
             same = sum(a == b for a, b in zip(row["hypotheses"], pytorch[row["beam"]], strict=True))
             row["same_as_pytorch"] = round(same / len(source), 4)
-    for kind in ("end_to_end", "end_to_end_pytorch", "ctranslate2_end_to_end"):
+    for kind in ("end_to_end", "end_to_end_pytorch", "ctranslate2_end_to_end", "end_to_end_int8"):
         if any(k == kind for k, _ in rounds):
             report[kind] = [row for k, row in rounds if k == kind]
     for _, row in rounds:

@@ -145,7 +145,7 @@ class TranslateConfig:
     batch_size: int = 128  # sentences decoded together (sorted by length first)
     device: str = "auto"
     precision: str = (
-        "auto"  # the weights' type: auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU)
+        "auto"  # auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)
     )
     threads: int | None = None
     attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
@@ -287,6 +287,6 @@ def validate_translate(cfg: Any) -> None:
     _check(
         not (ensemble and cfg.attention), "attention", cfg.attention, "plots one model's attention, not an ensemble's"
     )
-    _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
+    _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16", "int8"))
     _choice("engine", cfg.engine, ("auto", "torch", "ctranslate2"))
     _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")

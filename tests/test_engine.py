@@ -102,3 +102,37 @@ def test_ctranslate2_devices_follow_ours() -> None:
     assert ctranslate2_engine._device("auto", cuda_devices=2) == ("cuda", 0)
     assert ctranslate2_engine._device("cuda:1", cuda_devices=2) == ("cuda", 1)
     assert ctranslate2_engine._device("cpu", cuda_devices=2) == ("cpu", 0)
+
+
+@pytest.mark.usefixtures("installed")
+def test_int8_decodes_the_runs_export_whatever_the_search(tmp_path: Path) -> None:
+    """int8 lines differ from fp32 by choice: n-best, sampling and prefixes go to CTranslate2 with it."""
+    run = make_run(tmp_path / "run", export_age=5)
+    for settings in (dict(), dict(beam=4, nbest=2), dict(sampling=True), dict(prefix=True, beam=2)):
+        choice = choose_engine(TranslateConfig(run=str(run), precision="int8", **settings))
+        assert choice == engine.EngineChoice("ctranslate2", str(run / "ctranslate2"), "precision=int8 is CTranslate2's")
+        forced = choose_engine(TranslateConfig(run=str(run), precision="int8", engine="ctranslate2", **settings))
+        assert forced == choice
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        (dict(engine="torch"), "engine=torch: precision=int8 is CTranslate2's"),
+        (dict(checkpoint="best.pt", run=None), "precision=int8 decodes a run's CTranslate2 export: checkpoint= is a"),
+        (dict(attention="plots"), "precision=int8 decodes a run's CTranslate2 export: attention="),
+        (dict(export_age=-5), "precision=int8 decodes a run's CTranslate2 export: .*ctranslate2 is older than"),
+    ],
+)
+def test_int8_where_ctranslate2_cannot_decode_is_one_line(tmp_path: Path, settings: dict, why: str) -> None:
+    run = make_run(tmp_path / "run", export_age=settings.pop("export_age", 5))
+    with pytest.raises(UserError, match=rf"^config error: {why}"):
+        choose_engine(TranslateConfig(**{"run": str(run), **settings, "precision": "int8"}))
+
+
+def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
+    run = make_run(tmp_path / "run", export_age=5)
+    with pytest.raises(UserError, match=r"^config error: precision=int8 .*pip install 'seq2seq\[export\]'"):
+        choose_engine(TranslateConfig(run=str(run), precision="int8"))

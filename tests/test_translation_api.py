@@ -268,3 +268,27 @@ def test_the_ctranslate2_api_translates_as_pytorch_without_importing_torch(run_d
         CTranslate2Translator.load(run_dir, beam=2, nbest=3)
     with pytest.raises(UserError, match=r"^beam=1000000 is larger than the target vocabulary \(\d+\)$"):
         CTranslate2Translator.load(run_dir, beam=10**6)
+
+
+def test_precision_int8_decodes_as_ctranslate2_quantised_and_pytorch_refuses_it(
+    run_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """precision=int8: CTranslate2 quantises the run's fp32 export as it loads. The independent decoder is
+    scripts/translate_ctranslate2.py (CTranslate2 alone, no seq2seq) with --compute-type int8."""
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference import CTranslate2Translator
+
+    caplog.set_level(logging.INFO, logger="seq2seq.translate")
+    ours = command(tmp_path, LINES, run=str(run_dir), beam=2, precision="int8")
+    assert "engine: CTranslate2 (precision=int8 is CTranslate2's)" in caplog.messages
+    export = run_dir / "ctranslate2"
+    max_positions = json.loads((export / "seq2seq.json").read_text())["max_positions"]
+    script = [sys.executable, str(SCRIPTS / "translate_ctranslate2.py"), str(export), "--beam=2"]
+    script += ["--compute-type=int8", f"--max-positions={max_positions}"]
+    done = subprocess.run(script, input="\n".join(LINES) + "\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ours == done.stdout.splitlines()
+    translator = CTranslate2Translator.load(run_dir, beam=2, precision="int8")
+    assert translator.engine.compute_type.startswith("int8") and translator.translate(LINES) == ours
+    with pytest.raises(UserError, match=r"^config error: precision=int8: only the CTranslate2 engine decodes in int8"):
+        Translator.load(run_dir, precision="int8")

@@ -26,7 +26,7 @@ from seq2seq.inference.translation import Translation, check_beam_fits
 
 log = logging.getLogger("seq2seq.translate")
 DECODING_FILE = "seq2seq.json"  # written by seq2seq-export beside model.bin: the model's max_positions
-COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
 def is_ctranslate2_model(path: str | None) -> bool:

@@ -11,6 +11,9 @@ in beam search (CTranslate2 ranks the hypotheses that extend it otherwise), samp
 draws other samples from the same seed), attention plots, ensembles, bf16/fp16, an export older than
 the run's checkpoint. The log says which engine
 decodes and why; engine=torch or engine=ctranslate2 forces one.
+
+precision=int8 is CTranslate2's alone (its weights quantised to 8 bits as the export loads): the lines
+then differ from fp32 by choice, so n-best, sampling and prefixes decode with it too.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ def choose_engine(cfg: Any) -> EngineChoice:
             raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")
         _warn_if_stale(Path(cfg.checkpoint))
         return EngineChoice("ctranslate2", str(cfg.checkpoint), "checkpoint= is a CTranslate2 model")
+    if cfg.precision == "int8":
+        return _int8(cfg)
     if cfg.engine == "torch":
         return EngineChoice("torch", None, "engine=torch")
     unfit = _why_not_ctranslate2(cfg)
@@ -55,20 +60,25 @@ def choose_engine(cfg: Any) -> EngineChoice:
     return EngineChoice("torch", None, unfit)
 
 
-def _why_not_ctranslate2(cfg: Any) -> str | None:
-    """None when the run's CTranslate2 export can decode this request as PyTorch would; else why not."""
+def _int8(cfg: Any) -> EngineChoice:
+    """precision=int8: the run's CTranslate2 export, quantised as it loads, or a one-line error."""
+    if cfg.engine == "torch":
+        raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
+    unfit = _why_not_ctranslate2(cfg, same_lines=False)
+    if unfit is not None:
+        raise UserError(f"config error: precision=int8 decodes a run's CTranslate2 export: {unfit}")
+    return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), "precision=int8 is CTranslate2's")
+
+
+def _why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
+    """None when the run's CTranslate2 export can decode this request (as PyTorch would, with
+    `same_lines`); else why not."""
     if cfg.checkpoint or not cfg.run:
         return "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
-    if cfg.sampling:
-        return "sampling=true (CTranslate2 draws other samples from the same seed)"
-    if cfg.nbest > 1:
-        return "nbest>1 (CTranslate2's scores differ in the third decimal)"
-    if cfg.prefix and cfg.beam > 1:  # seen in tests/test_translation_api.py: other lines, not only other scores
-        return "prefix=true with beam>1 (CTranslate2 ranks hypotheses that extend a prefix differently)"
     if cfg.attention:
         return "attention= plots PyTorch's attention"
-    if cfg.precision not in ("auto", "fp32"):
-        return f"precision={cfg.precision} (the export is fp32)"
+    if same_lines and (reason := _why_other_lines(cfg)):
+        return reason
     export = Path(cfg.run) / CTRANSLATE2_DIR / "model.bin"
     if not export.is_file():
         return f"{export.parent} does not exist (training writes it when ctranslate2 is installed)"
@@ -77,6 +87,19 @@ def _why_not_ctranslate2(cfg: Any) -> str | None:
         return f"{export.parent} is older than {checkpoint} (a resumed run stopped before its end)"
     if not ctranslate2_installed():
         return "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
+    return None
+
+
+def _why_other_lines(cfg: Any) -> str | None:
+    """Why CTranslate2 would write other lines (or scores) than PyTorch for this request, if it would."""
+    if cfg.sampling:
+        return "sampling=true (CTranslate2 draws other samples from the same seed)"
+    if cfg.nbest > 1:
+        return "nbest>1 (CTranslate2's scores differ in the third decimal)"
+    if cfg.prefix and cfg.beam > 1:  # seen in tests/test_translation_api.py: other lines, not only other scores
+        return "prefix=true with beam>1 (CTranslate2 ranks hypotheses that extend a prefix differently)"
+    if cfg.precision not in ("auto", "fp32"):
+        return f"precision={cfg.precision} (the export is fp32)"
     return None
 
 

@@ -26,6 +26,11 @@ def load_translator(cfg: DictConfig | TranslateConfig, device: torch.device) -> 
     comma-separated: an ensemble), precision, search or sampling settings, batch size."""
     if cfg.precision == "fp16" and device.type == "cpu":  # before loading: a config error costs no time
         choose_precision(cfg.precision, device, 0, 0)
+    if cfg.precision == "int8":
+        raise UserError(
+            "config error: precision=int8: only the CTranslate2 engine decodes in int8 "
+            "(seq2seq-translate run=<run> precision=int8, or CTranslate2Translator.load)"
+        )
     sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
     paths = [Path(p) for p in str(cfg.checkpoint).split(",")] if cfg.checkpoint else [find_model_file(cfg.run)]
     loaded = [read_model_file(path) for path in paths]
