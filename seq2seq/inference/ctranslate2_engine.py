@@ -69,9 +69,10 @@ class CTranslate2Translator:
         """Loads a CTranslate2 model once for translating many lists of lines.
 
         path: a run directory (its ctranslate2/, which must be no older than its checkpoint) or a
-            `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s;
-            `sampling` is a `SamplingRule` (CTranslate2's sampler: other samples than PyTorch's from
-            the same seed). Bad files or settings raise `seq2seq.config.UserError`, one line.
+            `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s,
+            and `precision="int8"` (8-bit weights, quantised as the model loads); `sampling` is a
+            `SamplingRule` (CTranslate2's sampler: other samples than PyTorch's from the same seed).
+            Bad files or settings raise `seq2seq.config.UserError`, one line.
         """
         from seq2seq.inference.engine import choose_engine  # here: engine.py imports this module
 
