@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from seq2seq import cpu_flags
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import ctranslate2_engine, engine
 from seq2seq.inference.engine import choose_engine
@@ -29,7 +30,9 @@ def make_run(root: Path, export_age: float) -> Path:
 
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ctranslate2 installed, on a CPU without bf16 instructions (where PyTorch's auto precision is fp32)."""
     monkeypatch.setattr(engine, "ctranslate2_installed", lambda: True)
+    monkeypatch.setattr(cpu_flags, "has_bf16_instructions", lambda: False)
 
 
 @pytest.mark.usefixtures("installed")
@@ -79,6 +82,7 @@ def test_an_export_older_than_the_checkpoint_or_missing_is_not_used(tmp_path: Pa
 
 def test_without_the_package_a_run_decodes_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
+    monkeypatch.setattr(cpu_flags, "has_bf16_instructions", lambda: False)
     choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run", export_age=5))))
     assert choice.engine == "torch" and "pip install 'seq2seq[export]'" in choice.why
 
@@ -136,3 +140,35 @@ def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytes
     run = make_run(tmp_path / "run", export_age=5)
     with pytest.raises(UserError, match=r"^config error: precision=int8 .*pip install 'seq2seq\[export\]'"):
         choose_engine(TranslateConfig(run=str(run), precision="int8"))
+
+
+@pytest.mark.usefixtures("installed")
+def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_pytorch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """There PyTorch's precision=auto is bf16, twice the export's speed on an AMX Xeon (and other lines)."""
+    monkeypatch.setattr(cpu_flags, "has_bf16_instructions", lambda: True)
+    run = make_run(tmp_path / "run", export_age=5)
+    for settings in (dict(), dict(beam=1), dict(device="cpu")):
+        choice = choose_engine(TranslateConfig(run=str(run), **settings))
+        assert choice.engine == "torch" and "bf16 instructions" in choice.why, (settings, choice)
+    for settings in (dict(precision="fp32"), dict(engine="ctranslate2"), dict(precision="int8")):
+        choice = choose_engine(TranslateConfig(run=str(run), **settings))
+        assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), settings
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "bf16"),
+    [
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f amx_bf16 amx_tile\n", True),
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n", True),
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\nflags\t\t: amx_bf16\n", False),
+        ("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n", True),
+        ("processor\t: 0\nFeatures\t: fp asimd\n", False),
+    ],
+)
+def test_bf16_instructions_are_read_from_the_first_processors_flags(tmp_path: Path, cpuinfo: str, bf16: bool) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo)
+    assert bool(cpu_flags.cpu_flags(path) & cpu_flags.BF16_FLAGS) is bf16
+    assert cpu_flags.cpu_flags(tmp_path / "missing") == frozenset()
