@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 
 import torch
 
+from seq2seq.cpuinfo import cpu_name
 from seq2seq.precision import cpu_capability
 
 
 def machine_info() -> dict[str, object]:
-    cpu = platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [
-            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
-        ]
-        cpu = names[0] if names else cpu
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cpu_capability": cpu_capability(),  # AMX / AVX512-BF16 / AVX512 / AVX2: never compare across classes
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

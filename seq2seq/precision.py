@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from seq2seq.config import UserError
+from seq2seq.cpuinfo import cpu_name
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -103,17 +104,8 @@ def _cache_file() -> Path:
 
 
 def _machine_key(d_model: int, ffn_dim: int) -> str:
-    parts = [_cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
+    parts = [cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
     return "|".join([*parts, f"{d_model}x{ffn_dim}"])
-
-
-def _cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def cached_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:

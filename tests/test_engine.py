@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq import cpu_flags
+from seq2seq import cpuinfo
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import ctranslate2_engine, engine
 from seq2seq.inference.engine import choose_engine
@@ -32,7 +32,7 @@ def make_run(root: Path, export_age: float) -> Path:
 def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """ctranslate2 installed, on a CPU without bf16 instructions (where PyTorch's auto precision is fp32)."""
     monkeypatch.setattr(engine, "ctranslate2_installed", lambda: True)
-    monkeypatch.setattr(cpu_flags, "has_bf16_instructions", lambda: False)
+    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
 
 
 @pytest.mark.usefixtures("installed")
@@ -82,7 +82,7 @@ def test_an_export_older_than_the_checkpoint_or_missing_is_not_used(tmp_path: Pa
 
 def test_without_the_package_a_run_decodes_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
-    monkeypatch.setattr(cpu_flags, "has_bf16_instructions", lambda: False)
+    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
     choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run", export_age=5))))
     assert choice.engine == "torch" and "pip install 'seq2seq[export]'" in choice.why
 
@@ -147,7 +147,7 @@ def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_pytorch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """There PyTorch's precision=auto is bf16, twice the export's speed on an AMX Xeon (and other lines)."""
-    monkeypatch.setattr(cpu_flags, "has_bf16_instructions", lambda: True)
+    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: True)
     run = make_run(tmp_path / "run", export_age=5)
     for settings in (dict(), dict(beam=1), dict(device="cpu")):
         choice = choose_engine(TranslateConfig(run=str(run), **settings))
@@ -158,7 +158,7 @@ def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_pytorch(
 
 
 @pytest.mark.parametrize(
-    ("cpuinfo", "bf16"),
+    ("text", "bf16"),
     [
         ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f amx_bf16 amx_tile\n", True),
         ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n", True),
@@ -167,8 +167,14 @@ def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_pytorch(
         ("processor\t: 0\nFeatures\t: fp asimd\n", False),
     ],
 )
-def test_bf16_instructions_are_read_from_the_first_processors_flags(tmp_path: Path, cpuinfo: str, bf16: bool) -> None:
+def test_bf16_instructions_are_read_from_the_first_processors_flags(tmp_path: Path, text: str, bf16: bool) -> None:
     path = tmp_path / "cpuinfo"
-    path.write_text(cpuinfo)
-    assert bool(cpu_flags.cpu_flags(path) & cpu_flags.BF16_FLAGS) is bf16
-    assert cpu_flags.cpu_flags(tmp_path / "missing") == frozenset()
+    path.write_text(text)
+    assert cpuinfo.has_bf16(path) is bf16
+    assert cpuinfo.cpu_flags(tmp_path / "missing") == frozenset() and not cpuinfo.has_bf16(tmp_path / "missing")
+
+
+def test_the_cpu_name_is_the_first_model_name(tmp_path: Path) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t: avx2\nprocessor\t: 1\nmodel name\t: Other\n")
+    assert cpuinfo.cpu_name(path) == "AMD EPYC 9B14"

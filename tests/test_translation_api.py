@@ -18,7 +18,7 @@ import pytest
 from conftest import TINY_TRAIN, compose_config, train_logging
 from omegaconf import OmegaConf
 
-from seq2seq import cpu_flags
+from seq2seq import cpuinfo
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import SamplingRule, Translator
@@ -225,7 +225,7 @@ def test_a_run_decodes_with_its_ctranslate2_export_by_default_as_pytorch_would(
     instructions (any CPU here: see test_engine for the others) run= decodes with it, without
     importing torch, and writes PyTorch's lines (greedy, beam, a prefix in greedy search)."""
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
-    monkeypatch.setattr(cpu_flags, "has_bf16_instructions", lambda: False)
+    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
     caplog.set_level(logging.INFO, logger="seq2seq.translate")
     prefixed = [f"{line}\tk j" if line else line for line in LINES]
     for lines, settings in (
@@ -239,7 +239,7 @@ def test_a_run_decodes_with_its_ctranslate2_export_by_default_as_pytorch_would(
         assert default == command(tmp_path, lines, run=str(run_dir), engine="torch", **settings), settings
     code = (
         "import sys; from omegaconf import OmegaConf; from seq2seq.config import TranslateConfig; "
-        "from seq2seq import cpu_flags; cpu_flags.has_bf16_instructions = lambda: False; "
+        "from seq2seq import cpuinfo; cpuinfo.has_bf16 = lambda: False; "
         "from seq2seq.inference.command import translate; "
         f"translate(OmegaConf.structured(TranslateConfig(run={str(run_dir)!r}, input={str(tmp_path / 'input.txt')!r}, "
         f"output={str(tmp_path / 'out.txt')!r}))); print('torch' in sys.modules)"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seq2seq import cpu_flags
+from seq2seq import cpuinfo
 from seq2seq.config import UserError
 from seq2seq.inference.ctranslate2_engine import is_ctranslate2_model
 from seq2seq.run_files import CTRANSLATE2_DIR, find_checkpoint, is_current
@@ -115,7 +115,7 @@ def _why_other_lines(cfg: Any) -> str | None:
 
 def _bf16_cpu(cfg: Any) -> bool:
     """device=cpu or auto (whether there is a GPU is torch's to say) on a CPU with bf16 instructions."""
-    return str(cfg.device) in ("auto", "cpu") and cpu_flags.has_bf16_instructions()
+    return str(cfg.device) in ("auto", "cpu") and cpuinfo.has_bf16()
 
 
 def ctranslate2_installed() -> bool:
