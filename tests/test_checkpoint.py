@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from numerics import assert_equal
 
 import seq2seq.checkpoint as checkpoint
 from seq2seq.checkpoint import (
@@ -42,7 +43,7 @@ def assert_same(a: object, b: object) -> None:
     """Structural equality, tensors compared by dtype and value."""
     assert type(a) is type(b)
     if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b)
+        assert_equal(a, b, "tensor")
     elif isinstance(a, dict):
         assert a.keys() == b.keys()
         for key in a:

@@ -275,7 +275,7 @@ def test_teacher_forced_weights_are_the_ones_decoding_used(model):
     assert [w.shape for w in weights["cross"]] == [(4, 4, 5)] * 2
     for layers in weights.values():
         for w in layers:
-            assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5)
+            torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5, rtol=0.0)
     for w in weights["decoder_self"]:
         assert torch.all(w.triu(1) == 0)  # no row looks at a later output
     # Step by step as greedy decoding runs it (KV cache, one token at a time): the same rows.
@@ -286,9 +286,11 @@ def test_teacher_forced_weights_are_the_ones_decoding_used(model):
             record = {}
             model.decode(torch.tensor([[token]]), state.memory, state.src_mask, state, record)
             for layer in range(2):
-                assert torch.allclose(record["cross"][layer][0, :, 0], weights["cross"][layer][:, t], atol=1e-5)
+                torch.testing.assert_close(
+                    record["cross"][layer][0, :, 0], weights["cross"][layer][:, t], atol=1e-5, rtol=0.0
+                )
                 self_row = record["decoder_self"][layer][0, :, 0]
-                assert torch.allclose(self_row, weights["decoder_self"][layer][:, t, : t + 1], atol=1e-5)
+                torch.testing.assert_close(self_row, weights["decoder_self"][layer][:, t, : t + 1], atol=1e-5, rtol=0.0)
 
 
 def _tiles(image: np.ndarray) -> list[np.ndarray]:

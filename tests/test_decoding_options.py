@@ -100,7 +100,7 @@ def test_an_ensemble_step_is_the_log_of_the_members_mean_probability() -> None:
         got = ensemble.decode_step(prefix[:, step], state)
     # Independently: each member's full forward pass over the whole prefix, probabilities averaged.
     probs = torch.stack([torch.softmax(m(src, prefix)[:, -1].float(), -1) for m in members]).mean(0)
-    assert torch.allclose(got, probs.log(), atol=ATOL)
+    torch.testing.assert_close(got, probs.log(), atol=ATOL, rtol=0.0)
     # And beam search over the ensemble ranks by those probabilities: its best hypothesis's
     # log_prob is the sum of the mean probabilities' logs along it.
     best = beam_search(ensemble, src, BOS_ID, EOS_ID, budget(src), beam=2)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
+from numerics import assert_equal
 from omegaconf import OmegaConf
 
 from seq2seq.checkpoint import atomic_save, find_model_file, load_checkpoint, load_weights, model_from_checkpoint
@@ -117,7 +118,7 @@ def test_training_ends_by_writing_the_weights_that_translation_loads(run_dir: Pa
     assert stored["step"] == checkpoint["step"]
     assert stored["model"].keys() == checkpoint["model"].keys()
     for name, tensor in checkpoint["model"].items():
-        assert torch.equal(stored["model"][name], tensor), name
+        assert_equal(stored["model"][name], tensor, name)
     assert find_model_file(run_dir) == weights / "model.safetensors"
     assert ours(weights, beam=4) == ours(best, beam=4)
     # With ctranslate2 installed (it is, or this module would be skipped), a CTranslate2 model too.
@@ -200,7 +201,7 @@ def test_ctranslate2_and_safetensors_carry_each_architecture_option(tmp_path: Pa
     model = model_from_checkpoint(payload).eval()
     reloaded = model_from_checkpoint(load_weights(st_dir)).eval()
     for name, tensor in model.state_dict().items():
-        assert torch.equal(reloaded.state_dict()[name], tensor), name
+        assert_equal(reloaded.state_dict()[name], tensor, name)
     if cfg.tie_output:
         assert reloaded.output.weight is reloaded.tgt_embed.weight
     if cfg.share_embeddings:

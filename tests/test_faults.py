@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config
+from numerics import assert_equal
 
 import seq2seq.train.loop as loop
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
@@ -63,7 +64,7 @@ def parameters(trainer: Trainer) -> dict[str, torch.Tensor]:
 def assert_same_parameters(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     for name in a:
-        assert torch.equal(a[name], b[name]), name
+        assert_equal(a[name], b[name], name)
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -96,7 +96,7 @@ def test_teacher_forced_loss_matches_cross_entropy_on_full_logits(monkeypatch, c
     torch.testing.assert_close(loss, reference)
     torch.testing.assert_close(nll, F.cross_entropy(flat_logits, flat_target, ignore_index=PAD, reduction="sum"))
     for name, param in model.named_parameters():
-        torch.testing.assert_close(ours[name], param.grad, msg=name)
+        torch.testing.assert_close(ours[name], param.grad, msg=lambda report, name=name: f"{name}: {report}")
 
 
 def test_teacher_forced_loss_under_bf16_autocast_stays_close() -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import compose_config
+from numerics import assert_close, reordered_sum_tolerance
 
 from seq2seq.data.batching import collate
 from seq2seq.data.pipeline import prepare_data
@@ -60,9 +61,20 @@ def test_compiled_objective_gives_the_eager_loss_and_gradients(tmp_path: Path) -
     assert hasattr(trainer.training_objective, "_orig_mod")
     eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, cpu)
     compiled_loss, compiled_grads = loss_and_grads(trainer.training_objective, trainer, cpu)
-    assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
+    # Inductor fuses the kernels, sums in its own order and vector width, and brings its own vectorised
+    # exp and log: the same function up to reordered float32 sums. The loss sums every target token's
+    # log-softmax over the vocabulary; a gradient element sums over the batch's tokens at the end of a
+    # backward chain through every layer's dot products of up to ffn_dim terms.
+    batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions)
+    model = trainer.cfg.model
+    loss_terms = batch.tgt_tokens * trainer.data.tokenizers.tgt.get_vocab_size()
+    loss_tolerance = reordered_sum_tolerance(loss_terms, abs(eager_loss))
+    assert abs(compiled_loss - eager_loss) <= loss_tolerance, (compiled_loss, eager_loss, loss_tolerance)
+    tokens = batch.src.numel() + batch.tgt_in.numel()
+    terms = tokens + (model.encoder_layers + model.decoder_layers) * model.ffn_dim
     for name, grad in eager_grads.items():
-        torch.testing.assert_close(compiled_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+        atol = reordered_sum_tolerance(terms, float(grad.abs().max()))
+        assert_close(compiled_grads[name], grad, f"{name} (compiled vs eager)", atol=atol)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

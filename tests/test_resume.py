@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
+from numerics import assert_equal
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
@@ -28,7 +29,7 @@ def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
 def assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     for name in a:
-        assert torch.equal(a[name], b[name]), name
+        assert_equal(a[name], b[name], name)
 
 
 def test_stopped_and_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> None:
