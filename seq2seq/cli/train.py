@@ -68,7 +68,9 @@ def _hydra_main(cfg: DictConfig) -> None:
                 raise
         return train(cfg, run_dir, list(runtime.overrides.task))
 
-    report_errors(run, cfg.debug)
+    summary = report_errors(run, cfg.debug)
+    if summary.get("exit_status"):  # stopped by Ctrl-C or SIGTERM, after saving: not a finished run
+        sys.exit(summary["exit_status"])
 
 
 def check_run_directory(argv: list[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 import zlib
@@ -19,6 +20,7 @@ from typing import IO, Any
 
 from omegaconf import DictConfig
 
+from seq2seq import cpu_sharing
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
@@ -103,6 +105,8 @@ def load_any_translator(cfg: DictConfig) -> Any:
     translator = _load(cfg, choice)
     # After loading: a bad file or setting is one line of error, not a line of log and one of error.
     log.info("engine: %s (%s)", {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[choice.engine], choice.why)
+    if cpu_sharing.load_at_start is not None and cpu_sharing.load_at_start >= cpu_sharing.SHARED_LOAD:
+        log.info(cpu_sharing.describe(os.environ, cpu_sharing.load_at_start, cpu_sharing.usable_cores()))
     return translator
 
 

@@ -48,6 +48,8 @@ class RepeatedOutOfMemory(UserError):
 
 
 class Trainer:
+    clock = staticmethod(time.monotonic)  # the run's time source; tests give it a fake one
+
     def __init__(
         self, cfg: DictConfig, run_dir: Path, data: PreparedData, device: torch.device, dist: DistContext
     ) -> None:
@@ -58,10 +60,11 @@ class Trainer:
         self.training_objective = self._wrap_for_training(self.objective)
         # The run's clock: max_minutes and a time-driven schedule count training time summed over restarts.
         self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
-        self.started = time.monotonic()  # run.py moves it back to the command's start
-        # How long the latest validation (and its saves) took: kept back from max_minutes, so the final
-        # validation ends by the deadline instead of after it.
+        self.started = self.clock()  # run.py moves it back to the command's start
+        # How long the latest validation (and its saves) took, or an estimate before the first: kept back
+        # from max_minutes, so the final validation ends by the deadline instead of after it.
         self.validation_minutes = 0.0
+        self.update_seconds = 0.0  # how long the latest update took: the deadline keeps room for one more
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model, self.budget_used)
         # precision=auto becomes what this machine runs fastest; the checkpoint's config records it, so a
         # resume computes as the run did. Ranks measure alike but could disagree when close: rank 0 decides.
@@ -83,6 +86,7 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self.samples: list[tuple[str, str, str]] = []  # (source, reference, translation) shown in TensorBoard
         self.stop_requested = False
+        self.stop_signal: int | None = None  # SIGINT or SIGTERM: the command then exits with 128 + it
         self.checkpoint_dir = run_dir / "checkpoints"
 
     # ---- set-up -------------------------------------------------------------------------------
@@ -99,7 +103,7 @@ class Trainer:
 
     def elapsed_minutes(self) -> float:
         """Training time of this run so far, summed over its restarts: what max_minutes counts."""
-        return (self.elapsed_before + time.monotonic() - self.started) / 60.0
+        return (self.elapsed_before + self.clock() - self.started) / 60.0
 
     def budget_used(self, step: int) -> float:
         """The fraction of the run's budget spent when update `step` starts: of max_steps or of
@@ -115,6 +119,27 @@ class Trainer:
     def training_minutes(self) -> float:
         """The part of max_minutes that training may use: all but the final validation's share."""
         return self.cfg.max_minutes - self.validation_minutes
+
+    def out_of_time(self) -> bool:
+        """Another update would end past the time training may use: stopping now ends the run (final
+        validation included) by max_minutes, where the machine keeps the pace it had."""
+        if self.cfg.max_minutes is None:
+            return False
+        return self.elapsed_minutes() + self.update_seconds / 60.0 >= self.training_minutes()
+
+    def estimate_validation_minutes(self, probe_sentences: int = 16) -> float:
+        """What a validation will take, before the first one has: the greedy translation of
+        `probe_sentences` validation sentences, timed and scaled to the sentences a validation
+        translates, plus the loss pass (a forward pass, about a third of an update, per update's worth
+        of tokens). An untrained model's translations run to their length limit, so this errs long."""
+        valid, limit = self.data.valid, self.cfg.valid_max_sentences
+        translated = min(len(valid), limit) if limit else len(valid)
+        probe = valid.src_text[: min(probe_sentences, translated)]
+        start = self.clock()
+        self.translator.translate(probe)
+        translation = (self.clock() - start) * translated / max(len(probe), 1)
+        loss_pass = self.update_seconds / 3.0 * float(valid.tgt.lengths().sum()) / self.cfg.batch_tokens
+        return (translation + loss_pass) / 60.0
 
     def autocast(self) -> AbstractContextManager:
         if self.cfg.precision == "fp32":
@@ -199,6 +224,7 @@ class Trainer:
         """One optimiser update over world_size x accum_steps micro-batches. Returns its metrics,
         or None when the update was skipped for a non-finite loss or gradient, or for lack of memory."""
         self.training_objective.train()
+        started = self.clock()
         micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.cfg.accum_steps)
         sums = self._gradients(micro_batches)
         if sums is None:
@@ -209,6 +235,7 @@ class Trainer:
             self._skip_non_finite(loss_sum, grad_norm)
             return None
         self._apply_update()
+        self.update_seconds = self.clock() - started
         return self._update_metrics(micro_batches, loss_sum, nll_sum, grad_norm)
 
     # -- gradients, and the out-of-memory retry
@@ -399,11 +426,8 @@ def install_stop_handlers(trainer: Trainer) -> None:
             signal.signal(signum, signal.SIG_DFL)
             raise KeyboardInterrupt
         trainer.stop_requested = True
+        trainer.stop_signal = signum
         log.warning("stop requested (signal %d): saving a checkpoint after this update", signum)
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-
-
-def elapsed_minutes(start: float) -> float:
-    return (time.monotonic() - start) / 60.0

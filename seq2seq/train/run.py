@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import shutil
 import time
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq import cpu_sharing
 from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
@@ -26,7 +28,7 @@ from seq2seq.run_files import INFERENCE_DIR
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
 from seq2seq.train.lock import run_directory_lock
-from seq2seq.train.loop import Trainer, elapsed_minutes, install_stop_handlers, resume_payload
+from seq2seq.train.loop import Trainer, install_stop_handlers, resume_payload
 
 log = logging.getLogger("seq2seq.train")
 GROUPS = ("model", "data", "optim", "experiment")
@@ -98,6 +100,8 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
         "buffer" if cfg.data.streaming else "epoch",
     )
     log.info("device: %s, %d threads", device, torch.get_num_threads())
+    if device.type == "cpu":
+        log.info(cpu_sharing.describe(os.environ, cpu_sharing.load_at_start, cpu_sharing.usable_cores()))
     log_choice(trainer.precision_choice, log)
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")
 
@@ -137,7 +141,7 @@ def _train(
     if cfg.deterministic:
         use_deterministic_algorithms(device)
     seed_everything(cfg.seed + dist.rank)
-    start = time.monotonic()
+    start = Trainer.clock()
     if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
         _check_writable(run_dir)
     with run_directory_lock(run_dir) if dist.is_main else contextlib.nullcontext():
@@ -205,7 +209,7 @@ def _stop_reason(trainer: Trainer) -> str | None:
         return f"reached max_steps={cfg.max_steps}"
     if cfg.max_epochs and trainer.stream.epochs_done(trainer.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
         return f"finished max_epochs={cfg.max_epochs}"
-    if trainer.dist.any(cfg.max_minutes is not None and trainer.elapsed_minutes() >= trainer.training_minutes()):
+    if trainer.dist.any(trainer.out_of_time()):
         return f"used max_minutes={cfg.max_minutes}"
     if trainer.dist.any(trainer.stop_requested):
         return STOPPED_BY_SIGNAL
@@ -231,6 +235,13 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
         if metrics is None:
             continue
         step = trainer.step
+        if cfg.max_minutes and trainer.validation_minutes == 0.0 and trainer.dist.is_main:
+            trainer.validation_minutes = trainer.estimate_validation_minutes()
+            log.info(
+                "max_minutes=%g: %.1f minutes kept for the final validation (estimated before the first)",
+                cfg.max_minutes,
+                trainer.validation_minutes,
+            )
         window["tokens"] += metrics["tgt_tokens"]
         window["loss"] += metrics["loss"] * metrics["tgt_tokens"]
         window["nll"] += metrics["nll"] * metrics["tgt_tokens"]
@@ -266,7 +277,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
 
 def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
     cfg, step = trainer.cfg, trainer.step
-    started = time.monotonic()
+    started = trainer.clock()
     names: list[str] = []
     if trainer.dist.is_main:  # once, not once per rank; the others wait at the barrier
         metrics = trainer.validate()
@@ -296,7 +307,7 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
     trainer.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
     trainer.validations_since_best, names = trainer.dist.broadcast((trainer.validations_since_best, names))
     trainer.save(*names)  # every rank: each one's RNG state goes into the checkpoint
-    trainer.validation_minutes = (time.monotonic() - started) / 60.0
+    trainer.validation_minutes = (trainer.clock() - started) / 60.0
 
 
 def _final_metrics(trainer: Trainer) -> dict[str, float]:
@@ -332,12 +343,18 @@ def _write_inference_exports(run_dir: Path) -> None:
 
 def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[str, Any]:
     cfg = trainer.cfg
-    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": elapsed_minutes(start)}
+    minutes = (trainer.clock() - start) / 60.0
+    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": minutes}
     summary.update(best=trainer.best, metrics=trainer.last_metrics, run_dir=str(run_dir))
+    if trainer.stop_signal is not None:  # the shell's convention: 130 after Ctrl-C, 143 after SIGTERM
+        summary["exit_status"] = 128 + trainer.stop_signal
     if trainer.dist.is_main:
         resumed = f" ({trainer.elapsed_minutes():.1f} minutes of training in all)" if trainer.elapsed_before else ""
         log.info("stopped: %s after %d updates in %.1f minutes%s", reason, trainer.step, summary["minutes"], resumed)
-        _write_inference_exports(run_dir)
+        if reason == STOPPED_BY_SIGNAL:  # out now: the exports are written when the resumed run ends
+            log.info("exports for translation not written (stopped by signal); translation reads the checkpoint")
+        else:
+            _write_inference_exports(run_dir)
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)

@@ -1,0 +1,103 @@
+"""max_minutes and stop signals hold on a slow, shared machine: a run ends by its budget (final
+validation included), and Ctrl-C / SIGTERM stop it after the update in progress with the shell's exit
+status. Time is a fake clock that each update and each translated sentence advance, so the tests are
+exact on any machine, however loaded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import TINY_TRAIN, compose_config, train_logging
+
+import seq2seq.train.loop as loop
+from seq2seq.inference.translator import Translator
+
+UPDATE_SECONDS = 7.0  # an update beside another job on a slow CPU
+SECONDS_PER_SENTENCE = 0.5  # greedy translation of one validation sentence, as slow
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def slow_machine(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    clock = FakeClock()
+    monkeypatch.setattr(loop.Trainer, "clock", staticmethod(clock))
+    apply_update, translate = loop.Trainer._apply_update, Translator.translate
+
+    def slow_update(self):
+        clock.now += UPDATE_SECONDS
+        apply_update(self)
+
+    def slow_translate(self, sources, *args, **kwargs):
+        clock.now += SECONDS_PER_SENTENCE * len(sources)
+        return translate(self, sources, *args, **kwargs)
+
+    monkeypatch.setattr(loop.Trainer, "_apply_update", slow_update)
+    monkeypatch.setattr(Translator, "translate", slow_translate)
+    return clock
+
+
+@pytest.mark.parametrize("valid_every", [1000, 3])  # the final validation unmeasured / measured before
+def test_max_minutes_holds_with_slow_updates_and_a_slow_final_validation(tmp_path, slow_machine, valid_every):
+    """Regression: the budget counted updates only, so a run whose validation had never been timed
+    validated after its deadline (max_minutes=0.75 ended after 1.8 minutes beside another job)."""
+    max_minutes = 1.0
+    overrides = [*TINY_TRAIN, "max_steps=null", f"max_minutes={max_minutes}", f"valid_every={valid_every}"]
+    overrides += ["save_every=1000", "optim.schedule=linear_to_zero"]
+    start = slow_machine.now
+    summary, lines = train_logging(compose_config("train", overrides), tmp_path / "run")
+    minutes = (slow_machine.now - start) / 60.0
+    assert summary["reason"] == f"used max_minutes={max_minutes}"
+    # The final validation (20 sentences: 10 s) and the update in progress fit in the budget.
+    assert minutes <= max_minutes, (minutes, lines)
+    # ... and the budget is used: no more than one update, the validation's estimate and its margin unused.
+    assert minutes >= max_minutes - (2 * UPDATE_SECONDS + 2 * 20 * SECONDS_PER_SENTENCE) / 60.0, (minutes, lines)
+    assert summary["minutes"] == pytest.approx(minutes)
+
+
+def test_ctrl_c_stops_after_the_update_saves_and_skips_the_exports(tmp_path, monkeypatch):
+    step = loop.Trainer.train_step
+
+    def interrupted_after_update_2(self):
+        metrics = step(self)
+        if self.step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler asks the loop to stop after this update
+        return metrics
+
+    monkeypatch.setattr(loop.Trainer, "train_step", interrupted_after_update_2)
+    summary, lines = train_logging(compose_config("train", TINY_TRAIN), tmp_path / "run")
+    assert summary["step"] == 2 and summary["exit_status"] == 130
+    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+    assert not (tmp_path / "run" / "ctranslate2").exists() and not (tmp_path / "run" / "model").exists()
+    assert any("exports for translation not written (stopped by signal)" in line for line in lines), lines
+
+
+def test_sigterm_ends_the_command_with_status_143_after_saving(tmp_path):
+    """The real command: a script can tell an interrupted run (128 + the signal) from a finished one."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "SEQ2SEQ_CACHE": str(tmp_path / "cache")}
+    overrides = [o for o in TINY_TRAIN if not o.startswith("max_steps")] + ["max_steps=100000"]
+    command = [sys.executable, "-m", "seq2seq.cli.train", *overrides, f"hydra.run.dir={run_dir}"]
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = run_dir / "train.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "run directory:" in log.read_text()):  # training has started
+        assert time.monotonic() < deadline and process.poll() is None, process.stdout.read().decode()[-2000:]
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=120)[0].decode()
+    assert process.returncode == 143, output[-2000:]
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    assert "stopped: stopped by signal" in log.read_text()
