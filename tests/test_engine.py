@@ -12,7 +12,8 @@ import pytest
 
 from seq2seq import cpuinfo
 from seq2seq.config import TranslateConfig, UserError
-from seq2seq.inference import ctranslate2_engine, engine
+from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.inference import ctranslate2_engine, engine, engine_probe
 from seq2seq.inference.engine import choose_engine
 
 
@@ -33,6 +34,8 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """ctranslate2 installed, on a CPU without bf16 instructions (where PyTorch's auto precision is fp32)."""
     monkeypatch.setattr(engine, "ctranslate2_installed", lambda: True)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
+    # The runs here are empty files: what a measurement would time is given, equal for every engine.
+    monkeypatch.setattr(engine_probe, "measure_engines", lambda cfg, c: engine_probe.Timing(dict.fromkeys(c, 1.0)))
 
 
 @pytest.mark.usefixtures("installed")
@@ -143,18 +146,67 @@ def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytes
 
 
 @pytest.mark.usefixtures("installed")
-def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_pytorch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("faster", ["torch", "ctranslate2"])
+def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_the_engine_measured_faster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, faster: str
 ) -> None:
-    """There PyTorch's precision=auto is bf16, twice the export's speed on an AMX Xeon (and other lines)."""
+    """There PyTorch's precision=auto is bf16: faster than the fp32 export on an AMX Xeon, slower on an
+    AVX512-BF16 Zen 5. The two are timed once per machine, model and search, and the answer cached."""
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: True)
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    measured: list[tuple[str, ...]] = []
+
+    def measure(cfg, candidates):
+        measured.append(candidates)
+        return engine_probe.Timing({"torch": 1.0 if faster == "torch" else 3.0, "ctranslate2": 2.0}, "bf16")
+
+    monkeypatch.setattr(engine_probe, "measure_engines", measure)
     run = make_run(tmp_path / "run", export_age=5)
-    for settings in (dict(), dict(beam=1), dict(device="cpu")):
+    for settings in (dict(), dict(device="cpu"), dict(beam=4)):
         choice = choose_engine(TranslateConfig(run=str(run), **settings))
-        assert choice.engine == "torch" and "bf16 instructions" in choice.why, (settings, choice)
-    for settings in (dict(precision="fp32"), dict(engine="ctranslate2"), dict(precision="int8")):
+        assert choice.engine == faster, (settings, choice)
+        assert "PyTorch bf16 " in choice.why and "CTranslate2 fp32 2.00 s" in choice.why, choice.why
+    assert measured == [("torch", "ctranslate2")]  # beam 5 (the default) and beam 4 share one timing
+    choose_engine(TranslateConfig(run=str(run), beam=1))
+    assert len(measured) == 2  # greedy search is timed on its own
+    for settings in (dict(precision="fp32"), dict(engine="ctranslate2")):
         choice = choose_engine(TranslateConfig(run=str(run), **settings))
         assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), settings
+    assert len(measured) == 2
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize(("int8_seconds", "warned"), [(3.0, True), (1.0, False)])
+def test_int8_says_so_where_it_is_slower_than_fp32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, int8_seconds, warned
+) -> None:
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    timing = engine_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
+    monkeypatch.setattr(engine_probe, "measure_engines", lambda cfg, candidates: timing)
+    run = make_run(tmp_path / "run", export_age=5)
+    assert choose_engine(TranslateConfig(run=str(run), precision="int8")).engine == "ctranslate2"
+    warning = f"precision=int8 is slower than fp32 on this CPU: {int8_seconds:.2f} s against 2.00 s"
+    assert any(warning in message for message in caplog.messages) == warned, caplog.messages
+
+
+def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measurement itself, on a trained run's checkpoint and export (both engines load and decode the
+    probe sentences of its vocabulary), cached: a second choice reads the file."""
+    pytest.importorskip("ctranslate2")
+    from conftest import TINY_TRAIN, compose_config
+
+    from seq2seq.train.run import train
+
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
+    cfg = TranslateConfig(run=str(tmp_path / "run"), beam=2)
+    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8"))
+    assert set(timing.seconds) == {"torch", "ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
+    assert timing.torch_precision == "fp32"  # conftest's precision setting for training does not reach here
+    sentences = engine_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
+    assert len(sentences) == engine_probe.PROBE_SENTENCES and all(sentences)
+    monkeypatch.setattr(engine_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
+    assert engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8")) == timing
 
 
 @pytest.mark.parametrize(

@@ -12,14 +12,15 @@ draws other samples from the same seed), attention plots, ensembles, bf16/fp16, 
 the run's checkpoint. The log says which engine
 decodes and why; engine=torch or engine=ctranslate2 forces one.
 
-On a CPU with bf16 instructions (AMX, AVX512-BF16), precision=auto decodes with PyTorch: its auto
-precision is bf16 there (measured, seq2seq/precision.py), and on a 2-core Xeon with AMX PyTorch in
-bf16 decoded the 1,000 test lines in 5.5-5.7 s end to end with beam 5 against 11.1-11.2 s for the fp32
-export (greedy 2.6 s against 6.8 s; README, Performance); the export's fp32 lines would also differ
-from those of `engine=torch` on that CPU. Elsewhere PyTorch's auto is fp32, so the export writes its lines.
+On a CPU with bf16 instructions (AMX, AVX512-BF16) PyTorch's precision=auto is bf16 (measured,
+seq2seq/precision.py), which is faster than the fp32 export on some of those CPUs and slower on
+others: there engine=auto with precision=auto times both once (seq2seq/inference/engine_probe.py,
+cached per machine and model) and decodes with the faster, saying so; its lines may then differ from
+the other engine's (bf16 against fp32). Elsewhere both decode in fp32 and the export is the faster.
 
 precision=int8 is CTranslate2's alone (its weights quantised to 8 bits as the export loads): the lines
-then differ from fp32 by choice, so n-best, sampling and prefixes decode with it too.
+then differ from fp32 by choice, so n-best, sampling and prefixes decode with it too. It is timed
+against fp32 once per machine and model, and a warning says so where it is slower.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 from seq2seq import cpuinfo
 from seq2seq.config import UserError
+from seq2seq.inference import engine_probe
 from seq2seq.inference.ctranslate2_engine import is_ctranslate2_model
 from seq2seq.run_files import CTRANSLATE2_DIR, find_checkpoint, is_current
 
@@ -58,10 +60,9 @@ def choose_engine(cfg: Any) -> EngineChoice:
         return _int8(cfg)
     if cfg.engine == "torch":
         return EngineChoice("torch", None, "engine=torch")
-    if cfg.engine == "auto" and cfg.precision == "auto" and _bf16_cpu(cfg):
-        why = "precision=auto on a CPU with bf16 instructions, where PyTorch's bf16 is faster; precision=fp32 for the export"
-        return EngineChoice("torch", None, why)
     unfit = _why_not_ctranslate2(cfg)
+    if unfit is None and cfg.engine == "auto" and cfg.precision == "auto" and _bf16_cpu(cfg):
+        return _measured(cfg)
     if unfit is None:
         export = Path(cfg.run) / CTRANSLATE2_DIR
         return EngineChoice("ctranslate2", str(export), "the run's CTranslate2 export; engine=torch for PyTorch")
@@ -77,7 +78,33 @@ def _int8(cfg: Any) -> EngineChoice:
     unfit = _why_not_ctranslate2(cfg, same_lines=False)
     if unfit is not None:
         raise UserError(f"config error: precision=int8 decodes a run's CTranslate2 export: {unfit}")
+    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"))
+    fp32, int8 = timing.seconds["ctranslate2"], timing.seconds["int8"]
+    if int8 > fp32:
+        log.warning(
+            "precision=int8 is slower than fp32 on this CPU: %.2f s against %.2f s for the same %d sentences "
+            "(measured once, cached in %s); precision=auto decodes faster here",
+            int8,
+            fp32,
+            engine_probe.PROBE_SENTENCES,
+            engine_probe.cache_file(),
+        )
     return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), "precision=int8 is CTranslate2's")
+
+
+def _measured(cfg: Any) -> EngineChoice:
+    """engine=auto, precision=auto on a CPU with bf16 instructions: the faster of PyTorch (in the
+    precision its auto picks) and the run's fp32 export, timed on this machine."""
+    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2"))
+    torch_s, ct2_s = timing.seconds["torch"], timing.seconds["ctranslate2"]
+    figures = (
+        f"PyTorch {timing.torch_precision} {torch_s:.2f} s, CTranslate2 fp32 {ct2_s:.2f} s "
+        f"for the same {engine_probe.PROBE_SENTENCES} sentences, measured on this CPU once"
+    )
+    if timing.fastest() == "torch":
+        return EngineChoice("torch", None, f"faster here: {figures}; engine=ctranslate2 for the export")
+    export = str(Path(cfg.run) / CTRANSLATE2_DIR)
+    return EngineChoice("ctranslate2", export, f"the run's export, faster here: {figures}; engine=torch for PyTorch")
 
 
 def _why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
