@@ -6,6 +6,8 @@
 Measures steady-state target/source tokens per second (after --warmup updates), seconds per update,
 real vs padded tokens per batch, peak RSS, and model FLOPs utilisation against a matmul peak measured
 in the same process. Run it on an idle machine: it measures the machine as much as the code.
+`--compete N` measures beside N competing jobs it starts and stops itself (scripts/competing_load.py);
+scripts/bench_shared.py alternates idle and competing rounds for training and translation.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ if "--system-malloc" not in sys.argv:  # measure what seq2seq-train runs on
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import resource  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -35,6 +38,7 @@ from seq2seq.train.distributed import DistContext  # noqa: E402
 from seq2seq.train.loop import Trainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from competing_load import competing_jobs  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 
@@ -123,11 +127,14 @@ def main() -> None:
     parser.add_argument("--scaling", default="", help="comma-separated batch sizes in tokens, e.g. 1024,2048,4096,8192")
     parser.add_argument("--run-dir", default="/tmp/seq2seq-bench-train")
     parser.add_argument("--system-malloc", action="store_true", help="the C library's malloc, not tcmalloc (an A/B)")
+    parser.add_argument("--compete", type=int, default=0, help="competing jobs running while the updates are timed")
+    parser.add_argument("--compete-threads", type=int, default=2, help="threads of each competing job")
     args = parser.parse_args()
 
     trainer = build_trainer(args, args.batch_tokens)
     startup = time.perf_counter() - PROCESS_START
-    result = measure(trainer, args.warmup, args.steps)
+    with competing_jobs(args.compete, args.compete_threads) as competition:
+        result = measure(trainer, args.warmup, args.steps)
     peak = matmul_peak_gflops()
     peak_bf16 = matmul_peak_gflops(dtype=torch.bfloat16)
     achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
@@ -147,6 +154,8 @@ def main() -> None:
         "mfu_vs_fp32_peak": round(achieved / peak, 3),
         "mfu_vs_own_precision_peak": round(achieved / (peak_bf16 if trainer.cfg.precision == "bf16" else peak), 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "competition": competition,
+        "thread_waiting": {k: os.environ[k] for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ},
         "machine": machine_info(),
     }
     if args.scaling:

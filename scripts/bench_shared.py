@@ -1,0 +1,118 @@
+"""Training and translation speed on an idle machine and beside competing jobs; prints one JSON object.
+
+    python scripts/bench_shared.py --run <a trained run> --compete 1 --rounds 2
+
+For each round (A/B/A/B in one window), each machine state (idle, then `--compete` competing jobs of
+`--compete-threads` threads each, started and stopped here: scripts/competing_load.py) and each way
+of waiting (`--waits`: "seq2seq" = what the package sets, GOMP_SPINCOUNT=1000; "gomp-default" =
+GOMP_SPINCOUNT=300000, libgomp's own default; "passive" = OMP_WAIT_POLICY=PASSIVE), it measures
+  - training: scripts/bench_train.py (small model, Multi30k), target tokens/s after warm-up;
+  - translation: seq2seq-translate on the first --lines test sentences with each --engines engine,
+    lines/s of the decoding itself, as the command logs it.
+The summary gives each workload's loaded/idle ratio per way of waiting (the fair share beside one
+2-thread job on 2 cores is 50%). Name the CPU class beside any figure you publish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from competing_load import competing_jobs  # noqa: E402
+
+SCRIPTS = Path(__file__).resolve().parent
+WAITS = {
+    "seq2seq": {},
+    "gomp-default": {"GOMP_SPINCOUNT": "300000"},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+}
+TRANSLATED = re.compile(r"translated (\d+) lines in ([\d.]+) s")
+
+
+def environment(wait: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    return {**env, **WAITS[wait]}
+
+
+def train_speed(args: argparse.Namespace, wait: str) -> float:
+    command = [sys.executable, str(SCRIPTS / "bench_train.py"), "--warmup", "3", "--steps", str(args.train_steps)]
+    command += ["--data-dir", args.data_dir, "--model", args.model]
+    done = subprocess.run(command, env=environment(wait), capture_output=True, text=True, check=True)
+    return round(json.loads(done.stdout)["tgt_tokens_per_s"], 1)
+
+
+def translate_speed(args: argparse.Namespace, wait: str, engine: str, source: Path) -> float:
+    command = ["seq2seq-translate", f"run={args.run}", f"engine={engine}", f"beam={args.beam}"]
+    command += [f"input={source}", "precision=fp32"]
+    done = subprocess.run(command, env=environment(wait), capture_output=True, text=True, check=True)
+    lines, seconds = TRANSLATED.search(done.stderr).groups()
+    return round(int(lines) / float(seconds), 1)
+
+
+def measure(args: argparse.Namespace, source: Path) -> list[dict]:
+    rows = []
+    for round_number in range(1, args.rounds + 1):
+        for jobs in (0, args.compete):
+            for wait in args.waits.split(","):
+                with competing_jobs(jobs, args.compete_threads) as load:
+                    row = {"round": round_number, "wait": wait, "load_average_1min_at_start": os.getloadavg()[0]}
+                    if args.train_steps:
+                        row["train_tgt_tokens_per_s"] = train_speed(args, wait)
+                    for engine in filter(None, args.engines.split(",")):
+                        row[f"translate_{engine}_lines_per_s"] = translate_speed(args, wait, engine, source)
+                rows.append({**load, **row})
+                print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def summary(rows: list[dict], compete: int) -> dict:
+    """Median of the rounds for each (machine state, wait), and loaded / idle for each workload."""
+    measures = [k for k in rows[0] if k.endswith("_per_s")]
+    out: dict = {}
+    for wait in dict.fromkeys(r["wait"] for r in rows):
+        idle = {m: median(r[m] for r in rows if r["wait"] == wait and r["competing_jobs"] == 0) for m in measures}
+        busy = {m: median(r[m] for r in rows if r["wait"] == wait and r["competing_jobs"] == compete) for m in measures}
+        out[wait] = {m: {"idle": idle[m], "competing": busy[m], "kept": round(busy[m] / idle[m], 3)} for m in measures}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="a trained run with its ctranslate2/ export")
+    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+    parser.add_argument("--input", default=None, help="default: <data-dir>/test_2016_flickr.en.gz")
+    parser.add_argument("--lines", type=int, default=300)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--model", default="small", help="bench_train's model")
+    parser.add_argument("--train-steps", type=int, default=10, help="timed updates (0: no training rows)")
+    parser.add_argument("--engines", default="torch,ctranslate2")
+    parser.add_argument("--waits", default="seq2seq,gomp-default")
+    parser.add_argument("--compete", type=int, default=1, help="competing jobs in the loaded state")
+    parser.add_argument("--compete-threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    from seq2seq.data.corpus import read_lines  # after the arguments: --help imports nothing heavy
+
+    text = read_lines(args.input or str(Path(args.data_dir) / "test_2016_flickr.en.gz"))[: args.lines]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as source:
+        source.write("\n".join(text) + "\n")
+        source.flush()
+        rows = measure(args, Path(source.name))
+    from machine import machine_info
+
+    report = {"machine": machine_info(), "settings": vars(args), "summary": summary(rows, args.compete), "rows": rows}
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
