@@ -8,7 +8,9 @@ of waiting (`--waits`: "seq2seq" = what the package sets, GOMP_SPINCOUNT=1000; "
 GOMP_SPINCOUNT=300000, libgomp's own default; "passive" = OMP_WAIT_POLICY=PASSIVE), it measures
   - training: scripts/bench_train.py (small model, Multi30k), target tokens/s after warm-up;
   - translation: seq2seq-translate on the first --lines test sentences with each --engines engine,
-    lines/s of the decoding itself, as the command logs it.
+    lines/s of the decoding itself, as the command logs it;
+  - with --demo: the built-in demo (`seq2seq-train` alone), seconds from start to exit, and the update
+    at which it reached its target.
 The summary gives each workload's loaded/idle ratio per way of waiting (the fair share beside one
 2-thread job on 2 cores is 50%). Name the CPU class beside any figure you publish.
 """
@@ -22,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from statistics import median
 
@@ -57,6 +60,17 @@ def translate_speed(args: argparse.Namespace, wait: str, engine: str, source: Pa
     return round(int(lines) / float(seconds), 1)
 
 
+def demo_seconds(wait: str) -> dict:
+    """`seq2seq-train` with its defaults (the built-in task to its target), timed from start to exit."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        start = time.perf_counter()
+        command = ["seq2seq-train", f"hydra.run.dir={run_dir}", "progress=false"]
+        done = subprocess.run(command, env=environment(wait), capture_output=True, text=True, check=True)
+        seconds = time.perf_counter() - start
+    reached = re.search(r"target reached: .* at update (\d+)", done.stderr)
+    return {"demo_seconds": round(seconds, 1), "demo_target_reached_at_update": int(reached[1]) if reached else None}
+
+
 def measure(args: argparse.Namespace, source: Path) -> list[dict]:
     rows = []
     for round_number in range(1, args.rounds + 1):
@@ -68,6 +82,8 @@ def measure(args: argparse.Namespace, source: Path) -> list[dict]:
                         row["train_tgt_tokens_per_s"] = train_speed(args, wait)
                     for engine in filter(None, args.engines.split(",")):
                         row[f"translate_{engine}_lines_per_s"] = translate_speed(args, wait, engine, source)
+                    if args.demo:
+                        row.update(demo_seconds(wait))
                 rows.append({**load, **row})
                 print(json.dumps(rows[-1]), file=sys.stderr)
     return rows
@@ -75,12 +91,15 @@ def measure(args: argparse.Namespace, source: Path) -> list[dict]:
 
 def summary(rows: list[dict], compete: int) -> dict:
     """Median of the rounds for each (machine state, wait), and loaded / idle for each workload."""
-    measures = [k for k in rows[0] if k.endswith("_per_s")]
+    measures = [k for k in rows[0] if k.endswith("_per_s") or k == "demo_seconds"]
     out: dict = {}
     for wait in dict.fromkeys(r["wait"] for r in rows):
         idle = {m: median(r[m] for r in rows if r["wait"] == wait and r["competing_jobs"] == 0) for m in measures}
         busy = {m: median(r[m] for r in rows if r["wait"] == wait and r["competing_jobs"] == compete) for m in measures}
         out[wait] = {m: {"idle": idle[m], "competing": busy[m], "kept": round(busy[m] / idle[m], 3)} for m in measures}
+        if "demo_seconds" in out[wait]:  # a time, not a rate: how many times longer it took
+            demo = out[wait]["demo_seconds"]
+            demo["slowdown"] = round(demo.pop("kept"), 2)
     return out
 
 
@@ -98,6 +117,7 @@ def main() -> None:
     parser.add_argument("--compete", type=int, default=1, help="competing jobs in the loaded state")
     parser.add_argument("--compete-threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--demo", action="store_true", help="also time the built-in demo to its target")
     args = parser.parse_args()
 
     from seq2seq.data.corpus import read_lines  # after the arguments: --help imports nothing heavy
