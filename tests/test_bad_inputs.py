@@ -233,6 +233,69 @@ def test_a_full_disk_while_writing_translations_is_one_line(run_dir, tmp_path):
     assert str(info.value) == "/dev/full: cannot write the translations (No space left on device)"
 
 
+@pytest.mark.parametrize("how", ["same-path", "other-path", "symlink", "hard-link"])
+def test_output_that_is_the_input_file_is_refused_before_it_is_emptied(run_dir, tmp_path, how):
+    # It was opened for writing before the input was read: exit 0, "translated 0 lines", the file emptied.
+    source = tmp_path / "same.txt"
+    source.write_text("a b c\nd e f\n")
+    output = {
+        "same-path": source,
+        "other-path": tmp_path / "sub" / ".." / "same.txt",
+        "symlink": tmp_path / "link.txt",
+        "hard-link": tmp_path / "hard.txt",
+    }[how]
+    (tmp_path / "sub").mkdir()
+    if how == "symlink":
+        output.symlink_to(source)
+    elif how == "hard-link":
+        os.link(source, output)
+    cfg = compose_config("translate", [f"run={run_dir}", f"input={source}", f"output={output}", "beam=1"])
+    with pytest.raises(UserError) as info:
+        translate(cfg)
+    assert str(info.value) == (
+        f"output={output} is the same file as input={source}: writing the translations would empty it"
+    )
+    assert source.read_text() == "a b c\nd e f\n"
+
+
+def test_output_that_is_the_reference_is_refused(run_dir, tmp_path):
+    # The reference was read after the translations were written over it: BLEU 100 against itself.
+    (tmp_path / "input.txt").write_text("a b c\n")
+    reference = tmp_path / "reference.txt"
+    reference.write_text("C B A\n")
+    options = [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={reference}", f"reference={reference}"]
+    with pytest.raises(UserError) as info:
+        translate(compose_config("translate", options))
+    assert str(info.value) == (
+        f"output={reference} is the same file as reference={reference}: writing the translations would empty it"
+    )
+    assert reference.read_text() == "C B A\n"
+
+
+def test_stdin_redirected_from_the_output_file_is_refused(run_dir, tmp_path):
+    """`seq2seq-translate output=same.txt < same.txt`, and `>> same.txt` with input=same.txt (stdout)."""
+    source = tmp_path / "same.txt"
+    source.write_text("a b c\n")
+    translate_command = str(Path(sys.executable).parent / "seq2seq-translate")
+    with source.open("rb") as stdin:
+        done = subprocess.run(
+            [translate_command, f"run={run_dir}", f"output={source}"], stdin=stdin, capture_output=True, text=True
+        )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: output={source} is the same file as stdin: writing the translations would empty it\n",
+    )
+    with source.open("ab") as stdout:
+        done = subprocess.run(
+            [translate_command, f"run={run_dir}", f"input={source}"], stdout=stdout, stderr=subprocess.PIPE, text=True
+        )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: stdout is the same file as input={source}: writing the translations would empty it\n",
+    )
+    assert source.read_text() == "a b c\n"
+
+
 def test_a_corrupt_gzip_input_is_one_line_naming_it(run_dir, tmp_path):
     packed = bytearray(gzip.compress("".join(f"{i} a b c\n" for i in range(2000)).encode()))
     packed[30] ^= 0xFF
