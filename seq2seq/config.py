@@ -124,6 +124,7 @@ class TrainConfig:
     dist_wait_minutes: float = 360.0
     max_skipped_updates: int = 10  # consecutive non-finite losses/gradients before the run stops
     resume: str | None = None  # a run directory: continue it from its last checkpoint
+    overwrite: bool = False  # a new run into a directory holding an earlier run: true deletes that run's checkpoints/exports; false refuses
     init_from: str | None = None  # a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)
     progress: bool = True  # tqdm progress bar
     attention_images: bool = True  # attention heatmaps in TensorBoard at each validation (~0.3 s per layer)

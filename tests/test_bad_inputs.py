@@ -79,6 +79,34 @@ def test_a_second_run_into_a_busy_run_directory_is_refused_naming_the_holder(tmp
     assert not (tmp_path / "cache").exists() and not (run_dir / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("left", ["checkpoints/step_4.pt", "model/", "ctranslate2/"])
+def test_a_new_run_into_a_directory_holding_a_run_is_refused(tmp_path, left):
+    run_dir = tmp_path / "run"
+    if left.endswith("/"):
+        (run_dir / left).mkdir(parents=True)
+    else:
+        (run_dir / left).parent.mkdir(parents=True)
+        (run_dir / left).write_bytes(b"an earlier run's checkpoint")
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, run_dir)
+    assert str(info.value) == (
+        f"{run_dir}: holds an earlier run ({left}); continue it with resume={run_dir}, "
+        "start afresh there with overwrite=true, or choose another directory"
+    )
+    assert not (tmp_path / "cache").exists()  # refused before any work
+
+
+def test_overwrite_replaces_an_earlier_run_without_leaving_any_of_it(tmp_path):
+    run_dir, cache = tmp_path / "run", f"data.cache_dir={tmp_path / 'cache'}"
+    train(compose_config("train", [*SMALL_RUN, cache, "max_steps=4", "save_every=2", "keep_checkpoints=5"]), run_dir)
+    assert (run_dir / "checkpoints" / "step_4.pt").is_file()
+    train(compose_config("train", [*SMALL_RUN, cache, "max_steps=2", "save_every=2", "overwrite=true"]), run_dir)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_2.pt"]
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 2
+    assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) == 1  # the earlier run's dashboards went too
+
+
 def test_batch_smaller_than_one_sentence_stops_before_any_work(tmp_path):
     cfg = compose_config("train", [*SMALL_RUN, "batch_tokens=40", f"data.cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(UserError) as info:

@@ -332,8 +332,14 @@ class Trainer:
         if self.consecutive_skips >= self.cfg.max_skipped_updates:
             raise NonFiniteLoss(
                 f"{self.consecutive_skips} updates in a row had a non-finite loss or gradient "
-                f"(max_skipped_updates={self.cfg.max_skipped_updates}); the last good checkpoint is in {self.checkpoint_dir}"
+                f"(max_skipped_updates={self.cfg.max_skipped_updates}); {self._last_good_checkpoint()}"
             )
+
+    def _last_good_checkpoint(self, capital: bool = False) -> str:
+        """Where to go on from, for the message that stops the run: never a directory that is not there."""
+        if (self.checkpoint_dir / "last.pt").is_file():
+            return f"{'T' if capital else 't'}he last good checkpoint is in {self.checkpoint_dir}"
+        return f"{'N' if capital else 'n'}o checkpoint was saved yet (the first save is at update {min(self.cfg.save_every, self.cfg.valid_every)})"
 
     def _count_oom_skip(self, sentences: int, tokens: int) -> None:
         self.skipped_updates += 1
@@ -349,7 +355,7 @@ class Trainer:
             raise RepeatedOutOfMemory(
                 f"{self.consecutive_oom_skips} updates in a row ran out of memory even with their batches split "
                 f"in two (max_skipped_updates={self.cfg.max_skipped_updates}); lower batch_tokens. "
-                f"The last good checkpoint is in {self.checkpoint_dir}"
+                f"{self._last_good_checkpoint(capital=True)}"
             )
 
     # ---- validation ---------------------------------------------------------------------------
