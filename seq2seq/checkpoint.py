@@ -23,7 +23,7 @@ import torch
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
-from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, is_current
+from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, why_stale
 
 FORMAT = 1
 # A weights-only export (`seq2seq-export format=safetensors`): the file, and the JSON beside it.
@@ -114,11 +114,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 def find_model_file(run_dir: str | Path) -> Path:
     """What translation loads from a run directory: the weights-only file that training writes at its
     end (`<run>/model/model.safetensors`, a quarter of the checkpoint's size: no optimiser moments),
-    unless the checkpoint it came from is newer (a resumed run that was stopped before its end); else
-    best.pt, else last.pt."""
+    unless it was made from another checkpoint than the run's best (a resumed run that was stopped
+    before its end); else best.pt, else last.pt."""
     checkpoint = find_checkpoint(run_dir)
     weights = Path(run_dir) / INFERENCE_DIR / WEIGHTS_FILE
-    return weights if is_current(weights, checkpoint) else checkpoint
+    return (
+        weights if weights.is_file() and why_stale(weights.parent / WEIGHTS_CONFIG, checkpoint) is None else checkpoint
+    )
 
 
 def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
@@ -131,13 +133,20 @@ def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
 
 
 def check_vocabulary(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:
-    """The tokenizer found beside a checkpoint must be the one it was trained with (same sizes)."""
+    """The tokenizer found beside a checkpoint must be the one it was trained with: the same sizes,
+    and the same tokenizer where the checkpoint records it (another run's of the same size would
+    translate without complaint, every id meaning another token)."""
     vocab = payload["vocab"]
     sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())
     if sizes != (vocab["src_size"], vocab["tgt_size"]):
         raise UserError(
             f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
             f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
+        )
+    if vocab.get("tokenizer") not in (None, tokenizers.fingerprint()):
+        raise UserError(
+            f"{path}: the tokenizer beside it is not the one it was trained with (same size, other tokens): "
+            "they belong to different runs"
         )
 
 
@@ -211,6 +220,8 @@ def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab
             raise UserError(
                 f"{path}: {name} has shape {tuple(state[name].shape)}, the config wants {tuple(tensor.shape)}"
             )
+        if not state[name].is_floating_point():  # load_state_dict would cast int64 weights without a word
+            raise UserError(f"{path}: {name} is a tensor of {state[name].dtype}, not of floating-point weights")
     for name in state:
         if name not in expected:
             raise UserError(f"{path}: {name}: a tensor the model does not have")

@@ -5,6 +5,7 @@ needs a real process. Messages are compared exactly: they are what a user reads.
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import os
 import re
@@ -370,6 +371,44 @@ def test_checkpoint_with_another_runs_tokenizer(run_dir, tmp_path):
     assert str(info.value) == (
         f"{checkpoint}: the checkpoint was trained with vocabularies of {ours}/{ours} entries but the "
         f"tokenizer beside it has {theirs}/{theirs}: they belong to different runs"
+    )
+
+
+def test_checkpoint_with_another_tokenizer_of_the_same_size(run_dir, tmp_path):
+    """Sizes alone let a checkpoint translate with a tokenizer whose ids mean other tokens."""
+    tokenizer = json.loads((run_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]  # BPE: token -> id
+    first, second = sorted(vocab, key=vocab.get)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # two tokens trade ids: same size, other ids
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    checkpoint = tmp_path / "model.pt"
+    shutil.copy(run_dir / "checkpoints" / "best.pt", checkpoint)
+    assert Tokenizers.load(tmp_path).src.get_vocab_size() == load_checkpoint(checkpoint)["vocab"]["src_size"]
+    shutil.copytree(run_dir / "model", tmp_path / "model")  # the weights-only export, with the other tokenizer
+    shutil.copy(tmp_path / "tokenizer.json", tmp_path / "model" / "tokenizer.json")
+    (tmp_path / "input.txt").write_text("a b c\n")
+    for model, loaded in ((checkpoint, checkpoint), (tmp_path / "model", tmp_path / "model" / "model.safetensors")):
+        with pytest.raises(UserError) as info:
+            translate(compose_config("translate", [f"checkpoint={model}", f"input={tmp_path / 'input.txt'}"]))
+        assert str(info.value) == (
+            f"{loaded}: the tokenizer beside it is not the one it was trained with (same size, other tokens): "
+            "they belong to different runs"
+        )
+
+
+def test_init_from_a_checkpoint_with_another_vocabulary_is_one_line(run_dir, tmp_path):
+    # load_state_dict's size-mismatch traceback.
+    payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
+    size = payload["vocab"]["src_size"]
+    payload["vocab"] = {**payload["vocab"], "src_size": size + 1, "tgt_size": size + 1}
+    other = tmp_path / "other.pt"
+    torch.save(payload, other)
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}", f"init_from={other}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, tmp_path / "run")
+    assert str(info.value) == (
+        f"init_from={other}: its vocabularies have {size + 1}/{size + 1} entries, this run's tokenizer "
+        f"{size}/{size}: its embeddings cannot be used"
     )
 
 

@@ -107,7 +107,12 @@ def test_safetensors_export_translates_exactly_as_the_checkpoint(run_dir: Path, 
     assert ours(out, beam=1) == reference  # checkpoint=<dir>
     assert ours(out / "model.safetensors", beam=4) == ours(checkpoint, beam=4)
     config = json.loads((out / "config.json").read_text())
-    assert config["vocab"] == {"src_size": 300, "tgt_size": 300, "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+    tokenizer = Tokenizers.load(run_dir).fingerprint()
+    assert config["vocab"] == {
+        **{"src_size": 300, "tgt_size": 300, "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3},
+        "tokenizer": tokenizer,
+    }
+    assert (config["step"], config["source_checkpoint"]) == (load_checkpoint(checkpoint)["step"], str(checkpoint))
 
 
 def test_training_ends_by_writing_the_weights_that_translation_loads(run_dir: Path, tmp_path: Path) -> None:
@@ -122,11 +127,14 @@ def test_training_ends_by_writing_the_weights_that_translation_loads(run_dir: Pa
     assert ours(weights, beam=4) == ours(best, beam=4)
     # With ctranslate2 installed (it is, or this module would be skipped), a CTranslate2 model too.
     assert ct2_translate(run_dir / "ctranslate2", LINES, 1, max_positions=256) == ours(best, beam=1)
-    # A checkpoint newer than the weights (a resumed run stopped before its end) wins.
+    # A copy of the run (new file times, as `cp -r` gives) still loads its weights ...
     copy = tmp_path / "run"
-    shutil.copytree(run_dir, copy)  # copy2: the times are kept
-    later = (copy / "model" / "model.safetensors").stat().st_mtime + 10
-    os.utime(copy / "checkpoints" / "best.pt", (later, later))
+    shutil.copytree(run_dir, copy, copy_function=shutil.copy)
+    assert find_model_file(copy) == copy / "model" / "model.safetensors"
+    # ... and a new best.pt (a resumed run stopped before its end) wins, even saved before the export's time.
+    mtime = (copy / "model" / "model.safetensors").stat().st_mtime
+    atomic_save({**checkpoint, "step": checkpoint["step"] + 1}, copy / "checkpoints" / "best.pt")
+    os.utime(copy / "checkpoints" / "best.pt", (mtime - 10, mtime - 10))
     assert find_model_file(copy) == copy / "checkpoints" / "best.pt"
 
 

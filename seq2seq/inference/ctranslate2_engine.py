@@ -22,7 +22,7 @@ from typing import Any
 
 from seq2seq.config import ModelConfig, TranslateConfig, UserError, validate_translate
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
-from seq2seq.inference.translation import Translation, check_beam_fits
+from seq2seq.inference.translation import Translation, check_beam_fits, output_budget, to_translate
 
 log = logging.getLogger("seq2seq.translate")
 DECODING_FILE = "seq2seq.json"  # written by seq2seq-export beside model.bin: the model's max_positions
@@ -154,7 +154,7 @@ class CTranslate2Translator:
     ) -> list[list[Translation]]:
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
-        todo = [i for i, line in enumerate(lines) if line.strip()]
+        todo = to_translate(lines, prefixes)
         sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
         forced = {i: tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [] for i in todo}
         for i in todo:
@@ -163,8 +163,10 @@ class CTranslate2Translator:
                     f"input line {first_line_number + i}: the target prefix has {len(forced[i])} tokens, more than "
                     f"the {self.max_positions - 2} the model's {self.max_positions} positions leave room for"
                 )
-        budgets = {i: min(int((len(sources[i]) + 1) * cfg.max_len_a + cfg.max_len_b), self.max_positions) for i in todo}
-        budgets = {i: min(max(b, len(forced[i]) + cfg.max_len_b), self.max_positions - 1) for i, b in budgets.items()}
+        budgets = {
+            i: output_budget(len(sources[i]), len(forced[i]), cfg.max_len_a, cfg.max_len_b, self.max_positions)
+            for i in todo
+        }
         options = dict(beam_size=cfg.beam, num_hypotheses=cfg.nbest, length_penalty=cfg.length_penalty)
         if cfg.sampling:
             options = dict(
@@ -174,8 +176,15 @@ class CTranslate2Translator:
                 sampling_topp=cfg.top_p,
                 sampling_temperature=cfg.temperature,
             )
+        if only_eos := [i for i in todo if budgets[i] <= 1 and not forced[i]]:
+            # A budget of one token leaves room for </s> alone (CTranslate2 refuses max_decoding_length=0).
+            scored = self.engine.score_batch([sources[i] for i in only_eos], [[] for _ in only_eos])
+            for i, score in zip(only_eos, scored, strict=True):
+                results[i] = [Translation("", sum(score.log_probs), [])]
         for budget in sorted(set(budgets.values())):
-            rows = [i for i in todo if budgets[i] == budget]
+            rows = [i for i in todo if budgets[i] == budget and i not in only_eos]
+            if not rows:
+                continue
             outputs = self.engine.translate_batch(
                 [sources[i] for i in rows],
                 [forced[i] or None for i in rows] if prefixes else None,

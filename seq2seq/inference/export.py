@@ -36,7 +36,7 @@ from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, U
 from seq2seq.inference.ctranslate2_engine import DECODING_FILE
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
-from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, find_checkpoint
+from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, checkpoint_record, find_checkpoint
 
 FORMATS = ("safetensors", "ctranslate2")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -225,8 +225,7 @@ def _safetensors_writer(payload: dict[str, Any], model_cfg: ModelConfig, path: P
             "unk_id": UNK_ID,
         },
         "tied": [list(pair) for pair in aliases],
-        "step": payload.get("step", -1),
-        "source_checkpoint": str(path),
+        **checkpoint_record(path, payload.get("step", -1)),  # which checkpoint: translation checks it is current
     }
 
     def write(directory: Path) -> None:
@@ -317,10 +316,13 @@ def _ctranslate2_writer(
     except ValueError as err:
         raise UserError(f"{path}: CTranslate2 refused the model: {str(err).strip().splitlines()[0]}") from err
 
+    # What CTranslate2's files do not say: what seq2seq-translate needs to decode as with the checkpoint,
+    # and which checkpoint it was made from (translation checks that it is current).
+    decoding = {"max_positions": model_cfg.max_positions, **checkpoint_record(path, payload.get("step", -1))}
+
     def write(directory: Path) -> None:
         spec.save(str(directory))
-        # What CTranslate2's files do not say and seq2seq-translate needs to decode as with the checkpoint.
-        (directory / DECODING_FILE).write_text(json.dumps({"max_positions": model_cfg.max_positions}) + "\n")
+        (directory / DECODING_FILE).write_text(json.dumps(decoding) + "\n")
 
     return write
 

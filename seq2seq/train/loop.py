@@ -84,6 +84,7 @@ class Trainer:
         self.samples: list[tuple[str, str, str]] = []  # (source, reference, translation) shown in TensorBoard
         self.stop_requested = False
         self.checkpoint_dir = run_dir / "checkpoints"
+        self.tokenizer_fingerprint = data.tokenizers.fingerprint()
 
     # ---- set-up -------------------------------------------------------------------------------
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
@@ -122,17 +123,21 @@ class Trainer:
         dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
+    def state_dict_vocab(self) -> dict[str, Any]:
+        return {
+            "src_size": self.data.tokenizers.src.get_vocab_size(),
+            "tgt_size": self.data.tokenizers.tgt.get_vocab_size(),
+            "pad_id": PAD_ID,
+            "tokenizer": self.tokenizer_fingerprint,  # translation checks that the tokenizer beside it is this one
+        }
+
     def state_dict(self, rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
         return {
             "format": 1,
             "model": self.model.state_dict(),
             "config": as_dict(self.cfg),
-            "vocab": {
-                "src_size": self.data.tokenizers.src.get_vocab_size(),
-                "tgt_size": self.data.tokenizers.tgt.get_vocab_size(),
-                "pad_id": PAD_ID,
-            },
+            "vocab": self.state_dict_vocab(),
             "step": self.step,
             "data": self.stream.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -189,6 +194,17 @@ class Trainer:
         _, payload = read_model_file(Path(path))
         if payload["config"]["model"] != as_dict(self.cfg.model):
             raise UserError(f"init_from={path}: its model config differs from model.* of this run")
+        theirs, ours = payload["vocab"], self.state_dict_vocab()
+        if (theirs["src_size"], theirs["tgt_size"]) != (ours["src_size"], ours["tgt_size"]):
+            raise UserError(
+                f"init_from={path}: its vocabularies have {theirs['src_size']}/{theirs['tgt_size']} entries, this "
+                f"run's tokenizer {ours['src_size']}/{ours['tgt_size']}: its embeddings cannot be used"
+            )
+        if theirs.get("tokenizer") not in (None, ours["tokenizer"]):
+            log.warning(
+                "init_from=%s was trained with another tokenizer of the same size: its embeddings mean other tokens",
+                path,
+            )
         self.model.load_state_dict(payload["model"])
 
     # ---- one update -------------------------------------------------------------------------
