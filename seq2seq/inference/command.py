@@ -116,7 +116,7 @@ def _load(cfg: DictConfig, choice: EngineChoice) -> Any:
     from seq2seq.device import pick_device
     from seq2seq.inference.loading import load_translator
 
-    if cfg.threads:
+    if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     return load_translator(cfg, pick_device(cfg.device))
 

@@ -134,7 +134,7 @@ def _train(
 ) -> dict[str, Any]:
     if dist.enabled:
         run_dir = _agree_on_run_dir(run_dir, dist)
-    if cfg.threads:
+    if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     if cfg.deterministic:
         use_deterministic_algorithms(device)
