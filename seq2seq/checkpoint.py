@@ -20,14 +20,15 @@ from typing import Any
 
 import torch
 
-from seq2seq.config import ModelConfig, UserError
-from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.config import ModelConfig, UserError, validate_model
+from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
 from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, why_stale
 
 FORMAT = 1
 # A weights-only export (`seq2seq-export format=safetensors`): the file, and the JSON beside it.
 WEIGHTS_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT = "model.safetensors", "config.json", "seq2seq-weights-1"
+SPECIAL_TOKENS = len(SPECIALS)
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
@@ -129,7 +130,48 @@ def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
     if path.suffix == ".safetensors" or (path / WEIGHTS_FILE).is_file():
         path = path / WEIGHTS_FILE if path.is_dir() else path
         return path, load_weights(path)
-    return path, load_checkpoint(path)
+    payload = load_checkpoint(path)
+    config = payload.get("config")
+    model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)
+    vocab = payload.get("vocab")
+    _check_vocab_entries(vocab if isinstance(vocab, dict) else {}, path)
+    _check_weights(payload["model"], model_cfg, vocab, path)
+    return path, payload
+
+
+def model_config_of(stored: Any, where: Path) -> ModelConfig:
+    """The model config stored in a checkpoint or a weights config.json, checked as the schema checks a
+    YAML file (known keys, types), then as training checks it (validate_model): a crafted or damaged
+    file is one line naming it and the key, not a traceback from inside the model."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(stored, dict):
+        raise UserError(f"{where}: has no model config (config.model)")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    for key in stored:
+        if key not in known:
+            raise UserError(f"{where}: model.{key}: not a setting this version knows")
+    try:
+        model_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), stored))
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise UserError(f"{where}: model.{key}: {str(err).strip().splitlines()[0]}") from err
+    try:
+        validate_model(model_cfg)
+    except UserError as err:
+        raise UserError(f"{where}: {err}") from err
+    return model_cfg
+
+
+def _check_vocab_entries(vocab: dict[str, Any], where: Path) -> None:
+    for key in ("src_size", "tgt_size", "pad_id"):
+        if not isinstance(vocab.get(key), int) or isinstance(vocab.get(key), bool):
+            raise UserError(f"{where}: vocab.{key}: missing or not an integer")
+    if vocab["src_size"] <= SPECIAL_TOKENS or vocab["tgt_size"] <= SPECIAL_TOKENS:
+        raise UserError(f"{where}: vocab sizes {vocab['src_size']}/{vocab['tgt_size']}: too small for a vocabulary")
+    if vocab["pad_id"] != PAD_ID:
+        raise UserError(f"{where}: vocab.pad_id={vocab['pad_id']}: every seq2seq vocabulary pads with id {PAD_ID}")
 
 
 def check_vocabulary(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:
@@ -179,13 +221,8 @@ def load_weights(path: str | Path) -> dict[str, Any]:
     model_cfg, vocab = config.get("model"), config.get("vocab")
     if not isinstance(model_cfg, dict) or not isinstance(vocab, dict):
         raise UserError(f"{config_path}: has no model or vocab section")
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    for key in model_cfg:
-        if key not in known:
-            raise UserError(f"{config_path}: model.{key}: not a setting this version knows")
-    for key in ("src_size", "tgt_size", "pad_id"):
-        if not isinstance(vocab.get(key), int):
-            raise UserError(f"{config_path}: vocab.{key}: missing or not an integer")
+    checked_model = model_config_of(model_cfg, config_path)
+    _check_vocab_entries(vocab, config_path)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -196,7 +233,7 @@ def load_weights(path: str | Path) -> dict[str, Any]:
     for alias, stored in config.get("tied", []):  # one tensor under two names, stored once
         if stored in state:
             state[alias] = state[stored]
-    _check_weights(state, ModelConfig(**model_cfg), vocab, path)
+    _check_weights(state, checked_model, vocab, path)
     return {
         "format": FORMAT,
         "model": state,
@@ -211,6 +248,8 @@ def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab
     its weight initialisers go through torch's decompositions, which import torch._dynamo (2.1 s of a
     2-core EPYC's start-up, measured with cProfile); the CPU build costs ~0.1 s. Its random initialisation
     must not move the caller's random state (init_from= then trains exactly as from the checkpoint)."""
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise UserError(f"{path}: its weights are not a dict of tensors")
     with torch.random.fork_rng(devices=[]):
         expected = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"]).state_dict()
     for name, tensor in expected.items():

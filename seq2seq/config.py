@@ -23,6 +23,7 @@ class UserError(Exception):
 # Every byte-level vocabulary holds the 256 bytes and the 4 special tokens (seq2seq/data/tokenizer.py),
 # so a smaller data.vocab_size cannot be what the run gets.
 BYTE_VOCABULARY_FLOOR = 256 + 4
+MAX_POSITIONS = 65536  # far beyond what full attention over a sentence pair is used for
 
 
 @dataclass
@@ -194,6 +195,10 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
     for name in ("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
         _check(getattr(m, name) > 0, f"{prefix}.{name}", getattr(m, name), "must be positive")
     _check(m.d_model % m.heads == 0, f"{prefix}.d_model", m.d_model, f"must be divisible by {prefix}.heads={m.heads}")
+    # A position table of max_positions x d_model is built whole: 1e8 positions would exhaust memory.
+    _check(
+        m.max_positions <= MAX_POSITIONS, f"{prefix}.max_positions", m.max_positions, f"must be at most {MAX_POSITIONS}"
+    )
     _check(m.d_model % 2 == 0, f"{prefix}.d_model", m.d_model, "must be even (sinusoidal positions pair sin/cos)")
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         _check(0.0 <= getattr(m, name) < 1.0, f"{prefix}.{name}", getattr(m, name), "must be in [0, 1)")

@@ -30,8 +30,15 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT, check_vocabulary, load_checkpoint
-from seq2seq.config import ModelConfig, UserError, validate_model
+from seq2seq.checkpoint import (
+    WEIGHTS_CONFIG,
+    WEIGHTS_FILE,
+    WEIGHTS_FORMAT,
+    check_vocabulary,
+    load_checkpoint,
+    model_config_of,
+)
+from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import DECODING_FILE
 from seq2seq.inference.loading import load_tokenizers
@@ -146,18 +153,8 @@ def _check_config(cfg: Any) -> None:
 
 
 def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:
-    stored = payload.get("config", {}).get("model")
-    if not isinstance(stored, dict):
-        raise UserError(f"{path}: the checkpoint has no model config (config.model)")
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    for key in stored:
-        if key not in known:
-            raise UserError(f"{path}: model.{key}: not a setting this version knows; it cannot be exported")
-    model_cfg = ModelConfig(**stored)
-    try:
-        validate_model(model_cfg)
-    except UserError as err:
-        raise UserError(f"{path}: {err}") from err
+    config = payload.get("config")
+    model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)
     return model_cfg
 
 
