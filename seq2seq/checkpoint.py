@@ -34,9 +34,11 @@ SPECIAL_TOKENS = len(SPECIALS)
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`: a crash or a
     full disk at any moment leaves either the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp_name = None
     try:
+        # Inside the try: a read-only directory is the same one-line error as a failed write.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
@@ -45,7 +47,8 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
         os.replace(tmp_name, path)
         _fsync_directory(path.parent)
     except BaseException as err:
-        Path(tmp_name).unlink(missing_ok=True)
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
         if _is_disk_full(err):
             raise UserError(
                 f"{path}: could not write checkpoint: no space left on {path.parent}; the previous one is intact"

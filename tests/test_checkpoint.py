@@ -414,3 +414,16 @@ def test_safetensors_of_integer_tensors_are_refused(tmp_path: Path) -> None:
         read_model_file(weights)
     assert str(info.value).startswith(f"{weights}: ")
     assert str(info.value).endswith("is a tensor of torch.int64, not of floating-point weights")
+
+
+def test_a_directory_where_no_file_can_be_created_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    # seq2seq-average on a read-only run: mkstemp ran before the try, so its PermissionError escaped.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(checkpoint.tempfile, "mkstemp", refuse)
+    with pytest.raises(UserError) as info:
+        atomic_save({"step": 1}, tmp_path / "averaged.pt")
+    assert str(info.value) == (
+        f"{tmp_path / 'averaged.pt'}: could not write checkpoint (Permission denied); the previous one is intact"
+    )

@@ -362,3 +362,39 @@ def test_console_script_is_installed() -> None:
     assert result.returncode == 0 and "format=safetensors|ctranslate2" in result.stdout
     result = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr.startswith("usage: seq2seq-export") and not result.stdout
+
+
+def test_an_export_removes_what_killed_exports_left(run_dir: Path, tmp_path: Path) -> None:
+    # Staging and replaced directories of killed exports (up to 23 MB each) were never removed.
+    from seq2seq.inference.export import write_run_exports
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    leftovers = [copy / ".model.k1lled.tmp", copy / ".ctranslate2.x9.tmp", copy / ".model.old1.old"]
+    for leftover in leftovers:
+        leftover.mkdir()
+        (leftover / "model.safetensors").write_bytes(b"half of a file")
+    keep = copy / ".modelish.tmp"  # not one of ours
+    keep.mkdir()
+    write_run_exports(copy)
+    assert not any(leftover.exists() for leftover in leftovers)
+    assert keep.is_dir() and (copy / "model" / "model.safetensors").is_file()
+
+
+def test_a_full_disk_while_writing_an_export_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    # safetensors reports a failed write as its own SafetensorError, which escaped as a traceback.
+    from safetensors import SafetensorError
+
+    from seq2seq.inference.export import _write_directory
+
+    def write(directory: Path) -> None:
+        (directory / "model.safetensors").write_bytes(b"part")
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
+
+    with pytest.raises(UserError) as info:
+        _write_directory(tmp_path / "model", write, replace=True)
+    assert str(info.value) == (
+        f"{tmp_path / 'model'}: could not write the export (Error while serializing: IoError(Os {{ code: 28, "
+        "kind: StorageFull })); nothing was written"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -92,12 +92,25 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
 RUN_EXPORTS = {INFERENCE_DIR: "safetensors", CTRANSLATE2_DIR: "ctranslate2"}
 
 
+def remove_stale_export_directories(run_dir: Path) -> int:
+    """Deletes what killed exports left beside a run's model/ and ctranslate2/ (their .NAME.*.tmp
+    staging and .NAME.*.old directories); returns their total size. Only while holding the run's lock."""
+    removed = 0
+    for name in RUN_EXPORTS:
+        for leftover in [*run_dir.glob(f".{name}.*.tmp"), *run_dir.glob(f".{name}.*.old")]:
+            if leftover.is_dir() and not leftover.is_symlink():
+                removed += sum(f.stat().st_size for f in leftover.rglob("*") if f.is_file())
+                shutil.rmtree(leftover, ignore_errors=True)
+    return removed
+
+
 def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:
     """<run>/model/ (the weights alone, which `seq2seq-translate run=` loads instead of the checkpoint)
     and, when the ctranslate2 package is installed, <run>/ctranslate2/ (`seq2seq-translate
     checkpoint=<run>/ctranslate2`), both of the run's best checkpoint (else its last), read once. Each
     replaces an earlier one (a resumed run): the new directory is complete before the old one goes.
     Returns each export's directory, or the error that stopped it (the others are still written)."""
+    remove_stale_export_directories(run_dir)
     path = find_checkpoint(run_dir)
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, str(run_dir))
@@ -181,9 +194,13 @@ def _write_directory(output: Path, write: Callable[[Path], None], replace: bool 
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(staging, output)
-    except OSError as err:
+    except UserError:
         shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"{output}: could not write the export ({err.strerror or err}); nothing was written") from err
+        raise
+    except Exception as err:  # OSError, and the writers' own: safetensors' SafetensorError on a full disk
+        shutil.rmtree(staging, ignore_errors=True)
+        detail = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{output}: could not write the export ({detail}); nothing was written") from err
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

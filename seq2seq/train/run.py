@@ -153,6 +153,8 @@ def _train_locked(
         log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
     if dist.is_main and (stale := remove_stale_temporaries(run_dir / "checkpoints")):
         log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
+    if dist.is_main and (stale := _remove_stale_exports(run_dir)):
+        log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
     data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
@@ -311,6 +313,12 @@ def _final_metrics(trainer: Trainer) -> dict[str, float]:
 def _cell(text: str) -> str:
     """A Markdown table cell: a '|' inside a sentence would end the cell early."""
     return text.replace("|", r"\|")
+
+
+def _remove_stale_exports(run_dir: Path) -> int:
+    from seq2seq.inference.export import remove_stale_export_directories
+
+    return remove_stale_export_directories(run_dir)
 
 
 def _write_inference_exports(run_dir: Path) -> None:
