@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import unicodedata
@@ -22,10 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import UserError
+from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.command import translate
+from seq2seq.model.transformer import build_model
 from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train
 
@@ -401,6 +403,7 @@ def test_init_from_a_checkpoint_with_another_vocabulary_is_one_line(run_dir, tmp
     payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
     size = payload["vocab"]["src_size"]
     payload["vocab"] = {**payload["vocab"], "src_size": size + 1, "tgt_size": size + 1}
+    payload["model"] = build_model(ModelConfig(**payload["config"]["model"]), size + 1, size + 1, 0).state_dict()
     other = tmp_path / "other.pt"
     torch.save(payload, other)
     cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}", f"init_from={other}"])
@@ -441,6 +444,33 @@ def test_reader_that_goes_away_after_one_line(run_dir, tmp_path):
     assert first.endswith(b"\n")
     assert "Traceback" not in stderr and "Error" not in stderr and "Exception" not in stderr, stderr
     assert "translated 1010 lines" not in stderr  # it did stop early, at the closed pipe
+
+
+@pytest.mark.parametrize(
+    ("redirect", "message"),
+    [
+        ("<&-", "stdin is closed: give input=<file> or a pipe"),
+        (">&-", "stdout is closed: give output=<file> or a pipe"),
+    ],
+)
+def test_a_closed_stdin_or_stdout_is_one_line(run_dir, redirect, message):
+    # sys.stdin/sys.stdout are None then: an AttributeError traceback.
+    command = f"{Path(sys.executable).parent / 'seq2seq-translate'} run={run_dir} beam=1 threads=1 {redirect}"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr.splitlines()[-1:]) == (2, [f"error: {message}"]), done.stderr
+
+
+def test_ctrl_c_while_translating_exits_130_without_a_traceback(run_dir, tmp_path):
+    source = tmp_path / "input.txt"
+    source.write_text("a b c d e f g h\n" * 20000)
+    command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={run_dir}", f"input={source}"]
+    process = subprocess.Popen([*command, "beam=1", "threads=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().endswith(b"\n")  # translating: the first chunk is out
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1].decode()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert stderr.splitlines()[-1] == "interrupted"
 
 
 lines_without_newline = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"))

@@ -351,3 +351,26 @@ def test_precision_int8_decodes_as_ctranslate2_quantised_and_pytorch_refuses_it(
     assert translator.engine.compute_type.startswith("int8") and translator.translate(LINES) == ours
     with pytest.raises(UserError, match=r"^config error: precision=int8: only the CTranslate2 engine decodes in int8"):
         Translator.load(run_dir, precision="int8")
+
+
+def test_a_damaged_ctranslate2_export_is_one_line_naming_the_file(run_dir: Path, tmp_path: Path) -> None:
+    # A garbage seq2seq.json was a JSONDecodeError traceback; a shared_vocabulary.json whose tokens
+    # were reordered decoded every id as another token.
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference import CTranslate2Translator
+
+    export = tmp_path / "ct2"
+    shutil.copytree(run_dir / "ctranslate2", export)
+    (export / "seq2seq.json").write_text("garbage")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(export / 'seq2seq.json'))}: not a readable seq2seq export"):
+        CTranslate2Translator.load(export)
+    shutil.copy(run_dir / "ctranslate2" / "seq2seq.json", export / "seq2seq.json")
+    vocabulary = json.loads((export / "shared_vocabulary.json").read_text())
+    vocabulary[10], vocabulary[11] = vocabulary[11], vocabulary[10]
+    (export / "shared_vocabulary.json").write_text(json.dumps(vocabulary))
+    with pytest.raises(UserError) as info:
+        CTranslate2Translator.load(export)
+    assert str(info.value) == (
+        f"{export / 'shared_vocabulary.json'}: its tokens are not the tokenizer's beside it, in the same order "
+        "(the export was altered or mixed with another's)"
+    )

@@ -130,6 +130,7 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
 def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     refuse_writing_over_inputs(cfg)
+    _refuse_closed_standard_streams(cfg)
     translator = load_any_translator(cfg)
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)
@@ -162,6 +163,14 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.attention:
         log.info("cross-attention heatmaps of the non-empty lines are in %s", cfg.attention)
     return result
+
+
+def _refuse_closed_standard_streams(cfg: DictConfig) -> None:
+    """`<&-` or `>&-`: Python sets sys.stdin or sys.stdout to None when the descriptor is closed."""
+    if cfg.input == "-" and sys.stdin is None:
+        raise UserError("stdin is closed: give input=<file> or a pipe")
+    if cfg.output == "-" and sys.stdout is None:
+        raise UserError("stdout is closed: give output=<file> or a pipe")
 
 
 def refuse_writing_over_inputs(cfg: DictConfig) -> None:

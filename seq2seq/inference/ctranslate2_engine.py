@@ -41,6 +41,38 @@ def _device(device: str, cuda_devices: int) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
+def _max_positions(decoding: Path) -> int:
+    """The model's max_positions, from the seq2seq.json that seq2seq-export writes beside model.bin."""
+    if not decoding.is_file():
+        return ModelConfig.max_positions
+    try:
+        value = json.loads(decoding.read_text(encoding="utf-8"))["max_positions"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{decoding}: not a readable seq2seq export record ({type(err).__name__}: {err})") from err
+    if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+        raise UserError(f"{decoding}: max_positions={value!r}: must be an integer of at least 2")
+    return value
+
+
+def _check_vocabularies(directory: Path, tokenizers: Tokenizers) -> None:
+    """CTranslate2 maps tokens to ids by its vocabulary files, we map text to tokens by the tokenizer:
+    the two must list the same tokens in the same order, or every id would mean another token."""
+    for side, tokenizer in (("source", tokenizers.src), ("target", tokenizers.tgt)):
+        path = directory / f"{side}_vocabulary.json"
+        path = path if path.is_file() else directory / "shared_vocabulary.json"
+        if not path.is_file():
+            continue  # CTranslate2 itself says what is missing when it loads
+        try:
+            tokens = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise UserError(f"{path}: not a readable vocabulary ({err})") from err
+        if tokens != [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]:
+            raise UserError(
+                f"{path}: its tokens are not the tokenizer's beside it, in the same order (the export was altered "
+                "or mixed with another's)"
+            )
+
+
 class CTranslate2Translator:
     """`Translator`'s `translate` and `translate_nbest` on a CTranslate2 model directory:
 
@@ -110,12 +142,13 @@ class CTranslate2Translator:
             raise UserError(f"{directory}: a CTranslate2 model needs: pip install 'seq2seq[export]'") from err
         if cfg.attention:
             raise UserError(f"config error: attention={cfg.attention!r}: not with a CTranslate2 model")
-        self.tokenizers = Tokenizers.load(directory)
+        try:
+            self.tokenizers = Tokenizers.load(directory)
+        except FileNotFoundError as err:
+            raise UserError(f"{directory}: no tokenizer.json in the CTranslate2 model directory") from err
+        _check_vocabularies(directory, self.tokenizers)
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
-        decoding = directory / DECODING_FILE
-        self.max_positions = (
-            json.loads(decoding.read_text())["max_positions"] if decoding.is_file() else ModelConfig.max_positions
-        )
+        self.max_positions = _max_positions(directory / DECODING_FILE)
         self.cfg = cfg
         device, index = _device(str(cfg.device), ctranslate2.get_cuda_device_count())
         try:

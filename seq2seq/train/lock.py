@@ -57,13 +57,14 @@ def check_unlocked(run_dir: Path) -> None:
 
 def previous_run(run_dir: Path) -> str | None:
     """The first sign that a run trained in `run_dir` (a checkpoint or an export of it), or None."""
-    checkpoints = sorted((run_dir / "checkpoints").glob("*.pt")) if (run_dir / "checkpoints").is_dir() else []
+    try:
+        checkpoints = sorted((run_dir / "checkpoints").glob("*.pt")) if (run_dir / "checkpoints").is_dir() else []
+        exports = [name for name in ("model", "ctranslate2") if (run_dir / name).is_dir()]
+    except OSError:  # a name too long, a file on the path: the writability check says so in one line
+        return None
     if checkpoints:
         return f"checkpoints/{checkpoints[0].name}"
-    for export in ("model", "ctranslate2"):
-        if (run_dir / export).is_dir():
-            return f"{export}/"
-    return None
+    return f"{exports[0]}/" if exports else None
 
 
 def refuse_previous_run(run_dir: Path) -> None:
