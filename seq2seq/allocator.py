@@ -79,8 +79,9 @@ def relaunch_with_tcmalloc(command: str, module: str) -> None:
     if environment is None:
         return
     environment = remember_user_preload(environment, dict(os.environ))
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None: closed by the shell (>&-), which the command reports itself
+            stream.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment)
 
 

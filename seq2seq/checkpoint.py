@@ -20,22 +20,25 @@ from typing import Any
 
 import torch
 
-from seq2seq.config import ModelConfig, UserError
-from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.config import ModelConfig, UserError, validate_model
+from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
-from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, is_current
+from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, why_stale
 
 FORMAT = 1
 # A weights-only export (`seq2seq-export format=safetensors`): the file, and the JSON beside it.
 WEIGHTS_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT = "model.safetensors", "config.json", "seq2seq-weights-1"
+SPECIAL_TOKENS = len(SPECIALS)
 
 
 def atomic_save(payload: dict[str, Any], path: Path) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`: a crash or a
     full disk at any moment leaves either the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp_name = None
     try:
+        # Inside the try: a read-only directory is the same one-line error as a failed write.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
@@ -44,7 +47,8 @@ def atomic_save(payload: dict[str, Any], path: Path) -> None:
         os.replace(tmp_name, path)
         _fsync_directory(path.parent)
     except BaseException as err:
-        Path(tmp_name).unlink(missing_ok=True)
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
         if _is_disk_full(err):
             raise UserError(
                 f"{path}: could not write checkpoint: no space left on {path.parent}; the previous one is intact"
@@ -114,11 +118,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 def find_model_file(run_dir: str | Path) -> Path:
     """What translation loads from a run directory: the weights-only file that training writes at its
     end (`<run>/model/model.safetensors`, a quarter of the checkpoint's size: no optimiser moments),
-    unless the checkpoint it came from is newer (a resumed run that was stopped before its end); else
-    best.pt, else last.pt."""
+    unless it was made from another checkpoint than the run's best (a resumed run that was stopped
+    before its end); else best.pt, else last.pt."""
     checkpoint = find_checkpoint(run_dir)
     weights = Path(run_dir) / INFERENCE_DIR / WEIGHTS_FILE
-    return weights if is_current(weights, checkpoint) else checkpoint
+    return (
+        weights if weights.is_file() and why_stale(weights.parent / WEIGHTS_CONFIG, checkpoint) is None else checkpoint
+    )
 
 
 def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
@@ -127,17 +133,65 @@ def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
     if path.suffix == ".safetensors" or (path / WEIGHTS_FILE).is_file():
         path = path / WEIGHTS_FILE if path.is_dir() else path
         return path, load_weights(path)
-    return path, load_checkpoint(path)
+    payload = load_checkpoint(path)
+    config = payload.get("config")
+    model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)
+    vocab = payload.get("vocab")
+    _check_vocab_entries(vocab if isinstance(vocab, dict) else {}, path)
+    _check_weights(payload["model"], model_cfg, vocab, path)
+    return path, payload
+
+
+def model_config_of(stored: Any, where: Path) -> ModelConfig:
+    """The model config stored in a checkpoint or a weights config.json, checked as the schema checks a
+    YAML file (known keys, types), then as training checks it (validate_model): a crafted or damaged
+    file is one line naming it and the key, not a traceback from inside the model."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(stored, dict):
+        raise UserError(f"{where}: has no model config (config.model)")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    for key in stored:
+        if key not in known:
+            raise UserError(f"{where}: model.{key}: not a setting this version knows")
+    try:
+        model_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), stored))
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise UserError(f"{where}: model.{key}: {str(err).strip().splitlines()[0]}") from err
+    try:
+        validate_model(model_cfg)
+    except UserError as err:
+        raise UserError(f"{where}: {err}") from err
+    return model_cfg
+
+
+def _check_vocab_entries(vocab: dict[str, Any], where: Path) -> None:
+    for key in ("src_size", "tgt_size", "pad_id"):
+        if not isinstance(vocab.get(key), int) or isinstance(vocab.get(key), bool):
+            raise UserError(f"{where}: vocab.{key}: missing or not an integer")
+    if vocab["src_size"] <= SPECIAL_TOKENS or vocab["tgt_size"] <= SPECIAL_TOKENS:
+        raise UserError(f"{where}: vocab sizes {vocab['src_size']}/{vocab['tgt_size']}: too small for a vocabulary")
+    if vocab["pad_id"] != PAD_ID:
+        raise UserError(f"{where}: vocab.pad_id={vocab['pad_id']}: every seq2seq vocabulary pads with id {PAD_ID}")
 
 
 def check_vocabulary(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:
-    """The tokenizer found beside a checkpoint must be the one it was trained with (same sizes)."""
+    """The tokenizer found beside a checkpoint must be the one it was trained with: the same sizes,
+    and the same tokenizer where the checkpoint records it (another run's of the same size would
+    translate without complaint, every id meaning another token)."""
     vocab = payload["vocab"]
     sizes = (tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size())
     if sizes != (vocab["src_size"], vocab["tgt_size"]):
         raise UserError(
             f"{path}: the checkpoint was trained with vocabularies of {vocab['src_size']}/{vocab['tgt_size']} "
             f"entries but the tokenizer beside it has {sizes[0]}/{sizes[1]}: they belong to different runs"
+        )
+    if vocab.get("tokenizer") not in (None, tokenizers.fingerprint()):
+        raise UserError(
+            f"{path}: the tokenizer beside it is not the one it was trained with (same size, other tokens): "
+            "they belong to different runs"
         )
 
 
@@ -170,13 +224,8 @@ def load_weights(path: str | Path) -> dict[str, Any]:
     model_cfg, vocab = config.get("model"), config.get("vocab")
     if not isinstance(model_cfg, dict) or not isinstance(vocab, dict):
         raise UserError(f"{config_path}: has no model or vocab section")
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    for key in model_cfg:
-        if key not in known:
-            raise UserError(f"{config_path}: model.{key}: not a setting this version knows")
-    for key in ("src_size", "tgt_size", "pad_id"):
-        if not isinstance(vocab.get(key), int):
-            raise UserError(f"{config_path}: vocab.{key}: missing or not an integer")
+    checked_model = model_config_of(model_cfg, config_path)
+    _check_vocab_entries(vocab, config_path)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -187,7 +236,7 @@ def load_weights(path: str | Path) -> dict[str, Any]:
     for alias, stored in config.get("tied", []):  # one tensor under two names, stored once
         if stored in state:
             state[alias] = state[stored]
-    _check_weights(state, ModelConfig(**model_cfg), vocab, path)
+    _check_weights(state, checked_model, vocab, path)
     return {
         "format": FORMAT,
         "model": state,
@@ -202,6 +251,8 @@ def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab
     its weight initialisers go through torch's decompositions, which import torch._dynamo (2.1 s of a
     2-core EPYC's start-up, measured with cProfile); the CPU build costs ~0.1 s. Its random initialisation
     must not move the caller's random state (init_from= then trains exactly as from the checkpoint)."""
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise UserError(f"{path}: its weights are not a dict of tensors")
     with torch.random.fork_rng(devices=[]):
         expected = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"]).state_dict()
     for name, tensor in expected.items():
@@ -211,6 +262,8 @@ def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab
             raise UserError(
                 f"{path}: {name} has shape {tuple(state[name].shape)}, the config wants {tuple(tensor.shape)}"
             )
+        if not state[name].is_floating_point():  # load_state_dict would cast int64 weights without a word
+            raise UserError(f"{path}: {name} is a tensor of {state[name].dtype}, not of floating-point weights")
     for name in state:
         if name not in expected:
             raise UserError(f"{path}: {name}: a tensor the model does not have")

@@ -9,6 +9,7 @@ Defaults live here once; the YAML files in `configs/` only say what they change.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,12 @@ from omegaconf import OmegaConf
 
 class UserError(Exception):
     """A problem with what the user gave us (config, files, checkpoint). Reported as one line, no traceback."""
+
+
+# Every byte-level vocabulary holds the 256 bytes and the 4 special tokens (seq2seq/data/tokenizer.py),
+# so a smaller data.vocab_size cannot be what the run gets.
+BYTE_VOCABULARY_FLOOR = 256 + 4
+MAX_POSITIONS = 65536  # far beyond what full attention over a sentence pair is used for
 
 
 @dataclass
@@ -66,7 +73,7 @@ class DataConfig:
     task_alphabet: int = 20  # letters drawn from the first N of a-z
     # Tokenization and filtering.
     tokenizer: str = "bpe"  # bpe | unigram
-    vocab_size: int = 8000  # per vocabulary (joint: shared)
+    vocab_size: int = 8000  # per vocabulary (joint: shared); at least 260 (the 256 bytes + 4 special tokens)
     joint_vocab: bool = True  # one tokenizer for both languages (needed for model.share_embeddings)
     max_tokens: int = 128  # drop training pairs longer than this on either side
     max_length_ratio: float = 3.0  # drop training pairs whose token counts differ by more than this factor
@@ -115,7 +122,7 @@ class TrainConfig:
     seed: int = 1234
     device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (CUDA, grad scaler)
-    threads: int | None = None  # torch intra-op threads; null: torch's default
+    threads: int | None = None  # torch intra-op threads, positive; null: torch's default (one per core)
     deterministic: bool = False  # torch.use_deterministic_algorithms, for bitwise-reproducible runs
     compile: bool = False  # wrap the model in torch.compile
     # torchrun: how long a rank waits in a collective for the others before the run stops (a hung peer) ...
@@ -124,6 +131,7 @@ class TrainConfig:
     dist_wait_minutes: float = 360.0
     max_skipped_updates: int = 10  # consecutive non-finite losses/gradients before the run stops
     resume: str | None = None  # a run directory: continue it from its last checkpoint
+    overwrite: bool = False  # a new run into a directory holding an earlier run: true deletes that run's checkpoints/exports; false refuses
     init_from: str | None = None  # a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)
     progress: bool = True  # tqdm progress bar
     attention_images: bool = True  # attention heatmaps in TensorBoard at each validation (~0.3 s per layer)
@@ -143,11 +151,11 @@ class TranslateConfig:
     max_len_b: int = 10
     nbest: int = 1  # hypotheses per input line; >1 prints "line ||| translation ||| score" lines (line from 0)
     batch_size: int = 128  # sentences decoded together (sorted by length first)
-    device: str = "auto"
+    device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
     precision: str = (
         "auto"  # auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)
     )
-    threads: int | None = None
+    threads: int | None = None  # intra-op threads of either engine, positive; null: its default (one per core)
     attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
     sampling: bool = False  # sample instead of searching (back-translation): nbest samples per line, beam unused
     temperature: float = 1.0  # sampling: divides the log-probabilities; < 1 sharper, > 1 flatter
@@ -187,6 +195,10 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
     for name in ("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
         _check(getattr(m, name) > 0, f"{prefix}.{name}", getattr(m, name), "must be positive")
     _check(m.d_model % m.heads == 0, f"{prefix}.d_model", m.d_model, f"must be divisible by {prefix}.heads={m.heads}")
+    # A position table of max_positions x d_model is built whole: 1e8 positions would exhaust memory.
+    _check(
+        m.max_positions <= MAX_POSITIONS, f"{prefix}.max_positions", m.max_positions, f"must be at most {MAX_POSITIONS}"
+    )
     _check(m.d_model % 2 == 0, f"{prefix}.d_model", m.d_model, "must be even (sinusoidal positions pair sin/cos)")
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         _check(0.0 <= getattr(m, name) < 1.0, f"{prefix}.{name}", getattr(m, name), "must be in [0, 1)")
@@ -194,13 +206,28 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
     _choice(f"{prefix}.positions", m.positions, ("sinusoidal", "learned"))
 
 
+def _check_device_and_threads(cfg: Any) -> None:
+    """device= and threads=, which training and both translation engines share."""
+    device = str(cfg.device)
+    _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)), "device", device, "must be auto, cpu, cuda or cuda:N")
+    # 0 is refused rather than read as "all cores": null says that, and torch itself refuses 0.
+    why = "must be positive, or null for the default (one thread per core)"
+    _check(cfg.threads is None or cfg.threads > 0, "threads", cfg.threads, why)
+
+
 def validate_train(cfg: Any) -> None:
     """Checks a composed TrainConfig (DictConfig or dataclass) beyond its types."""
     validate_model(cfg.model)
+    _check_device_and_threads(cfg)
     d, o = cfg.data, cfg.optim
     _choice("data.kind", d.kind, ("builtin", "multi30k", "parallel_files", "tsv", "jsonl", "hub"))
     _choice("data.tokenizer", d.tokenizer, ("bpe", "unigram"))
-    _check(d.vocab_size >= 16, "data.vocab_size", d.vocab_size, "must be at least 16")
+    _check(
+        d.vocab_size >= BYTE_VOCABULARY_FLOOR,
+        "data.vocab_size",
+        d.vocab_size,
+        f"must be at least {BYTE_VOCABULARY_FLOOR} (every byte-level vocabulary holds the 256 bytes and 4 special tokens)",
+    )
     _check(d.max_tokens > 0, "data.max_tokens", d.max_tokens, "must be positive")
     _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")
     _check(d.stream_buffer_pairs > 0, "data.stream_buffer_pairs", d.stream_buffer_pairs, "must be positive")
@@ -289,4 +316,10 @@ def validate_translate(cfg: Any) -> None:
     )
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16", "int8"))
     _choice("engine", cfg.engine, ("auto", "torch", "ctranslate2"))
-    _check(cfg.max_len_a >= 0 and cfg.max_len_b >= 0, "max_len_a", cfg.max_len_a, "max_len_a/b must be >= 0")
+    _check(cfg.max_len_a >= 0, "max_len_a", cfg.max_len_a, "must be >= 0")
+    _check(cfg.max_len_b >= 0, "max_len_b", cfg.max_len_b, "must be >= 0")
+    _check_device_and_threads(cfg)
+    # Checked whether or not sampling=true: a bad value is a mistake either way (and the README says so).
+    _check(cfg.temperature > 0, "temperature", cfg.temperature, "must be > 0")
+    _check(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0 keeps every token)")
+    _check(0 < cfg.top_p <= 1, "top_p", cfg.top_p, "must be in (0, 1]")

@@ -5,10 +5,12 @@ needs a real process. Messages are compared exactly: they are what a user reads.
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import unicodedata
@@ -21,10 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import UserError
+from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.command import translate
+from seq2seq.model.transformer import build_model
 from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train
 
@@ -77,6 +80,34 @@ def test_a_second_run_into_a_busy_run_directory_is_refused_naming_the_holder(tmp
         "wait for it to end or choose another directory"
     )
     assert not (tmp_path / "cache").exists() and not (run_dir / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("left", ["checkpoints/step_4.pt", "model/", "ctranslate2/"])
+def test_a_new_run_into_a_directory_holding_a_run_is_refused(tmp_path, left):
+    run_dir = tmp_path / "run"
+    if left.endswith("/"):
+        (run_dir / left).mkdir(parents=True)
+    else:
+        (run_dir / left).parent.mkdir(parents=True)
+        (run_dir / left).write_bytes(b"an earlier run's checkpoint")
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, run_dir)
+    assert str(info.value) == (
+        f"{run_dir}: holds an earlier run ({left}); continue it with resume={run_dir}, "
+        "start afresh there with overwrite=true, or choose another directory"
+    )
+    assert not (tmp_path / "cache").exists()  # refused before any work
+
+
+def test_overwrite_replaces_an_earlier_run_without_leaving_any_of_it(tmp_path):
+    run_dir, cache = tmp_path / "run", f"data.cache_dir={tmp_path / 'cache'}"
+    train(compose_config("train", [*SMALL_RUN, cache, "max_steps=4", "save_every=2", "keep_checkpoints=5"]), run_dir)
+    assert (run_dir / "checkpoints" / "step_4.pt").is_file()
+    train(compose_config("train", [*SMALL_RUN, cache, "max_steps=2", "save_every=2", "overwrite=true"]), run_dir)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_2.pt"]
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 2
+    assert len(list((run_dir / "tb").glob("events.out.tfevents.*"))) == 1  # the earlier run's dashboards went too
 
 
 def test_batch_smaller_than_one_sentence_stops_before_any_work(tmp_path):
@@ -233,6 +264,69 @@ def test_a_full_disk_while_writing_translations_is_one_line(run_dir, tmp_path):
     assert str(info.value) == "/dev/full: cannot write the translations (No space left on device)"
 
 
+@pytest.mark.parametrize("how", ["same-path", "other-path", "symlink", "hard-link"])
+def test_output_that_is_the_input_file_is_refused_before_it_is_emptied(run_dir, tmp_path, how):
+    # It was opened for writing before the input was read: exit 0, "translated 0 lines", the file emptied.
+    source = tmp_path / "same.txt"
+    source.write_text("a b c\nd e f\n")
+    output = {
+        "same-path": source,
+        "other-path": tmp_path / "sub" / ".." / "same.txt",
+        "symlink": tmp_path / "link.txt",
+        "hard-link": tmp_path / "hard.txt",
+    }[how]
+    (tmp_path / "sub").mkdir()
+    if how == "symlink":
+        output.symlink_to(source)
+    elif how == "hard-link":
+        os.link(source, output)
+    cfg = compose_config("translate", [f"run={run_dir}", f"input={source}", f"output={output}", "beam=1"])
+    with pytest.raises(UserError) as info:
+        translate(cfg)
+    assert str(info.value) == (
+        f"output={output} is the same file as input={source}: writing the translations would empty it"
+    )
+    assert source.read_text() == "a b c\nd e f\n"
+
+
+def test_output_that_is_the_reference_is_refused(run_dir, tmp_path):
+    # The reference was read after the translations were written over it: BLEU 100 against itself.
+    (tmp_path / "input.txt").write_text("a b c\n")
+    reference = tmp_path / "reference.txt"
+    reference.write_text("C B A\n")
+    options = [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={reference}", f"reference={reference}"]
+    with pytest.raises(UserError) as info:
+        translate(compose_config("translate", options))
+    assert str(info.value) == (
+        f"output={reference} is the same file as reference={reference}: writing the translations would empty it"
+    )
+    assert reference.read_text() == "C B A\n"
+
+
+def test_stdin_redirected_from_the_output_file_is_refused(run_dir, tmp_path):
+    """`seq2seq-translate output=same.txt < same.txt`, and `>> same.txt` with input=same.txt (stdout)."""
+    source = tmp_path / "same.txt"
+    source.write_text("a b c\n")
+    translate_command = str(Path(sys.executable).parent / "seq2seq-translate")
+    with source.open("rb") as stdin:
+        done = subprocess.run(
+            [translate_command, f"run={run_dir}", f"output={source}"], stdin=stdin, capture_output=True, text=True
+        )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: output={source} is the same file as stdin: writing the translations would empty it\n",
+    )
+    with source.open("ab") as stdout:
+        done = subprocess.run(
+            [translate_command, f"run={run_dir}", f"input={source}"], stdout=stdout, stderr=subprocess.PIPE, text=True
+        )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: stdout is the same file as input={source}: writing the translations would empty it\n",
+    )
+    assert source.read_text() == "a b c\n"
+
+
 def test_a_corrupt_gzip_input_is_one_line_naming_it(run_dir, tmp_path):
     packed = bytearray(gzip.compress("".join(f"{i} a b c\n" for i in range(2000)).encode()))
     packed[30] ^= 0xFF
@@ -282,6 +376,45 @@ def test_checkpoint_with_another_runs_tokenizer(run_dir, tmp_path):
     )
 
 
+def test_checkpoint_with_another_tokenizer_of_the_same_size(run_dir, tmp_path):
+    """Sizes alone let a checkpoint translate with a tokenizer whose ids mean other tokens."""
+    tokenizer = json.loads((run_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]  # BPE: token -> id
+    first, second = sorted(vocab, key=vocab.get)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # two tokens trade ids: same size, other ids
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    checkpoint = tmp_path / "model.pt"
+    shutil.copy(run_dir / "checkpoints" / "best.pt", checkpoint)
+    assert Tokenizers.load(tmp_path).src.get_vocab_size() == load_checkpoint(checkpoint)["vocab"]["src_size"]
+    shutil.copytree(run_dir / "model", tmp_path / "model")  # the weights-only export, with the other tokenizer
+    shutil.copy(tmp_path / "tokenizer.json", tmp_path / "model" / "tokenizer.json")
+    (tmp_path / "input.txt").write_text("a b c\n")
+    for model, loaded in ((checkpoint, checkpoint), (tmp_path / "model", tmp_path / "model" / "model.safetensors")):
+        with pytest.raises(UserError) as info:
+            translate(compose_config("translate", [f"checkpoint={model}", f"input={tmp_path / 'input.txt'}"]))
+        assert str(info.value) == (
+            f"{loaded}: the tokenizer beside it is not the one it was trained with (same size, other tokens): "
+            "they belong to different runs"
+        )
+
+
+def test_init_from_a_checkpoint_with_another_vocabulary_is_one_line(run_dir, tmp_path):
+    # load_state_dict's size-mismatch traceback.
+    payload = load_checkpoint(run_dir / "checkpoints" / "best.pt")
+    size = payload["vocab"]["src_size"]
+    payload["vocab"] = {**payload["vocab"], "src_size": size + 1, "tgt_size": size + 1}
+    payload["model"] = build_model(ModelConfig(**payload["config"]["model"]), size + 1, size + 1, 0).state_dict()
+    other = tmp_path / "other.pt"
+    torch.save(payload, other)
+    cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}", f"init_from={other}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, tmp_path / "run")
+    assert str(info.value) == (
+        f"init_from={other}: its vocabularies have {size + 1}/{size + 1} entries, this run's tokenizer "
+        f"{size}/{size}: its embeddings cannot be used"
+    )
+
+
 def test_beam_larger_than_the_vocabulary(run_dir, tmp_path):
     size = Tokenizers.load(run_dir).tgt.get_vocab_size()
     with pytest.raises(UserError) as info:
@@ -311,6 +444,33 @@ def test_reader_that_goes_away_after_one_line(run_dir, tmp_path):
     assert first.endswith(b"\n")
     assert "Traceback" not in stderr and "Error" not in stderr and "Exception" not in stderr, stderr
     assert "translated 1010 lines" not in stderr  # it did stop early, at the closed pipe
+
+
+@pytest.mark.parametrize(
+    ("redirect", "message"),
+    [
+        ("<&-", "stdin is closed: give input=<file> or a pipe"),
+        (">&-", "stdout is closed: give output=<file> or a pipe"),
+    ],
+)
+def test_a_closed_stdin_or_stdout_is_one_line(run_dir, redirect, message):
+    # sys.stdin/sys.stdout are None then: an AttributeError traceback.
+    command = f"{Path(sys.executable).parent / 'seq2seq-translate'} run={run_dir} beam=1 threads=1 {redirect}"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr.splitlines()[-1:]) == (2, [f"error: {message}"]), done.stderr
+
+
+def test_ctrl_c_while_translating_exits_130_without_a_traceback(run_dir, tmp_path):
+    source = tmp_path / "input.txt"
+    source.write_text("a b c d e f g h\n" * 20000)
+    command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={run_dir}", f"input={source}"]
+    process = subprocess.Popen([*command, "beam=1", "threads=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().endswith(b"\n")  # translating: the first chunk is out
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1].decode()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert stderr.splitlines()[-1] == "interrupted"
 
 
 lines_without_newline = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import random
 import re
@@ -21,6 +22,7 @@ from seq2seq.checkpoint import (
     atomic_save,
     load_checkpoint,
     model_from_checkpoint,
+    read_model_file,
 )
 from seq2seq.config import ModelConfig, TrainConfig, UserError
 from seq2seq.model.transformer import Transformer
@@ -312,3 +314,117 @@ def test_checkpoint_file_mode_follows_the_umask(tmp_path: Path, umask: int) -> N
     mode = stat.S_IMODE((tmp_path / "last.pt").stat().st_mode)
     assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
     assert os.umask(previous) == previous  # the umask is left as it was
+
+
+# --- crafted or damaged model files: one line naming the file and what is wrong ----------------------
+
+TINY = ModelConfig(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, max_positions=16)
+
+
+def tiny_payload() -> dict:
+    torch.manual_seed(0)
+    return {
+        "format": 1,
+        "model": Transformer(TINY, 13, 13, 0).state_dict(),
+        "config": dataclasses.asdict(TrainConfig(model=TINY)),
+        "vocab": {"src_size": 13, "tgt_size": 13, "pad_id": 0},
+        "step": 5,
+    }
+
+
+def without(mapping: dict, key: str) -> dict:
+    return {k: v for k, v in mapping.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    ("craft", "message"),
+    [
+        (lambda p: {**p, "model": without(p["model"], "output.weight")}, "has no tensor output.weight"),
+        (
+            lambda p: {**p, "model": {**p["model"], "src_embed.weight": torch.zeros(13, 8)}},
+            "src_embed.weight has shape (13, 8), the config wants (13, 16)",
+        ),
+        (lambda p: without(p, "config"), "has no model config (config.model)"),
+        (
+            lambda p: {**p, "config": {"model": {**p["config"]["model"], "heads": 3}}},
+            "config error: model.d_model=16: must be divisible by model.heads=3",
+        ),
+        (
+            lambda p: {**p, "config": {"model": {**p["config"]["model"], "d_model": "abc"}}},
+            "model.d_model: Value 'abc' of type 'str' could not be converted to Integer",
+        ),
+        (lambda p: {**p, "vocab": {**p["vocab"], "pad_id": 99999}}, "vocab.pad_id=99999: every seq2seq vocabulary"),
+        (lambda p: without(p, "vocab"), "vocab.src_size: missing or not an integer"),
+        (
+            lambda p: {**p, "model": {n: t.long() for n, t in p["model"].items()}},
+            "is a tensor of torch.int64, not of floating-point weights",
+        ),
+    ],
+    ids=["missing-tensor", "wrong-shape", "no-config", "heads-3", "d_model-abc", "pad_id", "no-vocab", "int64"],
+)
+def test_a_crafted_checkpoint_is_one_line_naming_it(tmp_path: Path, craft, message: str) -> None:
+    # Each was a traceback from load_state_dict, build_model or a KeyError (int64: loaded, cast, wrong).
+    path = tmp_path / "crafted.pt"
+    atomic_save(craft(tiny_payload()), path)
+    with pytest.raises(UserError) as info:
+        read_model_file(path)
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def write_weights(directory: Path, payload: dict, **model_changes: object) -> Path:
+    """A weights export (model.safetensors + config.json) as seq2seq-export writes it, with changes."""
+    from safetensors.torch import save_file
+
+    directory.mkdir()
+    save_file({n: t.clone() for n, t in payload["model"].items()}, str(directory / "model.safetensors"))
+    config = {
+        "format": checkpoint.WEIGHTS_FORMAT,
+        "model": {**dataclasses.asdict(TINY), **model_changes},
+        "vocab": {**payload["vocab"], **model_changes.pop("vocab", {})},
+    }
+    config["model"].pop("vocab", None)
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory / "model.safetensors"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (dict(heads=3), "model.d_model=16: must be divisible by model.heads=3"),
+        (dict(d_model="abc"), "model.d_model: Value 'abc' of type 'str' could not be converted to Integer"),
+        (dict(max_positions=1e8), "model.max_positions: Value '100000000.0' of type 'float' could not be converted"),
+        (dict(max_positions=10**8), "model.max_positions=100000000: must be at most 65536"),
+        (dict(vocab={"pad_id": 99999}), "vocab.pad_id=99999: every seq2seq vocabulary pads with id 0"),
+    ],
+    ids=["heads-3", "d_model-abc", "max_positions-float", "max_positions-huge", "pad_id"],
+)
+def test_a_crafted_weights_config_is_one_line_naming_it(tmp_path: Path, changes: dict, message: str) -> None:
+    weights = write_weights(tmp_path / "model", tiny_payload(), **changes)
+    with pytest.raises(UserError) as info:
+        read_model_file(weights)
+    assert str(info.value).startswith(f"{tmp_path / 'model' / 'config.json'}: ") and message in str(info.value)
+
+
+def test_safetensors_of_integer_tensors_are_refused(tmp_path: Path) -> None:
+    # They loaded and translated with a zeroed model: load_state_dict casts int64 to float silently.
+    payload = tiny_payload()
+    payload["model"] = {name: tensor.long() for name, tensor in payload["model"].items()}
+    weights = write_weights(tmp_path / "model", payload)
+    with pytest.raises(UserError) as info:
+        read_model_file(weights)
+    assert str(info.value).startswith(f"{weights}: ")
+    assert str(info.value).endswith("is a tensor of torch.int64, not of floating-point weights")
+
+
+def test_a_directory_where_no_file_can_be_created_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    # seq2seq-average on a read-only run: mkstemp ran before the try, so its PermissionError escaped.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(checkpoint.tempfile, "mkstemp", refuse)
+    with pytest.raises(UserError) as info:
+        atomic_save({"step": 1}, tmp_path / "averaged.pt")
+    assert str(info.value) == (
+        f"{tmp_path / 'averaged.pt'}: could not write checkpoint (Permission denied); the previous one is intact"
+    )

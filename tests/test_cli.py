@@ -290,6 +290,20 @@ def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_a_new_train_into_a_finished_run_is_refused_before_hydra_writes_into_it(trained_run: Path) -> None:
+    # It replaced best.pt, last.pt, model/ and ctranslate2/ with a new model and left the old step_N.pt.
+    config = (trained_run / ".hydra" / "config.yaml").read_bytes()
+    before = {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.name not in ("train.log", ".lock")}
+    result = run_cli([str(BIN / "seq2seq-train"), "max_steps=1", f"hydra.run.dir={trained_run}"], trained_run.parent)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {trained_run}: holds an earlier run (checkpoints/best.pt); continue it with resume={trained_run}, "
+        "start afresh there with overwrite=true, or choose another directory"
+    ]
+    assert (trained_run / ".hydra" / "config.yaml").read_bytes() == config
+    assert {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.name not in ("train.log", ".lock")} == before
+
+
 def test_translate_help_lists_only_its_own_keys_with_their_descriptions(tmp_path: Path) -> None:
     # It listed the training groups (model, data, ...), which translation then refused, and no descriptions.
     result = run_cli([str(BIN / "seq2seq-translate"), "--help"], tmp_path)

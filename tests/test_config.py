@@ -332,6 +332,14 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
             r"optim\.schedule='linear_to_zero': decays to zero at the end of the budget: set max_minutes or max_steps",
         ),
         ({"precision": "fp8"}, r"precision='fp8': must be one of auto, fp32, bf16, fp16"),
+        # Silently raised to the byte alphabet's 260; now says so.
+        ({"data__vocab_size": 200}, r"data\.vocab_size=200: must be at least 260 \(every byte-level vocabulary"),
+        (
+            {"threads": 0},
+            r"threads=0: must be positive, or null for the default \(one thread per core\)",
+        ),  # was ignored
+        ({"threads": -1}, r"threads=-1: must be positive, or null"),  # was a traceback
+        ({"device": "tpu"}, r"device='tpu': must be auto, cpu, cuda or cuda:N"),  # was a traceback
         (
             {"model__share_embeddings": True, "data__joint_vocab": False},
             r"model\.share_embeddings=True: needs data\.joint_vocab=true",
@@ -341,6 +349,16 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
 def test_validate_train_names_the_key(default_train, values, message):
     with pytest.raises(UserError, match=rf"^config error: {message}"):
         validate_train(with_values(default_train, **values))
+
+
+def test_the_vocabulary_floor_is_what_a_tokenizer_trained_smaller_gets():
+    from seq2seq.config import BYTE_VOCABULARY_FLOOR
+    from seq2seq.data.tokenizer import Tokenizers
+
+    texts = (["a b c"] * 20, ["C B A"] * 20)
+    assert Tokenizers.train(*texts, "bpe", 200, joint=True).src.get_vocab_size() == BYTE_VOCABULARY_FLOOR == 256 + 4
+    with pytest.raises(Exception, match="not large enough to contain all chars"):  # unigram: a traceback
+        Tokenizers.train(*texts, "unigram", 200, joint=True)
 
 
 def test_validate_train_boundaries(default_train):
@@ -381,6 +399,15 @@ def test_translate_config_composes(hydra_ctx):
         (["run=x", "beam=0"], r"^config error: beam=0: must be positive"),
         (["run=x", "beam=2", "nbest=3"], r"^config error: nbest=3: must be in \[1, beam=2\]"),
         ([], r"^config error: run=None: give run=<run dir> or checkpoint=<file>"),
+        (["run=x", "max_len_b=-5"], r"^config error: max_len_b=-5: must be >= 0$"),  # was named max_len_a=1.5
+        (["run=x", "max_len_a=-1"], r"^config error: max_len_a=-1(\.0)?: must be >= 0$"),
+        (["run=x", "threads=0"], r"^config error: threads=0: must be positive, or null"),
+        (["run=x", "threads=-1"], r"^config error: threads=-1: must be positive, or null"),
+        (["run=x", "device=tpu"], r"^config error: device='tpu': must be auto, cpu, cuda or cuda:N$"),
+        # Accepted while sampling=false, though the README lists them as errors.
+        (["run=x", "temperature=0"], r"^config error: temperature=0(\.0)?: must be > 0$"),
+        (["run=x", "top_p=2"], r"^config error: top_p=2(\.0)?: must be in \(0, 1\]$"),
+        (["run=x", "top_k=-1"], r"^config error: top_k=-1: must be >= 0"),
     ],
 )
 def test_validate_translate_names_the_key(hydra_ctx, overrides, message):

@@ -1,11 +1,13 @@
 """Which engine seq2seq-translate decodes with (seq2seq/inference/engine.py): the run's CTranslate2
 export wherever it decodes as PyTorch would, PyTorch for everything else, a forced engine that cannot
-do what was asked is one line naming the key. The run directories here are files with set times:
-the rule reads only names and modification times."""
+do what was asked is one line naming the key. The run directories here are small stand-in files: the
+rule reads only names, a checkpoint's zip directory and the record inside the export."""
 
 from __future__ import annotations
 
-import os
+import json
+import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,17 +17,26 @@ from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference import ctranslate2_engine, engine, engine_probe
 from seq2seq.inference.engine import choose_engine
+from seq2seq.run_files import checkpoint_record
 
 
-def make_run(root: Path, export_age: float) -> Path:
-    """A run with checkpoints/best.pt and ctranslate2/model.bin written `export_age` s after it (< 0: before)."""
+def save_zip(path: Path, step: int) -> None:
+    """A stand-in for a checkpoint (torch.save writes a zip), its content depending on `step`."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", f"step {step}")
+
+
+def make_run(root: Path, stale: bool = False) -> Path:
+    """A run with checkpoints/best.pt and ctranslate2/ made from it (`stale`: from an earlier best.pt)."""
     (root / "checkpoints").mkdir(parents=True)
     (root / "ctranslate2").mkdir()
-    best, export = root / "checkpoints" / "best.pt", root / "ctranslate2" / "model.bin"
-    best.write_bytes(b"")
-    export.write_bytes(b"")
-    os.utime(best, (1_000_000, 1_000_000))
-    os.utime(export, (1_000_000 + export_age, 1_000_000 + export_age))
+    best = root / "checkpoints" / "best.pt"
+    save_zip(best, 10)
+    (root / "ctranslate2" / "model.bin").write_bytes(b"")
+    record = ctranslate2_engine.DECODING_FILE
+    (root / "ctranslate2" / record).write_text(json.dumps({"max_positions": 256, **checkpoint_record(best, 10)}))
+    if stale:  # resumed and stopped before its end: a new best.pt, the export of the old one
+        save_zip(best, 20)
     return root
 
 
@@ -40,7 +51,7 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("installed")
 def test_a_run_with_a_current_export_decodes_with_ctranslate2(tmp_path: Path) -> None:
-    run = make_run(tmp_path / "run", export_age=5)
+    run = make_run(tmp_path / "run")
     for settings in (dict(), dict(beam=1), dict(beam=4), dict(prefix=True, beam=1), dict(precision="fp32")):
         choice = choose_engine(TranslateConfig(run=str(run), **settings))
         assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), settings
@@ -61,7 +72,7 @@ def test_a_run_with_a_current_export_decodes_with_ctranslate2(tmp_path: Path) ->
     ],
 )
 def test_what_ctranslate2_would_decode_differently_stays_on_pytorch(tmp_path: Path, settings: dict, why: str) -> None:
-    run = make_run(tmp_path / "run", export_age=5)
+    run = make_run(tmp_path / "run")
     choice = choose_engine(TranslateConfig(run=str(run), **settings))
     assert choice.engine == "torch" and choice.why.startswith(why), choice
     with pytest.raises(UserError, match=rf"^config error: engine=ctranslate2: {why}"):
@@ -69,36 +80,66 @@ def test_what_ctranslate2_would_decode_differently_stays_on_pytorch(tmp_path: Pa
 
 
 @pytest.mark.usefixtures("installed")
-def test_an_export_older_than_the_checkpoint_or_missing_is_not_used(tmp_path: Path) -> None:
-    stale = make_run(tmp_path / "stale", export_age=-5)  # a resumed run stopped before its end
+def test_an_export_of_another_checkpoint_or_missing_is_not_used(tmp_path: Path) -> None:
+    stale = make_run(tmp_path / "stale", stale=True)  # a resumed run stopped before its end
     choice = choose_engine(TranslateConfig(run=str(stale)))
-    assert choice.engine == "torch" and "is older than" in choice.why and "best.pt" in choice.why
-    same_second = make_run(tmp_path / "same", export_age=0)  # written at the end, within the clock's step
-    assert choose_engine(TranslateConfig(run=str(same_second))).engine == "ctranslate2"
-    missing = make_run(tmp_path / "missing", export_age=5)
+    assert choice.engine == "torch" and choice.why == (
+        f"{stale / 'ctranslate2'} was made from update 10 of another checkpoint than "
+        f"{stale / 'checkpoints' / 'best.pt'} (a resumed run stopped before its end)"
+    )
+    missing = make_run(tmp_path / "missing")
     (missing / "ctranslate2" / "model.bin").unlink()
     choice = choose_engine(TranslateConfig(run=str(missing)))
     assert choice.engine == "torch" and choice.why.endswith("(training writes it when ctranslate2 is installed)")
-    with pytest.raises(UserError, match=r"^config error: engine=ctranslate2: .*stale/ctranslate2 is older than"):
+    with pytest.raises(UserError, match=r"^config error: engine=ctranslate2: .*stale/ctranslate2 was made from update"):
         choose_engine(TranslateConfig(run=str(stale), engine="ctranslate2"))
+
+
+@pytest.mark.usefixtures("installed")
+def test_a_stale_export_copied_after_its_checkpoint_is_still_stale(tmp_path: Path) -> None:
+    # Judged by modification times, `cp -r run copy` (no -p) made a stale export look current: run=copy
+    # decoded 200/200 lines differently from best.pt. And a current one stays current when copied.
+    stale, current = make_run(tmp_path / "stale", stale=True), make_run(tmp_path / "current")
+    for run in (stale, current):
+        copy = tmp_path / f"{run.name}-copy"
+        (copy / "checkpoints").mkdir(parents=True)
+        (copy / "checkpoints" / "best.pt").write_bytes((run / "checkpoints" / "best.pt").read_bytes())
+        shutil.copytree(run / "ctranslate2", copy / "ctranslate2", copy_function=shutil.copy)  # new times
+        assert (copy / "ctranslate2" / "model.bin").stat().st_mtime >= (
+            copy / "checkpoints" / "best.pt"
+        ).stat().st_mtime
+        engine_of_copy = choose_engine(TranslateConfig(run=str(copy))).engine
+        assert engine_of_copy == ("torch" if run is stale else "ctranslate2")
+
+
+@pytest.mark.usefixtures("installed")
+def test_an_export_that_does_not_record_its_checkpoint_is_not_used(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run")
+    for record in ('{"max_positions": 256}', "garbage", ""):
+        (run / "ctranslate2" / ctranslate2_engine.DECODING_FILE).write_text(record)
+        choice = choose_engine(TranslateConfig(run=str(run)))
+        assert (choice.engine, choice.why) == (
+            "torch",
+            f"{run / 'ctranslate2'} does not record the checkpoint it was made from",
+        )
 
 
 def test_without_the_package_a_run_decodes_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
-    choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run", export_age=5))))
+    choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run"))))
     assert choice.engine == "torch" and "pip install 'seq2seq[export]'" in choice.why
 
 
 def test_an_export_given_as_checkpoint_is_decoded_by_ctranslate2_and_a_stale_one_warned(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = make_run(tmp_path / "run", export_age=-5)
+    run = make_run(tmp_path / "run", stale=True)
     choice = choose_engine(TranslateConfig(checkpoint=str(run / "ctranslate2")))
     assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2"))
     assert [r.getMessage() for r in caplog.records] == [
-        f"{run / 'ctranslate2'} is older than {run / 'checkpoints' / 'best.pt'} (a resumed run stopped before its "
-        "end): it decodes the earlier model"
+        f"{run / 'ctranslate2'} was made from update 10 of another checkpoint than {run / 'checkpoints' / 'best.pt'} "
+        "(a resumed run stopped before its end): it decodes that model"
     ]
     with pytest.raises(UserError, match=r"^config error: engine=torch: checkpoint=.* is a CTranslate2 model$"):
         choose_engine(TranslateConfig(checkpoint=str(run / "ctranslate2"), engine="torch"))
@@ -114,7 +155,7 @@ def test_ctranslate2_devices_follow_ours() -> None:
 @pytest.mark.usefixtures("installed")
 def test_int8_decodes_the_runs_export_whatever_the_search(tmp_path: Path) -> None:
     """int8 lines differ from fp32 by choice: n-best, sampling and prefixes go to CTranslate2 with it."""
-    run = make_run(tmp_path / "run", export_age=5)
+    run = make_run(tmp_path / "run")
     for settings in (dict(), dict(beam=4, nbest=2), dict(sampling=True), dict(prefix=True, beam=2)):
         choice = choose_engine(TranslateConfig(run=str(run), precision="int8", **settings))
         assert choice == engine.EngineChoice("ctranslate2", str(run / "ctranslate2"), "precision=int8 is CTranslate2's")
@@ -129,18 +170,18 @@ def test_int8_decodes_the_runs_export_whatever_the_search(tmp_path: Path) -> Non
         (dict(engine="torch"), "engine=torch: precision=int8 is CTranslate2's"),
         (dict(checkpoint="best.pt", run=None), "precision=int8 decodes a run's CTranslate2 export: checkpoint= is a"),
         (dict(attention="plots"), "precision=int8 decodes a run's CTranslate2 export: attention="),
-        (dict(export_age=-5), "precision=int8 decodes a run's CTranslate2 export: .*ctranslate2 is older than"),
+        (dict(stale=True), "precision=int8 decodes a run's CTranslate2 export: .*ctranslate2 was made from update 10"),
     ],
 )
 def test_int8_where_ctranslate2_cannot_decode_is_one_line(tmp_path: Path, settings: dict, why: str) -> None:
-    run = make_run(tmp_path / "run", export_age=settings.pop("export_age", 5))
+    run = make_run(tmp_path / "run", stale=settings.pop("stale", False))
     with pytest.raises(UserError, match=rf"^config error: {why}"):
         choose_engine(TranslateConfig(**{"run": str(run), **settings, "precision": "int8"}))
 
 
 def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
-    run = make_run(tmp_path / "run", export_age=5)
+    run = make_run(tmp_path / "run")
     with pytest.raises(UserError, match=r"^config error: precision=int8 .*pip install 'seq2seq\[export\]'"):
         choose_engine(TranslateConfig(run=str(run), precision="int8"))
 
@@ -161,7 +202,7 @@ def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_the_engine_measured_f
         return engine_probe.Timing({"torch": 1.0 if faster == "torch" else 3.0, "ctranslate2": 2.0}, "bf16")
 
     monkeypatch.setattr(engine_probe, "measure_engines", measure)
-    run = make_run(tmp_path / "run", export_age=5)
+    run = make_run(tmp_path / "run")
     for settings in (dict(), dict(device="cpu"), dict(beam=4)):
         choice = choose_engine(TranslateConfig(run=str(run), **settings))
         assert choice.engine == faster, (settings, choice)
@@ -183,7 +224,7 @@ def test_int8_says_so_where_it_is_slower_than_fp32(
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     timing = engine_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
     monkeypatch.setattr(engine_probe, "measure_engines", lambda cfg, candidates: timing)
-    run = make_run(tmp_path / "run", export_age=5)
+    run = make_run(tmp_path / "run")
     assert choose_engine(TranslateConfig(run=str(run), precision="int8")).engine == "ctranslate2"
     warning = f"precision=int8 is slower than fp32 on this CPU: {int8_seconds:.2f} s against 2.00 s"
     assert any(warning in message for message in caplog.messages) == warned, caplog.messages

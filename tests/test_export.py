@@ -108,7 +108,12 @@ def test_safetensors_export_translates_exactly_as_the_checkpoint(run_dir: Path, 
     assert ours(out, beam=1) == reference  # checkpoint=<dir>
     assert ours(out / "model.safetensors", beam=4) == ours(checkpoint, beam=4)
     config = json.loads((out / "config.json").read_text())
-    assert config["vocab"] == {"src_size": 300, "tgt_size": 300, "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+    tokenizer = Tokenizers.load(run_dir).fingerprint()
+    assert config["vocab"] == {
+        **{"src_size": 300, "tgt_size": 300, "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3},
+        "tokenizer": tokenizer,
+    }
+    assert (config["step"], config["source_checkpoint"]) == (load_checkpoint(checkpoint)["step"], str(checkpoint))
 
 
 def test_training_ends_by_writing_the_weights_that_translation_loads(run_dir: Path, tmp_path: Path) -> None:
@@ -123,11 +128,14 @@ def test_training_ends_by_writing_the_weights_that_translation_loads(run_dir: Pa
     assert ours(weights, beam=4) == ours(best, beam=4)
     # With ctranslate2 installed (it is, or this module would be skipped), a CTranslate2 model too.
     assert ct2_translate(run_dir / "ctranslate2", LINES, 1, max_positions=256) == ours(best, beam=1)
-    # A checkpoint newer than the weights (a resumed run stopped before its end) wins.
+    # A copy of the run (new file times, as `cp -r` gives) still loads its weights ...
     copy = tmp_path / "run"
-    shutil.copytree(run_dir, copy)  # copy2: the times are kept
-    later = (copy / "model" / "model.safetensors").stat().st_mtime + 10
-    os.utime(copy / "checkpoints" / "best.pt", (later, later))
+    shutil.copytree(run_dir, copy, copy_function=shutil.copy)
+    assert find_model_file(copy) == copy / "model" / "model.safetensors"
+    # ... and a new best.pt (a resumed run stopped before its end) wins, even saved before the export's time.
+    mtime = (copy / "model" / "model.safetensors").stat().st_mtime
+    atomic_save({**checkpoint, "step": checkpoint["step"] + 1}, copy / "checkpoints" / "best.pt")
+    os.utime(copy / "checkpoints" / "best.pt", (mtime - 10, mtime - 10))
     assert find_model_file(copy) == copy / "checkpoints" / "best.pt"
 
 
@@ -355,3 +363,39 @@ def test_console_script_is_installed() -> None:
     assert result.returncode == 0 and "format=safetensors|ctranslate2" in result.stdout
     result = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr.startswith("usage: seq2seq-export") and not result.stdout
+
+
+def test_an_export_removes_what_killed_exports_left(run_dir: Path, tmp_path: Path) -> None:
+    # Staging and replaced directories of killed exports (up to 23 MB each) were never removed.
+    from seq2seq.inference.export import write_run_exports
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    leftovers = [copy / ".model.k1lled.tmp", copy / ".ctranslate2.x9.tmp", copy / ".model.old1.old"]
+    for leftover in leftovers:
+        leftover.mkdir()
+        (leftover / "model.safetensors").write_bytes(b"half of a file")
+    keep = copy / ".modelish.tmp"  # not one of ours
+    keep.mkdir()
+    write_run_exports(copy)
+    assert not any(leftover.exists() for leftover in leftovers)
+    assert keep.is_dir() and (copy / "model" / "model.safetensors").is_file()
+
+
+def test_a_full_disk_while_writing_an_export_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    # safetensors reports a failed write as its own SafetensorError, which escaped as a traceback.
+    from safetensors import SafetensorError
+
+    from seq2seq.inference.export import _write_directory
+
+    def write(directory: Path) -> None:
+        (directory / "model.safetensors").write_bytes(b"part")
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
+
+    with pytest.raises(UserError) as info:
+        _write_directory(tmp_path / "model", write, replace=True)
+    assert str(info.value) == (
+        f"{tmp_path / 'model'}: could not write the export (Error while serializing: IoError(Os {{ code: 28, "
+        "kind: StorageFull })); nothing was written"
+    )
+    assert list(tmp_path.iterdir()) == []

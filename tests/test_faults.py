@@ -184,6 +184,21 @@ def test_a_run_that_keeps_getting_nan_stops_with_its_last_good_checkpoint(tmp_pa
     model_from_checkpoint(last)  # loads into a model of the saved config
 
 
+def test_a_run_that_gets_nan_before_its_first_save_names_no_checkpoint(setup, tmp_path):
+    # It said "the last good checkpoint is in <run>/checkpoints", a directory that did not exist.
+    _, data = setup
+    trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 4))])
+    poison(trainer, set(range(1, 10)), "nan_loss")
+    assert trainer.train_step() is None and trainer.train_step() is None
+    with pytest.raises(NonFiniteLoss) as info:
+        trainer.train_step()
+    assert str(info.value) == (
+        "3 updates in a row had a non-finite loss or gradient (max_skipped_updates=3); "
+        "no checkpoint was saved yet (the first save is at update 4)"
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 # --- out of memory --------------------------------------------------------------------------------
 
 
@@ -293,8 +308,9 @@ def test_out_of_memory_on_every_update_stops_the_run(setup, tmp_path):
     assert isinstance(info.value, UserError)
     assert str(info.value) == (
         "3 updates in a row ran out of memory even with their batches split in two (max_skipped_updates=3); "
-        f"lower batch_tokens. The last good checkpoint is in {tmp_path / 'run' / 'checkpoints'}"
-    )
+        "lower batch_tokens. No checkpoint was saved yet (the first save is at update 4)"
+    )  # it named <run>/checkpoints, which did not exist
+    assert not (tmp_path / "run" / "checkpoints").exists()
     assert (trainer.step, trainer.skipped_updates) == (0, 3)
 
 

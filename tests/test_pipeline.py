@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 import re
@@ -220,7 +221,7 @@ def test_failure_while_writing_leaves_no_partial_dir(cfg, monkeypatch):
         real_save(self, path, **kwargs)
 
     monkeypatch.setattr(datasets.Dataset, "save_to_disk", save_then_fail)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(UserError, match=r"cannot write the tokenized data there \(disk full\)"):
         prepare_data(cfg)
     assert len(saves) == 2
     assert cache_entries(cfg) == []
@@ -264,3 +265,43 @@ def test_separate_vocabularies(cfg):
 )
 def test_keep_pair_rules(src_len, tgt_len, reason):
     assert pipeline.keep_pair(src_len, tgt_len, 50, 3.0) == reason
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda target: _truncate(next((target / "train").glob("*.arrow"))),
+        lambda target: (target / "stats.json").write_text("garbage"),
+        lambda target: (target / "stats.json").write_text("{}"),
+    ],
+    ids=["truncated-arrow", "garbage-stats", "empty-stats"],
+)
+def test_a_damaged_cache_is_built_again_and_says_so(cfg, caplog, damage):
+    # A truncated Arrow file or a garbage stats.json was a traceback on every later run.
+    first = prepare_data(cfg)
+    stats, sources = first.stats, decoded(first, "train", "src")  # before the damage: it is memory-mapped
+    target = Path(cfg.cache_dir) / cache_key(cfg)
+    damage(target)
+    with caplog.at_level(logging.WARNING, logger="seq2seq.data.pipeline"):
+        second = prepare_data(cfg)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"the cached data in {target} is damaged (")
+    assert warning.endswith("): tokenizing the corpus again")
+    assert second.stats == stats and decoded(second, "train", "src") == sources
+    assert cache_entries(cfg) == [cache_key(cfg)]
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_a_cache_directory_that_cannot_be_written_is_one_line(cfg, tmp_path):
+    # A read-only (or otherwise unusable) SEQ2SEQ_CACHE was a traceback from mkdir.
+    (tmp_path / "file").write_text("")
+    unusable = dataclasses.replace(cfg, cache_dir=str(tmp_path / "file" / "cache"))
+    with pytest.raises(UserError) as info:
+        prepare_data(unusable)
+    assert str(info.value) == (
+        f"{tmp_path / 'file' / 'cache'}: cannot write the tokenized data there (Not a directory); "
+        "set data.cache_dir or SEQ2SEQ_CACHE to a writable directory"
+    )

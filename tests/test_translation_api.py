@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -19,10 +18,11 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 from omegaconf import OmegaConf
 
 from seq2seq import cpuinfo
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.checkpoint import atomic_save, load_checkpoint
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import SamplingRule, Translator
 from seq2seq.inference.command import translate
+from seq2seq.run_files import checkpoint_fingerprint
 
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
 LINES = ["a b c d", "e f g", "h i j k l", "", "m n"]
@@ -88,6 +88,55 @@ def test_prefixes_start_each_translation(run_dir: Path, tmp_path: Path) -> None:
     # The command reads them from "source<TAB>prefix" lines; a line without a tab has none.
     tsv = [f"{line}\t{prefix}" if prefix else line for line, prefix in zip(LINES, prefixes, strict=True)]
     assert command(tmp_path, tsv, run=str(run_dir), beam=2, prefix=True) == [n[0].text for n in results]
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_prefix_on_an_empty_source_still_starts_the_translation(run_dir: Path, engine: str, beam: int) -> None:
+    # The empty source was skipped as an empty line: the translation came out empty, without its prefix.
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+        from seq2seq.inference import CTranslate2Translator
+
+        translator = CTranslate2Translator.load(run_dir, beam=beam)
+    else:
+        translator = Translator.load(run_dir, beam=beam, precision="fp32", device="cpu")
+    sources, prefixes = ["", "   ", "a b", "", ""], ["K J", "K", "K J", "", " "]
+    out = translator.translate(sources, prefixes)
+    assert out[0].startswith("K J") and out[1].startswith("K") and out[2].startswith("K J"), out
+    assert out[3] == "" and out[4].startswith(" ")  # no source and no prefix: an empty line, as before
+
+
+def test_the_command_keeps_a_prefix_on_an_empty_source(run_dir: Path, tmp_path: Path) -> None:
+    out = command(tmp_path, ["\tK J", "  \tK", "", "\t"], run=str(run_dir), prefix=True, beam=1)
+    assert out[0].startswith("K J") and out[1].startswith("K") and out[2:] == ["", ""], out
+
+
+def output_tokens(results: list) -> list[int]:
+    return [len(nbest[0].tokens) for nbest in results]
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.0, 1), (0.0, 3), (0.5, 2), (1.1, 0), (1.5, 10)])
+def test_both_engines_obey_the_same_output_budget(run_dir: Path, a: float, b: int) -> None:
+    """At most a * (source tokens + </s>) + b tokens counting </s>, within the model's positions,
+    in both engines (max_len_b=1 leaves room for </s> alone: CTranslate2 raised "The maximum
+    decoding length must be > 0")."""
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference import CTranslate2Translator
+
+    lines = [" ".join("abcdefghij"[(i * 7 + j) % 10] for j in range(1 + i % 12)) for i in range(40)]
+    settings = dict(beam=1, max_len_a=a, max_len_b=b)
+    ours = Translator.load(run_dir, precision="fp32", device="cpu", **settings)
+    theirs = CTranslate2Translator.load(run_dir, **settings)
+    positions = ours.max_positions
+    sources = [len(ids) for ids in ours.tokenizers.encode_src(lines)]  # without </s>
+    budgets = [max(1, min(int((n + 1) * a + b), positions)) for n in sources]
+    for engine in (ours, theirs):
+        lengths = output_tokens(engine.translate_nbest(lines))
+        assert all(length + 1 <= budget for length, budget in zip(lengths, budgets, strict=True)), (engine, a, b)
+    assert output_tokens(ours.translate_nbest(lines)) == output_tokens(theirs.translate_nbest(lines))
+    if b == 1 and a == 0:
+        assert set(ours.translate(lines)) == {""} == set(theirs.translate(lines))
 
 
 def test_a_prefix_longer_than_the_model_allows_names_its_line(run_dir: Path, tmp_path: Path) -> None:
@@ -169,7 +218,13 @@ def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_di
         OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
     )[0]
     positions = load_checkpoint(run_dir / "checkpoints" / "best.pt")["config"]["model"]["max_positions"]
-    assert json.loads((ct2 / "seq2seq.json").read_text()) == {"max_positions": positions}
+    best = run_dir / "checkpoints" / "best.pt"
+    assert json.loads((ct2 / "seq2seq.json").read_text()) == {
+        "max_positions": positions,
+        "step": load_checkpoint(best)["step"],
+        "source_checkpoint": str(best),
+        "checkpoint_fingerprint": checkpoint_fingerprint(best),
+    }
     for settings in (dict(beam=1), dict(beam=1, prefix=True)):
         lines = [f"{line}\tk j" if line and settings.get("prefix") else line for line in LINES]
         ours = command(tmp_path, lines, run=str(run_dir), **settings)
@@ -264,9 +319,9 @@ def test_the_ctranslate2_api_translates_as_pytorch_without_importing_torch(run_d
     assert done.stdout.strip().endswith("False"), done.stderr[-2000:]
     stale = tmp_path / "run"
     shutil.copytree(run_dir, stale)
-    later = (stale / "ctranslate2" / "model.bin").stat().st_mtime + 10
-    os.utime(stale / "checkpoints" / "best.pt", (later, later))
-    with pytest.raises(UserError, match=r"^config error: engine=ctranslate2: .*/ctranslate2 is older than"):
+    best = stale / "checkpoints" / "best.pt"
+    atomic_save({**load_checkpoint(best), "step": 10**6}, best)  # a resumed run stopped before its end
+    with pytest.raises(UserError, match=r"^config error: engine=ctranslate2: .*/ctranslate2 was made from update"):
         CTranslate2Translator.load(stale)
     with pytest.raises(UserError, match=r"^config error: nbest=3: must be in \[1, beam=2\]$"):
         CTranslate2Translator.load(run_dir, beam=2, nbest=3)
@@ -296,3 +351,26 @@ def test_precision_int8_decodes_as_ctranslate2_quantised_and_pytorch_refuses_it(
     assert translator.engine.compute_type.startswith("int8") and translator.translate(LINES) == ours
     with pytest.raises(UserError, match=r"^config error: precision=int8: only the CTranslate2 engine decodes in int8"):
         Translator.load(run_dir, precision="int8")
+
+
+def test_a_damaged_ctranslate2_export_is_one_line_naming_the_file(run_dir: Path, tmp_path: Path) -> None:
+    # A garbage seq2seq.json was a JSONDecodeError traceback; a shared_vocabulary.json whose tokens
+    # were reordered decoded every id as another token.
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference import CTranslate2Translator
+
+    export = tmp_path / "ct2"
+    shutil.copytree(run_dir / "ctranslate2", export)
+    (export / "seq2seq.json").write_text("garbage")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(export / 'seq2seq.json'))}: not a readable seq2seq export"):
+        CTranslate2Translator.load(export)
+    shutil.copy(run_dir / "ctranslate2" / "seq2seq.json", export / "seq2seq.json")
+    vocabulary = json.loads((export / "shared_vocabulary.json").read_text())
+    vocabulary[10], vocabulary[11] = vocabulary[11], vocabulary[10]
+    (export / "shared_vocabulary.json").write_text(json.dumps(vocabulary))
+    with pytest.raises(UserError) as info:
+        CTranslate2Translator.load(export)
+    assert str(info.value) == (
+        f"{export / 'shared_vocabulary.json'}: its tokens are not the tokenizer's beside it, in the same order "
+        "(the export was altered or mixed with another's)"
+    )

@@ -27,7 +27,7 @@ from seq2seq.cli.common import (
     wants_help,
 )
 from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
-from seq2seq.train.lock import check_unlocked
+from seq2seq.train.lock import check_unlocked, refuse_previous_run
 from seq2seq.train.run import GROUPS, train
 
 register_configs()
@@ -74,8 +74,8 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def check_run_directory(argv: list[str]) -> None:
-    """resume= must name an existing run with a last.pt (Hydra would create a missing one), and the
-    directory the run will write to must be writable."""
+    """resume= must name an existing run with a last.pt (Hydra would create a missing one), the
+    directory the run will write to must be writable, and a new run's must hold no earlier run."""
     args, overrides = parse_command_line(argv)
     values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
     resume = values.get("resume")
@@ -96,6 +96,8 @@ def check_run_directory(argv: list[str]) -> None:
         _probe_writable(target, existing)
         if existing == target and _first_rank():
             check_unlocked(target)
+        if existing == target and values.get("overwrite") is not True:
+            refuse_previous_run(target)  # before Hydra writes its .hydra/config.yaml over the earlier run's
 
 
 def _first_rank() -> bool:

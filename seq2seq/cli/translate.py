@@ -54,7 +54,13 @@ def _translate(cfg: object) -> None:
     # Imported here so that `--help` and config errors answer before torch is loaded.
     from seq2seq.inference.command import translate
 
-    report_errors(lambda: translate(cfg), cfg.debug)
+    try:
+        report_errors(lambda: translate(cfg), cfg.debug)
+    except KeyboardInterrupt:  # Ctrl-C: every chunk before it was written and flushed; no traceback
+        if cfg.debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 if __name__ == "__main__":

@@ -280,13 +280,45 @@ def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is
     main process builds; the others wait at `barrier` and load what it wrote."""
     root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     target = root / cache_key(cfg)
+    if is_main and target.is_dir() and (damage := _why_unreadable(target)):
+        log.warning("the cached data in %s is damaged (%s): tokenizing the corpus again", target, damage)
+        damaged = target.with_name(f"{target.name}.damaged{os.getpid()}")
+        target.rename(damaged)
+        shutil.rmtree(damaged, ignore_errors=True)
     if is_main and not target.is_dir():
-        root.mkdir(parents=True, exist_ok=True)
-        log.info("tokenizing the corpus (cached in %s for the next run)", target)
-        _build(cfg, target)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            log.info("tokenizing the corpus (cached in %s for the next run)", target)
+            _build(cfg, target)
+        except OSError as err:
+            raise UserError(
+                f"{root}: cannot write the tokenized data there ({err.strerror or err}); "
+                "set data.cache_dir or SEQ2SEQ_CACHE to a writable directory"
+            ) from err
     barrier()
+    return _load(target)
+
+
+def _why_unreadable(target: Path) -> str | None:
+    """Why a published cache cannot be loaded (a truncated Arrow file, a garbage stats.json: a disk
+    that filled up or a hand that edited it), or None; it is then built again instead of failing."""
+    try:
+        _load(target)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException, UserError) as err:
+        return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return None
+
+
+STATS_KEYS = {"train_pairs", "train_kept", "dropped_empty", "dropped_too_long", "dropped_length_ratio"}
+
+
+def _load(target: Path) -> PreparedData:
     train = load_saved_split(target / "train") if (target / "train").is_dir() else None
     valid = load_saved_split(target / "valid")
+    stats = json.loads((target / "stats.json").read_text())
+    expected = {"tokenizer_pairs"} if train is None else STATS_KEYS
+    if not isinstance(stats, dict) or not expected <= stats.keys():
+        raise ValueError(f"stats.json lacks {', '.join(sorted(expected))}")
     return PreparedData(
         tokenizers=Tokenizers.load(target),
         train=(
@@ -300,5 +332,5 @@ def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is
             valid.column("src_text").to_pylist(),
             valid.column("tgt_text").to_pylist(),
         ),
-        stats=json.loads((target / "stats.json").read_text()),
+        stats=stats,
     )

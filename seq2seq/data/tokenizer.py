@@ -7,6 +7,8 @@ into <unk> silently. Text is NFC-normalised first, which changes no character a 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +102,11 @@ class Tokenizers:
         names = [JOINT_FILE] if (directory / JOINT_FILE).is_file() else [SRC_FILE, TGT_FILE]
         return [directory / n for n in names]
 
+    def fingerprint(self) -> str:
+        """Identity of the source and target tokenizers, recorded in checkpoints so that a checkpoint
+        is never decoded with another run's tokenizer of the same size (see tokenizer_fingerprint)."""
+        return hashlib.sha256((tokenizer_fingerprint(self.src) + tokenizer_fingerprint(self.tgt)).encode()).hexdigest()
+
     def encode_src(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.src.encode_batch(texts, add_special_tokens=False)]
 
@@ -115,6 +122,16 @@ class Tokenizers:
 
     def tgt_tokens(self, ids: list[int]) -> list[str]:
         return [_readable(self.tgt.id_to_token(i) or "?") for i in ids]
+
+
+def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
+    """A hash of what maps text to ids and back: the model type, its tokens by id and its BPE merges.
+    Not of the whole JSON: a Unigram model's scores change in their last digit when saved and read
+    back, so the JSON of a trained tokenizer and of its saved file differ."""
+    model = json.loads(tokenizer.to_str())["model"]
+    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
+    described = {"type": model.get("type"), "tokens": tokens, "merges": model.get("merges")}
+    return hashlib.sha256(json.dumps(described, ensure_ascii=False).encode()).hexdigest()
 
 
 def _read(path: Path) -> Tokenizer:

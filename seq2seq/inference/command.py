@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import sys
 import time
 import zlib
@@ -118,7 +119,7 @@ def _load(cfg: DictConfig, choice: EngineChoice) -> Any:
     from seq2seq.device import pick_device
     from seq2seq.inference.loading import load_translator
 
-    if cfg.threads:
+    if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     return load_translator(cfg, pick_device(cfg.device))
 
@@ -131,6 +132,8 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
 
 def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
+    refuse_writing_over_inputs(cfg)
+    _refuse_closed_standard_streams(cfg)
     translator = load_any_translator(cfg)
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)
@@ -163,6 +166,38 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.attention:
         log.info("cross-attention heatmaps of the non-empty lines are in %s", cfg.attention)
     return result
+
+
+def _refuse_closed_standard_streams(cfg: DictConfig) -> None:
+    """`<&-` or `>&-`: Python sets sys.stdin or sys.stdout to None when the descriptor is closed."""
+    if cfg.input == "-" and sys.stdin is None:
+        raise UserError("stdin is closed: give input=<file> or a pipe")
+    if cfg.output == "-" and sys.stdout is None:
+        raise UserError("stdout is closed: give output=<file> or a pipe")
+
+
+def refuse_writing_over_inputs(cfg: DictConfig) -> None:
+    """The output is opened for writing (emptied) before the input is read: an output that is the input
+    file or the reference, by any path, symlink or redirection, would lose it. Only regular files are
+    compared (a terminal or /dev/null can be both ends without harm)."""
+    output = _regular_file_id(cfg.output, sys.stdout)
+    if output is None:
+        return
+    named = {"input": (cfg.input, sys.stdin), "reference": (cfg.reference, None)}
+    for key, (path, stream) in named.items():
+        if path is not None and _regular_file_id(path, stream) == output:
+            where = "stdout" if cfg.output == "-" else f"output={cfg.output}"
+            what = "stdin" if path == "-" else f"{key}={path}"
+            raise UserError(f"{where} is the same file as {what}: writing the translations would empty it")
+
+
+def _regular_file_id(path: str, stream: IO[Any] | None) -> tuple[int, int] | None:
+    """(device, inode) of a path, or of `stream` for "-", when it is a regular file; else None."""
+    try:
+        info = os.fstat(stream.fileno()) if path == "-" and stream is not None else os.stat(path)
+    except (OSError, ValueError, AttributeError):  # missing, closed, or a stream without a descriptor
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
 
 
 def _attention_plotter(translator: Any, directory: str | None) -> Callable[[list[str], list[list[int]], int], Any]:

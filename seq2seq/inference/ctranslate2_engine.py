@@ -22,7 +22,7 @@ from typing import Any
 
 from seq2seq.config import ModelConfig, TranslateConfig, UserError, validate_translate
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
-from seq2seq.inference.translation import Translation, check_beam_fits
+from seq2seq.inference.translation import Translation, check_beam_fits, output_budget, to_translate
 
 log = logging.getLogger("seq2seq.translate")
 DECODING_FILE = "seq2seq.json"  # written by seq2seq-export beside model.bin: the model's max_positions
@@ -39,6 +39,38 @@ def _device(device: str, cuda_devices: int) -> tuple[str, int]:
         device = "cuda" if cuda_devices else "cpu"
     kind, _, index = device.partition(":")
     return kind, int(index or 0)
+
+
+def _max_positions(decoding: Path) -> int:
+    """The model's max_positions, from the seq2seq.json that seq2seq-export writes beside model.bin."""
+    if not decoding.is_file():
+        return ModelConfig.max_positions
+    try:
+        value = json.loads(decoding.read_text(encoding="utf-8"))["max_positions"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{decoding}: not a readable seq2seq export record ({type(err).__name__}: {err})") from err
+    if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+        raise UserError(f"{decoding}: max_positions={value!r}: must be an integer of at least 2")
+    return value
+
+
+def _check_vocabularies(directory: Path, tokenizers: Tokenizers) -> None:
+    """CTranslate2 maps tokens to ids by its vocabulary files, we map text to tokens by the tokenizer:
+    the two must list the same tokens in the same order, or every id would mean another token."""
+    for side, tokenizer in (("source", tokenizers.src), ("target", tokenizers.tgt)):
+        path = directory / f"{side}_vocabulary.json"
+        path = path if path.is_file() else directory / "shared_vocabulary.json"
+        if not path.is_file():
+            continue  # CTranslate2 itself says what is missing when it loads
+        try:
+            tokens = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise UserError(f"{path}: not a readable vocabulary ({err})") from err
+        if tokens != [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]:
+            raise UserError(
+                f"{path}: its tokens are not the tokenizer's beside it, in the same order (the export was altered "
+                "or mixed with another's)"
+            )
 
 
 class CTranslate2Translator:
@@ -110,12 +142,13 @@ class CTranslate2Translator:
             raise UserError(f"{directory}: a CTranslate2 model needs: pip install 'seq2seq[export]'") from err
         if cfg.attention:
             raise UserError(f"config error: attention={cfg.attention!r}: not with a CTranslate2 model")
-        self.tokenizers = Tokenizers.load(directory)
+        try:
+            self.tokenizers = Tokenizers.load(directory)
+        except FileNotFoundError as err:
+            raise UserError(f"{directory}: no tokenizer.json in the CTranslate2 model directory") from err
+        _check_vocabularies(directory, self.tokenizers)
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
-        decoding = directory / DECODING_FILE
-        self.max_positions = (
-            json.loads(decoding.read_text())["max_positions"] if decoding.is_file() else ModelConfig.max_positions
-        )
+        self.max_positions = _max_positions(directory / DECODING_FILE)
         self.cfg = cfg
         device, index = _device(str(cfg.device), ctranslate2.get_cuda_device_count())
         try:
@@ -154,7 +187,7 @@ class CTranslate2Translator:
     ) -> list[list[Translation]]:
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
-        todo = [i for i, line in enumerate(lines) if line.strip()]
+        todo = to_translate(lines, prefixes)
         sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
         forced = {i: tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [] for i in todo}
         for i in todo:
@@ -163,8 +196,10 @@ class CTranslate2Translator:
                     f"input line {first_line_number + i}: the target prefix has {len(forced[i])} tokens, more than "
                     f"the {self.max_positions - 2} the model's {self.max_positions} positions leave room for"
                 )
-        budgets = {i: min(int((len(sources[i]) + 1) * cfg.max_len_a + cfg.max_len_b), self.max_positions) for i in todo}
-        budgets = {i: min(max(b, len(forced[i]) + cfg.max_len_b), self.max_positions - 1) for i, b in budgets.items()}
+        budgets = {
+            i: output_budget(len(sources[i]), len(forced[i]), cfg.max_len_a, cfg.max_len_b, self.max_positions)
+            for i in todo
+        }
         options = dict(beam_size=cfg.beam, num_hypotheses=cfg.nbest, length_penalty=cfg.length_penalty)
         if cfg.sampling:
             options = dict(
@@ -174,8 +209,15 @@ class CTranslate2Translator:
                 sampling_topp=cfg.top_p,
                 sampling_temperature=cfg.temperature,
             )
+        if only_eos := [i for i in todo if budgets[i] <= 1 and not forced[i]]:
+            # A budget of one token leaves room for </s> alone (CTranslate2 refuses max_decoding_length=0).
+            scored = self.engine.score_batch([sources[i] for i in only_eos], [[] for _ in only_eos])
+            for i, score in zip(only_eos, scored, strict=True):
+                results[i] = [Translation("", sum(score.log_probs), [])]
         for budget in sorted(set(budgets.values())):
-            rows = [i for i in todo if budgets[i] == budget]
+            rows = [i for i in todo if budgets[i] == budget and i not in only_eos]
+            if not rows:
+                continue
             outputs = self.engine.translate_batch(
                 [sources[i] for i in rows],
                 [forced[i] or None for i in rows] if prefixes else None,

@@ -8,8 +8,8 @@ Multi30k en-de model both engines wrote the same 1,000/1,000 test lines, greedy 
 Performance). Everything else stays on PyTorch: n-best lists (their scores differ in the third
 decimal: CTranslate2 renormalises the probabilities after banning <pad> and <s>, we do not), a prefix
 in beam search (CTranslate2 ranks the hypotheses that extend it otherwise), sampling (its sampler
-draws other samples from the same seed), attention plots, ensembles, bf16/fp16, an export older than
-the run's checkpoint. The log says which engine
+draws other samples from the same seed), attention plots, ensembles, bf16/fp16, an export made from another checkpoint than
+the run's (by the record inside the export). The log says which engine
 decodes and why; engine=torch or engine=ctranslate2 forces one.
 
 On a CPU with bf16 instructions (AMX, AVX512-BF16) PyTorch's precision=auto is bf16 (measured,
@@ -35,8 +35,8 @@ from typing import Any
 from seq2seq import cpuinfo
 from seq2seq.config import UserError
 from seq2seq.inference import engine_probe
-from seq2seq.inference.ctranslate2_engine import is_ctranslate2_model
-from seq2seq.run_files import CTRANSLATE2_DIR, find_checkpoint, is_current
+from seq2seq.inference.ctranslate2_engine import DECODING_FILE, is_ctranslate2_model
+from seq2seq.run_files import CTRANSLATE2_DIR, find_checkpoint, why_stale
 
 log = logging.getLogger("seq2seq.translate")
 
@@ -119,9 +119,8 @@ def _why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
     export = Path(cfg.run) / CTRANSLATE2_DIR / "model.bin"
     if not export.is_file():
         return f"{export.parent} does not exist (training writes it when ctranslate2 is installed)"
-    checkpoint = find_checkpoint(cfg.run)
-    if not is_current(export, checkpoint):
-        return f"{export.parent} is older than {checkpoint} (a resumed run stopped before its end)"
+    if stale := why_stale(export.parent / DECODING_FILE, find_checkpoint(cfg.run)):
+        return stale
     if not ctranslate2_installed():
         return "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
     return None
@@ -155,10 +154,5 @@ def _warn_if_stale(export: Path) -> None:
     if not (run / "checkpoints").is_dir():
         return  # an export kept somewhere else: nothing to compare it with
     with contextlib.suppress(UserError):
-        checkpoint = find_checkpoint(run)
-        if not is_current(export / "model.bin", checkpoint):
-            log.warning(
-                "%s is older than %s (a resumed run stopped before its end): it decodes the earlier model",
-                export,
-                checkpoint,
-            )
+        if stale := why_stale(export / DECODING_FILE, find_checkpoint(run)):
+            log.warning("%s: it decodes that model", stale)

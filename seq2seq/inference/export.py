@@ -30,13 +30,20 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT, check_vocabulary, load_checkpoint
-from seq2seq.config import ModelConfig, UserError, validate_model
+from seq2seq.checkpoint import (
+    WEIGHTS_CONFIG,
+    WEIGHTS_FILE,
+    WEIGHTS_FORMAT,
+    check_vocabulary,
+    load_checkpoint,
+    model_config_of,
+)
+from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import DECODING_FILE
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
-from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, find_checkpoint
+from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, checkpoint_record, find_checkpoint
 
 FORMATS = ("safetensors", "ctranslate2")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -85,12 +92,25 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
 RUN_EXPORTS = {INFERENCE_DIR: "safetensors", CTRANSLATE2_DIR: "ctranslate2"}
 
 
+def remove_stale_export_directories(run_dir: Path) -> int:
+    """Deletes what killed exports left beside a run's model/ and ctranslate2/ (their .NAME.*.tmp
+    staging and .NAME.*.old directories); returns their total size. Only while holding the run's lock."""
+    removed = 0
+    for name in RUN_EXPORTS:
+        for leftover in [*run_dir.glob(f".{name}.*.tmp"), *run_dir.glob(f".{name}.*.old")]:
+            if leftover.is_dir() and not leftover.is_symlink():
+                removed += sum(f.stat().st_size for f in leftover.rglob("*") if f.is_file())
+                shutil.rmtree(leftover, ignore_errors=True)
+    return removed
+
+
 def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:
     """<run>/model/ (the weights alone, which `seq2seq-translate run=` loads instead of the checkpoint)
     and, when the ctranslate2 package is installed, <run>/ctranslate2/ (`seq2seq-translate
     checkpoint=<run>/ctranslate2`), both of the run's best checkpoint (else its last), read once. Each
     replaces an earlier one (a resumed run): the new directory is complete before the old one goes.
     Returns each export's directory, or the error that stopped it (the others are still written)."""
+    remove_stale_export_directories(run_dir)
     path = find_checkpoint(run_dir)
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, str(run_dir))
@@ -146,18 +166,8 @@ def _check_config(cfg: Any) -> None:
 
 
 def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:
-    stored = payload.get("config", {}).get("model")
-    if not isinstance(stored, dict):
-        raise UserError(f"{path}: the checkpoint has no model config (config.model)")
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    for key in stored:
-        if key not in known:
-            raise UserError(f"{path}: model.{key}: not a setting this version knows; it cannot be exported")
-    model_cfg = ModelConfig(**stored)
-    try:
-        validate_model(model_cfg)
-    except UserError as err:
-        raise UserError(f"{path}: {err}") from err
+    config = payload.get("config")
+    model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)
     return model_cfg
 
 
@@ -184,9 +194,13 @@ def _write_directory(output: Path, write: Callable[[Path], None], replace: bool 
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(staging, output)
-    except OSError as err:
+    except UserError:
         shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"{output}: could not write the export ({err.strerror or err}); nothing was written") from err
+        raise
+    except Exception as err:  # OSError, and the writers' own: safetensors' SafetensorError on a full disk
+        shutil.rmtree(staging, ignore_errors=True)
+        detail = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{output}: could not write the export ({detail}); nothing was written") from err
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -225,8 +239,7 @@ def _safetensors_writer(payload: dict[str, Any], model_cfg: ModelConfig, path: P
             "unk_id": UNK_ID,
         },
         "tied": [list(pair) for pair in aliases],
-        "step": payload.get("step", -1),
-        "source_checkpoint": str(path),
+        **checkpoint_record(path, payload.get("step", -1)),  # which checkpoint: translation checks it is current
     }
 
     def write(directory: Path) -> None:
@@ -317,10 +330,13 @@ def _ctranslate2_writer(
     except ValueError as err:
         raise UserError(f"{path}: CTranslate2 refused the model: {str(err).strip().splitlines()[0]}") from err
 
+    # What CTranslate2's files do not say: what seq2seq-translate needs to decode as with the checkpoint,
+    # and which checkpoint it was made from (translation checks that it is current).
+    decoding = {"max_positions": model_cfg.max_positions, **checkpoint_record(path, payload.get("step", -1))}
+
     def write(directory: Path) -> None:
         spec.save(str(directory))
-        # What CTranslate2's files do not say and seq2seq-translate needs to decode as with the checkpoint.
-        (directory / DECODING_FILE).write_text(json.dumps({"max_positions": model_cfg.max_positions}) + "\n")
+        (directory / DECODING_FILE).write_text(json.dumps(decoding) + "\n")
 
     return write
 

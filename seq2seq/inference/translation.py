@@ -19,3 +19,19 @@ def check_beam_fits(beam: int, vocabulary_size: int) -> None:
     """A beam needs that many distinct tokens to extend its hypotheses with."""
     if beam > vocabulary_size:
         raise UserError(f"beam={beam} is larger than the target vocabulary ({vocabulary_size})")
+
+
+def to_translate(lines: list[str], prefixes: list[str] | None) -> list[int]:
+    """The indices of the lines to decode: an empty (or blank) line translates to an empty line without
+    decoding, unless it has a target prefix, which every translation starts with."""
+    return [i for i, line in enumerate(lines) if line.strip() or (prefixes is not None and prefixes[i])]
+
+
+def output_budget(source_tokens: int, prefix_tokens: int, a: float, b: int, max_positions: int) -> int:
+    """The most output tokens a line may have, </s> included, in both engines (one function, so that
+    they cannot round or clamp differently): a * (source tokens + </s>) + b, at least the prefix + b
+    (a prefix never uses up a line's output), within the model's positions."""
+    budget = int((source_tokens + 1) * a + b)
+    if prefix_tokens:
+        return max(1, min(max(budget, prefix_tokens + b), max_positions - 1))
+    return max(1, min(budget, max_positions))

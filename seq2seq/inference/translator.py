@@ -21,8 +21,8 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.sampling import SamplingRule
-from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths
-from seq2seq.inference.translation import Translation
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.inference.translation import Translation, output_budget, to_translate
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -141,13 +141,18 @@ class Translator:
         return encoded
 
     def _search(self, src: torch.Tensor, prefixes: list[list[int]] | None) -> list[list[Hypothesis]]:
-        max_len = max_output_lengths(src, PAD_ID, self.max_len_a, self.max_len_b, self.max_positions)
+        source_tokens = ((src != PAD_ID).sum(dim=1) - 1).tolist()  # without </s>
+        prefix_tokens = [len(p) for p in prefixes] if prefixes is not None else [0] * len(source_tokens)
+        max_len = torch.tensor(
+            [
+                output_budget(n, p, self.max_len_a, self.max_len_b, self.max_positions)
+                for n, p in zip(source_tokens, prefix_tokens, strict=True)
+            ],
+            device=src.device,
+        )
         forced = None
         if prefixes is not None and any(prefixes):
-            # The budget counts after the prefix too: a prefix never uses up a sentence's output.
-            lengths = torch.tensor([len(p) for p in prefixes], device=max_len.device)
-            max_len = torch.maximum(max_len, lengths + self.max_len_b).clamp(max=self.max_positions - 1)
-            forced = torch.full((len(prefixes), int(lengths.max())), -1, dtype=torch.long)
+            forced = torch.full((len(prefixes), max(prefix_tokens)), -1, dtype=torch.long)
             for row, prefix in enumerate(prefixes):
                 forced[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
             forced = forced.to(src.device)
@@ -178,12 +183,12 @@ class Translator:
         self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
     ) -> list[list[Translation]]:
         """`nbest` translations (or samples) per line, best score first, in input order. Empty lines
-        stay empty. `first_line_number` numbers the lines in warnings and errors."""
+        stay empty, unless they have a prefix: a translation always starts with its prefix. `first_line_number` numbers the lines in warnings and errors."""
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
         self.model.eval()
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
-        todo = [i for i, line in enumerate(lines) if line.strip()]
+        todo = to_translate(lines, prefixes)
         encoded = dict(zip(todo, self.encode([lines[i] for i in todo], first_line_number), strict=True))
         forced = None
         if prefixes is not None:

@@ -88,6 +88,7 @@ class Trainer:
         self.stop_requested = False
         self.stop_signal: int | None = None  # SIGINT or SIGTERM: the command then exits with 128 + it
         self.checkpoint_dir = run_dir / "checkpoints"
+        self.tokenizer_fingerprint = data.tokenizers.fingerprint()
 
     # ---- set-up -------------------------------------------------------------------------------
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
@@ -147,17 +148,21 @@ class Trainer:
         dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
+    def state_dict_vocab(self) -> dict[str, Any]:
+        return {
+            "src_size": self.data.tokenizers.src.get_vocab_size(),
+            "tgt_size": self.data.tokenizers.tgt.get_vocab_size(),
+            "pad_id": PAD_ID,
+            "tokenizer": self.tokenizer_fingerprint,  # translation checks that the tokenizer beside it is this one
+        }
+
     def state_dict(self, rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
         return {
             "format": 1,
             "model": self.model.state_dict(),
             "config": as_dict(self.cfg),
-            "vocab": {
-                "src_size": self.data.tokenizers.src.get_vocab_size(),
-                "tgt_size": self.data.tokenizers.tgt.get_vocab_size(),
-                "pad_id": PAD_ID,
-            },
+            "vocab": self.state_dict_vocab(),
             "step": self.step,
             "data": self.stream.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -214,6 +219,17 @@ class Trainer:
         _, payload = read_model_file(Path(path))
         if payload["config"]["model"] != as_dict(self.cfg.model):
             raise UserError(f"init_from={path}: its model config differs from model.* of this run")
+        theirs, ours = payload["vocab"], self.state_dict_vocab()
+        if (theirs["src_size"], theirs["tgt_size"]) != (ours["src_size"], ours["tgt_size"]):
+            raise UserError(
+                f"init_from={path}: its vocabularies have {theirs['src_size']}/{theirs['tgt_size']} entries, this "
+                f"run's tokenizer {ours['src_size']}/{ours['tgt_size']}: its embeddings cannot be used"
+            )
+        if theirs.get("tokenizer") not in (None, ours["tokenizer"]):
+            log.warning(
+                "init_from=%s was trained with another tokenizer of the same size: its embeddings mean other tokens",
+                path,
+            )
         self.model.load_state_dict(payload["model"])
 
     # ---- one update -------------------------------------------------------------------------
@@ -359,8 +375,14 @@ class Trainer:
         if self.consecutive_skips >= self.cfg.max_skipped_updates:
             raise NonFiniteLoss(
                 f"{self.consecutive_skips} updates in a row had a non-finite loss or gradient "
-                f"(max_skipped_updates={self.cfg.max_skipped_updates}); the last good checkpoint is in {self.checkpoint_dir}"
+                f"(max_skipped_updates={self.cfg.max_skipped_updates}); {self._last_good_checkpoint()}"
             )
+
+    def _last_good_checkpoint(self, capital: bool = False) -> str:
+        """Where to go on from, for the message that stops the run: never a directory that is not there."""
+        if (self.checkpoint_dir / "last.pt").is_file():
+            return f"{'T' if capital else 't'}he last good checkpoint is in {self.checkpoint_dir}"
+        return f"{'N' if capital else 'n'}o checkpoint was saved yet (the first save is at update {min(self.cfg.save_every, self.cfg.valid_every)})"
 
     def _count_oom_skip(self, sentences: int, tokens: int) -> None:
         self.skipped_updates += 1
@@ -376,7 +398,7 @@ class Trainer:
             raise RepeatedOutOfMemory(
                 f"{self.consecutive_oom_skips} updates in a row ran out of memory even with their batches split "
                 f"in two (max_skipped_updates={self.cfg.max_skipped_updates}); lower batch_tokens. "
-                f"The last good checkpoint is in {self.checkpoint_dir}"
+                f"{self._last_good_checkpoint(capital=True)}"
             )
 
     # ---- validation ---------------------------------------------------------------------------

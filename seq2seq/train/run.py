@@ -27,7 +27,7 @@ from seq2seq.precision import log_choice
 from seq2seq.run_files import INFERENCE_DIR
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
-from seq2seq.train.lock import run_directory_lock
+from seq2seq.train.lock import clear_previous_run, refuse_previous_run, run_directory_lock
 from seq2seq.train.loop import Trainer, install_stop_handlers, resume_payload
 
 log = logging.getLogger("seq2seq.train")
@@ -114,6 +114,8 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
         payload = resume_payload(Path(cfg.resume))
         cfg = resumed_config(cfg, overrides or [], payload["config"])
     validate_train(cfg)
+    if not cfg.resume and not cfg.overwrite:
+        refuse_previous_run(run_dir)
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
@@ -136,7 +138,7 @@ def _train(
 ) -> dict[str, Any]:
     if dist.enabled:
         run_dir = _agree_on_run_dir(run_dir, dist)
-    if cfg.threads:
+    if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     if cfg.deterministic:
         use_deterministic_algorithms(device)
@@ -151,8 +153,12 @@ def _train(
 def _train_locked(
     cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, start: float
 ) -> dict[str, Any]:
+    if dist.is_main and not cfg.resume and cfg.overwrite and (removed := clear_previous_run(run_dir)):
+        log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
     if dist.is_main and (stale := remove_stale_temporaries(run_dir / "checkpoints")):
         log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
+    if dist.is_main and (stale := _remove_stale_exports(run_dir)):
+        log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
     data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main)
     if dist.is_main:
         data.tokenizers.save(run_dir)
@@ -318,6 +324,12 @@ def _final_metrics(trainer: Trainer) -> dict[str, float]:
 def _cell(text: str) -> str:
     """A Markdown table cell: a '|' inside a sentence would end the cell early."""
     return text.replace("|", r"\|")
+
+
+def _remove_stale_exports(run_dir: Path) -> int:
+    from seq2seq.inference.export import remove_stale_export_directories
+
+    return remove_stale_export_directories(run_dir)
 
 
 def _write_inference_exports(run_dir: Path) -> None:
