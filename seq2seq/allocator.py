@@ -88,3 +88,12 @@ def _tcmalloc_mapped() -> bool:
     """tcmalloc is loaded in this process already (re-launched, and LD_PRELOAD since restored)."""
     with open("/proc/self/maps") as maps:
         return "tcmalloc" in maps.read()
+
+
+def allocator_in_use() -> str:
+    """ "tcmalloc" when this process has it mapped, else "system": what training logs at start, so a
+    report can say what the run itself ran on (not what the process reading its log runs on)."""
+    try:
+        return "tcmalloc" if _tcmalloc_mapped() else "system"
+    except OSError:  # no /proc (not Linux)
+        return "system"

@@ -159,6 +159,15 @@ class TranslateConfig:
     debug: bool = False  # show tracebacks instead of one-line errors
 
 
+@dataclass
+class AverageConfig:
+    run: str | None = None  # a run directory: average its newest periodic checkpoints (checkpoints/step_N.pt)
+    checkpoints: str | None = None  # or the files to average, comma-separated: a.pt,b.pt,c.pt
+    last: int = 5  # with run=: how many of the newest periodic checkpoints
+    output: str | None = None  # default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file
+    force: bool = False  # average even when the checkpoints reach back into the first half of the run
+
+
 def as_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict of a config, whether a DictConfig (from Hydra) or a dataclass (from code)."""
     if dataclasses.is_dataclass(cfg):

@@ -147,6 +147,15 @@ def print_help(argv: list[str], command: str, usage: str, schema: type, groups: 
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (nothing left to flush at exit)
 
 
+def print_key_help(command: str, usage: str, schema: type) -> None:
+    """--help for a command without config groups: every key, its default and its description."""
+    lines = [f"usage: {command} {usage}", "", "keys (default: description):"]
+    for f, (key, comment) in zip(dataclasses.fields(schema), _described_fields(schema), strict=True):
+        shown = "null" if f.default is None else str(f.default).lower() if isinstance(f.default, bool) else f.default
+        lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
+    print("\n".join(lines), flush=True)
+
+
 def _described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:
     comments = _field_comments(schema)
     rows = []

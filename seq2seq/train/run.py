@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.allocator import allocator_in_use
 from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
@@ -97,7 +98,7 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
         len(trainer.stream),
         "buffer" if cfg.data.streaming else "epoch",
     )
-    log.info("device: %s, %d threads", device, torch.get_num_threads())
+    log.info("device: %s, %d threads, %s allocator", device, torch.get_num_threads(), allocator_in_use())
     log_choice(trainer.precision_choice, log)
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")
 
