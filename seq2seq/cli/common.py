@@ -55,6 +55,32 @@ def check_override_keys(argv: list[str], schema: type, groups: tuple[str, ...] =
             close = difflib.get_close_matches(key, [*known, *groups], n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "--help lists the keys"
             raise UserError(f"{key}: unknown key; {hint}")
+        else:
+            _check_value_type(schema, key, override)
+
+
+def _check_value_type(schema: type, key: str, override: Any) -> None:
+    """A value the schema's type cannot take (`max_steps=ten`), refused in one line like any other bad
+    value: Hydra would answer it in four lines and exit status 1, after creating the run directory."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if override.is_delete() or override.value_type is None:
+        return
+    if override.is_sweep_override():
+        if not override.is_choice_sweep():
+            return  # range() and interval() sweeps are numbers by construction
+        values = list(override.sweep_iterator())
+    else:
+        values = [override.value()]
+    config = OmegaConf.structured(schema)
+    for value in values:
+        if isinstance(value, str) and "${" in value:
+            continue  # an interpolation: resolved by Hydra later
+        try:
+            OmegaConf.update(config, key, value, merge=True)
+        except OmegaConfBaseException as err:
+            raise UserError(f"config error: {key}={value!r}: {str(err).strip().splitlines()[0]}") from err
 
 
 def parse_key_values(argv: list[str], schema: type) -> Any:
