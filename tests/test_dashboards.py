@@ -57,6 +57,7 @@ def tiny_run(tmp_path_factory):
         "threads=1",
         "best_metric=bleu",
         "patience=null",
+        "attention_images_share=1000",  # every image at every validation (the tiny model trains faster than it draws)
     ]
     cfg = compose_config("train", overrides)
     summary, lines = train_logging(cfg, tmp / "run")
@@ -124,16 +125,14 @@ def test_translations_text_has_three_rows_per_validation(events):
             assert reference == source.upper()[::-1]
 
 
-def test_attention_images_for_every_kind_and_layer_within_their_share_of_the_time(tiny_run, events):
+def test_attention_images_for_every_kind_and_layer_of_one_sentence(tiny_run, events):
     expected = {f"attention/{k}/layer_{layer}/sample_1" for k in KINDS for layer in range(1, LAYERS + 1)}
     assert set(events.Tags()["images"]) == expected
-    # The first validation draws; the second finds drawing has cost more than 1% of the training
-    # time so far (the tiny model trains in a fraction of the time its images take) and skips them.
     (line,) = [x for x in tiny_run[2] if x.startswith("attention images: ")]
-    assert line.endswith("(at 1 of the validations)")
+    assert line.startswith(f"attention images: {2 * len(expected)} at 2 of the validations, ")
     for tag in expected:
         images = events.Images(tag)
-        assert [e.step for e in images] == VALID_STEPS[:1], tag
+        assert [e.step for e in images] == VALID_STEPS, tag
         picture = Image.open(io.BytesIO(images[-1].encoded_image_string))
         assert picture.size == (images[-1].width, images[-1].height)
         assert min(picture.size) > 200
@@ -210,7 +209,7 @@ def test_tensorboard_serves_scalars_and_images(tiny_run, tmp_path):
         _wait_for_tags(port, "images", tag, server)
         query = urllib.parse.urlencode({"run": ".", "tag": tag, "sample": 0})
         listing = json.loads(_get(port, f"/data/plugin/images/images?{query}"))
-        assert [entry["step"] for entry in listing] == VALID_STEPS[:1]
+        assert [entry["step"] for entry in listing] == VALID_STEPS
         picture = Image.open(io.BytesIO(_get(port, f"/data/plugin/images/individualImage?{listing[-1]['query']}")))
         assert _coloured_fraction(picture) > 0.1
     finally:
@@ -403,15 +402,24 @@ def test_attention_images_stay_within_their_share_of_the_training_time(tmp_path,
     import seq2seq.inference.attention_plots as plots
     from seq2seq.train.dashboard import Dashboard
 
+    image = np.zeros((4, 4, 3), dtype=np.uint8)
+    orders = []
+
+    def images(samples, kinds):  # 6 images of 0.05 s each, drawn as they are asked for
+        orders.append(kinds)
+        for number in range(6):
+            time.sleep(0.05)
+            yield f"attention/{kinds[number % 3]}/layer_{number}/sample_1", image
+
     monkeypatch.setattr(plots, "translate_with_attention", lambda translator, sources: sources)
-    monkeypatch.setattr(plots, "attention_images", lambda samples: time.sleep(0.05) or iter([]))
+    monkeypatch.setattr(plots, "attention_images", images)
     dashboard = Dashboard(tmp_path, 0, 10, progress=False, attention_share=0.01)
     try:
-        assert dashboard.attention(1, None, ["a"], training_seconds=0.0)  # nothing spent yet: draws
-        spent = dashboard.attention_seconds
-        assert spent >= 0.05
-        assert not dashboard.attention(2, None, ["a"], training_seconds=50 * spent)  # 2% spent: skips
-        assert dashboard.attention(3, None, ["a"], training_seconds=100.5 * spent)  # under 1% again: draws
-        assert dashboard.attention_draws == 2
+        # 1% of 12 s is 0.12 s: after the third image (0.15 s) it stops, overrunning by less than one image.
+        assert dashboard.attention(1, None, ["a"], training_seconds=12.0) == 3
+        assert 0.15 <= dashboard.attention_seconds < 0.2
+        assert dashboard.attention(2, None, ["a"], training_seconds=14.0) == 0  # 0.14 s allowed: spent
+        assert dashboard.attention(3, None, ["a"], training_seconds=100.0) == 6  # 1 s allowed: all six
+        assert orders[0][0] == "cross"  # the most telling kind first
     finally:
         dashboard.close()

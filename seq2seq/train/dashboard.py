@@ -35,6 +35,7 @@ class Dashboard:
         self.max_steps, self.deadline = max_steps, deadline
         self.start_step, self.step, self.started = start_step, start_step, time.monotonic()
         self.attention_share, self.attention_seconds, self.attention_draws = attention_share, 0.0, 0
+        self.attention_images = 0
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
@@ -43,22 +44,29 @@ class Dashboard:
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.writer.add_text(tag, markdown, step)
 
-    def attention(self, step: int, translator: Translator, sources: list[str], training_seconds: float) -> bool:
-        """Heatmaps of every attention kind and layer (heads tiled) for fixed validation sentences, unless
-        drawing them so far has cost more than `attention_share` of `training_seconds` (the run's
-        training time so far): matplotlib takes a fraction of a second per image, which on a CPU would
-        otherwise come out of the training budget at every validation. Returns whether it drew."""
-        if self.attention_seconds > self.attention_share * training_seconds:
-            return False
+    def attention(self, step: int, translator: Translator, sources: list[str], training_seconds: float) -> int:
+        """Heatmaps of every attention kind and layer (heads tiled) for fixed validation sentences, while
+        drawing them has cost less than `attention_share` of `training_seconds` (the run's training time
+        so far): matplotlib takes a fraction of a second per image, which on a CPU would otherwise come
+        out of the training budget at every validation. Cross-attention first, the most telling; the
+        budget is checked after each image, so it is overrun by one image at most. Returns the images drawn."""
+        budget = self.attention_share * training_seconds
+        if self.attention_seconds >= budget:
+            return 0
         # Imported here: matplotlib is needed only once a validation has run.
         from seq2seq.inference.attention_plots import attention_images, translate_with_attention
 
-        started = time.monotonic()
-        for tag, image in attention_images(translate_with_attention(translator, sources)):
+        started, drawn = time.monotonic(), 0
+        samples = translate_with_attention(translator, sources)
+        for tag, image in attention_images(samples, kinds=("cross", "encoder", "decoder_self")):
             self.writer.add_image(tag, image, step, dataformats="HWC")
+            drawn += 1
+            if self.attention_seconds + time.monotonic() - started >= budget:
+                break
         self.attention_seconds += time.monotonic() - started
         self.attention_draws += 1
-        return True
+        self.attention_images += drawn
+        return drawn
 
     def progress(self, steps: int, **postfix: Any) -> None:
         """Called after every update. The postfix is set before the bar moves, so the line drawn shows

@@ -194,10 +194,11 @@ def _train_locked(
             dashboard.close()
             if dashboard.attention_draws:
                 log.info(
-                    "attention images: %.1f s of drawing, %.2f%% of the training time (at %d of the validations)",
+                    "attention images: %d at %d of the validations, %.1f s of drawing, %.2f%% of the training time",
+                    dashboard.attention_images,
+                    dashboard.attention_draws,
                     dashboard.attention_seconds,
                     100 * dashboard.attention_seconds / max(trainer.elapsed_minutes() * 60.0, 1e-9),
-                    dashboard.attention_draws,
                 )
     return _finish(trainer, reason, run_dir, start)
 
