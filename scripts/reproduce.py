@@ -169,7 +169,7 @@ TABLE_HEADER = (
     "| checkpoint | load during training | machine | config |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 )
-README_START, README_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
+TABLE_START, TABLE_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
 TABLE_DATA = "multi30k"  # the table's corpus; results on other data (the built-in task) stay out of it
 
 
@@ -201,9 +201,9 @@ def in_table(result: dict) -> bool:
     return "test" in result and result.get("data", TABLE_DATA) == TABLE_DATA
 
 
-def publish(result: dict, results: Path, readme: Path | None) -> None:
+def publish(result: dict, results: Path, page: Path | None) -> None:
     """results/<name>.{json,md,png}, then results/table.md with a row for every Multi30k result there,
-    which also replaces the table between the markers in `readme` (if it has them)."""
+    which also replaces the table between the markers in `page` (if it has them)."""
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{result['name']}.json").write_text(json.dumps(result, indent=2) + "\n")
     (results / f"{result['name']}.md").write_text(TABLE_HEADER + table_row(result))
@@ -211,11 +211,11 @@ def publish(result: dict, results: Path, readme: Path | None) -> None:
     everything = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
     table = TABLE_HEADER + "".join(table_row(r) for r in everything if in_table(r))
     (results / "table.md").write_text(table)
-    if readme is not None and readme.exists():
-        text = readme.read_text()
-        if README_START in text and README_END in text:
-            head, rest = text.split(README_START, 1)
-            readme.write_text(head + README_START + "\n" + table + rest[rest.index(README_END) :])
+    if page is not None and page.exists():
+        text = page.read_text()
+        if TABLE_START in text and TABLE_END in text:
+            head, rest = text.split(TABLE_START, 1)
+            page.write_text(head + TABLE_START + "\n" + table + rest[rest.index(TABLE_END) :])
 
 
 def main() -> None:

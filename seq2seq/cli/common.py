@@ -163,7 +163,7 @@ def print_help(argv: list[str], command: str, usage: str, schema: type, groups: 
         lines += ["", "groups (group=option):"]
         lines += [f"  {group:<12} {', '.join(group_options(group))}" for group in groups if group_options(group)]
     lines += ["", "keys (default: description):"]
-    for key, comment in _described_fields(schema):
+    for key, comment in described_fields(schema):
         value = OmegaConf.select(composed, key)
         shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
         lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
@@ -176,19 +176,19 @@ def print_help(argv: list[str], command: str, usage: str, schema: type, groups: 
 def print_key_help(command: str, usage: str, schema: type) -> None:
     """--help for a command without config groups: every key, its default and its description."""
     lines = [f"usage: {command} {usage}", "", "keys (default: description):"]
-    for f, (key, comment) in zip(dataclasses.fields(schema), _described_fields(schema), strict=True):
+    for f, (key, comment) in zip(dataclasses.fields(schema), described_fields(schema), strict=True):
         shown = "null" if f.default is None else str(f.default).lower() if isinstance(f.default, bool) else f.default
         lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
     print("\n".join(lines), flush=True)
 
 
-def _described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:
+def described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:
     comments = _field_comments(schema)
     rows = []
     for f in dataclasses.fields(schema):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
-            rows.extend(_described_fields(type(default), f"{prefix}{f.name}."))
+            rows.extend(described_fields(type(default), f"{prefix}{f.name}."))
         else:
             rows.append((prefix + f.name, comments.get(f.name, "")))
     return rows

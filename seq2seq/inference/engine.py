@@ -3,20 +3,16 @@
 
 engine=auto (the default) decodes a run with its CTranslate2 export, `<run>/ctranslate2/`, which
 training writes when ctranslate2 is installed, wherever that gives the lines PyTorch gives, only
-faster: the best translation by greedy or beam search, a forced prefix in greedy search, fp32 (on the
-Multi30k en-de model both engines wrote the same 1,000/1,000 test lines, greedy and beam 5; README,
-Performance). Everything else stays on PyTorch: n-best lists (their scores differ in the third
-decimal: CTranslate2 renormalises the probabilities after banning <pad> and <s>, we do not), a prefix
-in beam search (CTranslate2 ranks the hypotheses that extend it otherwise), sampling (its sampler
-draws other samples from the same seed), attention plots, ensembles, bf16/fp16, an export older than
-the run's checkpoint. The log says which engine
-decodes and why; engine=torch or engine=ctranslate2 forces one.
+faster: the best translation by greedy or beam search, a forced prefix in greedy search, fp32.
+Everything else stays on PyTorch: n-best lists (CTranslate2 renormalises the probabilities after
+banning <pad> and <s>, so its scores differ), a prefix in beam search (CTranslate2 ranks the
+hypotheses that extend it otherwise), sampling (its sampler draws other samples from the same seed),
+attention plots, ensembles, bf16/fp16, an export older than the run's checkpoint. The log says which
+engine decodes and why; engine=torch or engine=ctranslate2 forces one.
 
 On a CPU with bf16 instructions (AMX, AVX512-BF16), precision=auto decodes with PyTorch: its auto
-precision is bf16 there (measured, seq2seq/precision.py), and on a 2-core Xeon with AMX PyTorch in
-bf16 decoded the 1,000 test lines in 5.5-5.7 s end to end with beam 5 against 11.1-11.2 s for the fp32
-export (greedy 2.6 s against 6.8 s; README, Performance); the export's fp32 lines would also differ
-from those of `engine=torch` on that CPU. Elsewhere PyTorch's auto is fp32, so the export writes its lines.
+precision is bf16 there (measured, seq2seq/precision.py), which beat the fp32 export, whose lines would
+also differ from PyTorch's. The measurements behind both rules: docs/performance.md.
 
 precision=int8 is CTranslate2's alone (its weights quantised to 8 bits as the export loads): the lines
 then differ from fp32 by choice, so n-best, sampling and prefixes decode with it too.
