@@ -196,3 +196,11 @@ def test_the_readme_demo_log_shows_every_update_it_names() -> None:
     shown = set(re.findall(r"validation at update (\d+)", log[0]))
     named = set(re.findall(r"update (\d+)", log[1]))
     assert shown and named <= shown
+
+
+def test_the_readme_links_lead_somewhere() -> None:
+    # mkdocs --strict checks the site's links; the README is not part of the site.
+    text = README.read_text()
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if not target.startswith("http"):
+            assert (ROOT / target).exists(), target
