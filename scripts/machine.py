@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
+from seq2seq.allocator import allocator_in_use
 from seq2seq.cpuinfo import cpu_name
 from seq2seq.precision import cpu_capability
 
@@ -19,11 +19,5 @@ def machine_info() -> dict[str, object]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "load_average_1min": round(os.getloadavg()[0], 2),
-        "allocator": allocator_in_use(),
+        "allocator": allocator_in_use(),  # this process's; reproduce.py replaces it with the training's
     }
-
-
-def allocator_in_use() -> str:
-    """tcmalloc when this process has it mapped (seq2seq's commands preload it when installed)."""
-    maps = Path("/proc/self/maps")
-    return "tcmalloc" if maps.exists() and "tcmalloc" in maps.read_text() else "system"

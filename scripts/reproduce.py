@@ -1,7 +1,7 @@
 """Train, average, translate the test set and publish the scores of one experiment, in one command.
 
-    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k
-    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k --minutes 30
+    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k --publish
+    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k --minutes 30 --publish
     python scripts/reproduce.py builtin_reverse   # the built-in task: no data needed, a few minutes
 
 Any experiment whose data has valid and test splits works: they are read through the run's own data
@@ -13,7 +13,9 @@ config, exactly as training read them.
    never chooses anything);
 3. translates the test split (Multi30k: test_2016_flickr) with beam search and scores it with sacreBLEU (cased and
    case-insensitive, with signatures) and chrF;
-4. writes results/<name>.json and results/<name>.md (the table the README includes) and prints the JSON.
+4. prints the JSON and writes it, with a plot of the validation curve, into the run directory; with
+   --publish, also results/<name>.{json,md,png}, results/table.md and the table in docs/results.md.
+   Only Multi30k runs enter the table: a run on the built-in task checks the pipeline, it is no result.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 import sacrebleu
 from omegaconf import OmegaConf
 
-from seq2seq.average import main as average_checkpoints
+from seq2seq.average import average_files
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_LINE = re.compile(r"validation at update (\d+): .*?BLEU ([\d.]+)")
 STOPPED_LINE = re.compile(r"stopped: .* after \d+ updates in ([\d.]+) minutes")
 PRECISION_LINE = re.compile(r"precision: (\w+) \((.*)\)$", re.MULTILINE)
+ALLOCATOR_LINE = re.compile(r"device: .*, (\w+) allocator$", re.MULTILINE)
 LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]", re.MULTILINE)
 LOAD_SAMPLE_SECONDS = 30
 
@@ -95,7 +98,7 @@ def average_of_the_end(run_dir: Path, last_step: int, count: int = 5) -> Path | 
     newest = int(periodic[-1].stem.removeprefix("step_"))
     files = periodic[-(count - 1) :] + [directory / "last.pt"] if last_step > newest else periodic[-count:]
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only this script's JSON
-        return average_checkpoints([*map(str, files), "--output", str(directory / "averaged.pt")])
+        return average_files(files, directory / "averaged.pt")
 
 
 def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
@@ -166,7 +169,8 @@ TABLE_HEADER = (
     "| checkpoint | load during training | machine | config |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 )
-README_START, README_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
+TABLE_START, TABLE_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
+TABLE_DATA = "multi30k"  # the table's corpus; results on other data (the built-in task) stay out of it
 
 
 def table_row(result: dict) -> str:
@@ -192,21 +196,26 @@ def result_name(experiment: str, minutes: float | None, cpu_capability: str) -> 
     return f"{experiment}{budget}.{cpu_capability.lower()}"
 
 
-def publish(result: dict, results: Path, readme: Path | None) -> None:
-    """results/<name>.{json,md,png}, then results/table.md with a row for every result there, which
-    also replaces the table between the markers in `readme` (if it has them)."""
+def in_table(result: dict) -> bool:
+    """A Multi30k result with test scores (results from before the "data" field were all Multi30k)."""
+    return "test" in result and result.get("data", TABLE_DATA) == TABLE_DATA
+
+
+def publish(result: dict, results: Path, page: Path | None) -> None:
+    """results/<name>.{json,md,png}, then results/table.md with a row for every Multi30k result there,
+    which also replaces the table between the markers in `page` (if it has them)."""
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{result['name']}.json").write_text(json.dumps(result, indent=2) + "\n")
     (results / f"{result['name']}.md").write_text(TABLE_HEADER + table_row(result))
     plot_curve(result, results / f"{result['name']}.png")
     everything = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
-    table = TABLE_HEADER + "".join(table_row(r) for r in everything if "test" in r)
+    table = TABLE_HEADER + "".join(table_row(r) for r in everything if in_table(r))
     (results / "table.md").write_text(table)
-    if readme is not None and readme.exists():
-        text = readme.read_text()
-        if README_START in text and README_END in text:
-            head, rest = text.split(README_START, 1)
-            readme.write_text(head + README_START + "\n" + table + rest[rest.index(README_END) :])
+    if page is not None and page.exists():
+        text = page.read_text()
+        if TABLE_START in text and TABLE_END in text:
+            head, rest = text.split(TABLE_START, 1)
+            page.write_text(head + TABLE_START + "\n" + table + rest[rest.index(TABLE_END) :])
 
 
 def main() -> None:
@@ -221,8 +230,13 @@ def main() -> None:
         help="candidates for beam search's length penalty, chosen on the validation split",
     )
     parser.add_argument("--run-dir", help="default: outputs/reproduce/<experiment>[_<N>min]")
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="write into --results and rewrite the table of --page (else: the run dir)",
+    )
     parser.add_argument("--results", default=str(ROOT / "results"))
-    parser.add_argument("--readme", default=str(ROOT / "README.md"), help="whose results table to rewrite")
+    parser.add_argument("--page", default=str(ROOT / "docs" / "results.md"), help="whose results table to rewrite")
     parser.add_argument("--skip-training", action="store_true", help="reuse the run in --run-dir")
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_intermixed_args()
@@ -270,6 +284,7 @@ def main() -> None:
         "steps": last["step"],
         "precision": last["config"]["precision"],
         "precision_reason": chosen_precision[-1][1] if chosen_precision else None,
+        "data": last["config"]["data"]["kind"],
         "load_average_during_training": round(sum(loads) / len(loads), 2) if loads else None,
         "load_average_during_training_max": max(loads) if loads else None,
         "valid_bleu_curve": validation_curve(log),  # [update, minutes, greedy BLEU]
@@ -281,9 +296,14 @@ def main() -> None:
         "test": scores(hypotheses, test_ref),
         "test_translate_seconds": round(time.monotonic() - start, 1),
         "config_hash": hashlib.sha256(json.dumps(last["config"], sort_keys=True).encode()).hexdigest()[:12],
-        "machine": machine,
+        # What the training process ran on, as it logged it (this process is not preloaded with tcmalloc).
+        "machine": {**machine, "allocator": allocators[-1] if (allocators := ALLOCATOR_LINE.findall(log)) else None},
     }
-    publish(result, Path(args.results), Path(args.readme) if args.readme else None)
+    if args.publish:
+        publish(result, Path(args.results), Path(args.page) if args.page else None)
+    else:
+        (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+        plot_curve(result, run_dir / "result.png")
     (run_dir / "test.hyp").write_text("\n".join(hypotheses) + "\n")
     json.dump(result, sys.stdout, indent=2)
     print()

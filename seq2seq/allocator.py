@@ -11,11 +11,9 @@ what it starts (tokenizer workers, subprocesses, a user's hooks) sees the user's
 SEQ2SEQ_ALLOCATOR=system turns all of this off.
 
 Why: every training batch has a new shape, so a step's large tensors come in sizes that never repeat.
-glibc's malloc either keeps them on its heap, where they fragment it (the small model's bf16 training
-reached 2.0 GB of RSS in 25 updates and 3.5 GB in an hour), or, with a fixed mmap threshold, maps and
-unmaps them every time, paying a page fault per 4 KB (1.2 GB, but 40% slower). tcmalloc keeps freed
-blocks in size classes and reuses them: measured on this project's machine, 3,087-3,866 target
-tok/s at 1.18-1.24 GB against 2,943-3,420 tok/s at 1.8-2.0 GB with glibc (see README, Performance).
+glibc's malloc either keeps them on its heap, where they fragment it and memory grows over a run, or,
+with a fixed mmap threshold, maps and unmaps them every time, paying a page fault per 4 KB. tcmalloc
+keeps freed blocks in size classes and reuses them: faster and smaller (docs/performance.md).
 The allocator has to be chosen before the process starts (LD_PRELOAD), hence the re-launch, and it
 comes before torch is imported, which would otherwise be imported twice.
 """
@@ -73,7 +71,7 @@ def relaunch_with_tcmalloc(command: str, module: str) -> None:
         return
     if not relaunch_wanted(dict(os.environ)) or _tcmalloc_mapped():
         return
-    # find_library runs `ldconfig -p` (0.05 s measured), so only when a re-launch may follow.
+    # find_library runs `ldconfig -p` (a subprocess), so only when a re-launch may follow.
     library = ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
     environment = tcmalloc_environment(dict(os.environ), library)
     if environment is None:
@@ -89,3 +87,12 @@ def _tcmalloc_mapped() -> bool:
     """tcmalloc is loaded in this process already (re-launched, and LD_PRELOAD since restored)."""
     with open("/proc/self/maps") as maps:
         return "tcmalloc" in maps.read()
+
+
+def allocator_in_use() -> str:
+    """ "tcmalloc" when this process has it mapped, else "system": what training logs at start, so a
+    report can say what the run itself ran on (not what the process reading its log runs on)."""
+    try:
+        return "tcmalloc" if _tcmalloc_mapped() else "system"
+    except OSError:  # no /proc (not Linux)
+        return "system"

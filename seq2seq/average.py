@@ -1,17 +1,18 @@
 """`seq2seq-average`: average the weights of the last N periodic checkpoints of a run (or of the files given).
 
-    seq2seq-average outputs/<date>/<time> --last 5
-    seq2seq-average a.pt b.pt c.pt --output averaged.pt
+    seq2seq-average run=outputs/<date>/<time> last=5
+    seq2seq-average checkpoints=a.pt,b.pt,c.pt output=averaged.pt
 
 Averaging the last few checkpoints smooths the noise of the final updates and usually gains a
-little BLEU for free. The result keeps the newest checkpoint's config and vocabulary (so
-`seq2seq-translate checkpoint=...` takes it) but no optimiser state: it is for translation.
-Says on stderr what it averaged; prints one JSON object on stdout: the inputs, their updates and the output.
+little BLEU for free, but only where the weights have settled: a run's last N checkpoints that reach
+back into its first half are refused (see `end_of_run`). The result keeps the newest checkpoint's
+config and vocabulary (so `seq2seq-translate checkpoint=...` takes it) but no optimiser state: it is
+for translation. Says on stderr what it averaged; prints one JSON object on stdout: the inputs,
+their updates and the output.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import atomic_save, load_checkpoint
-from seq2seq.config import UserError
+from seq2seq.config import AverageConfig, UserError
 
 KEEP = ("format", "config", "vocab", "step", "metrics")
 
@@ -34,8 +35,8 @@ def periodic_checkpoints(run_dir: Path, last: int) -> list[Path]:
     if len(found) < last:
         names = ", ".join(p.name for p in found)
         raise UserError(
-            f"{run_dir}: --last {last} asks for {last} periodic checkpoints but the run has {len(found)} "
-            f"({names}); give --last {len(found)} to average those"
+            f"{run_dir}: last={last} asks for {last} periodic checkpoints but the run has {len(found)} "
+            f"({names}); give last={len(found)} to average those"
         )
     return found[-last:]
 
@@ -66,21 +67,34 @@ def _newer_last(run_dir: Path, newest_step: int) -> int | None:
     return step if step > newest_step else None
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="seq2seq-average", description=__doc__.splitlines()[0])
-    parser.add_argument("inputs", nargs="+", help="a run directory, or checkpoint files")
-    parser.add_argument("--last", type=int, default=5, help="with a run directory: how many periodic checkpoints")
-    parser.add_argument("--output", help="default: <run>/checkpoints/averaged.pt")
-    args = parser.parse_args(argv)
-    if args.last < 1:
-        raise UserError(f"--last {args.last}: must be at least 1")
-    first = Path(args.inputs[0])
-    paths = periodic_checkpoints(first, args.last) if first.is_dir() else [Path(p) for p in args.inputs]
-    output = (
-        Path(args.output)
-        if args.output
-        else (first / "checkpoints" / "averaged.pt" if first.is_dir() else first.with_name("averaged.pt"))
+def end_of_run(run_dir: Path, paths: list[Path], force: bool) -> None:
+    """Refuses an average that reaches back into the first half of the run (unless `force`).
+
+    Averaging helps where the weights wander around one optimum, at the end of a decayed schedule
+    (the Transformer paper averaged the last 5 of checkpoints written every 10 minutes of a 12-hour
+    run). The first half of a run is still travelling: on a short run of 500 updates, the average of
+    updates 100-500 scored 18.7 BLEU against best.pt's 28.6. Half the run, not a fixed number of
+    updates, because runs range from minutes to days; the recipes' own averages (the final ~20%)
+    are well inside it."""
+    steps = [int(p.stem.split("_")[1]) for p in paths]
+    final = max(steps[-1], _step_of(run_dir / "checkpoints" / "last.pt") or 0)
+    if force or min(steps) * 2 >= final:
+        return
+    fitting = sum(step * 2 >= final for step in steps)
+    hint = f"give last={fitting}" if fitting > 1 else "train longer, or save_every smaller"
+    raise UserError(
+        f"{run_dir}: last={len(paths)} averages updates {min(steps)}-{steps[-1]}, reaching back into the first half "
+        f"of this {final}-update run, where the weights are still far from where training ended; {hint}, "
+        "or force=true to average them anyway"
     )
+
+
+def _step_of(checkpoint: Path) -> int | None:
+    return load_checkpoint(checkpoint)["step"] if checkpoint.is_file() else None
+
+
+def average_files(paths: list[Path], output: Path) -> Path:
+    """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
     result = average(paths)
     atomic_save(result, output)
     steps = result["averaged_steps"]
@@ -89,12 +103,34 @@ def main(argv: list[str] | None = None) -> Path:
         f"({', '.join(p.name for p in paths)}; updates {', '.join(map(str, steps))}) into {output}",
         file=sys.stderr,
     )
-    if first.is_dir() and (newer := _newer_last(first, max(steps))) is not None:
+    json.dump({"inputs": [str(p) for p in paths], "steps": steps, "output": str(output)}, sys.stdout)
+    print()
+    return output
+
+
+def run(cfg: AverageConfig) -> Path:
+    """`seq2seq-average run=<dir> last=N` or `checkpoints=a.pt,b.pt`."""
+    if (cfg.run is None) == (cfg.checkpoints is None):
+        raise UserError("run: give run=<run directory> or checkpoints=<a.pt,b.pt,...> (one of them)")
+    if cfg.last < 1:
+        raise UserError(f"last={cfg.last}: must be at least 1")
+    if cfg.checkpoints is not None:
+        paths = [Path(p) for p in str(cfg.checkpoints).split(",") if p]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise UserError(f"checkpoints: {missing[0]}: no such file")
+        return average_files(paths, Path(cfg.output) if cfg.output else paths[0].with_name("averaged.pt"))
+    run_dir = Path(cfg.run)
+    if not run_dir.is_dir():
+        raise UserError(f"run={run_dir}: no such run directory")
+    paths = periodic_checkpoints(run_dir, cfg.last)
+    end_of_run(run_dir, paths, cfg.force)
+    output = average_files(paths, Path(cfg.output) if cfg.output else run_dir / "checkpoints" / "averaged.pt")
+    newest = max(int(p.stem.split("_")[1]) for p in paths)
+    if (newer := _newer_last(run_dir, newest)) is not None:
         print(
-            f"warning: {first / 'checkpoints' / 'last.pt'} (update {newer}) is newer than every checkpoint "
+            f"warning: {run_dir / 'checkpoints' / 'last.pt'} (update {newer}) is newer than every checkpoint "
             "averaged and is not in the average",
             file=sys.stderr,
         )
-    json.dump({"inputs": [str(p) for p in paths], "steps": steps, "output": str(output)}, sys.stdout)
-    print()
     return output

@@ -134,7 +134,8 @@ class TrainConfig:
     overwrite: bool = False  # a new run into a directory holding an earlier run: true deletes that run's checkpoints/exports; false refuses
     init_from: str | None = None  # a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)
     progress: bool = True  # tqdm progress bar
-    attention_images: bool = True  # attention heatmaps in TensorBoard at each validation (~0.3 s per layer)
+    attention_images: bool = True  # attention heatmaps of one validation sentence in TensorBoard, every kind and layer
+    attention_images_share: float = 0.01  # images stop while drawing them has cost this share of training time
     debug: bool = False  # show tracebacks instead of one-line errors
 
 
@@ -165,6 +166,15 @@ class TranslateConfig:
     prefix: bool = False  # input lines are "source<TAB>target prefix": each translation starts with its prefix
     engine: str = "auto"  # auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2
     debug: bool = False  # show tracebacks instead of one-line errors
+
+
+@dataclass
+class AverageConfig:
+    run: str | None = None  # a run directory: average its newest periodic checkpoints (checkpoints/step_N.pt)
+    checkpoints: str | None = None  # or the files to average, comma-separated: a.pt,b.pt,c.pt
+    last: int = 5  # with run=: how many of the newest periodic checkpoints
+    output: str | None = None  # default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file
+    force: bool = False  # average even when the checkpoints reach back into the first half of the run
 
 
 def as_dict(cfg: Any) -> dict[str, Any]:
@@ -298,6 +308,7 @@ def validate_train(cfg: Any) -> None:
     if cfg.target is not None and cfg.target_metric != "loss":
         _check(0 < cfg.target <= 100, "target", cfg.target, f"{cfg.target_metric} is a percentage: must be in (0, 100]")
     _check(cfg.target is None or cfg.target > 0, "target", cfg.target, "must be positive or null")
+    _check(cfg.attention_images_share >= 0, "attention_images_share", cfg.attention_images_share, "must be >= 0")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
     _check(not (cfg.resume and cfg.init_from), "init_from", cfg.init_from, "cannot be combined with resume")
 

@@ -238,9 +238,37 @@ def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, overrid
     assert not (tmp_path / "run").exists()  # and left no empty run directory behind
 
 
-@pytest.mark.parametrize(
-    ("override", "key"), [("model.d_modle=64", "d_modle"), ("model=huge", "huge"), ("seed=abc", "seed")]
-)
+@pytest.mark.parametrize("override", ["max_steps=ten", "seed=abc", "model.d_model=abc", "model.dropout=high"])
+def test_train_refuses_a_value_of_the_wrong_type_in_one_line(tmp_path: Path, override: str) -> None:
+    # Hydra's own answer was four lines and exit status 1, after writing the run directory.
+    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    key, value = override.split("=")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: config error: {key}={value!r}: Value {value!r} of type 'str' could not be converted to "
+        + ("Integer" if key != "model.dropout" else "Float")
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(tmp_path: Path, given: bool) -> None:
+    run = tmp_path / "outputs" / "run"
+    if given:  # a directory the user had: left alone, with what was in it
+        run.mkdir(parents=True)
+        (run / "notes.txt").write_text("mine")
+    result = run_cli(
+        [str(BIN / "seq2seq-train"), "data=multi30k", f"data.dir={tmp_path / 'nonexistent'}", f"hydra.run.dir={run}"],
+        tmp_path,
+    )
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "nonexistent" in result.stderr
+    assert run.exists() == given
+    if given:
+        assert (run / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(("override", "key"), [("model.d_modle=64", "d_modle"), ("model=huge", "huge")])
 def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: str, key: str) -> None:
     result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode != 0

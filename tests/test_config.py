@@ -413,3 +413,21 @@ def test_translate_config_composes(hydra_ctx):
 def test_validate_translate_names_the_key(hydra_ctx, overrides, message):
     with pytest.raises(UserError, match=message):
         validate_translate(translate_cfg(*overrides))
+
+
+# The small model's fp32 update on a 2-core AMD EPYC (AVX2) at idle, the slowest class measured
+# (docs/performance.md, CPU classes: 1.82-1.89 s/update); a busy machine makes fewer.
+SLOWEST_SECONDS_PER_UPDATE = 1.89
+
+
+def test_a_five_minute_real_corpus_run_validates_and_draws_attention(hydra_ctx):
+    # `data=multi30k max_minutes=5` validated only on its final weights (valid_every=1000), and the
+    # Multi30k experiments turned the attention images off: no curve, no images.
+    cfg = train_cfg("experiment=multi30k_quick", "data.dir=/corpus")
+    validate_train(cfg)
+    assert cfg.data.kind == "multi30k" and cfg.model.d_model == 256 and cfg.max_minutes == 5
+    updates = cfg.max_minutes * 60 / SLOWEST_SECONDS_PER_UPDATE
+    assert updates // cfg.valid_every >= 3  # validations before the final one, on the slowest class
+    assert cfg.optim.warmup < updates / 2  # and the learning rate has peaked long before the end
+    assert cfg.attention_images and cfg.attention_images_share <= 0.01
+    assert cfg.valid_max_sentences is not None and cfg.valid_max_sentences <= 250

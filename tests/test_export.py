@@ -344,7 +344,7 @@ def test_command_line_exports_and_reports_errors_in_one_line(tmp_path: Path, cap
     printed = capsys.readouterr().out
     assert printed.startswith(f"wrote {tmp_path / 'ct2'} (ctranslate2, ")
     assert "model.bin" in printed and "tokenizer.json" in printed
-    assert "min_decoding_length=0, max_input_length=64, max_decoding_length=<at most 63>" in printed
+    assert "model.max_positions=64 (CTranslate2 alone: max_input_length)" in printed
     for argv, expected in [
         ([f"checkpoint={checkpoint}", f"output={tmp_path / 'ct2'}"], f"error: {tmp_path / 'ct2'}: already exists"),
         ([f"checkpoint={checkpoint}", "outptu=x"], "error: outptu: unknown key; did you mean output?"),
@@ -355,6 +355,22 @@ def test_command_line_exports_and_reports_errors_in_one_line(tmp_path: Path, cap
         assert info.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith(expected) and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("format", ["ctranslate2", "safetensors"])
+def test_the_translate_with_line_is_a_shell_command_that_translates(
+    tmp_path: Path, capsys: pytest.CaptureFixture, format: str
+) -> None:
+    # It used to print a Python snippet for the CTranslate2 export. A space in the path needs quoting.
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+    export_main([f"checkpoint={checkpoint}", f"output={tmp_path / 'my model'}", f"format={format}"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("translate with: "))
+    command = line.removeprefix("translate with: ")
+    (tmp_path / "input.txt").write_text("a b c\nd e\n")
+    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(command, shell=True, cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "output.txt").read_text().splitlines()) == 2
 
 
 def test_console_script_is_installed() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +36,7 @@ def reproduce(tmp_path: Path, experiment: str, *arguments: str) -> dict:
         str(tmp_path / "run"),
         "--results",
         str(tmp_path / "results"),
-        "--readme",
+        "--page",
         str(tmp_path / "README.md"),
         *arguments,
     ]
@@ -43,7 +45,7 @@ def reproduce(tmp_path: Path, experiment: str, *arguments: str) -> dict:
     return json.loads(result.stdout)
 
 
-def check_published(tmp_path: Path, result: dict, references: list[str]) -> None:
+def check_scores(tmp_path: Path, result: dict, references: list[str]) -> None:
     """The scores are those of the hypotheses written, recomputed here with sacreBLEU; the tables hold them."""
     hypotheses = (tmp_path / "run" / "test.hyp").read_text().splitlines()
     assert len(hypotheses) == len(references)
@@ -61,6 +63,10 @@ def check_published(tmp_path: Path, result: dict, references: list[str]) -> None
     by_penalty = result["valid_bleu_by_length_penalty"]
     assert set(by_penalty) == {"0.6", "1", "1.4"} and by_penalty["1"] == by_checkpoint[result["checkpoint"]]
     assert by_penalty[f"{result['length_penalty']:g}"] == max(by_penalty.values())
+
+
+def check_published(tmp_path: Path, result: dict, references: list[str]) -> None:
+    check_scores(tmp_path, result, references)
     # One file per experiment, budget and CPU class; the row names the class, precision and load.
     capability = result["machine"]["cpu_capability"]
     assert result["name"].endswith("." + capability.lower())
@@ -98,14 +104,56 @@ def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
     sources = reverse_task(OmegaConf.merge(OmegaConf.structured(DataConfig), saved))["test"][0]
     assert len(sources) == 30
     references = [" ".join(reversed(source.split())).upper() for source in sources]  # the task, restated
-    check_published(tmp_path, result, references)
+    check_scores(tmp_path, result, references)
+    # Without --publish nothing outside the run directory is written (it used to rewrite the README's
+    # table and results/ in the user's clone).
+    assert not (tmp_path / "results").exists() and (tmp_path / "README.md").read_text() == README
+    assert json.loads((tmp_path / "run" / "result.json").read_text()) == result
+    # The allocator is the training process's (re-launched on tcmalloc when installed), not this script's.
+    tcmalloc = ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
+    wanted = tcmalloc and os.environ.get("SEQ2SEQ_ALLOCATOR") != "system" and sys.platform.startswith("linux")
+    assert result["machine"]["allocator"] == ("tcmalloc" if wanted else "system")
+
+
+def test_only_multi30k_results_enter_the_table(tmp_path: Path) -> None:
+    script = load_script()
+    machine = {"cpu_capability": "AVX2", "cores": 2, "cpu": "AMD EPYC", "torch": "2.13.0", "load_average_1min": 2.0}
+    common = {
+        "precision": "fp32",
+        "train_minutes": 5,
+        "steps": 10,
+        "checkpoint": "best.pt",
+        "beam": 5,
+        "length_penalty": 1.0,
+        "load_average_during_training": 2.0,
+        "load_average_during_training_max": 2.1,
+        "config_hash": "abc",
+        "valid_bleu_curve": [[10, 5.0, 1.0]],
+        "machine": machine,
+        "test": {"bleu": 1.0, "bleu_lowercase": 1.0, "chrf": 1.0},
+    }
+    (tmp_path / "page.md").write_text(README)
+    for name, data in [("multi30k_en_de.avx2", "multi30k"), ("builtin_reverse.avx2", "builtin")]:
+        result = {**common, "name": name, "experiment": name.split(".")[0], "data": data}
+        script.publish(result, tmp_path / "results", tmp_path / "page.md")
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert "| multi30k_en_de |" in table and "builtin_reverse" not in table
+    assert "builtin_reverse" not in (tmp_path / "page.md").read_text()
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
 def test_reproduce_multi30k_in_two_minutes(tmp_path: Path) -> None:
     result = reproduce(
-        tmp_path, "multi30k_en_de", "--data-dir", str(MULTI30K), "--minutes", "2", "valid_every=40", "save_every=20"
+        tmp_path,
+        "multi30k_en_de",
+        "--publish",
+        "--data-dir",
+        str(MULTI30K),
+        "--minutes",
+        "2",
+        "valid_every=40",
+        "save_every=20",
     )
     assert 1.9 <= result["train_minutes"] <= 2.5
     assert result["direction"] == "en-de" and result["valid_bleu_curve"]
@@ -126,11 +174,11 @@ def test_the_average_ends_with_last_pt_when_training_stopped_after_the_newest_pe
     (tmp_path / "checkpoints").mkdir()
     for step in (700, 800, 900, 1000, 1100, 1200):  # 1000+ sorts before 700 as text: numbers must order them
         (tmp_path / "checkpoints" / f"step_{step}.pt").touch()
-    averaged: list[list[str]] = []
-    monkeypatch.setattr(script, "average_checkpoints", lambda argv: averaged.append(argv) or Path("averaged.pt"))
-    files = lambda: [Path(a).name for a in averaged[-1][:-2]]  # noqa: E731
+    averaged: list[tuple[list[Path], Path]] = []
+    monkeypatch.setattr(script, "average_files", lambda paths, output: averaged.append((paths, output)) or output)
+    files = lambda: [p.name for p in averaged[-1][0]]  # noqa: E731
     script.average_of_the_end(tmp_path, last_step=1262)  # stopped by the clock 62 updates after step_1200
     assert files() == ["step_900.pt", "step_1000.pt", "step_1100.pt", "step_1200.pt", "last.pt"]
-    assert averaged[-1][-2:] == ["--output", str(tmp_path / "checkpoints" / "averaged.pt")]
+    assert averaged[-1][1] == tmp_path / "checkpoints" / "averaged.pt"
     script.average_of_the_end(tmp_path, last_step=1200)  # last.pt is step_1200.pt: not twice
     assert files() == ["step_800.pt", "step_900.pt", "step_1000.pt", "step_1100.pt", "step_1200.pt"]

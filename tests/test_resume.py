@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -57,6 +58,30 @@ def test_resume_keeps_the_saved_config_and_refuses_model_changes(tmp_path: Path)
         train(compose_config("train", [resume, "model=small"]), tmp_path / "run", overrides=[resume, "model=small"])
     with pytest.raises(UserError, match="model config differs"):
         train(compose_config("train", [resume]), tmp_path / "run", overrides=[resume, "model.ffn_dim=32"])
+
+
+def test_a_resumed_auto_precision_run_says_what_auto_chose_not_as_asked(tmp_path: Path) -> None:
+    # It logged "precision: bf16 (as asked (...))" although the user had asked for auto.
+    auto = [*[o for o in TINY_TRAIN if not o.startswith("precision=")], "max_steps=2", "valid_every=2"]
+    _, first = train_logging(compose_config("train", auto), tmp_path / "run")
+    (started,) = [line for line in first if line.startswith("precision: ")]
+    chosen, why = started.removeprefix("precision: ").split(" ", 1)
+    assert why.startswith("(auto: ")
+    resume = f"resume={tmp_path / 'run'}"
+    cfg = compose_config("train", [*auto, resume])
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("seq2seq.train")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        train(cfg, tmp_path / "run", overrides=[resume, "max_steps=4"])
+    finally:
+        logger.removeHandler(handler)
+    (resumed,) = [line for line in lines if line.startswith("precision: ")]
+    assert resumed == f"precision: {chosen} (resumed; precision=auto chose it when the run started: {why[1:-1]})"
+    assert "as asked" not in resumed
 
 
 def test_init_from_starts_a_new_run_from_the_weights_only(tmp_path: Path) -> None:

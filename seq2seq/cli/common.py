@@ -55,6 +55,32 @@ def check_override_keys(argv: list[str], schema: type, groups: tuple[str, ...] =
             close = difflib.get_close_matches(key, [*known, *groups], n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "--help lists the keys"
             raise UserError(f"{key}: unknown key; {hint}")
+        else:
+            _check_value_type(schema, key, override)
+
+
+def _check_value_type(schema: type, key: str, override: Any) -> None:
+    """A value the schema's type cannot take (`max_steps=ten`), refused in one line like any other bad
+    value: Hydra would answer it in four lines and exit status 1, after creating the run directory."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if override.is_delete() or override.value_type is None:
+        return
+    if override.is_sweep_override():
+        if not override.is_choice_sweep():
+            return  # range() and interval() sweeps are numbers by construction
+        values = list(override.sweep_iterator())
+    else:
+        values = [override.value()]
+    config = OmegaConf.structured(schema)
+    for value in values:
+        if isinstance(value, str) and "${" in value:
+            continue  # an interpolation: resolved by Hydra later
+        try:
+            OmegaConf.update(config, key, value, merge=True)
+        except OmegaConfBaseException as err:
+            raise UserError(f"config error: {key}={value!r}: {str(err).strip().splitlines()[0]}") from err
 
 
 def parse_key_values(argv: list[str], schema: type) -> Any:
@@ -137,7 +163,7 @@ def print_help(argv: list[str], command: str, usage: str, schema: type, groups: 
         lines += ["", "groups (group=option):"]
         lines += [f"  {group:<12} {', '.join(group_options(group))}" for group in groups if group_options(group)]
     lines += ["", "keys (default: description):"]
-    for key, comment in _described_fields(schema):
+    for key, comment in described_fields(schema):
         value = OmegaConf.select(composed, key)
         shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
         lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
@@ -147,13 +173,22 @@ def print_help(argv: list[str], command: str, usage: str, schema: type, groups: 
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (nothing left to flush at exit)
 
 
-def _described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:
+def print_key_help(command: str, usage: str, schema: type) -> None:
+    """--help for a command without config groups: every key, its default and its description."""
+    lines = [f"usage: {command} {usage}", "", "keys (default: description):"]
+    for f, (key, comment) in zip(dataclasses.fields(schema), described_fields(schema), strict=True):
+        shown = "null" if f.default is None else str(f.default).lower() if isinstance(f.default, bool) else f.default
+        lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
+    print("\n".join(lines), flush=True)
+
+
+def described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:
     comments = _field_comments(schema)
     rows = []
     for f in dataclasses.fields(schema):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
-            rows.extend(_described_fields(type(default), f"{prefix}{f.name}."))
+            rows.extend(described_fields(type(default), f"{prefix}{f.name}."))
         else:
             rows.append((prefix + f.name, comments.get(f.name, "")))
     return rows

@@ -6,16 +6,16 @@ but without Hydra's run directory or logging: it only reads a checkpoint and wri
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 USAGE = """\
 usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2]
                       [quantization=int8|int8_float32|float16|bfloat16|...]  (ctranslate2 only; default fp32)
 
-  format=safetensors   <output>/model.safetensors + config.json + tokenizer file(s);
-                       translate with: seq2seq-translate checkpoint=<output>
-  format=ctranslate2   a CTranslate2 model directory + tokenizer file(s);
-                       translate with ctranslate2.Translator(<output>) (see README)
+  format=safetensors   <output>/model.safetensors + config.json + tokenizer file(s)
+  format=ctranslate2   a CTranslate2 model directory + tokenizer file(s)
+translate either with: seq2seq-translate checkpoint=<output> < input.txt > output.txt
 """
 
 
@@ -40,15 +40,11 @@ def _run(argv: list[str]) -> None:
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     print(f"wrote {output} ({cfg.format}, {size:.1f} MB): {', '.join(files)}")
-    if cfg.format == "safetensors":
-        print(f"translate with: seq2seq-translate checkpoint={output}")
-    else:
-        positions = model_cfg.max_positions
-        print(
-            f"translate with: ctranslate2.Translator({str(output)!r}).translate_batch(tokens, beam_size=..., "
-            f"min_decoding_length=0, max_input_length={positions}, max_decoding_length=<at most {positions - 1}>) "
-            "(see README)"
-        )
+    # A command to paste into a shell, for either format: seq2seq-translate decodes a CTranslate2
+    # export with CTranslate2 itself (docs/export.md shows the calls for CTranslate2 alone).
+    print(f"translate with: seq2seq-translate checkpoint={shlex.quote(str(output))} < input.txt > output.txt")
+    if cfg.format == "ctranslate2":
+        print(f"model.max_positions={model_cfg.max_positions} (CTranslate2 alone: max_input_length)")
 
 
 def parse_arguments(argv: list[str]) -> object:

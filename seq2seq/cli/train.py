@@ -51,7 +51,21 @@ def main() -> None:
         check_run_directory(sys.argv[1:])
 
     report_errors(check, "debug=true" in sys.argv)
+    global _CREATES_RUN_DIRECTORY
+    _CREATES_RUN_DIRECTORY = creates_run_directory(sys.argv[1:])
     _hydra_main()
+
+
+# Whether the run directory Hydra is about to make is new: only then may a failed start remove it.
+_CREATES_RUN_DIRECTORY = False
+
+
+def creates_run_directory(argv: list[str]) -> bool:
+    """Not a resumed run, and no existing hydra.run.dir (the default, a new time-stamped one, is new)."""
+    values = {o.key_or_group: o.value() for o in parse_command_line(argv)[1] if o.value_type is not None}
+    if values.get("resume"):
+        return False
+    return not (values.get("hydra.run.dir") and Path(str(values["hydra.run.dir"])).exists())
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
@@ -60,13 +74,15 @@ def _hydra_main(cfg: DictConfig) -> None:
     run_dir = Path(runtime.runtime.output_dir)
 
     def run() -> dict:
-        if not cfg.resume:  # a refused config leaves no run directory behind (Hydra made it just now)
-            try:
+        # A refused config or unreadable data leaves no run directory behind (Hydra made it just now).
+        try:
+            if not cfg.resume:
                 validate_train(cfg)
-            except UserError:
+            return train(cfg, run_dir, list(runtime.overrides.task))
+        except UserError:
+            if _CREATES_RUN_DIRECTORY and not cfg.resume:
                 _remove_hydra_only_directory(run_dir)
-                raise
-        return train(cfg, run_dir, list(runtime.overrides.task))
+            raise
 
     summary = report_errors(run, cfg.debug)
     if summary.get("exit_status"):  # stopped by Ctrl-C or SIGTERM, after saving: not a finished run
@@ -117,9 +133,9 @@ def _probe_writable(run_dir: Path, existing: Path) -> None:
 
 
 def _remove_hydra_only_directory(run_dir: Path) -> None:
-    """Removes the run directory when it holds nothing but what Hydra wrote at start-up."""
+    """Removes the run directory when it holds nothing but what Hydra and the lock wrote at start-up."""
     entries = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else {"?"}
-    if entries <= {".hydra", "train.log"} and all(p.suffix == ".yaml" for p in (run_dir / ".hydra").glob("*")):
+    if entries <= {".hydra", "train.log", ".lock"} and all(p.suffix == ".yaml" for p in (run_dir / ".hydra").glob("*")):
         root = logging.getLogger()
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(handler)  # train.log goes with the directory

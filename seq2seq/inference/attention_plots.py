@@ -232,10 +232,13 @@ def _quiet_glyphs() -> Iterator[None]:
 # ---- what the two callers want -------------------------------------------------------------------
 
 
-def attention_images(samples: list[SentenceAttention]) -> Iterator[tuple[str, np.ndarray]]:
-    """(tag, image) for every kind, layer and sample: attention/<kind>/layer_<l>/sample_<i>, heads tiled."""
+def attention_images(
+    samples: list[SentenceAttention], kinds: tuple[str, ...] = KINDS
+) -> Iterator[tuple[str, np.ndarray]]:
+    """(tag, image) for every kind (in the order given), layer and sample: attention/<kind>/layer_<l>/sample_<i>,
+    heads tiled. Drawn one at a time as the caller asks for them."""
     for number, sample in enumerate(samples, start=1):
-        for kind in KINDS:
+        for kind in kinds:
             columns, rows = sample.axes(kind)
             for layer, weights in enumerate(sample.weights.get(kind, []), start=1):
                 title = f"{kind} attention, layer {layer}, sample {number}"

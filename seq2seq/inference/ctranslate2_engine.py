@@ -4,7 +4,7 @@ interface of `Translator`, so that `seq2seq-translate checkpoint=<export dir>` r
 Why a second engine: CTranslate2 is the fastest engine for this model family on a CPU, and it starts
 without torch (`import torch` alone takes 2.3-3 s on a 2-core EPYC; `import ctranslate2` 0.1 s). On
 the Multi30k en-de model its output equals ours on 1,000/1,000 test lines, greedy and beam 5
-(README, Export). This module imports neither torch nor the torch side of seq2seq.
+(docs/export.md). This module imports neither torch nor the torch side of seq2seq.
 
 The options that make CTranslate2 decode as `seq2seq.inference.search` does: our output budget is
 per sentence, `max_len_a * (source tokens + </s>) + max_len_b` with </s> included, CTranslate2's

@@ -3,20 +3,20 @@
 
 engine=auto (the default) decodes a run with its CTranslate2 export, `<run>/ctranslate2/`, which
 training writes when ctranslate2 is installed, wherever that gives the lines PyTorch gives, only
-faster: the best translation by greedy or beam search, a forced prefix in greedy search, fp32 (on the
-Multi30k en-de model both engines wrote the same 1,000/1,000 test lines, greedy and beam 5; README,
-Performance). Everything else stays on PyTorch: n-best lists (their scores differ in the third
-decimal: CTranslate2 renormalises the probabilities after banning <pad> and <s>, we do not), a prefix
-in beam search (CTranslate2 ranks the hypotheses that extend it otherwise), sampling (its sampler
-draws other samples from the same seed), attention plots, ensembles, bf16/fp16, an export made from another checkpoint than
-the run's (by the record inside the export). The log says which engine
-decodes and why; engine=torch or engine=ctranslate2 forces one.
+faster: the best translation by greedy or beam search, a forced prefix in greedy search, fp32.
+Everything else stays on PyTorch: n-best lists (CTranslate2 renormalises the probabilities after
+banning <pad> and <s>, so its scores differ), a prefix in beam search (CTranslate2 ranks the
+hypotheses that extend it otherwise), sampling (its sampler draws other samples from the same seed),
+attention plots, ensembles, bf16/fp16, an export made from another checkpoint than the run's (by the
+record inside the export). The log says which engine decodes and why; engine=torch or
+engine=ctranslate2 forces one.
 
 On a CPU with bf16 instructions (AMX, AVX512-BF16) PyTorch's precision=auto is bf16 (measured,
 seq2seq/precision.py), which is faster than the fp32 export on some of those CPUs and slower on
 others: there engine=auto with precision=auto times both once (seq2seq/inference/engine_probe.py,
 cached per machine and model) and decodes with the faster, saying so; its lines may then differ from
 the other engine's (bf16 against fp32). Elsewhere both decode in fp32 and the export is the faster.
+The measurements behind these rules: docs/performance.md.
 
 precision=int8 is CTranslate2's alone (its weights quantised to 8 bits as the export loads): the lines
 then differ from fp32 by choice, so n-best, sampling and prefixes decode with it too. It is timed

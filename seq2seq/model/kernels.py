@@ -24,8 +24,8 @@ MAX_QUERIES_FOR_MATMULS = 16  # decoding steps: up to this many queries per row 
 def decoding_precision(x: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """A decoding step's queries, keys and values in the precision its attention and key/value cache
     use, given the layer input `x`. A half-precision model decoding on a CPU keeps its cache and does
-    its attention in fp32: PyTorch's CPU batched matmuls of a decoding step took 1.8x longer in bf16
-    than in fp32. The attention's output goes back to x's dtype before the output projection."""
+    its attention in fp32: PyTorch's CPU batched matmuls of a decoding step are slower in bf16
+    (docs/performance.md). The attention's output goes back to x's dtype before the output projection."""
     if half_precision_on_cpu(x):
         return tuple(t.float() for t in tensors)
     return tensors
@@ -61,8 +61,8 @@ def attend(
 
 
 def _matmuls_beat_flash(q: torch.Tensor) -> bool:
-    """Decoding steps have a handful of queries; there PyTorch's CPU flash-attention kernel took
-    1.2-1.7x the time of two matmuls and a softmax (measured at 320 rows x 4 heads x 10-30 keys)."""
+    """Decoding steps have a handful of queries; there PyTorch's CPU flash-attention kernel is slower
+    than two matmuls and a softmax (docs/performance.md)."""
     return q.device.type == "cpu" and q.size(2) <= MAX_QUERIES_FOR_MATMULS and not torch.is_grad_enabled()
 
 
@@ -70,8 +70,8 @@ def fused_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool, dropout: float
 ) -> torch.Tensor:
     """F.scaled_dot_product_attention, except that on a CPU half-precision inputs run in fp32:
-    measured on the small model, PyTorch's CPU flash-attention backward in bf16 was 13x slower than
-    in fp32 (it was 40% of a bf16 training step), while the casts cost little."""
+    PyTorch's CPU flash-attention backward is far slower in bf16 than in fp32, and the casts cost
+    little (docs/performance.md)."""
     if causal and q.size(2) != k.size(2):
         # Several new queries after a cached prefix: SDPA's is_causal aligns top-left, we need
         # bottom-right, so spell the mask out.

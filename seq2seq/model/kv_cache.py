@@ -36,8 +36,7 @@ class KVCache:
         else:
             # The first keys and values are views into the K/V projection's output (one chunk of each
             # row), which a batched matmul cannot read in place: the cross-attention's, read at every step,
-            # were copied at every step (among the copies that were 6% of a greedy decode's profile).
-            # Copied once here.
+            # were copied at every step (docs/performance.md, decoding profile). Copied once here.
             k, v = k.contiguous(), v.contiguous()
         self.k, self.v = k, v
         return k, v

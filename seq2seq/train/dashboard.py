@@ -19,7 +19,13 @@ from seq2seq.inference.translator import Translator
 
 class Dashboard:
     def __init__(
-        self, run_dir: Path, start_step: int, max_steps: int | None, progress: bool, deadline: float | None = None
+        self,
+        run_dir: Path,
+        start_step: int,
+        max_steps: int | None,
+        progress: bool,
+        deadline: float | None = None,
+        attention_share: float = 1.0,
     ) -> None:
         """`deadline`: the time.monotonic() at which max_minutes runs out, if set; the bar's total is
         then the updates that fit before it (at the rate so far) when that is fewer than max_steps."""
@@ -28,6 +34,8 @@ class Dashboard:
         self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True, disable=not progress)
         self.max_steps, self.deadline = max_steps, deadline
         self.start_step, self.step, self.started = start_step, start_step, time.monotonic()
+        self.attention_share, self.attention_seconds, self.attention_draws = attention_share, 0.0, 0
+        self.attention_images = 0
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
@@ -36,13 +44,29 @@ class Dashboard:
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.writer.add_text(tag, markdown, step)
 
-    def attention(self, step: int, translator: Translator, sources: list[str]) -> None:
-        """Heatmaps of every attention kind and layer (heads tiled) for a few fixed sentences."""
+    def attention(self, step: int, translator: Translator, sources: list[str], training_seconds: float) -> int:
+        """Heatmaps of every attention kind and layer (heads tiled) for fixed validation sentences, while
+        drawing them has cost less than `attention_share` of `training_seconds` (the run's training time
+        so far): matplotlib takes a fraction of a second per image, which on a CPU would otherwise come
+        out of the training budget at every validation. Cross-attention first, the most telling; the
+        budget is checked after each image, so it is overrun by one image at most. Returns the images drawn."""
+        budget = self.attention_share * training_seconds
+        if self.attention_seconds >= budget:
+            return 0
         # Imported here: matplotlib is needed only once a validation has run.
         from seq2seq.inference.attention_plots import attention_images, translate_with_attention
 
-        for tag, image in attention_images(translate_with_attention(translator, sources)):
+        started, drawn = time.monotonic(), 0
+        samples = translate_with_attention(translator, sources)
+        for tag, image in attention_images(samples, kinds=("cross", "encoder", "decoder_self")):
             self.writer.add_image(tag, image, step, dataformats="HWC")
+            drawn += 1
+            if self.attention_seconds + time.monotonic() - started >= budget:
+                break
+        self.attention_seconds += time.monotonic() - started
+        self.attention_draws += 1
+        self.attention_images += drawn
+        return drawn
 
     def progress(self, steps: int, **postfix: Any) -> None:
         """Called after every update. The postfix is set before the bar moves, so the line drawn shows
@@ -62,16 +86,15 @@ class Dashboard:
         fit = step + int(max(self.deadline - now, 0.0) / ((now - self.started) / done))
         return min(fit, self.max_steps) if self.max_steps else fit
 
-    def hparams(self, config: dict[str, Any], metrics: dict[str, float]) -> None:
-        """The resolved config with the final metrics, for the HParams tab (compare sweep runs)."""
+    def hparams(self, config: dict[str, Any], metric_tags: list[str]) -> None:
+        """The resolved config for the HParams tab (compare sweep runs), against `metric_tags`: scalar
+        tags the run already writes (valid/bleu, valid/best_bleu, ...), whose latest values the tab
+        shows. Writing the metrics again under hparam/* put one-point cards before every learning curve."""
         flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in _flatten(config).items()}
-        named = {f"hparam/{k}": v for k, v in metrics.items()}
         # Into this run's own event file: SummaryWriter.add_hparams writes a second run (<run>/tb/<name>),
-        # which TensorBoard lists beside every run.
-        for summary in hparams(flat, named):
+        # which TensorBoard lists beside every run. The metric values are not needed: only their tags.
+        for summary in hparams(flat, dict.fromkeys(metric_tags, 0.0)):
             self.writer.file_writer.add_summary(summary)
-        for tag, value in named.items():
-            self.writer.add_scalar(tag, value, self.step)
 
     def close(self) -> None:
         self.bar.close()

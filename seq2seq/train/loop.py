@@ -7,6 +7,7 @@ between updates only, so a run resumed from it replays exactly what the uninterr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -68,6 +69,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model, self.budget_used)
         # precision=auto becomes what this machine runs fastest; the checkpoint's config records it, so a
         # resume computes as the run did. Ranks measure alike but could disagree when close: rank 0 decides.
+        self.precision_asked = cfg.precision  # what the user wrote: a resume logs what auto chose and why
         self.precision_choice = choose_precision(cfg.precision, device, cfg.model.d_model, cfg.model.ffn_dim)
         cfg.precision = dist.broadcast(self.precision_choice.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
@@ -174,6 +176,7 @@ class Trainer:
             "metrics": self.last_metrics,
             "elapsed_seconds": self.elapsed_minutes() * 60.0,
             "validation_minutes": self.validation_minutes,
+            "precision_choice": {"asked": self.precision_asked, "reason": self.precision_choice.reason},
         }
 
     def restore(self, payload: dict[str, Any]) -> None:
@@ -193,6 +196,22 @@ class Trainer:
         self.elapsed_before = payload.get("elapsed_seconds", 0.0)  # absent from checkpoints before it was kept
         self.validation_minutes = payload.get("validation_minutes", 0.0)
         self._restore_rng(payload["rng"])
+        self._describe_resumed_precision(payload)
+
+    def _describe_resumed_precision(self, payload: dict[str, Any]) -> None:
+        """A resumed run computes in the precision its config recorded, which for precision=auto is what
+        auto chose at the run's start: the log says so, not "as asked" (no one asked for it)."""
+        if self.cfg.precision != payload["config"]["precision"]:
+            return  # changed on the resume's command line: chosen now, as logged
+        saved = payload.get("precision_choice")  # absent from checkpoints written before it was kept
+        if saved is None:
+            reason = "as the run's checkpoint recorded it"
+        elif saved["asked"] != self.cfg.precision:
+            self.precision_asked = saved["asked"]
+            reason = f"precision={saved['asked']} chose it when the run started: {saved['reason']}"
+        else:
+            return
+        self.precision_choice = dataclasses.replace(self.precision_choice, reason=f"resumed; {reason}")
 
     def _restore_rng(self, states: list[dict[str, Any]] | dict[str, Any]) -> None:
         """Each rank continues its own random streams (dropout masks differ between ranks)."""

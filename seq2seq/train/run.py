@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import cpu_sharing
+from seq2seq.allocator import allocator_in_use
 from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
@@ -33,6 +34,9 @@ from seq2seq.train.loop import Trainer, install_stop_handlers, resume_payload
 log = logging.getLogger("seq2seq.train")
 GROUPS = ("model", "data", "optim", "experiment")
 STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
+# Attention images of the first validation sentence only: every kind and layer of one sentence shows
+# what the model attends to, at a third of three sentences' drawing time.
+ATTENTION_SENTENCES = 1
 
 
 def seed_everything(seed: int) -> None:
@@ -99,7 +103,7 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
         len(trainer.stream),
         "buffer" if cfg.data.streaming else "epoch",
     )
-    log.info("device: %s, %d threads", device, torch.get_num_threads())
+    log.info("device: %s, %d threads, %s allocator", device, torch.get_num_threads(), allocator_in_use())
     if device.type == "cpu":
         log.info(cpu_sharing.describe(os.environ, cpu_sharing.load_at_start, cpu_sharing.usable_cores()))
     log_choice(trainer.precision_choice, log)
@@ -179,7 +183,11 @@ def _train_locked(
         log.info("initialised weights from %s", cfg.init_from)
     # When max_minutes runs out, counting what earlier segments of a resumed run spent.
     deadline = time.monotonic() + (cfg.max_minutes - trainer.elapsed_minutes()) * 60 if cfg.max_minutes else None
-    dashboard = Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress, deadline) if dist.is_main else None
+    dashboard = (
+        Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress, deadline, cfg.attention_images_share)
+        if dist.is_main
+        else None
+    )
     if dist.is_main:
         log_summary(trainer, run_dir, device, dist)
     install_stop_handlers(trainer)
@@ -190,10 +198,18 @@ def _train_locked(
         elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
             _validate_and_save(trainer, dashboard)
         if dashboard is not None and trainer.best is not None:
-            dashboard.hparams(as_dict(cfg), _final_metrics(trainer))
+            dashboard.hparams(as_dict(cfg), _metric_tags(trainer))
     finally:
         if dashboard is not None:
             dashboard.close()
+            if dashboard.attention_draws:
+                log.info(
+                    "attention images: %d at %d of the validations, %.1f s of drawing, %.2f%% of the training time",
+                    dashboard.attention_images,
+                    dashboard.attention_draws,
+                    dashboard.attention_seconds,
+                    100 * dashboard.attention_seconds / max(trainer.elapsed_minutes() * 60.0, 1e-9),
+                )
     return _finish(trainer, reason, run_dir, start)
 
 
@@ -308,7 +324,8 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
         table = "\n".join("| " + " | ".join(_cell(t) for t in row) + " |" for row in trainer.samples)
         dashboard.text(step, "valid/translations", "| source | reference | translation |\n|---|---|---|\n" + table)
         if cfg.attention_images:
-            dashboard.attention(step, trainer.translator, [source for source, _, _ in trainer.samples])
+            sources = [source for source, _, _ in trainer.samples[:ATTENTION_SENTENCES]]
+            dashboard.attention(step, trainer.translator, sources, trainer.elapsed_minutes() * 60.0)
         names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
     trainer.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
     trainer.validations_since_best, names = trainer.dist.broadcast((trainer.validations_since_best, names))
@@ -316,9 +333,10 @@ def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
     trainer.validation_minutes = (trainer.clock() - started) / 60.0
 
 
-def _final_metrics(trainer: Trainer) -> dict[str, float]:
-    final = {f"final_{k}": v for k, v in trainer.last_metrics.items()}
-    return {**final, f"best_{trainer.cfg.best_metric}": trainer.best["value"]}
+def _metric_tags(trainer: Trainer) -> list[str]:
+    """The HParams tab's metrics: the validation tags the run writes; their last points are the final
+    weights' scores and the best so far."""
+    return [*(f"valid/{k}" for k in trainer.last_metrics), f"valid/best_{trainer.cfg.best_metric}"]
 
 
 def _cell(text: str) -> str:
