@@ -186,20 +186,21 @@ def create_app(
         Route("/", home),
         Route("/health", health),
         Route("/languages", languages),
-        Route("/translate", _answering_errors(libretranslate), methods=["POST"]),
-        Route("/v1/translate", _answering_errors(native), methods=["POST"]),
-        Route("/v1/attention", _answering_errors(attention_map), methods=["POST"]),
+        Route("/translate", _answering_errors(libretranslate, batcher), methods=["POST"]),
+        Route("/v1/translate", _answering_errors(native, batcher), methods=["POST"]),
+        Route("/v1/attention", _answering_errors(attention_map, batcher), methods=["POST"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def _answering_errors(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+def _answering_errors(handler: Callable[[Request], Any], batcher: Batcher) -> Callable[[Request], Any]:
     """A bad request is its status and one line of JSON; a request that breaks the engine, 500 for
     that request alone (the batcher has decoded the others without it)."""
 
     async def guarded(request: Request) -> Response:
         try:
-            return await handler(request)
+            with batcher.receiving():
+                return await handler(request)
         except BadRequest as err:
             return JSONResponse({"error": str(err)}, status_code=err.status)
         except UserError as err:  # e.g. a prefix longer than the model's positions

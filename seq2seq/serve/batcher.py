@@ -1,5 +1,6 @@
 """Dynamic batching: one worker thread owns the loaded engine; the requests that arrive while it is
-busy, or within `max_wait_ms` of the oldest waiting one, are decoded as one batch.
+busy, or within `max_wait_ms` of the oldest waiting one, are decoded as one batch. It waits only
+while a request the server has received is not yet in the queue, so a lone request does not wait.
 
 The engine sorts the batch's lines by length and decodes them `batch_size` at a time (as
 seq2seq-translate does a chunk), so many small requests cost about what one file of their lines
@@ -13,11 +14,12 @@ the request that sent it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +74,7 @@ class Batcher:
         self._pending: list[Job] = []
         self._wake = threading.Condition()
         self._stopping = False
+        self._in_flight = 0  # requests being read, checked or decoded (see `receiving`)
         self._thread = threading.Thread(target=self._run, name="seq2seq-serve-engine", daemon=True)
         self.stats = Stats()
 
@@ -84,6 +87,19 @@ class Batcher:
             self._stopping = True
             self._wake.notify()
         self._thread.join()
+
+    @contextlib.contextmanager
+    def receiving(self) -> Iterator[None]:
+        """Around a request's whole handling: a batch waits up to max_wait_ms only for requests that
+        have arrived and may still join it, so a lone request is decoded at once."""
+        with self._wake:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._wake:
+                self._in_flight -= 1
+                self._wake.notify()
 
     async def translate(
         self, lines: list[str], settings: Settings, prefixes: list[str] | None = None
@@ -127,7 +143,10 @@ class Batcher:
                 first = self._pending[0]
                 alike = [job for job in self._pending if job.key == first.key]
                 left = first.arrived + self.max_wait - time.monotonic()
-                if left <= 0 or sum(j.tokens for j in alike) >= self.max_batch_tokens or first.alone:
+                full = sum(j.tokens for j in alike) >= self.max_batch_tokens
+                # Every request the server holds is waiting here: none is about to join, decode now.
+                nobody_coming = len(self._pending) >= self._in_flight
+                if left <= 0 or full or first.alone or nobody_coming:
                     break
                 self._wake.wait(left)
             first = self._pending[0]

@@ -47,7 +47,6 @@ def serve(cfg: Any) -> None:
     async def lifespan(app: Any) -> AsyncIterator[None]:
         batcher.start()
         summary = asyncio.create_task(_summaries(batcher))
-        log.info("serving %s (%s, %s -> %s) on http://%s:%d", info.model, kind, source, target, *address[:2])
         try:
             yield
         finally:
@@ -63,8 +62,11 @@ def serve(cfg: Any) -> None:
         access_log=False,  # one line per batch at debug and a summary per minute instead
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
         lifespan="on",
+        loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
     )
     server = _Server(config)
+    # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
+    server.ready_message = f"serving {info.model} ({kind}, {source} -> {target}) on http://{address[0]}:{address[1]}"
     server.run(sockets=[listener])
     if not server.started:
         raise UserError("the server did not start (see the log above)")
@@ -73,6 +75,13 @@ def serve(cfg: Any) -> None:
 class _Server(uvicorn.Server):
     """uvicorn's Server, exiting 0 after a signal: uvicorn raises the signal again once it has shut
     down, which would end the process with 128 + the signal's number although it stopped as asked."""
+
+    ready_message = "serving"
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:
+            log.info("%s", self.ready_message)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -100,7 +109,9 @@ def bind(host: str, port: int) -> socket.socket:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror as err:
         raise UserError(f"config error: host={host!r}: {err.strerror}") from err
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so, and without it a response
+    # sent as two writes (headers, body) waits for the client's delayed ACK, tens of ms each request.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses the port at once
     try:
         listener.bind((host, port))
