@@ -39,6 +39,8 @@ CLI_RATE = re.compile(r"translated (\d+) lines in [\d.]+ s \(([\d.]+) lines/s\)"
 
 
 def read_input(path: str, limit: int | None) -> list[str]:
+    if not Path(path).is_file():
+        sys.exit(f"{path}: no such file (--input)")
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as lines:
         text = [line.rstrip("\n") for line in lines]

@@ -168,7 +168,7 @@ SERVE_TRANSLATE_KEYS = (
 
 @dataclass
 class ServeConfig:
-    run: str | None = TranslateConfig.run  # run directory, checkpoint= a checkpoint file or an export directory
+    run: str | None = TranslateConfig.run  # run directory (its export or its weights, as seq2seq-translate picks)
     checkpoint: str | None = TranslateConfig.checkpoint  # or a checkpoint file / CTranslate2 export directory
     host: str = "127.0.0.1"  # loopback; 0.0.0.0 (every interface) is the user's explicit choice
     port: int = 5000  # LibreTranslate's port; 0 picks a free one (logged)

@@ -380,3 +380,13 @@ def test_answers_are_not_held_back_by_delayed_acks(server: Server) -> None:
             client.get("/health").raise_for_status()
             times.append(time.perf_counter() - start)
     assert sorted(times)[7] < 0.025, f"median {1000 * sorted(times)[7]:.1f} ms"
+
+
+def test_serve_parses_its_command_line_as_hydra_composes_it() -> None:
+    from seq2seq.cli.common import parse_key_values
+    from seq2seq.config import ServeConfig
+
+    argv = ["run=some/run", "port=0", "beam=3", "max_wait_ms=2.5", "engine=torch"]
+    assert OmegaConf.to_container(parse_key_values(argv, ServeConfig)) == OmegaConf.to_container(
+        compose_config("serve", argv)
+    )
