@@ -7,6 +7,7 @@ valid API key); nothing of such a request reaches the engine, so it cannot hurt 
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import importlib.resources
 import json
@@ -114,7 +115,7 @@ def create_app(
         alternatives = alternatives_of(body)
         settings = defaults
         if alternatives:  # n-best: the beam must hold them
-            settings = Settings(beam=max(defaults.beam, alternatives + 1), nbest=alternatives + 1)
+            settings = dataclasses.replace(defaults, beam=max(defaults.beam, alternatives + 1), nbest=alternatives + 1)
         per_text = await translate_lines(texts, settings)
         translated = ["\n".join(nbest[0].text for nbest in lines) for lines in per_text]
         answer: dict[str, Any] = {"translatedText": translated if listed else translated[0]}

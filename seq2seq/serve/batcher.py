@@ -32,7 +32,7 @@ log = logging.getLogger("seq2seq.serve")
 _ids = itertools.count()
 
 
-@dataclass
+@dataclass(eq=False)  # a job is itself: compared by identity
 class Job:
     """One request's lines (or, with `work`, a function to run on the engine alone)."""
 
