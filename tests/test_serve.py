@@ -390,3 +390,34 @@ def test_serve_parses_its_command_line_as_hydra_composes_it() -> None:
     assert OmegaConf.to_container(parse_key_values(argv, ServeConfig)) == OmegaConf.to_container(
         compose_config("serve", argv)
     )
+
+
+def test_a_client_that_goes_away_costs_no_decoding(run_dir: Path) -> None:
+    running = started(f"run={run_dir}", "max_wait_ms=5000", "debug=true")
+    try:
+        # A request whose body is still arriving keeps the next one waiting in the batcher ...
+        slow_body = b'{"q": "a b"}'
+        slow = socket.create_connection(("127.0.0.1", running.port))
+        slow.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        slow.sendall(b"Content-Length: %d\r\n\r\n" % len(slow_body) + slow_body[:3])
+        time.sleep(0.3)
+        # ... whose client sends three lines and hangs up before the answer.
+        body = b'{"q": ["c d", "e f", "g h"]}'
+        gone = socket.create_connection(("127.0.0.1", running.port))
+        gone.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        gone.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.5)
+        gone.close()
+        time.sleep(0.5)
+        slow.sendall(slow_body[3:])
+        reply = b""
+        while not reply.endswith(b"}"):
+            reply += slow.recv(4096)
+        slow.close()
+        assert reply.startswith(b"HTTP/1.1 200")
+        assert running.post("/translate", {"q": "a"}).status_code == 200  # and it serves on
+    finally:
+        assert running.stop() == 0
+    decoded = [int(m.group(1)) for line in running.log if (m := re.search(r"requests, (\d+) lines", line))]
+    assert decoded == [1, 1], running.log
+    assert any("went away" in line for line in running.log)

@@ -7,12 +7,13 @@ valid API key); nothing of such a request reaches the engine, so it cannot hurt 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import importlib.resources
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from seq2seq.serve.requests import (
 from seq2seq.serve.settings import Settings, default_settings, settings_from_request
 
 log = logging.getLogger("seq2seq.serve")
+DISCONNECT_POLL_SECONDS = 0.05  # how often a waiting request checks that its client is still there
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,14 @@ def create_app(
         if not matched:
             raise BadRequest("a valid api_key is required", 403)
 
-    async def translate_lines(texts: list[str], settings: Settings, prefixes: list[str] | None = None) -> list[Any]:
+    async def translate_lines(
+        request: Request, texts: list[str], settings: Settings, prefixes: list[str] | None = None
+    ) -> list[Any]:
         """Each text split into lines, all decoded in one job, each text's lines joined back."""
         lines = [line for text in texts for line in text.split("\n")]
         if prefixes is not None:
             prefixes = [prefix for text, prefix in zip(texts, prefixes, strict=True) for _ in text.split("\n")]
-        results = await batcher.translate(lines, settings, prefixes)
+        results = await _unless_gone(request, batcher.translate(lines, settings, prefixes))
         joined, start = [], 0
         for text in texts:
             count = text.count("\n") + 1
@@ -116,7 +120,7 @@ def create_app(
         settings = defaults
         if alternatives:  # n-best: the beam must hold them
             settings = dataclasses.replace(defaults, beam=max(defaults.beam, alternatives + 1), nbest=alternatives + 1)
-        per_text = await translate_lines(texts, settings)
+        per_text = await translate_lines(request, texts, settings)
         translated = ["\n".join(nbest[0].text for nbest in lines) for lines in per_text]
         answer: dict[str, Any] = {"translatedText": translated if listed else translated[0]}
         if alternatives:
@@ -147,7 +151,7 @@ def create_app(
             settings = settings_from_request(body, base, vocabulary, prefixes is not None)
         except UserError as err:
             raise BadRequest(str(err)) from err
-        results = await batcher.translate(texts, settings, prefixes)
+        results = await _unless_gone(request, batcher.translate(texts, settings, prefixes))
         nbest = [[{"text": t.text, "score": t.score} for t in hyps] for hyps in results]
         translated = [hyps[0].text for hyps in results]
         answer = {"translatedText": translated, "nbest": nbest}
@@ -204,6 +208,9 @@ def _answering_errors(handler: Callable[[Request], Any], batcher: Batcher) -> Ca
                 return await handler(request)
         except BadRequest as err:
             return JSONResponse({"error": str(err)}, status_code=err.status)
+        except ClientGone:
+            log.debug("a client went away before its answer: its lines were not decoded")
+            return Response(status_code=499)  # nobody reads it (nginx's code for a closed request)
         except UserError as err:  # e.g. a prefix longer than the model's positions
             return JSONResponse({"error": str(err)}, status_code=400)
         except Exception as err:  # noqa: BLE001
@@ -212,6 +219,23 @@ def _answering_errors(handler: Callable[[Request], Any], batcher: Batcher) -> Ca
             return JSONResponse({"error": f"translation failed: {message}"}, status_code=500)
 
     return guarded
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
+async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """`work`'s result; if the client disconnects first, its job is cancelled, so the batcher drops it
+    unless it is already being decoded (a client that goes away costs no decoding)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_SECONDS)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise ClientGone
 
 
 def _prefixes(body: dict[str, Any], count: int, listed: bool) -> list[str] | None:
