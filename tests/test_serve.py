@@ -421,3 +421,12 @@ def test_a_client_that_goes_away_costs_no_decoding(run_dir: Path) -> None:
     decoded = [int(m.group(1)) for line in running.log if (m := re.search(r"requests, (\d+) lines", line))]
     assert decoded == [1, 1], running.log
     assert any("went away" in line for line in running.log)
+
+
+def test_the_server_never_imports_training() -> None:
+    code = (
+        "import sys, seq2seq.serve.server, seq2seq.cli.serve\n"
+        "print(sorted(m for m in sys.modules if m.startswith('seq2seq.train')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
