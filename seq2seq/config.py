@@ -177,6 +177,40 @@ class AverageConfig:
     force: bool = False  # average even when the checkpoints reach back into the first half of the run
 
 
+# The decoding settings seq2seq-serve shares with seq2seq-translate: their defaults are TranslateConfig's.
+SERVE_TRANSLATE_KEYS = (
+    "run", "checkpoint", "beam", "length_penalty", "max_len_a", "max_len_b", "batch_size", "device", "precision",
+    "threads", "engine", "debug",
+)  # fmt: skip
+
+
+@dataclass
+class ServeConfig:
+    run: str | None = TranslateConfig.run  # run directory (its export or its weights, as seq2seq-translate picks)
+    checkpoint: str | None = TranslateConfig.checkpoint  # or a checkpoint file / CTranslate2 export directory
+    host: str = "127.0.0.1"  # loopback; 0.0.0.0 (every interface) is the user's explicit choice
+    port: int = 5000  # LibreTranslate's port; 0 picks a free one (logged)
+    beam: int = TranslateConfig.beam  # beam size of /translate (and /v1/translate unless it sets one); 1 is greedy
+    length_penalty: float = TranslateConfig.length_penalty  # alpha in score / length^alpha
+    max_len_a: float = TranslateConfig.max_len_a  # output may have up to a * source length + b tokens
+    max_len_b: int = TranslateConfig.max_len_b
+    batch_size: int = TranslateConfig.batch_size  # sentences decoded together within one gathered batch
+    device: str = TranslateConfig.device
+    precision: str = TranslateConfig.precision  # the rules of seq2seq-translate: auto | fp32 | bf16 | fp16 | int8
+    threads: int | None = TranslateConfig.threads
+    engine: str = (
+        TranslateConfig.engine
+    )  # auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2
+    max_batch_tokens: int = 4096  # source tokens of the requests gathered into one decoded batch
+    max_wait_ms: float = 5.0  # longest a request waits for others to join its batch
+    max_request_lines: int = 128  # more lines in one request: 413
+    max_line_chars: int = 2000  # a longer line: 413
+    api_keys_file: str | None = None  # one key per line; then every request needs one of them (else 403)
+    source_lang: str | None = None  # language codes of /languages; null: the run's data.src_lang
+    target_lang: str | None = None  # null: the run's data.tgt_lang
+    debug: bool = False  # show tracebacks instead of one-line errors; log each batch
+
+
 def as_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict of a config, whether a DictConfig (from Hydra) or a dataclass (from code)."""
     if dataclasses.is_dataclass(cfg):
@@ -190,6 +224,7 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="translate_schema", node=TranslateConfig)
+    store.store(name="serve_schema", node=ServeConfig)
 
 
 def _check(ok: bool, key: str, value: Any, why: str) -> None:
@@ -334,3 +369,18 @@ def validate_translate(cfg: Any) -> None:
     _check(cfg.temperature > 0, "temperature", cfg.temperature, "must be > 0")
     _check(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0 keeps every token)")
     _check(0 < cfg.top_p <= 1, "top_p", cfg.top_p, "must be in (0, 1]")
+
+
+def serve_translate_config(cfg: Any) -> TranslateConfig:
+    """The TranslateConfig of a ServeConfig: the settings /translate decodes with."""
+    return TranslateConfig(**{key: getattr(cfg, key) for key in SERVE_TRANSLATE_KEYS})
+
+
+def validate_serve(cfg: Any) -> None:
+    validate_translate(serve_translate_config(cfg))
+    _check(0 <= cfg.port <= 65535, "port", cfg.port, "must be in [0, 65535] (0 picks a free port)")
+    _check(bool(cfg.host), "host", cfg.host, "must name an interface (127.0.0.1 is loopback)")
+    _check(cfg.max_batch_tokens > 0, "max_batch_tokens", cfg.max_batch_tokens, "must be positive")
+    _check(cfg.max_wait_ms >= 0, "max_wait_ms", cfg.max_wait_ms, "must be >= 0")
+    _check(cfg.max_request_lines > 0, "max_request_lines", cfg.max_request_lines, "must be positive")
+    _check(cfg.max_line_chars > 0, "max_line_chars", cfg.max_line_chars, "must be positive")

@@ -31,3 +31,4 @@ def test_wheel_builds_without_setuptools_warnings_and_holds_every_config(tmp_pat
     packed = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".yaml")}
     expected = {"seq2seq/" + str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")}
     assert packed == expected and len(packed) >= 19
+    assert "seq2seq/serve/page.html" in zipfile.ZipFile(wheel).namelist()  # seq2seq-serve's page

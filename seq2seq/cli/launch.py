@@ -24,3 +24,11 @@ def translate() -> None:
     from seq2seq.cli.translate import main
 
     main()
+
+
+def serve() -> None:
+    """`seq2seq-serve`"""
+    relaunch_with_tcmalloc("seq2seq-serve", __name__)
+    from seq2seq.cli.serve import main
+
+    main()

@@ -1,0 +1,196 @@
+"""Throughput and latency of `seq2seq-serve` under concurrent clients, beside `seq2seq-translate` on
+the same file; prints one JSON object.
+
+    python scripts/bench_serve.py --run outputs/reproduce/multi30k_en_de \
+        --input ../shared/data/multi30k/test_2016_flickr.en.gz --beam 5 --threads 2
+
+For each engine (PyTorch and the run's CTranslate2 export): the server is started on loopback
+(port 0), then 1, 8, 32 and 128 clients each send one line of the input at a time (LibreTranslate's
+POST /translate, keep-alive connections), until every line has been sent once; lines/s and the
+p50/p95/p99 of the request latency per concurrency. Beside them, with the same model, beam, engine and
+threads: `seq2seq-translate` on the whole file (the lines/s it logs, which leaves out its start-up,
+as the server's figures do) and its engine's time for one line alone (median over --single lines,
+in this process, after the server has stopped). Run it on an idle machine: the clients share it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_info  # noqa: E402
+
+SERVING = re.compile(r" on (http://[\d.]+:\d+)$")
+CLI_RATE = re.compile(r"translated (\d+) lines in [\d.]+ s \(([\d.]+) lines/s\)")
+
+
+def read_input(path: str, limit: int | None) -> list[str]:
+    if not Path(path).is_file():
+        sys.exit(f"{path}: no such file (--input)")
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        text = [line.rstrip("\n") for line in lines]
+    return text[:limit] if limit else text
+
+
+class Server:
+    def __init__(self, arguments: list[str]) -> None:
+        command = [sys.executable, "-m", "seq2seq.cli.serve", "port=0", *arguments]
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.monotonic() + 300
+        while not (found := [m for line in list(self.log) if (m := SERVING.search(line))]):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                sys.exit("the server did not start:\n" + "\n".join(self.log[-20:]))
+            time.sleep(0.05)
+        self.url = found[0].group(1)
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.log.append(line.rstrip("\n"))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+
+async def clients(url: str, lines: list[str], count: int, source: str, target: str) -> dict:
+    """`count` clients, each sending the next unsent line and waiting for its answer, until none is left.
+    aiohttp, not httpx: with 128 connections httpx's pool, not the server, was what limited the rate."""
+    import aiohttp
+
+    todo = iter(range(len(lines)))
+    latencies: list[float] = []
+    translations: list[str | None] = [None] * len(lines)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=count)) as http:
+
+        async def client() -> None:
+            for index in todo:
+                start = time.perf_counter()
+                body = {"q": lines[index], "source": source, "target": target}
+                async with http.post(url + "/translate", json=body) as answer:
+                    answer.raise_for_status()
+                    translations[index] = (await answer.json())["translatedText"]
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(count)))
+        seconds = time.perf_counter() - start
+    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
+    return {
+        "clients": count,
+        "lines": len(lines),
+        "seconds": round(seconds, 3),
+        "lines_per_s": round(len(lines) / seconds, 2),
+        "p50_ms": round(1000 * quantiles[49], 2),
+        "p95_ms": round(1000 * quantiles[94], 2),
+        "p99_ms": round(1000 * quantiles[98], 2),
+        "translations": translations,
+    }
+
+
+def cli_rate(args: argparse.Namespace, engine: str, lines: list[str]) -> tuple[dict, list[str]]:
+    """seq2seq-translate on the whole file: the lines/s it logs (decoding, without start-up), and its lines."""
+    with tempfile.TemporaryDirectory() as directory:
+        source, output = Path(directory) / "input.txt", Path(directory) / "output.txt"
+        source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        command = ["seq2seq-translate", *settings(args, engine), f"input={source}", f"output={output}"]
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - start
+        if done.returncode:
+            sys.exit(f"seq2seq-translate failed:\n{done.stderr[-2000:]}")
+        rate = CLI_RATE.search(done.stderr)
+        return {"lines_per_s": float(rate.group(2)), "wall_seconds_with_start_up": round(wall, 2)}, output.read_text(
+            encoding="utf-8"
+        ).split("\n")[:-1]
+
+
+def one_line_ms(args: argparse.Namespace, engine: str, lines: list[str]) -> float:
+    """The engine seq2seq-translate loads, timed on one line at a time (median), in this process."""
+    from omegaconf import OmegaConf
+
+    from seq2seq.config import TranslateConfig
+    from seq2seq.inference.command import load_any_translator
+
+    values = dict(item.split("=", 1) for item in settings(args, engine))
+    translator = load_any_translator(OmegaConf.merge(OmegaConf.structured(TranslateConfig), values))
+    translator.translate(lines[:2])  # warm up
+    times = []
+    for line in lines[: args.single]:
+        start = time.perf_counter()
+        translator.translate([line])
+        times.append(time.perf_counter() - start)
+    return round(1000 * statistics.median(times), 3)
+
+
+def settings(args: argparse.Namespace, engine: str) -> list[str]:
+    common = [f"run={args.run}", f"beam={args.beam}", f"engine={engine}", f"precision={args.precision}"]
+    return common + ([f"threads={args.threads}"] if args.threads else [])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="a run directory with its ctranslate2/ export")
+    parser.add_argument("--input", default="../shared/data/multi30k/test_2016_flickr.en.gz")
+    parser.add_argument("--lines", type=int, default=None, help="only the first N lines of the input")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="the engine's threads (null: its default)")
+    parser.add_argument("--precision", default="fp32", help="fp32: both engines decode alike")
+    parser.add_argument("--engines", default="torch,ctranslate2")
+    parser.add_argument("--clients", default="1,8,32,128")
+    parser.add_argument("--single", type=int, default=50, help="lines timed alone for the one-line figure")
+    parser.add_argument("--server-args", default="", help="more key=value settings for seq2seq-serve")
+    args = parser.parse_args()
+    try:
+        import aiohttp  # noqa: F401  (the load generator)
+    except ImportError:
+        sys.exit("bench_serve.py needs aiohttp: pip install aiohttp")
+    lines = read_input(args.input, args.lines)
+    result: dict = {
+        "machine": machine_info(),
+        "loadavg_at_start": os.getloadavg(),
+        "input": args.input,
+        "lines": len(lines),
+        "beam": args.beam,
+        "threads": args.threads,
+        "precision": args.precision,
+        "engines": {},
+    }
+    for engine in args.engines.split(","):
+        cli, cli_lines = cli_rate(args, engine, lines)
+        server = Server([*settings(args, engine), *args.server_args.split()])
+        health = httpx.get(server.url + "/health").json()
+        rows = []
+        try:
+            for count in [int(c) for c in args.clients.split(",")]:
+                row = asyncio.run(clients(server.url, lines, count, health["source"], health["target"]))
+                row["same_lines_as_cli"] = sum(a == b for a, b in zip(row.pop("translations"), cli_lines, strict=True))
+                row["vs_cli_lines_per_s"] = round(row["lines_per_s"] / cli["lines_per_s"], 3)
+                rows.append(row)
+        finally:
+            server.stop()
+        cli["one_line_ms"] = one_line_ms(args, engine, lines)
+        result["engines"][engine] = {"engine": health["engine"], "cli": cli, "server": rows}
+    result["loadavg_at_end"] = os.getloadavg()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

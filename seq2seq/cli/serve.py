@@ -1,0 +1,60 @@
+"""`seq2seq-serve`: a LibreTranslate-compatible HTTP server for a trained model (seq2seq/serve/).
+
+Its arguments are `key=value` pairs over one flat schema (ServeConfig), parsed as seq2seq-translate
+parses its own: by OmegaConf, or by Hydra when the command line asks for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from seq2seq.allocator import relaunch_with_tcmalloc
+
+if __name__ == "__main__":  # `python -m seq2seq.cli.serve`: the console script does it in launch.py
+    relaunch_with_tcmalloc("seq2seq-serve", __name__)
+
+from seq2seq.cli.common import CONFIG_PATH, parse_key_values, print_help, report_errors, wants_help
+from seq2seq.cli.translate import wants_hydra
+from seq2seq.config import ServeConfig, register_configs
+
+USAGE = "run=<run dir> [port=5000] [key=value ...]"
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    debug = "debug=true" in argv
+    if wants_help(argv):
+        register_configs()
+        report_errors(lambda: print_help(argv, "seq2seq-serve", USAGE, ServeConfig), False)
+    elif wants_hydra(argv):
+        import hydra
+
+        from seq2seq.cli.common import check_override_keys
+
+        report_errors(lambda: check_override_keys(argv, ServeConfig), debug)
+        register_configs()
+        hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="serve")(_serve)()
+    else:
+        _serve(report_errors(lambda: parse_key_values(argv, ServeConfig), debug))
+
+
+def _serve(cfg: object) -> None:
+    level = logging.DEBUG if cfg.debug else logging.INFO
+    logging.basicConfig(stream=sys.stderr, level=level, format="[%(levelname)s] %(message)s")
+    try:  # the server's packages are an extra: say how to get them, in one line
+        from seq2seq.serve.server import serve
+    except ImportError as err:
+        name = err.name
+        report_errors(lambda: _missing(name), cfg.debug)
+    report_errors(lambda: serve(cfg), cfg.debug)
+
+
+def _missing(name: str | None) -> None:
+    from seq2seq.config import UserError
+
+    raise UserError(f"seq2seq-serve needs {name}: pip install 'seq2seq[serve]'")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Dynamic batching: one worker thread owns the loaded engine; the requests that arrive while it is
+busy, or within `max_wait_ms` of the oldest waiting one, are decoded as one batch. It waits only
+while a request the server has received is not yet in the queue, so a lone request does not wait.
+
+The engine sorts the batch's lines by length and decodes them `batch_size` at a time (as
+seq2seq-translate does a chunk), so many small requests cost about what one file of their lines
+costs. Each request gets its own lines back, in its order. Requests with other settings (beam,
+n-best, ...) wait for a batch of their own; a sampled request is always decoded alone.
+
+A batch that fails is decoded again request by request, so a line that breaks the model fails only
+the request that sent it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from seq2seq.config import TranslateConfig
+from seq2seq.inference.translation import Translation
+from seq2seq.serve.engines import Engines
+from seq2seq.serve.settings import Settings, configure
+
+log = logging.getLogger("seq2seq.serve")
+_ids = itertools.count()
+
+
+@dataclass(eq=False)  # a job is itself: compared by identity
+class Job:
+    """One request's lines (or, with `work`, a function to run on the engine alone)."""
+
+    lines: list[str]
+    prefixes: list[str] | None
+    settings: Settings | None
+    tokens: int  # source tokens: what counts against max_batch_tokens
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    work: Callable[[Engines], Any] | None = None
+    arrived: float = field(default_factory=time.monotonic)
+    key: Any = None
+    alone: bool = False
+
+    def __post_init__(self) -> None:
+        self.alone = self.work is not None or (self.settings is not None and self.settings.sampling)
+        self.key = ("alone", next(_ids)) if self.alone else self.settings
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        def settle() -> None:
+            if self.future.done():  # the client went away (the request was cancelled)
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+
+        self.loop.call_soon_threadsafe(settle)
+
+
+class Batcher:
+    """The worker: `submit` from the event loop, `start` and `stop` around the server's life."""
+
+    def __init__(self, engines: Engines, base: TranslateConfig, max_batch_tokens: int, max_wait_ms: float) -> None:
+        self.engines = engines
+        self.base = base
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait = max_wait_ms / 1000
+        self._pending: list[Job] = []
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._in_flight = 0  # requests being read, checked or decoded (see `receiving`)
+        self._thread = threading.Thread(target=self._run, name="seq2seq-serve-engine", daemon=True)
+        self.stats = Stats()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Decodes what is waiting, then ends the worker."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join()
+
+    @contextlib.contextmanager
+    def receiving(self) -> Iterator[None]:
+        """Around a request's whole handling: a batch waits up to max_wait_ms only for requests that
+        have arrived and may still join it, so a lone request is decoded at once."""
+        with self._wake:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._wake:
+                self._in_flight -= 1
+                self._wake.notify()
+
+    async def translate(
+        self, lines: list[str], settings: Settings, prefixes: list[str] | None = None
+    ) -> list[list[Translation]]:
+        self.engines.kind(settings)  # a forced engine that cannot decode these settings: the request's error
+        tokens = sum(len(ids) + 1 for ids in self.engines.tokenizers.encode_src(lines))
+        return await self._submit(lines, prefixes, settings, tokens, None)
+
+    async def run_alone(self, work: Callable[[Engines], Any]) -> Any:
+        """`work(engines)` in the worker, between batches (an engine is not thread-safe)."""
+        return await self._submit([], None, None, 0, work)
+
+    async def _submit(
+        self, lines: list[str], prefixes: list[str] | None, settings: Settings | None, tokens: int, work: Any
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        job = Job(lines, prefixes, settings, tokens, loop.create_future(), loop, work)
+        with self._wake:
+            if self._stopping:
+                raise RuntimeError("the server is shutting down")
+            self._pending.append(job)
+            self._wake.notify()
+        return await job.future
+
+    def _run(self) -> None:
+        while True:
+            batch = self._gather()
+            if batch is None:
+                return
+            self._decode(batch)
+
+    def _gather(self) -> list[Job] | None:
+        """The next batch: the oldest job and those with its settings that fit max_batch_tokens,
+        after waiting until the batch is full or the oldest has waited max_wait_ms."""
+        with self._wake:
+            while not self._pending:
+                if self._stopping:
+                    return None
+                self._wake.wait()
+            while not self._stopping:
+                first = self._pending[0]
+                alike = [job for job in self._pending if job.key == first.key]
+                left = first.arrived + self.max_wait - time.monotonic()
+                full = sum(j.tokens for j in alike) >= self.max_batch_tokens
+                # Every request the server holds is waiting here: none is about to join, decode now.
+                nobody_coming = len(self._pending) >= self._in_flight
+                if left <= 0 or full or first.alone or nobody_coming:
+                    break
+                self._wake.wait(left)
+            first = self._pending[0]
+            batch, tokens = [], 0
+            for job in self._pending:
+                if job.key == first.key and (not batch or tokens + job.tokens <= self.max_batch_tokens):
+                    batch.append(job)
+                    tokens += job.tokens
+            self._pending = [job for job in self._pending if job not in batch]
+            return batch
+
+    def _decode(self, batch: list[Job]) -> None:
+        live = [job for job in batch if not job.future.done()]  # a cancelled request costs no decoding
+        if not live:
+            return
+        if live[0].work is not None:
+            self._run_work(live[0])
+            return
+        start = time.monotonic()
+        try:
+            results = self._translate([line for job in live for line in job.lines], live)
+        except Exception:  # noqa: BLE001  (one request's line broke the batch: find whose, fail it alone)
+            for job in live:
+                self._decode_alone(job)
+            return
+        offset = 0
+        for job in live:
+            job.finish(results[offset : offset + len(job.lines)])
+            offset += len(job.lines)
+        seconds = time.monotonic() - start
+        self.stats.add(len(live), offset, start - min(job.arrived for job in live), seconds)
+        log.debug(
+            "batch: %d requests, %d lines, waited %.1f ms, decoded in %.1f ms",
+            len(live), offset, 1000 * (start - live[0].arrived), 1000 * seconds,
+        )  # fmt: skip
+
+    def _translate(self, lines: list[str], jobs: list[Job]) -> list[list[Translation]]:
+        engine = self.engines.for_settings(jobs[0].settings)
+        configure(engine, jobs[0].settings, self.base)
+        prefixes = None
+        if jobs[0].settings.prefix:
+            prefixes = [prefix for job in jobs for prefix in job.prefixes]
+        return engine.translate_nbest(lines, prefixes)
+
+    def _decode_alone(self, job: Job) -> None:
+        try:
+            job.finish(self._translate(job.lines, [job]))
+        except Exception as err:  # noqa: BLE001  (reported to that request only)
+            log.warning("a request failed: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
+            job.finish(error=err)
+
+    def _run_work(self, job: Job) -> None:
+        try:
+            job.finish(job.work(self.engines))
+        except Exception as err:  # noqa: BLE001
+            job.finish(error=err)
+
+
+class Stats:
+    """Requests, lines and times since the last summary (logged once a minute at info)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.batches = self.requests = self.lines = 0
+        self.waited = self.decoding = 0.0
+
+    def add(self, requests: int, lines: int, waited: float, decoding: float) -> None:
+        with self._lock:
+            self.batches += 1
+            self.requests += requests
+            self.lines += lines
+            self.waited += waited
+            self.decoding += decoding
+
+    def summary(self) -> str | None:
+        with self._lock:
+            if not self.batches:
+                return None
+            text = (
+                f"{self.requests} requests, {self.lines} lines in {self.batches} batches "
+                f"({self.lines / self.batches:.1f} lines a batch), {self.decoding:.1f} s decoding"
+            )
+            self.reset()
+            return text

@@ -1,0 +1,64 @@
+"""The engines a server decodes with, chosen by seq2seq-translate's rules (`choose_engine`).
+
+The engine for the server's own settings (what /translate uses) is loaded at start. A /v1/translate
+request whose settings seq2seq-translate would decode with PyTorch (n-best lists, sampling, a prefix in
+beam search, on a server whose engine is the CTranslate2 export) is decoded with PyTorch, loaded the
+first time such a request comes, so that it gets the lines and scores the command writes; the page's
+attention maps need PyTorch too. Only the batcher's worker thread uses the engines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from seq2seq.config import TranslateConfig
+from seq2seq.inference.command import load_any_translator
+from seq2seq.inference.ctranslate2_engine import is_ctranslate2_model
+from seq2seq.inference.engine import choose_engine
+from seq2seq.serve.settings import Settings
+
+
+class Engines:
+    def __init__(self, base: TranslateConfig) -> None:
+        self.base = base
+        self.main = load_any_translator(base)
+        self.main_kind = "torch" if hasattr(self.main, "model") else "ctranslate2"
+        self._torch = self.main if self.main_kind == "torch" else None
+        self._kinds: dict[Settings, str] = {}
+        self._lock = threading.Lock()  # the request path reads the kinds; only the worker loads
+
+    @property
+    def name(self) -> str:
+        return {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[self.main_kind]
+
+    @property
+    def tokenizers(self) -> Any:
+        return self.main.tokenizers
+
+    def kind(self, settings: Settings) -> str:
+        """The engine seq2seq-translate decodes `settings` with; a forced engine that cannot is a
+        UserError (e.g. "config error: engine=ctranslate2: sampling=true ...")."""
+        with self._lock:
+            if settings not in self._kinds:
+                cfg = dataclasses.replace(self.base, **dataclasses.asdict(settings))
+                self._kinds[settings] = choose_engine(cfg).engine
+            return self._kinds[settings]
+
+    def for_settings(self, settings: Settings) -> Any:
+        return self.main if self.kind(settings) == self.main_kind else self.torch()
+
+    def has_torch_weights(self) -> bool:
+        return not is_ctranslate2_model(self.base.checkpoint)
+
+    def torch(self) -> Any:
+        """PyTorch's Translator for this model, loaded on first use."""
+        if self._torch is None:
+            from seq2seq.device import pick_device
+            from seq2seq.inference.loading import load_translator
+
+            precision = "auto" if self.base.precision == "int8" else self.base.precision  # int8 is CTranslate2's
+            cfg = dataclasses.replace(self.base, engine="torch", precision=precision)
+            self._torch = load_translator(cfg, pick_device(cfg.device))
+        return self._torch

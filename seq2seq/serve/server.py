@@ -1,0 +1,161 @@
+"""`serve(cfg)`, the work of `seq2seq-serve`: check the config, bind the port, load the engine once,
+run the app on uvicorn until SIGTERM or Ctrl-C, then finish the requests in flight and return.
+
+The port is bound before the model loads, so a port in use is a one-line error at once, and the
+socket is handed to uvicorn, so nothing can take the port in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from seq2seq.config import UserError, serve_translate_config, validate_serve
+from seq2seq.serve.app import ServerInfo, create_app
+from seq2seq.serve.batcher import Batcher
+from seq2seq.serve.engines import Engines
+from seq2seq.serve.requests import Limits
+
+log = logging.getLogger("seq2seq.serve")
+SUMMARY_SECONDS = 60
+GRACEFUL_SECONDS = 30  # longest the requests in flight are waited for after SIGTERM
+
+
+def serve(cfg: Any) -> None:
+    validate_serve(cfg)
+    keys = read_keys(Path(cfg.api_keys_file)) if cfg.api_keys_file else None
+    listener = bind(cfg.host, cfg.port)
+    base = serve_translate_config(cfg)
+    engines = Engines(base)
+    kind = engines.name
+    source, target = languages(cfg)
+    info = ServerInfo(str(cfg.run or cfg.checkpoint), kind, source, target)
+    batcher = Batcher(engines, base, cfg.max_batch_tokens, cfg.max_wait_ms)
+    address = listener.getsockname()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        batcher.start()
+        summary = asyncio.create_task(_summaries(batcher))
+        try:
+            yield
+        finally:
+            summary.cancel()
+            batcher.stop()  # uvicorn has waited for the requests in flight: nothing is waiting
+            log.info("stopped")
+
+    limits = Limits(cfg.max_request_lines, cfg.max_line_chars)
+    app = create_app(batcher, base, info, limits, keys, lifespan)
+    config = uvicorn.Config(
+        app,
+        log_config=None,  # our logging (stderr), not uvicorn's
+        access_log=False,  # one line per batch at debug and a summary per minute instead
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        lifespan="on",
+        loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
+    )
+    server = _Server(config)
+    # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
+    server.ready_message = f"serving {info.model} ({kind}, {source} -> {target}) on http://{address[0]}:{address[1]}"
+    server.run(sockets=[listener])
+    if not server.started:
+        raise UserError("the server did not start (see the log above)")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's Server, exiting 0 after a signal: uvicorn raises the signal again once it has shut
+    down, which would end the process with 128 + the signal's number although it stopped as asked."""
+
+    ready_message = "serving"
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:
+            log.info("%s", self.ready_message)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+async def _summaries(batcher: Batcher) -> None:
+    while True:
+        await asyncio.sleep(SUMMARY_SECONDS)
+        if text := batcher.stats.summary():
+            log.info("last minute: %s", text)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (IPv4 or IPv6), or a one-line error naming the key."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as err:
+        raise UserError(f"config error: host={host!r}: {err.strerror}") from err
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so, and without it a response
+    # sent as two writes (headers, body) waits for the client's delayed ACK, tens of ms each request.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses the port at once
+    try:
+        listener.bind((host, port))
+    except OSError as err:
+        listener.close()
+        if err.errno == errno.EADDRINUSE:
+            raise UserError(
+                f"config error: port={port}: already in use on {host} (another server? port=0 picks a free one)"
+            ) from err
+        raise UserError(f"config error: host={host!r} port={port}: cannot bind ({err.strerror or err})") from err
+    listener.set_inheritable(True)
+    return listener
+
+
+def read_keys(path: Path) -> list[str]:
+    """api_keys_file: one key per line (blank lines and # comments skipped)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"api_keys_file={path}: cannot read it ({getattr(err, 'strerror', None) or err})") from err
+    keys = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not keys:
+        raise UserError(f"api_keys_file={path}: holds no key (one key per line)")
+    return keys
+
+
+def languages(cfg: Any) -> tuple[str, str]:
+    """source_lang/target_lang, else the data.src_lang/tgt_lang of the run's .hydra/config.yaml."""
+    source, target = cfg.source_lang, cfg.target_lang
+    if source and target:
+        return source, target
+    candidates = []
+    if cfg.run:
+        candidates.append(Path(cfg.run))
+    if cfg.checkpoint:
+        found = Path(cfg.checkpoint)
+        candidates += [found, found.parent, found.parent.parent]
+    for directory in candidates:
+        saved = directory / ".hydra" / "config.yaml"
+        if saved.is_file():
+            from omegaconf import OmegaConf
+
+            data = OmegaConf.load(saved).get("data", {})
+            return source or str(data.get("src_lang", "src")), target or str(data.get("tgt_lang", "tgt"))
+    log.warning("no .hydra/config.yaml beside the model: languages %s -> %s (set source_lang, target_lang)",
+                source or "src", target or "tgt")  # fmt: skip
+    return source or "src", target or "tgt"

@@ -1,0 +1,85 @@
+"""The decoding settings of one request, checked by the rules and with the one-line messages of the
+translate config, and how the server's one engine is set to them for a batch.
+
+Requests with equal settings are decoded together; a request that samples is decoded alone, with its
+own seed, so that its samples are those `seq2seq-translate` draws for the same lines and seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from seq2seq.config import TranslateConfig, UserError, validate_translate
+from seq2seq.inference.translation import check_beam_fits
+
+# What /v1/translate may set, and the TranslateConfig key each one is.
+OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")
+_TYPES = {"beam": int, "nbest": int, "length_penalty": float, "sampling": bool, "temperature": float}
+_TYPES |= {"top_k": int, "top_p": float, "seed": int}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One request's decoding settings; requests with equal Settings share a batch."""
+
+    beam: int
+    nbest: int = 1
+    length_penalty: float = 1.0
+    sampling: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    prefix: bool = False
+
+
+def default_settings(cfg: TranslateConfig) -> Settings:
+    return Settings(beam=cfg.beam, length_penalty=cfg.length_penalty)
+
+
+def settings_from_request(body: dict[str, Any], base: TranslateConfig, vocabulary: int, prefix: bool) -> Settings:
+    """The settings a /v1/translate body asks for over the server's; a wrong type or value is a
+    UserError with the config's one-line message (e.g. "config error: beam=0: must be positive")."""
+    values = {key: getattr(base, key) for key in OPTIONS}
+    for key in OPTIONS:
+        if key in body:
+            values[key] = _typed(key, body[key])
+    cfg = dataclasses.replace(base, **values, prefix=prefix)
+    validate_translate(cfg)
+    if cfg.sampling:
+        from seq2seq.inference.sampling import SamplingRule  # its checks: temperature, top_k, top_p
+
+        SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p)
+    else:
+        check_beam_fits(cfg.beam, vocabulary)
+    return Settings(**{key: values[key] for key in OPTIONS}, prefix=prefix)
+
+
+def _typed(key: str, value: Any) -> Any:
+    kind = _TYPES[key]
+    # JSON's true is not a number, and 2.5 is not a beam: the same refusals OmegaConf gives on the command line.
+    ok = isinstance(value, bool) if kind is bool else isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int and ok and value != int(value):
+        ok = False
+    if not ok:
+        raise UserError(f"config error: {key}={value!r}: must be {'a boolean' if kind is bool else kind.__name__}")
+    return kind(value)
+
+
+def configure(engine: Any, settings: Settings, base: TranslateConfig) -> None:
+    """Sets the server's engine (a `Translator` or a `CTranslate2Translator`) to decode with
+    `settings`; only the worker thread that owns the engine calls it."""
+    cfg = dataclasses.replace(base, **dataclasses.asdict(settings))
+    if hasattr(engine, "model"):  # PyTorch's Translator keeps its settings as attributes
+        import torch
+
+        from seq2seq.inference.sampling import SamplingRule
+
+        engine.beam, engine.nbest, engine.length_penalty = cfg.beam, cfg.nbest, cfg.length_penalty
+        engine.sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
+        if cfg.sampling:  # a fresh generator per sampled request: its seed alone decides its samples
+            engine.generator = torch.Generator(device=engine.device).manual_seed(cfg.seed)
+    else:  # CTranslate2Translator reads its config at each call (it never samples here: see engines.py)
+        engine.cfg = cfg

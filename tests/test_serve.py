@@ -1,0 +1,432 @@
+"""`seq2seq-serve` end to end: real servers in subprocesses on loopback, spoken to by the unmodified
+LibreTranslate client, plain HTTP (httpx) and a headless Chromium; their answers compared with what
+`seq2seq-translate` writes for the same lines and settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import TINY_TRAIN, compose_config, train_logging
+from omegaconf import OmegaConf
+
+httpx = pytest.importorskip("httpx", reason="the server's tests need the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("uvicorn", reason="seq2seq-serve needs: pip install -e '.[serve]'")
+libretranslatepy = pytest.importorskip("libretranslatepy", reason="the dev extra installs the LibreTranslate client")
+
+from seq2seq.config import TranslateConfig  # noqa: E402
+from seq2seq.inference.command import translate  # noqa: E402
+
+TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
+SETTINGS = ["precision=fp32", "device=cpu", "threads=1"]  # the same for the server and for seq2seq-translate
+LINES = ["a b c d", "e f g", "h i j k l", "", "m n", "b a", "q r s t a b", "c c c", "t s r q p o n"]
+KEY = "k3y-0f-the-t3st"
+DOCS_IMAGE = Path(__file__).resolve().parents[1] / "docs" / "img" / "serve.png"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("serve")
+    train_logging(compose_config("train", [*TRAIN, f"data.cache_dir={root / 'cache'}"]), root / "run")
+    assert (root / "run" / "ctranslate2" / "model.bin").is_file(), "training writes the CTranslate2 export"
+    return root / "run"
+
+
+def cli(tmp_path: Path, lines: list[str], **settings: object) -> list[str]:
+    """What seq2seq-translate writes for `lines` (its work, translate(cfg), in this process)."""
+    source, output = tmp_path / "cli-input.txt", tmp_path / "cli-output.txt"
+    source.write_text("".join(line + "\n" for line in lines))
+    defaults = {key: value for key, value in (s.split("=") for s in SETTINGS)}
+    cfg = TranslateConfig(input=str(source), output=str(output), **{**defaults, "threads": 1, **settings})
+    translate(OmegaConf.structured(cfg))
+    return output.read_text().split("\n")[:-1]
+
+
+class Server:
+    """`python -m seq2seq.cli.serve ...` in a subprocess; its stderr is collected as it comes."""
+
+    def __init__(self, *args: str, port: int = 0) -> None:
+        command = [sys.executable, "-m", "seq2seq.cli.serve", f"port={port}", *SETTINGS, *args]
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        self.log: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + 120
+        while not (
+            found := [re.search(r"on (http://[\d.]+:\d+)$", line) for line in self.log if " on http://" in line]
+        ):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError("the server did not start:\n" + "\n".join(self.log))
+            time.sleep(0.05)
+        self.url = found[0].group(1)
+        # One client for the test's threads: httpx.post would build a client (and its TLS context) each call.
+        self.http = httpx.Client(limits=httpx.Limits(max_connections=200))
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.log.append(line.rstrip("\n"))
+
+    def post(self, path: str, body: object, timeout: float = 60) -> httpx.Response:
+        return self.http.post(self.url + path, json=body, timeout=timeout)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if hasattr(self, "http"):
+            self.http.close()
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout=30)
+        self._reader.join(timeout=5)
+        return code
+
+
+def started(*args: str, port: int = 0) -> Server:
+    return Server(*args, port=port)
+
+
+@pytest.fixture(scope="module")
+def server(run_dir: Path) -> Server:
+    """engine=auto: the run's CTranslate2 export, as seq2seq-translate decodes it; batches logged (debug)."""
+    running = started(f"run={run_dir}", "debug=true", "max_wait_ms=20", "max_request_lines=16", "max_line_chars=40")
+    yield running
+    assert running.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def keyed_server(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """PyTorch, with API keys."""
+    keys = tmp_path_factory.mktemp("keys") / "keys.txt"
+    keys.write_text(f"# one key per line\n{KEY}\nanother-key\n")
+    running = started(f"run={run_dir}", "engine=torch", f"api_keys_file={keys}", "beam=3", "debug=true")
+    yield running
+    assert running.stop() == 0
+
+
+def test_the_libretranslate_client_gets_what_seq2seq_translate_writes(server: Server, run_dir: Path, tmp_path) -> None:
+    client = libretranslatepy.LibreTranslateAPI(server.url)
+    assert [client.translate(line, "src", "tgt") for line in LINES] == cli(tmp_path, LINES, run=str(run_dir))
+    assert client.languages() == [
+        {"code": "src", "name": "src", "targets": ["tgt"]},
+        {"code": "tgt", "name": "tgt", "targets": []},
+    ]
+    assert "engine: CTranslate2" in "\n".join(server.log)
+
+
+def test_the_libretranslate_client_with_a_key_on_pytorch(keyed_server: Server, run_dir: Path, tmp_path) -> None:
+    client = libretranslatepy.LibreTranslateAPI(keyed_server.url, api_key=KEY)
+    expected = cli(tmp_path, LINES, run=str(run_dir), engine="torch", beam=3)
+    assert [client.translate(line, "src", "tgt") for line in LINES] == expected
+    # Several lines in one string: translated line by line, as seq2seq-translate does a file.
+    assert client.translate("\n".join(LINES), "src", "tgt") == "\n".join(expected)
+    assert "engine: PyTorch" in "\n".join(keyed_server.log)
+
+
+def test_an_api_key_is_required_compared_and_never_logged(keyed_server: Server) -> None:
+    for body in (
+        {"q": "a b"},
+        {"q": "a b", "api_key": "wrong"},
+        {"q": "a b", "api_key": KEY[:-1]},
+        {"q": "a b", "api_key": 7},
+    ):
+        answer = keyed_server.post("/translate", body)
+        assert answer.status_code == 403 and answer.json() == {"error": "a valid api_key is required"}
+    assert keyed_server.post("/translate", {"q": "a b", "api_key": "another-key"}).status_code == 200
+    form = httpx.post(keyed_server.url + "/translate", data={"q": "a b", "api_key": KEY}, timeout=60)
+    assert form.status_code == 200 and isinstance(form.json()["translatedText"], str)
+    assert keyed_server.post("/v1/attention", {"q": "a b"}).status_code == 403
+    assert not any(KEY in line or "another-key" in line for line in keyed_server.log)
+
+
+def test_64_concurrent_requests_each_get_their_own_translation(server: Server, run_dir: Path, tmp_path) -> None:
+    letters = "abcdefghijklmnopqrst"
+    requests = [[" ".join(letters[(i * 7 + j * 3) % 20] for j in range(3 + i % 9))] for i in range(64)]
+    for i in range(0, 64, 8):  # some requests send several lines
+        requests[i] = [requests[i][0], requests[(i + 1) % 64][0], ""]
+    expected = cli(tmp_path, [line for lines in requests for line in lines], run=str(run_dir))
+    with ThreadPoolExecutor(64) as pool:
+        answers = list(pool.map(lambda lines: server.post("/translate", {"q": lines}, timeout=120), requests))
+    offset = 0
+    for lines, answer in zip(requests, answers, strict=True):
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["translatedText"] == expected[offset : offset + len(lines)]
+        offset += len(lines)
+    batched = [int(m.group(1)) for line in server.log if (m := re.search(r"batch: (\d+) requests", line))]
+    assert max(batched) > 1, "concurrent requests are decoded together"
+
+
+TOO_MANY = {"q": ["a"] * 17}
+BAD_INPUTS = [  # (body, status, what the error names); the server allows 16 lines of 40 characters
+    (b'{"q": "a b", ', 400, "malformed JSON"),
+    (b'["a b"]', 400, "JSON object"),
+    ({"source": "src"}, 400, "missing 'q'"),
+    ({"q": ["a b", 3]}, 400, "q[1] is int"),
+    ({"q": None}, 400, "'q' is NoneType"),
+    ({"q": []}, 400, "empty list"),
+    (TOO_MANY, 413, "17 lines, more than max_request_lines=16"),
+    ({"q": "a\n" * 16 + "b"}, 413, "17 lines"),
+    ({"q": ["a", "b " * 30]}, 413, "q[1] has 60 characters, more than max_line_chars=40"),
+    ({"q": "a", "colour": "red"}, 400, "unknown key 'colour'"),
+    ({"q": "a", "source": "fr"}, 400, "source='fr': this server translates src -> tgt"),
+    ({"q": "a", "target": "de"}, 400, "target='de'"),
+    ({"q": "a", "format": "html"}, 400, "format='html' is not supported"),
+    ({"q": "a", "alternatives": -1}, 400, "alternatives=-1"),
+]
+NATIVE_BAD_INPUTS = [  # /v1/translate: the config's own one-line messages
+    ({"q": "a", "beam": 0}, "config error: beam=0: must be positive"),
+    ({"q": "a", "beam": 2, "nbest": 3}, "config error: nbest=3: must be in [1, beam=2]"),
+    ({"q": "a", "beam": 2.5}, "config error: beam=2.5: must be int"),
+    ({"q": "a", "sampling": True, "temperature": 0}, "config error: temperature=0.0: must be > 0"),
+    ({"q": "a", "sampling": True, "top_p": 1.5}, "config error: top_p=1.5: must be in (0, 1]"),
+    ({"q": "a", "sampling": True, "top_k": -1}, "config error: top_k=-1: must be >= 0"),
+    ({"q": "a", "beam": 100000}, "beam=100000 is larger than the target vocabulary"),
+    ({"q": ["a"], "prefix": "A"}, "'prefix' must be"),
+    ({"q": "a\nb"}, "q holds a newline"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "error"), BAD_INPUTS, ids=[e for _, _, e in BAD_INPUTS])
+def test_bad_input_is_its_status_and_one_line_naming_it(server: Server, body, status: int, error: str) -> None:
+    if isinstance(body, bytes):
+        answer = httpx.post(server.url + "/translate", content=body, headers={"content-type": "application/json"})
+    else:
+        answer = server.post("/translate", body)
+    assert answer.status_code == status and error in answer.json()["error"], answer.text
+    assert "\n" not in answer.json()["error"]
+
+
+@pytest.mark.parametrize(("body", "error"), NATIVE_BAD_INPUTS, ids=[e for _, e in NATIVE_BAD_INPUTS])
+def test_native_bad_settings_get_the_configs_messages(server: Server, body, error: str) -> None:
+    answer = server.post("/v1/translate", body)
+    assert answer.status_code == 400 and error in answer.json()["error"], answer.text
+
+
+def test_bad_requests_among_good_ones_hurt_none(server: Server, run_dir: Path, tmp_path) -> None:
+    good = LINES[:5]
+    expected = cli(tmp_path, good, run=str(run_dir))
+    bodies = [{"q": line} for line in good] + [body for body, _, _ in BAD_INPUTS if isinstance(body, dict)]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(lambda body: server.post("/translate", body), bodies))
+    assert [a.json()["translatedText"] for a in answers[: len(good)]] == expected
+    assert [a.status_code for a in answers[len(good) :]] == [s for b, s, _ in BAD_INPUTS if isinstance(b, dict)]
+    assert server.post("/translate", {"q": ""}).json() == {
+        "translatedText": "",
+        "detectedLanguage": {"confidence": 100.0, "language": "src"},
+    }
+
+
+def test_native_api_gives_what_the_command_gives(server: Server, run_dir: Path, tmp_path) -> None:
+    """n-best lists with scores, prefixes and seeded samples: the lines (and scores, to the 4 decimals
+    the command prints) seq2seq-translate writes with the same settings, on the engine it picks."""
+    lines = ["a b c d", "e f g", "h i j"]
+
+    def moses(answer: dict) -> list[str]:
+        return [f"{i} ||| {h['text']} ||| {h['score']:.4f}" for i, hyps in enumerate(answer["nbest"]) for h in hyps]
+
+    nbest = server.post("/v1/translate", {"q": lines, "beam": 3, "nbest": 2}).json()
+    assert moses(nbest) == cli(tmp_path, lines, run=str(run_dir), beam=3, nbest=2)
+    settings = {"sampling": True, "nbest": 3, "seed": 7, "top_k": 5}
+    sampled = [server.post("/v1/translate", {"q": lines, **settings}).json() for _ in range(2)]
+    assert sampled[0] == sampled[1], "the same seed, the same samples"
+    assert moses(sampled[0]) == cli(tmp_path, lines, run=str(run_dir), **settings)
+    for beam in (1, 3):
+        prefixed = server.post("/v1/translate", {"q": lines, "prefix": ["D", "", "Q R"], "beam": beam}).json()
+        command = cli(tmp_path, ["a b c d\tD", "e f g", "h i j\tQ R"], run=str(run_dir), prefix=True, beam=beam)
+        assert prefixed["translatedText"] == command
+        assert command[0].startswith("D") and command[2].startswith("Q R")
+
+
+def test_the_server_refuses_to_start_in_one_line(run_dir: Path, tmp_path: Path) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    cases = [
+        ([f"run={tmp_path / 'nothing'}"], "nothing"),
+        ([f"run={run_dir}", f"port={busy.getsockname()[1]}"], "already in use"),
+        ([f"run={run_dir}", "prot=5000"], "prot: unknown key; did you mean port?"),
+        ([f"run={run_dir}", "max_wait_ms=-1"], "config error: max_wait_ms=-1"),
+        ([f"run={run_dir}", f"api_keys_file={tmp_path / 'no-keys'}"], "api_keys_file="),
+    ]
+    try:
+        for args, expected in cases:
+            done = subprocess.run(
+                [sys.executable, "-m", "seq2seq.cli.serve", *args], capture_output=True, text=True, timeout=120
+            )
+            errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+            assert done.returncode == 2 and len(errors) == 1 and expected in errors[0], done.stderr
+    finally:
+        busy.close()
+
+
+def test_sigterm_finishes_the_requests_in_flight_and_a_restart_serves_the_same(run_dir: Path, tmp_path) -> None:
+    first = started(f"run={run_dir}", "max_wait_ms=5000")
+    # A lone request does not wait max_wait_ms for others: nobody else is in the server.
+    start = time.monotonic()
+    assert first.post("/translate", {"q": "a b c"}).status_code == 200
+    assert time.monotonic() - start < 1.0
+    # One request whose body is still arriving when the signal comes (uvicorn has begun handling it),
+    # and a burst that waits for it in the batcher (it may join their batch): all in flight.
+    body = b'{"q": "a b c d e"}'
+    slow = socket.create_connection(("127.0.0.1", first.port))
+    slow.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+    slow.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+    time.sleep(0.3)
+    lines = LINES * 2
+
+    def request(line: str) -> tuple[httpx.Response, float]:
+        answer = first.post("/translate", {"q": line})
+        return answer, time.monotonic()
+
+    with ThreadPoolExecutor(len(lines)) as pool:
+        answers = [pool.submit(request, line) for line in lines]
+        time.sleep(2.0)  # they wait for the slow one (5 s at most): time to arrive on a busy machine
+        signalled = time.monotonic()
+        first.process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        slow.sendall(body[5:])
+        results = [a.result() for a in answers]
+    reply = b""
+    while not reply.endswith(b"}"):
+        reply += slow.recv(4096)
+    slow.close()
+    assert first.stop() == 0
+    assert all(finished > signalled for _, finished in results), "the requests were in flight at the signal"
+    assert [r.status_code for r, _ in results] == [200] * len(lines)
+    assert [r.json()["translatedText"] for r, _ in results] == cli(tmp_path, lines, run=str(run_dir))
+    assert (
+        reply.startswith(b"HTTP/1.1 200")
+        and json.loads(reply.split(b"\r\n\r\n", 1)[1])["translatedText"]
+        == cli(tmp_path, ["a b c d e"], run=str(run_dir))[0]
+    )
+    # Killed without warning, started again on the same port: the same translations.
+    again = started(f"run={run_dir}", port=first.port)
+    before = again.post("/translate", {"q": LINES}).json()
+    again.stop(signal.SIGKILL)
+    restarted = started(f"run={run_dir}", port=again.port)
+    try:
+        assert restarted.post("/translate", {"q": LINES}).json() == before
+        assert before["translatedText"] == cli(tmp_path, LINES, run=str(run_dir))
+    finally:
+        assert restarted.stop(signal.SIGINT) == 0
+
+
+def _chromium() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="no chromium/chromedriver: apt-get install -y chromium chromium-driver (CI installs them)",
+)
+def test_the_page_translates_and_shows_attention_in_a_browser(server: Server, run_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("selenium", reason="the dev extra installs selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser, driver_path = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        driver.get(server.url)
+        header = driver.find_element(By.TAG_NAME, "header").text
+        assert str(run_dir) in header and "src → tgt" in header and "CTranslate2" in header
+        typed = ["a b c d", "e f g", "h i j k l"]
+        driver.find_element(By.ID, "source").send_keys("\n".join(typed))
+        driver.find_element(By.ID, "translate").click()
+        wait = WebDriverWait(driver, 60)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#output li")) == len(typed))
+        shown = [li.text.split("\n")[0] for li in driver.find_elements(By.CSS_SELECTOR, "#output li")]
+        assert shown == [t.strip() for t in cli(tmp_path, typed, run=str(run_dir))]
+        driver.find_elements(By.CSS_SELECTOR, "#output li")[0].click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap tbody tr"))
+        rows = driver.find_elements(By.CSS_SELECTOR, "#heatmap tbody tr")
+        columns = driver.find_elements(By.CSS_SELECTOR, "#heatmap thead th")
+        expected = server.post("/v1/attention", {"q": typed[0]}).json()
+        assert len(rows) == len(expected["output"]) and len(columns) == len(expected["source"]) + 1
+        assert driver.find_element(By.ID, "error").text == ""
+        driver.save_screenshot(str(tmp_path / "serve.png"))
+        if os.environ.get("SEQ2SEQ_DOCS_SCREENSHOT"):  # refreshes the docs' picture of the page
+            DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(tmp_path / "serve.png", DOCS_IMAGE)
+    finally:
+        driver.quit()
+
+
+def test_answers_are_not_held_back_by_delayed_acks(server: Server) -> None:
+    """A response written as headers then body must not wait for the client's delayed ACK (about 40 ms
+    on Linux): the listening socket says it is TCP, so asyncio sets TCP_NODELAY on each connection."""
+    with httpx.Client(base_url=server.url) as client:  # one keep-alive connection
+        times = []
+        for _ in range(15):
+            start = time.perf_counter()
+            client.get("/health").raise_for_status()
+            times.append(time.perf_counter() - start)
+    assert sorted(times)[7] < 0.025, f"median {1000 * sorted(times)[7]:.1f} ms"
+
+
+def test_serve_parses_its_command_line_as_hydra_composes_it() -> None:
+    from seq2seq.cli.common import parse_key_values
+    from seq2seq.config import ServeConfig
+
+    argv = ["run=some/run", "port=0", "beam=3", "max_wait_ms=2.5", "engine=torch"]
+    assert OmegaConf.to_container(parse_key_values(argv, ServeConfig)) == OmegaConf.to_container(
+        compose_config("serve", argv)
+    )
+
+
+def test_a_client_that_goes_away_costs_no_decoding(run_dir: Path) -> None:
+    running = started(f"run={run_dir}", "max_wait_ms=5000", "debug=true")
+    try:
+        # A request whose body is still arriving keeps the next one waiting in the batcher ...
+        slow_body = b'{"q": "a b"}'
+        slow = socket.create_connection(("127.0.0.1", running.port))
+        slow.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        slow.sendall(b"Content-Length: %d\r\n\r\n" % len(slow_body) + slow_body[:3])
+        time.sleep(0.3)
+        # ... whose client sends three lines and hangs up before the answer.
+        body = b'{"q": ["c d", "e f", "g h"]}'
+        gone = socket.create_connection(("127.0.0.1", running.port))
+        gone.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        gone.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.5)
+        gone.close()
+        time.sleep(0.5)
+        slow.sendall(slow_body[3:])
+        reply = b""
+        while not reply.endswith(b"}"):
+            reply += slow.recv(4096)
+        slow.close()
+        assert reply.startswith(b"HTTP/1.1 200")
+        assert running.post("/translate", {"q": "a"}).status_code == 200  # and it serves on
+    finally:
+        assert running.stop() == 0
+    decoded = [int(m.group(1)) for line in running.log if (m := re.search(r"requests, (\d+) lines", line))]
+    assert decoded == [1, 1], running.log
+    assert any("went away" in line for line in running.log)
+
+
+def test_the_server_never_imports_training() -> None:
+    code = (
+        "import sys, seq2seq.serve.server, seq2seq.cli.serve\n"
+        "print(sorted(m for m in sys.modules if m.startswith('seq2seq.train')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
