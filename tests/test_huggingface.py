@@ -190,8 +190,9 @@ def length_normalised(translator: Translator, line: str, tokens: list[int]) -> f
 
 def agreement(run_dir: Path, export_dir: Path, lines: list[str], to_ours: list[int] | None) -> dict[int, float]:
     """Fraction of lines on which generate and seq2seq's Translator write the same, greedy (1) and
-    beam 5. Where beam search differs, seq2seq's hypothesis must score at least as well under the
-    model as generate's: the two searches keep different candidates, not different models."""
+    beam 5. Where beam search differs, generate's hypothesis ran to the length budget, where
+    transformers forces EOS at log-probability 0 (ForcedEOSTokenLogitsProcessor) and seq2seq counts
+    its real probability; under seq2seq's scoring its own hypothesis must then be at least as good."""
     result = {}
     for beam in (1, 5):
         translator = Translator.load(run_dir, beam=beam, precision="fp32", device="cpu", max_len_a=1.5, max_len_b=10)
@@ -200,8 +201,9 @@ def agreement(run_dir: Path, export_dir: Path, lines: list[str], to_ours: list[i
         theirs = generate(export_dir, lines, beam, budgets)
         same = [a.text == text for a, (text, _) in zip(ours, theirs, strict=True)]
         result[beam] = sum(same) / len(lines)
-        for line, a, (_, ids), agree in zip(lines, ours, theirs, same, strict=True):
+        for line, a, (_, ids), agree, budget in zip(lines, ours, theirs, same, budgets, strict=True):
             if not agree:
+                assert len(ids) + 1 == budget, f"{line!r}: generate differs within the length budget (beam {beam})"
                 tokens = [to_ours[i] for i in ids] if to_ours else ids
                 theirs_score = length_normalised(translator, line, tokens)
                 assert a.score >= theirs_score - 1e-4, f"{line!r}: generate found a better hypothesis (beam {beam})"
@@ -281,3 +283,20 @@ def test_missing_extra_names_it(marian: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # import fails as if not installed
     with pytest.raises(UserError, match=r"seq2seq\[huggingface\]"):
         load_pretrained(str(marian))
+
+
+def test_attention_plots_start_from_the_models_start_token(marian: Path) -> None:
+    """A Marian model's targets start from pad: the plotted weights are those of that input."""
+    from seq2seq.inference.attention_plots import teacher_forced_attention
+
+    payload, tokenizers = load_pretrained(str(marian))
+    model = model_from_checkpoint(payload).eval()
+    src_ids = [*tokenizers.encode_src(["a b c"])[0], EOS_ID]
+    out_ids = tokenizers.encode_tgt(["C B A"])[0]
+    plotted = teacher_forced_attention(model, src_ids, out_ids)["cross"]
+    record: dict = {}
+    with torch.no_grad():
+        memory, src_mask = model.encode(torch.tensor([src_ids]))
+        model.decode(torch.tensor([[PAD_ID, *out_ids]]), memory, src_mask, record=record)
+    for layer, weights in enumerate(record["cross"]):
+        assert torch.allclose(plotted[layer], weights[0]), f"layer {layer}"
