@@ -9,13 +9,15 @@ from __future__ import annotations
 import sys
 
 USAGE = """\
-usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2]
+usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface]
                       [quantization=int8|int8_float32|float16|bfloat16|...]  (ctranslate2 only; default fp32)
 
   format=safetensors   <output>/model.safetensors + config.json + tokenizer file(s);
                        translate with: seq2seq-translate checkpoint=<output>
   format=ctranslate2   a CTranslate2 model directory + tokenizer file(s);
                        translate with ctranslate2.Translator(<output>) (see README)
+  format=huggingface   a MarianMTModel directory (post-norm models) + tokenizer + model card (README.md);
+                       load with transformers.AutoModelForSeq2SeqLM / AutoTokenizer (docs/huggingface.md)
 """
 
 
@@ -42,6 +44,11 @@ def _run(argv: list[str]) -> None:
     print(f"wrote {output} ({cfg.format}, {size:.1f} MB): {', '.join(files)}")
     if cfg.format == "safetensors":
         print(f"translate with: seq2seq-translate checkpoint={output}")
+    elif cfg.format == "huggingface":
+        print(
+            f"load with: transformers.AutoModelForSeq2SeqLM.from_pretrained({str(output)!r}) and "
+            f"AutoTokenizer.from_pretrained({str(output)!r}) (docs/huggingface.md)"
+        )
     else:
         positions = model_cfg.max_positions
         print(

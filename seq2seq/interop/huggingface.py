@@ -435,7 +435,8 @@ def model_card(payload: dict[str, Any], run: str | None) -> str:
         "tokenizer = AutoTokenizer.from_pretrained(path)",
         "model = AutoModelForSeq2SeqLM.from_pretrained(path)",
         'batch = tokenizer(["a sentence"], return_tensors="pt", padding=True)',
-        "print(tokenizer.batch_decode(model.generate(**batch, num_beams=5), skip_special_tokens=True))",
+        "ids = model.generate(**batch, num_beams=5, early_stopping=True)  # early_stopping: as seq2seq-translate",
+        "print(tokenizer.batch_decode(ids, skip_special_tokens=True))",
         "```",
         "",
     ]
