@@ -36,12 +36,17 @@ class ModelConfig:
     dropout: float = 0.1  # on embeddings+positions and on every sublayer output (paper: 0.1)
     attention_dropout: float = 0.0  # on the attention weights
     activation_dropout: float = 0.0  # inside the FFN, after the activation (not in the paper; costs time on a CPU)
-    activation: str = "relu"  # relu (paper) | gelu
+    activation: str = "relu"  # relu (paper) | gelu | silu (swish, as many OPUS-MT models)
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm (steadier when deep)
     positions: str = "sinusoidal"  # sinusoidal (paper) | learned
     max_positions: int = 256  # longest source or target, in tokens, the model can take
     tie_output: bool = True  # share the target embedding with the pre-softmax projection (paper §3.4)
     share_embeddings: bool = False  # one embedding for source and target; needs data.joint_vocab
+    # Settings a pretrained Marian (OPUS-MT) model brings (seq2seq.interop.huggingface); the defaults are the paper's.
+    sinusoid_layout: str = "interleaved"  # interleaved: sin/cos alternate (paper) | split: sines, then cosines (Marian)
+    scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper §3.4)
+    output_bias: bool = False  # a fixed (untrained) bias on the logits: Marian's final_logits_bias
+    decoder_start: str = "bos"  # the token every target starts from: bos | pad (Marian)
 
 
 @dataclass
@@ -247,8 +252,10 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
     _check(m.d_model % 2 == 0, f"{prefix}.d_model", m.d_model, "must be even (sinusoidal positions pair sin/cos)")
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         _check(0.0 <= getattr(m, name) < 1.0, f"{prefix}.{name}", getattr(m, name), "must be in [0, 1)")
-    _choice(f"{prefix}.activation", m.activation, ("relu", "gelu"))
+    _choice(f"{prefix}.activation", m.activation, ("relu", "gelu", "silu"))
     _choice(f"{prefix}.positions", m.positions, ("sinusoidal", "learned"))
+    _choice(f"{prefix}.sinusoid_layout", m.sinusoid_layout, ("interleaved", "split"))
+    _choice(f"{prefix}.decoder_start", m.decoder_start, ("bos", "pad"))
 
 
 def _check_device_and_threads(cfg: Any) -> None:

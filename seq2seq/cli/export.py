@@ -10,12 +10,14 @@ import shlex
 import sys
 
 USAGE = """\
-usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2]
+usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface]
                       [quantization=int8|int8_float32|float16|bfloat16|...]  (ctranslate2 only; default fp32)
 
   format=safetensors   <output>/model.safetensors + config.json + tokenizer file(s)
   format=ctranslate2   a CTranslate2 model directory + tokenizer file(s)
-translate either with: seq2seq-translate checkpoint=<output> < input.txt > output.txt
+  format=huggingface   a MarianMTModel directory (post-norm models) + tokenizer + model card (README.md);
+                       load with transformers.AutoModelForSeq2SeqLM / AutoTokenizer (docs/huggingface.md)
+translate safetensors or ctranslate2 with: seq2seq-translate checkpoint=<output> < input.txt > output.txt
 """
 
 
@@ -40,6 +42,12 @@ def _run(argv: list[str]) -> None:
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     print(f"wrote {output} ({cfg.format}, {size:.1f} MB): {', '.join(files)}")
+    if cfg.format == "huggingface":
+        print(
+            f"load with: transformers.AutoModelForSeq2SeqLM.from_pretrained({str(output)!r}) and "
+            f"AutoTokenizer.from_pretrained({str(output)!r}) (docs/huggingface.md)"
+        )
+        return
     # A command to paste into a shell, for either format: seq2seq-translate decodes a CTranslate2
     # export with CTranslate2 itself (docs/export.md shows the calls for CTranslate2 alone).
     print(f"translate with: seq2seq-translate checkpoint={shlex.quote(str(output))} < input.txt > output.txt")

@@ -27,8 +27,9 @@ from seq2seq.cli.common import (
     wants_help,
 )
 from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
+from seq2seq.interop.huggingface import is_huggingface_model
 from seq2seq.train.lock import check_unlocked, refuse_previous_run
-from seq2seq.train.run import GROUPS, train
+from seq2seq.train.run import GROUPS, pretrained_config, train
 
 register_configs()
 # A resumed run keeps writing into its own directory (see hydra.run.dir in configs/train.yaml).
@@ -77,6 +78,8 @@ def _hydra_main(cfg: DictConfig) -> None:
         # A refused config or unreadable data leaves no run directory behind (Hydra made it just now).
         try:
             if not cfg.resume:
+                if cfg.init_from and is_huggingface_model(cfg.init_from):  # checks the model's keys too
+                    validate_train(pretrained_config(cfg.copy(), list(runtime.overrides.task)))
                 validate_train(cfg)
             return train(cfg, run_dir, list(runtime.overrides.task))
         except UserError:

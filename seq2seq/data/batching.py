@@ -61,8 +61,9 @@ def make_batches(
     return batches
 
 
-def collate(split: Split, indices: np.ndarray, max_positions: int) -> Batch:
-    """Pads a batch; sides longer than the model's positions are cut (only happens for held-out data)."""
+def collate(split: Split, indices: np.ndarray, max_positions: int, start_id: int = BOS_ID) -> Batch:
+    """Pads a batch; sides longer than the model's positions are cut (only happens for held-out data).
+    `start_id`: the token targets start from (`decoder_start_id`)."""
     srcs = [np.append(split.src[i][: max_positions - 1], EOS_ID) for i in indices]
     tgts = [split.tgt[i][: max_positions - 1] for i in indices]
     src = np.full((len(indices), max(len(s) for s in srcs)), PAD_ID, dtype=np.int64)
@@ -70,7 +71,7 @@ def collate(split: Split, indices: np.ndarray, max_positions: int) -> Batch:
     tgt_out = np.full_like(tgt_in, PAD_ID)
     for row, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
         src[row, : len(s)] = s
-        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 0] = start_id
         tgt_in[row, 1 : len(t) + 1] = t
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
@@ -126,8 +127,9 @@ def check_same_stream(state: dict[str, int], batch_tokens: int, seed: int) -> No
 class EpochBatches:
     """The training stream: epoch after epoch of shuffled token buckets, resumable at any update."""
 
-    def __init__(self, split: Split, batch_tokens: int, seed: int, max_positions: int) -> None:
+    def __init__(self, split: Split, batch_tokens: int, seed: int, max_positions: int, start_id: int = BOS_ID) -> None:
         self.split = split
+        self.start_id = start_id
         self.batch_tokens = batch_tokens
         self.seed = seed
         self.max_positions = max_positions
@@ -156,7 +158,7 @@ class EpochBatches:
             group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
         mine = group[rank::world_size]
-        return [collate(self.split, indices, self.max_positions) for indices in mine]
+        return [collate(self.split, indices, self.max_positions, self.start_id) for indices in mine]
 
     def epochs_done(self, world_size: int, accum_steps: int) -> int:
         """Epochs fully trained on: the current one counts once the next update would start another."""

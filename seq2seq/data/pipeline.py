@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from seq2seq.config import DataConfig, UserError, as_dict
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
+from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
 
 if TYPE_CHECKING:
@@ -88,14 +89,21 @@ class PreparedData:
     stats: dict[str, int]  # pairs read, kept and dropped (by reason); with streaming, the tokenizer's sample
 
 
-def cache_key(cfg: DataConfig) -> str:
+def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
+    """`pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
+    contents are part of the key."""
     files = []
     for name in corpus_sources(cfg):
         path = Path(name).resolve()
         stat = path.stat() if path.exists() else None
         files.append([str(path), stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
     settings = {k: v for k, v in as_dict(cfg).items() if k not in ("cache_dir", "stream_buffer_pairs")}
-    blob = json.dumps({"version": CACHE_VERSION, "data": settings, "files": files}, sort_keys=True, default=str)
+    key = {"version": CACHE_VERSION, "data": settings, "files": files}
+    if pretrained is not None:
+        key["tokenizers"] = [
+            hashlib.sha256(path.read_bytes()).hexdigest() for path in SentencePieceTokenizers.files(pretrained)
+        ]
+    blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -210,7 +218,7 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
     return tokens, dropped
 
 
-def _build(cfg: DataConfig, target: Path) -> None:
+def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # our own log line says what is happening; tqdm is for training
@@ -228,9 +236,12 @@ def _build(cfg: DataConfig, target: Path) -> None:
         if written == 0:
             raise UserError(f"no training pair survives filtering (data.max_tokens={cfg.max_tokens})")
         raw = datasets.Dataset.from_file(str(staging / "work" / "raw.arrow"))
-        tokenizers = Tokenizers.train(
-            _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab
-        )
+        if pretrained is not None:
+            tokenizers = SentencePieceTokenizers.load(pretrained)
+        else:
+            tokenizers = Tokenizers.train(
+                _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab
+            )
         if cfg.streaming:
             train, stats = None, {"streaming": True, "tokenizer_pairs": written}
         else:
@@ -275,11 +286,14 @@ def load_saved_split(directory: Path) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is_main: bool = True) -> PreparedData:
+def prepare_data(
+    cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is_main: bool = True, pretrained: Path | None = None
+) -> PreparedData:
     """Tokenized splits for `cfg`, built once and then loaded from the cache. Under DDP only the
-    main process builds; the others wait at `barrier` and load what it wrote."""
+    main process builds; the others wait at `barrier` and load what it wrote. `pretrained`: a
+    directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
     root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
-    target = root / cache_key(cfg)
+    target = root / cache_key(cfg, pretrained)
     if is_main and target.is_dir() and (damage := _why_unreadable(target)):
         log.warning("the cached data in %s is damaged (%s): tokenizing the corpus again", target, damage)
         damaged = target.with_name(f"{target.name}.damaged{os.getpid()}")
@@ -289,7 +303,7 @@ def prepare_data(cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is
         try:
             root.mkdir(parents=True, exist_ok=True)
             log.info("tokenizing the corpus (cached in %s for the next run)", target)
-            _build(cfg, target)
+            _build(cfg, target, pretrained)
         except OSError as err:
             raise UserError(
                 f"{root}: cannot write the tokenized data there ({err.strerror or err}); "

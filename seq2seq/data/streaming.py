@@ -19,7 +19,7 @@ from seq2seq.config import DataConfig, UserError
 from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
 from seq2seq.data.corpus import iter_split
 from seq2seq.data.pipeline import Split, TokenColumn, drop_overlong, keep_pair
-from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.data.tokenizer import BOS_ID, Tokenizers
 
 
 def token_column(rows: list[list[int]]) -> TokenColumn:
@@ -31,9 +31,15 @@ def token_column(rows: list[list[int]]) -> TokenColumn:
 
 class StreamingBatches:
     def __init__(
-        self, cfg: DataConfig, tokenizers: Tokenizers, batch_tokens: int, seed: int, max_positions: int
+        self,
+        cfg: DataConfig,
+        tokenizers: Tokenizers,
+        batch_tokens: int,
+        seed: int,
+        max_positions: int,
+        start_id: int = BOS_ID,
     ) -> None:
-        self.cfg, self.tokenizers = cfg, tokenizers
+        self.cfg, self.tokenizers, self.start_id = cfg, tokenizers, start_id
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
         self.epoch, self.buffer, self.position = 1, 0, 0
@@ -97,7 +103,7 @@ class StreamingBatches:
         if len(group) < needed:  # a buffer smaller than one update: cycle its batches to fill it
             group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
-        return [collate(self.split, indices, self.max_positions) for indices in group[rank::world_size]]
+        return [collate(self.split, indices, self.max_positions, self.start_id) for indices in group[rank::world_size]]
 
     def epochs_done(self, world_size: int, accum_steps: int) -> int:
         """Epochs fully trained on: the current one counts once its last buffer cannot fill the next

@@ -16,10 +16,17 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from seq2seq.config import UserError
+from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3 in every vocabulary
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
+
+
+def decoder_start_id(decoder_start: str) -> int:
+    """The id every target starts from (model.decoder_start): BOS, or pad as in Marian models."""
+    return PAD_ID if decoder_start == "pad" else BOS_ID
+
 
 JOINT_FILE = "tokenizer.json"
 SRC_FILE, TGT_FILE = "tokenizer.src.json", "tokenizer.tgt.json"
@@ -88,7 +95,10 @@ class Tokenizers:
             self.tgt.save(str(directory / TGT_FILE))
 
     @classmethod
-    def load(cls, directory: Path) -> Tokenizers:
+    def load(cls, directory: Path) -> Tokenizers | SentencePieceTokenizers:
+        """The tokenizer(s) saved in `directory`: ours, or a Marian model's SentencePiece files."""
+        if has_sentencepiece_files(directory) and not (directory / JOINT_FILE).is_file():
+            return SentencePieceTokenizers.load(directory)
         if (directory / JOINT_FILE).is_file():
             shared = _read(directory / JOINT_FILE)
             return cls(shared, shared, True)
@@ -99,6 +109,8 @@ class Tokenizers:
 
     @staticmethod
     def files(directory: Path) -> list[Path]:
+        if has_sentencepiece_files(directory) and not (directory / JOINT_FILE).is_file():
+            return SentencePieceTokenizers.files(directory)
         names = [JOINT_FILE] if (directory / JOINT_FILE).is_file() else [SRC_FILE, TGT_FILE]
         return [directory / n for n in names]
 

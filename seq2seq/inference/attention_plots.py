@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import ScaledTranslation, Transform
 
 from seq2seq.config import UserError
-from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID
+from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, decoder_start_id
 from seq2seq.inference.translator import Translator
 from seq2seq.model.layers import AttentionRecord
 from seq2seq.model.transformer import Transformer
@@ -65,7 +65,8 @@ def teacher_forced_attention(
     nor EOS. Returns kind -> per layer (heads, rows, columns) float32 CPU tensors."""
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], dtype=torch.long, device=device)
-    tgt_in = torch.tensor([[BOS_ID, *out_ids]], dtype=torch.long, device=device)
+    start = decoder_start_id(model.cfg.decoder_start)  # BOS, or pad for a Marian model
+    tgt_in = torch.tensor([[start, *out_ids]], dtype=torch.long, device=device)
     record: AttentionRecord = {}
     was_training = model.training
     model.eval()  # dropout off: the weights are the ones translation uses
@@ -87,7 +88,7 @@ def sentence_attention(translator: Translator, source: str, out_ids: list[int]) 
     return SentenceAttention(
         weights=teacher_forced_attention(translator.model, src_ids, out_ids),
         source=[*tokenizers.src_tokens(source)[:keep], EOS],
-        decoder_input=[BOS, *pieces],
+        decoder_input=[BOS if translator.start_id == BOS_ID else PAD, *pieces],
         output=[*pieces, EOS],
     )
 

@@ -45,7 +45,7 @@ from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
 from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, checkpoint_record, find_checkpoint
 
-FORMATS = ("safetensors", "ctranslate2")
+FORMATS = ("safetensors", "ctranslate2", "huggingface")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 LAYER_NORM_EPS = torch.nn.LayerNorm(1).eps  # every LayerNorm of the model is built with torch's default
 
@@ -55,7 +55,7 @@ class ExportConfig:
     run: str | None = None  # run directory (uses checkpoints/best.pt, else last.pt)
     checkpoint: str | None = None  # or a checkpoint file, with tokenizer.json beside it or in its run dir
     output: str | None = None  # directory to create (must not exist)
-    format: str = "safetensors"  # safetensors | ctranslate2
+    format: str = "safetensors"  # safetensors | ctranslate2 | huggingface (a MarianMTModel directory)
     quantization: str | None = None  # ctranslate2 only: int8, int8_float32, float16, bfloat16, ... (null: fp32)
     debug: bool = False  # show tracebacks instead of one-line errors
 
@@ -83,7 +83,13 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     tokenizers = load_tokenizers(path, cfg.run)
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
-    write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
+    if cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
+        from seq2seq.interop.huggingface import huggingface_writer, model_card
+
+        card = model_card(payload, cfg.run or str(path.parent.parent))
+        write_all = huggingface_writer(payload, model_cfg, tokenizers, path, card)
+    else:
+        write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
     _write_directory(output, write_all)
     return output, model_cfg
 
@@ -119,6 +125,8 @@ def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:
     for name, fmt in RUN_EXPORTS.items():
         if fmt == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
             continue  # an optional extra: pip install 'seq2seq[export]'
+        if fmt == "ctranslate2" and model_cfg.decoder_start != "bos":
+            continue  # a Marian model's vocabulary: format=huggingface, then ct2-transformers-converter
         try:
             _write_directory(run_dir / name, _writer(fmt, payload, model_cfg, tokenizers, path, None), replace=True)
             written[name] = run_dir / name
@@ -260,7 +268,16 @@ def _ctranslate2_writer(
         from ctranslate2.specs import common_spec, transformer_spec
     except ImportError as err:
         raise UserError("format=ctranslate2 needs the ctranslate2 package: pip install 'seq2seq[export]'") from err
-    activations = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}  # F.gelu is erf-exact
+    activations = {  # F.gelu is erf-exact
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "silu": common_spec.Activation.SWISH,
+    }
+    if model_cfg.output_bias or model_cfg.decoder_start != "bos":
+        raise UserError(
+            f"{path}: a model with a Marian model's vocabulary: export format=huggingface and convert that with "
+            "CTranslate2's ct2-transformers-converter"
+        )
     if model_cfg.activation not in activations:
         raise UserError(f"{path}: model.activation={model_cfg.activation}: CTranslate2 has no such activation")
     state = payload["model"]
@@ -282,7 +299,7 @@ def _ctranslate2_writer(
         # Position p of a sequence reads row p, from 0, in both implementations.
         if model_cfg.positions == "learned":
             return weight(f"{name}.table")
-        return sinusoidal_table(model_cfg.max_positions, model_cfg.d_model).numpy()
+        return sinusoidal_table(model_cfg.max_positions, model_cfg.d_model, model_cfg.sinusoid_layout).numpy()
 
     spec = transformer_spec.TransformerSpec.from_config(
         (model_cfg.encoder_layers, model_cfg.decoder_layers),
@@ -293,7 +310,7 @@ def _ctranslate2_writer(
     encoder, decoder = spec.encoder, spec.decoder
     encoder.embeddings[0].weight = weight("src_embed.weight")
     decoder.embeddings.weight = weight("tgt_embed.weight")
-    encoder.scale_embeddings = decoder.scale_embeddings = True  # x sqrt(d_model), before adding positions
+    encoder.scale_embeddings = decoder.scale_embeddings = model_cfg.scale_embedding  # x sqrt(d_model), then positions
     encoder.position_encodings.encodings = positions("src_positions")
     decoder.position_encodings.encodings = positions("tgt_positions")
     decoder.projection.weight = weight("output.weight")  # no bias; tied: stored once as an alias

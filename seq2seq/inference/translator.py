@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from seq2seq.config import TranslateConfig, UserError
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.sampling import SamplingRule
@@ -60,6 +60,8 @@ class Translator:
         # One generator for the translator's life: the same lines in the same calls give the same samples.
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.max_positions = model.max_positions if isinstance(model, Ensemble) else model.cfg.max_positions
+        first = model.members[0] if isinstance(model, Ensemble) else model
+        self.start_id = decoder_start_id(first.cfg.decoder_start)  # also banned from the output, with pad
 
     @classmethod
     def load(
@@ -162,15 +164,24 @@ class Translator:
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
-                self.model, repeat(src), BOS_ID, EOS_ID, repeat(max_len), self.length_penalty, multiple,
+                self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.length_penalty, multiple,
                 repeat(forced), self.sampling, self.generator,
             )  # fmt: skip
             return [hyps[i : i + self.nbest] for i in range(0, len(hyps), self.nbest)]
         if self.beam == 1:
-            hyps = greedy_search(self.model, src, BOS_ID, EOS_ID, max_len, self.length_penalty, multiple, forced)
+            hyps = greedy_search(self.model, src, self.start_id, EOS_ID, max_len, self.length_penalty, multiple, forced)
             return [[h] for h in hyps]
         return beam_search(
-            self.model, src, BOS_ID, EOS_ID, max_len, self.beam, self.length_penalty, self.nbest, multiple, forced
+            self.model,
+            src,
+            self.start_id,
+            EOS_ID,
+            max_len,
+            self.beam,
+            self.length_penalty,
+            self.nbest,
+            multiple,
+            forced,
         )
 
     def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]:

@@ -12,11 +12,11 @@ class TokenEmbedding(nn.Module):
     """Looks up token vectors and scales them by sqrt(d_model), as the paper does, so that
     they are not drowned by the positional encoding added next."""
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int, scale: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.pad_id = pad_id
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0  # some Marian models leave it out
         nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.weight[pad_id].zero_()
@@ -25,27 +25,32 @@ class TokenEmbedding(nn.Module):
         return nn.functional.embedding(tokens, self.weight, self.pad_id) * self.scale
 
 
-def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...). Shape (max_positions, d_model)."""
+def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...). Shape (max_positions, d_model).
+    layout="split" holds the same values with all sines first and all cosines after (Marian's table)."""
     position = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     table = torch.zeros(max_positions, d_model)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    half = d_model // 2
+    sines, cosines = (
+        (slice(0, half), slice(half, d_model)) if layout == "split" else (slice(0, None, 2), slice(1, None, 2))
+    )
+    table[:, sines] = torch.sin(position * inv_freq)
+    table[:, cosines] = torch.cos(position * inv_freq[:half])
     return table
 
 
 class PositionalEncoding(nn.Module):
     """Adds position information: the fixed sinusoids of the paper, or learned vectors."""
 
-    def __init__(self, max_positions: int, d_model: int, learned: bool) -> None:
+    def __init__(self, max_positions: int, d_model: int, learned: bool, layout: str = "interleaved") -> None:
         super().__init__()
         self.max_positions = max_positions
         if learned:
             self.table = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)
         else:
             # A buffer, not a parameter: never trained, and not saved (persistent=False): rebuilt from the config.
-            self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+            self.register_buffer("table", sinusoidal_table(max_positions, d_model, layout), persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x: (B, T, d_model); offset: positions already decoded (incremental decoding)."""

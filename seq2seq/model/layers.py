@@ -13,7 +13,7 @@ from seq2seq.model.attention import MultiHeadAttention
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.kv_cache import LayerCache
 
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 # Attention weights collected per kind ("encoder", "decoder_self", "cross"), one (B, H, T, S) per layer.
 AttentionRecord = dict[str, list[torch.Tensor]]

@@ -30,16 +30,16 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.pad_id = pad_id
-        self.src_embed = TokenEmbedding(src_vocab_size, cfg.d_model, pad_id)
+        self.src_embed = TokenEmbedding(src_vocab_size, cfg.d_model, pad_id, cfg.scale_embedding)
         if cfg.share_embeddings:
             if src_vocab_size != tgt_vocab_size:
                 raise ValueError("model.share_embeddings needs a joint vocabulary (data.joint_vocab=true)")
             self.tgt_embed = self.src_embed
         else:
-            self.tgt_embed = TokenEmbedding(tgt_vocab_size, cfg.d_model, pad_id)
+            self.tgt_embed = TokenEmbedding(tgt_vocab_size, cfg.d_model, pad_id, cfg.scale_embedding)
         learned = cfg.positions == "learned"
-        self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
-        self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned)
+        self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned, cfg.sinusoid_layout)
+        self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned, cfg.sinusoid_layout)
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
@@ -47,6 +47,8 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self.output = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        # Marian's final_logits_bias: a buffer, as in transformers, so fine-tuning leaves it as it came.
+        self.register_buffer("output_bias", torch.zeros(tgt_vocab_size) if cfg.output_bias else None)
         self._init_weights()
         if cfg.tie_output:  # paper §3.4: the pre-softmax projection shares the target embedding
             self.output.weight = self.tgt_embed.weight
@@ -86,6 +88,11 @@ class Transformer(nn.Module):
             state.offset += tgt.size(1)
         return self.decoder_norm(x)
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., d_model) hidden states -> (..., V) scores of the next token."""
+        logits = self.output(hidden)
+        return logits if self.output_bias is None else logits + self.output_bias.to(logits.dtype)
+
     def start_decoding(self, src: torch.Tensor, group: int = 1) -> DecoderState:
         """Encode the source once; the returned state feeds `decode_step` with `group` rows
         (hypotheses) per sentence."""
@@ -97,14 +104,14 @@ class Transformer(nn.Module):
         """One incremental step: tokens (B * group,) just emitted -> log-probabilities (B * group, V)
         of the next."""
         hidden = self.decode(tokens[:, None], state.memory, state.src_mask, state)
-        return torch.log_softmax(self.output(hidden[:, -1]).float(), dim=-1)
+        return torch.log_softmax(self.logits(hidden[:, -1]).float(), dim=-1)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S), (B, T) ids -> logits (B, T, V) of every next token. Training does
         not call this: its loss takes `decode`'s hidden states and projects only the non-pad positions
         to the vocabulary (`seq2seq.train.loss`), which saves the largest matmul on padding."""
         memory, src_mask = self.encode(src)
-        return self.output(self.decode(tgt_in, memory, src_mask))
+        return self.logits(self.decode(tgt_in, memory, src_mask))
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int) -> Transformer:

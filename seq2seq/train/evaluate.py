@@ -10,6 +10,7 @@ import torch
 
 from seq2seq.data.batching import collate, make_batches
 from seq2seq.data.pipeline import Split
+from seq2seq.data.tokenizer import decoder_start_id
 from seq2seq.inference.translator import Translator
 from seq2seq.train.loss import TeacherForcedLoss
 
@@ -26,7 +27,7 @@ def validation_loss(
     loss_sum = nll_sum = tokens = 0.0
     max_positions = objective.model.cfg.max_positions
     for indices in make_batches(split.src.lengths(), split.tgt.lengths(), batch_tokens, rng=None):
-        batch = collate(split, indices, max_positions).to(device)
+        batch = collate(split, indices, max_positions, decoder_start_id(objective.model.cfg.decoder_start)).to(device)
         with autocast():
             loss, nll = objective(batch.src, batch.tgt_in, batch.tgt_out)
         loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + batch.tgt_tokens

@@ -26,8 +26,9 @@ from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.streaming import StreamingBatches
-from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.inference.translator import Translator
+from seq2seq.interop.huggingface import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
 from seq2seq.model.transformer import build_model
 from seq2seq.precision import choose_precision
 from seq2seq.run_files import find_checkpoint
@@ -73,10 +74,11 @@ class Trainer:
         self.precision_choice = choose_precision(cfg.precision, device, cfg.model.d_model, cfg.model.ffn_dim)
         cfg.precision = dist.broadcast(self.precision_choice.precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+        start = decoder_start_id(cfg.model.decoder_start)
         self.stream = (
-            StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
+            StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start)
             if cfg.data.streaming
-            else EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
+            else EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start)
         )
         self.translator = Translator(self.model, tok, device, beam=1)
         self.step = 0
@@ -235,7 +237,11 @@ class Trainer:
     def init_weights_from(self, path: str) -> None:
         """Fine-tuning: weights only; optimiser, schedule and data start fresh. `path`: a training
         checkpoint or a weights-only export (model.safetensors or its directory)."""
-        _, payload = read_model_file(Path(path))
+        if is_huggingface_model(path):  # a Marian model: run.py has already taken its config and tokenizers
+            payload, _ = load_pretrained(path)
+            payload["config"]["model"].update({k: self.cfg.model[k] for k in TRAINING_ONLY_KEYS})
+        else:
+            _, payload = read_model_file(Path(path))
         if payload["config"]["model"] != as_dict(self.cfg.model):
             raise UserError(f"init_from={path}: its model config differs from model.* of this run")
         theirs, ours = payload["vocab"], self.state_dict_vocab()

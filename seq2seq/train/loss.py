@@ -43,42 +43,54 @@ class ProjectedSmoothedLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, smoothing: float, dtype: torch.dtype
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        target: torch.Tensor,
+        smoothing: float,
+        dtype: torch.dtype,
+        bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`bias`: a fixed (not trained) bias on the logits, or None (the model's output_bias)."""
         h, w = hidden.to(dtype), weight.to(dtype)
         lse = torch.empty(h.size(0), dtype=torch.float32, device=h.device)
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         nll = torch.zeros((), dtype=torch.float32, device=h.device)
         for start in range(0, h.size(0), CHUNK_ROWS):
             rows = slice(start, start + CHUNK_ROWS)
-            logits = (h[rows] @ w.t()).float()  # (n, V)
+            logits = _add(h[rows] @ w.t(), bias)  # (n, V), fp32
             lse[rows] = torch.logsumexp(logits, dim=-1)
             chunk_nll = lse[rows] - logits.gather(1, target[rows, None]).squeeze(1)
             uniform = lse[rows] - logits.mean(dim=-1)
             loss += ((1.0 - smoothing) * chunk_nll + smoothing * uniform).sum()
             nll += chunk_nll.sum()
-        ctx.save_for_backward(hidden, weight, target, lse)
+        ctx.save_for_backward(hidden, weight, target, lse, bias)
         ctx.smoothing, ctx.dtype = smoothing, dtype
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
     def backward(ctx: Any, grad_loss: torch.Tensor, _grad_nll: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        hidden, weight, target, lse = ctx.saved_tensors
+        hidden, weight, target, lse, bias = ctx.saved_tensors
         h, w = hidden.to(ctx.dtype), weight.to(ctx.dtype)
         eps, vocab = ctx.smoothing, weight.size(0)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         for start in range(0, h.size(0), CHUNK_ROWS):
             rows = slice(start, start + CHUNK_ROWS)
-            grad = (h[rows] @ w.t()).float().sub_(lse[rows, None]).exp_()  # softmax, recomputed
+            grad = _add(h[rows] @ w.t(), bias).sub_(lse[rows, None]).exp_()  # softmax, recomputed
             grad.sub_(eps / vocab)
             grad.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], -(1.0 - eps)))
             grad.mul_(grad_loss)
             grad = grad.to(ctx.dtype)
             grad_hidden[rows] = (grad @ w).to(hidden.dtype)
             grad_weight += (grad.t() @ h[rows]).float()
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
+
+
+def _add(logits: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Logits in fp32, with the fixed output bias when the model has one."""
+    return logits.float() if bias is None else logits.float() + bias.float()
 
 
 class TeacherForcedLoss(nn.Module):
@@ -103,4 +115,5 @@ class TeacherForcedLoss(nn.Module):
             if torch.is_autocast_enabled(hidden.device.type)
             else hidden.dtype
         )
-        return ProjectedSmoothedLoss.apply(hidden[real], self.model.output.weight, tgt_out[real], self.smoothing, dtype)
+        weight, bias = self.model.output.weight, self.model.output_bias
+        return ProjectedSmoothedLoss.apply(hidden[real], weight, tgt_out[real], self.smoothing, dtype, bias)

@@ -23,7 +23,9 @@ from seq2seq.allocator import allocator_in_use
 from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
 from seq2seq.data.pipeline import prepare_data
+from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
+from seq2seq.interop.huggingface import is_huggingface_model, local_directory, pretrained_model_config
 from seq2seq.precision import log_choice
 from seq2seq.run_files import INFERENCE_DIR
 from seq2seq.train.dashboard import Dashboard
@@ -59,6 +61,7 @@ def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any])
             keys.append(override.lstrip("+"))
     merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(keys))
     merged.resume = cfg.resume
+    merged.init_from = None  # the weights come from the checkpoint now, not from where the run started
     if merged.model != OmegaConf.create(saved["model"]):
         raise UserError(
             f"resume: the model config differs from the checkpoint's in {cfg.resume}; use init_from=<checkpoint>"
@@ -117,6 +120,8 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
     if cfg.resume:
         payload = resume_payload(Path(cfg.resume))
         cfg = resumed_config(cfg, overrides or [], payload["config"])
+    elif cfg.init_from and is_huggingface_model(cfg.init_from):
+        cfg = pretrained_config(cfg, overrides or [])
     validate_train(cfg)
     if not cfg.resume and not cfg.overwrite:
         refuse_previous_run(run_dir)
@@ -127,6 +132,25 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
         return _train(cfg, run_dir, device, dist, payload)
     finally:
         cleanup_distributed()
+
+
+def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """The run's config with the architecture of the Marian model init_from names: model.* comes from
+    it (a command-line override of an architecture key is an error), and the vocabulary is its."""
+    directory = local_directory(cfg.init_from)
+    cfg.model = pretrained_model_config(directory, overrides, cfg.model)
+    cfg.data.joint_vocab = not (directory / "target_vocab.json").is_file()
+    return cfg
+
+
+def _pretrained_tokenizers(cfg: DictConfig) -> Path | None:
+    """Where the run's SentencePiece tokenizers come from, if it has them: the run directory being
+    resumed, or the Marian model it starts from; None: the run trains its own tokenizer."""
+    if cfg.resume:
+        return Path(cfg.resume) if has_sentencepiece_files(Path(cfg.resume)) else None
+    if cfg.init_from and is_huggingface_model(cfg.init_from):
+        return local_directory(cfg.init_from)
+    return None
 
 
 def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
@@ -163,7 +187,8 @@ def _train_locked(
         log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
     if dist.is_main and (stale := _remove_stale_exports(run_dir)):
         log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
-    data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main)
+    pretrained = _pretrained_tokenizers(cfg)
+    data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main, pretrained=pretrained)
     if dist.is_main:
         data.tokenizers.save(run_dir)
     trainer = Trainer(cfg, run_dir, data, device, dist)

@@ -1,0 +1,302 @@
+"""Marian (OPUS-MT) models in and out, without the internet: tiny random `MarianMTModel`s built with
+transformers and tiny SentencePiece models trained here. Imported models compute transformers'
+logits; fine-tuned and from-scratch models exported as Marian decode with `generate` as
+seq2seq's Translator does; import -> export gives back the original."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from itertools import islice
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import MULTI30K, TINY_TRAIN, compose_config
+
+from seq2seq.checkpoint import atomic_save, model_from_checkpoint
+from seq2seq.config import DataConfig, UserError
+from seq2seq.data.builtin import reverse_task
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+from seq2seq.inference.export import ExportConfig, export
+from seq2seq.inference.translator import Translator
+from seq2seq.interop.huggingface import load_pretrained
+from seq2seq.train.run import train
+
+transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
+sentencepiece = pytest.importorskip("sentencepiece", reason="needs `pip install seq2seq[huggingface]`")
+
+TOLERANCE = 1e-4  # fp32, the same arithmetic in another order
+
+
+def corpus_lines() -> tuple[list[str], list[str]]:
+    """A few hundred sentence pairs: the built-in task, and Multi30k en-de where it is on disk."""
+    pairs = reverse_task(DataConfig(task_train_size=300, task_valid_size=20, task_test_size=20))["train"]
+    src, tgt = list(pairs[0]), list(pairs[1])
+    if (MULTI30K / "train.en.gz").is_file():
+        for lang, side in (("en", src), ("de", tgt)):
+            with gzip.open(MULTI30K / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
+                side += [line.strip() for line in islice(handle, 300)]
+    return src, tgt
+
+
+def marian_directory(directory: Path, activation: str, shared: bool, seed: int = 0) -> Path:
+    """A random tiny Marian model with SentencePiece tokenizers trained on `corpus_lines`, saved as
+    transformers saves OPUS-MT models (vocab.json numbering: </s> 0, <unk> 1, ..., <pad> last)."""
+    directory.mkdir(parents=True)
+    src, tgt = corpus_lines()
+    for name, lines in (("source", src), ("target", tgt)):
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_prefix=str(directory / name),
+            vocab_size=120,
+            model_type="unigram",
+            hard_vocab_limit=False,
+            minloglevel=2,
+        )
+        (directory / f"{name}.model").rename(directory / f"{name}.spm")
+    pieces: list[str] = []
+    for name in ("source", "target"):
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(directory / f"{name}.spm"))
+        pieces += [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    ordinary = sorted(set(pieces) - {"<unk>", "<s>", "</s>", "<pad>"})
+    vocab = {"</s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(ordinary)}}
+    vocab["<pad>"] = len(vocab)
+    (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    torch.manual_seed(seed)
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        activation_function=activation,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=shared,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        decoder_start_token_id=vocab["<pad>"],
+        init_std=0.2,  # larger than OPUS-MT's weights: logits that differ from token to token
+    )
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():
+        model.final_logits_bias.normal_()  # zero in a new model: make it count
+    model.save_pretrained(str(directory))
+    tokenizer = transformers.MarianTokenizer(
+        str(directory / "source.spm"), str(directory / "target.spm"), str(directory / "vocab.json")
+    )
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="module", params=[("swish", True), ("relu", False)], ids=["swish-shared", "relu-separate"])
+def marian(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    activation, shared = request.param
+    return marian_directory(tmp_path_factory.mktemp("marian") / "model", activation, shared)
+
+
+SENTENCES = ["a b c d", "Two young guys with shaggy hair look at their hands.", "x", "Ein Mann schläft."]
+
+
+def hf_logits(directory: Path, sources: list[str], targets: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' own forward pass: (logits (B, T, V), attention mask of the targets (B, T))."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval()
+    batch = tokenizer(sources, text_target=targets, return_tensors="pt", padding=True)
+    labels = batch.pop("labels")
+    with torch.no_grad():
+        start = torch.full((len(sources), 1), model.config.decoder_start_token_id)
+        decoder_input_ids = torch.cat([start, labels[:, :-1]], dim=1)
+        decoder_input_ids[decoder_input_ids == -100] = model.config.pad_token_id
+        out = model(**batch, decoder_input_ids=decoder_input_ids).logits
+    return out, labels != model.config.pad_token_id
+
+
+def test_imported_model_computes_transformers_logits(marian: Path) -> None:
+    payload, tokenizers = load_pretrained(str(marian))
+    model = model_from_checkpoint(payload).eval()
+    reference = transformers.MarianTokenizer.from_pretrained(str(marian))
+    src_ids = tokenizers.encode_src(SENTENCES)
+    tgt_ids = tokenizers.encode_tgt(SENTENCES)
+    order = torch.tensor(tokenizers.tgt.order)
+    # The SentencePiece tokenizers give transformers' ids (in our numbering).
+    assert [[tokenizers.src.order[i] for i in ids] + [0] for ids in src_ids] == reference(SENTENCES).input_ids
+    width = max(map(len, src_ids)) + 1
+    src = torch.full((len(SENTENCES), width), PAD_ID)
+    tgt_in = torch.full((len(SENTENCES), max(map(len, tgt_ids)) + 1), PAD_ID)  # starts from pad, as Marian
+    for row, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+        src[row, : len(s) + 1] = torch.tensor([*s, EOS_ID])
+        tgt_in[row, 1 : len(t) + 1] = torch.tensor(t)
+    with torch.no_grad():
+        ours = model(src, tgt_in)
+    theirs, real = hf_logits(marian, SENTENCES, SENTENCES)
+    theirs = theirs[:, :, order]  # their vocabulary columns in our order
+    real = real[:, : ours.size(1)]
+    diff = (ours[real] - theirs[real]).abs().max().item()
+    assert diff < TOLERANCE, f"max abs logit difference {diff:.2e} (tolerance {TOLERANCE:.0e})"
+    assert ours[real].abs().max() > 1.0  # logits that mean something, not all near zero
+
+
+def save_as_checkpoint(payload: dict, tokenizers, directory: Path) -> Path:
+    path = directory / "checkpoints" / "last.pt"
+    atomic_save(payload, path)
+    tokenizers.save(directory)
+    return path
+
+
+def test_import_then_export_gives_back_the_model(marian: Path, tmp_path: Path) -> None:
+    payload, tokenizers = load_pretrained(str(marian))
+    checkpoint = save_as_checkpoint(payload, tokenizers, tmp_path / "run")
+    output, _ = export(ExportConfig(checkpoint=str(checkpoint), output=str(tmp_path / "hf"), format="huggingface"))
+    original, _ = hf_logits(marian, SENTENCES, SENTENCES)
+    again, _ = hf_logits(output, SENTENCES, SENTENCES)
+    diff = (original - again).abs().max().item()
+    assert diff < TOLERANCE, f"round trip: max abs logit difference {diff:.2e}"
+    config = json.loads((output / "config.json").read_text())
+    assert config["architectures"] == ["MarianMTModel"]
+    assert (output / "README.md").is_file()
+
+
+def generate(directory: Path, lines: list[str], beam: int, budgets: list[int]) -> list[tuple[str, list[int]]]:
+    """transformers' generate, one line at a time with seq2seq's output budget for it (EOS included,
+    as `max_new_tokens` counts it): (text, generated ids without the start token and EOS)."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval()
+    out = []
+    for line, budget in zip(lines, budgets, strict=True):
+        batch = tokenizer([line], return_tensors="pt")
+        with torch.no_grad():  # early_stopping=True: done at `beam` finished hypotheses, seq2seq's rule
+            ids = model.generate(**batch, num_beams=beam, max_new_tokens=budget, early_stopping=True)[0, 1:].tolist()
+        out.append(
+            (tokenizer.decode(ids, skip_special_tokens=True), [i for i in ids if i != model.config.eos_token_id])
+        )
+    return out
+
+
+def length_normalised(translator: Translator, line: str, tokens: list[int]) -> float:
+    """log P(tokens + EOS | line) / (len(tokens) + 1) under seq2seq's model, pad and BOS banned as
+    both searches ban them (without renormalising)."""
+    src = torch.tensor(translator.encode([line]))
+    tgt = torch.tensor([[translator.start_id, *tokens]])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(translator.model(src, tgt).double(), dim=-1)[0]
+    return float(sum(log_probs[i, t] for i, t in enumerate([*tokens, EOS_ID]))) / (len(tokens) + 1)
+
+
+def agreement(run_dir: Path, export_dir: Path, lines: list[str], to_ours: list[int] | None) -> dict[int, float]:
+    """Fraction of lines on which generate and seq2seq's Translator write the same, greedy (1) and
+    beam 5. Where beam search differs, generate's hypothesis ran to the length budget, where
+    transformers forces EOS at log-probability 0 (ForcedEOSTokenLogitsProcessor) and seq2seq counts
+    its real probability; under seq2seq's scoring its own hypothesis must then be at least as good."""
+    result = {}
+    for beam in (1, 5):
+        translator = Translator.load(run_dir, beam=beam, precision="fp32", device="cpu", max_len_a=1.5, max_len_b=10)
+        ours = [nbest[0] for nbest in translator.translate_nbest(lines)]
+        budgets = [min(int(len(ids) * 1.5 + 10), translator.max_positions - 1) for ids in translator.encode(lines)]
+        theirs = generate(export_dir, lines, beam, budgets)
+        same = [a.text == text for a, (text, _) in zip(ours, theirs, strict=True)]
+        result[beam] = sum(same) / len(lines)
+        for line, a, (_, ids), agree, budget in zip(lines, ours, theirs, same, budgets, strict=True):
+            if not agree:
+                assert len(ids) + 1 == budget, f"{line!r}: generate differs within the length budget (beam {beam})"
+                tokens = [to_ours[i] for i in ids] if to_ours else ids
+                theirs_score = length_normalised(translator, line, tokens)
+                assert a.score >= theirs_score - 1e-4, f"{line!r}: generate found a better hypothesis (beam {beam})"
+    return result
+
+
+FINE_TUNE = [*TINY_TRAIN, "max_steps=6", "valid_every=3", "save_every=3", "optim.lr=1e-3", "optim.warmup=2"]
+VALID = reverse_task(DataConfig(task_train_size=400, task_valid_size=20))["valid"][0]
+
+
+def test_fine_tuned_marian_model_exports_and_generates_as_translate(marian: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    summary = train(compose_config("train", [*FINE_TUNE, f"init_from={marian}"]), run_dir)
+    assert summary["step"] == 6
+    saved = json.loads(json.dumps(torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]))
+    assert saved["model"]["decoder_start"] == "pad" and saved["init_from"] == str(marian)
+    output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    to_ours = torch.argsort(torch.tensor(Translator.load(run_dir, device="cpu").tokenizers.tgt.order)).tolist()
+    agree = agreement(run_dir, output, VALID, to_ours)
+    assert agree[1] == 1.0 and agree[5] >= 0.7, f"generate vs translate line agreement: {agree}"
+
+
+def test_resume_of_a_fine_tuned_run(marian: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(compose_config("train", [*FINE_TUNE, "max_steps=3", f"init_from={marian}"]), run_dir)
+    summary = train(
+        compose_config("train", [*FINE_TUNE, f"resume={run_dir}", "max_steps=6"]),
+        run_dir,
+        overrides=[f"resume={run_dir}", "max_steps=6"],
+    )
+    assert summary["step"] == 6
+
+
+def test_from_scratch_model_exports_as_marian(tmp_path: Path) -> None:
+    """Our interleaved sinusoids, BOS start and byte-level BPE go to Marian as permuted dimensions,
+    decoder_start_token_id=BOS and a PreTrainedTokenizerFast."""
+    run_dir = tmp_path / "run"
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=30", "valid_every=30", "save_every=30"]), run_dir)
+    output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    translator = Translator.load(run_dir, beam=1, precision="fp32", device="cpu")
+    src = torch.tensor([[*ids, EOS_ID] for ids in translator.tokenizers.encode_src(["a b c"])])
+    tgt = torch.tensor([[1, *translator.tokenizers.encode_tgt(["C B A"])[0]]])
+    with torch.no_grad():
+        ours = translator.model(src, tgt)
+        model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(output)).eval()
+        theirs = model(input_ids=src, decoder_input_ids=tgt).logits
+    diff = (ours - theirs).abs().max().item()
+    assert diff < TOLERANCE, f"max abs logit difference {diff:.2e}"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(output))
+    assert tokenizer(["a b c"]).input_ids == src.tolist()
+    agree = agreement(run_dir, output, VALID, None)
+    assert agree[1] == 1.0 and agree[5] >= 0.7, f"generate vs translate line agreement: {agree}"
+
+
+def test_pre_norm_model_is_refused(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "model.norm_first=true"]), run_dir)
+    with pytest.raises(UserError, match="pre-norm.*format=safetensors"):
+        export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    assert not (tmp_path / "hf").exists()
+
+
+def test_architecture_override_is_one_line_error(marian: Path, tmp_path: Path) -> None:
+    overrides = [f"init_from={marian}", "model.d_model=64"]
+    with pytest.raises(UserError, match=r"model\.d_model=64.*cannot change"):
+        train(compose_config("train", [*TINY_TRAIN, *overrides]), tmp_path / "run", overrides=overrides)
+
+
+def test_hub_id_offline_is_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="could not be downloaded from the Hugging Face Hub"):
+        train(compose_config("train", [*TINY_TRAIN, "init_from=Helsinki-NLP/opus-mt-en-de"]), tmp_path / "run")
+
+
+def test_missing_extra_names_it(marian: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # import fails as if not installed
+    with pytest.raises(UserError, match=r"seq2seq\[huggingface\]"):
+        load_pretrained(str(marian))
+
+
+def test_attention_plots_start_from_the_models_start_token(marian: Path) -> None:
+    """A Marian model's targets start from pad: the plotted weights are those of that input."""
+    from seq2seq.inference.attention_plots import teacher_forced_attention
+
+    payload, tokenizers = load_pretrained(str(marian))
+    model = model_from_checkpoint(payload).eval()
+    src_ids = [*tokenizers.encode_src(["a b c"])[0], EOS_ID]
+    out_ids = tokenizers.encode_tgt(["C B A"])[0]
+    plotted = teacher_forced_attention(model, src_ids, out_ids)["cross"]
+    record: dict = {}
+    with torch.no_grad():
+        memory, src_mask = model.encode(torch.tensor([src_ids]))
+        model.decode(torch.tensor([[PAD_ID, *out_ids]]), memory, src_mask, record=record)
+    for layer, weights in enumerate(record["cross"]):
+        assert torch.allclose(plotted[layer], weights[0]), f"layer {layer}"
