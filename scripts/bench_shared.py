@@ -67,7 +67,7 @@ def demo_seconds(wait: str) -> dict:
         command = ["seq2seq-train", f"hydra.run.dir={run_dir}", "progress=false"]
         done = subprocess.run(command, env=environment(wait), capture_output=True, text=True, check=True)
         seconds = time.perf_counter() - start
-    reached = re.search(r"target reached: .* at update (\d+)", done.stderr)
+    reached = re.search(r"target reached: .* at update (\d+)", done.stdout + done.stderr)
     return {"demo_seconds": round(seconds, 1), "demo_target_reached_at_update": int(reached[1]) if reached else None}
 
 
