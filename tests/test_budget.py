@@ -66,23 +66,6 @@ def test_max_minutes_holds_with_slow_updates_and_a_slow_final_validation(tmp_pat
     assert summary["minutes"] == pytest.approx(minutes)
 
 
-def test_ctrl_c_stops_after_the_update_saves_and_skips_the_exports(tmp_path, monkeypatch):
-    step = loop.Trainer.train_step
-
-    def interrupted_after_update_2(self):
-        metrics = step(self)
-        if self.step == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # the handler asks the loop to stop after this update
-        return metrics
-
-    monkeypatch.setattr(loop.Trainer, "train_step", interrupted_after_update_2)
-    summary, lines = train_logging(compose_config("train", TINY_TRAIN), tmp_path / "run")
-    assert summary["step"] == 2 and summary["exit_status"] == 130
-    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
-    assert not (tmp_path / "run" / "ctranslate2").exists() and not (tmp_path / "run" / "model").exists()
-    assert any("exports for translation not written (stopped by signal)" in line for line in lines), lines
-
-
 def test_sigterm_ends_the_command_with_status_143_after_saving(tmp_path):
     """The real command: a script can tell an interrupted run (128 + the signal) from a finished one."""
     run_dir = tmp_path / "run"

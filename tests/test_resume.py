@@ -296,7 +296,11 @@ def test_ctrl_c_says_how_to_translate_and_how_to_resume(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop.Trainer, "train_step", interrupted_after_update_2)
     summary, lines = train_logging(compose_config("train", TINY_TRAIN), tmp_path / "run")
-    assert summary["step"] == 2
+    # Stopped after the update in progress, saved, exports skipped, and 128 + SIGINT for the command.
+    assert summary["step"] == 2 and summary["exit_status"] == 130
+    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+    assert not (tmp_path / "run" / "ctranslate2").exists() and not (tmp_path / "run" / "model").exists()
+    assert "exports for translation not written (stopped by signal); translation reads the checkpoint" in lines
     assert lines[-2:] == [
         f"translate with:  seq2seq-translate run={tmp_path / 'run'} < input.txt > output.txt",
         f"resume with:     seq2seq-train resume={tmp_path / 'run'}",
