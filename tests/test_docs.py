@@ -20,7 +20,7 @@ from seq2seq.cli.average import key_values
 from seq2seq.cli.common import check_override_keys, parse_key_values
 from seq2seq.cli.export import main as export_main
 from seq2seq.cli.translate import wants_hydra
-from seq2seq.config import AverageConfig, DataConfig, TrainConfig, TranslateConfig
+from seq2seq.config import AverageConfig, DataConfig, ServeConfig, TrainConfig, TranslateConfig
 from seq2seq.inference.export import ExportConfig
 from seq2seq.train.run import GROUPS
 
@@ -103,6 +103,8 @@ def accept(argv: list[str]) -> None:
         parse_key_values(arguments, ExportConfig)
     elif command == "seq2seq-average":
         parse_key_values(key_values(arguments), AverageConfig)
+    elif command == "seq2seq-serve":
+        check_override_keys(arguments, ServeConfig)
     else:
         raise AssertionError(f"unknown command {command}")
 
@@ -116,7 +118,9 @@ def test_every_documented_command_line_is_accepted(page: Path) -> None:
 def test_the_command_lines_are_found() -> None:
     everything = "\n".join(p.read_text() for p in [README, *PAGES])
     commands = {argv[0] for argv in command_lines(everything)}
-    assert commands == {"seq2seq-train", "seq2seq.cli.train", "seq2seq-translate", "seq2seq-export", "seq2seq-average"}
+    assert commands == {
+        "seq2seq-train", "seq2seq.cli.train", "seq2seq-translate", "seq2seq-export", "seq2seq-average", "seq2seq-serve"
+    }  # fmt: skip
 
 
 def test_documented_errors_are_what_the_commands_print(tmp_path: Path) -> None:

@@ -336,6 +336,7 @@ def test_the_built_in_task_ends_on_its_target_not_on_a_clock():
 def test_the_end_summary_never_names_a_best_checkpoint_that_is_not_there(tmp_path, caplog):
     train(compose_config("train", TINY_TRAIN), tmp_path / "run")
     (tmp_path / "run" / "checkpoints" / "best.pt").unlink()
+    caplog.clear()  # only the resumed run's summary (the first run's may have been captured too)
     with caplog.at_level("INFO", logger="seq2seq.train"):
         train(
             compose_config("train", [*TINY_TRAIN, f"resume={tmp_path / 'run'}"]),

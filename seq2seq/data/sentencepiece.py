@@ -13,6 +13,7 @@ and `seq2seq.interop.huggingface` reorders the embedding rows with it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Iterable
@@ -150,6 +151,14 @@ class SentencePieceTokenizers:
     def source_files(self) -> list[Path]:
         files = [self.src.spm_path, self.tgt.spm_path, self.src.vocab_path]
         return files if self.joint else [*files, self.tgt.vocab_path]
+
+    def fingerprint(self) -> str:
+        """Identity of the tokenizers (their files' bytes), as `Tokenizers.fingerprint` gives it for
+        this tool's own: recorded in checkpoints, checked before decoding."""
+        digest = hashlib.sha256()
+        for path in self.source_files():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        return digest.hexdigest()
 
     @staticmethod
     def files(directory: Path) -> list[Path]:
