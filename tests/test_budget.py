@@ -70,7 +70,9 @@ def test_sigterm_ends_the_command_with_status_143_after_saving(tmp_path):
     """The real command: a script can tell an interrupted run (128 + the signal) from a finished one."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "SEQ2SEQ_CACHE": str(tmp_path / "cache")}
+    # Runs until stopped: no step limit, no target, no patience (a fast machine would finish first).
     overrides = [o for o in TINY_TRAIN if not o.startswith("max_steps")] + ["max_steps=100000"]
+    overrides += ["target=null", "patience=null"]
     command = [sys.executable, "-m", "seq2seq.cli.train", *overrides, f"hydra.run.dir={run_dir}"]
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     log = run_dir / "train.log"
