@@ -12,19 +12,17 @@ translation share this, and the benchmarks call it too.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
 from seq2seq.config import UserError
 from seq2seq.cpuinfo import cpu_name
+from seq2seq.measurement_cache import cached
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -99,8 +97,7 @@ def _gflops(d_model: int, ffn_dim: int, dtype: torch.dtype) -> float:
     return 2.0 * ROWS * d_model * ffn_dim / fastest / 1e9
 
 
-def _cache_file() -> Path:
-    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / "precision.json"
+CACHE_NAME = "precision.json"
 
 
 def _machine_key(d_model: int, ffn_dim: int) -> str:
@@ -109,28 +106,10 @@ def _machine_key(d_model: int, ffn_dim: int) -> str:
 
 
 def cached_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:
-    """The measurement for this machine and shape, from the cache file when it has one. An unreadable
-    or unwritable cache only costs a new measurement (0.2 s where bf16 is emulated, less elsewhere)."""
-    path, key = _cache_file(), _machine_key(d_model, ffn_dim)
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    cache = cache if isinstance(cache, dict) else {}
-    try:
-        return MatmulRates(**cache[key])
-    except (KeyError, TypeError):
-        pass
-    rates = measure_matmul_rates(d_model, ffn_dim)
-    cache[key] = asdict(rates)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(cache, indent=1))
-        temporary.replace(path)
-    except OSError:
-        pass
-    return rates
+    """The measurement for this machine and shape, from the cache file when it has one (a new
+    measurement costs 0.2 s where bf16 is emulated, less elsewhere)."""
+    measure = lambda: measure_matmul_rates(d_model, ffn_dim)  # noqa: E731
+    return cached(CACHE_NAME, _machine_key(d_model, ffn_dim), MatmulRates, measure)
 
 
 def choose_precision(

@@ -13,17 +13,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.metadata
-import json
 import logging
-import os
 import random
 import time
 from pathlib import Path
 from typing import Any
 
-from seq2seq import cpuinfo
+from seq2seq import cpuinfo, measurement_cache
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+from seq2seq.measurement_cache import cached
 from seq2seq.run_files import CTRANSLATE2_DIR
 
 log = logging.getLogger("seq2seq.translate")
@@ -41,8 +40,11 @@ class Timing:
         return min(self.seconds, key=self.seconds.__getitem__)
 
 
+CACHE_NAME = "engines.json"
+
+
 def cache_file() -> Path:
-    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / "engines.json"
+    return measurement_cache.cache_file(CACHE_NAME)
 
 
 def probe_key(cfg: Any, candidates: tuple[str, ...]) -> str:
@@ -64,30 +66,9 @@ def _version(package: str) -> str:
         return f"{package} none"
 
 
-def cached_timing(cfg: Any, candidates: tuple[str, ...], measure: Any = None) -> Timing:
-    """The timing for this machine, model and search: from the cache, or measured now and cached. An
-    unreadable or unwritable cache costs only a new measurement."""
-    path, key = cache_file(), probe_key(cfg, candidates)
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    cache = cache if isinstance(cache, dict) else {}
-    if isinstance(entry := cache.get(key), dict):
-        try:
-            return Timing(**entry)
-        except TypeError:  # an entry of another shape: measure again
-            pass
-    timing = (measure or measure_engines)(cfg, candidates)
-    cache[key] = dataclasses.asdict(timing)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(cache, indent=1))
-        os.replace(temporary, path)
-    except OSError as err:
-        log.debug("engine timing not cached (%s)", err)
-    return timing
+def cached_timing(cfg: Any, candidates: tuple[str, ...]) -> Timing:
+    """The timing for this machine, model and search: from the cache, or measured now and cached."""
+    return cached(CACHE_NAME, probe_key(cfg, candidates), Timing, lambda: measure_engines(cfg, candidates))
 
 
 def measure_engines(cfg: Any, candidates: tuple[str, ...], rounds: int = 2) -> Timing:
