@@ -132,6 +132,18 @@ class Trainer:
             return False
         return self.elapsed_minutes() + self.update_seconds / 60.0 >= self.training_minutes()
 
+    def reserve_for_the_final_validation(self) -> None:
+        """With max_minutes and no validation timed yet (after the first update, whose time the
+        estimate uses): keep back an estimate of the final validation's time. Rank 0 validates."""
+        if not self.cfg.max_minutes or self.validation_minutes != 0.0 or not self.dist.is_main:
+            return
+        self.validation_minutes = self.estimate_validation_minutes()
+        log.info(
+            "max_minutes=%g: %.1f minutes kept for the final validation (estimated before the first)",
+            self.cfg.max_minutes,
+            self.validation_minutes,
+        )
+
     def estimate_validation_minutes(self, probe_sentences: int = 16) -> float:
         """What a validation will take, before the first one has: the greedy translation of
         `probe_sentences` validation sentences, timed and scaled to the sentences a validation

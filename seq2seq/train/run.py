@@ -282,13 +282,7 @@ def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
         if metrics is None:
             continue
         step = trainer.step
-        if cfg.max_minutes and trainer.validation_minutes == 0.0 and trainer.dist.is_main:
-            trainer.validation_minutes = trainer.estimate_validation_minutes()
-            log.info(
-                "max_minutes=%g: %.1f minutes kept for the final validation (estimated before the first)",
-                cfg.max_minutes,
-                trainer.validation_minutes,
-            )
+        trainer.reserve_for_the_final_validation()
         window["tokens"] += metrics["tgt_tokens"]
         window["loss"] += metrics["loss"] * metrics["tgt_tokens"]
         window["nll"] += metrics["nll"] * metrics["tgt_tokens"]
