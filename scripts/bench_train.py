@@ -73,6 +73,7 @@ def build_trainer(args: argparse.Namespace, batch_tokens: int) -> Trainer:
         f"threads={args.threads}",
         f"compile={str(args.compile).lower()}",
         f"precision={args.precision}",
+        *args.set,
     ]
     with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
         cfg = compose("train", overrides=overrides)
@@ -117,6 +118,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
     parser.add_argument("--model", default="small")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a further training override, e.g. model.d_model=128",
+    )
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=2)
@@ -140,6 +148,7 @@ def main() -> None:
     achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
     report = {
         "model": args.model,
+        "overrides": args.set,
         "batch_tokens": args.batch_tokens,
         "threads": args.threads,
         "compile": args.compile,

@@ -45,6 +45,8 @@ def defaults(schema: type, prefix: str = "") -> dict[str, Any]:
 
 
 def shown(value: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        return f"`[{', '.join(v['name'] for v in value)}]`"  # recipes: their names (train.md explains them)
     if value is None:
         return "`null`"
     if isinstance(value, bool):

@@ -180,9 +180,10 @@ def table_row(result: dict) -> str:
         load_text = f"{load} (max {result['load_average_during_training_max']})"
     else:  # rows from before the sampling: the load at the end says whether the machine was shared
         load_text = f"not sampled; {machine['load_average_1min']} at the end"
+    recipe = f", recipe {result['recipe']}" if result.get("recipe") not in (None, "fixed") else ""
     return (
         f"| {result['experiment']} | {machine['cpu_capability']} | {result['precision']} | "
-        f"{result['train_minutes']:.0f} min, {result['steps']} updates | {test['bleu']} | {test['bleu_lowercase']} | "
+        f"{result['train_minutes']:.0f} min, {result['steps']} updates{recipe} | {test['bleu']} | {test['bleu_lowercase']} | "
         f"{test['chrf']} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
         f"{load_text} | "
         f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"
@@ -238,6 +239,7 @@ def main() -> None:
     parser.add_argument("--results", default=str(ROOT / "results"))
     parser.add_argument("--page", default=str(ROOT / "docs" / "results.md"), help="whose results table to rewrite")
     parser.add_argument("--skip-training", action="store_true", help="reuse the run in --run-dir")
+    parser.add_argument("--average", type=int, help="checkpoints averaged (default: the run's keep_checkpoints)")
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_intermixed_args()
     budget = f"_{args.minutes:g}min" if args.minutes else ""
@@ -253,7 +255,9 @@ def main() -> None:
     candidates = [run_dir / "checkpoints" / "best.pt"]
     if load_checkpoint(candidates[0])["step"] != last["step"]:
         candidates.append(run_dir / "checkpoints" / "last.pt")
-    if averaged := average_of_the_end(run_dir, last["step"]):
+    # The averaging window is the run's: keep_checkpoints periodic checkpoints (a recipe sets it).
+    window = args.average or last["config"]["keep_checkpoints"]
+    if window > 1 and (averaged := average_of_the_end(run_dir, last["step"], window)):
         candidates.append(averaged)
     valid_src, valid_ref = splits["valid"]
 
@@ -282,6 +286,8 @@ def main() -> None:
         "train_minutes": training_minutes(log),
         "train_command_minutes": round(train_seconds / 60, 1) if train_seconds else None,  # with start-up
         "steps": last["step"],
+        "recipe": last["config"].get("recipe"),  # what recipe=auto chose (or fixed); checkpoints before it: None
+        "averaged_checkpoints": window,
         "precision": last["config"]["precision"],
         "precision_reason": chosen_precision[-1][1] if chosen_precision else None,
         "data": last["config"]["data"]["kind"],

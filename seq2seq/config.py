@@ -105,6 +105,13 @@ class OptimConfig:
 
 
 @dataclass
+class RecipeConfig:
+    name: str = ""  # what recipe=<name> and the log call it
+    min_updates: int = 0  # recipe=auto takes the first candidate expected to make at least this many updates
+    overrides: list[str] = field(default_factory=list)  # key=value, as on the command line (data.* excluded)
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -115,6 +122,9 @@ class TrainConfig:
     max_epochs: int | None = None  # passes over the training data; null: no limit
     max_minutes: float | None = None  # wall-clock budget; the run saves and stops when it is spent
     label_smoothing: float = 0.1
+    # The run's config records what auto chose (a resume continues with it).
+    recipe: str = "fixed"  # auto: the first of recipes making its min_updates here, timed at start | fixed | a name
+    recipes: list[RecipeConfig] = field(default_factory=list)  # recipe=auto's candidates, largest first
     valid_every: int = 1000  # updates between validations (loss, BLEU, chrF)
     valid_max_sentences: int | None = None  # translate only the first N validation sentences for BLEU
     save_every: int = 1000  # updates between periodic checkpoints

@@ -32,6 +32,7 @@ from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
 from seq2seq.train.lock import clear_previous_run, refuse_previous_run, run_directory_lock
 from seq2seq.train.loop import Trainer, install_stop_handlers, resume_payload
+from seq2seq.train.recipe import choose_recipe, validate_recipes
 
 log = logging.getLogger("seq2seq.train")
 GROUPS = ("model", "data", "optim", "experiment")
@@ -123,13 +124,14 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
         cfg = pretrained_config(cfg, overrides or [])
     validate_train(cfg)
+    validate_recipes(cfg)
     if not cfg.resume and not cfg.overwrite:
         refuse_previous_run(run_dir)
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
-        return _train(cfg, run_dir, device, dist, payload)
+        return _train(cfg, run_dir, device, dist, payload, overrides or [])
     finally:
         cleanup_distributed()
 
@@ -162,7 +164,7 @@ def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
 
 
 def _train(
-    cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None
+    cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, overrides: list[str]
 ) -> dict[str, Any]:
     if dist.enabled:
         run_dir = _agree_on_run_dir(run_dir, dist)
@@ -175,11 +177,17 @@ def _train(
     if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
         _check_writable(run_dir)
     with run_directory_lock(run_dir) if dist.is_main else contextlib.nullcontext():
-        return _train_locked(cfg, run_dir, device, dist, payload, start)
+        return _train_locked(cfg, run_dir, device, dist, payload, start, overrides)
 
 
 def _train_locked(
-    cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, start: float
+    cfg: DictConfig,
+    run_dir: Path,
+    device: torch.device,
+    dist: DistContext,
+    payload: dict | None,
+    start: float,
+    overrides: list[str],
 ) -> dict[str, Any]:
     if dist.is_main and not cfg.resume and cfg.overwrite and (removed := clear_previous_run(run_dir)):
         log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
@@ -191,6 +199,8 @@ def _train_locked(
     data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main, pretrained=pretrained)
     if dist.is_main:
         data.tokenizers.save(run_dir)
+    if payload is None:  # a resumed run's config holds the recipe it chose
+        choose_recipe(cfg, overrides, run_dir, data, device, dist)
     trainer = Trainer(cfg, run_dir, data, device, dist)
     trainer.started = start
     if payload is not None:
