@@ -14,6 +14,7 @@ from test_search import (
     make_model,
     one_thread,  # noqa: F401  (autouse: tiny matmuls, one thread)
     reference_greedy,
+    reference_score,
     sequence_log_probs,
     sources,
     unpadded,
@@ -103,12 +104,15 @@ def test_an_ensemble_step_is_the_log_of_the_members_mean_probability() -> None:
     torch.testing.assert_close(got, probs.log(), atol=ATOL, rtol=0.0)
     # And beam search over the ensemble ranks by those probabilities: its best hypothesis's
     # log_prob is the sum of the mean probabilities' logs along it.
-    best = beam_search(ensemble, src, BOS_ID, EOS_ID, budget(src), beam=2)
+    max_len = budget(src)
+    best = beam_search(ensemble, src, BOS_ID, EOS_ID, max_len, beam=2)
     for row, nbest in enumerate(best):
         tokens, one = nbest[0].tokens, unpadded(src, row)
         tgt_in = torch.tensor([[BOS_ID, *tokens]])
         mean = torch.stack([torch.softmax(m(one, tgt_in)[0].float(), -1) for m in members]).mean(0)
-        expected = mean.log().gather(1, torch.tensor([*tokens, EOS_ID])[:, None]).sum()
+        terms = mean.log().gather(1, torch.tensor([*tokens, EOS_ID])[:, None])
+        cut = len(tokens) == int(max_len[row]) - 1  # a line cut at its budget has no EOS term
+        expected = terms[: len(tokens)].sum() if cut else terms.sum()
         assert nbest[0].log_prob == pytest.approx(float(expected), abs=ATOL)
 
 
@@ -138,7 +142,10 @@ def test_a_forced_prefix_is_reproduced_and_greedy_continues_as_if_fed_by_hand() 
     for row, (hyp, prefix) in enumerate(zip(hyps, prefixes, strict=True)):
         assert hyp.tokens[: len(prefix)] == prefix
         assert hyp.tokens == reference_greedy_after(model, unpadded(src, row), prefix, int(max_len[row]))
-        assert hyp.log_prob == pytest.approx(sequence_log_probs(model, unpadded(src, row), [hyp.tokens])[0], abs=ATOL)
+        limit = int(max_len[row])
+        assert hyp.log_prob == pytest.approx(
+            sequence_log_probs(model, unpadded(src, row), [hyp.tokens], limit)[0], abs=ATOL
+        )
     # Without a prefix the middle sentence decodes exactly as plain greedy does.
     assert hyps[1].tokens == reference_greedy(model, unpadded(src, 1), int(max_len[1]))
 
@@ -153,12 +160,13 @@ def test_beam_search_keeps_the_prefix_and_its_best_beats_every_continuation_gree
         assert all(h.tokens[: len(prefix)] == prefix for h in hyps)
         assert len({tuple(h.tokens) for h in hyps}) == len(hyps)  # distinct hypotheses, not copies of one
         # Each hypothesis's log_prob is the model's, prefix tokens included (full forward pass).
+        limit = int(max_len[row])
         assert [h.log_prob for h in hyps] == pytest.approx(
-            sequence_log_probs(model, one, [h.tokens for h in hyps]), abs=ATOL
+            sequence_log_probs(model, one, [h.tokens for h in hyps], limit), abs=ATOL
         )
         # With the prefix fed by hand, greedy's continuation scores no better than the beam's best.
-        greedy = reference_greedy_after(model, one, prefix, int(max_len[row]))
-        greedy_score = sequence_log_probs(model, one, [greedy])[0] / (len(greedy) + 1)
+        greedy = reference_greedy_after(model, one, prefix, limit)
+        greedy_score = reference_score(sequence_log_probs(model, one, [greedy], limit)[0], greedy, limit, 1.0)
         assert hyps[0].score >= greedy_score - ATOL
 
 

@@ -72,18 +72,30 @@ def unpadded(src: torch.Tensor, row: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def sequence_log_probs(model: Transformer, src: torch.Tensor, outputs: list[list[int]]) -> list[float]:
-    """Sum of log-probabilities of each output (EOS appended) given one source (1, S), from the
-    full teacher-forced forward pass; no renormalisation for the banned pad/bos tokens."""
+def sequence_log_probs(
+    model: Transformer, src: torch.Tensor, outputs: list[list[int]], max_len: int | None = None
+) -> list[float]:
+    """Sum of log-probabilities of each output given one source (1, S), from the full teacher-forced
+    forward pass, EOS appended; no renormalisation for the banned pad/bos tokens. An output cut at its
+    budget (`max_len` tokens counting EOS, so one of max_len - 1 tokens) ends there without EOS: that
+    is how CTranslate2 and Hugging Face score a hypothesis that reaches the length limit."""
     scores: dict[int, float] = {}
     for length in {len(tokens) for tokens in outputs}:  # one forward pass per output length
         group = [i for i, tokens in enumerate(outputs) if len(tokens) == length]
         tgt_in = torch.tensor([[BOS_ID, *outputs[i]] for i in group])
         target = torch.tensor([[*outputs[i], EOS_ID] for i in group])
         log_probs = torch.log_softmax(model(src.expand(len(group), -1), tgt_in), -1)
-        sums = log_probs.gather(2, target[:, :, None]).squeeze(2).sum(1)
+        terms = log_probs.gather(2, target[:, :, None]).squeeze(2)
+        cut = max_len is not None and length == max_len - 1
+        sums = terms[:, :length].sum(1) if cut else terms.sum(1)
         scores.update(zip(group, sums.tolist(), strict=True))
     return [scores[i] for i in range(len(outputs))]
+
+
+def reference_score(log_prob: float, tokens: list[int], max_len: int, length_penalty: float) -> float:
+    """log_prob / length^alpha, the length counting EOS, which an output cut at its budget lacks."""
+    length = len(tokens) + (0 if len(tokens) == max_len - 1 else 1)
+    return log_prob / length**length_penalty if length_penalty and length else log_prob
 
 
 def all_outputs(max_len: int) -> list[list[int]]:
@@ -136,7 +148,8 @@ def test_greedy_matches_full_forward_greedy(seed: int) -> None:
     for row, hyp in enumerate(results):
         single = unpadded(src, row)
         assert hyp.tokens == reference_greedy(model, single, int(max_len[row]))
-        assert hyp.score == pytest.approx(sequence_log_probs(model, single, [hyp.tokens])[0], abs=ATOL)
+        limit = int(max_len[row])
+        assert hyp.score == pytest.approx(sequence_log_probs(model, single, [hyp.tokens], limit)[0], abs=ATOL)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
@@ -146,10 +159,10 @@ def test_beam_one_is_greedy(seed: int, length_penalty: float) -> None:
     max_len = torch.tensor([7, 5, 6])
     greedy = greedy_search(model, src, BOS_ID, EOS_ID, max_len)
     beam = beam_search(model, src, BOS_ID, EOS_ID, max_len, beam=1, length_penalty=length_penalty)
-    for g, (b,) in zip(greedy, beam, strict=True):
+    for g, (b,), limit in zip(greedy, beam, max_len.tolist(), strict=True):
         assert b.tokens == g.tokens
         # Greedy reports the raw log-probability, beam search divides it by length^alpha (EOS counted).
-        assert b.score == pytest.approx(g.score / (len(g.tokens) + 1) ** length_penalty, abs=ATOL)
+        assert b.score == pytest.approx(reference_score(g.score, g.tokens, limit, length_penalty), abs=ATOL)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
@@ -162,10 +175,11 @@ def test_scores_mean_the_same_in_greedy_and_beam_search(length_penalty: float) -
     beam = beam_search(model, src, BOS_ID, EOS_ID, max_len, beam=1, length_penalty=length_penalty)
     for row, (g, (b,)) in enumerate(zip(greedy, beam, strict=True)):
         assert g.tokens == b.tokens
-        (raw,) = sequence_log_probs(model, unpadded(src, row), [g.tokens])
+        limit = int(max_len[row])
+        (raw,) = sequence_log_probs(model, unpadded(src, row), [g.tokens], limit)
         for hyp in (g, b):
             assert hyp.log_prob == pytest.approx(raw, abs=ATOL)
-            assert hyp.score == pytest.approx(raw / (len(hyp.tokens) + 1) ** length_penalty, abs=ATOL)
+            assert hyp.score == pytest.approx(reference_score(raw, hyp.tokens, limit, length_penalty), abs=ATOL)
 
 
 EXHAUSTIVE_SEEDS = (1, 3, 5)  # models whose best outputs have various lengths (see the guard below)
@@ -173,7 +187,7 @@ EXHAUSTIVE_SEEDS = (1, 3, 5)  # models whose best outputs have various lengths (
 
 def exhaustive_scores(model: Transformer, src: torch.Tensor, max_len: int) -> dict[tuple[int, ...], float]:
     outputs = all_outputs(max_len)
-    return dict(zip(map(tuple, outputs), sequence_log_probs(model, src, outputs), strict=True))
+    return dict(zip(map(tuple, outputs), sequence_log_probs(model, src, outputs, max_len), strict=True))
 
 
 @pytest.mark.parametrize("seed", EXHAUSTIVE_SEEDS)
@@ -215,9 +229,10 @@ def test_beam_scores_are_length_normalised_log_probs(length_penalty: float) -> N
     max_len = torch.tensor([7, 5, 6])
     results = beam_search(model, src, BOS_ID, EOS_ID, max_len, beam=4, length_penalty=length_penalty, nbest=3)
     for row, nbest in enumerate(results):
-        raw = sequence_log_probs(model, unpadded(src, row), [h.tokens for h in nbest])
+        limit = int(max_len[row])
+        raw = sequence_log_probs(model, unpadded(src, row), [h.tokens for h in nbest], limit)
         for hyp, log_prob in zip(nbest, raw, strict=True):
-            assert hyp.score == pytest.approx(log_prob / (len(hyp.tokens) + 1) ** length_penalty, abs=ATOL)
+            assert hyp.score == pytest.approx(reference_score(log_prob, hyp.tokens, limit, length_penalty), abs=ATOL)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])

@@ -210,10 +210,10 @@ class CTranslate2Translator:
                 sampling_temperature=cfg.temperature,
             )
         if only_eos := [i for i in todo if budgets[i] <= 1 and not forced[i]]:
-            # A budget of one token leaves room for </s> alone (CTranslate2 refuses max_decoding_length=0).
-            scored = self.engine.score_batch([sources[i] for i in only_eos], [[] for _ in only_eos])
-            for i, score in zip(only_eos, scored, strict=True):
-                results[i] = [Translation("", sum(score.log_probs), [])]
+            # A budget of one token leaves room for </s> alone (CTranslate2 refuses max_decoding_length=0):
+            # the line is cut before its first token and, as every cut line, scored by its tokens alone.
+            for i in only_eos:
+                results[i] = [Translation("", 0.0, [])]
         for budget in sorted(set(budgets.values())):
             rows = [i for i in todo if budgets[i] == budget and i not in only_eos]
             if not rows:

@@ -25,9 +25,11 @@ class Hypothesis:
     """A finished output and how likely the model finds it, the same in greedy and beam search.
 
     log_prob: log P(tokens + EOS | source), the sum of the model's log-probabilities of each output
-        token and of the final EOS (pad and BOS are banned without renormalising the rest).
+        token and of the final EOS (pad and BOS are banned without renormalising the rest); for a
+        line cut at its output budget, of its tokens alone (see `_only_eos`).
     score: what hypotheses are ranked by, log_prob / (len(tokens) + 1) ** length_penalty (EOS
-        counted); with length_penalty 0 it is log_prob itself. -inf for a sentence without output.
+        counted; a cut line has no EOS: len(tokens)); with length_penalty 0 it is log_prob itself.
+        -inf for a sentence without output.
     """
 
     tokens: list[int]  # without BOS and EOS
@@ -35,9 +37,10 @@ class Hypothesis:
     score: float
 
     @classmethod
-    def scored(cls, tokens: list[int], log_prob: float, length_penalty: float) -> Hypothesis:
-        length = len(tokens) + 1
-        return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty else log_prob)
+    def scored(cls, tokens: list[int], log_prob: float, length_penalty: float, cut: bool = False) -> Hypothesis:
+        """`cut`: the line reached its output budget and ends without EOS (see `_only_eos`)."""
+        length = len(tokens) + (0 if cut else 1)
+        return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty and length else log_prob)
 
 
 def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: int) -> torch.Tensor:
@@ -54,10 +57,14 @@ def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderStat
 
 
 def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:
-    """Rows where `rows` (bool) is True are out of budget: EOS is their only continuation."""
+    """Rows where `rows` (bool) is True are out of budget: the line is cut here. EOS is their only
+    continuation and costs nothing, so a cut hypothesis scores as its tokens alone: that is how
+    CTranslate2 scores one that reaches max_decoding_length, and beam search must rank cut and
+    finished hypotheses as it does for the two engines to write the same lines."""
     if bool(rows.any()):
         not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != eos
         log_probs.masked_fill_(rows[:, None] & not_eos, NEG_INF)
+        log_probs[rows, eos] = 0.0
 
 
 def force_prefix(log_probs: torch.Tensor, forced: torch.Tensor | None, sentences: torch.Tensor, step: int) -> None:
@@ -116,7 +123,8 @@ def greedy_search(
             if results[index] is not None:  # finished earlier, kept as padding
                 continue
             if token == eos:
-                results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty)
+                cut = int(max_len[index]) <= step + 1
+                results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty, cut)
             else:
                 outputs[index].append(token)
                 live.append(row)
@@ -165,7 +173,7 @@ def beam_search(
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
         is_eos = cand_token == eos
-        beams.finish(cand_scores, cand_beam, is_eos, length_penalty)
+        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, at_limit.tolist())
         state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos), group=beam)
         best_live = beams.best_live()
         done = [
@@ -238,10 +246,16 @@ class Beams:
         return self.scores[:, 0].tolist()
 
     def finish(
-        self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, is_eos: torch.Tensor, length_penalty: float
+        self,
+        cand_scores: torch.Tensor,
+        cand_beam: torch.Tensor,
+        is_eos: torch.Tensor,
+        length_penalty: float,
+        cut: list[bool],
     ) -> None:
         """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
-        (not those of sentences already done, which only pad the batch)."""
+        (not those of sentences already done, which only pad the batch). `cut[row]`: that sentence
+        is at its output budget, so its EOS is the cut (see `_only_eos`)."""
         for row, rank in is_eos[:, : self.beam].nonzero().tolist():
             if self.alive[row] in self.closed:
                 continue
@@ -249,7 +263,7 @@ class Beams:
             if log_prob == NEG_INF:
                 continue
             tokens = self.prefixes[row * self.rows + int(cand_beam[row, rank]), 1:].tolist()
-            self.finished[self.alive[row]].append(Hypothesis.scored(tokens, log_prob, length_penalty))
+            self.finished[self.alive[row]].append(Hypothesis.scored(tokens, log_prob, length_penalty, cut[row]))
 
     def extend(
         self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, cand_token: torch.Tensor, is_eos: torch.Tensor

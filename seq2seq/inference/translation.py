@@ -11,7 +11,7 @@ from seq2seq.config import UserError
 @dataclass
 class Translation:
     text: str
-    score: float  # log P(output + EOS) / (tokens + 1) ** length_penalty; 0.0 for an empty line
+    score: float  # log P(output + EOS) / (tokens + 1) ** length_penalty (a line cut at its budget: no EOS); 0.0 for an empty line
     tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix included)
 
 
