@@ -1,5 +1,5 @@
 """Kept for old command lines: the averaging is the `seq2seq-average` console command
-(seq2seq/average.py), which a `pip install .` user gets too."""
+(seq2seq/cli/average.py), which a `pip install .` user gets too."""
 
 from __future__ import annotations
 

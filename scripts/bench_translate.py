@@ -10,7 +10,7 @@ where it has one, see seq2seq/inference/engine.py; the row names the engine) and
 beam size and batch size, decode time per sentence by source-length bucket, BLEU of each output,
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
 and optionally dynamic int8 quantisation of the Linear layers. With `--ctranslate2 <export dir>`, the
-CTranslate2 export of the same checkpoint is also timed alone (scripts/translate_ctranslate2.py),
+CTranslate2 export of the same checkpoint is also timed given by hand (scripts/translate_ctranslate2.py),
 round by round beside ours, and in process (`CTranslate2Translator`, the in-process rows' settings); with
 `--int8`, the command with `precision=int8` (CTranslate2's 8-bit weights). Every row has its BLEU and the
 fraction of lines equal to PyTorch's. Run it on an idle machine.
@@ -102,7 +102,7 @@ def end_to_end(
 
 
 def end_to_end_ctranslate2(args: argparse.Namespace, beam: int, source: list[str], reference: list[str]) -> dict:
-    """The same, with the CTranslate2 export of the same checkpoint (scripts/translate_ctranslate2.py)."""
+    """The same, with the CTranslate2 export of the same checkpoint given by hand (scripts/translate_ctranslate2.py)."""
     command = [sys.executable, str(Path(__file__).resolve().parent / "translate_ctranslate2.py"), args.ctranslate2]
     command += [f"--beam={beam}", f"--threads={args.threads}", f"--compute-type={args.ct2_compute_type}"]
     return filter_row(command, beam, source, reference)

@@ -3,7 +3,7 @@
     python scripts/gen_config_docs.py           # rewrite the page
     python scripts/gen_config_docs.py --check   # exit 1 if the committed page differs (tests run this)
 
-Every key with its default and its description (the comment beside it in the schema), and every
+Every key with its default and its description (its help in the schema), and every
 group option with the keys it sets: generated, so the page cannot drift from the code.
 """
 

@@ -35,8 +35,8 @@ from pathlib import Path
 import sacrebleu
 from omegaconf import OmegaConf
 
-from seq2seq.average import average_files
 from seq2seq.checkpoint import load_checkpoint
+from seq2seq.cli.average import average_files
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
 from seq2seq.device import pick_device

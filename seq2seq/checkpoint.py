@@ -5,8 +5,8 @@ A checkpoint is a dict of tensors and plain Python values only, so it loads with
 config, so a checkpoint (with its tokenizer) is all translation needs.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: the payload types below are read at run time
+# (`__required_keys__`, `__optional_keys__`), which needs their annotations evaluated.
 import contextlib
 import dataclasses
 import errno
@@ -15,8 +15,9 @@ import os
 import pickle
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 
@@ -31,7 +32,67 @@ WEIGHTS_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT = "model.safetensors", "config.json
 SPECIAL_TOKENS = len(SPECIALS)
 
 
-def atomic_save(payload: dict[str, Any], path: Path) -> None:
+# ---- what a checkpoint holds ------------------------------------------------------------------
+# Plain dicts at run time (torch.load(weights_only=True) reads nothing else); these types name their
+# keys once, for the code that writes them (Trainer.state_dict), reads them (load_checkpoint,
+# read_model_file, load_weights, Trainer.restore) and keeps some of them (averaging). NotRequired:
+# a key that files written before it was kept lack.
+
+
+class Vocabulary(TypedDict):
+    """The vocabularies the embeddings were sized for."""
+
+    src_size: int
+    tgt_size: int
+    pad_id: int
+    # The tokenizer's fingerprint: translation checks that the tokenizer beside the checkpoint is this
+    # one. Absent from checkpoints written before it was kept, and from imported Marian models.
+    tokenizer: NotRequired[str]
+
+
+class ModelPayload(TypedDict):
+    """What rebuilding the model needs (`model_from_checkpoint`): all that a weights-only export
+    (`load_weights`) or an imported Marian model holds."""
+
+    format: int  # FORMAT
+    model: dict[str, torch.Tensor]  # the model's state_dict
+    config: dict[str, Any]  # the run's resolved config as a plain dict; translation reads config["model"]
+    vocab: Vocabulary
+    step: int  # updates made; -1 where a weights export does not say
+
+
+class PrecisionRecord(TypedDict):
+    asked: str  # what the run's command line said (e.g. auto)
+    reason: str  # why it computes in config["precision"]
+
+
+class Checkpoint(ModelPayload):
+    """A training checkpoint: the model, and everything a run needs to continue bit-for-bit."""
+
+    data: dict[str, Any]  # the batch stream's (epoch, position)
+    optimizer: dict[str, Any]  # with the learning-rate schedule's state
+    scaler: dict[str, Any]  # the fp16 grad scaler's; empty when it is off
+    rng: list[dict[str, Any]]  # every rank's random state, in rank order (older checkpoints: one dict)
+    best: dict[str, float] | None  # {"value", "step"} of best_metric; None before the first validation
+    validations_since_best: int
+    skipped_updates: int
+    metrics: dict[str, float]  # of the latest validation
+    # Absent from checkpoints written before they were kept; a resume of one goes on without them.
+    elapsed_seconds: NotRequired[float]  # training time over every segment of the run
+    validation_minutes: NotRequired[float]  # the latest validation's duration, kept back from max_minutes
+    precision_choice: NotRequired[PrecisionRecord]
+
+
+class AveragedCheckpoint(ModelPayload):
+    """The mean of several checkpoints' weights, for translation: the newest one's model payload with
+    the averaged weights, no training state."""
+
+    metrics: NotRequired[dict[str, float]]  # the newest checkpoint's
+    averaged_from: list[str]  # the files averaged
+    averaged_steps: list[int]  # their updates, in the same order
+
+
+def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`: a crash or a
     full disk at any moment leaves either the old file or the new one, never half of one."""
     tmp_name = None
@@ -100,7 +161,10 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """A checkpoint file's payload, read without running code from it. Checked here: its format and
+    that it has weights; its model payload where a model is built from it (`read_model_file`), its
+    training state where a run resumes from it. An averaged checkpoint has no training state."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint file")
@@ -127,7 +191,7 @@ def find_model_file(run_dir: str | Path) -> Path:
     )
 
 
-def read_model_file(path: Path) -> tuple[Path, dict[str, Any]]:
+def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
     """(the file read, its checkpoint-shaped payload): a training checkpoint, or a weights-only
     model.safetensors (given as the file or as its directory)."""
     if path.suffix == ".safetensors" or (path / WEIGHTS_FILE).is_file():
@@ -177,7 +241,7 @@ def _check_vocab_entries(vocab: dict[str, Any], where: Path) -> None:
         raise UserError(f"{where}: vocab.pad_id={vocab['pad_id']}: every seq2seq vocabulary pads with id {PAD_ID}")
 
 
-def check_vocabulary(payload: dict[str, Any], tokenizers: Tokenizers, path: Path) -> None:
+def check_vocabulary(payload: ModelPayload, tokenizers: Tokenizers, path: Path) -> None:
     """The tokenizer found beside a checkpoint must be the one it was trained with: the same sizes,
     and the same tokenizer where the checkpoint records it (another run's of the same size would
     translate without complaint, every id meaning another token)."""
@@ -195,7 +259,7 @@ def check_vocabulary(payload: dict[str, Any], tokenizers: Tokenizers, path: Path
         )
 
 
-def model_from_checkpoint(payload: dict[str, Any]) -> Transformer:
+def model_from_checkpoint(payload: ModelPayload) -> Transformer:
     """Rebuilds the model from the config stored in the checkpoint and loads its weights."""
     model_cfg = ModelConfig(**payload["config"]["model"])
     vocab = payload["vocab"]
@@ -204,7 +268,7 @@ def model_from_checkpoint(payload: dict[str, Any]) -> Transformer:
     return model
 
 
-def load_weights(path: str | Path) -> dict[str, Any]:
+def load_weights(path: str | Path) -> ModelPayload:
     """A weights-only export (model.safetensors, with config.json beside it) as a checkpoint-shaped
     dict that `model_from_checkpoint` takes. Reading it runs no code: a JSON file and raw tensors.
     A directory means the model.safetensors in it."""
@@ -237,13 +301,9 @@ def load_weights(path: str | Path) -> dict[str, Any]:
         if stored in state:
             state[alias] = state[stored]
     _check_weights(state, checked_model, vocab, path)
-    return {
-        "format": FORMAT,
-        "model": state,
-        "config": {"model": model_cfg},
-        "vocab": vocab,
-        "step": config.get("step", -1),
-    }
+    return ModelPayload(
+        format=FORMAT, model=state, config={"model": model_cfg}, vocab=vocab, step=config.get("step", -1)
+    )
 
 
 def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab: dict[str, int], path: Path) -> None:

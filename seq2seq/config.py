@@ -26,35 +26,45 @@ BYTE_VOCABULARY_FLOOR = 256 + 4
 MAX_POSITIONS = 65536  # far beyond what full attention over a sentence pair is used for
 
 
+def setting(default: Any, help: str) -> Any:
+    """A key with its one-line description, which `--help` and docs/configure-reference.md print
+    (kept in the field's metadata, where Hydra and OmegaConf leave it alone)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class ModelConfig:
-    d_model: int = 512  # width of every residual stream vector
-    heads: int = 8  # attention heads; each works on d_model / heads dimensions
-    ffn_dim: int = 2048  # inner width of the position-wise feed-forward network
+    d_model: int = setting(512, "width of every residual stream vector")
+    heads: int = setting(8, "attention heads; each works on d_model / heads dimensions")
+    ffn_dim: int = setting(2048, "inner width of the position-wise feed-forward network")
     encoder_layers: int = 6
     decoder_layers: int = 6
-    dropout: float = 0.1  # on embeddings+positions and on every sublayer output (paper: 0.1)
-    attention_dropout: float = 0.0  # on the attention weights
-    activation_dropout: float = 0.0  # inside the FFN, after the activation (not in the paper; costs time on a CPU)
-    activation: str = "relu"  # relu (paper) | gelu | silu (swish, as many OPUS-MT models)
-    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm (steadier when deep)
-    positions: str = "sinusoidal"  # sinusoidal (paper) | learned
-    max_positions: int = 256  # longest source or target, in tokens, the model can take
-    tie_output: bool = True  # share the target embedding with the pre-softmax projection (paper §3.4)
-    share_embeddings: bool = False  # one embedding for source and target; needs data.joint_vocab
+    dropout: float = setting(0.1, "on embeddings+positions and on every sublayer output (paper: 0.1)")
+    attention_dropout: float = setting(0.0, "on the attention weights")
+    activation_dropout: float = setting(
+        0.0, "inside the FFN, after the activation (not in the paper; costs time on a CPU)"
+    )
+    activation: str = setting("relu", "relu (paper) | gelu | silu (swish, as many OPUS-MT models)")
+    norm_first: bool = setting(False, "False: post-norm as in the paper; True: pre-norm (steadier when deep)")
+    positions: str = setting("sinusoidal", "sinusoidal (paper) | learned")
+    max_positions: int = setting(256, "longest source or target, in tokens, the model can take")
+    tie_output: bool = setting(True, "share the target embedding with the pre-softmax projection (paper §3.4)")
+    share_embeddings: bool = setting(False, "one embedding for source and target; needs data.joint_vocab")
     # Settings a pretrained Marian (OPUS-MT) model brings (seq2seq.interop.huggingface); the defaults are the paper's.
-    sinusoid_layout: str = "interleaved"  # interleaved: sin/cos alternate (paper) | split: sines, then cosines (Marian)
-    scale_embedding: bool = True  # multiply token embeddings by sqrt(d_model) (paper §3.4)
-    output_bias: bool = False  # a fixed (untrained) bias on the logits: Marian's final_logits_bias
-    decoder_start: str = "bos"  # the token every target starts from: bos | pad (Marian)
+    sinusoid_layout: str = setting(
+        "interleaved", "interleaved: sin/cos alternate (paper) | split: sines, then cosines (Marian)"
+    )
+    scale_embedding: bool = setting(True, "multiply token embeddings by sqrt(d_model) (paper §3.4)")
+    output_bias: bool = setting(False, "a fixed (untrained) bias on the logits: Marian's final_logits_bias")
+    decoder_start: str = setting("bos", "the token every target starts from: bos | pad (Marian)")
 
 
 @dataclass
 class DataConfig:
-    kind: str = "builtin"  # builtin | multi30k | parallel_files | tsv | jsonl | hub
-    src_lang: str = "src"  # language codes; file suffixes for multi30k
+    kind: str = setting("builtin", "builtin | multi30k | parallel_files | tsv | jsonl | hub")
+    src_lang: str = setting("src", "language codes; file suffixes for multi30k")
     tgt_lang: str = "tgt"
-    dir: str | None = None  # multi30k: directory holding train/val/test_2016_flickr.<lang>[.gz]
+    dir: str | None = setting(None, "multi30k: directory holding train/val/test_2016_flickr.<lang>[.gz]")
     # parallel_files: one sentence per line, plain or .gz; tsv/jsonl: set only train/valid/test.
     train_src: str | None = None
     train_tgt: str | None = None
@@ -62,53 +72,55 @@ class DataConfig:
     valid_tgt: str | None = None
     test_src: str | None = None
     test_tgt: str | None = None
-    train: str | None = None  # tsv: "source<TAB>target" per line; jsonl: {"<src_key>": .., "<tgt_key>": ..}
+    train: str | None = setting(None, 'tsv: "source<TAB>target" per line; jsonl: {"<src_key>": .., "<tgt_key>": ..}')
     valid: str | None = None
     test: str | None = None
     src_key: str = "src"
     tgt_key: str = "tgt"
-    hub_name: str | None = None  # hub: a datasets name, e.g. wmt14 (needs the network)
-    hub_subset: str | None = None  # hub: e.g. de-en
+    hub_name: str | None = setting(None, "hub: a datasets name, e.g. wmt14 (needs the network)")
+    hub_subset: str | None = setting(None, "hub: e.g. de-en")
     # The built-in task: reverse a sequence of letters and upper-case it ("c a t" -> "T A C").
     task_train_size: int = 20000
     task_valid_size: int = 500
     task_test_size: int = 500
     task_min_len: int = 3
     task_max_len: int = 12
-    task_alphabet: int = 20  # letters drawn from the first N of a-z
+    task_alphabet: int = setting(20, "letters drawn from the first N of a-z")
     # Tokenization and filtering.
-    tokenizer: str = "bpe"  # bpe | unigram
-    vocab_size: int = 8000  # per vocabulary (joint: shared); at least 260 (the 256 bytes + 4 special tokens)
-    joint_vocab: bool = True  # one tokenizer for both languages (needed for model.share_embeddings)
-    max_tokens: int = 128  # drop training pairs longer than this on either side
-    max_length_ratio: float = 3.0  # drop training pairs whose token counts differ by more than this factor
-    cache_dir: str | None = None  # tokenized Arrow data + tokenizer; default ~/.cache/seq2seq
+    tokenizer: str = setting("bpe", "bpe | unigram")
+    vocab_size: int = setting(8000, "per vocabulary (joint: shared); at least 260 (the 256 bytes + 4 special tokens)")
+    joint_vocab: bool = setting(True, "one tokenizer for both languages (needed for model.share_embeddings)")
+    max_tokens: int = setting(128, "drop training pairs longer than this on either side")
+    max_length_ratio: float = setting(3.0, "drop training pairs whose token counts differ by more than this factor")
+    cache_dir: str | None = setting(None, "tokenized Arrow data + tokenizer; default ~/.cache/seq2seq")
     # Corpora too large to pre-tokenize: read and tokenize the training files on the fly, a buffer at a time.
     streaming: bool = False
-    stream_buffer_pairs: int = 100_000  # pairs tokenized, length-sorted and shuffled together
-    stream_tokenizer_pairs: int = 1_000_000  # the first N training pairs train the tokenizer
+    stream_buffer_pairs: int = setting(100_000, "pairs tokenized, length-sorted and shuffled together")
+    stream_tokenizer_pairs: int = setting(1_000_000, "the first N training pairs train the tokenizer")
 
 
 @dataclass
 class OptimConfig:
-    name: str = "adam"  # adam | adamw
+    name: str = setting("adam", "adam | adamw")
     # noam: factor*d^-0.5*min(s^-0.5, s*w^-1.5) | inverse_sqrt: lr*min(s/w, sqrt(w/s)) | linear_to_zero:
     # lr*min(s/w, 1-used), reaching zero when max_minutes or max_steps (whichever is nearer) is used up
     schedule: str = "noam"
-    lr: float = 5e-4  # inverse_sqrt, linear_to_zero: peak learning rate, reached at the end of warmup
-    factor: float = 1.0  # noam: scale of the paper's schedule
-    warmup: int = 4000  # steps of rising learning rate
+    lr: float = setting(5e-4, "inverse_sqrt, linear_to_zero: peak learning rate, reached at the end of warmup")
+    factor: float = setting(1.0, "noam: scale of the paper's schedule")
+    warmup: int = setting(4000, "steps of rising learning rate")
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     eps: float = 1e-9
     weight_decay: float = 0.0
-    clip_norm: float = 1.0  # max gradient norm; 0 turns clipping off
+    clip_norm: float = setting(1.0, "max gradient norm; 0 turns clipping off")
 
 
 @dataclass
 class RecipeConfig:
-    name: str = ""  # what recipe=<name> and the log call it
-    min_updates: int = 0  # recipe=auto takes the first candidate expected to make at least this many updates
-    overrides: list[str] = field(default_factory=list)  # key=value, as on the command line (data.* excluded)
+    name: str = setting("", "what recipe=<name> and the log call it")
+    min_updates: int = setting(0, "recipe=auto takes the first candidate expected to make at least this many updates")
+    overrides: list[str] = field(
+        default_factory=list, metadata={"help": "key=value, as on the command line (data.* excluded)"}
+    )
 
 
 @dataclass
@@ -116,80 +128,101 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    batch_tokens: int = 4096  # padded tokens per batch (per rank): sentences x longest side incl. BOS/EOS
-    accum_steps: int = 1  # batches whose gradients are summed before one update
-    max_steps: int | None = 100000  # updates; null: no limit
-    max_epochs: int | None = None  # passes over the training data; null: no limit
-    max_minutes: float | None = None  # wall-clock budget; the run saves and stops when it is spent
+    batch_tokens: int = setting(4096, "padded tokens per batch (per rank): sentences x longest side incl. BOS/EOS")
+    accum_steps: int = setting(1, "batches whose gradients are summed before one update")
+    max_steps: int | None = setting(100000, "updates; null: no limit")
+    max_epochs: int | None = setting(None, "passes over the training data; null: no limit")
+    max_minutes: float | None = setting(None, "wall-clock budget; the run saves and stops when it is spent")
     label_smoothing: float = 0.1
     # The run's config records what auto chose (a resume continues with it).
-    recipe: str = "fixed"  # auto: the first of recipes making its min_updates here, timed at start | fixed | a name
-    recipes: list[RecipeConfig] = field(default_factory=list)  # recipe=auto's candidates, largest first
-    valid_every: int = 1000  # updates between validations (loss, BLEU, chrF)
-    valid_max_sentences: int | None = None  # translate only the first N validation sentences for BLEU
-    save_every: int = 1000  # updates between periodic checkpoints
-    keep_checkpoints: int = 5  # periodic step_N.pt files kept (last and best are always kept)
-    best_metric: str = "bleu"  # bleu | chrf | loss | accuracy (exact match)
-    patience: int | None = None  # stop after this many validations without a better best_metric
-    target: float | None = None  # stop once target_metric reaches this on validation (loss: falls to it); null: none
-    target_metric: str = "accuracy"  # bleu | chrf | loss | accuracy (exact match): what target is about
-    log_every: int = 50  # updates between TensorBoard/tqdm train-metric refreshes
+    recipe: str = setting(
+        "fixed", "auto: the first of recipes making its min_updates here, timed at start | fixed | a name"
+    )
+    recipes: list[RecipeConfig] = field(
+        default_factory=list, metadata={"help": "recipe=auto's candidates, largest first"}
+    )
+    valid_every: int = setting(1000, "updates between validations (loss, BLEU, chrF)")
+    valid_max_sentences: int | None = setting(None, "translate only the first N validation sentences for BLEU")
+    save_every: int = setting(1000, "updates between periodic checkpoints")
+    keep_checkpoints: int = setting(5, "periodic step_N.pt files kept (last and best are always kept)")
+    best_metric: str = setting("bleu", "bleu | chrf | loss | accuracy (exact match)")
+    patience: int | None = setting(None, "stop after this many validations without a better best_metric")
+    target: float | None = setting(
+        None, "stop once target_metric reaches this on validation (loss: falls to it); null: none"
+    )
+    target_metric: str = setting("accuracy", "bleu | chrf | loss | accuracy (exact match): what target is about")
+    log_every: int = setting(50, "updates between TensorBoard/tqdm train-metric refreshes")
     seed: int = 1234
-    device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
-    precision: str = "auto"  # auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (CUDA, grad scaler)
-    threads: int | None = None  # torch intra-op threads, positive; null: torch's default (one per core)
-    deterministic: bool = False  # torch.use_deterministic_algorithms, for bitwise-reproducible runs
-    compile: bool = False  # wrap the model in torch.compile
+    device: str = setting("auto", "auto (cuda if present) | cpu | cuda | cuda:N")
+    precision: str = setting(
+        "auto", "auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (CUDA, grad scaler)"
+    )
+    threads: int | None = setting(None, "torch intra-op threads, positive; null: torch's default (one per core)")
+    deterministic: bool = setting(False, "torch.use_deterministic_algorithms, for bitwise-reproducible runs")
+    compile: bool = setting(False, "wrap the model in torch.compile")
     # torchrun: how long a rank waits in a collective for the others before the run stops (a hung peer) ...
     dist_timeout_minutes: float = 10.0
     # ... and how long the others wait while rank 0 works alone: tokenizer training, tokenizing, validation.
     dist_wait_minutes: float = 360.0
-    max_skipped_updates: int = 10  # consecutive non-finite losses/gradients before the run stops
-    resume: str | None = None  # a run directory: continue it from its last checkpoint
-    overwrite: bool = False  # a new run into a directory holding an earlier run: true deletes that run's checkpoints/exports; false refuses
-    init_from: str | None = None  # a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)
-    progress: bool = True  # tqdm progress bar
-    attention_images: bool = True  # attention heatmaps of one validation sentence in TensorBoard, every kind and layer
-    attention_images_share: float = 0.01  # images stop while drawing them has cost this share of training time
-    debug: bool = False  # show tracebacks instead of one-line errors
+    max_skipped_updates: int = setting(10, "consecutive non-finite losses/gradients before the run stops")
+    resume: str | None = setting(None, "a run directory: continue it from its last checkpoint")
+    overwrite: bool = setting(
+        False,
+        "a new run into a directory holding an earlier run: true deletes that run's checkpoints/exports; false refuses",
+    )
+    init_from: str | None = setting(
+        None, "a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)"
+    )
+    progress: bool = setting(True, "tqdm progress bar")
+    attention_images: bool = setting(
+        True, "attention heatmaps of one validation sentence in TensorBoard, every kind and layer"
+    )
+    attention_images_share: float = setting(0.01, "images stop while drawing them has cost this share of training time")
+    debug: bool = setting(False, "show tracebacks instead of one-line errors")
 
 
 @dataclass
 class TranslateConfig:
-    run: str | None = None  # run directory (the weights written at the end of training, else best.pt, else last.pt)
-    checkpoint: str | None = None  # or a checkpoint file, with tokenizer.json beside it or in its run dir
-    input: str = "-"  # file to translate, one sentence per line; - reads stdin
-    output: str = "-"  # where translations go; - writes stdout
-    reference: str | None = None  # reference translations: print sacreBLEU and chrF to stderr
-    beam: int = 5  # beam size; 1 is greedy search
-    length_penalty: float = 1.0  # alpha in score / length^alpha; 0 favours short outputs
-    max_len_a: float = 1.5  # output may have up to a * source length + b tokens
-    max_len_b: int = 10
-    nbest: int = 1  # hypotheses per input line; >1 prints "line ||| translation ||| score" lines (line from 0)
-    batch_size: int = 128  # sentences decoded together (sorted by length first)
-    device: str = "auto"  # auto (cuda if present) | cpu | cuda | cuda:N
-    precision: str = (
-        "auto"  # auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)
+    run: str | None = setting(
+        None, "run directory (the weights written at the end of training, else best.pt, else last.pt)"
     )
-    threads: int | None = None  # intra-op threads of either engine, positive; null: its default (one per core)
-    attention: str | None = None  # directory for cross-attention heatmaps (PNG), one per sentence
-    sampling: bool = False  # sample instead of searching (back-translation): nbest samples per line, beam unused
-    temperature: float = 1.0  # sampling: divides the log-probabilities; < 1 sharper, > 1 flatter
-    top_k: int = 0  # sampling: only the k most likely tokens (0: all)
-    top_p: float = 1.0  # sampling: only the most likely tokens up to this probability mass, in (0, 1]
-    seed: int = 0  # sampling: the same seed, input and batch_size give the same samples
-    prefix: bool = False  # input lines are "source<TAB>target prefix": each translation starts with its prefix
-    engine: str = "auto"  # auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2
-    debug: bool = False  # show tracebacks instead of one-line errors
+    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    input: str = setting("-", "file to translate, one sentence per line; - reads stdin")
+    output: str = setting("-", "where translations go; - writes stdout")
+    reference: str | None = setting(None, "reference translations: print sacreBLEU and chrF to stderr")
+    beam: int = setting(5, "beam size; 1 is greedy search")
+    length_penalty: float = setting(1.0, "alpha in score / length^alpha; 0 favours short outputs")
+    max_len_a: float = setting(1.5, "output may have up to a * source length + b tokens")
+    max_len_b: int = 10
+    nbest: int = setting(1, 'hypotheses per input line; >1 prints "line ||| translation ||| score" lines (line from 0)')
+    batch_size: int = setting(128, "sentences decoded together (sorted by length first)")
+    device: str = setting("auto", "auto (cuda if present) | cpu | cuda | cuda:N")
+    precision: str = setting(
+        "auto", "auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)"
+    )
+    threads: int | None = setting(None, "intra-op threads of either engine, positive; null: its default (one per core)")
+    attention: str | None = setting(None, "directory for cross-attention heatmaps (PNG), one per sentence")
+    sampling: bool = setting(
+        False, "sample instead of searching (back-translation): nbest samples per line, beam unused"
+    )
+    temperature: float = setting(1.0, "sampling: divides the log-probabilities; < 1 sharper, > 1 flatter")
+    top_k: int = setting(0, "sampling: only the k most likely tokens (0: all)")
+    top_p: float = setting(1.0, "sampling: only the most likely tokens up to this probability mass, in (0, 1]")
+    seed: int = setting(0, "sampling: the same seed, input and batch_size give the same samples")
+    prefix: bool = setting(False, 'input lines are "source<TAB>target prefix": each translation starts with its prefix')
+    engine: str = setting(
+        "auto", "auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2"
+    )
+    debug: bool = setting(False, "show tracebacks instead of one-line errors")
 
 
 @dataclass
 class AverageConfig:
-    run: str | None = None  # a run directory: average its newest periodic checkpoints (checkpoints/step_N.pt)
-    checkpoints: str | None = None  # or the files to average, comma-separated: a.pt,b.pt,c.pt
-    last: int = 5  # with run=: how many of the newest periodic checkpoints
-    output: str | None = None  # default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file
-    force: bool = False  # average even when the checkpoints reach back into the first half of the run
+    run: str | None = setting(None, "a run directory: average its newest periodic checkpoints (checkpoints/step_N.pt)")
+    checkpoints: str | None = setting(None, "or the files to average, comma-separated: a.pt,b.pt,c.pt")
+    last: int = setting(5, "with run=: how many of the newest periodic checkpoints")
+    output: str | None = setting(None, "default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file")
+    force: bool = setting(False, "average even when the checkpoints reach back into the first half of the run")
 
 
 # The decoding settings seq2seq-serve shares with seq2seq-translate: their defaults are TranslateConfig's.
@@ -201,29 +234,35 @@ SERVE_TRANSLATE_KEYS = (
 
 @dataclass
 class ServeConfig:
-    run: str | None = TranslateConfig.run  # run directory (its export or its weights, as seq2seq-translate picks)
-    checkpoint: str | None = TranslateConfig.checkpoint  # or a checkpoint file / CTranslate2 export directory
-    host: str = "127.0.0.1"  # loopback; 0.0.0.0 (every interface) is the user's explicit choice
-    port: int = 5000  # LibreTranslate's port; 0 picks a free one (logged)
-    beam: int = TranslateConfig.beam  # beam size of /translate (and /v1/translate unless it sets one); 1 is greedy
-    length_penalty: float = TranslateConfig.length_penalty  # alpha in score / length^alpha
-    max_len_a: float = TranslateConfig.max_len_a  # output may have up to a * source length + b tokens
+    run: str | None = setting(
+        TranslateConfig.run, "run directory (its export or its weights, as seq2seq-translate picks)"
+    )
+    checkpoint: str | None = setting(TranslateConfig.checkpoint, "or a checkpoint file / CTranslate2 export directory")
+    host: str = setting("127.0.0.1", "loopback; 0.0.0.0 (every interface) is the user's explicit choice")
+    port: int = setting(5000, "LibreTranslate's port; 0 picks a free one (logged)")
+    beam: int = setting(
+        TranslateConfig.beam, "beam size of /translate (and /v1/translate unless it sets one); 1 is greedy"
+    )
+    length_penalty: float = setting(TranslateConfig.length_penalty, "alpha in score / length^alpha")
+    max_len_a: float = setting(TranslateConfig.max_len_a, "output may have up to a * source length + b tokens")
     max_len_b: int = TranslateConfig.max_len_b
-    batch_size: int = TranslateConfig.batch_size  # sentences decoded together within one gathered batch
+    batch_size: int = setting(TranslateConfig.batch_size, "sentences decoded together within one gathered batch")
     device: str = TranslateConfig.device
-    precision: str = TranslateConfig.precision  # the rules of seq2seq-translate: auto | fp32 | bf16 | fp16 | int8
+    precision: str = setting(
+        TranslateConfig.precision, "the rules of seq2seq-translate: auto | fp32 | bf16 | fp16 | int8"
+    )
     threads: int | None = TranslateConfig.threads
-    engine: str = (
-        TranslateConfig.engine
-    )  # auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2
-    max_batch_tokens: int = 4096  # source tokens of the requests gathered into one decoded batch
-    max_wait_ms: float = 5.0  # longest a request waits for others to join its batch
-    max_request_lines: int = 128  # more lines in one request: 413
-    max_line_chars: int = 2000  # a longer line: 413
-    api_keys_file: str | None = None  # one key per line; then every request needs one of them (else 403)
-    source_lang: str | None = None  # language codes of /languages; null: the run's data.src_lang
-    target_lang: str | None = None  # null: the run's data.tgt_lang
-    debug: bool = False  # show tracebacks instead of one-line errors; log each batch
+    engine: str = setting(
+        TranslateConfig.engine, "auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2"
+    )
+    max_batch_tokens: int = setting(4096, "source tokens of the requests gathered into one decoded batch")
+    max_wait_ms: float = setting(5.0, "longest a request waits for others to join its batch")
+    max_request_lines: int = setting(128, "more lines in one request: 413")
+    max_line_chars: int = setting(2000, "a longer line: 413")
+    api_keys_file: str | None = setting(None, "one key per line; then every request needs one of them (else 403)")
+    source_lang: str | None = setting(None, "language codes of /languages; null: the run's data.src_lang")
+    target_lang: str | None = setting(None, "null: the run's data.tgt_lang")
+    debug: bool = setting(False, "show tracebacks instead of one-line errors; log each batch")
 
 
 def as_dict(cfg: Any) -> dict[str, Any]:

@@ -5,23 +5,22 @@ slower than fp32 on an EPYC with AVX2 only (0.8 against 116 GFLOP/s), where PyTo
 hardware path and emulates it. So on a CPU the choice is a measurement: a matmul of the model's own
 shapes in each precision, timed for a few tens of milliseconds (0.2 s where bf16 is emulated), cached per machine (CPU, its ISA
 level as `torch.backends.cpu.get_cpu_capability()` names it, torch version, threads) in the cache
-folder, so later runs decide at once; on x86 CPUs without bf16 instructions (AMX, AVX512-BF16) fp32 is kept
-whatever a noisy measurement says. On CUDA it follows what the GPU supports. Training and
-translation share this, and the benchmarks call it too.
+folder, so later runs decide at once; on CPUs without bf16 instructions (`cpuinfo.has_bf16`, which the
+engine choice reads too) fp32 is kept whatever a noisy measurement says. On CUDA it follows what the
+GPU supports. Training and translation share this, and the benchmarks call it too.
 """
 
 from __future__ import annotations
 
 import logging
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from seq2seq import cpuinfo
 from seq2seq.config import UserError
-from seq2seq.cpuinfo import cpu_name
 from seq2seq.measurement_cache import cached
 
 log = logging.getLogger(__name__)
@@ -65,15 +64,6 @@ def cpu_capability() -> str:
     return torch.backends.cpu.get_cpu_capability()
 
 
-def has_bf16_instructions(capability: str) -> bool:
-    """False on x86 CPUs without AMX or AVX512-BF16, where PyTorch emulates bf16: there a measurement
-    that puts bf16 ahead is noise (a busy machine slowed the fp32 calls), never a real gain. Other
-    architectures (ARM's BF16 extension) are left to the measurement."""
-    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-        return True
-    return capability in ("AMX", "AVX512-BF16")
-
-
 def measure_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:
     """Times (ROWS, d_model) @ (d_model, ffn_dim) in fp32 and bf16 with the current thread setting."""
     return MatmulRates(
@@ -101,7 +91,7 @@ CACHE_NAME = "precision.json"
 
 
 def _machine_key(d_model: int, ffn_dim: int) -> str:
-    parts = [cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
+    parts = [cpuinfo.cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
     return "|".join([*parts, f"{d_model}x{ffn_dim}"])
 
 
@@ -138,7 +128,9 @@ def choose_precision(
     measured = (rates or cached_matmul_rates)(d_model, ffn_dim)
     if requested == "auto":
         faster = measured.bf16 >= BF16_MIN_SPEEDUP * measured.fp32
-        chosen = "bf16" if faster and has_bf16_instructions(measured.capability) else "fp32"
+        # Without bf16 instructions PyTorch emulates bf16: a measurement that puts it ahead is noise (a busy
+        # machine slowed the fp32 calls), never a real gain.
+        chosen = "bf16" if faster and cpuinfo.has_bf16() else "fp32"
         return PrecisionChoice(chosen, f"auto: {measured.describe()}")
     warning = None
     if measured.bf16 * WARN_SLOWDOWN < measured.fp32:

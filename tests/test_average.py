@@ -1,4 +1,5 @@
-"""`seq2seq-average` (seq2seq/average.py): the mean of the weights, and what it says it averaged."""
+"""`seq2seq-average` (seq2seq/cli/average.py over seq2seq/averaging.py): the mean of the weights, and what
+it says it averaged."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.average import run
 from seq2seq.checkpoint import atomic_save, load_checkpoint
-from seq2seq.cli.average import key_values
+from seq2seq.cli.average import key_values, run
 from seq2seq.config import UserError
 
 BIN = Path(sys.executable).parent

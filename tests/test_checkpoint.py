@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_TRAIN, compose_config
 from numerics import assert_equal
 
 import seq2seq.checkpoint as checkpoint
+from seq2seq.averaging import average
 from seq2seq.checkpoint import (
     atomic_save,
     load_checkpoint,
@@ -28,6 +30,7 @@ from seq2seq.config import ModelConfig, TrainConfig, UserError
 from seq2seq.model.transformer import Transformer
 from seq2seq.run_files import find_checkpoint
 from seq2seq.train.rng import rng_state, set_rng_state
+from seq2seq.train.run import train
 
 
 def sample_payload() -> dict:
@@ -428,3 +431,53 @@ def test_a_directory_where_no_file_can_be_created_is_one_line(tmp_path: Path, mo
     assert str(info.value) == (
         f"{tmp_path / 'averaged.pt'}: could not write checkpoint (Permission denied); the previous one is intact"
     )
+
+
+# What a training checkpoint held when its payload was first given a type (seq2seq.checkpoint.Checkpoint),
+# in the order Trainer.state_dict wrote it: the checkpoints of runs from before then have these keys.
+LAYOUT = (
+    "format", "model", "config", "vocab", "step", "data", "optimizer", "scaler", "rng", "best",
+    "validations_since_best", "skipped_updates", "metrics", "elapsed_seconds", "validation_minutes",
+    "precision_choice",
+)  # fmt: skip
+
+
+def test_checkpoints_of_the_layout_runs_have_written_load_resume_and_average(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), run)
+    last = run / "checkpoints" / "last.pt"
+    payload = load_checkpoint(last)
+    assert tuple(payload) == LAYOUT
+    assert set(LAYOUT) == checkpoint.Checkpoint.__required_keys__ | checkpoint.Checkpoint.__optional_keys__
+    assert checkpoint.Checkpoint.__optional_keys__ == {"elapsed_seconds", "validation_minutes", "precision_choice"}
+    assert set(payload["vocab"]) == {"src_size", "tgt_size", "pad_id", "tokenizer"}
+    # The checkpoint, and the weights export training wrote from best.pt at its end, rebuild their models.
+    for source, made_from in ((last, last), (run / "model", run / "checkpoints" / "best.pt")):
+        _, model_payload = read_model_file(source)
+        assert checkpoint.ModelPayload.__required_keys__ <= set(model_payload)
+        weights = load_checkpoint(made_from)["model"]
+        for name, tensor in model_from_checkpoint(model_payload).state_dict().items():
+            assert_equal(tensor, weights[name], name)
+    averaged = average([run / "checkpoints" / "step_4.pt", last])
+    assert tuple(averaged) == (
+        "format",
+        "config",
+        "vocab",
+        "step",
+        "metrics",
+        "model",
+        "averaged_from",
+        "averaged_steps",
+    )
+    # Older still: written before the run's clock, the precision record and the tokenizer's fingerprint were kept.
+    older = {key: value for key, value in payload.items() if key in checkpoint.Checkpoint.__required_keys__}
+    older["vocab"] = {
+        key: value for key, value in payload["vocab"].items() if key in checkpoint.Vocabulary.__required_keys__
+    }
+    atomic_save(older, last)
+    read_model_file(last)
+    resume = f"resume={run}"
+    summary = train(
+        compose_config("train", [*TINY_TRAIN, resume, "max_steps=6"]), run, overrides=[resume, "max_steps=6"]
+    )
+    assert summary["step"] == 6

@@ -431,3 +431,20 @@ def test_a_five_minute_real_corpus_run_validates_and_draws_attention(hydra_ctx):
     assert cfg.optim.warmup < updates / 2  # and the learning rate has peaked long before the end
     assert cfg.attention_images and cfg.attention_images_share <= 0.01
     assert cfg.valid_max_sentences is not None and cfg.valid_max_sentences <= 250
+
+
+def test_the_help_of_a_key_is_its_fields_metadata_not_a_comment_beside_it():
+    # It was read back from config.py's source with tokenize, so reformatting the file changed --help.
+    from seq2seq.cli.common import described_fields
+    from seq2seq.config import setting
+
+    @dataclasses.dataclass
+    class Schema:
+        size: int = setting(3, "how many")  # a comment is not the help
+        plain: bool = False  # nor here
+        inner: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+
+    rows = described_fields(Schema)
+    assert rows[:2] == [("size", "how many"), ("plain", "")]
+    assert ("inner.clip_norm", "max gradient norm; 0 turns clipping off") in rows
+    assert Schema().size == 3 and OmegaConf.structured(Schema).size == 3

@@ -216,6 +216,33 @@ def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_the_engine_measured_f
     assert len(measured) == 2
 
 
+@pytest.mark.parametrize("bf16", [True, False])
+def test_the_engine_and_the_precision_choice_read_one_bf16_detector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bf16: bool
+) -> None:
+    """engine=auto weighs PyTorch against the fp32 export exactly where precision=auto may take bf16:
+    both ask seq2seq.cpuinfo.has_bf16 (replaced here), so they cannot disagree."""
+    import torch
+
+    from seq2seq.precision import MatmulRates, choose_precision
+
+    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: bf16)
+    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: True)
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    measured: list[tuple[str, ...]] = []
+
+    def measure(cfg, candidates):
+        measured.append(candidates)
+        return engine_probe.Timing({"torch": 1.0, "ctranslate2": 2.0}, "bf16")
+
+    monkeypatch.setattr(engine_probe, "measure_engines", measure)
+    choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run")), device="cpu"))
+    bf16_faster = MatmulRates(fp32=1.0, bf16=3.0, capability="AVX512-BF16")
+    precision = choose_precision("auto", torch.device("cpu"), 64, 256, lambda d_model, ffn_dim: bf16_faster)
+    assert precision.precision == ("bf16" if bf16 else "fp32")
+    assert (choice.engine, len(measured)) == (("torch", 1) if bf16 else ("ctranslate2", 0)), choice.why
+
+
 @pytest.mark.usefixtures("installed")
 @pytest.mark.parametrize(("int8_seconds", "warned"), [(3.0, True), (1.0, False)])
 def test_int8_says_so_where_it_is_slower_than_fp32(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -15,7 +16,7 @@ import pytest
 
 import seq2seq.data.pipeline as pipeline
 from seq2seq.config import DataConfig, UserError
-from seq2seq.data.pipeline import PreparedData, cache_key, prepare_data
+from seq2seq.data.pipeline import FilterStats, PreparedData, cache_key, prepare_data
 
 MAX_TOKENS = 50
 
@@ -91,7 +92,10 @@ def test_prepare_data_tokenizes_and_filters(cfg):
     pairs, counts, kept = make_pairs()
     assert all(counts.values()) and len(kept) == 40
     data = prepare_data(cfg)
-    assert data.stats == {"train_pairs": len(pairs), **counts, "train_kept": len(kept)}
+    assert data.stats == FilterStats(train_pairs=len(pairs), **counts, train_kept=len(kept))
+    # The file keeps the layout of caches written before the stats were a dataclass: those still load.
+    saved = json.loads((Path(cfg.cache_dir) / cache_key(cfg) / "stats.json").read_text())
+    assert saved == {"train_pairs": len(pairs), **counts, "train_kept": len(kept)}
     assert len(data.train) == len(kept)
     assert decoded(data, "train", "src") == [s for s, _ in kept]
     assert decoded(data, "train", "tgt") == [t for _, t in kept]
@@ -127,12 +131,9 @@ def test_a_megabyte_line_without_spaces_is_dropped_before_tokenization(cfg, monk
     monkeypatch.setattr(pipeline.Tokenizers, "train", checked)
     data = prepare_data(cfg)
     too_long = counts["dropped_too_long"] + 2
-    assert data.stats == {
-        "train_pairs": len(pairs) + 2,
-        **counts,
-        "dropped_too_long": too_long,
-        "train_kept": len(kept),
-    }
+    assert data.stats == FilterStats(
+        train_pairs=len(pairs) + 2, **{**counts, "dropped_too_long": too_long}, train_kept=len(kept)
+    )
     assert decoded(data, "train", "src") == [s for s, _ in kept]
 
 

@@ -1,13 +1,23 @@
-"""`seq2seq-average key=value ...` (seq2seq/average.py); a bad key, run directory or file is one line
-on stderr, exit status 2. The old `seq2seq-average <run> --last N` still works, with a warning."""
+"""`seq2seq-average`: average the weights of the last N periodic checkpoints of a run (or of the files given).
+
+    seq2seq-average run=outputs/<date>/<time> last=5
+    seq2seq-average checkpoints=a.pt,b.pt,c.pt output=averaged.pt
+
+The averaging and its rules are seq2seq/averaging.py's. Says on stderr what it averaged; prints one
+JSON object on stdout: the inputs, their updates and the output. A bad key, run directory or file is
+one line on stderr, exit status 2. The old `seq2seq-average <run> --last N` still works, with a warning.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
-from seq2seq.average import run
+from seq2seq.averaging import average, end_of_run, newer_last, periodic_checkpoints
+from seq2seq.checkpoint import atomic_save
 from seq2seq.cli.common import parse_key_values, print_key_help, report_errors, wants_help
-from seq2seq.config import AverageConfig
+from seq2seq.config import AverageConfig, UserError
 
 USAGE = "run=<run dir> [last=5] [output=...] | checkpoints=a.pt,b.pt [output=...]"
 
@@ -40,6 +50,49 @@ def key_values(argv: list[str]) -> list[str]:
         translated.insert(0, f"checkpoints={','.join(inputs)}")
     print(f"warning: this form is deprecated; use: seq2seq-average {' '.join(translated)}", file=sys.stderr)
     return translated
+
+
+def average_files(paths: list[Path], output: Path) -> Path:
+    """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
+    result = average(paths)
+    atomic_save(result, output)
+    steps = result["averaged_steps"]
+    print(
+        f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} "
+        f"({', '.join(p.name for p in paths)}; updates {', '.join(map(str, steps))}) into {output}",
+        file=sys.stderr,
+    )
+    json.dump({"inputs": [str(p) for p in paths], "steps": steps, "output": str(output)}, sys.stdout)
+    print()
+    return output
+
+
+def run(cfg: AverageConfig) -> Path:
+    """`seq2seq-average run=<dir> last=N` or `checkpoints=a.pt,b.pt`."""
+    if (cfg.run is None) == (cfg.checkpoints is None):
+        raise UserError("run: give run=<run directory> or checkpoints=<a.pt,b.pt,...> (one of them)")
+    if cfg.last < 1:
+        raise UserError(f"last={cfg.last}: must be at least 1")
+    if cfg.checkpoints is not None:
+        paths = [Path(p) for p in str(cfg.checkpoints).split(",") if p]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise UserError(f"checkpoints: {missing[0]}: no such file")
+        return average_files(paths, Path(cfg.output) if cfg.output else paths[0].with_name("averaged.pt"))
+    run_dir = Path(cfg.run)
+    if not run_dir.is_dir():
+        raise UserError(f"run={run_dir}: no such run directory")
+    paths = periodic_checkpoints(run_dir, cfg.last)
+    end_of_run(run_dir, paths, cfg.force)
+    output = average_files(paths, Path(cfg.output) if cfg.output else run_dir / "checkpoints" / "averaged.pt")
+    newest = max(int(p.stem.split("_")[1]) for p in paths)
+    if (newer := newer_last(run_dir, newest)) is not None:
+        print(
+            f"warning: {run_dir / 'checkpoints' / 'last.pt'} (update {newer}) is newer than every checkpoint "
+            "averaged and is not in the average",
+            file=sys.stderr,
+        )
+    return output
 
 
 if __name__ == "__main__":

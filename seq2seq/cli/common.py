@@ -150,7 +150,7 @@ def wants_help(argv: list[str]) -> bool:
 def print_help(argv: list[str], command: str, usage: str, schema: type, groups: tuple[str, ...] = ()) -> None:
     """Our own --help (instead of Hydra's, which lists every config group of the package, translation
     included): the groups this command takes, then every key with the value it would have with the
-    rest of this command line, and its one-line description (the comment beside it in seq2seq/config.py)."""
+    rest of this command line, and its one-line description (its help in seq2seq/config.py)."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
@@ -183,29 +183,13 @@ def print_key_help(command: str, usage: str, schema: type) -> None:
 
 
 def described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:
-    comments = _field_comments(schema)
+    """(dotted key, its description) of every key of `schema`, nested configs flattened; the description
+    is the field's help (`seq2seq.config.setting`), empty where it has none."""
     rows = []
     for f in dataclasses.fields(schema):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
             rows.extend(described_fields(type(default), f"{prefix}{f.name}."))
         else:
-            rows.append((prefix + f.name, comments.get(f.name, "")))
+            rows.append((prefix + f.name, f.metadata.get("help", "")))
     return rows
-
-
-def _field_comments(schema: type) -> dict[str, str]:
-    """name -> the comment at the end of its line in the dataclass source."""
-    import inspect
-    import io
-    import tokenize
-
-    comments, name = {}, None
-    for token in tokenize.generate_tokens(io.StringIO(inspect.getsource(schema)).readline):
-        if token.type == tokenize.NEWLINE:
-            name = None
-        elif token.type == tokenize.NAME and name is None and token.start[1] == 4:
-            name = token.string
-        elif token.type == tokenize.COMMENT and name is not None and token.start[1] > 4:
-            comments[name] = token.string.lstrip("# ").strip()
-    return comments

@@ -18,10 +18,10 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -81,12 +81,30 @@ class Split:
         return len(self.src)
 
 
+@dataclass(frozen=True)
+class FilterStats:
+    """What became of the training pairs: read, kept, and dropped by the reason `keep_pair` gives."""
+
+    train_pairs: int  # read from the corpus
+    dropped_empty: int
+    dropped_too_long: int
+    dropped_length_ratio: int
+    train_kept: int
+
+
+@dataclass(frozen=True)
+class StreamingStats:
+    """data.streaming: training tokenizes the corpus as it goes; the cache holds the tokenizer alone."""
+
+    tokenizer_pairs: int  # the pairs the tokenizer learnt from (the head of the corpus)
+
+
 @dataclass
 class PreparedData:
     tokenizers: Tokenizers
     train: Split | None  # None with data.streaming
     valid: Split
-    stats: dict[str, int]  # pairs read, kept and dropped (by reason); with streaming, the tokenizer's sample
+    stats: FilterStats | StreamingStats  # StreamingStats with data.streaming
 
 
 def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
@@ -243,11 +261,11 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
                 _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab
             )
         if cfg.streaming:
-            train, stats = None, {"streaming": True, "tokenizer_pairs": written}
+            train, stats = None, StreamingStats(tokenizer_pairs=written)
         else:
             train, dropped = _tokenize_and_filter(cfg, tokenizers, raw, staging / "work" / "tokens.arrow")
             dropped = {reason: count + early.get(reason, 0) for reason, count in dropped.items()}
-            stats = {"train_pairs": pairs, **dropped, "train_kept": len(train)}
+            stats = FilterStats(train_pairs=pairs, **dropped, train_kept=len(train))
         if train is not None and len(train) == 0:
             raise UserError(
                 f"no training pair survives filtering (data.max_tokens={cfg.max_tokens}, "
@@ -259,7 +277,7 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
         if train is not None:
             train.save_to_disk(str(staging / "train"))
         _tokenize(tokenizers, *valid).save_to_disk(str(staging / "valid"))
-        (staging / "stats.json").write_text(json.dumps(stats))
+        (staging / "stats.json").write_text(json.dumps(_stats_record(stats)))
         del raw, train
         shutil.rmtree(staging / "work")
         # Publish whole or not at all: a crash mid-build leaves only a staging directory.
@@ -323,16 +341,25 @@ def _why_unreadable(target: Path) -> str | None:
     return None
 
 
-STATS_KEYS = {"train_pairs", "train_kept", "dropped_empty", "dropped_too_long", "dropped_length_ratio"}
+def _stats_record(stats: FilterStats | StreamingStats) -> dict[str, Any]:
+    """What stats.json holds: the fields, and for a streaming cache "streaming": true."""
+    record = asdict(stats)
+    return {"streaming": True, **record} if isinstance(stats, StreamingStats) else record
+
+
+def _read_stats(path: Path, streaming: bool) -> FilterStats | StreamingStats:
+    kind = StreamingStats if streaming else FilterStats
+    names = {f.name for f in fields(kind)}
+    stats = json.loads(path.read_text())
+    if not isinstance(stats, dict) or not names <= stats.keys():
+        raise ValueError(f"stats.json lacks {', '.join(sorted(names))}")
+    return kind(**{name: stats[name] for name in names})
 
 
 def _load(target: Path) -> PreparedData:
     train = load_saved_split(target / "train") if (target / "train").is_dir() else None
     valid = load_saved_split(target / "valid")
-    stats = json.loads((target / "stats.json").read_text())
-    expected = {"tokenizer_pairs"} if train is None else STATS_KEYS
-    if not isinstance(stats, dict) or not expected <= stats.keys():
-        raise ValueError(f"stats.json lacks {', '.join(sorted(expected))}")
+    stats = _read_stats(target / "stats.json", streaming=train is None)
     return PreparedData(
         tokenizers=Tokenizers.load(target),
         train=(

@@ -38,7 +38,7 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     model_config_of,
 )
-from seq2seq.config import ModelConfig, UserError
+from seq2seq.config import ModelConfig, UserError, setting
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import DECODING_FILE
 from seq2seq.inference.loading import load_tokenizers
@@ -52,12 +52,14 @@ LAYER_NORM_EPS = torch.nn.LayerNorm(1).eps  # every LayerNorm of the model is bu
 
 @dataclass
 class ExportConfig:
-    run: str | None = None  # run directory (uses checkpoints/best.pt, else last.pt)
-    checkpoint: str | None = None  # or a checkpoint file, with tokenizer.json beside it or in its run dir
-    output: str | None = None  # directory to create (must not exist)
-    format: str = "safetensors"  # safetensors | ctranslate2 | huggingface (a MarianMTModel directory)
-    quantization: str | None = None  # ctranslate2 only: int8, int8_float32, float16, bfloat16, ... (null: fp32)
-    debug: bool = False  # show tracebacks instead of one-line errors
+    run: str | None = setting(None, "run directory (uses checkpoints/best.pt, else last.pt)")
+    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    output: str | None = setting(None, "directory to create (must not exist)")
+    format: str = setting("safetensors", "safetensors | ctranslate2 | huggingface (a MarianMTModel directory)")
+    quantization: str | None = setting(
+        None, "ctranslate2 only: int8, int8_float32, float16, bfloat16, ... (null: fp32)"
+    )
+    debug: bool = setting(False, "show tracebacks instead of one-line errors")
 
 
 def tied_aliases(model: dict[str, Any]) -> list[tuple[str, str]]:

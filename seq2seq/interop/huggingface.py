@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from seq2seq.checkpoint import FORMAT, ModelPayload, Vocabulary
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, Tokenizers, decoder_start_id
@@ -251,7 +252,7 @@ def split_layout(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, 
     return out
 
 
-def read_pretrained(directory: Path, cfg: ModelConfig, tokenizers: SentencePieceTokenizers) -> dict[str, Any]:
+def read_pretrained(directory: Path, cfg: ModelConfig, tokenizers: SentencePieceTokenizers) -> ModelPayload:
     """A checkpoint-shaped payload of the Marian model in `directory`, for `model_from_checkpoint`
     and `Trainer.init_weights_from`."""
     transformers = transformers_module()
@@ -271,16 +272,16 @@ def read_pretrained(directory: Path, cfg: ModelConfig, tokenizers: SentencePiece
             f"{hf_model.config.vocab_size}/{hf_model.config.decoder_vocab_size}"
         )
     state = to_seq2seq(hf_state, cfg, tokenizers.src.order, tokenizers.tgt.order)
-    return {
-        "format": 1,
-        "model": state,
-        "config": {"model": asdict(cfg)},
-        "vocab": {"src_size": src_size, "tgt_size": tgt_size, "pad_id": PAD_ID},
-        "step": 0,
-    }
+    return ModelPayload(
+        format=FORMAT,
+        model=state,
+        config={"model": asdict(cfg)},
+        vocab=Vocabulary(src_size=src_size, tgt_size=tgt_size, pad_id=PAD_ID),
+        step=0,
+    )
 
 
-def load_pretrained(value: str) -> tuple[dict[str, Any], SentencePieceTokenizers]:
+def load_pretrained(value: str) -> tuple[ModelPayload, SentencePieceTokenizers]:
     """(payload, tokenizers) of the Marian model `value` names (a directory or a Hub id)."""
     directory = local_directory(value)
     if not has_sentencepiece_files(directory):

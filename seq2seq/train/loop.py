@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.checkpoint import atomic_save, load_checkpoint, read_model_file
+from seq2seq.checkpoint import FORMAT, Checkpoint, Vocabulary, atomic_save, load_checkpoint, read_model_file
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
@@ -164,7 +164,7 @@ class Trainer:
         dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
-    def state_dict_vocab(self) -> dict[str, Any]:
+    def state_dict_vocab(self) -> Vocabulary:
         return {
             "src_size": self.data.tokenizers.src.get_vocab_size(),
             "tgt_size": self.data.tokenizers.tgt.get_vocab_size(),
@@ -172,10 +172,10 @@ class Trainer:
             "tokenizer": self.tokenizer_fingerprint,  # translation checks that the tokenizer beside it is this one
         }
 
-    def state_dict(self, rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def state_dict(self, rng: list[dict[str, Any]] | None = None) -> Checkpoint:
         """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
         return {
-            "format": 1,
+            "format": FORMAT,
             "model": self.model.state_dict(),
             "config": as_dict(self.cfg),
             "vocab": self.state_dict_vocab(),

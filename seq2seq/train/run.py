@@ -86,17 +86,17 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
             "data: streamed from the corpus files, %d pairs at a time (tokenizer learnt from the first %d); "
             "%d validation pairs",
             cfg.data.stream_buffer_pairs,
-            stats["tokenizer_pairs"],
+            stats.tokenizer_pairs,
             len(data.valid),
         )
     else:
         log.info(
             "data: %d training pairs kept, %d dropped (%d empty, %d too long, %d length ratio); %d validation pairs",
-            stats["train_kept"],
-            stats["train_pairs"] - stats["train_kept"],
-            stats["dropped_empty"],
-            stats["dropped_too_long"],
-            stats["dropped_length_ratio"],
+            stats.train_kept,
+            stats.train_pairs - stats.train_kept,
+            stats.dropped_empty,
+            stats.dropped_too_long,
+            stats.dropped_length_ratio,
             len(data.valid),
         )
     log.info(

@@ -1,29 +1,26 @@
-"""`seq2seq-average`: average the weights of the last N periodic checkpoints of a run (or of the files given).
-
-    seq2seq-average run=outputs/<date>/<time> last=5
-    seq2seq-average checkpoints=a.pt,b.pt,c.pt output=averaged.pt
+"""Checkpoint averaging: the mean of the weights of a run's last periodic checkpoints (`seq2seq-average`,
+seq2seq/cli/average.py, is the command).
 
 Averaging the last few checkpoints smooths the noise of the final updates and usually gains a
 little BLEU for free, but only where the weights have settled: a run's last N checkpoints that reach
-back into its first half are refused (see `end_of_run`). The result keeps the newest checkpoint's
-config and vocabulary (so `seq2seq-translate checkpoint=...` takes it) but no optimiser state: it is
-for translation. Says on stderr what it averaged; prints one JSON object on stdout: the inputs,
-their updates and the output.
+back into its first half are refused (see `end_of_run`). The result keeps the newest
+checkpoint's config and vocabulary (so `seq2seq-translate checkpoint=...` takes it) but no optimiser
+state: it is for translation.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import atomic_save, load_checkpoint
-from seq2seq.config import AverageConfig, UserError
+from seq2seq.checkpoint import AveragedCheckpoint, ModelPayload, load_checkpoint
+from seq2seq.config import UserError
 
-KEEP = ("format", "config", "vocab", "step", "metrics")
+# What the average keeps of the newest checkpoint: its model payload but the weights (averaged), and
+# the metrics of its last validation.
+KEEP = tuple(key for key in ModelPayload.__annotations__ if key != "model") + ("metrics",)
 
 
 def periodic_checkpoints(run_dir: Path, last: int) -> list[Path]:
@@ -41,7 +38,7 @@ def periodic_checkpoints(run_dir: Path, last: int) -> list[Path]:
     return found[-last:]
 
 
-def average(paths: list[Path]) -> dict[str, Any]:
+def average(paths: list[Path]) -> AveragedCheckpoint:
     payloads = [load_checkpoint(p) for p in paths]
     configs = {json.dumps(p["config"]["model"], sort_keys=True) for p in payloads}
     if len(configs) > 1:
@@ -58,7 +55,7 @@ def average(paths: list[Path]) -> dict[str, Any]:
     return result
 
 
-def _newer_last(run_dir: Path, newest_step: int) -> int | None:
+def newer_last(run_dir: Path, newest_step: int) -> int | None:
     """The update of last.pt when it is newer than every checkpoint averaged."""
     last = run_dir / "checkpoints" / "last.pt"
     if not last.is_file():
@@ -91,46 +88,3 @@ def end_of_run(run_dir: Path, paths: list[Path], force: bool) -> None:
 
 def _step_of(checkpoint: Path) -> int | None:
     return load_checkpoint(checkpoint)["step"] if checkpoint.is_file() else None
-
-
-def average_files(paths: list[Path], output: Path) -> Path:
-    """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
-    result = average(paths)
-    atomic_save(result, output)
-    steps = result["averaged_steps"]
-    print(
-        f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} "
-        f"({', '.join(p.name for p in paths)}; updates {', '.join(map(str, steps))}) into {output}",
-        file=sys.stderr,
-    )
-    json.dump({"inputs": [str(p) for p in paths], "steps": steps, "output": str(output)}, sys.stdout)
-    print()
-    return output
-
-
-def run(cfg: AverageConfig) -> Path:
-    """`seq2seq-average run=<dir> last=N` or `checkpoints=a.pt,b.pt`."""
-    if (cfg.run is None) == (cfg.checkpoints is None):
-        raise UserError("run: give run=<run directory> or checkpoints=<a.pt,b.pt,...> (one of them)")
-    if cfg.last < 1:
-        raise UserError(f"last={cfg.last}: must be at least 1")
-    if cfg.checkpoints is not None:
-        paths = [Path(p) for p in str(cfg.checkpoints).split(",") if p]
-        missing = [p for p in paths if not p.is_file()]
-        if missing:
-            raise UserError(f"checkpoints: {missing[0]}: no such file")
-        return average_files(paths, Path(cfg.output) if cfg.output else paths[0].with_name("averaged.pt"))
-    run_dir = Path(cfg.run)
-    if not run_dir.is_dir():
-        raise UserError(f"run={run_dir}: no such run directory")
-    paths = periodic_checkpoints(run_dir, cfg.last)
-    end_of_run(run_dir, paths, cfg.force)
-    output = average_files(paths, Path(cfg.output) if cfg.output else run_dir / "checkpoints" / "averaged.pt")
-    newest = max(int(p.stem.split("_")[1]) for p in paths)
-    if (newer := _newer_last(run_dir, newest)) is not None:
-        print(
-            f"warning: {run_dir / 'checkpoints' / 'last.pt'} (update {newer}) is newer than every checkpoint "
-            "averaged and is not in the average",
-            file=sys.stderr,
-        )
-    return output
