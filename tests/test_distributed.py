@@ -253,3 +253,44 @@ def test_a_slow_rank_zero_does_not_time_the_others_out(tmp_path: Path) -> None:
     args = (2, free_port(), str(tmp_path / "run"), str(tmp_path / "cache"), 6.0)
     mp.spawn(slow_rank_zero_run, args=args, nprocs=2, join=True)
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+
+
+def hung_rank_one_run(rank: int, port: int, run_dir: str, cache: str, errors: str) -> None:
+    """train() on two ranks; rank 1 stops answering at update 2 (sleeps past the 3-second
+    dist_timeout_minutes, then leaves). What rank 0 raises is written to `errors`."""
+    import time
+
+    import seq2seq.train.run as run
+    from seq2seq.train.loop import Trainer as LoopTrainer
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": "2"})
+    os.environ["SEQ2SEQ_CACHE"] = cache
+    torch.set_num_threads(1)
+    if rank == 1:
+        train_step = LoopTrainer.train_step
+
+        def hang_at_update_two(self):
+            if self.step == 2:
+                time.sleep(6)
+                os._exit(0)
+            return train_step(self)
+
+        LoopTrainer.train_step = hang_at_update_two
+    overrides = [*OVERRIDES, "max_steps=6", "valid_every=100", "save_every=1", "progress=false"]
+    try:
+        run.train(compose_config("train", [*overrides, "dist_timeout_minutes=0.05"]), Path(run_dir))
+    except Exception as error:
+        Path(errors).write_text(f"{type(error).__name__}: {error}")
+
+
+def test_the_rank_left_waiting_for_a_hung_one_says_so_in_one_line(tmp_path: Path) -> None:
+    """Regression (#30): the survivor stopped after dist_timeout_minutes as promised, but with gloo's
+    raw RuntimeError ("Timed out waiting 3000ms for recv operation to complete")."""
+    errors = tmp_path / "rank0.txt"
+    args = (free_port(), str(tmp_path / "run"), str(tmp_path / "cache"), str(errors))
+    mp.spawn(hung_rank_one_run, args=args, nprocs=2, join=True)
+    message = errors.read_text()
+    assert message.startswith("UserError: rank 0: rank 1 stopped answering"), message
+    assert "dist_timeout_minutes=0.05" in message and f"resume={tmp_path / 'run'}" in message
+    assert "\n" not in message
+    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()  # what the resume continues from

@@ -92,3 +92,25 @@ def init_distributed(device: torch.device, timeout_minutes: float = 10.0, wait_m
 def cleanup_distributed() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# What gloo and NCCL say when a peer stops answering (hung, killed, out of memory): a collective's
+# timeout, or the peer's socket closing under it.
+LOST_PEER_SIGNS = ("Timed out", "timed out", "Connection closed by peer", "Connection reset by peer", "Watchdog")
+
+
+def lost_peer(error: BaseException, ctx: DistContext) -> bool:
+    """`error` is a collective that failed because another rank stopped answering."""
+    return ctx.enabled and (isinstance(error, dist.DistError) or any(sign in str(error) for sign in LOST_PEER_SIGNS))
+
+
+def lost_peer_message(error: BaseException, ctx: DistContext, timeout_minutes: float, run_dir: str) -> str:
+    """One line for the rank that survived: who stopped answering, how long it waited, and how to go on."""
+    others = [r for r in range(ctx.world_size) if r != ctx.rank]
+    who = f"rank {others[0]}" if len(others) == 1 else f"one of ranks {', '.join(map(str, others))}"
+    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (
+        f"rank {ctx.rank}: {who} stopped answering (hung, killed or out of memory) and this rank waited "
+        f"dist_timeout_minutes={timeout_minutes:g} for it ({cause}); the checkpoints saved so far are in "
+        f"{run_dir}/checkpoints: continue with torchrun ... seq2seq-train resume={run_dir}"
+    )

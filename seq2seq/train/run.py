@@ -29,7 +29,13 @@ from seq2seq.interop.huggingface import is_huggingface_model, local_directory, p
 from seq2seq.precision import log_choice
 from seq2seq.run_files import INFERENCE_DIR
 from seq2seq.train.dashboard import Dashboard
-from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
+from seq2seq.train.distributed import (
+    DistContext,
+    cleanup_distributed,
+    init_distributed,
+    lost_peer,
+    lost_peer_message,
+)
 from seq2seq.train.lock import clear_previous_run, refuse_previous_run, run_directory_lock
 from seq2seq.train.loop import Trainer, install_stop_handlers, resume_payload
 from seq2seq.train.recipe import choose_recipe, validate_recipes
@@ -132,6 +138,10 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
         return _train(cfg, run_dir, device, dist, payload, overrides or [])
+    except RuntimeError as error:
+        if lost_peer(error, dist):  # a raw gloo/NCCL message would not say what happened or what to do
+            raise UserError(lost_peer_message(error, dist, cfg.dist_timeout_minutes, str(run_dir))) from error
+        raise
     finally:
         cleanup_distributed()
 
