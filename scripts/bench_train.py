@@ -35,7 +35,7 @@ from hydra import compose, initialize_config_module  # noqa: E402
 import seq2seq.cli.train  # noqa: E402,F401  (registers the config schema)
 from seq2seq.data.pipeline import prepare_data  # noqa: E402
 from seq2seq.train.distributed import DistContext  # noqa: E402
-from seq2seq.train.loop import Trainer  # noqa: E402
+from seq2seq.train.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from competing_load import competing_jobs  # noqa: E402

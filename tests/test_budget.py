@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import TINY_TRAIN, compose_config, train_logging
 
-import seq2seq.train.loop as loop
+import seq2seq.train.trainer as loop
 from seq2seq.inference.translator import Translator
 
 UPDATE_SECONDS = 7.0  # an update beside another job on a slow CPU

@@ -21,7 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from seq2seq.data.batching import collate
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.train.distributed import cleanup_distributed, init_distributed
-from seq2seq.train.loop import Trainer
+from seq2seq.train.trainer import Trainer
 
 OVERRIDES = [
     "data.task_train_size=64",
@@ -220,7 +220,7 @@ def slow_rank_zero_run(rank: int, world_size: int, port: int, run_dir: str, cach
     import time
 
     import seq2seq.train.run as run
-    from seq2seq.train.loop import Trainer as LoopTrainer
+    from seq2seq.train.trainer import Trainer as LoopTrainer
 
     os.environ.update(
         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world_size)}
@@ -261,7 +261,7 @@ def hung_rank_one_run(rank: int, port: int, run_dir: str, cache: str, errors: st
     import time
 
     import seq2seq.train.run as run
-    from seq2seq.train.loop import Trainer as LoopTrainer
+    from seq2seq.train.trainer import Trainer as LoopTrainer
 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": "2"})
     os.environ["SEQ2SEQ_CACHE"] = cache

@@ -1,4 +1,4 @@
-"""Faults during training (`seq2seq.train.loop.Trainer`): a NaN/inf loss or gradient skips the update
+"""Faults during training (`seq2seq.train.trainer.Trainer`): a NaN/inf loss or gradient skips the update
 and, repeated, stops the run with the last good checkpoint intact; running out of memory on a batch
 retries the update with the batch split in two, or skips it. Out of memory is simulated on the CPU
 by raising torch.OutOfMemoryError (what CUDA raises) from the training objective."""
@@ -16,18 +16,18 @@ import torch
 from conftest import TINY_TRAIN, compose_config
 from numerics import assert_equal
 
-import seq2seq.train.loop as loop
+import seq2seq.train.trainer as loop
 from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, collate, split_batch
 from seq2seq.data.pipeline import PreparedData, prepare_data
 from seq2seq.precision import PrecisionChoice
 from seq2seq.train.distributed import DistContext
-from seq2seq.train.loop import NonFiniteLoss, RepeatedOutOfMemory, Trainer
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.run import train
+from seq2seq.train.trainer import NonFiniteLoss, RepeatedOutOfMemory, Trainer
 
-LOOP_LOGGER = "seq2seq.train.loop"
+LOOP_LOGGER = "seq2seq.train.trainer"
 FAULT_TRAIN = [
     *TINY_TRAIN,
     "data.task_train_size=200",

@@ -18,7 +18,7 @@ from numerics import assert_close, reordered_sum_tolerance
 from seq2seq.data.batching import collate
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.train.distributed import DistContext
-from seq2seq.train.loop import Trainer
+from seq2seq.train.trainer import Trainer
 
 OVERRIDES = [
     "data.task_train_size=64",

@@ -10,7 +10,7 @@ import pytest
 from conftest import TINY_TRAIN, compose_config, train_logging
 from omegaconf import OmegaConf
 
-import seq2seq.train.loop as loop
+import seq2seq.train.trainer as loop
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.train.recipe import UPDATE_SHARE, Estimate, apply_recipe, pick, set_by_user, validate_recipes

@@ -198,8 +198,8 @@ def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog
     """Checkpoints from before per-rank states hold one dict; a checkpoint of another world size warns."""
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
-    from seq2seq.train.loop import Trainer
     from seq2seq.train.rng import rng_state
+    from seq2seq.train.trainer import Trainer
 
     cfg = compose_config("train", TINY_TRAIN)
     trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
@@ -211,7 +211,7 @@ def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog
         trainer.restore({**payload, "rng": states})
         assert torch.equal(torch.rand(4), expected)
     torch.manual_seed(99)
-    with caplog.at_level("WARNING", logger="seq2seq.train.loop"):
+    with caplog.at_level("WARNING", logger="seq2seq.train.trainer"):
         trainer.restore({**payload, "rng": [payload["rng"][0], rng_state()]})  # saved by 2 ranks
     assert torch.equal(torch.rand(4), expected)  # rank 0 takes rank 0's
     assert "the random state of 2 rank(s), this run has 1" in caplog.text
@@ -234,7 +234,7 @@ def test_time_driven_schedule_reads_the_run_clock(tmp_path: Path) -> None:
     """linear_to_zero with max_minutes: 30 s into a 1-minute budget, past warmup, the rate is half the peak."""
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
-    from seq2seq.train.loop import Trainer
+    from seq2seq.train.trainer import Trainer
 
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.lr=1e-3", "optim.warmup=1", "max_minutes=1"]
     cfg = compose_config("train", [*overrides, "max_steps=null"])
@@ -254,7 +254,7 @@ class Killed(BaseException):
 def test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume(tmp_path, monkeypatch, caplog, victim):
     # Killed while writing step_N.pt or best.pt, the run used to have last.pt of that update already,
     # so the resumed run never wrote them, and logged a best.pt that did not exist.
-    import seq2seq.train.loop as loop
+    import seq2seq.train.trainer as loop
 
     overrides = [*DETERMINISTIC, "best_metric=loss"]
     save = loop.atomic_save
@@ -284,7 +284,7 @@ def test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume(tmp_pa
 
 
 def test_ctrl_c_says_how_to_translate_and_how_to_resume(tmp_path, monkeypatch):
-    import seq2seq.train.loop as loop
+    import seq2seq.train.trainer as loop
 
     step = loop.Trainer.train_step
 
@@ -353,17 +353,16 @@ def test_the_final_validation_is_kept_inside_max_minutes(tmp_path: Path) -> None
     the deadline (the final validation then ends by it), and linear_to_zero reaches zero there."""
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
-    from seq2seq.train.loop import Trainer
-    from seq2seq.train.run import _stop_reason
+    from seq2seq.train.trainer import Trainer
 
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.warmup=1", "max_minutes=1", "max_steps=null"]
     cfg = compose_config("train", overrides)
     trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
     trainer.started = time.monotonic() - 45.0  # 0.75 of the 1-minute budget spent
-    assert _stop_reason(trainer) is None
+    assert trainer.stop_reason() is None
     trainer.validation_minutes = 0.1
     assert trainer.budget_used(5) == pytest.approx(0.75 / 0.9, abs=0.01)
-    assert _stop_reason(trainer) is None
+    assert trainer.stop_reason() is None
     trainer.validation_minutes = 0.3  # a validation takes longer than what is left
-    assert _stop_reason(trainer) == "used max_minutes=1.0"
+    assert trainer.stop_reason() == "used max_minutes=1.0"
     assert trainer.optimizer.lr_at(5) == 0.0

@@ -26,8 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.config import UserError
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.train.distributed import DistContext
-from seq2seq.train.loop import Trainer
 from seq2seq.train.rng import rng_state, set_rng_state
+from seq2seq.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 

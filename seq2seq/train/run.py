@@ -37,15 +37,11 @@ from seq2seq.train.distributed import (
     lost_peer_message,
 )
 from seq2seq.train.lock import clear_previous_run, refuse_previous_run, run_directory_lock
-from seq2seq.train.loop import Trainer, install_stop_handlers, resume_payload
 from seq2seq.train.recipe import choose_recipe, validate_recipes
+from seq2seq.train.trainer import STOPPED_BY_SIGNAL, Trainer, install_stop_handlers, resume_payload
 
 log = logging.getLogger("seq2seq.train")
 GROUPS = ("model", "data", "optim", "experiment")
-STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
-# Attention images of the first validation sentence only: every kind and layer of one sentence shows
-# what the model attends to, at a third of three sentences' drawing time.
-ATTENTION_SENTENCES = 1
 
 
 def seed_everything(seed: int) -> None:
@@ -211,8 +207,7 @@ def _train_locked(
         data.tokenizers.save(run_dir)
     if payload is None:  # a resumed run's config holds the recipe it chose
         choose_recipe(cfg, overrides, run_dir, data, device, dist)
-    trainer = Trainer(cfg, run_dir, data, device, dist)
-    trainer.started = start
+    trainer = Trainer(cfg, run_dir, data, device, dist, started=start)
     if payload is not None:
         trainer.restore(payload)
         log.info(
@@ -237,11 +232,11 @@ def _train_locked(
         log_summary(trainer, run_dir, device, dist)
     install_stop_handlers(trainer)
     try:
-        reason = _loop(trainer, dashboard)
+        reason = trainer.fit(dashboard)
         if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
             trainer.save("last")
         elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
-            _validate_and_save(trainer, dashboard)
+            trainer.validate_and_save(dashboard)
         if dashboard is not None and trainer.best is not None:
             dashboard.hparams(as_dict(cfg), _metric_tags(trainer))
     finally:
@@ -268,119 +263,10 @@ def _check_writable(run_dir: Path) -> None:
         raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
 
 
-def _stop_reason(trainer: Trainer) -> str | None:
-    cfg = trainer.cfg
-    if trainer.dist.any(target_reached(trainer)):
-        return f"reached the target {cfg.target_metric} {'<=' if cfg.target_metric == 'loss' else '>='} {cfg.target:g}"
-    if cfg.max_steps and trainer.step >= cfg.max_steps:
-        return f"reached max_steps={cfg.max_steps}"
-    if cfg.max_epochs and trainer.stream.epochs_done(trainer.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
-        return f"finished max_epochs={cfg.max_epochs}"
-    if trainer.dist.any(trainer.out_of_time()):
-        return f"used max_minutes={cfg.max_minutes}"
-    if trainer.dist.any(trainer.stop_requested):
-        return STOPPED_BY_SIGNAL
-    if cfg.patience and trainer.validations_since_best >= cfg.patience:
-        return f"no better {cfg.best_metric} in {cfg.patience} validations (patience)"
-    return None
-
-
-def target_reached(trainer: Trainer) -> bool:
-    """The latest validation met `target` (the weights now are the ones that learnt the task)."""
-    cfg, value = trainer.cfg, trainer.last_metrics.get(trainer.cfg.target_metric)
-    if cfg.target is None or value is None:
-        return False
-    return value <= cfg.target if cfg.target_metric == "loss" else value >= cfg.target
-
-
-def _loop(trainer: Trainer, dashboard: Dashboard | None) -> str:
-    cfg = trainer.cfg
-    window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
-    while (reason := _stop_reason(trainer)) is None:
-        update_start = time.monotonic()
-        metrics = trainer.train_step()
-        if metrics is None:
-            continue
-        step = trainer.step
-        trainer.reserve_for_the_final_validation()
-        window["tokens"] += metrics["tgt_tokens"]
-        window["loss"] += metrics["loss"] * metrics["tgt_tokens"]
-        window["nll"] += metrics["nll"] * metrics["tgt_tokens"]
-        window["steps"] += 1
-        if dashboard is not None and (step % cfg.log_every == 0 or step == 1):
-            seconds = time.monotonic() - window["time"]
-            loss, nll = window["loss"] / window["tokens"], window["nll"] / window["tokens"]
-            lr = trainer.optimizer.lr
-            dashboard.scalars(
-                step,
-                {
-                    "train/loss": loss,
-                    "train/ppl": float(np.exp(min(nll, 50.0))),
-                    "train/lr": lr,
-                    "train/grad_norm": metrics["grad_norm"],
-                    "train/tgt_tokens_per_s": window["tokens"] / seconds,
-                    "train/epoch": trainer.stream.epoch,
-                    "train/skipped_updates": trainer.skipped_updates,
-                },
-            )
-            window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
-        if dashboard is not None:  # every update: the bar moves at least every few seconds
-            tok_s = metrics["tgt_tokens"] / max(time.monotonic() - update_start, 1e-9)
-            dashboard.progress(
-                1, loss=f"{metrics['loss']:.3f}", lr=f"{trainer.optimizer.lr:.2e}", tok_s=f"{tok_s:,.0f}"
-            )
-        if step % cfg.valid_every == 0:
-            _validate_and_save(trainer, dashboard)
-        elif step % cfg.save_every == 0:
-            trainer.save("last", f"step_{step}")
-    return reason
-
-
-def _validate_and_save(trainer: Trainer, dashboard: Dashboard | None) -> None:
-    cfg, step = trainer.cfg, trainer.step
-    started = trainer.clock()
-    names: list[str] = []
-    if trainer.dist.is_main:  # once, not once per rank; the others wait at the barrier
-        metrics = trainer.validate()
-        better = trainer.improved(metrics)
-        if better:
-            trainer.best = {"value": metrics[cfg.best_metric], "step": step}
-            trainer.validations_since_best = 0
-        else:
-            trainer.validations_since_best += 1
-        log.info(
-            "validation at update %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f exact %.1f%%%s",
-            step,
-            metrics["loss"],
-            metrics["ppl"],
-            metrics["bleu"],
-            metrics["chrf"],
-            metrics["accuracy"],
-            "  (new best)" if better else "",
-        )
-        dashboard.scalars(step, {f"valid/{k}": v for k, v in metrics.items()})
-        dashboard.scalars(step, {f"valid/best_{cfg.best_metric}": trainer.best["value"]})
-        table = "\n".join("| " + " | ".join(_cell(t) for t in row) + " |" for row in trainer.samples)
-        dashboard.text(step, "valid/translations", "| source | reference | translation |\n|---|---|---|\n" + table)
-        if cfg.attention_images:
-            sources = [source for source, _, _ in trainer.samples[:ATTENTION_SENTENCES]]
-            dashboard.attention(step, trainer.translator, sources, trainer.elapsed_minutes() * 60.0)
-        names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
-    trainer.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
-    trainer.validations_since_best, names = trainer.dist.broadcast((trainer.validations_since_best, names))
-    trainer.save(*names)  # every rank: each one's RNG state goes into the checkpoint
-    trainer.validation_minutes = (trainer.clock() - started) / 60.0
-
-
 def _metric_tags(trainer: Trainer) -> list[str]:
     """The HParams tab's metrics: the validation tags the run writes; their last points are the final
     weights' scores and the best so far."""
     return [*(f"valid/{k}" for k in trainer.last_metrics), f"valid/best_{trainer.cfg.best_metric}"]
-
-
-def _cell(text: str) -> str:
-    """A Markdown table cell: a '|' inside a sentence would end the cell early."""
-    return text.replace("|", r"\|")
 
 
 def _remove_stale_exports(run_dir: Path) -> int:
@@ -441,7 +327,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
         if cfg.target is not None:  # said plainly, last before the commands
             value = trainer.last_metrics.get(cfg.target_metric)
             last = f"{cfg.target_metric} {value:.2f}" if value is not None else "no validation"
-            if target_reached(trainer):
+            if trainer.target_reached():
                 log.info("target reached: %s (target %g) at update %d", last, cfg.target, trainer.step)
             else:
                 log.warning("target NOT reached: %s at the last validation, target %g (%s)", last, cfg.target, reason)

@@ -32,6 +32,7 @@ from seq2seq.interop.huggingface import TRAINING_ONLY_KEYS, is_huggingface_model
 from seq2seq.model.transformer import build_model
 from seq2seq.precision import choose_precision
 from seq2seq.run_files import find_checkpoint
+from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
 from seq2seq.train.loss import TeacherForcedLoss
@@ -39,6 +40,10 @@ from seq2seq.train.optim import build_optimizer
 from seq2seq.train.rng import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
+STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
+# Attention images of the first validation sentence only: every kind and layer of one sentence shows
+# what the model attends to, at a third of three sentences' drawing time.
+ATTENTION_SENTENCES = 1
 
 
 class NonFiniteLoss(UserError):
@@ -53,8 +58,15 @@ class Trainer:
     clock = staticmethod(time.monotonic)  # the run's time source; tests give it a fake one
 
     def __init__(
-        self, cfg: DictConfig, run_dir: Path, data: PreparedData, device: torch.device, dist: DistContext
+        self,
+        cfg: DictConfig,
+        run_dir: Path,
+        data: PreparedData,
+        device: torch.device,
+        dist: DistContext,
+        started: float | None = None,
     ) -> None:
+        """`started`: when the run's command started (on `clock`), so that max_minutes counts its set-up."""
         self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
         tok = data.tokenizers
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
@@ -62,7 +74,7 @@ class Trainer:
         self.training_objective = self._wrap_for_training(self.objective)
         # The run's clock: max_minutes and a time-driven schedule count training time summed over restarts.
         self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
-        self.started = self.clock()  # run.py moves it back to the command's start
+        self.started = self.clock() if started is None else started
         # How long the latest validation (and its saves) took, or an estimate before the first: kept back
         # from max_minutes, so the final validation ends by the deadline instead of after it.
         self.validation_minutes = 0.0
@@ -472,6 +484,117 @@ class Trainer:
                     old.unlink(missing_ok=True)
         self.dist.wait_for_main()
 
+    # ---- the loop and its stop rules ------------------------------------------------------------
+    def fit(self, dashboard: Dashboard | None) -> str:
+        """Updates until a stop rule says stop, validating and saving on schedule; returns why it stopped."""
+        cfg = self.cfg
+        window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+        while (reason := self.stop_reason()) is None:
+            update_start = time.monotonic()
+            metrics = self.train_step()
+            if metrics is None:
+                continue
+            step = self.step
+            self.reserve_for_the_final_validation()
+            window["tokens"] += metrics["tgt_tokens"]
+            window["loss"] += metrics["loss"] * metrics["tgt_tokens"]
+            window["nll"] += metrics["nll"] * metrics["tgt_tokens"]
+            window["steps"] += 1
+            if dashboard is not None and (step % cfg.log_every == 0 or step == 1):
+                seconds = time.monotonic() - window["time"]
+                loss, nll = window["loss"] / window["tokens"], window["nll"] / window["tokens"]
+                dashboard.scalars(
+                    step,
+                    {
+                        "train/loss": loss,
+                        "train/ppl": float(np.exp(min(nll, 50.0))),
+                        "train/lr": self.optimizer.lr,
+                        "train/grad_norm": metrics["grad_norm"],
+                        "train/tgt_tokens_per_s": window["tokens"] / seconds,
+                        "train/epoch": self.stream.epoch,
+                        "train/skipped_updates": self.skipped_updates,
+                    },
+                )
+                window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+            if dashboard is not None:  # every update: the bar moves at least every few seconds
+                tok_s = metrics["tgt_tokens"] / max(time.monotonic() - update_start, 1e-9)
+                dashboard.progress(
+                    1, loss=f"{metrics['loss']:.3f}", lr=f"{self.optimizer.lr:.2e}", tok_s=f"{tok_s:,.0f}"
+                )
+            if step % cfg.valid_every == 0:
+                self.validate_and_save(dashboard)
+            elif step % cfg.save_every == 0:
+                self.save("last", f"step_{step}")
+        return reason
+
+    def stop_reason(self) -> str | None:
+        """Why the run stops before another update, or None. Every rank gives the same answer."""
+        cfg = self.cfg
+        if self.dist.any(self.target_reached()):
+            return (
+                f"reached the target {cfg.target_metric} {'<=' if cfg.target_metric == 'loss' else '>='} {cfg.target:g}"
+            )
+        if cfg.max_steps and self.step >= cfg.max_steps:
+            return f"reached max_steps={cfg.max_steps}"
+        if cfg.max_epochs and self.stream.epochs_done(self.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
+            return f"finished max_epochs={cfg.max_epochs}"
+        if self.dist.any(self.out_of_time()):
+            return f"used max_minutes={cfg.max_minutes}"
+        if self.dist.any(self.stop_requested):
+            return STOPPED_BY_SIGNAL
+        if cfg.patience and self.validations_since_best >= cfg.patience:
+            return f"no better {cfg.best_metric} in {cfg.patience} validations (patience)"
+        return None
+
+    def target_reached(self) -> bool:
+        """The latest validation met `target` (the weights now are the ones that learnt the task)."""
+        cfg, value = self.cfg, self.last_metrics.get(self.cfg.target_metric)
+        if cfg.target is None or value is None:
+            return False
+        return value <= cfg.target if cfg.target_metric == "loss" else value >= cfg.target
+
+    def validate_and_save(self, dashboard: Dashboard | None) -> None:
+        """Validation on rank 0 (best and patience follow it), then a checkpoint from every rank."""
+        cfg, step = self.cfg, self.step
+        started = self.clock()
+        names: list[str] = []
+        if self.dist.is_main:  # once, not once per rank; the others wait at the barrier
+            metrics = self.validate()
+            better = self.improved(metrics)
+            if better:
+                self.best = {"value": metrics[cfg.best_metric], "step": step}
+                self.validations_since_best = 0
+            else:
+                self.validations_since_best += 1
+            log.info(
+                "validation at update %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f exact %.1f%%%s",
+                step,
+                metrics["loss"],
+                metrics["ppl"],
+                metrics["bleu"],
+                metrics["chrf"],
+                metrics["accuracy"],
+                "  (new best)" if better else "",
+            )
+            self._show_validation(dashboard, metrics)
+            names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
+        self.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
+        self.validations_since_best, names = self.dist.broadcast((self.validations_since_best, names))
+        self.save(*names)  # every rank: each one's RNG state goes into the checkpoint
+        self.validation_minutes = (self.clock() - started) / 60.0
+
+    def _show_validation(self, dashboard: Dashboard | None, metrics: dict[str, float]) -> None:
+        if dashboard is None:
+            return
+        step, cfg = self.step, self.cfg
+        dashboard.scalars(step, {f"valid/{k}": v for k, v in metrics.items()})
+        dashboard.scalars(step, {f"valid/best_{cfg.best_metric}": self.best["value"]})
+        table = "\n".join("| " + " | ".join(_cell(t) for t in row) + " |" for row in self.samples)
+        dashboard.text(step, "valid/translations", "| source | reference | translation |\n|---|---|---|\n" + table)
+        if cfg.attention_images:
+            sources = [source for source, _, _ in self.samples[:ATTENTION_SENTENCES]]
+            dashboard.attention(step, self.translator, sources, self.elapsed_minutes() * 60.0)
+
 
 def resume_payload(run_dir: Path) -> dict[str, Any]:
     return load_checkpoint(find_checkpoint(run_dir, prefer=("last",)))
@@ -490,3 +613,8 @@ def install_stop_handlers(trainer: Trainer) -> None:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+
+
+def _cell(text: str) -> str:
+    """A Markdown table cell: a '|' inside a sentence would end the cell early."""
+    return text.replace("|", r"\|")
