@@ -4,10 +4,13 @@ as each tool writes them (names only; no file is read but a config.json)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from seq2seq.config import UserError
+from seq2seq.inference import Translator
 from seq2seq.interop.huggingface import is_huggingface_model
 from seq2seq.path_kind import PathKind, path_kind
 
@@ -57,3 +60,21 @@ def test_init_from_asks_the_same_question(tmp_path: Path) -> None:
     ours = make(tmp_path / "ours", {"config.json": OUR_WEIGHTS_CONFIG, "model.safetensors": ""})
     assert is_huggingface_model(str(marian)) and not is_huggingface_model(str(ours))
     assert is_huggingface_model("Helsinki-NLP/opus-mt-en-de")  # a Hub id: not a path here
+
+
+@pytest.mark.parametrize(
+    ("files", "says"),
+    [
+        ({"model.bin": "", "config.json": "{}"}, "a CTranslate2 model, not one PyTorch translation reads; "),
+        ({"config.json": MARIAN_CONFIG, "model.safetensors": ""}, "a Hugging Face model, not one PyTorch "),
+    ],
+    ids=["ctranslate2", "huggingface"],
+)
+def test_pytorch_translation_names_a_model_it_does_not_read(tmp_path: Path, files: dict[str, str], says: str) -> None:
+    # They were "has no checkpoint (looked for checkpoints/{best,last}.pt)" and "config.json: not a seq2seq
+    # weights config": true, but no help to find what does read them.
+    model = make(tmp_path / "model", files)
+    for path in (model, [model]):
+        with pytest.raises(UserError, match=f"^{re.escape(str(model))}: {says}") as info:
+            Translator.load(path, device="cpu")
+        assert "\n" not in str(info.value)
