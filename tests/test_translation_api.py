@@ -135,21 +135,21 @@ def test_both_engines_cut_a_long_line_and_refuse_a_long_prefix_alike(
     long_line = " ".join("abcdefghij"[i % 10] for i in range(positions + 20))
     tokens = len(translator.tokenizers.encode_src([long_line])[0])
     assert tokens + 1 > positions
-    with caplog.at_level(logging.WARNING):
-        results = translator.translate_nbest(["a b", long_line], first_line_number=7)
+    with caplog.at_level(logging.WARNING):  # the empty line is skipped, not unnumbered (PyTorch said "line 8")
+        results = translator.translate_nbest(["a b", "", long_line], first_line_number=7)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
-        f"input line 8 has {tokens} tokens, more than the model's {positions} positions: translating its first "
+        f"input line 9 has {tokens} tokens, more than the model's {positions} positions: translating its first "
         f"{positions - 1}"
     ]
-    assert len(results) == 2
+    assert len(results) == 3 and results[1][0].text == ""
     fits = " ".join(["K"] * (positions - 2))  # one token each: with <s> and </s>, exactly the positions
     assert len(translator.tokenizers.encode_tgt([fits])[0]) == positions - 2
     translator.translate_nbest(["a b", "c d"], ["", fits])
     with pytest.raises(UserError) as info:
-        translator.translate_nbest(["a b", "c d"], ["", fits + " K"], first_line_number=3)
+        translator.translate_nbest(["a b", "", "c d"], ["", "", fits + " K"], first_line_number=3)
     assert str(info.value) == (
-        f"input line 4: the target prefix has {positions - 1} tokens, more than the {positions - 2} the model's "
+        f"input line 5: the target prefix has {positions - 1} tokens, more than the {positions - 2} the model's "
         f"{positions} positions leave room for"
     )
 

@@ -139,19 +139,22 @@ class Translator:
             seed=seed,
         )
 
-    def encode(self, lines: list[str], first_line_number: int = 1) -> list[list[int]]:
-        """Source ids + EOS, cut to the model's positions with a warning that names the line."""
+    def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
+        """Source ids + EOS, cut to the model's positions with a warning that names the line (by
+        `line_numbers`, one per line; 1, 2, ... without them)."""
+        numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
         return [
-            [*fit_source(ids, self.max_positions, first_line_number + offset, log), EOS_ID]
-            for offset, ids in enumerate(self.tokenizers.encode_src(lines))
+            [*fit_source(ids, self.max_positions, number, log), EOS_ID]
+            for number, ids in zip(numbers, self.tokenizers.encode_src(lines), strict=True)
         ]
 
-    def encode_prefixes(self, prefixes: list[str], first_line_number: int = 1) -> list[list[int]]:
+    def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Target ids of each forced prefix; one that leaves no room for EOS within the model's
-        positions is an error naming its line."""
+        positions is an error naming its line (as in `encode`)."""
         encoded = self.tokenizers.encode_tgt(prefixes)
-        for offset, ids in enumerate(encoded):
-            check_prefix_fits(len(ids), self.max_positions, first_line_number + offset)
+        numbers = line_numbers if line_numbers is not None else range(1, len(prefixes) + 1)
+        for number, ids in zip(numbers, encoded, strict=True):
+            check_prefix_fits(len(ids), self.max_positions, number)
         return encoded
 
     def _search(self, src: torch.Tensor, prefixes: list[list[int]] | None) -> list[list[Hypothesis]]:
@@ -212,10 +215,11 @@ class Translator:
         self.model.eval()
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
-        encoded = dict(zip(todo, self.encode([lines[i] for i in todo], first_line_number), strict=True))
+        numbers = [first_line_number + i for i in todo]  # a skipped empty line keeps its number
+        encoded = dict(zip(todo, self.encode([lines[i] for i in todo], numbers), strict=True))
         forced = None
         if prefixes is not None:
-            forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], first_line_number), strict=True))
+            forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], numbers), strict=True))
         # Longest first: similar lengths share a batch (little padding), and the slowest batch shows up early.
         todo.sort(key=lambda i: len(encoded[i]), reverse=True)
         for batch in _chunks(todo, self.batch_size):
