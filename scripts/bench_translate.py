@@ -40,7 +40,6 @@ from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator  # noqa: E402
-from seq2seq.inference.loading import load_translator  # noqa: E402
 from seq2seq.inference.search import max_output_lengths  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
@@ -203,7 +202,7 @@ def main() -> None:
         del row["hypotheses"]
 
     start = time.perf_counter()
-    translator = load_translator(TranslateConfig(run=args.run, beam=1, precision=args.precision), torch.device("cpu"))
+    translator = Translator.from_config(TranslateConfig(run=args.run, beam=1, precision=args.precision, device="cpu"))
     report["load_s"] = round(time.perf_counter() - start, 2)
     report["precision"] = {torch.float32: "fp32", torch.bfloat16: "bf16"}[translator.model.output.weight.dtype]
     rows = []

@@ -39,8 +39,7 @@ from seq2seq.checkpoint import load_checkpoint
 from seq2seq.cli.average import average_files
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
-from seq2seq.device import pick_device
-from seq2seq.inference.loading import load_translator
+from seq2seq.inference.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402
@@ -83,7 +82,7 @@ def train(args: argparse.Namespace, run_dir: Path) -> tuple[float, list[float]]:
 
 def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int, length_penalty: float) -> list[str]:
     cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
-    translator = load_translator(cfg, pick_device("auto"))
+    translator = Translator.from_config(cfg)
     return translator.translate(lines)
 
 

@@ -24,11 +24,12 @@ import torch
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
+from seq2seq.path_kind import WEIGHTS_FILE, PathKind, path_kind
 from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, why_stale
 
 FORMAT = 1
 # A weights-only export (`seq2seq-export format=safetensors`): the file, and the JSON beside it.
-WEIGHTS_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT = "model.safetensors", "config.json", "seq2seq-weights-1"
+WEIGHTS_CONFIG, WEIGHTS_FORMAT = "config.json", "seq2seq-weights-1"  # WEIGHTS_FILE: seq2seq.path_kind
 SPECIAL_TOKENS = len(SPECIALS)
 
 
@@ -194,7 +195,7 @@ def find_model_file(run_dir: str | Path) -> Path:
 def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
     """(the file read, its checkpoint-shaped payload): a training checkpoint, or a weights-only
     model.safetensors (given as the file or as its directory)."""
-    if path.suffix == ".safetensors" or (path / WEIGHTS_FILE).is_file():
+    if path_kind(path) is PathKind.WEIGHTS:
         path = path / WEIGHTS_FILE if path.is_dir() else path
         return path, load_weights(path)
     payload = load_checkpoint(path)

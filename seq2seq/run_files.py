@@ -12,6 +12,7 @@ from seq2seq.config import UserError
 
 INFERENCE_DIR = "model"  # <run>/model/: the weights-only export training writes at its end
 CTRANSLATE2_DIR = "ctranslate2"  # <run>/ctranslate2/: its CTranslate2 export (with ctranslate2 installed)
+DECODING_FILE = "seq2seq.json"  # in a CTranslate2 export, beside model.bin: max_positions and its checkpoint
 
 
 def find_checkpoint(run_dir: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:

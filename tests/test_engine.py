@@ -15,9 +15,9 @@ import pytest
 from seq2seq import cpuinfo
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference import ctranslate2_engine, engine, engine_probe
+from seq2seq.inference import ctranslate2_engine, engine, engine_probe, run_export
 from seq2seq.inference.engine import choose_engine
-from seq2seq.run_files import checkpoint_record
+from seq2seq.run_files import DECODING_FILE, checkpoint_record
 
 
 def save_zip(path: Path, step: int) -> None:
@@ -33,7 +33,7 @@ def make_run(root: Path, stale: bool = False) -> Path:
     best = root / "checkpoints" / "best.pt"
     save_zip(best, 10)
     (root / "ctranslate2" / "model.bin").write_bytes(b"")
-    record = ctranslate2_engine.DECODING_FILE
+    record = DECODING_FILE
     (root / "ctranslate2" / record).write_text(json.dumps({"max_positions": 256, **checkpoint_record(best, 10)}))
     if stale:  # resumed and stopped before its end: a new best.pt, the export of the old one
         save_zip(best, 20)
@@ -43,10 +43,10 @@ def make_run(root: Path, stale: bool = False) -> Path:
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """ctranslate2 installed, on a CPU without bf16 instructions (where PyTorch's auto precision is fp32)."""
-    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: True)
+    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: True)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
     # The runs here are empty files: what a measurement would time is given, equal for every engine.
-    monkeypatch.setattr(engine_probe, "measure_engines", lambda cfg, c: engine_probe.Timing(dict.fromkeys(c, 1.0)))
+    monkeypatch.setattr(engine_probe, "measure_engines", lambda c, load: engine_probe.Timing(dict.fromkeys(c, 1.0)))
 
 
 @pytest.mark.usefixtures("installed")
@@ -116,7 +116,7 @@ def test_a_stale_export_copied_after_its_checkpoint_is_still_stale(tmp_path: Pat
 def test_an_export_that_does_not_record_its_checkpoint_is_not_used(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run")
     for record in ('{"max_positions": 256}', "garbage", ""):
-        (run / "ctranslate2" / ctranslate2_engine.DECODING_FILE).write_text(record)
+        (run / "ctranslate2" / DECODING_FILE).write_text(record)
         choice = choose_engine(TranslateConfig(run=str(run)))
         assert (choice.engine, choice.why) == (
             "torch",
@@ -125,7 +125,7 @@ def test_an_export_that_does_not_record_its_checkpoint_is_not_used(tmp_path: Pat
 
 
 def test_without_the_package_a_run_decodes_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
+    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: False)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
     choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run"))))
     assert choice.engine == "torch" and "pip install 'seq2seq[export]'" in choice.why
@@ -180,7 +180,7 @@ def test_int8_where_ctranslate2_cannot_decode_is_one_line(tmp_path: Path, settin
 
 
 def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: False)
+    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: False)
     run = make_run(tmp_path / "run")
     with pytest.raises(UserError, match=r"^config error: precision=int8 .*pip install 'seq2seq\[export\]'"):
         choose_engine(TranslateConfig(run=str(run), precision="int8"))
@@ -197,7 +197,7 @@ def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_the_engine_measured_f
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     measured: list[tuple[str, ...]] = []
 
-    def measure(cfg, candidates):
+    def measure(candidates, load):
         measured.append(candidates)
         return engine_probe.Timing({"torch": 1.0 if faster == "torch" else 3.0, "ctranslate2": 2.0}, "bf16")
 
@@ -250,7 +250,7 @@ def test_int8_says_so_where_it_is_slower_than_fp32(
 ) -> None:
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     timing = engine_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
-    monkeypatch.setattr(engine_probe, "measure_engines", lambda cfg, candidates: timing)
+    monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: timing)
     run = make_run(tmp_path / "run")
     assert choose_engine(TranslateConfig(run=str(run), precision="int8")).engine == "ctranslate2"
     warning = f"precision=int8 is slower than fp32 on this CPU: {int8_seconds:.2f} s against 2.00 s"
@@ -268,13 +268,13 @@ def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
     cfg = TranslateConfig(run=str(tmp_path / "run"), beam=2)
-    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8"))
+    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8"), engine.probe_loader(cfg))
     assert set(timing.seconds) == {"torch", "ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
     assert timing.torch_precision == "fp32"  # conftest's precision setting for training does not reach here
     sentences = engine_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
     assert len(sentences) == engine_probe.PROBE_SENTENCES and all(sentences)
     monkeypatch.setattr(engine_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
-    assert engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8")) == timing
+    assert engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8"), engine.probe_loader(cfg)) == timing
 
 
 @pytest.mark.parametrize(

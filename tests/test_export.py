@@ -25,7 +25,6 @@ from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 from seq2seq.inference.export import ExportConfig, export
-from seq2seq.inference.loading import load_translator
 from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
 
@@ -63,7 +62,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def ours(checkpoint: Path, beam: int, lines: list[str] = LINES) -> list[str]:
     cfg = OmegaConf.structured(TranslateConfig(checkpoint=str(checkpoint), beam=beam, precision="fp32", device="cpu"))
-    translator = load_translator(cfg, torch.device("cpu"))
+    translator = Translator.from_config(cfg)
     return translator.translate(lines)
 
 

@@ -4,6 +4,7 @@ sampling behave as their definitions say, and bad input is one line naming the k
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -104,6 +105,52 @@ def test_a_prefix_on_an_empty_source_still_starts_the_translation(run_dir: Path,
     out = translator.translate(sources, prefixes)
     assert out[0].startswith("K J") and out[1].startswith("K") and out[2].startswith("K J"), out
     assert out[3] == "" and out[4].startswith(" ")  # no source and no prefix: an empty line, as before
+
+
+def test_both_translators_have_the_methods_the_commands_and_the_server_call() -> None:
+    from seq2seq.inference import CTranslate2Translator  # the class needs no ctranslate2 until it loads one
+    from seq2seq.inference.translation import TranslatorAPI
+
+    for translator in (Translator, CTranslate2Translator):
+        for method in ("translate", "translate_nbest"):
+            wanted = inspect.signature(getattr(TranslatorAPI, method))
+            assert inspect.signature(getattr(translator, method)) == wanted, (translator, method)
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_both_engines_cut_a_long_line_and_refuse_a_long_prefix_alike(
+    run_dir: Path, engine: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A source line longer than the model's positions is cut to leave room for </s>, with a warning
+    naming the line; a forced prefix that leaves no room for <s> and </s> is a one-line error naming it."""
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+        from seq2seq.inference import CTranslate2Translator
+
+        translator = CTranslate2Translator.load(run_dir, beam=1)
+    else:
+        translator = Translator.load(run_dir, beam=1, precision="fp32", device="cpu")
+    positions = translator.max_positions
+    long_line = " ".join("abcdefghij"[i % 10] for i in range(positions + 20))
+    tokens = len(translator.tokenizers.encode_src([long_line])[0])
+    assert tokens + 1 > positions
+    with caplog.at_level(logging.WARNING):  # the empty line is skipped, not unnumbered (PyTorch said "line 8")
+        results = translator.translate_nbest(["a b", "", long_line], first_line_number=7)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"input line 9 has {tokens} tokens, more than the model's {positions} positions: translating its first "
+        f"{positions - 1}"
+    ]
+    assert len(results) == 3 and results[1][0].text == ""
+    fits = " ".join(["K"] * (positions - 2))  # one token each: with <s> and </s>, exactly the positions
+    assert len(translator.tokenizers.encode_tgt([fits])[0]) == positions - 2
+    translator.translate_nbest(["a b", "c d"], ["", fits])
+    with pytest.raises(UserError) as info:
+        translator.translate_nbest(["a b", "", "c d"], ["", "", fits + " K"], first_line_number=3)
+    assert str(info.value) == (
+        f"input line 5: the target prefix has {positions - 1} tokens, more than the {positions - 2} the model's "
+        f"{positions} positions leave room for"
+    )
 
 
 def test_the_command_keeps_a_prefix_on_an_empty_source(run_dir: Path, tmp_path: Path) -> None:

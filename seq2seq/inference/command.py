@@ -22,11 +22,11 @@ from typing import IO, Any
 from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
-from seq2seq.config import UserError, validate_translate
+from seq2seq.config import TranslateConfig, UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 from seq2seq.inference.engine import EngineChoice, choose_engine
-from seq2seq.inference.translation import Translation
+from seq2seq.inference.translation import Translation, TranslatorAPI
 
 log = logging.getLogger("seq2seq.translate")
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
@@ -99,7 +99,7 @@ def _format(index: int, nbest: list[Translation], n: int) -> str:
     return "".join(f"{index} ||| {t.text.translate(_LINE_BREAKS)} ||| {t.score:.4f}\n" for t in nbest)
 
 
-def load_any_translator(cfg: DictConfig) -> Any:
+def load_any_translator(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
     """The engine `choose_engine` picks: CTranslate2 never imports torch (2-3 s of start-up), PyTorch's
     `Translator` decodes everything. Both have `translate_nbest`."""
     choice = choose_engine(cfg)
@@ -111,17 +111,16 @@ def load_any_translator(cfg: DictConfig) -> Any:
     return translator
 
 
-def _load(cfg: DictConfig, choice: EngineChoice) -> Any:
+def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice) -> TranslatorAPI:
     if choice.engine == "ctranslate2":
         return CTranslate2Translator(cfg, choice.model)
     import torch  # here, not at the top: see load_any_translator
 
-    from seq2seq.device import pick_device
-    from seq2seq.inference.loading import load_translator
+    from seq2seq.inference.translator import Translator
 
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    return load_translator(cfg, pick_device(cfg.device))
+    return Translator.from_config(cfg)
 
 
 def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:

@@ -14,23 +14,34 @@ immediate </s> is allowed (`min_decoding_length=0`); <pad> and <s> are never out
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seq2seq.config import ModelConfig, TranslateConfig, UserError, validate_translate
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
-from seq2seq.inference.translation import Translation, check_beam_fits, output_budget, to_translate
+from seq2seq.inference.run_export import checked_export, given_export, int8_export
+from seq2seq.inference.translation import (
+    Translation,
+    check_beam_fits,
+    check_prefix_fits,
+    fit_source,
+    output_budget,
+    replaced,
+    to_translate,
+)
+from seq2seq.path_kind import PathKind, path_kind
+from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from seq2seq.inference.sampling import SamplingRule  # its module imports torch
 
 log = logging.getLogger("seq2seq.translate")
-DECODING_FILE = "seq2seq.json"  # written by seq2seq-export beside model.bin: the model's max_positions
 COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
-
-
-def is_ctranslate2_model(path: str | None) -> bool:
-    return bool(path) and "," not in str(path) and (Path(str(path)) / "model.bin").is_file()
 
 
 def _device(device: str, cuda_devices: int) -> tuple[str, int]:
@@ -95,7 +106,7 @@ class CTranslate2Translator:
         precision: str = "auto",
         device: str = "auto",
         threads: int | None = None,
-        sampling: Any = None,
+        sampling: SamplingRule | None = None,
         seed: int = 0,
     ) -> CTranslate2Translator:
         """Loads a CTranslate2 model once for translating many lists of lines.
@@ -106,13 +117,12 @@ class CTranslate2Translator:
             `SamplingRule` (CTranslate2's sampler: other samples than PyTorch's from the same seed).
             Bad files or settings raise `seq2seq.config.UserError`, one line.
         """
-        from seq2seq.inference.engine import choose_engine  # here: engine.py imports this module
-
-        run = not is_ctranslate2_model(str(path))
+        export = path_kind(path) is PathKind.CTRANSLATE2
         rule = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sampling else {}
+        # The settings this translator keeps and reads at each call (a server changes them per batch).
         cfg = TranslateConfig(
-            run=str(path) if run else None,
-            checkpoint=None if run else str(path),
+            run=None if export else str(path),
+            checkpoint=str(path) if export else None,
             engine="ctranslate2",
             beam=beam,
             nbest=nbest,
@@ -127,11 +137,21 @@ class CTranslate2Translator:
             seed=seed,
             **rule,
         )
+        return cls.from_config(cfg)
+
+    @classmethod
+    def from_config(cls, cfg: TranslateConfig | DictConfig) -> CTranslate2Translator:
+        """The translator that `cfg` (a TranslateConfig) describes: checkpoint= a CTranslate2 export, or
+        run= whose export is checked as seq2seq-translate checks it with engine=ctranslate2 (current,
+        installed); what the command keeps on PyTorch by default (n-best, sampling) is the caller's
+        choice here."""
         validate_translate(cfg)
-        # A run's export is checked as seq2seq-translate checks it (current, installed); what the
-        # command keeps on PyTorch by default (n-best, sampling) is the caller's choice here.
-        model = choose_engine(dataclasses.replace(cfg, nbest=1, sampling=False)).model if run else str(path)
-        return cls(cfg, model)
+        if given_export(cfg):
+            return cls(cfg, cfg.checkpoint)
+        checked = replaced(cfg, nbest=1, sampling=False)
+        if cfg.precision == "int8":
+            return cls(cfg, int8_export(checked, functools.partial(export_candidate, checked)))
+        return cls(cfg, checked_export(checked))
 
     def __init__(self, cfg: Any, directory: str | Path) -> None:
         """`cfg`: a TranslateConfig (its run= and checkpoint= are not read); `directory`: the model."""
@@ -169,18 +189,10 @@ class CTranslate2Translator:
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
     def _source_tokens(self, line: str, number: int) -> list[str]:
-        """The line's tokens, cut to the model's positions (</s> included) with the warning that
-        `Translator.encode` gives: CTranslate2 itself would cut them silently (max_input_length)."""
+        """The line's tokens, cut to the model's positions (</s> included) as `Translator.encode` cuts them,
+        with its warning: CTranslate2 itself would cut them silently (max_input_length)."""
         tokens = self.tokenizers.src.encode(line, add_special_tokens=False).tokens
-        if len(tokens) + 1 > self.max_positions:
-            log.warning(
-                "input line %d has %d tokens, more than the model's %d positions: translating its first %d",
-                number,
-                len(tokens),
-                self.max_positions,
-                self.max_positions - 1,
-            )
-        return tokens[: self.max_positions - 1]
+        return fit_source(tokens, self.max_positions, number, log)
 
     def translate_nbest(
         self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
@@ -191,11 +203,7 @@ class CTranslate2Translator:
         sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
         forced = {i: tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [] for i in todo}
         for i in todo:
-            if len(forced[i]) + 2 > self.max_positions:
-                raise UserError(
-                    f"input line {first_line_number + i}: the target prefix has {len(forced[i])} tokens, more than "
-                    f"the {self.max_positions - 2} the model's {self.max_positions} positions leave room for"
-                )
+            check_prefix_fits(len(forced[i]), self.max_positions, first_line_number + i)
         budgets = {
             i: output_budget(len(sources[i]), len(forced[i]), cfg.max_len_a, cfg.max_len_b, self.max_positions)
             for i in todo
@@ -234,3 +242,9 @@ class CTranslate2Translator:
                 texts = tok.decode_tgt(ids)
                 results[i] = [Translation(t, s, h) for t, s, h in zip(texts, output.scores, ids, strict=True)]
         return results
+
+
+def export_candidate(cfg: Any, candidate: str) -> CTranslate2Translator:
+    """The run's export as the engine probe times it: "ctranslate2" in fp32, "int8" quantised as it loads."""
+    precision = "int8" if candidate == "int8" else "fp32"
+    return CTranslate2Translator(replaced(cfg, precision=precision), Path(cfg.run) / CTRANSLATE2_DIR)

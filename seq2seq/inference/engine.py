@@ -26,8 +26,8 @@ against fp32 once per machine and model, and a warning says so where it is slowe
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,10 +35,13 @@ from typing import Any
 from seq2seq import cpuinfo
 from seq2seq.config import UserError
 from seq2seq.inference import engine_probe
-from seq2seq.inference.ctranslate2_engine import DECODING_FILE, is_ctranslate2_model
-from seq2seq.run_files import CTRANSLATE2_DIR, find_checkpoint, why_stale
+from seq2seq.inference.ctranslate2_engine import export_candidate
+from seq2seq.inference.run_export import checked_export, given_export, int8_export, why_not_ctranslate2
+from seq2seq.inference.translation import TranslatorAPI, replaced
+from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, find_checkpoint, why_stale
 
 log = logging.getLogger("seq2seq.translate")
+EXPORT_REASON = "the run's CTranslate2 export; engine=torch for PyTorch"
 
 
 @dataclass(frozen=True)
@@ -51,51 +54,31 @@ class EngineChoice:
 def choose_engine(cfg: Any) -> EngineChoice:
     """The engine and model that `cfg` (a TranslateConfig) decodes with; a forced engine that cannot
     decode what was asked is a one-line UserError naming the key."""
-    if is_ctranslate2_model(cfg.checkpoint):  # a CTranslate2 export given by hand
+    if given_export(cfg):  # a CTranslate2 export given by hand
         if cfg.engine == "torch":
             raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")
         _warn_if_stale(Path(cfg.checkpoint))
         return EngineChoice("ctranslate2", str(cfg.checkpoint), "checkpoint= is a CTranslate2 model")
     if cfg.precision == "int8":
-        return _int8(cfg)
+        if cfg.engine == "torch":
+            raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
+        return EngineChoice("ctranslate2", int8_export(cfg, probe_loader(cfg)), "precision=int8 is CTranslate2's")
     if cfg.engine == "torch":
         return EngineChoice("torch", None, "engine=torch")
-    unfit = _why_not_ctranslate2(cfg)
-    if unfit is None and cfg.engine == "auto" and cfg.precision == "auto" and _bf16_cpu(cfg):
-        return _measured(cfg)
-    if unfit is None:
-        export = Path(cfg.run) / CTRANSLATE2_DIR
-        return EngineChoice("ctranslate2", str(export), "the run's CTranslate2 export; engine=torch for PyTorch")
     if cfg.engine == "ctranslate2":
-        raise UserError(f"config error: engine=ctranslate2: {unfit}")
-    return EngineChoice("torch", None, unfit)
-
-
-def _int8(cfg: Any) -> EngineChoice:
-    """precision=int8: the run's CTranslate2 export, quantised as it loads, or a one-line error."""
-    if cfg.engine == "torch":
-        raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
-    unfit = _why_not_ctranslate2(cfg, same_lines=False)
+        return EngineChoice("ctranslate2", checked_export(cfg), EXPORT_REASON)
+    unfit = why_not_ctranslate2(cfg)
     if unfit is not None:
-        raise UserError(f"config error: precision=int8 decodes a run's CTranslate2 export: {unfit}")
-    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"))
-    fp32, int8 = timing.seconds["ctranslate2"], timing.seconds["int8"]
-    if int8 > fp32:
-        log.warning(
-            "precision=int8 is slower than fp32 on this CPU: %.2f s against %.2f s for the same %d sentences "
-            "(measured once, cached in %s); precision=auto decodes faster here",
-            int8,
-            fp32,
-            engine_probe.PROBE_SENTENCES,
-            engine_probe.cache_file(),
-        )
-    return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), "precision=int8 is CTranslate2's")
+        return EngineChoice("torch", None, unfit)
+    if cfg.precision == "auto" and _bf16_cpu(cfg):
+        return _measured(cfg)
+    return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), EXPORT_REASON)
 
 
 def _measured(cfg: Any) -> EngineChoice:
     """engine=auto, precision=auto on a CPU with bf16 instructions: the faster of PyTorch (in the
     precision its auto picks) and the run's fp32 export, timed on this machine."""
-    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2"))
+    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2"), probe_loader(cfg))
     torch_s, ct2_s = timing.seconds["torch"], timing.seconds["ctranslate2"]
     figures = (
         f"PyTorch {timing.torch_precision} {torch_s:.2f} s, CTranslate2 fp32 {ct2_s:.2f} s "
@@ -107,45 +90,23 @@ def _measured(cfg: Any) -> EngineChoice:
     return EngineChoice("ctranslate2", export, f"the run's export, faster here: {figures}; engine=torch for PyTorch")
 
 
-def _why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
-    """None when the run's CTranslate2 export can decode this request (as PyTorch would, with
-    `same_lines`); else why not."""
-    if cfg.checkpoint or not cfg.run:
-        return "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
-    if cfg.attention:
-        return "attention= plots PyTorch's attention"
-    if same_lines and (reason := _why_other_lines(cfg)):
-        return reason
-    export = Path(cfg.run) / CTRANSLATE2_DIR / "model.bin"
-    if not export.is_file():
-        return f"{export.parent} does not exist (training writes it when ctranslate2 is installed)"
-    if stale := why_stale(export.parent / DECODING_FILE, find_checkpoint(cfg.run)):
-        return stale
-    if not ctranslate2_installed():
-        return "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
-    return None
+def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
+    """What the engine probe times for a run: "torch" (PyTorch in the precision its auto picks), or
+    its CTranslate2 export, "ctranslate2" (fp32) or "int8"."""
 
+    def load(candidate: str) -> TranslatorAPI:
+        if candidate != "torch":
+            return export_candidate(cfg, candidate)
+        from seq2seq.inference.translator import Translator  # torch: only when measuring, never for a cached answer
 
-def _why_other_lines(cfg: Any) -> str | None:
-    """Why CTranslate2 would write other lines (or scores) than PyTorch for this request, if it would."""
-    if cfg.sampling:
-        return "sampling=true (CTranslate2 draws other samples from the same seed)"
-    if cfg.nbest > 1:
-        return "nbest>1 (CTranslate2's scores differ in the third decimal)"
-    if cfg.prefix and cfg.beam > 1:  # seen in tests/test_translation_api.py: other lines, not only other scores
-        return "prefix=true with beam>1 (CTranslate2 ranks hypotheses that extend a prefix differently)"
-    if cfg.precision not in ("auto", "fp32"):
-        return f"precision={cfg.precision} (the export is fp32)"
-    return None
+        return Translator.from_config(replaced(cfg, engine="torch", precision="auto"))
+
+    return load
 
 
 def _bf16_cpu(cfg: Any) -> bool:
     """device=cpu or auto (whether there is a GPU is torch's to say) on a CPU with bf16 instructions."""
     return str(cfg.device) in ("auto", "cpu") and cpuinfo.has_bf16()
-
-
-def ctranslate2_installed() -> bool:
-    return importlib.util.find_spec("ctranslate2") is not None
 
 
 def _warn_if_stale(export: Path) -> None:

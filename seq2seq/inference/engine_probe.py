@@ -16,12 +16,13 @@ import importlib.metadata
 import logging
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from seq2seq import cpuinfo, measurement_cache
 from seq2seq.cpu_sharing import usable_cores
-from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+from seq2seq.inference.translation import TranslatorAPI
 from seq2seq.measurement_cache import cached
 from seq2seq.run_files import CTRANSLATE2_DIR
 
@@ -66,16 +67,18 @@ def _version(package: str) -> str:
         return f"{package} none"
 
 
-def cached_timing(cfg: Any, candidates: tuple[str, ...]) -> Timing:
-    """The timing for this machine, model and search: from the cache, or measured now and cached."""
-    return cached(CACHE_NAME, probe_key(cfg, candidates), Timing, lambda: measure_engines(cfg, candidates))
+def cached_timing(cfg: Any, candidates: tuple[str, ...], load: Callable[[str], TranslatorAPI]) -> Timing:
+    """The timing for this machine, model and search: from the cache, or measured now and cached.
+    `load(candidate)` loads a candidate's translator; it is called only to measure."""
+    return cached(CACHE_NAME, probe_key(cfg, candidates), Timing, lambda: measure_engines(candidates, load))
 
 
-def measure_engines(cfg: Any, candidates: tuple[str, ...], rounds: int = 2) -> Timing:
-    """Times each candidate ("torch", "ctranslate2", "int8": CTranslate2 with 8-bit weights) decoding
-    the same probe sentences with cfg's search, after a warm-up batch; the candidates take turns
-    (A, B, A, B) and each keeps its best round, so a burst of other work does not decide alone."""
-    translators = {candidate: _load(cfg, candidate) for candidate in candidates}
+def measure_engines(candidates: tuple[str, ...], load: Callable[[str], TranslatorAPI], rounds: int = 2) -> Timing:
+    """Times each candidate ("torch", "ctranslate2", "int8": CTranslate2 with 8-bit weights), as
+    `load` gives it, decoding the same probe sentences with its search, after a warm-up batch; the
+    candidates take turns (A, B, A, B) and each keeps its best round, so a burst of other work does not
+    decide alone."""
+    translators = {candidate: load(candidate) for candidate in candidates}
     sentences = probe_sentences(next(iter(translators.values())).tokenizers.src)
     for translator in translators.values():
         translator.translate(sentences[:4])
@@ -99,25 +102,7 @@ def probe_sentences(tokenizer: Any, seed: int = 0) -> list[str]:
     return [tokenizer.decode([rng.randrange(first, size) for _ in range(PROBE_WORDS)]) for _ in range(PROBE_SENTENCES)]
 
 
-def _load(cfg: Any, candidate: str) -> Any:
-    if candidate == "torch":  # torch is imported only here: a cached answer never loads it
-        from seq2seq.device import pick_device
-        from seq2seq.inference.loading import load_translator
-
-        return load_translator(_with(cfg, engine="torch", precision="auto"), pick_device(cfg.device))
-    precision = "int8" if candidate == "int8" else "fp32"
-    return CTranslate2Translator(_with(cfg, precision=precision), Path(cfg.run) / CTRANSLATE2_DIR)
-
-
-def _with(cfg: Any, **changes: Any) -> Any:
-    """A copy of `cfg` (a TranslateConfig, or the command's DictConfig of one) with `changes`."""
-    if dataclasses.is_dataclass(cfg):
-        return dataclasses.replace(cfg, **changes)
-    from omegaconf import OmegaConf
-
-    return OmegaConf.merge(cfg, changes)
-
-
 def _torch_precision(translator: Any) -> str:
+    """What precision=auto gave PyTorch's `Translator` (its model's dtype)."""
     dtype = str(next(translator.model.parameters()).dtype)
     return {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(dtype, "fp32")

@@ -32,7 +32,6 @@ import torch
 
 from seq2seq.checkpoint import (
     WEIGHTS_CONFIG,
-    WEIGHTS_FILE,
     WEIGHTS_FORMAT,
     check_vocabulary,
     load_checkpoint,
@@ -40,10 +39,10 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.config import ModelConfig, UserError, setting
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
-from seq2seq.inference.ctranslate2_engine import DECODING_FILE
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
-from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, checkpoint_record, find_checkpoint
+from seq2seq.path_kind import WEIGHTS_FILE
+from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, INFERENCE_DIR, checkpoint_record, find_checkpoint
 
 FORMATS = ("safetensors", "ctranslate2", "huggingface")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")

@@ -1,65 +1,73 @@
-"""Loading a model for inference: a training checkpoint or a `seq2seq-export` weights file, the
-tokenizer beside it, in the precision this machine runs fastest, as a ready `Translator`."""
+"""Loading a model for inference: a run's weights, a training checkpoint or a `seq2seq-export` weights
+file (several: an ensemble), with the tokenizer beside it, in the precision this machine runs fastest.
+`Translator.from_config` and `Translator.load` build their Translator on it."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from seq2seq.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint, read_model_file
-from seq2seq.config import TranslateConfig, UserError
+from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.translation import check_beam_fits
-from seq2seq.inference.translator import Translator
+from seq2seq.model.transformer import Transformer
+from seq2seq.path_kind import PathKind, path_kind
 from seq2seq.precision import choose_precision, log_choice
 
 log = logging.getLogger("seq2seq.translate")
+# What reads the models PyTorch translation does not: said instead of "not a checkpoint".
+OTHER_READERS = {
+    PathKind.CTRANSLATE2: "CTranslate2Translator.load or seq2seq-translate (engine=auto) decodes it",
+    PathKind.HUGGINGFACE: "seq2seq-train init_from=<it> imports it",
+}
 
 
-def load_translator(cfg: DictConfig | TranslateConfig, device: torch.device) -> Translator:
-    """The Translator that `cfg` (a TranslateConfig) describes: run= or checkpoint= (several,
-    comma-separated: an ensemble), precision, search or sampling settings, batch size."""
-    if cfg.precision == "fp16" and device.type == "cpu":  # before loading: a config error costs no time
-        choose_precision(cfg.precision, device, 0, 0)
-    if cfg.precision == "int8":
+def check_precision(precision: str, device: torch.device) -> None:
+    """What PyTorch cannot decode in, refused before loading: a config error costs no time."""
+    if precision == "fp16" and device.type == "cpu":
+        choose_precision(precision, device, 0, 0)
+    if precision == "int8":
         raise UserError(
             "config error: precision=int8: only the CTranslate2 engine decodes in int8 "
             "(seq2seq-translate run=<run> precision=int8, or CTranslate2Translator.load)"
         )
-    sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
-    paths = [Path(p) for p in str(cfg.checkpoint).split(",")] if cfg.checkpoint else [find_model_file(cfg.run)]
-    loaded = [read_model_file(path) for path in paths]
-    tokenizers = load_tokenizers(loaded[0][0], cfg.run)
+
+
+def load_model(
+    run: str | None, checkpoints: list[str] | None, precision: str, device: torch.device, beam: int
+) -> tuple[Transformer | Ensemble, Tokenizers]:
+    """The model of `checkpoints` (training checkpoints or weights exports; several: an ensemble), else
+    of `run` (the weights-only model/ that training writes at its end, else best.pt, else last.pt), and
+    its tokenizer, on `device` in what `precision` comes to there. `beam` is checked against the target
+    vocabulary before anything is logged: a bad setting is one line of error, not log lines and an error."""
+    paths = [Path(p) for p in checkpoints] if checkpoints else [find_model_file(run)]
+    loaded = [_read(path) for path in paths]
+    tokenizers = load_tokenizers(loaded[0][0], run)
     for path, _ in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
-        check_same_tokenizer(load_tokenizers(path, cfg.run), tokenizers, path, loaded[0][0])
+        check_same_tokenizer(load_tokenizers(path, run), tokenizers, path, loaded[0][0])
     for path, payload in loaded:
         check_vocabulary(payload, tokenizers, path)
     shape = loaded[0][1]["config"]["model"]
-    choice = choose_precision(cfg.precision, device, shape["d_model"], shape["ffn_dim"])
+    choice = choose_precision(precision, device, shape["d_model"], shape["ffn_dim"])
     log_choice(choice, log)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
     models = [model_from_checkpoint(payload).to(device=device, dtype=dtype).eval() for _, payload in loaded]
-    check_beam_fits(cfg.beam, tokenizers.tgt.get_vocab_size())
+    check_beam_fits(beam, tokenizers.tgt.get_vocab_size())
     for path, payload in loaded:
         log.info("loaded %s (update %d)", path, payload.get("step", -1))
-    return Translator(
-        models[0] if len(models) == 1 else Ensemble(models),
-        tokenizers,
-        device,
-        cfg.beam,
-        cfg.length_penalty,
-        cfg.max_len_a,
-        cfg.max_len_b,
-        cfg.nbest,
-        cfg.batch_size,
-        sampling=sampling,
-        seed=cfg.seed,
-    )
+    return (models[0] if len(models) == 1 else Ensemble(models)), tokenizers
+
+
+def _read(path: Path) -> tuple[Path, dict[str, Any]]:
+    kind = path_kind(path)
+    if kind in OTHER_READERS:
+        raise UserError(f"{path}: {kind.value}, not one PyTorch translation reads; {OTHER_READERS[kind]}")
+    return read_model_file(path)
 
 
 def check_same_tokenizer(tokenizers: Tokenizers, first: Tokenizers, path: Path, first_path: Path) -> None:

@@ -1,11 +1,17 @@
-"""What a translator returns for one hypothesis, and the checks both engines make; no torch here,
-so the CTranslate2 path needs none."""
+"""What a translator returns for one hypothesis, what both engines offer (`TranslatorAPI`), and the
+checks and limits both apply, written once; no torch here, so the CTranslate2 path needs none."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from seq2seq.config import UserError
+from seq2seq.data.tokenizer import Tokenizers
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -13,6 +19,29 @@ class Translation:
     text: str
     score: float  # log P(output + EOS) / (tokens + 1) ** length_penalty (a line cut at its budget: no EOS); 0.0 for an empty line
     tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix included)
+
+
+class TranslatorAPI(Protocol):
+    """What seq2seq-translate, seq2seq-serve and the engine probe use of a translator: PyTorch's
+    `Translator` and `CTranslate2Translator` both have it."""
+
+    tokenizers: Tokenizers
+    max_positions: int  # the longest source or target, </s> included, that the model takes
+
+    def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]: ...
+
+    def translate_nbest(
+        self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
+    ) -> list[list[Translation]]: ...
+
+
+def replaced(cfg: Any, **changes: Any) -> Any:
+    """A copy of a translate config (a TranslateConfig, or the command's DictConfig of one) with `changes`."""
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.replace(cfg, **changes)
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(cfg, changes)
 
 
 def check_beam_fits(beam: int, vocabulary_size: int) -> None:
@@ -25,6 +54,29 @@ def to_translate(lines: list[str], prefixes: list[str] | None) -> list[int]:
     """The indices of the lines to decode: an empty (or blank) line translates to an empty line without
     decoding, unless it has a target prefix, which every translation starts with."""
     return [i for i, line in enumerate(lines) if line.strip() or (prefixes is not None and prefixes[i])]
+
+
+def fit_source(tokens: list[T], max_positions: int, line_number: int, log: logging.Logger) -> list[T]:
+    """A source line's tokens (ids or pieces), cut to leave room for </s> within the model's positions,
+    with a warning on `log` that names the line (CTranslate2 alone would cut them silently)."""
+    if len(tokens) + 1 > max_positions:
+        log.warning(
+            "input line %d has %d tokens, more than the model's %d positions: translating its first %d",
+            line_number,
+            len(tokens),
+            max_positions,
+            max_positions - 1,
+        )
+    return tokens[: max_positions - 1]
+
+
+def check_prefix_fits(prefix_tokens: int, max_positions: int, line_number: int) -> None:
+    """A forced target prefix must leave room for <s> and </s> within the model's positions."""
+    if prefix_tokens + 2 > max_positions:
+        raise UserError(
+            f"input line {line_number}: the target prefix has {prefix_tokens} tokens, more than "
+            f"the {max_positions - 2} the model's {max_positions} positions leave room for"
+        )
 
 
 def output_budget(source_tokens: int, prefix_tokens: int, a: float, b: int, max_positions: int) -> int:

@@ -15,22 +15,25 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
+from omegaconf import DictConfig
 
-from seq2seq.config import TranslateConfig, UserError
+from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
-from seq2seq.inference.translation import Translation, output_budget, to_translate
+from seq2seq.inference.translation import Translation, check_prefix_fits, fit_source, output_budget, to_translate
 from seq2seq.model.transformer import Transformer
+from seq2seq.path_kind import PathKind, path_kind
 
 log = logging.getLogger(__name__)
 
 
 class Translator:
     """A loaded model and its tokenizers, set up once, that translates lists of strings (`translate`).
-    `seq2seq.inference.loading.load_translator` builds one from a translate config."""
+    `from_config` builds one from a translate config, `load` from a path and keyword settings."""
 
     def __init__(
         self,
@@ -64,6 +67,30 @@ class Translator:
         self.start_id = decoder_start_id(first.cfg.decoder_start)  # also banned from the output, with pad
 
     @classmethod
+    def from_config(cls, cfg: TranslateConfig | DictConfig) -> Translator:
+        """The Translator that `cfg` describes: run= or checkpoint= (several, comma-separated: an
+        ensemble), device, precision, search or sampling settings, batch size. How seq2seq-translate,
+        seq2seq-serve and the engine probe load a PyTorch model."""
+        device = pick_device(cfg.device)
+        check_precision(cfg.precision, device)
+        sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
+        checkpoints = str(cfg.checkpoint).split(",") if cfg.checkpoint else None
+        model, tokenizers = load_model(cfg.run, checkpoints, cfg.precision, device, cfg.beam)
+        return cls(
+            model,
+            tokenizers,
+            device,
+            beam=cfg.beam,
+            length_penalty=cfg.length_penalty,
+            max_len_a=cfg.max_len_a,
+            max_len_b=cfg.max_len_b,
+            nbest=cfg.nbest,
+            batch_size=cfg.batch_size,
+            sampling=sampling,
+            seed=cfg.seed,
+        )
+
+    @classmethod
     def load(
         cls,
         path: str | Path | Sequence[str | Path],
@@ -93,53 +120,41 @@ class Translator:
         seeded by `seed`.
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message.
         """
-        from seq2seq.inference.loading import load_translator  # here: loading.py builds Translators
-
         paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
-        directory = len(paths) == 1 and Path(paths[0]).is_dir() and not (Path(paths[0]) / "model.safetensors").exists()
-        cfg = TranslateConfig(
-            run=paths[0] if directory else None,
-            checkpoint=None if directory else ",".join(paths),
+        run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
+        torch_device = pick_device(device)
+        check_precision(precision, torch_device)
+        model, tokenizers = load_model(run, None if run else paths, precision, torch_device, beam)
+        return cls(
+            model,
+            tokenizers,
+            torch_device,
             beam=beam,
-            nbest=nbest,
             length_penalty=length_penalty,
             max_len_a=max_len_a,
             max_len_b=max_len_b,
+            nbest=nbest,
             batch_size=batch_size,
-            precision=precision,
-            device=device,
-            sampling=sampling is not None,
+            sampling=sampling,
             seed=seed,
-            **(dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sampling else {}),
         )
-        return load_translator(cfg, pick_device(device))
 
-    def encode(self, lines: list[str], first_line_number: int = 1) -> list[list[int]]:
-        """Source ids + EOS, cut to the model's positions with a warning that names the line."""
-        encoded = []
-        for offset, ids in enumerate(self.tokenizers.encode_src(lines)):
-            if len(ids) + 1 > self.max_positions:
-                log.warning(
-                    "input line %d has %d tokens, more than the model's %d positions: translating its first %d",
-                    first_line_number + offset,
-                    len(ids),
-                    self.max_positions,
-                    self.max_positions - 1,
-                )
-                ids = ids[: self.max_positions - 1]
-            encoded.append([*ids, EOS_ID])
-        return encoded
+    def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
+        """Source ids + EOS, cut to the model's positions with a warning that names the line (by
+        `line_numbers`, one per line; 1, 2, ... without them)."""
+        numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
+        return [
+            [*fit_source(ids, self.max_positions, number, log), EOS_ID]
+            for number, ids in zip(numbers, self.tokenizers.encode_src(lines), strict=True)
+        ]
 
-    def encode_prefixes(self, prefixes: list[str], first_line_number: int = 1) -> list[list[int]]:
+    def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Target ids of each forced prefix; one that leaves no room for EOS within the model's
-        positions is an error naming its line."""
+        positions is an error naming its line (as in `encode`)."""
         encoded = self.tokenizers.encode_tgt(prefixes)
-        for offset, ids in enumerate(encoded):
-            if len(ids) + 1 > self.max_positions - 1:
-                raise UserError(
-                    f"input line {first_line_number + offset}: the target prefix has {len(ids)} tokens, more than "
-                    f"the {self.max_positions - 2} the model's {self.max_positions} positions leave room for"
-                )
+        numbers = line_numbers if line_numbers is not None else range(1, len(prefixes) + 1)
+        for number, ids in zip(numbers, encoded, strict=True):
+            check_prefix_fits(len(ids), self.max_positions, number)
         return encoded
 
     def _search(self, src: torch.Tensor, prefixes: list[list[int]] | None) -> list[list[Hypothesis]]:
@@ -200,10 +215,11 @@ class Translator:
         self.model.eval()
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
-        encoded = dict(zip(todo, self.encode([lines[i] for i in todo], first_line_number), strict=True))
+        numbers = [first_line_number + i for i in todo]  # a skipped empty line keeps its number
+        encoded = dict(zip(todo, self.encode([lines[i] for i in todo], numbers), strict=True))
         forced = None
         if prefixes is not None:
-            forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], first_line_number), strict=True))
+            forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], numbers), strict=True))
         # Longest first: similar lengths share a batch (little padding), and the slowest batch shows up early.
         todo.sort(key=lambda i: len(encoded[i]), reverse=True)
         for batch in _chunks(todo, self.batch_size):

@@ -20,7 +20,6 @@ to each source as this project does.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict
@@ -34,6 +33,7 @@ from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, Tokenizers, decoder_start_id
 from seq2seq.model.embedding import sinusoidal_table
+from seq2seq.path_kind import PathKind, path_kind
 
 EXTRA = "pip install 'seq2seq[huggingface]'"
 # Marian's activation_function names -> ours (transformers' "gelu" is the exact, erf one, as F.gelu).
@@ -53,16 +53,12 @@ def transformers_module() -> Any:
 
 
 def is_huggingface_model(value: str) -> bool:
-    """init_from names a Hugging Face model: a directory whose config.json has a model_type (this
-    project's weights export has a "format" instead), or something shaped like a Hub id that is not a
-    path here."""
+    """init_from names a Hugging Face model: a directory whose config.json has a model_type
+    (`seq2seq.path_kind` tells; this project's weights export has a "format" instead), or something
+    shaped like a Hub id that is not a path here."""
     path = Path(value)
     if path.is_dir():
-        try:
-            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return False
-        return isinstance(config, dict) and "model_type" in config
+        return path_kind(path) is PathKind.HUGGINGFACE
     return not path.exists() and bool(HUB_ID.match(value)) and path.suffix not in (".pt", ".safetensors")
 
 

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from seq2seq.config import TranslateConfig
+from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.command import load_any_translator
-from seq2seq.inference.ctranslate2_engine import is_ctranslate2_model
 from seq2seq.inference.engine import choose_engine
+from seq2seq.inference.run_export import given_export
+from seq2seq.inference.translation import TranslatorAPI
 from seq2seq.serve.settings import Settings
+
+if TYPE_CHECKING:
+    from seq2seq.inference.translator import Translator  # its module imports torch
 
 
 class Engines:
@@ -25,7 +30,7 @@ class Engines:
         self.base = base
         self.main = load_any_translator(base)
         self.main_kind = "torch" if hasattr(self.main, "model") else "ctranslate2"
-        self._torch = self.main if self.main_kind == "torch" else None
+        self._torch: Translator | None = cast("Translator", self.main) if self.main_kind == "torch" else None
         self._kinds: dict[Settings, str] = {}
         self._lock = threading.Lock()  # the request path reads the kinds; only the worker loads
 
@@ -34,7 +39,7 @@ class Engines:
         return {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[self.main_kind]
 
     @property
-    def tokenizers(self) -> Any:
+    def tokenizers(self) -> Tokenizers:
         return self.main.tokenizers
 
     def kind(self, settings: Settings) -> str:
@@ -46,19 +51,17 @@ class Engines:
                 self._kinds[settings] = choose_engine(cfg).engine
             return self._kinds[settings]
 
-    def for_settings(self, settings: Settings) -> Any:
+    def for_settings(self, settings: Settings) -> TranslatorAPI:
         return self.main if self.kind(settings) == self.main_kind else self.torch()
 
     def has_torch_weights(self) -> bool:
-        return not is_ctranslate2_model(self.base.checkpoint)
+        return not given_export(self.base)
 
-    def torch(self) -> Any:
+    def torch(self) -> Translator:
         """PyTorch's Translator for this model, loaded on first use."""
         if self._torch is None:
-            from seq2seq.device import pick_device
-            from seq2seq.inference.loading import load_translator
+            from seq2seq.inference.translator import Translator
 
             precision = "auto" if self.base.precision == "int8" else self.base.precision  # int8 is CTranslate2's
-            cfg = dataclasses.replace(self.base, engine="torch", precision=precision)
-            self._torch = load_translator(cfg, pick_device(cfg.device))
+            self._torch = Translator.from_config(dataclasses.replace(self.base, engine="torch", precision=precision))
         return self._torch

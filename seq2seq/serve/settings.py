@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config import TranslateConfig, UserError, validate_translate
-from seq2seq.inference.translation import check_beam_fits
+from seq2seq.inference.translation import TranslatorAPI, check_beam_fits
 
 # What /v1/translate may set, and the TranslateConfig key each one is.
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")
@@ -68,7 +68,7 @@ def _typed(key: str, value: Any) -> Any:
     return kind(value)
 
 
-def configure(engine: Any, settings: Settings, base: TranslateConfig) -> None:
+def configure(engine: TranslatorAPI, settings: Settings, base: TranslateConfig) -> None:
     """Sets the server's engine (a `Translator` or a `CTranslate2Translator`) to decode with
     `settings`; only the worker thread that owns the engine calls it."""
     cfg = dataclasses.replace(base, **dataclasses.asdict(settings))
