@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("seq2seq.serve",),  # the HTTP server, over inference (never training)
     # Training (and checkpoint averaging, a tool of the training side): validation decodes with
     # inference's Translator, so it decodes as seq2seq-translate does, and a run's end writes its exports.
-    ("seq2seq.train", "seq2seq.average"),
+    ("seq2seq.train", "seq2seq.averaging"),
     ("seq2seq.inference",),  # a trained model -> translations; never imports training
     ("seq2seq.interop",),  # Marian (Hugging Face) models to and from ours: init_from and seq2seq-export
     ("seq2seq.checkpoint",),  # checkpoint and weights files, and the model rebuilt from them: both wings
@@ -47,9 +47,9 @@ LAYERS: list[tuple[str, ...]] = [
 # only because it is a command of its own; it never imports training, nor does inference (design.md).
 NEVER = [
     ("seq2seq.serve", "seq2seq.train"),
-    ("seq2seq.serve", "seq2seq.average"),
+    ("seq2seq.serve", "seq2seq.averaging"),
     ("seq2seq.inference", "seq2seq.train"),
-    ("seq2seq.inference", "seq2seq.average"),
+    ("seq2seq.inference", "seq2seq.averaging"),
 ]
 
 
