@@ -227,11 +227,11 @@ def test_the_engine_and_the_precision_choice_read_one_bf16_detector(
     from seq2seq.precision import MatmulRates, choose_precision
 
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: bf16)
-    monkeypatch.setattr(engine, "ctranslate2_installed", lambda: True)
+    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: True)
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     measured: list[tuple[str, ...]] = []
 
-    def measure(cfg, candidates):
+    def measure(candidates, load):
         measured.append(candidates)
         return engine_probe.Timing({"torch": 1.0, "ctranslate2": 2.0}, "bf16")
 
