@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import TINY_TRAIN, compose_config, train_logging
 from omegaconf import OmegaConf
+from test_budget import FakeClock
 
 import seq2seq.train.trainer as loop
 from seq2seq.checkpoint import load_checkpoint
@@ -16,14 +17,6 @@ from seq2seq.config import UserError
 from seq2seq.train.recipe import UPDATE_SHARE, Estimate, apply_recipe, pick, set_by_user, validate_recipes
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
