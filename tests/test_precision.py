@@ -154,3 +154,17 @@ def test_training_with_a_slow_explicit_bf16_warns_once(monkeypatch: pytest.Monke
     _, lines = train_logging(compose_config("train", overrides), tmp_path / "run")
     warnings = [line for line in lines if "slower than fp32" in line]
     assert len(warnings) == 1 and "precision=auto or precision=fp32" in warnings[0]
+
+
+def test_the_trainer_is_given_its_precision_and_leaves_the_config_alone(tmp_path, monkeypatch):
+    """precision=auto is resolved outside the Trainer's config (#32): the Trainer computes in the
+    choice it is given, the config keeps what the user wrote, and the checkpoint records the choice."""
+    from seq2seq.data.pipeline import prepare_data
+    from seq2seq.train.distributed import DistContext
+    from seq2seq.train.trainer import Trainer
+
+    cfg = compose_config("train", [*TINY_TRAIN, "precision=auto"])
+    given = precision.PrecisionChoice("fp32", "given by the test")
+    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext(), precision=given)
+    assert cfg.precision == "auto" and trainer.precision == "fp32" and trainer.precision_choice is given
+    assert trainer.state_dict()["config"]["precision"] == "fp32"

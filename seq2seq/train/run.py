@@ -38,7 +38,13 @@ from seq2seq.train.distributed import (
 )
 from seq2seq.train.lock import clear_previous_run, refuse_previous_run, run_directory_lock
 from seq2seq.train.recipe import choose_recipe, validate_recipes
-from seq2seq.train.trainer import STOPPED_BY_SIGNAL, Trainer, install_stop_handlers, resume_payload
+from seq2seq.train.trainer import (
+    STOPPED_BY_SIGNAL,
+    Trainer,
+    choose_run_precision,
+    install_stop_handlers,
+    resume_payload,
+)
 
 log = logging.getLogger("seq2seq.train")
 GROUPS = ("model", "data", "optim", "experiment")
@@ -207,7 +213,9 @@ def _train_locked(
         data.tokenizers.save(run_dir)
     if payload is None:  # a resumed run's config holds the recipe it chose
         choose_recipe(cfg, overrides, run_dir, data, device, dist)
-    trainer = Trainer(cfg, run_dir, data, device, dist, started=start)
+    precision = choose_run_precision(cfg, device, dist)
+    trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
+    cfg.precision = precision.precision  # the run's summary and hparams name what it computed in
     if payload is not None:
         trainer.restore(payload)
         log.info(

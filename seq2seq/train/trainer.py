@@ -30,7 +30,7 @@ from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.inference.translator import Translator
 from seq2seq.interop.huggingface import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
 from seq2seq.model.transformer import build_model
-from seq2seq.precision import choose_precision
+from seq2seq.precision import PrecisionChoice, choose_precision
 from seq2seq.run_files import find_checkpoint
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext
@@ -65,8 +65,11 @@ class Trainer:
         device: torch.device,
         dist: DistContext,
         started: float | None = None,
+        precision: PrecisionChoice | None = None,
     ) -> None:
-        """`started`: when the run's command started (on `clock`), so that max_minutes counts its set-up."""
+        """`started`: when the run's command started (on `clock`), so that max_minutes counts its set-up.
+        `precision`: what the run computes in (run.py resolves precision=auto first, `choose_run_precision`);
+        without it the Trainer resolves cfg.precision itself. The Trainer never edits the config."""
         self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
         tok = data.tokenizers
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
@@ -80,12 +83,10 @@ class Trainer:
         self.validation_minutes = 0.0
         self.update_seconds = 0.0  # how long the latest update took: the deadline keeps room for one more
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model, self.budget_used)
-        # precision=auto becomes what this machine runs fastest; the checkpoint's config records it, so a
-        # resume computes as the run did. Ranks measure alike but could disagree when close: rank 0 decides.
         self.precision_asked = cfg.precision  # what the user wrote: a resume logs what auto chose and why
-        self.precision_choice = choose_precision(cfg.precision, device, cfg.model.d_model, cfg.model.ffn_dim)
-        cfg.precision = dist.broadcast(self.precision_choice.precision)
-        self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
+        self.precision_choice = precision or choose_run_precision(cfg, device, dist)
+        self.precision = self.precision_choice.precision  # fp32 | bf16 | fp16; the checkpoint's config records it
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
         start = decoder_start_id(cfg.model.decoder_start)
         self.stream = (
             StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start)
@@ -171,9 +172,9 @@ class Trainer:
         return (translation + loss_pass) / 60.0
 
     def autocast(self) -> AbstractContextManager:
-        if self.cfg.precision == "fp32":
+        if self.precision == "fp32":
             return nullcontext()
-        dtype = torch.bfloat16 if self.cfg.precision == "bf16" else torch.float16
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
     def state_dict_vocab(self) -> Vocabulary:
@@ -189,7 +190,7 @@ class Trainer:
         return {
             "format": FORMAT,
             "model": self.model.state_dict(),
-            "config": as_dict(self.cfg),
+            "config": {**as_dict(self.cfg), "precision": self.precision},  # a resume computes as the run did
             "vocab": self.state_dict_vocab(),
             "step": self.step,
             "data": self.stream.state_dict(),
@@ -227,12 +228,12 @@ class Trainer:
     def _describe_resumed_precision(self, payload: dict[str, Any]) -> None:
         """A resumed run computes in the precision its config recorded, which for precision=auto is what
         auto chose at the run's start: the log says so, not "as asked" (no one asked for it)."""
-        if self.cfg.precision != payload["config"]["precision"]:
+        if self.precision != payload["config"]["precision"]:
             return  # changed on the resume's command line: chosen now, as logged
         saved = payload.get("precision_choice")  # absent from checkpoints written before it was kept
         if saved is None:
             reason = "as the run's checkpoint recorded it"
-        elif saved["asked"] != self.cfg.precision:
+        elif saved["asked"] != self.precision:
             self.precision_asked = saved["asked"]
             reason = f"precision={saved['asked']} chose it when the run started: {saved['reason']}"
         else:
@@ -594,6 +595,13 @@ class Trainer:
         if cfg.attention_images:
             sources = [source for source, _, _ in self.samples[:ATTENTION_SENTENCES]]
             dashboard.attention(step, self.translator, sources, self.elapsed_minutes() * 60.0)
+
+
+def choose_run_precision(cfg: DictConfig, device: torch.device, dist: DistContext) -> PrecisionChoice:
+    """cfg.precision made concrete: precision=auto becomes what this machine runs the model fastest in.
+    Ranks measure alike but could disagree when close: rank 0 decides."""
+    choice = choose_precision(cfg.precision, device, cfg.model.d_model, cfg.model.ffn_dim)
+    return dataclasses.replace(choice, precision=dist.broadcast(choice.precision))
 
 
 def resume_payload(run_dir: Path) -> dict[str, Any]:
