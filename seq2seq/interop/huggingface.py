@@ -149,27 +149,26 @@ def pretrained_model_config(directory: Path, overrides: list[str], user: ModelCo
 def _layer_pairs(cfg: ModelConfig) -> list[tuple[str, str]]:
     """(our name, Marian's name) for the tensors that are the same in both, without the fused
     attention projections and the embeddings."""
-    pairs = []
-    for i in range(cfg.encoder_layers):
-        ours, theirs = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
-        pairs += [
+
+    def both_stacks(ours: str, theirs: str, self_norm: str) -> list[tuple[str, str]]:
+        """What encoder and decoder layers share: self-attention's output and norm, the FFN and its norm."""
+        return [
             (f"{ours}.self_attn.out_proj", f"{theirs}.self_attn.out_proj"),
-            (f"{ours}.attn_residual.norm", f"{theirs}.self_attn_layer_norm"),
+            (f"{ours}.{self_norm}.norm", f"{theirs}.self_attn_layer_norm"),
             (f"{ours}.ffn.linear1", f"{theirs}.fc1"),
             (f"{ours}.ffn.linear2", f"{theirs}.fc2"),
             (f"{ours}.ffn_residual.norm", f"{theirs}.final_layer_norm"),
         ]
+
+    pairs = []
+    for i in range(cfg.encoder_layers):
+        pairs += both_stacks(f"encoder_layers.{i}", f"model.encoder.layers.{i}", "attn_residual")
     for i in range(cfg.decoder_layers):
         ours, theirs = f"decoder_layers.{i}", f"model.decoder.layers.{i}"
-        pairs += [
-            (f"{ours}.self_attn.out_proj", f"{theirs}.self_attn.out_proj"),
-            (f"{ours}.self_residual.norm", f"{theirs}.self_attn_layer_norm"),
+        pairs += both_stacks(ours, theirs, "self_residual") + [
             (f"{ours}.cross_attn.q_proj", f"{theirs}.encoder_attn.q_proj"),
             (f"{ours}.cross_attn.out_proj", f"{theirs}.encoder_attn.out_proj"),
             (f"{ours}.cross_residual.norm", f"{theirs}.encoder_attn_layer_norm"),
-            (f"{ours}.ffn.linear1", f"{theirs}.fc1"),
-            (f"{ours}.ffn.linear2", f"{theirs}.fc2"),
-            (f"{ours}.ffn_residual.norm", f"{theirs}.final_layer_norm"),
         ]
     return [(f"{a}.{kind}", f"{b}.{kind}") for a, b in pairs for kind in ("weight", "bias")]
 
