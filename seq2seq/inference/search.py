@@ -108,6 +108,7 @@ def greedy_search(
     log_prob = torch.zeros(batch, device=src.device)
     outputs: list[list[int]] = [[] for _ in range(batch)]
     results: list[Hypothesis | None] = [None] * batch
+    limits = max_len.tolist()
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, tokens, state, bos)  # (B_alive, V)
         _only_eos(log_probs, max_len[alive] <= step + 1, eos)
@@ -123,7 +124,7 @@ def greedy_search(
             if results[index] is not None:  # finished earlier, kept as padding
                 continue
             if token == eos:
-                cut = int(max_len[index]) <= step + 1
+                cut = limits[index] <= step + 1
                 results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty, cut)
             else:
                 outputs[index].append(token)
@@ -164,7 +165,8 @@ def beam_search(
     limit = max_len.tolist()
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*rows, V)
-        at_limit = torch.tensor([limit[i] <= step + 1 for i in beams.alive], device=src.device)
+        cut = [limit[i] <= step + 1 for i in beams.alive]  # sentences at their budget: EOS is the cut
+        at_limit = torch.tensor(cut, device=src.device)
         _only_eos(log_probs, at_limit.repeat_interleave(beams.rows), eos)
         if forced is not None:
             sentence_of_row = torch.tensor(beams.alive, device=src.device).repeat_interleave(beams.rows)
@@ -173,7 +175,7 @@ def beam_search(
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
         is_eos = cand_token == eos
-        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, at_limit.tolist())
+        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, cut)
         state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos), group=beam)
         best_live = beams.best_live()
         done = [
