@@ -14,7 +14,7 @@ from test_budget import FakeClock
 import seq2seq.train.trainer as loop
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import UserError
-from seq2seq.train.recipe import UPDATE_SHARE, Estimate, apply_recipe, pick, set_by_user, validate_recipes
+from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user, validate_recipes
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
 
@@ -113,13 +113,10 @@ def test_a_named_recipe_is_applied_without_timing(tmp_path, monkeypatch):
     assert saved["recipe"] == "narrow" and saved["model"]["encoder_layers"] == 4
 
 
-def test_pick_takes_the_first_that_makes_its_minimum_else_the_last():
-    def estimates(*updates):
-        return [Estimate(f"r{i}", 1.0, u) for i, u in enumerate(updates)]
-
-    assert pick(estimates(5000, 9000), [3000, 0]) == 0
-    assert pick(estimates(2000, 4500), [3000, 4000]) == 1
-    assert pick(estimates(2000, 3000), [3000, 4000]) == 1  # none reaches its minimum: the last
+def test_when_no_candidate_makes_its_minimum_the_last_is_taken(tmp_path, paced_machine):
+    # narrow would make 51 updates in 2 minutes, far short of the minimum given it here
+    train_logging(recipe_config(2.0, ["recipes.1.min_updates=1000000"]), tmp_path / "run")
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "narrow"
 
 
 def test_set_by_user_covers_group_choices():

@@ -99,14 +99,6 @@ def apply_recipe(cfg: DictConfig, name: str, user_keys: set[str]) -> list[str]:
     return applied
 
 
-def pick(estimates: Sequence[Estimate], minimums: Sequence[int]) -> int:
-    """The index of the first candidate whose expected updates reach its minimum, else the last."""
-    for index, (estimate, minimum) in enumerate(zip(estimates, minimums, strict=False)):
-        if estimate.updates >= minimum:
-            return index
-    return len(estimates) - 1
-
-
 def user_override_keys(overrides: Sequence[str]) -> set[str]:
     """The config keys a Hydra command line sets (group choices such as model=small included)."""
     return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
@@ -164,7 +156,7 @@ def choose_recipe(
             estimates.append(_estimate(candidate, run_dir, data, device, Trainer.clock))
             if estimates[-1].updates >= recipe.min_updates:
                 break  # the first that makes its minimum wins: the smaller ones need not be timed
-        choice = cfg.recipes[pick(estimates, minimums)].name
+        choice = cfg.recipes[len(estimates) - 1].name  # the one that made its minimum, else the last
         _log_choice(cfg, estimates, minimums, choice)
     choice = dist.broadcast(choice)
     applied = apply_recipe(cfg, choice, user_keys)
