@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
+# isort: off
+import seq2seq  # noqa: F401  (before torch: OpenMP reads how its threads wait as it loads; cpu_sharing.py)
 import torch
+# isort: on
 
 from seq2seq.allocator import allocator_in_use
 from seq2seq.cpuinfo import cpu_name

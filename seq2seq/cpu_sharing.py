@@ -10,10 +10,16 @@ gives a shared machine its fair share (docs/performance.md, "Shared machines", h
 `prepare_this_process()` is called when the package is imported (seq2seq/__init__.py), before torch
 or ctranslate2 load libgomp, which reads the variables once, as it loads. A user's own
 OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is.
+
+It also loads ctranslate2, which carries a libgomp of its own, before PyTorch's OpenMP threads run:
+loaded after them, CTranslate2 decoded about 10x slower for the rest of the process (one line, beam
+5: 8 ms before, 110 ms after; docs/performance.md, "Both engines in one process"). Loading it costs
+~60 ms.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import MutableMapping
@@ -43,6 +49,13 @@ def prepare_this_process() -> None:
     load_at_start = load_average()
     _openmp_loaded_first = "torch" in sys.modules or "ctranslate2" in sys.modules
     set_thread_waiting(os.environ)
+    load_ctranslate2_early()
+
+
+def load_ctranslate2_early() -> None:
+    """Imports ctranslate2 (when installed) while PyTorch's OpenMP threads have not yet run."""
+    with contextlib.suppress(ImportError):
+        import ctranslate2  # noqa: F401
 
 
 def usable_cores() -> int:

@@ -35,6 +35,15 @@ def test_importing_the_package_sets_it_before_torch_loads_openmp() -> None:
     assert out.stdout.strip() == "1000"
 
 
+def test_importing_the_package_loads_ctranslate2_before_torch_runs() -> None:
+    """ctranslate2's own libgomp, loaded after PyTorch's OpenMP threads had run, decoded ~10x slower
+    (docs/performance.md): importing seq2seq loads it first, without loading torch."""
+    pytest.importorskip("ctranslate2")
+    code = "import seq2seq, sys; print('ctranslate2' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]
+
+
 def test_the_log_says_whether_the_machine_looked_shared() -> None:
     environ = {"GOMP_SPINCOUNT": "1000"}
     idle = cpu_sharing.describe(environ, 0.2, 2)
