@@ -9,8 +9,9 @@ For each engine (PyTorch and the run's CTranslate2 export): the server is starte
 POST /translate, keep-alive connections), until every line has been sent once; lines/s and the
 p50/p95/p99 of the request latency per concurrency. Beside them, with the same model, beam, engine and
 threads: `seq2seq-translate` on the whole file (the lines/s it logs, which leaves out its start-up,
-as the server's figures do) and its engine's time for one line alone (median over --single lines,
-in this process, after the server has stopped). Run it on an idle machine: the clients share it.
+as the server's figures do) and its engine's time for one line alone (the median over the lines the
+one-client row sent, in this process, after the server has stopped). Run it on an idle machine: the
+clients share it.
 """
 
 from __future__ import annotations
@@ -110,7 +111,9 @@ def cli_rate(args: argparse.Namespace, engine: str, lines: list[str]) -> tuple[d
     with tempfile.TemporaryDirectory() as directory:
         source, output = Path(directory) / "input.txt", Path(directory) / "output.txt"
         source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        command = ["seq2seq-translate", *settings(args, engine), f"input={source}", f"output={output}"]
+        beside = Path(sys.executable).with_name("seq2seq-translate")  # this environment's, PATH or not
+        program = str(beside) if beside.is_file() else "seq2seq-translate"
+        command = [program, *settings(args, engine), f"input={source}", f"output={output}"]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - start
@@ -133,7 +136,7 @@ def one_line_ms(args: argparse.Namespace, engine: str, lines: list[str]) -> floa
     translator = load_any_translator(OmegaConf.merge(OmegaConf.structured(TranslateConfig), values))
     translator.translate(lines[:2])  # warm up
     times = []
-    for line in lines[: args.single]:
+    for line in lines[: args.single or None]:
         start = time.perf_counter()
         translator.translate([line])
         times.append(time.perf_counter() - start)
@@ -155,7 +158,7 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", help="fp32: both engines decode alike")
     parser.add_argument("--engines", default="torch,ctranslate2")
     parser.add_argument("--clients", default="1,8,32,128")
-    parser.add_argument("--single", type=int, default=50, help="lines timed alone for the one-line figure")
+    parser.add_argument("--single", type=int, default=0, help="lines timed alone for the one-line figure (0: all)")
     parser.add_argument("--server-args", default="", help="more key=value settings for seq2seq-serve")
     args = parser.parse_args()
     try:
@@ -187,6 +190,9 @@ def main() -> None:
         finally:
             server.stop()
         cli["one_line_ms"] = one_line_ms(args, engine, lines)
+        alone = next((row for row in rows if row["clients"] == 1), None)
+        if alone is not None and not args.single:  # the same lines: the target is <= 1.2x + 5 ms
+            alone["p50_vs_cli_one_line"] = round(alone["p50_ms"] / cli["one_line_ms"], 3)
         result["engines"][engine] = {"engine": health["engine"], "cli": cli, "server": rows}
     result["loadavg_at_end"] = os.getloadavg()
     print(json.dumps(result, indent=2))

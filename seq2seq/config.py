@@ -256,7 +256,7 @@ class ServeConfig:
         TranslateConfig.engine, "auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2"
     )
     max_batch_tokens: int = setting(4096, "source tokens of the requests gathered into one decoded batch")
-    max_wait_ms: float = setting(5.0, "longest a request waits for others to join its batch")
+    max_wait_ms: float = setting(20.0, "longest a request waits for others to join its batch")
     max_request_lines: int = setting(128, "more lines in one request: 413")
     max_line_chars: int = setting(2000, "a longer line: 413")
     api_keys_file: str | None = setting(None, "one key per line; then every request needs one of them (else 403)")

@@ -433,3 +433,99 @@ def test_the_server_never_imports_training() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+class _RecordingEngines:
+    """Stands in for Engines: records the thread each of its calls runs on."""
+
+    def __init__(self, calls: list[tuple[str, int]]) -> None:
+        calls.append(("load", threading.get_ident()))
+        self.calls = calls
+        self.batches: list[int] = []  # lines per decoded batch
+        self.seconds = 0.0  # each batch's decoding time
+        self.tokenizers = self
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        return [[1] * len(line.split()) for line in lines]
+
+    def kind(self, settings: object) -> str:
+        return "ctranslate2"
+
+    def for_settings(self, settings: object) -> _RecordingEngines:
+        return self
+
+    def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[object]]:
+        from seq2seq.inference.translation import Translation
+
+        self.calls.append(("decode", threading.get_ident()))
+        self.batches.append(len(lines))
+        time.sleep(self.seconds)
+        return [[Translation(line.upper(), 0.0, [])] for line in lines]
+
+
+def test_the_engine_is_loaded_and_used_on_the_worker_thread_alone() -> None:
+    """GNU OpenMP keeps a pool of workers per thread that starts parallel work; with a second pool on
+    the cores, a PyTorch request took 1.6x its time (docs/performance.md, "Serving"), so the worker
+    thread that decodes also loads the model, and no other thread touches it."""
+    import asyncio
+
+    from seq2seq.serve.batcher import Batcher
+    from seq2seq.serve.settings import Settings
+
+    calls: list[tuple[str, int]] = []
+    batcher = Batcher(lambda: _RecordingEngines(calls), TranslateConfig(), max_batch_tokens=64, max_wait_ms=1)
+    batcher.start()
+    try:
+        assert asyncio.run(batcher.translate(["a b", "c"], Settings(beam=1)))[1][0].text == "C"
+    finally:
+        batcher.stop()
+    assert [name for name, _ in calls] == ["load", "decode"]
+    threads = {ident for _, ident in calls}
+    assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+def test_an_engine_that_fails_to_load_fails_the_start() -> None:
+    from seq2seq.config import UserError
+    from seq2seq.serve.batcher import Batcher
+
+    def broken() -> None:
+        raise UserError("run=/nowhere: no such run directory")
+
+    with pytest.raises(UserError, match="/nowhere"):
+        Batcher(broken, TranslateConfig(), max_batch_tokens=64, max_wait_ms=1).start()
+
+
+def test_clients_that_send_one_line_at_a_time_share_one_batch() -> None:
+    """Each client sends its next line as soon as it has its answer, 0-28 ms later. The engine waits
+    (up to max_wait_ms) for the clients it has just answered: the batches settle at one line from
+    each client, not at two groups that take turns with the engine (as they did: 17 of 32 a batch)."""
+    import asyncio
+
+    from seq2seq.serve.batcher import Batcher
+    from seq2seq.serve.settings import Settings
+
+    engines: list[_RecordingEngines] = []
+
+    def load() -> _RecordingEngines:
+        engines.append(_RecordingEngines([]))
+        engines[0].seconds = 0.02
+        return engines[0]
+
+    batcher = Batcher(load, TranslateConfig(), max_batch_tokens=4096, max_wait_ms=2000)
+    batcher.start()
+
+    async def client(number: int) -> None:
+        name = f"client{number}"
+        for turn in range(6):
+            answer = await batcher.translate([f"{name} {turn}"], Settings(beam=1))
+            assert answer[0][0].text == f"{name} {turn}".upper()  # its own line back
+            await asyncio.sleep(0.004 * number)  # the answer's way back and the next request's way in
+
+    async def clients() -> None:
+        await asyncio.gather(*(client(number) for number in range(8)))
+
+    try:
+        asyncio.run(clients())
+    finally:
+        batcher.stop()
+    assert engines[0].batches[-3:] == [8, 8, 8], engines[0].batches

@@ -1,6 +1,9 @@
 """Dynamic batching: one worker thread owns the loaded engine; the requests that arrive while it is
-busy, or within `max_wait_ms` of the oldest waiting one, are decoded as one batch. It waits only
-while a request the server has received is not yet in the queue, so a lone request does not wait.
+busy, or within `max_wait_ms` of the oldest waiting one (or of the engine becoming free), are
+decoded as one batch. It waits only while a request the server has received is not yet in the queue,
+or while the clients it has just answered have not sent their next request (a client that sends one
+line at a time comes back at once: without waiting for it, 32 such clients split into two groups
+that took turns, batches of 17 lines on average), so a lone request does not wait.
 
 The engine sorts the batch's lines by length and decodes them `batch_size` at a time (as
 seq2seq-translate does a chunk), so many small requests cost about what one file of their lines
@@ -9,6 +12,12 @@ n-best, ...) wait for a batch of their own; a sampled request is always decoded 
 
 A batch that fails is decoded again request by request, so a line that breaks the model fails only
 the request that sent it.
+
+The worker thread also loads the engines, so every PyTorch operation of the server runs on that one
+thread. GNU OpenMP gives each thread that starts parallel work a pool of its own; once two pools share
+the cores, libgomp makes its waiting threads sleep at once, and small matrix products (a decoder step)
+ran 1.5x slower: one client's request took 1.6x the time it takes in seq2seq-translate
+(docs/performance.md, "Serving").
 """
 
 from __future__ import annotations
@@ -66,8 +75,11 @@ class Job:
 class Batcher:
     """The worker: `submit` from the event loop, `start` and `stop` around the server's life."""
 
-    def __init__(self, engines: Engines, base: TranslateConfig, max_batch_tokens: int, max_wait_ms: float) -> None:
-        self.engines = engines
+    def __init__(
+        self, load_engines: Callable[[], Engines], base: TranslateConfig, max_batch_tokens: int, max_wait_ms: float
+    ) -> None:
+        self._load_engines = load_engines
+        self.engines: Engines  # set by start(), on the worker thread
         self.base = base
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000
@@ -75,11 +87,22 @@ class Batcher:
         self._wake = threading.Condition()
         self._stopping = False
         self._in_flight = 0  # requests being read, checked or decoded (see `receiving`)
+        self._free_since = 0.0  # when the engine finished its last batch
+        self._answered = 0  # requests that batch answered ...
+        self._returned = 0  # ... and requests queued since then
         self._thread = threading.Thread(target=self._run, name="seq2seq-serve-engine", daemon=True)
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
         self.stats = Stats()
 
     def start(self) -> None:
+        """Starts the worker, which loads the engines; returns once they are loaded, or raises what
+        loading raised (a bad model path is the server's one-line error at start)."""
         self._thread.start()
+        self._loaded.wait()
+        if self._load_error is not None:
+            self._thread.join()
+            raise self._load_error
 
     def stop(self) -> None:
         """Decodes what is waiting, then ends the worker."""
@@ -121,19 +144,32 @@ class Batcher:
             if self._stopping:
                 raise RuntimeError("the server is shutting down")
             self._pending.append(job)
+            self._returned += 1
             self._wake.notify()
         return await job.future
 
     def _run(self) -> None:
+        try:
+            self.engines = self._load_engines()
+        except BaseException as err:  # noqa: BLE001  (start() raises it on the caller's thread)
+            self._load_error = err
+            return
+        finally:
+            self._loaded.set()
         while True:
             batch = self._gather()
             if batch is None:
                 return
+            with self._wake:  # counted from the batch's start: its clients cannot come back before it ends
+                self._answered, self._returned = len(batch), 0
             self._decode(batch)
+            with self._wake:
+                self._free_since = time.monotonic()
 
     def _gather(self) -> list[Job] | None:
         """The next batch: the oldest job and those with its settings that fit max_batch_tokens,
-        after waiting until the batch is full or the oldest has waited max_wait_ms."""
+        after waiting until the batch is full or the oldest has waited max_wait_ms (counted from when
+        the engine became free, for a request that arrived while it was busy)."""
         with self._wake:
             while not self._pending:
                 if self._stopping:
@@ -142,10 +178,11 @@ class Batcher:
             while not self._stopping:
                 first = self._pending[0]
                 alike = [job for job in self._pending if job.key == first.key]
-                left = first.arrived + self.max_wait - time.monotonic()
+                left = max(first.arrived, self._free_since) + self.max_wait - time.monotonic()
                 full = sum(j.tokens for j in alike) >= self.max_batch_tokens
-                # Every request the server holds is waiting here: none is about to join, decode now.
-                nobody_coming = len(self._pending) >= self._in_flight
+                # Every request the server holds is waiting here, and every client the last batch
+                # answered has sent its next one: none is about to join, decode now.
+                nobody_coming = len(self._pending) >= self._in_flight and self._returned >= self._answered
                 if left <= 0 or full or first.alone or nobody_coming:
                     break
                 self._wake.wait(left)

@@ -36,16 +36,15 @@ def serve(cfg: Any) -> None:
     keys = read_keys(Path(cfg.api_keys_file)) if cfg.api_keys_file else None
     listener = bind(cfg.host, cfg.port)
     base = serve_translate_config(cfg)
-    engines = Engines(base)
-    kind = engines.name
+    batcher = Batcher(lambda: Engines(base), base, cfg.max_batch_tokens, cfg.max_wait_ms)
+    batcher.start()  # loads the model on the worker thread, the only one that runs PyTorch
+    kind = batcher.engines.name
     source, target = languages(cfg)
     info = ServerInfo(str(cfg.run or cfg.checkpoint), kind, source, target)
-    batcher = Batcher(engines, base, cfg.max_batch_tokens, cfg.max_wait_ms)
     address = listener.getsockname()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        batcher.start()
         summary = asyncio.create_task(_summaries(batcher))
         try:
             yield
@@ -67,7 +66,10 @@ def serve(cfg: Any) -> None:
     server = _Server(config)
     # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
     server.ready_message = f"serving {info.model} ({kind}, {source} -> {target}) on http://{address[0]}:{address[1]}"
-    server.run(sockets=[listener])
+    try:
+        server.run(sockets=[listener])
+    finally:
+        batcher.stop()  # already stopped by the lifespan, unless uvicorn failed before it began
     if not server.started:
         raise UserError("the server did not start (see the log above)")
 
