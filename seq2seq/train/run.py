@@ -123,29 +123,142 @@ def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: Dis
 
 
 def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path)."""
-    run_dir = Path(run_dir)
-    payload = None
-    if cfg.resume:
-        payload = resume_payload(Path(cfg.resume))
-        cfg = resumed_config(cfg, overrides or [], payload["config"])
-    elif cfg.init_from and is_huggingface_model(cfg.init_from):
-        cfg = pretrained_config(cfg, overrides or [])
-    validate_train(cfg)
-    validate_recipes(cfg)
+    """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path).
+
+    The steps, in order: the run's config (a resumed run's own, or a Marian model's architecture); the
+    device and the process group; the run directory (agreed by the ranks, checked writable, locked,
+    cleared of an interrupted run's leftovers); the Trainer (data, recipe, precision, weights); its fit;
+    the summary and exports."""
+    run_dir, overrides = Path(run_dir), overrides or []
+    cfg, payload = _run_config(cfg, overrides)
     if not cfg.resume and not cfg.overwrite:
         refuse_previous_run(run_dir)
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
-        return _train(cfg, run_dir, device, dist, payload, overrides or [])
+        with contextlib.ExitStack() as held:
+            if dist.enabled:
+                run_dir = _agree_on_run_dir(run_dir, dist)
+            _set_up_this_process(cfg, device, dist.rank)
+            start = Trainer.clock()
+            if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
+                _check_writable(run_dir)
+                held.enter_context(run_directory_lock(run_dir))
+                _clear_leftovers(cfg, run_dir)
+            trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
+            reason = _fit(trainer)
+            return _finish(trainer, reason, run_dir, start)
     except RuntimeError as error:
         if lost_peer(error, dist):  # a raw gloo/NCCL message would not say what happened or what to do
             raise UserError(lost_peer_message(error, dist, cfg.dist_timeout_minutes, str(run_dir))) from error
         raise
     finally:
         cleanup_distributed()
+
+
+def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, dict | None]:
+    """The config this run trains with, checked, and the checkpoint payload it resumes from (or None)."""
+    payload = None
+    if cfg.resume:
+        payload = resume_payload(Path(cfg.resume))
+        cfg = resumed_config(cfg, overrides, payload["config"])
+    elif cfg.init_from and is_huggingface_model(cfg.init_from):
+        cfg = pretrained_config(cfg, overrides)
+    validate_train(cfg)
+    validate_recipes(cfg)
+    return cfg, payload
+
+
+def _set_up_this_process(cfg: DictConfig, device: torch.device, rank: int) -> None:
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    if cfg.deterministic:
+        use_deterministic_algorithms(device)
+    seed_everything(cfg.seed + rank)
+
+
+def _clear_leftovers(cfg: DictConfig, run_dir: Path) -> None:
+    """Rank 0, holding the run directory's lock: an earlier run's files (overwrite=true) and the
+    unfinished writes of an interrupted one."""
+    if not cfg.resume and cfg.overwrite and (removed := clear_previous_run(run_dir)):
+        log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
+    if stale := remove_stale_temporaries(run_dir / "checkpoints"):
+        log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
+    if stale := _remove_stale_exports(run_dir):
+        log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
+
+
+def _build_trainer(
+    cfg: DictConfig,
+    run_dir: Path,
+    device: torch.device,
+    dist: DistContext,
+    payload: dict | None,
+    overrides: list[str],
+    start: float,
+) -> Trainer:
+    """The data, the recipe (chosen on a new run), the precision, and the Trainer with its weights:
+    restored (resume=), imported (init_from=) or fresh."""
+    pretrained = _pretrained_tokenizers(cfg)
+    data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main, pretrained=pretrained)
+    if dist.is_main:
+        data.tokenizers.save(run_dir)
+    if payload is None:  # a resumed run's config holds the recipe it chose
+        choose_recipe(cfg, overrides, run_dir, data, device, dist)
+    precision = choose_run_precision(cfg, device, dist)
+    trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
+    cfg.precision = precision.precision  # the run's summary and hparams name what it computed in
+    if payload is not None:
+        trainer.restore(payload)
+        log.info(
+            "resumed %s at update %d (epoch %d) after %.1f minutes of training%s",
+            cfg.resume,
+            trainer.step,
+            trainer.stream.epoch,
+            trainer.elapsed_before / 60.0,
+            f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
+        )
+    elif cfg.init_from:
+        trainer.init_weights_from(cfg.init_from)
+        log.info("initialised weights from %s", cfg.init_from)
+    return trainer
+
+
+def _fit(trainer: Trainer) -> str:
+    """Trains until a stop rule says so (its reason is returned), with the dashboard on rank 0; the
+    final weights are validated and saved, unless a signal asked to stop now."""
+    cfg, run_dir, dist = trainer.cfg, trainer.run_dir, trainer.dist
+    # When max_minutes runs out, counting what earlier segments of a resumed run spent.
+    deadline = time.monotonic() + (cfg.max_minutes - trainer.elapsed_minutes()) * 60 if cfg.max_minutes else None
+    dashboard = (
+        Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress, deadline, cfg.attention_images_share)
+        if dist.is_main
+        else None
+    )
+    if dist.is_main:
+        log_summary(trainer, run_dir, trainer.device, dist)
+    install_stop_handlers(trainer)
+    try:
+        reason = trainer.fit(dashboard)
+        if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
+            trainer.save("last")
+        elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
+            trainer.validate_and_save(dashboard)
+        if dashboard is not None and trainer.best is not None:
+            dashboard.hparams(as_dict(cfg), _metric_tags(trainer))
+    finally:
+        if dashboard is not None:
+            dashboard.close()
+            if dashboard.attention_draws:
+                log.info(
+                    "attention images: %d at %d of the validations, %.1f s of drawing, %.2f%% of the training time",
+                    dashboard.attention_images,
+                    dashboard.attention_draws,
+                    dashboard.attention_seconds,
+                    100 * dashboard.attention_seconds / max(trainer.elapsed_minutes() * 60.0, 1e-9),
+                )
+    return reason
 
 
 def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
@@ -173,92 +286,6 @@ def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
     if chosen != run_dir and not any(p.suffix == ".pt" for p in run_dir.rglob("*")):
         shutil.rmtree(run_dir, ignore_errors=True)
     return chosen
-
-
-def _train(
-    cfg: DictConfig, run_dir: Path, device: torch.device, dist: DistContext, payload: dict | None, overrides: list[str]
-) -> dict[str, Any]:
-    if dist.enabled:
-        run_dir = _agree_on_run_dir(run_dir, dist)
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    if cfg.deterministic:
-        use_deterministic_algorithms(device)
-    seed_everything(cfg.seed + dist.rank)
-    start = Trainer.clock()
-    if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
-        _check_writable(run_dir)
-    with run_directory_lock(run_dir) if dist.is_main else contextlib.nullcontext():
-        return _train_locked(cfg, run_dir, device, dist, payload, start, overrides)
-
-
-def _train_locked(
-    cfg: DictConfig,
-    run_dir: Path,
-    device: torch.device,
-    dist: DistContext,
-    payload: dict | None,
-    start: float,
-    overrides: list[str],
-) -> dict[str, Any]:
-    if dist.is_main and not cfg.resume and cfg.overwrite and (removed := clear_previous_run(run_dir)):
-        log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
-    if dist.is_main and (stale := remove_stale_temporaries(run_dir / "checkpoints")):
-        log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
-    if dist.is_main and (stale := _remove_stale_exports(run_dir)):
-        log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
-    pretrained = _pretrained_tokenizers(cfg)
-    data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main, pretrained=pretrained)
-    if dist.is_main:
-        data.tokenizers.save(run_dir)
-    if payload is None:  # a resumed run's config holds the recipe it chose
-        choose_recipe(cfg, overrides, run_dir, data, device, dist)
-    precision = choose_run_precision(cfg, device, dist)
-    trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
-    cfg.precision = precision.precision  # the run's summary and hparams name what it computed in
-    if payload is not None:
-        trainer.restore(payload)
-        log.info(
-            "resumed %s at update %d (epoch %d) after %.1f minutes of training%s",
-            cfg.resume,
-            trainer.step,
-            trainer.stream.epoch,
-            trainer.elapsed_before / 60.0,
-            f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
-        )
-    elif cfg.init_from:
-        trainer.init_weights_from(cfg.init_from)
-        log.info("initialised weights from %s", cfg.init_from)
-    # When max_minutes runs out, counting what earlier segments of a resumed run spent.
-    deadline = time.monotonic() + (cfg.max_minutes - trainer.elapsed_minutes()) * 60 if cfg.max_minutes else None
-    dashboard = (
-        Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress, deadline, cfg.attention_images_share)
-        if dist.is_main
-        else None
-    )
-    if dist.is_main:
-        log_summary(trainer, run_dir, device, dist)
-    install_stop_handlers(trainer)
-    try:
-        reason = trainer.fit(dashboard)
-        if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
-            trainer.save("last")
-        elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
-            trainer.validate_and_save(dashboard)
-        if dashboard is not None and trainer.best is not None:
-            dashboard.hparams(as_dict(cfg), _metric_tags(trainer))
-    finally:
-        if dashboard is not None:
-            dashboard.close()
-            if dashboard.attention_draws:
-                log.info(
-                    "attention images: %d at %d of the validations, %.1f s of drawing, %.2f%% of the training time",
-                    dashboard.attention_images,
-                    dashboard.attention_draws,
-                    dashboard.attention_seconds,
-                    100 * dashboard.attention_seconds / max(trainer.elapsed_minutes() * 60.0, 1e-9),
-                )
-    return _finish(trainer, reason, run_dir, start)
 
 
 def _check_writable(run_dir: Path) -> None:
