@@ -69,8 +69,8 @@ def end_of_run(run_dir: Path, paths: list[Path], force: bool) -> None:
 
     Averaging helps where the weights wander around one optimum, at the end of a decayed schedule
     (the Transformer paper averaged the last 5 of checkpoints written every 10 minutes of a 12-hour
-    run). The first half of a run is still travelling: on a short run of 500 updates, the average of
-    updates 100-500 scored 18.7 BLEU against best.pt's 28.6. Half the run, not a fixed number of
+    run). The first half of a run is still travelling, and an average reaching into it scored far
+    below best.pt (docs/performance.md). Half the run, not a fixed number of
     updates, because runs range from minutes to days; the recipes' own averages (the final ~20%)
     are well inside it."""
     steps = [int(p.stem.split("_")[1]) for p in paths]

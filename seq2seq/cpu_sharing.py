@@ -12,9 +12,8 @@ or ctranslate2 load libgomp, which reads the variables once, as it loads. A user
 OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is.
 
 It also loads ctranslate2, which carries a libgomp of its own, before PyTorch's OpenMP threads run:
-loaded after them, CTranslate2 decoded about 10x slower for the rest of the process (one line, beam
-5: 8 ms before, 110 ms after; docs/performance.md, "Both engines in one process"). Loading it costs
-~60 ms.
+loaded after them, CTranslate2 decoded about 10x slower for the rest of the process
+(docs/performance.md, "Both engines in one process").
 """
 
 from __future__ import annotations

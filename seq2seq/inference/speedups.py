@@ -26,7 +26,7 @@ def best_continuations(
 
 
 def top_k_rows(x: torch.Tensor, k: int, width: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """`x.topk(k, dim=-1)` for wide rows (the vocabulary), about 1.5x faster on a CPU: the k best
+    """`x.topk(k, dim=-1)` for wide rows (the vocabulary), faster on a CPU (docs/performance.md): the k best
     values of a row lie in the k chunks of `width` values with the highest maxima, so only those
     chunks are ranked. Equal to torch.topk except in the order of tied values."""
     rows, columns = x.shape

@@ -1,7 +1,7 @@
 """Dropout with a cheaper random mask on a CPU.
 
-`nn.Dropout` draws a double-precision Bernoulli sample per element; on the CPU that was 12% of a
-training step of the small model. Fifteen random bits per element are plenty: the drop probability is
+`nn.Dropout` draws a double-precision Bernoulli sample per element, a large share of a CPU training
+step (docs/performance.md, "Dropout"). Fifteen random bits per element are plenty: the drop probability is
 rounded to a multiple of 2^-15 (0.1 becomes 0.100006). One int32 draw (uniform over 31 bits) gives the
 15-bit fields of two elements, so the generator runs once per two elements. The mask still comes from
 torch's CPU generator, so seeding and checkpointed RNG state reproduce it exactly. Elsewhere (CUDA)

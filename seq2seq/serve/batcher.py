@@ -3,7 +3,7 @@ busy, or within `max_wait_ms` of the oldest waiting one (or of the engine becomi
 decoded as one batch. It waits only while a request the server has received is not yet in the queue,
 or while the clients it has just answered have not sent their next request (a client that sends one
 line at a time comes back at once: without waiting for it, 32 such clients split into two groups
-that took turns, batches of 17 lines on average), so a lone request does not wait.
+that took turns), so a lone request does not wait.
 
 The engine sorts the batch's lines by length and decodes them `batch_size` at a time (as
 seq2seq-translate does a chunk), so many small requests cost about what one file of their lines
@@ -14,10 +14,8 @@ A batch that fails is decoded again request by request, so a line that breaks th
 the request that sent it.
 
 The worker thread also loads the engines, so every PyTorch operation of the server runs on that one
-thread. GNU OpenMP gives each thread that starts parallel work a pool of its own; once two pools share
-the cores, libgomp makes its waiting threads sleep at once, and small matrix products (a decoder step)
-ran 1.5x slower: one client's request took 1.6x the time it takes in seq2seq-translate
-(docs/performance.md, "Serving").
+thread. GNU OpenMP gives each thread that starts parallel work a pool of its own, and with two pools
+on the cores a decoder step ran much slower (docs/performance.md, "Serving").
 """
 
 from __future__ import annotations
