@@ -78,8 +78,9 @@ def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any])
     return merged
 
 
-def log_summary(trainer: Trainer, run_dir: Path, device: torch.device, dist: DistContext) -> None:
+def log_summary(trainer: Trainer) -> None:
     data, cfg = trainer.data, trainer.cfg
+    run_dir, device, dist = trainer.run_dir, trainer.device, trainer.dist
     params = sum(p.numel() for p in trainer.model.parameters())
     stats = data.stats
     log.info("model: %s parameters (%s)", f"{params:,}", ", ".join(f"{k}={v}" for k, v in as_dict(cfg.model).items()))
@@ -237,7 +238,7 @@ def _fit(trainer: Trainer) -> str:
         else None
     )
     if dist.is_main:
-        log_summary(trainer, run_dir, trainer.device, dist)
+        log_summary(trainer)
     install_stop_handlers(trainer)
     try:
         reason = trainer.fit(dashboard)
