@@ -200,7 +200,9 @@ class TranslateConfig:
     precision: str = setting(
         "auto", "auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)"
     )
-    threads: int | None = setting(None, "intra-op threads of either engine, positive; null: its default (one per core)")
+    threads: int | None = setting(
+        None, "threads of either engine, positive (CTranslate2 on a CPU: two batches at once); null: one per core"
+    )
     attention: str | None = setting(None, "directory for cross-attention heatmaps (PNG), one per sentence")
     sampling: bool = setting(
         False, "sample instead of searching (back-translation): nbest samples per line, beam unused"

@@ -363,6 +363,43 @@ def test_the_ctranslate2_api_translates_as_pytorch_without_importing_torch(run_d
         CTranslate2Translator.load(run_dir, beam=10**6)
 
 
+class RecordingEngine:
+    """A CTranslate2 translator that records when each batch is queued and when its result is taken."""
+
+    def __init__(self, engine: object) -> None:
+        self.engine, self.events = engine, []
+
+    def translate_batch(self, sources: list, *args: object, **kwargs: object) -> list:
+        self.events.append("queued")
+        results = self.engine.translate_batch(sources, *args, **kwargs)
+        return [Taken(result, self.events) for result in results] if kwargs.get("asynchronous") else results
+
+
+class Taken:
+    def __init__(self, result: object, events: list) -> None:
+        self._result, self._events = result, events
+
+    def result(self) -> object:
+        self._events.append("taken")
+        return self._result.result()
+
+
+def test_the_ctranslate2_engine_decodes_two_batches_at_once_on_two_cpu_threads(run_dir: Path) -> None:
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference import CTranslate2Translator
+
+    lines = ["a b", "c d e f g h", "i j k l m n o p q r", "s"]  # four output budgets: four CTranslate2 batches
+    translator = CTranslate2Translator.load(run_dir, beam=4, threads=2)
+    assert translator.engine.num_translators == 2  # two workers, one thread each
+    translator.engine = RecordingEngine(translator.engine)
+    ours = Translator.load(run_dir, beam=4, precision="fp32", device="cpu").translate(lines)
+    assert translator.translate(lines) == ours
+    # Every group is queued before the first result is awaited, so the two workers share them.
+    assert translator.engine.events == ["queued"] * 4 + ["taken"] * 4
+    sampled = CTranslate2Translator.load(run_dir, threads=2, sampling=SamplingRule(1.0, 0, 1.0), seed=3)
+    assert sampled.engine.num_translators == 1  # each worker would draw from its own generator
+
+
 def ctranslate2_alone(export: Path, lines: list[str], beam: int, compute_type: str) -> list[str]:
     """CTranslate2 with the options docs/export.md gives and no seq2seq code but the tokenizer files: an
     output budget of max_len_a * (source tokens + </s>) + max_len_b per sentence, sentences grouped by it

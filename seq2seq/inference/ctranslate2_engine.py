@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seq2seq.config import ModelConfig, TranslateConfig, UserError, validate_translate
+from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.run_export import checked_export, given_export, int8_export
 from seq2seq.inference.translation import (
@@ -50,6 +51,23 @@ def _device(device: str, cuda_devices: int) -> tuple[str, int]:
         device = "cuda" if cuda_devices else "cpu"
     kind, _, index = device.partition(":")
     return kind, int(index or 0)
+
+
+def thread_split(threads: int | None, device: str, sampling: bool) -> tuple[int, int]:
+    """CTranslate2's (inter_threads, intra_threads) for our threads= (null: every usable core): on a CPU
+    with two threads or more, two batches decoded at once, each on half the threads. Sampling keeps one
+    batch at a time: each CTranslate2 thread draws from a generator of its own, so which thread took
+    which batch would change the samples of a seed.
+
+    Why: a beam step of these small models is too short to keep two threads busy, and a batch's
+    budget groups (see translate_nbest) are small. On 2 AVX2 cores (d128x4 en-de, beam 5, test2016),
+    (2, 1) against (1, 2): the whole file 267-287 lines/s against 222-243, shuffled 32-line batches
+    (a server's) 211-234 against 156-163, one line alone 10.6-14.0 ms against 9.3 ms
+    (docs/performance.md, "Serving"). Only measured on 2 cores: more cores keep two batches at once."""
+    if device != "cpu" or sampling:
+        return 1, threads or 0
+    threads = threads or usable_cores()
+    return (2, threads // 2) if threads >= 2 else (1, threads)
 
 
 def _max_positions(decoding: Path) -> int:
@@ -171,13 +189,15 @@ class CTranslate2Translator:
         self.max_positions = _max_positions(directory / DECODING_FILE)
         self.cfg = cfg
         device, index = _device(str(cfg.device), ctranslate2.get_cuda_device_count())
+        inter_threads, intra_threads = thread_split(cfg.threads, device, bool(cfg.sampling))
         try:
             self.engine = ctranslate2.Translator(
                 str(directory),
                 device=device,
                 device_index=index,
                 compute_type=COMPUTE_TYPES[cfg.precision],
-                intra_threads=cfg.threads or 0,
+                inter_threads=inter_threads,
+                intra_threads=intra_threads,
             )
         except (RuntimeError, ValueError) as err:
             raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
@@ -222,11 +242,14 @@ class CTranslate2Translator:
             # the line is cut before its first token and, as every cut line, scored by its tokens alone.
             for i in only_eos:
                 results[i] = [Translation("", 0.0, [])]
+        # Every budget's group is queued at once (asynchronous): with inter_threads > 1 CTranslate2
+        # decodes that many of them at the same time, each on its own threads.
+        posted = []
         for budget in sorted(set(budgets.values())):
             rows = [i for i in todo if budgets[i] == budget and i not in only_eos]
             if not rows:
                 continue
-            outputs = self.engine.translate_batch(
+            pending = self.engine.translate_batch(
                 [sources[i] for i in rows],
                 [forced[i] or None for i in rows] if prefixes else None,
                 max_batch_size=cfg.batch_size,
@@ -235,8 +258,12 @@ class CTranslate2Translator:
                 max_input_length=self.max_positions,
                 suppress_sequences=[[PAD], [BOS]],
                 return_scores=True,
+                asynchronous=True,
                 **options,
             )
+            posted.append((rows, pending))
+        for rows, pending in posted:
+            outputs = [result.result() for result in pending]
             for i, output in zip(rows, outputs, strict=True):
                 ids = [[tok.tgt.token_to_id(t) for t in hyp if t != EOS] for hyp in output.hypotheses]
                 texts = tok.decode_tgt(ids)
