@@ -212,6 +212,19 @@ def test_native_bad_settings_get_the_configs_messages(server: Server, body, erro
     assert answer.status_code == 400 and error in answer.json()["error"], answer.text
 
 
+def test_settings_a_forced_engine_cannot_decode_fail_that_request_alone(run_dir: Path) -> None:
+    """engine=ctranslate2 cannot sample (seq2seq-translate refuses it alike): 400 with the config's
+    message, chosen on the engine's thread; the next request is translated."""
+    running = started(f"run={run_dir}", "engine=ctranslate2")
+    try:
+        answer = running.post("/v1/translate", {"q": "a b", "sampling": True})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"].startswith("config error: engine=ctranslate2: sampling=true")
+        assert running.post("/v1/translate", {"q": "a b"}).status_code == 200
+    finally:
+        assert running.stop() == 0
+
+
 def test_bad_requests_among_good_ones_hurt_none(server: Server, run_dir: Path, tmp_path) -> None:
     good = LINES[:5]
     expected = cli(tmp_path, good, run=str(run_dir))
@@ -449,9 +462,11 @@ class _RecordingEngines:
         return [[1] * len(line.split()) for line in lines]
 
     def kind(self, settings: object) -> str:
+        self.calls.append(("kind", threading.get_ident()))  # may load or time an engine (engine_probe)
         return "ctranslate2"
 
     def for_settings(self, settings: object) -> _RecordingEngines:
+        self.kind(settings)
         return self
 
     def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[object]]:
@@ -466,7 +481,8 @@ class _RecordingEngines:
 def test_the_engine_is_loaded_and_used_on_the_worker_thread_alone() -> None:
     """GNU OpenMP keeps a pool of workers per thread that starts parallel work; with a second pool on
     the cores, a PyTorch request took 1.6x its time (docs/performance.md, "Serving"), so the worker
-    thread that decodes also loads the model, and no other thread touches it."""
+    thread that decodes also loads the model, and no other thread touches it: choosing a request's
+    engine may load one or time both (engine=auto on a bf16 CPU), so that runs there too."""
     import asyncio
 
     from seq2seq.serve.batcher import Batcher
@@ -479,7 +495,7 @@ def test_the_engine_is_loaded_and_used_on_the_worker_thread_alone() -> None:
         assert asyncio.run(batcher.translate(["a b", "c"], Settings(beam=1)))[1][0].text == "C"
     finally:
         batcher.stop()
-    assert [name for name, _ in calls] == ["load", "decode"]
+    assert [name for name, _ in calls] == ["load", "kind", "decode"]
     threads = {ident for _, ident in calls}
     assert len(threads) == 1 and threading.get_ident() not in threads
 

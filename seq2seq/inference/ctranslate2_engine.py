@@ -55,9 +55,10 @@ def _device(device: str, cuda_devices: int) -> tuple[str, int]:
 
 def thread_split(threads: int | None, device: str, sampling: bool) -> tuple[int, int]:
     """CTranslate2's (inter_threads, intra_threads) for our threads= (null: every usable core): on a CPU
-    with two threads or more, two batches decoded at once, each on half the threads. Sampling keeps one
-    batch at a time: each CTranslate2 thread draws from a generator of its own, so which thread took
-    which batch would change the samples of a seed.
+    with two threads or more, two batches decoded at once, each on half the threads (CTranslate2's
+    workers on one device share the weights: no more memory). Sampling keeps one batch at a time: each
+    CTranslate2 thread draws from a generator of its own, so which thread took which batch would change
+    the samples of a seed.
 
     Why: a beam step of these small models is too short to keep two threads busy, and a batch's
     budget groups (see translate_nbest) are small. On 2 AVX2 cores (d128x4 en-de, beam 5, test2016),

@@ -125,7 +125,8 @@ class Batcher:
     async def translate(
         self, lines: list[str], settings: Settings, prefixes: list[str] | None = None
     ) -> list[list[Translation]]:
-        self.engines.kind(settings)  # a forced engine that cannot decode these settings: the request's error
+        # Which engine decodes `settings` is chosen on the worker (choosing may load or time one): a
+        # forced engine that cannot decode them fails the batch, then each of its requests alone.
         tokens = sum(len(ids) + 1 for ids in self.engines.tokenizers.encode_src(lines))
         return await self._submit(lines, prefixes, settings, tokens, None)
 

@@ -10,7 +10,6 @@ attention maps need PyTorch too. Only the batcher's worker thread uses the engin
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import TYPE_CHECKING, cast
 
 from seq2seq.config import TranslateConfig
@@ -32,7 +31,6 @@ class Engines:
         self.main_kind = "torch" if hasattr(self.main, "model") else "ctranslate2"
         self._torch: Translator | None = cast("Translator", self.main) if self.main_kind == "torch" else None
         self._kinds: dict[Settings, str] = {}
-        self._lock = threading.Lock()  # the request path reads the kinds; only the worker loads
 
     @property
     def name(self) -> str:
@@ -45,11 +43,10 @@ class Engines:
     def kind(self, settings: Settings) -> str:
         """The engine seq2seq-translate decodes `settings` with; a forced engine that cannot is a
         UserError (e.g. "config error: engine=ctranslate2: sampling=true ...")."""
-        with self._lock:
-            if settings not in self._kinds:
-                cfg = dataclasses.replace(self.base, **dataclasses.asdict(settings))
-                self._kinds[settings] = choose_engine(cfg).engine
-            return self._kinds[settings]
+        if settings not in self._kinds:
+            cfg = dataclasses.replace(self.base, **dataclasses.asdict(settings))
+            self._kinds[settings] = choose_engine(cfg).engine
+        return self._kinds[settings]
 
     def for_settings(self, settings: Settings) -> TranslatorAPI:
         return self.main if self.kind(settings) == self.main_kind else self.torch()
