@@ -2,9 +2,10 @@
 
     python scripts/bench_train.py --data-dir ../shared/data/multi30k --model small --batch-tokens 4096
     python scripts/bench_train.py --data-dir ../shared/data/multi30k --scaling 1024,2048,4096,8192
+    python scripts/bench_train.py --device cuda --model base --batch-tokens 16384 --precision bf16
 
 Measures steady-state target/source tokens per second (after --warmup updates), seconds per update,
-real vs padded tokens per batch, peak RSS, and model FLOPs utilisation against a matmul peak measured
+real vs padded tokens per batch, peak RSS (and peak GPU memory), and model FLOPs utilisation against a matmul peak measured
 in the same process. Run it on an idle machine: it measures the machine as much as the code.
 `--compete N` measures beside N competing jobs it starts and stops itself (scripts/competing_load.py);
 scripts/bench_shared.py alternates idle and competing rounds for training and translation.
@@ -42,16 +43,28 @@ from competing_load import competing_jobs  # noqa: E402
 from machine import machine_info  # noqa: E402
 
 
-def matmul_peak_gflops(seconds: float = 2.0, size: int = 1024, dtype: torch.dtype = torch.float32) -> float:
-    """GEMM rate of this machine with the current thread setting, in the given precision."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+def matmul_peak_gflops(
+    seconds: float = 2.0, size: int = 1024, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> float:
+    """GEMM rate of this machine (the current thread setting) or GPU, in the given precision, on
+    random data (zeros run faster on a GPU than real data does)."""
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     for _ in range(3):
         a @ b
+    synchronize(device)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         a @ b
         count += 1
+        if count % 10 == 0:
+            synchronize(device)  # a GPU queues the calls: time what ran, not what was queued
+    synchronize(device)
     return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
+
+
+def synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def flops_per_update(model: torch.nn.Module, src_tokens: float, tgt_tokens: float) -> float:
@@ -80,15 +93,17 @@ def build_trainer(args: argparse.Namespace, batch_tokens: int) -> Trainer:
     torch.set_num_threads(args.threads)
     torch.manual_seed(cfg.seed)
     data = prepare_data(cfg.data)
-    return Trainer(cfg, Path(args.run_dir), data, torch.device("cpu"), DistContext())
+    return Trainer(cfg, Path(args.run_dir), data, torch.device(args.device), DistContext())
 
 
 def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
+    """Each update reads its loss back (a float), so a GPU has finished an update when the next starts."""
     start_first = time.perf_counter()
     trainer.train_step()
     first_step_done = time.perf_counter()
     for _ in range(warmup - 1):
         trainer.train_step()
+    synchronize(str(trainer.device))
     totals = {"tgt": 0.0, "src": 0.0, "padded_tgt": 0.0, "padded_src": 0.0}
     start = time.perf_counter()
     for _ in range(steps):
@@ -100,6 +115,7 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
         totals["src"] += metrics["src_tokens"]
         totals["padded_tgt"] += len(batch_indices) * (tgt_len.max() + 1)
         totals["padded_src"] += len(batch_indices) * (src_len.max() + 1)
+    synchronize(str(trainer.device))
     seconds = time.perf_counter() - start
     return {
         "seconds_per_update": seconds / steps,
@@ -128,6 +144,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto (what seq2seq-train picks here), fp32 or bf16")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--warmup", type=int, default=5, help="updates not timed")
@@ -143,8 +160,10 @@ def main() -> None:
     startup = time.perf_counter() - PROCESS_START
     with competing_jobs(args.compete, args.compete_threads) as competition:
         result = measure(trainer, args.warmup, args.steps)
-    peak = matmul_peak_gflops()
-    peak_bf16 = matmul_peak_gflops(dtype=torch.bfloat16)
+    on_gpu = torch.device(args.device).type == "cuda"
+    size = 8192 if on_gpu else 1024  # a GPU is only full with large products
+    peak = matmul_peak_gflops(size=size, device=args.device)
+    peak_bf16 = matmul_peak_gflops(size=size, dtype=torch.bfloat16, device=args.device)
     achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
     report = {
         "model": args.model,
@@ -161,8 +180,12 @@ def main() -> None:
         "matmul_peak_gflops_per_s": round(peak, 1),
         "matmul_peak_bf16_gflops_per_s": round(peak_bf16, 1),
         "mfu_vs_fp32_peak": round(achieved / peak, 3),
-        "mfu_vs_own_precision_peak": round(achieved / (peak_bf16 if trainer.precision == "bf16" else peak), 3),
+        # fp16 against the bf16 peak: tensor cores run both at one rate (a CPU has no fp16 path here)
+        "mfu_vs_own_precision_peak": round(achieved / (peak if trainer.precision == "fp32" else peak_bf16), 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        **({"peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)} if on_gpu else {}),
+        **({"gpu": torch.cuda.get_device_name(args.device)} if on_gpu else {}),
+        "device": args.device,
         "competition": competition,
         "thread_waiting": {k: os.environ[k] for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ},
         "machine": machine_info(),

@@ -22,5 +22,6 @@ def machine_info() -> dict[str, object]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "load_average_1min": round(os.getloadavg()[0], 2),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "allocator": allocator_in_use(),  # this process's; reproduce.py replaces it with the training's
     }

@@ -142,7 +142,8 @@ def plot_curve(result: dict, path: Path) -> None:
     axes.set_xlabel("minutes of training")
     axes.set_ylabel("validation BLEU (greedy)")
     machine = result["machine"]
-    axes.set_title(f"{result['name']}: {machine['cpu_capability']}, {result['precision']}, {machine['cores']} cores")
+    where = result.get("hardware") if result.get("device", "cpu").startswith("cuda") else f"{machine['cores']} cores"
+    axes.set_title(f"{result['name']}: {hardware(result)}, {result['precision']}, {where}")
     axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path)
@@ -164,7 +165,7 @@ def held_out_splits(saved_data_config: dict) -> dict[str, tuple[list[str], list[
 
 
 TABLE_HEADER = (
-    "| experiment | CPU class | precision | training | test BLEU (cased) | test BLEU (lowercase) | chrF "
+    "| experiment | CPU class or GPU | precision | training | test BLEU (cased) | test BLEU (lowercase) | chrF "
     "| checkpoint | load during training | machine | config |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 )
@@ -181,7 +182,7 @@ def table_row(result: dict) -> str:
         load_text = f"not sampled; {machine['load_average_1min']} at the end"
     recipe = f", recipe {result['recipe']}" if result.get("recipe") not in (None, "fixed") else ""
     return (
-        f"| {result['experiment']} | {machine['cpu_capability']} | {result['precision']} | "
+        f"| {result['experiment']} | {hardware(result)} | {result['precision']} | "
         f"{result['train_minutes']:.0f} min, {result['steps']} updates{recipe} | {test['bleu']} | {test['bleu_lowercase']} | "
         f"{test['chrf']} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
         f"{load_text} | "
@@ -189,11 +190,22 @@ def table_row(result: dict) -> str:
     )
 
 
-def result_name(experiment: str, minutes: float | None, cpu_capability: str) -> str:
-    """One file per experiment, budget and CPU class: figures of different classes never overwrite
-    (nor get compared with) each other."""
+def hardware(result: dict) -> str:
+    """What trained the run: the GPU's name for a run on CUDA, else the CPU class (rows from before the
+    "hardware" field all trained on a CPU)."""
+    return result.get("hardware") or result["machine"]["cpu_capability"]
+
+
+def hardware_of(device: str, machine: dict) -> str:
+    on_gpu = device.startswith("cuda") or (device == "auto" and machine.get("gpu"))
+    return machine["gpu"] if on_gpu and machine.get("gpu") else machine["cpu_capability"]
+
+
+def result_name(experiment: str, minutes: float | None, hardware_class: str) -> str:
+    """One file per experiment, budget and CPU class or GPU: figures of different classes never
+    overwrite (nor get compared with) each other."""
     budget = f"_{minutes:g}min" if minutes else ""
-    return f"{experiment}{budget}.{cpu_capability.lower()}"
+    return f"{experiment}{budget}.{re.sub(r'[^a-z0-9-]+', '_', hardware_class.lower())}"
 
 
 def in_table(result: dict) -> bool:
@@ -277,9 +289,13 @@ def main() -> None:
     hypotheses = translate_lines(chosen, run_dir, test_src, args.beam, length_penalty)
     machine = machine_info()
     chosen_precision = PRECISION_LINE.findall(log)
+    device = str(last["config"]["device"])
+    hardware_class = hardware_of(device, machine)
     result = {
-        "name": result_name(args.experiment, args.minutes, machine["cpu_capability"]),
+        "name": result_name(args.experiment, args.minutes, hardware_class),
         "experiment": args.experiment,
+        "device": device,
+        "hardware": hardware_class,
         "direction": f"{src}-{tgt}",
         "budget_minutes": args.minutes or last["config"]["max_minutes"],
         "train_minutes": training_minutes(log),

@@ -294,3 +294,18 @@ def test_the_rank_left_waiting_for_a_hung_one_says_so_in_one_line(tmp_path: Path
     assert "dist_timeout_minutes=0.05" in message and f"resume={tmp_path / 'run'}" in message
     assert "\n" not in message
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()  # what the resume continues from
+
+
+def test_torchrun_with_one_rank_trains_in_a_process_group(tmp_path: Path) -> None:
+    """`torchrun --nproc_per_node=1` runs the multi-GPU code path (a process group of one, DDP), so one
+    GPU checks NCCL; a plain process (no torchrun) joins none. On the CPU the group is gloo's."""
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=1"]
+    overrides = [*OVERRIDES, "max_steps=4", "valid_every=4", "save_every=4", "progress=false", "device=cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SEQ2SEQ_CACHE": str(tmp_path / "cache")}
+    command = [*torchrun, "-m", "seq2seq.cli.train", *overrides, f"hydra.run.dir={tmp_path / 'run'}"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "distributed: rank 0 of 1, gloo backend" in log, log[-2000:]
+    assert "reached max_steps=4" in log
+    assert not init_distributed(torch.device("cpu")).enabled  # this test process: no torchrun, no group

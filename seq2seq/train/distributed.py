@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -9,6 +10,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+log = logging.getLogger("seq2seq.train")
 
 
 @dataclass
@@ -18,10 +21,11 @@ class DistContext:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")  # where collective tensors live (CUDA for NCCL)
     wait_group: Any = None  # gloo group with the long timeout, for waiting on rank 0 (see wait_for_main)
+    joined: bool = False  # in a process group (torchrun), even one of a single rank
 
     @property
     def enabled(self) -> bool:
-        return self.world_size > 1
+        return self.joined
 
     @property
     def is_main(self) -> bool:
@@ -72,9 +76,12 @@ def init_distributed(device: torch.device, timeout_minutes: float = 10.0, wait_m
     """Joins the process group torchrun describes in the environment (RANK, WORLD_SIZE, ...).
     On CUDA each process takes GPU LOCAL_RANK, whatever `device` names (device=cuda:0 would put every
     rank on GPU 0), before any collective: NCCL's object collectives run on the current device, 0 on
-    every rank until it is set ("Duplicate GPU detected"). Collectives go over NCCL on CUDA, else gloo."""
+    every rank until it is set ("Duplicate GPU detected"). Collectives go over NCCL on CUDA, else gloo.
+
+    Under torchrun a single rank joins a group too (DDP over a group of one): `torchrun
+    --nproc_per_node=1` then runs what eight GPUs run, so one GPU can check the multi-GPU path."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
+    if world_size == 1 and "TORCHELASTIC_RUN_ID" not in os.environ:  # a plain process, not torchrun's
         return DistContext()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     options: dict[str, Any] = {}
@@ -82,11 +89,13 @@ def init_distributed(device: torch.device, timeout_minutes: float = 10.0, wait_m
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         options["device_id"] = device  # binds the communicator to this GPU at once
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(minutes=timeout_minutes), **options)
     wait_group = dist.new_group(backend="gloo", timeout=timedelta(minutes=wait_minutes))
-    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device, wait_group)
+    context = DistContext(dist.get_rank(), dist.get_world_size(), local_rank, device, wait_group, joined=True)
+    log.info("distributed: rank %d of %d, %s backend", context.rank, context.world_size, backend)
+    return context
 
 
 def cleanup_distributed() -> None:
