@@ -42,7 +42,7 @@ EOF
 
 # 2. the 10-minute result on the GPU, with the whole suite on the CPU beside it
 publish=${PUBLISH:+--publish}
-(timeout $((minutes * 60 + 600)) python scripts/reproduce.py multi30k_en_de_gpu --data-dir "$data" \
+(timeout $(( ${minutes%.*} * 60 + 660 )) python scripts/reproduce.py multi30k_en_de_gpu --data-dir "$data" \
     --minutes "$minutes" --run-dir "$out/reproduce" $publish >"$out/reproduce.json" 2>"$out/reproduce.log"
  echo $? >"$out/reproduce.rc") &
 trainer=$!
