@@ -30,6 +30,7 @@ import os  # noqa: E402
 import resource  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
@@ -96,6 +97,11 @@ def build_trainer(args: argparse.Namespace, batch_tokens: int) -> Trainer:
     return Trainer(cfg, Path(args.run_dir), data, torch.device(args.device), DistContext())
 
 
+def _recorded(batches: list, used: list[np.ndarray]) -> list:
+    used.append(np.concatenate([b.indices for b in batches]))
+    return batches
+
+
 def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     """Each update reads its loss back (a float), so a GPU has finished an update when the next starts."""
     start_first = time.perf_counter()
@@ -106,10 +112,12 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     synchronize(str(trainer.device))
     totals = {"tgt": 0.0, "src": 0.0, "padded_tgt": 0.0, "padded_src": 0.0}
     start = time.perf_counter()
+    used: list[np.ndarray] = []  # each update's sentences (1 rank, no accumulation), whatever the epoch
+    next_update = trainer.stream.next_update
+    trainer.stream.next_update = lambda *args: _recorded(next_update(*args), used)
     for _ in range(steps):
-        position = trainer.stream.position
         metrics = trainer.train_step()
-        batch_indices = trainer.stream._batches[position]  # the batch this update used (1 rank, no accumulation)
+        batch_indices = used[-1]
         src_len, tgt_len = trainer.stream.src_len[batch_indices], trainer.stream.tgt_len[batch_indices]
         totals["tgt"] += metrics["tgt_tokens"]
         totals["src"] += metrics["src_tokens"]
