@@ -142,8 +142,8 @@ def plot_curve(result: dict, path: Path) -> None:
     axes.set_xlabel("minutes of training")
     axes.set_ylabel("validation BLEU (greedy)")
     machine = result["machine"]
-    where = result.get("hardware") if result.get("device", "cpu").startswith("cuda") else f"{machine['cores']} cores"
-    axes.set_title(f"{result['name']}: {hardware(result)}, {result['precision']}, {where}")
+    cores = "" if result.get("device", "cpu").startswith("cuda") else f", {machine['cores']} cores"
+    axes.set_title(f"{result['experiment']}: {hardware(result)}, {result['precision']}{cores}", fontsize=10)
     axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path)
@@ -183,7 +183,7 @@ def table_row(result: dict) -> str:
     recipe = f", recipe {result['recipe']}" if result.get("recipe") not in (None, "fixed") else ""
     return (
         f"| {result['experiment']} | {hardware(result)} | {result['precision']} | "
-        f"{result['train_minutes']:.0f} min, {result['steps']} updates{recipe} | {test['bleu']} | {test['bleu_lowercase']} | "
+        f"{result['train_minutes']:g} min, {result['steps']} updates{recipe} | {test['bleu']} | {test['bleu_lowercase']} | "
         f"{test['chrf']} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
         f"{load_text} | "
         f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"

@@ -107,3 +107,22 @@ def test_decoding_precision_is_fp32_for_a_half_precision_model_on_a_cpu() -> Non
     assert kernels.decoding_precision(x.bfloat16(), q.bfloat16())[0].dtype == torch.float32
     (same,) = kernels.decoding_precision(x, q)
     assert same is q  # an fp32 model is left as it is
+
+
+def test_on_cuda_sdpa_may_not_choose_cudnn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuDNN's attention builds a plan per shape (~25 ms of CPU per call on an H100: 0.41 s an update
+    of the small model); on CUDA the fused path allows flash, memory-efficient and math kernels only,
+    and only for its own call. The CUDA tensor is faked: what is checked is the backend flags in force
+    when SDPA is called (tests/test_cuda.py checks the kernel that runs on a GPU)."""
+    seen = []
+
+    def recording_sdpa(q, k, v, **options):
+        seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()))
+        return q
+
+    monkeypatch.setattr(kernels, "_on_cuda", lambda q: True)
+    monkeypatch.setattr(kernels.F, "scaled_dot_product_attention", recording_sdpa)
+    q = torch.randn(2, 4, 5, 8)
+    kernels.fused_attention(q, q, q, None, False, 0.0)
+    assert seen == [(False, True)]
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # the user's setting outside the call is untouched

@@ -52,7 +52,7 @@ def test_a_real_out_of_memory_is_survived_by_splitting_the_batch(tmp_path: Path)
     total = torch.cuda.get_device_properties(CUDA).total_memory
     trainer.model.zero_grad(set_to_none=True)
     torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction((half_peak + whole_peak) / 2 / total, CUDA)
+    torch.cuda.set_per_process_memory_fraction((half_peak + whole_peak) / 2 / total)  # the current GPU
     try:
         with pytest.raises(torch.OutOfMemoryError):  # the cap really stops the whole batch
             loss, _ = trainer.objective(*(t.to(CUDA) for t in (batch.src, batch.tgt_in, batch.tgt_out)))
@@ -80,13 +80,30 @@ def test_a_real_out_of_memory_is_survived_by_splitting_the_batch(tmp_path: Path)
         trainer.stream.next_update = lambda *_args: [batch]
         assert trainer.train_step() is not None and trainer.step == 1  # the whole update, under the cap
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
+        torch.cuda.set_per_process_memory_fraction(1.0)
 
 
 def _halves(batch):
     from seq2seq.data.batching import split_batch
 
     return split_batch(batch)
+
+
+# ---- attention: no kernel that plans per shape -----------------------------------------------------
+def test_training_attention_runs_no_cudnn_kernel(tmp_path: Path) -> None:
+    """cuDNN's SDPA plans each new shape (~25 ms of CPU per call seen on an H100); every batch has new
+    lengths. The kernels that ran in a padded forward and backward, read from the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    trainer = make_trainer(tmp_path, CUDA, ["precision=bf16"])
+    batch = collate(trainer.data.train, np.arange(16), trainer.cfg.model.max_positions).to(CUDA)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiled, trainer.autocast():
+        loss, _ = trainer.objective(batch.src, batch.tgt_in, batch.tgt_out)
+        loss.backward()
+        torch.cuda.synchronize()
+    names = {event.key for event in profiled.key_averages()}
+    assert any("scaled_dot_product" in name for name in names), sorted(names)
+    assert not [name for name in names if "cudnn_attention" in name], sorted(names)
 
 
 # ---- fp16: the grad scaler around our own Adam --------------------------------------------------

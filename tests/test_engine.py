@@ -298,3 +298,42 @@ def test_the_cpu_name_is_the_first_model_name(tmp_path: Path) -> None:
     path = tmp_path / "cpuinfo"
     path.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9B14\nflags\t: avx2\nprocessor\t: 1\nmodel name\t: Other\n")
     assert cpuinfo.cpu_name(path) == "AMD EPYC 9B14"
+
+
+def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path, monkeypatch, caplog) -> None:
+    """Seen on an H100 with CUDA 13: CTranslate2 4.8's wheel (built for CUDA 12) loads, then fails at the
+    first translation with "Library libcublas.so.12 is not found". engine=auto then decodes with
+    PyTorch and says why; engine=ctranslate2 is one line of error at load time. The GPU is faked here:
+    CTranslate2 counts one, and its translator fails as that one did."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from conftest import TINY_TRAIN, compose_config
+
+    from seq2seq.inference.command import load_any_translator
+    from seq2seq.inference.ctranslate2_engine import EngineUnavailable
+    from seq2seq.train.run import train
+
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
+    real = ctranslate2.Translator
+
+    class WithoutCublas:
+        def __init__(self, path: str, device: str, device_index: int = 0, **options) -> None:
+            assert device == "cuda"
+            self.compute_type = real(path, device="cpu", **options).compute_type
+
+        def translate_batch(self, *args, **kwargs):
+            raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
+
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    monkeypatch.setattr(ctranslate2, "Translator", WithoutCublas)
+    with caplog.at_level("INFO", logger="seq2seq.translate"):
+        translator = load_any_translator(TranslateConfig(run=str(tmp_path / "run"), beam=2))
+    assert hasattr(translator, "model")  # PyTorch's Translator (on this machine's CPU: torch sees no GPU)
+    engine_line = next(m for m in caplog.messages if m.startswith("engine: "))
+    assert "engine: PyTorch (the run's CTranslate2 export cannot decode here" in engine_line
+    assert "libcublas.so.12" in engine_line
+    with pytest.raises(EngineUnavailable) as raised:
+        load_any_translator(TranslateConfig(run=str(tmp_path / "run"), beam=2, engine="ctranslate2"))
+    message = str(raised.value)
+    assert "\n" not in message and "cannot decode on the GPU here: Library libcublas.so.12" in message
+    assert "engine=torch" in message

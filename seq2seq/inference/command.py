@@ -24,8 +24,9 @@ from omegaconf import DictConfig
 from seq2seq import cpu_sharing
 from seq2seq.config import TranslateConfig, UserError, validate_translate
 from seq2seq.data.corpus import read_lines
-from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
 from seq2seq.inference.engine import EngineChoice, choose_engine
+from seq2seq.inference.run_export import given_export
 from seq2seq.inference.translation import Translation, TranslatorAPI
 
 log = logging.getLogger("seq2seq.translate")
@@ -103,7 +104,13 @@ def load_any_translator(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
     """The engine `choose_engine` picks: CTranslate2 never imports torch (2-3 s of start-up), PyTorch's
     `Translator` decodes everything. Both have `translate_nbest`."""
     choice = choose_engine(cfg)
-    translator = _load(cfg, choice)
+    try:
+        translator = _load(cfg, choice)
+    except EngineUnavailable as err:
+        if cfg.engine != "auto" or cfg.precision == "int8" or given_export(cfg):  # CTranslate2's alone
+            raise
+        choice = EngineChoice("torch", None, f"the run's CTranslate2 export cannot decode here: {err}")
+        translator = _load(cfg, choice)
     # After loading: a bad file or setting is one line of error, not a line of log and one of error.
     log.info("engine: %s (%s)", {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[choice.engine], choice.why)
     if cpu_sharing.load_at_start is not None and cpu_sharing.load_at_start >= cpu_sharing.SHARED_LOAD:

@@ -45,6 +45,11 @@ log = logging.getLogger("seq2seq.translate")
 COMPUTE_TYPES = {"auto": "default", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
+class EngineUnavailable(UserError):
+    """CTranslate2 is installed but cannot decode on the device asked for: its CUDA wheels load CUDA's
+    libraries (cuBLAS of the CUDA major version they were built with) only at the first translation."""
+
+
 def _device(device: str, cuda_devices: int) -> tuple[str, int]:
     """CTranslate2's (device, device_index) for our device= ("auto": a GPU if there is one, as PyTorch's)."""
     if device == "auto":
@@ -202,9 +207,23 @@ class CTranslate2Translator:
             )
         except (RuntimeError, ValueError) as err:
             raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
+        if device == "cuda":
+            self._check_it_decodes_on_cuda(directory, ctranslate2.__version__)
         if cfg.sampling:
             ctranslate2.set_random_seed(cfg.seed)
         log.info("loaded %s (CTranslate2 %s, %s)", directory, ctranslate2.__version__, self.engine.compute_type)
+
+    def _check_it_decodes_on_cuda(self, directory: Path, version: str) -> None:
+        """One token decoded now: a CTranslate2 wheel built for another CUDA than the machine's loads,
+        then fails at its first translation ("Library libcublas.so.12 is not found"; seen on an H100
+        with CUDA 13): better at load time, where engine=auto can still choose PyTorch."""
+        try:
+            self.engine.translate_batch([self._source_tokens("a", 1)], max_decoding_length=1, beam_size=1)
+        except RuntimeError as err:
+            raise EngineUnavailable(
+                f"{directory}: CTranslate2 {version} cannot decode on the GPU here: {str(err).splitlines()[0]} "
+                "(engine=torch decodes on the GPU; device=cpu runs CTranslate2 on the CPU)"
+            ) from err
 
     def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]:
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]

@@ -105,8 +105,19 @@ def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
 
 
 def _bf16_cpu(cfg: Any) -> bool:
-    """device=cpu or auto (whether there is a GPU is torch's to say) on a CPU with bf16 instructions."""
-    return str(cfg.device) in ("auto", "cpu") and cpuinfo.has_bf16()
+    """Decoding on a CPU with bf16 instructions: device=cpu, or auto on a machine without a GPU (as
+    CTranslate2 counts them: torch is not imported to choose)."""
+    device = str(cfg.device)
+    on_cpu = device == "cpu" or (device == "auto" and not _cuda_devices())
+    return on_cpu and cpuinfo.has_bf16()
+
+
+def _cuda_devices() -> int:
+    try:
+        import ctranslate2
+    except ImportError:
+        return 0
+    return ctranslate2.get_cuda_device_count()
 
 
 def _warn_if_stale(export: Path) -> None:

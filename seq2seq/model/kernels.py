@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.device import half_precision_on_cpu
 
@@ -19,6 +20,11 @@ AttentionFn = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, bool, float], tuple[torch.Tensor, torch.Tensor]
 ]
 MAX_QUERIES_FOR_MATMULS = 16  # decoding steps: up to this many queries per row take the matmul path
+# SDPA's kernels on CUDA, less cuDNN's: it builds an execution plan for every new shape, and here every
+# batch has new sequence lengths, every decoding step a new key length. On an H100 (torch 2.11) a plan
+# cost ~25 ms of CPU per attention call, forward and backward: 0.41 s an update of the small model where
+# the GPU worked 16 ms (docs/performance.md, "GPU"). Flash and memory-efficient attention need no plan.
+SHAPE_AGNOSTIC_CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def decoding_precision(x: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -84,7 +90,14 @@ def fused_attention(
                 q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout, is_causal=causal
             )
         return out.to(q.dtype)
+    if _on_cuda(q):
+        with sdpa_kernel(SHAPE_AGNOSTIC_CUDA_KERNELS):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+
+
+def _on_cuda(q: torch.Tensor) -> bool:
+    return q.is_cuda
 
 
 def group_queries(q: torch.Tensor, batch: int) -> torch.Tensor:
