@@ -326,7 +326,7 @@ def test_out_of_memory_under_ddp_is_an_error_not_a_split(setup, tmp_path):
     _, data = setup
     batch = batch_of(data, np.arange(0, 4))
     trainer = make_trainer(setup, tmp_path, [batch])
-    trainer.dist = TwoRanks(rank=1, world_size=2)
+    trainer.dist = TwoRanks(rank=1, world_size=2, joined=True)
     seen = run_out_of_memory(trainer, lambda src: True)
     with pytest.raises(UserError) as info:
         trainer.train_step()
