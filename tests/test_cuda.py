@@ -17,7 +17,7 @@ from conftest import compose_config, train_logging
 from numerics import assert_close, reordered_sum_tolerance
 from test_precision_compile import make_trainer
 
-from seq2seq.data.batching import collate
+from seq2seq.data.batching import collate, split_batch
 from seq2seq.data.builtin import reverse_pair
 from seq2seq.inference.translator import Translator
 
@@ -46,7 +46,7 @@ def test_a_real_out_of_memory_is_survived_by_splitting_the_batch(tmp_path: Path)
     batch = collate(trainer.data.train, sentences, trainer.cfg.model.max_positions)
     whole_peak, (expected_loss, _) = _reserved_peak(trainer, [batch.to(CUDA)])
     expected = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters()}
-    half_peak, _ = _reserved_peak(trainer, [b.to(CUDA) for b in _halves(batch)])
+    half_peak, _ = _reserved_peak(trainer, [b.to(CUDA) for b in split_batch(batch)])
     assert half_peak < 0.8 * whole_peak, (half_peak, whole_peak)  # else no cap tells them apart
 
     total = torch.cuda.get_device_properties(CUDA).total_memory
@@ -81,12 +81,6 @@ def test_a_real_out_of_memory_is_survived_by_splitting_the_batch(tmp_path: Path)
         assert trainer.train_step() is not None and trainer.step == 1  # the whole update, under the cap
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
-
-
-def _halves(batch):
-    from seq2seq.data.batching import split_batch
-
-    return split_batch(batch)
 
 
 # ---- attention: no kernel that plans per shape -----------------------------------------------------

@@ -3,7 +3,7 @@
 A CPU with bf16 matrix units makes several times the updates of an AVX2 one in the same hour, and what
 trains best differs with the number of updates: a model that is still learning at the deadline wants
 to be smaller and faster, one that has long converged wants more regularisation. The experiment lists
-its candidate recipes, largest first, each with the fewest updates it needs to be the better choice
+its candidate recipes in order of preference, each with the fewest updates it needs to be the better choice
 (results/sweep.md says where those numbers come from). The run times a few real updates of each
 candidate on this machine, as loaded as it is now, and takes the first that will make its minimum in
 the budget, else the last.
