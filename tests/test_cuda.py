@@ -1,5 +1,6 @@
 """The CUDA paths on a real GPU: out-of-memory split-and-retry, the grad scaler with our Adam,
-compile against eager, half-precision translation against fp32, and CTranslate2 on CUDA.
+the attention kernels, half-precision translation against fp32, and CTranslate2 on CUDA (compile
+against eager on CUDA: tests/test_precision_compile.py).
 
 Skipped without a GPU (CI has none); `scripts/check_gpu.sh` runs them, with the whole suite, on one.
 """
@@ -124,26 +125,6 @@ def test_fp16_overflow_is_skipped_by_the_scaler_and_training_goes_on(tmp_path: P
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.9 * np.mean(losses[:5]), losses
     saved = trainer.state_dict()["scaler"]
     assert saved["scale"] == trainer.scaler.get_scale() < 2.0**59  # the scaler's state goes into the checkpoint
-
-
-# ---- compile against eager, on the GPU ----------------------------------------------------------
-def test_compiled_objective_gives_the_eager_loss_and_gradients_on_cuda(tmp_path: Path) -> None:
-    """As tests/test_precision_compile.py on the CPU: Triton kernels sum in their own order, so the
-    bound is that of a reordered float32 sum over the tokens and each layer's dot products."""
-    from test_precision_compile import SENTENCES, loss_and_grads
-
-    trainer = make_trainer(tmp_path, CUDA, ["compile=true", "precision=fp32"])
-    assert hasattr(trainer.training_objective, "_orig_mod")
-    eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, CUDA)
-    compiled_loss, compiled_grads = loss_and_grads(trainer.training_objective, trainer, CUDA)
-    batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions)
-    model = trainer.cfg.model
-    loss_terms = batch.tgt_tokens * trainer.data.tokenizers.tgt.get_vocab_size()
-    assert abs(compiled_loss - eager_loss) <= reordered_sum_tolerance(loss_terms, abs(eager_loss))
-    terms = batch.src.numel() + batch.tgt_in.numel() + (model.encoder_layers + model.decoder_layers) * model.ffn_dim
-    for name, grad in eager_grads.items():
-        atol = reordered_sum_tolerance(terms, float(grad.abs().max()))
-        assert_close(compiled_grads[name], grad, f"{name} (compiled vs eager, CUDA)", atol=atol)
 
 
 # ---- a model trained on the GPU, translated in each precision and engine ----------------------------

@@ -53,16 +53,20 @@ def test_one_eager_process_trains_the_objective_itself(tmp_path: Path) -> None:
     assert trainer.training_objective is trainer.objective
 
 
-def test_compiled_objective_gives_the_eager_loss_and_gradients(tmp_path: Path) -> None:
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_compiled_objective_gives_the_eager_loss_and_gradients(tmp_path: Path, device: str) -> None:
     pytest.importorskip("torch._inductor")
-    cpu = torch.device("cpu")
-    trainer = make_trainer(tmp_path, cpu, ["compile=true"])
+    where = torch.device(device)
+    trainer = make_trainer(tmp_path, where, ["compile=true", "precision=fp32"])
     assert trainer.training_objective is not trainer.objective  # the trainer really runs a compiled module
     assert hasattr(trainer.training_objective, "_orig_mod")
-    eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, cpu)
-    compiled_loss, compiled_grads = loss_and_grads(trainer.training_objective, trainer, cpu)
-    # Inductor fuses the kernels, sums in its own order and vector width, and brings its own vectorised
-    # exp and log: the same function up to reordered float32 sums. The loss sums every target token's
+    eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, where)
+    compiled_loss, compiled_grads = loss_and_grads(trainer.training_objective, trainer, where)
+    # Inductor fuses the kernels (C++ on a CPU, Triton on a GPU), sums in its own order and vector width,
+    # and brings its own exp and log: the same function up to reordered float32 sums. The loss sums every target token's
     # log-softmax over the vocabulary; a gradient element sums over the batch's tokens at the end of a
     # backward chain through every layer's dot products of up to ffn_dim terms.
     batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions)
