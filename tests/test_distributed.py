@@ -74,6 +74,9 @@ def one_update(rank: int, world_size: int, port: int, plan: list[list[np.ndarray
                 {"params": params, "before": before, "grads": grads, "tokens": tokens, "allreduces": len(allreduces)},
                 out,
             )
+        # Both ranks leave the group together: rank 1 tearing gloo down while rank 0 was still saving
+        # aborted rank 1 once in CI ("terminate called without an active exception").
+        dist.barrier()
     finally:
         cleanup_distributed()
 
