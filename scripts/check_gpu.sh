@@ -46,7 +46,11 @@ publish=${PUBLISH:+--publish}
     --minutes "$minutes" --run-dir "$out/reproduce" $publish >"$out/reproduce.json" 2>"$out/reproduce.log"
  echo $? >"$out/reproduce.rc") &
 trainer=$!
-timeout "${SUITE_SECONDS:-1200}" python -m pytest -v -p no:cacheprovider -m 'not slow' >"$out/suite.log" 2>&1
+# The GPU's own tests first, with their tracebacks: a suite stopped by a time limit prints none.
+timeout 900 python -m pytest -q --tb=short -p no:cacheprovider tests/test_cuda.py tests/test_precision_compile.py \
+    tests/test_device.py >"$out/cuda_tests.log" 2>&1
+note "CUDA tests: rc=$? $(tail -n 1 "$out/cuda_tests.log")"
+timeout "${SUITE_SECONDS:-1200}" python -m pytest -v --tb=short -p no:cacheprovider -m 'not slow' >"$out/suite.log" 2>&1
 note "suite: rc=$? $(tail -n 1 "$out/suite.log")"
 grep -E "^tests/.* (FAILED|ERROR)" "$out/suite.log" | tee -a "$summary"
 grep -E "^tests/test_cuda.py|^tests/test_device.py::.*cuda|^tests/test_precision_compile.py::.*cuda" "$out/suite.log" >>"$summary"
