@@ -9,7 +9,7 @@
 #    beside it with CUDA visible (the CPU does the tests, the GPU the training) -> suite.log
 # 3. torchrun --nproc_per_node=1 on NCCL: a run stopped at update 20 and resumed equals one that was
 #    not (deterministic=true), bit for bit -> ddp.txt
-# 4. translation on the GPU, both engines, fp32/bf16/fp16, beam 5 -> bench_translate_gpu.json
+# 4. translation on the GPU: PyTorch fp32/bf16/fp16, CTranslate2 fp32/int8, beam 5 -> bench_translate_gpu.json
 # Needs the dev extra and a CUDA build of torch. A step that fails is reported and the others still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."

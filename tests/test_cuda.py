@@ -180,5 +180,3 @@ def test_ctranslate2_on_cuda_writes_the_lines_it_writes_on_the_cpu(trained_run: 
         raise
     agreement = np.mean([a == b for a, b in zip(gpu, cpu, strict=True)])
     assert agreement >= 0.98, agreement  # two GEMM libraries, one function: near-ties alone may flip
-    half = CTranslate2Translator.load(trained_run, device="cuda", precision="fp16", beam=5).translate(lines)
-    assert np.mean([a == b for a, b in zip(half, cpu, strict=True)]) >= 0.95
