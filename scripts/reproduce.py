@@ -142,7 +142,7 @@ def plot_curve(result: dict, path: Path) -> None:
     axes.set_xlabel("minutes of training")
     axes.set_ylabel("validation BLEU (greedy)")
     machine = result["machine"]
-    cores = "" if result.get("device", "cpu").startswith("cuda") else f", {machine['cores']} cores"
+    cores = "" if trained_on_gpu(result) else f", {machine['cores']} cores"
     axes.set_title(f"{result['experiment']}: {hardware(result)}, {result['precision']}{cores}", fontsize=10)
     axes.grid(alpha=0.3)
     figure.tight_layout()
@@ -196,8 +196,13 @@ def hardware(result: dict) -> str:
     return result.get("hardware") or result["machine"]["cpu_capability"]
 
 
+def trained_on_gpu(result: dict) -> bool:
+    return hardware(result) == result["machine"].get("gpu")
+
+
 def hardware_of(device: str, machine: dict) -> str:
-    on_gpu = device.startswith("cuda") or (device == "auto" and machine.get("gpu"))
+    """The class a run on `device` (the run's device= setting) trained on, on `machine`."""
+    on_gpu = device.startswith("cuda") or device == "auto"
     return machine["gpu"] if on_gpu and machine.get("gpu") else machine["cpu_capability"]
 
 

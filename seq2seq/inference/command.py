@@ -26,7 +26,6 @@ from seq2seq.config import TranslateConfig, UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
 from seq2seq.inference.engine import EngineChoice, choose_engine
-from seq2seq.inference.run_export import given_export
 from seq2seq.inference.translation import Translation, TranslatorAPI
 
 log = logging.getLogger("seq2seq.translate")
@@ -107,7 +106,7 @@ def load_any_translator(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
     try:
         translator = _load(cfg, choice)
     except EngineUnavailable as err:
-        if cfg.engine != "auto" or cfg.precision == "int8" or given_export(cfg):  # CTranslate2's alone
+        if not choice.preferred_only:  # asked for, or needed by the settings (int8, an export given)
             raise
         choice = EngineChoice("torch", None, f"the run's CTranslate2 export cannot decode here: {err}")
         translator = _load(cfg, choice)

@@ -50,6 +50,16 @@ class EngineUnavailable(UserError):
     libraries (cuBLAS of the CUDA major version they were built with) only at the first translation."""
 
 
+def cuda_device_count() -> int:
+    """GPUs as CTranslate2 counts them (0 without the package): how engine=auto and device=auto decide
+    without importing torch."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return 0
+    return ctranslate2.get_cuda_device_count()
+
+
 def _device(device: str, cuda_devices: int) -> tuple[str, int]:
     """CTranslate2's (device, device_index) for our device= ("auto": a GPU if there is one, as PyTorch's)."""
     if device == "auto":
@@ -194,7 +204,7 @@ class CTranslate2Translator:
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
         self.max_positions = _max_positions(directory / DECODING_FILE)
         self.cfg = cfg
-        device, index = _device(str(cfg.device), ctranslate2.get_cuda_device_count())
+        device, index = _device(str(cfg.device), cuda_device_count())
         inter_threads, intra_threads = thread_split(cfg.threads, device, bool(cfg.sampling))
         try:
             self.engine = ctranslate2.Translator(

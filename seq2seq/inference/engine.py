@@ -35,7 +35,7 @@ from typing import Any
 from seq2seq import cpuinfo
 from seq2seq.config import UserError
 from seq2seq.inference import engine_probe
-from seq2seq.inference.ctranslate2_engine import export_candidate
+from seq2seq.inference.ctranslate2_engine import cuda_device_count, export_candidate
 from seq2seq.inference.run_export import checked_export, given_export, int8_export, why_not_ctranslate2
 from seq2seq.inference.translation import TranslatorAPI, replaced
 from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, find_checkpoint, why_stale
@@ -49,6 +49,9 @@ class EngineChoice:
     engine: str  # "torch" or "ctranslate2"
     model: str | None  # the CTranslate2 model directory; None for torch (run= or checkpoint= as given)
     why: str  # for the log
+    # CTranslate2 taken as the faster engine, not because the settings need it: where it cannot run
+    # (its CUDA libraries missing), PyTorch decodes instead (seq2seq.inference.command).
+    preferred_only: bool = False
 
 
 def choose_engine(cfg: Any) -> EngineChoice:
@@ -72,7 +75,7 @@ def choose_engine(cfg: Any) -> EngineChoice:
         return EngineChoice("torch", None, unfit)
     if cfg.precision == "auto" and _bf16_cpu(cfg):
         return _measured(cfg)
-    return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), EXPORT_REASON)
+    return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), EXPORT_REASON, preferred_only=True)
 
 
 def _measured(cfg: Any) -> EngineChoice:
@@ -87,7 +90,8 @@ def _measured(cfg: Any) -> EngineChoice:
     if timing.fastest() == "torch":
         return EngineChoice("torch", None, f"faster here: {figures}; engine=ctranslate2 for the export")
     export = str(Path(cfg.run) / CTRANSLATE2_DIR)
-    return EngineChoice("ctranslate2", export, f"the run's export, faster here: {figures}; engine=torch for PyTorch")
+    why = f"the run's export, faster here: {figures}; engine=torch for PyTorch"
+    return EngineChoice("ctranslate2", export, why, preferred_only=True)
 
 
 def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
@@ -108,16 +112,8 @@ def _bf16_cpu(cfg: Any) -> bool:
     """Decoding on a CPU with bf16 instructions: device=cpu, or auto on a machine without a GPU (as
     CTranslate2 counts them: torch is not imported to choose)."""
     device = str(cfg.device)
-    on_cpu = device == "cpu" or (device == "auto" and not _cuda_devices())
+    on_cpu = device == "cpu" or (device == "auto" and not cuda_device_count())
     return on_cpu and cpuinfo.has_bf16()
-
-
-def _cuda_devices() -> int:
-    try:
-        import ctranslate2
-    except ImportError:
-        return 0
-    return ctranslate2.get_cuda_device_count()
 
 
 def _warn_if_stale(export: Path) -> None:
