@@ -4,14 +4,18 @@
 
 For each round (A/B/A/B in one window), each machine state (idle, then `--compete` competing jobs of
 `--compete-threads` threads each, started and stopped here: scripts/competing_load.py) and each way
-of waiting (`--waits`: "seq2seq" = what the package sets, GOMP_SPINCOUNT=1000; "gomp-default" =
-GOMP_SPINCOUNT=300000, libgomp's own default; "passive" = OMP_WAIT_POLICY=PASSIVE), it measures
+of waiting (`--waits`: "seq2seq" = what the package chooses by the machine it finds at start, libgomp's
+long spin when idle and GOMP_SPINCOUNT=1000 beside other work (seq2seq/cpu_sharing.py); "short" =
+GOMP_SPINCOUNT=1000 always; "gomp-default" = GOMP_SPINCOUNT=300000, libgomp's own default; "passive" =
+OMP_WAIT_POLICY=PASSIVE), it measures
   - training: scripts/bench_train.py (small model, Multi30k), target tokens/s after warm-up;
   - translation: seq2seq-translate on the first --lines test sentences with each --engines engine,
     lines/s of the decoding itself, as the command logs it;
   - with --demo: the built-in demo (`seq2seq-train` alone), seconds from start to exit, and the update
     at which it reached its target.
-The summary gives each workload's loaded/idle ratio per way of waiting (the fair share beside one
+With --late, the competing jobs of training start after the training (bench_train.py --compete): a
+run that began on an idle machine, whose threads spin long, when a job arrives. The summary gives each
+workload's loaded/idle ratio per way of waiting (the fair share beside one
 2-thread job on 2 cores is 50%). Name the CPU class beside any figure you publish.
 """
 
@@ -34,6 +38,7 @@ from competing_load import competing_jobs  # noqa: E402
 SCRIPTS = Path(__file__).resolve().parent
 WAITS = {
     "seq2seq": {},
+    "short": {"GOMP_SPINCOUNT": "1000"},
     "gomp-default": {"GOMP_SPINCOUNT": "300000"},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
 }
@@ -41,13 +46,24 @@ TRANSLATED = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 
 
 def environment(wait: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    mine = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "SEQ2SEQ_SET_GOMP_SPINCOUNT")  # this process's, or the user's
+    env = {k: v for k, v in os.environ.items() if k not in mine}
     return {**env, **WAITS[wait]}
 
 
-def train_speed(args: argparse.Namespace, wait: str) -> float:
-    command = [sys.executable, str(SCRIPTS / "bench_train.py"), "--warmup", "3", "--steps", str(args.train_steps)]
-    command += ["--data-dir", args.data_dir, "--model", args.model]
+def train_speed(args: argparse.Namespace, wait: str, late_jobs: int) -> float:
+    """Target tokens/s; `late_jobs` competing jobs start after the training's own start (--late)."""
+    warmup = 3 if not late_jobs else args.late_warmup  # the late jobs start at the warm-up
+    command = [
+        sys.executable,
+        str(SCRIPTS / "bench_train.py"),
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(args.train_steps),
+    ]
+    command += ["--data-dir", args.data_dir, "--model", args.model, "--compete", str(late_jobs)]
+    command += ["--compete-threads", str(args.compete_threads)]
     done = subprocess.run(command, env=environment(wait), capture_output=True, text=True, check=True)
     return round(json.loads(done.stdout)["tgt_tokens_per_s"], 1)
 
@@ -76,10 +92,13 @@ def measure(args: argparse.Namespace, source: Path) -> list[dict]:
     for round_number in range(1, args.rounds + 1):
         for jobs in (0, args.compete):
             for wait in args.waits.split(","):
-                with competing_jobs(jobs, args.compete_threads) as load:
+                late = jobs if args.late else 0
+                with competing_jobs(jobs - late, args.compete_threads) as load:
                     row = {"round": round_number, "wait": wait, "load_average_1min_at_start": os.getloadavg()[0]}
+                    if late:
+                        load.update(competing_jobs=jobs, started="after the training")
                     if args.train_steps:
-                        row["train_tgt_tokens_per_s"] = train_speed(args, wait)
+                        row["train_tgt_tokens_per_s"] = train_speed(args, wait, late)
                     for engine in filter(None, args.engines.split(",")):
                         row[f"translate_{engine}_lines_per_s"] = translate_speed(args, wait, engine, source)
                     if args.demo:
@@ -118,7 +137,11 @@ def main() -> None:
     parser.add_argument("--compete-threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--demo", action="store_true", help="also time the built-in demo to its target")
+    parser.add_argument("--late", action="store_true", help="training's competing jobs start after it (no translation)")
+    parser.add_argument("--late-warmup", type=int, default=12, help="updates before timing, with --late")
     args = parser.parse_args()
+    if args.late:
+        args.engines, args.demo = "", False  # a translation or the demo decides at its start: --late is training's
 
     from seq2seq.data.corpus import read_lines  # after the arguments: --help imports nothing heavy
 

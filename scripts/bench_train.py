@@ -7,8 +7,10 @@
 Measures steady-state target/source tokens per second (after --warmup updates), seconds per update,
 real vs padded tokens per batch, peak RSS (and peak GPU memory), and model FLOPs utilisation against a matmul peak measured
 in the same process. Run it on an idle machine: it measures the machine as much as the code.
-`--compete N` measures beside N competing jobs it starts and stops itself (scripts/competing_load.py);
-scripts/bench_shared.py alternates idle and competing rounds for training and translation.
+`--compete N` measures beside N competing jobs it starts and stops itself (scripts/competing_load.py)
+after its own start: jobs that arrived while it trained (it chose how its threads wait on the machine
+it found at start, seq2seq/cpu_sharing.py). scripts/bench_shared.py alternates idle and competing
+rounds for training and translation, with the jobs started first or (--late) after the training.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     first_step_done = time.perf_counter()
     for _ in range(warmup - 1):
         trainer.train_step()
+        trainer.notice_other_work()
     synchronize(str(trainer.device))
     totals = {"tgt": 0.0, "src": 0.0, "padded_tgt": 0.0, "padded_src": 0.0}
     start = time.perf_counter()
@@ -117,6 +120,7 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     trainer.stream.next_update = lambda *args: _recorded(next_update(*args), used)
     for _ in range(steps):
         metrics = trainer.train_step()
+        trainer.notice_other_work()  # as training does: a job that arrived after the start (--compete)
         batch_indices = used[-1]
         src_len, tgt_len = trainer.stream.src_len[batch_indices], trainer.stream.tgt_len[batch_indices]
         totals["tgt"] += metrics["tgt_tokens"]
@@ -196,6 +200,7 @@ def main() -> None:
         "device": args.device,
         "competition": competition,
         "thread_waiting": {k: os.environ[k] for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ},
+        "threads_at_end": torch.get_num_threads(),  # 1 where the job that arrived sent training to one thread
         "machine": machine_info(),
     }
     if args.scaling:

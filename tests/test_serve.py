@@ -5,6 +5,7 @@ LibreTranslate client, plain HTTP (httpx) and a headless Chromium; their answers
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -498,6 +499,39 @@ def test_the_engine_is_loaded_and_used_on_the_worker_thread_alone() -> None:
     assert [name for name, _ in calls] == ["load", "kind", "decode"]
     threads = {ident for _, ident in calls}
     assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+def test_the_worker_narrows_to_one_thread_when_other_work_arrives(monkeypatch, caplog) -> None:
+    """A server that started on an idle machine spins its OpenMP threads long; when other work comes,
+    the worker (the thread whose thread count decoding uses) goes to one thread between batches."""
+    import asyncio
+
+    from seq2seq import cpu_sharing
+    from seq2seq.serve.batcher import Batcher
+    from seq2seq.serve.settings import Settings
+
+    set_on: list[tuple[int, int]] = []
+    start = time.monotonic()
+
+    def fast_watch(threads: int, set_threads: object) -> cpu_sharing.SharingWatch:
+        return cpu_sharing.SharingWatch(  # the fake machine: other work takes one core from the start
+            2, lambda n: set_on.append((n, threading.get_ident())), every_seconds=0.0, cores=2,
+            machine_seconds=lambda: cpu_sharing.own_seconds() + time.monotonic() - start,
+        )  # fmt: skip
+
+    monkeypatch.setattr(cpu_sharing, "watch_for_sharing", fast_watch)
+    calls: list[tuple[str, int]] = []
+    batcher = Batcher(lambda: _RecordingEngines(calls), TranslateConfig(), max_batch_tokens=64, max_wait_ms=1)
+    batcher.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="seq2seq.serve"):
+            asyncio.run(batcher.translate(["a b"], Settings(beam=1)))
+            asyncio.run(batcher.translate(["c"], Settings(beam=1)))
+    finally:
+        batcher.stop()
+    decoding_thread = calls[-1][1]
+    assert set_on == [(1, decoding_thread)], set_on
+    assert "running on 1 thread while it lasts" in caplog.text
 
 
 def test_an_engine_that_fails_to_load_fails_the_start() -> None:

@@ -112,8 +112,8 @@ def load_any_translator(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
         translator = _load(cfg, choice)
     # After loading: a bad file or setting is one line of error, not a line of log and one of error.
     log.info("engine: %s (%s)", {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[choice.engine], choice.why)
-    if cpu_sharing.load_at_start is not None and cpu_sharing.load_at_start >= cpu_sharing.SHARED_LOAD:
-        log.info(cpu_sharing.describe(os.environ, cpu_sharing.load_at_start, cpu_sharing.usable_cores()))
+    if cpu_sharing.others_at_start is not None and cpu_sharing.others_at_start >= cpu_sharing.SHARED_THREADS:
+        log.info(cpu_sharing.describe_this_process())
     return translator
 
 

@@ -15,7 +15,8 @@ the request that sent it.
 
 The worker thread also loads the engines, so every PyTorch operation of the server runs on that one
 thread. GNU OpenMP gives each thread that starts parallel work a pool of its own, and with two pools
-on the cores a decoder step ran much slower (docs/performance.md, "Serving").
+on the cores a decoder step ran much slower (docs/performance.md, "Serving"). Between batches it
+checks whether other work has come to the machine (seq2seq/cpu_sharing.py, SharingWatch).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from seq2seq import cpu_sharing
 from seq2seq.config import TranslateConfig
 from seq2seq.inference.translation import Translation
 from seq2seq.serve.engines import Engines
@@ -155,6 +157,7 @@ class Batcher:
             return
         finally:
             self._loaded.set()
+        sharing = _watch_for_sharing()
         while True:
             batch = self._gather()
             if batch is None:
@@ -164,6 +167,8 @@ class Batcher:
             self._decode(batch)
             with self._wake:
                 self._free_since = time.monotonic()
+            if sharing is not None and (change := sharing.check()):
+                log.info(change)
 
     def _gather(self) -> list[Job] | None:
         """The next batch: the oldest job and those with its settings that fit max_batch_tokens,
@@ -239,6 +244,14 @@ class Batcher:
             job.finish(job.work(self.engines))
         except Exception as err:  # noqa: BLE001
             job.finish(error=err)
+
+
+def _watch_for_sharing() -> cpu_sharing.SharingWatch | None:
+    """On the worker thread, which runs every PyTorch operation of the server (OpenMP's thread count
+    is a per-thread setting): one thread while other work runs, where the threads spin long."""
+    import torch  # loaded already, with the engines
+
+    return cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads)
 
 
 class Stats:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import shutil
 import time
@@ -118,7 +117,7 @@ def log_summary(trainer: Trainer) -> None:
     )
     log.info("device: %s, %d threads, %s allocator", device, torch.get_num_threads(), allocator_in_use())
     if device.type == "cpu":
-        log.info(cpu_sharing.describe(os.environ, cpu_sharing.load_at_start, cpu_sharing.usable_cores()))
+        log.info(cpu_sharing.describe_this_process())
     log_choice(trainer.precision_choice, log)
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from seq2seq import cpu_sharing
 from seq2seq.checkpoint import FORMAT, Checkpoint, Vocabulary, atomic_save, load_checkpoint, read_model_file
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
@@ -105,6 +106,13 @@ class Trainer:
         self.stop_requested = False
         self.stop_signal: int | None = None  # SIGINT or SIGTERM: the command then exits with 128 + it
         self.checkpoint_dir = run_dir / "checkpoints"
+        # On a CPU whose OpenMP threads spin long (the run started on an idle machine): one thread while
+        # other work runs (cpu_sharing.py). Not in a deterministic run, whose sums must not depend on load.
+        self.sharing = (
+            cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads)
+            if device.type == "cpu" and not cfg.deterministic
+            else None
+        )
         self.tokenizer_fingerprint = data.tokenizers.fingerprint()
 
     # ---- set-up -------------------------------------------------------------------------------
@@ -493,6 +501,7 @@ class Trainer:
         while (reason := self.stop_reason()) is None:
             update_start = time.monotonic()
             metrics = self.train_step()
+            self.notice_other_work()
             if metrics is None:
                 continue
             step = self.step
@@ -527,6 +536,11 @@ class Trainer:
             elif step % cfg.save_every == 0:
                 self.save("last", f"step_{step}")
         return reason
+
+    def notice_other_work(self) -> None:
+        """Between updates: one thread while other work shares the CPU (cpu_sharing.SharingWatch)."""
+        if self.sharing is not None and (change := self.sharing.check()):
+            log.info(change)
 
     def stop_reason(self) -> str | None:
         """Why the run stops before another update, or None. Every rank gives the same answer."""
