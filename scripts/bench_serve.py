@@ -193,7 +193,9 @@ def main() -> None:
         alone = next((row for row in rows if row["clients"] == 1), None)
         if alone is not None and not args.single:  # the same lines: the target is <= 1.2x + 5 ms
             alone["p50_vs_cli_one_line"] = round(alone["p50_ms"] / cli["one_line_ms"], 3)
-        result["engines"][engine] = {"engine": health["engine"], "cli": cli, "server": rows}
+        # what the server's SharingWatch did, if anything: the clients' process is other work to it
+        watch = [line.split(" - ", 1)[-1] for line in server.log if " - cpu: " in line]
+        result["engines"][engine] = {"engine": health["engine"], "cli": cli, "server": rows, "server_cpu_log": watch}
     result["loadavg_at_end"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 

@@ -235,6 +235,18 @@ def publish(result: dict, results: Path, page: Path | None) -> None:
             page.write_text(head + TABLE_START + "\n" + table + rest[rest.index(TABLE_END) :])
 
 
+TRAINING_FIGURES = ("train_command_minutes", "load_average_during_training", "load_average_during_training_max")
+
+
+def earlier_training_figures(run_dir: Path, steps: int) -> dict:
+    """With --skip-training: what only the training's own reproduce.py could measure (its command's
+    minutes, the load average while it trained), from the result.json it left in the run directory,
+    when that result is of the same training (the same number of updates)."""
+    path = run_dir / "result.json"
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
+    return {k: earlier.get(k) for k in TRAINING_FIGURES} if earlier.get("steps") == steps else {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="a file in configs/experiment/, e.g. multi30k_en_de")
@@ -325,6 +337,8 @@ def main() -> None:
         # What the training process ran on, as it logged it (this process is not preloaded with tcmalloc).
         "machine": {**machine, "allocator": allocators[-1] if (allocators := ALLOCATOR_LINE.findall(log)) else None},
     }
+    if args.skip_training:
+        result.update(earlier_training_figures(run_dir, result["steps"]))
     if args.publish:
         publish(result, Path(args.results), Path(args.page) if args.page else None)
     else:

@@ -114,6 +114,13 @@ def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
     wanted = tcmalloc and os.environ.get("SEQ2SEQ_ALLOCATOR") != "system" and sys.platform.startswith("linux")
     assert result["machine"]["allocator"] == ("tcmalloc" if wanted else "system")
 
+    # Scored again without training: the load and minutes the training was measured with are kept (they
+    # were lost: "not sampled", a published row's machine state gone with them).
+    again = reproduce(tmp_path, "builtin_reverse", "--beam", "2", "--skip-training")
+    assert again["load_average_during_training"] == result["load_average_during_training"] is not None
+    assert again["train_command_minutes"] == result["train_command_minutes"] is not None
+    assert again["test"] == result["test"]
+
 
 def test_only_multi30k_results_enter_the_table(tmp_path: Path) -> None:
     script = load_script()
