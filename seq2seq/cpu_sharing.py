@@ -155,6 +155,8 @@ def describe(environ: MutableMapping[str, str], how: str, others: float | None, 
         return f"cpu: {cores} cores{', ' + state if state else ''}; {wait}"
     if others < SHARED_THREADS:
         return f"cpu: {cores} cores, idle at start ({state}, {others:.1f} other threads running); {wait}"
+    if how == "long":  # other work, but cores to spare for it and this process's threads
+        return f"cpu: {cores} cores, {others:.1f} other threads running at start ({state}), cores to spare; {wait}"
     share = cores / (cores + others)  # this process's threads among the others' that are runnable
     return (
         f"cpu: {cores} cores, {others:.1f} other threads running at start ({state}): shared with other "

@@ -114,6 +114,8 @@ def test_the_log_says_whether_the_machine_looked_shared() -> None:
     assert "2.0 other threads running at start (load average 1.50): shared" in shared
     assert "roughly 50% of the idle speed" in shared and "1,000 spins" in shared  # 2 / (2 + 2)
     assert cpu_sharing.describe(environ, "short", None, None, 2).startswith("cpu: 2 cores;")
+    roomy = cpu_sharing.describe({}, "long", 1.0, 1.0, 16)  # a big machine: the long spin, and why
+    assert "1.0 other threads running at start (load average 1.00), cores to spare" in roomy and "shared" not in roomy
 
 
 class FakeMachine:

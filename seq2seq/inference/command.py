@@ -112,7 +112,7 @@ def load_any_translator(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
         translator = _load(cfg, choice)
     # After loading: a bad file or setting is one line of error, not a line of log and one of error.
     log.info("engine: %s (%s)", {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[choice.engine], choice.why)
-    if cpu_sharing.others_at_start is not None and cpu_sharing.others_at_start >= cpu_sharing.SHARED_THREADS:
+    if cpu_sharing.waiting == "short":  # the machine was shared at start
         log.info(cpu_sharing.describe_this_process())
     return translator
 
