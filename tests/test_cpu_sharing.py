@@ -5,6 +5,7 @@ set before OpenMP loads, said in the log; and one thread while other work arrive
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -220,3 +221,26 @@ def test_training_logs_it(tmp_path, monkeypatch) -> None:
     # device=cpu: the line is about the CPU's cores, and a run on a GPU does not print it
     _, lines = train_logging(compose_config("train", [*TINY_TRAIN, "max_steps=2", "device=cpu"]), tmp_path / "run")
     assert any(line.startswith("cpu: ") and "3.0 other threads running at start" in line for line in lines), lines
+
+
+# ("long", 1.0): other work ran, but with cores to spare the long spin was kept: nothing to say
+@pytest.mark.parametrize(
+    ("how", "others", "logged"), [("short", 2.0, True), ("long", 0.0, False), ("long", 1.0, False)]
+)
+def test_seq2seq_translate_says_when_the_machine_was_shared_at_start(
+    tmp_path, monkeypatch, caplog, how, others, logged
+) -> None:
+    from conftest import TINY_TRAIN, compose_config, train_logging
+    from omegaconf import OmegaConf
+
+    from seq2seq.config import TranslateConfig
+    from seq2seq.inference.command import translate
+
+    train_logging(compose_config("train", [*TINY_TRAIN, "max_steps=2", "device=cpu"]), tmp_path / "run")
+    monkeypatch.setattr(cpu_sharing, "waiting", how)
+    monkeypatch.setattr(cpu_sharing, "others_at_start", others)
+    (tmp_path / "in.txt").write_text("a b c\n")
+    cfg = TranslateConfig(run=str(tmp_path / "run"), input=str(tmp_path / "in.txt"), output=str(tmp_path / "out.txt"))
+    with caplog.at_level(logging.INFO):
+        translate(OmegaConf.structured(cfg))
+    assert ("shared with other work" in caplog.text) is logged, caplog.text
