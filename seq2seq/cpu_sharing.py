@@ -3,7 +3,7 @@
 PyTorch and CTranslate2 run their CPU kernels on GNU OpenMP threads. Between two parallel regions a
 waiting thread spins (300,000 rounds by default) before it sleeps. On an idle machine that saves a
 wake-up, and it is the fastest way to wait: a short spin cost the small model 14% and PyTorch's
-decoding ~38% on an idle AMX Xeon. On a machine where another job holds a core, the spinning threads
+decoding 44% on an idle AMX Xeon. On a machine where another job holds a core, the spinning threads
 take the very core the descheduled thread of the same region needs, and every region waits for it:
 training ran at 7-30% of its idle speed beside one other job, against 53-67% with a short spin
 (GOMP_SPINCOUNT=1000). docs/performance.md, "Shared machines", has the figures.
@@ -13,9 +13,10 @@ package is imported (seq2seq/__init__.py), before torch or ctranslate2 load libg
 variables once, as it loads. It counts the threads of other processes that are running (/proc/loadavg,
 a few samples over ~50 ms): with other work running it sets the short spin; on an idle machine it
 keeps libgomp's default. A job that arrives later finds long-spinning threads, which cannot be changed
-any more: `SharingWatch` notices the other work's CPU time and runs training on one thread while it
-lasts (one thread has no parallel regions to wait in). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT
-is left as it is.
+any more: `SharingWatch` notices the other work's CPU time, and training (between updates) and the
+server (between batches) run on the threads it leaves room for while it lasts (one on two cores: one
+thread has no parallel regions to wait in). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left
+as it is.
 
 It also loads ctranslate2, which carries a libgomp of its own, before PyTorch's OpenMP threads run:
 loaded after them, CTranslate2 decoded about 10x slower for the rest of the process
@@ -92,12 +93,18 @@ def expected_threads(environ: MutableMapping[str, str], cores: int) -> int:
         return cores
 
 
+def users_choice(environ: MutableMapping[str, str]) -> bool:
+    """Whether the user set how OpenMP's threads wait. A setting a parent process of ours made is
+    removed first: this process chooses afresh."""
+    if environ.pop(OURS, None) is not None:
+        environ.pop("GOMP_SPINCOUNT", None)
+    return any(key in environ for key in USER_KEYS)
+
+
 def set_thread_waiting(environ: MutableMapping[str, str], shared: bool) -> str:
     """Chooses how OpenMP's threads will wait on a machine `shared` with other work or not; returns
     the choice ("user", "short" or "long")."""
-    if environ.pop(OURS, None) is not None:  # a parent process of ours set it: choose afresh
-        environ.pop("GOMP_SPINCOUNT", None)
-    if any(key in environ for key in USER_KEYS):
+    if users_choice(environ):
         return "user"
     if not shared:
         return "long"
@@ -111,8 +118,7 @@ def prepare_this_process() -> None:
     global _openmp_loaded_first, load_at_start, others_at_start, waiting
     load_at_start = load_average()
     _openmp_loaded_first = "torch" in sys.modules or "ctranslate2" in sys.modules
-    user_chose = any(key in os.environ for key in USER_KEYS) and OURS not in os.environ
-    others_at_start = None if user_chose else others_running()
+    others_at_start = None if users_choice(os.environ) else others_running()  # the user's choice: no need
     cores = usable_cores()
     waiting = set_thread_waiting(os.environ, is_shared(others_at_start, expected_threads(os.environ, cores), cores))
     load_ctranslate2_early()
