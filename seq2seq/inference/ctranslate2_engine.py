@@ -78,9 +78,10 @@ def thread_split(threads: int | None, device: str, sampling: bool) -> tuple[int,
     CTranslate2 thread draws from a generator of its own, so which thread took which batch would change
     the samples of a seed.
 
-    Why: a beam step of these small models is too short to keep two threads busy, and a batch's
-    budget groups (see translate_nbest) are small. On 2 AVX2 cores (d128x4 en-de, beam 5, test2016),
-    (2, 1) against (1, 2): the whole file 267-287 lines/s against 222-243, shuffled 32-line batches
+    Why: a beam step of these small models is too short to keep two threads busy, and a server's
+    batches are small. On a 2-core AMX Xeon, one call per 32-line batch: 417-421 lines/s against
+    93-95 for (1, 2). Before one call per batch (see _post), on 2 AVX2 cores (d128x4 en-de, beam 5,
+    test2016), (2, 1) against (1, 2): the whole file 267-287 lines/s against 222-243, shuffled 32-line batches
     (a server's) 211-234 against 156-163, one line alone 10.6-14.0 ms against 9.3 ms
     (docs/performance.md, "Serving"). Only measured on 2 cores: more cores keep two batches at once."""
     if device != "cpu" or sampling:
