@@ -285,10 +285,11 @@ def test_the_server_refuses_to_start_in_one_line(run_dir: Path, tmp_path: Path) 
 
 def test_sigterm_finishes_the_requests_in_flight_and_a_restart_serves_the_same(run_dir: Path, tmp_path) -> None:
     first = started(f"run={run_dir}", "max_wait_ms=5000")
-    # A lone request does not wait max_wait_ms for others: nobody else is in the server.
+    # A lone request does not wait max_wait_ms (5 s) for others: nobody else is in the server. (It took
+    # 1.2 s on a 2-core machine running three trainings: half of max_wait_ms still tells the two apart.)
     start = time.monotonic()
     assert first.post("/translate", {"q": "a b c"}).status_code == 200
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 2.5
     # One request whose body is still arriving when the signal comes (uvicorn has begun handling it),
     # and a burst that waits for it in the batcher (it may join their batch): all in flight.
     body = b'{"q": "a b c d e"}'

@@ -367,10 +367,11 @@ class RecordingEngine:
     """A CTranslate2 translator that records when each batch is queued and when its result is taken."""
 
     def __init__(self, engine: object) -> None:
-        self.engine, self.events = engine, []
+        self.engine, self.events, self.calls = engine, [], []
 
     def translate_batch(self, sources: list, *args: object, **kwargs: object) -> list:
         self.events.append("queued")
+        self.calls.append((len(sources), kwargs.get("max_batch_size")))
         results = self.engine.translate_batch(sources, *args, **kwargs)
         return [Taken(result, self.events) for result in results] if kwargs.get("asynchronous") else results
 
@@ -388,14 +389,20 @@ def test_the_ctranslate2_engine_decodes_two_batches_at_once_on_two_cpu_threads(r
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
     from seq2seq.inference import CTranslate2Translator
 
-    lines = ["a b", "c d e f g h", "i j k l m n o p q r", "s"]  # four output budgets: four CTranslate2 batches
+    lines = ["a b", "c d e f g h", "i j k l m n o p q r", "s"]  # four output budgets
+    # Beam search: one call of the four lines, in batches of two lines, one for each worker.
     translator = CTranslate2Translator.load(run_dir, beam=4, threads=2)
     assert translator.engine.num_translators == 2  # two workers, one thread each
     translator.engine = RecordingEngine(translator.engine)
     ours = Translator.load(run_dir, beam=4, precision="fp32", device="cpu").translate(lines)
     assert translator.translate(lines) == ours
-    # Every group is queued before the first result is awaited, so the two workers share them.
-    assert translator.engine.events == ["queued"] * 4 + ["taken"] * 4
+    assert translator.engine.calls[0] == (4, 2), translator.engine.calls
+    # Greedy: one call per output budget (four), every one queued before the first result is awaited,
+    # so the two workers share them.
+    greedy = CTranslate2Translator.load(run_dir, beam=1, threads=2)
+    greedy.engine = RecordingEngine(greedy.engine)
+    assert greedy.translate(lines) == Translator.load(run_dir, beam=1, precision="fp32", device="cpu").translate(lines)
+    assert greedy.engine.events == ["queued"] * 4 + ["taken"] * 4
     sampled = CTranslate2Translator.load(run_dir, threads=2, sampling=SamplingRule(1.0, 0, 1.0), seed=3)
     assert sampled.engine.num_translators == 1  # each worker would draw from its own generator
 
