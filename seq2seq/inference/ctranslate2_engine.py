@@ -310,7 +310,7 @@ class CTranslate2Translator:
     ) -> dict[int, Any]:
         """Beam search in one call with the largest budget of `rows`, then again by budget for the lines
         whose search may have reached their own last step. Why: budgets follow source lengths, so the
-        32 lines of a server's batch fell into ~15 calls of 2 lines; one call decodes them together.
+        32 lines of a server's batch fell into ~14 calls of 2 lines; one call decodes them together.
 
         Why the result is the same as with each line's own budget: with a length penalty, CTranslate2
         ends a line's search at the first step T where it holds beam_size finished hypotheses (at most
