@@ -61,3 +61,29 @@ def compose_config(name: str, overrides: list[str]) -> DictConfig:
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tokenized-data caches go to a per-session temporary directory, never to ~/.cache."""
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))
+
+
+class RecordingEngine:
+    """A CTranslate2 translator that records each translate_batch call (its lines and max_batch_size),
+    when it was queued and when each result was taken; anything else is the translator's own."""
+
+    def __init__(self, engine: object) -> None:
+        self.engine, self.events, self.calls = engine, [], []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.engine, name)
+
+    def translate_batch(self, sources: list, *args: object, **kwargs: object) -> list:
+        self.events.append("queued")
+        self.calls.append((len(sources), kwargs.get("max_batch_size")))
+        results = self.engine.translate_batch(sources, *args, **kwargs)
+        return [Taken(result, self.events) for result in results] if kwargs.get("asynchronous") else results
+
+
+class Taken:
+    def __init__(self, result: object, events: list) -> None:
+        self._result, self._events = result, events
+
+    def result(self) -> object:
+        self._events.append("taken")
+        return self._result.result()

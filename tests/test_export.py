@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_TRAIN, compose_config, train_logging
+from conftest import TINY_TRAIN, RecordingEngine, compose_config, train_logging
 from numerics import assert_equal
 from omegaconf import OmegaConf
 
@@ -441,18 +441,6 @@ def test_beam_search_cuts_a_line_at_its_budget_as_ctranslate2_does(run_dir: Path
         assert [t.score for t in ours_] == pytest.approx([t.score for t in theirs], abs=0.05), line
 
 
-class _CallLog:
-    """Stands in for a ctranslate2.Translator (whose attributes cannot be replaced): records how many
-    lines each translate_batch call got."""
-
-    def __init__(self, engine: object) -> None:
-        self.engine, self.calls = engine, []
-
-    def translate_batch(self, source: list, *args: object, **kwargs: object) -> object:
-        self.calls.append(len(source))
-        return self.engine.translate_batch(source, *args, **kwargs)
-
-
 @pytest.mark.parametrize(("max_len_a", "max_len_b", "length_penalty"), [(1.5, 10, 1.0), (1.0, 2, 1.0), (1.0, 2, 0.6)])
 def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
     run_dir: Path, max_len_a: float, max_len_b: int, length_penalty: float
@@ -465,14 +453,15 @@ def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
     translator = CTranslate2Translator.load(run_dir, **settings, precision="fp32", device="cpu")
     budgets = {int((len(translator._source_tokens(line, 1)) + 1) * max_len_a + max_len_b) for line in LINES}
     assert len(budgets) >= 5, "the lines must span several budgets, or the old path made one call too"
-    translator.engine = calls = _CallLog(translator.engine)
+    translator.engine = recorded = RecordingEngine(translator.engine)
     together = translator.translate_nbest(LINES)
-    assert calls.calls[0] == len(LINES), calls.calls
-    redone = sum(calls.calls[1:])
+    lines_per_call = [lines for lines, _ in recorded.calls]
+    assert lines_per_call[0] == len(LINES), lines_per_call
+    redone = sum(lines_per_call[1:])
     assert redone < len(LINES), "every line decoded again: the one call bought nothing"
     if max_len_b == 2:  # a tight budget: some lines reach theirs, and must be decoded again
-        assert redone > 0, calls.calls
-    print(f"budgets {len(budgets)}, calls {calls.calls}")
+        assert redone > 0, lines_per_call
+    print(f"budgets {len(budgets)}, calls {lines_per_call}")
     for line, nbest in zip(LINES, together, strict=True):
         alone = translator.translate_nbest([line])[0]
         assert [t.text for t in nbest] == [t.text for t in alone], line

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY_TRAIN, compose_config, train_logging
+from conftest import TINY_TRAIN, RecordingEngine, compose_config, train_logging
 from omegaconf import OmegaConf
 
 from seq2seq import cpuinfo
@@ -361,28 +361,6 @@ def test_the_ctranslate2_api_translates_as_pytorch_without_importing_torch(run_d
         CTranslate2Translator.load(run_dir, beam=2, nbest=3)
     with pytest.raises(UserError, match=r"^beam=1000000 is larger than the target vocabulary \(\d+\)$"):
         CTranslate2Translator.load(run_dir, beam=10**6)
-
-
-class RecordingEngine:
-    """A CTranslate2 translator that records when each batch is queued and when its result is taken."""
-
-    def __init__(self, engine: object) -> None:
-        self.engine, self.events, self.calls = engine, [], []
-
-    def translate_batch(self, sources: list, *args: object, **kwargs: object) -> list:
-        self.events.append("queued")
-        self.calls.append((len(sources), kwargs.get("max_batch_size")))
-        results = self.engine.translate_batch(sources, *args, **kwargs)
-        return [Taken(result, self.events) for result in results] if kwargs.get("asynchronous") else results
-
-
-class Taken:
-    def __init__(self, result: object, events: list) -> None:
-        self._result, self._events = result, events
-
-    def result(self) -> object:
-        self._events.append("taken")
-        return self._result.result()
 
 
 def test_the_ctranslate2_engine_decodes_two_batches_at_once_on_two_cpu_threads(run_dir: Path) -> None:

@@ -210,7 +210,6 @@ class CTranslate2Translator:
         self.cfg = cfg
         device, index = _device(str(cfg.device), cuda_device_count())
         inter_threads, intra_threads = thread_split(cfg.threads, device, bool(cfg.sampling))
-        self.device, self.inter_threads = device, inter_threads
         try:
             self.engine = ctranslate2.Translator(
                 str(directory),
@@ -349,10 +348,10 @@ class CTranslate2Translator:
         Why: in one call of test2016's 1,000 lines (2-core AMX, d128x4 en-de export, beam 5, fp32),
         batches of 128 / 64 / 32 / 16 / 8 lines decoded 454 / 518 / 547 / 539 / 498 lines/s (two rounds'
         mean); a server's shuffled 32-line batch in batches of 16 / 8 (one / two per worker) 403 / 444,
-        an 8-line one in batches of 4 / 2 320 / 275."""
+        an 8-line one in batches of 4 / 2 319 / 275."""
         batch_size = self.cfg.batch_size
-        if small_batches and self.device == "cpu":
-            per_worker = -(-len(rows) // self.inter_threads)
+        if small_batches and self.engine.device == "cpu":
+            per_worker = -(-len(rows) // self.engine.num_translators)
             batch_size = min(batch_size, CPU_BATCH_LINES, max(-(-per_worker // 2), min(8, per_worker)))
         return self.engine.translate_batch(
             [sources[i] for i in rows],
