@@ -25,6 +25,7 @@ from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 from seq2seq.inference.export import ExportConfig, export
+from seq2seq.inference.translation import output_budget
 from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
 
@@ -451,7 +452,10 @@ def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
     line's n-best list must be what CTranslate2 gives that line alone (one call, its own budget)."""
     settings = dict(beam=4, nbest=2, max_len_a=max_len_a, max_len_b=max_len_b, length_penalty=length_penalty)
     translator = CTranslate2Translator.load(run_dir, **settings, precision="fp32", device="cpu")
-    budgets = {int((len(translator._source_tokens(line, 1)) + 1) * max_len_a + max_len_b) for line in LINES}
+    budgets = {
+        output_budget(len(translator._source_tokens(line, 1)), 0, max_len_a, max_len_b, translator.max_positions)
+        for line in LINES
+    }
     assert len(budgets) >= 5, "the lines must span several budgets, or the old path made one call too"
     translator.engine = recorded = RecordingEngine(translator.engine)
     together = translator.translate_nbest(LINES)
@@ -461,7 +465,6 @@ def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
     assert redone < len(LINES), "every line decoded again: the one call bought nothing"
     if max_len_b == 2:  # a tight budget: some lines reach theirs, and must be decoded again
         assert redone > 0, lines_per_call
-    print(f"budgets {len(budgets)}, calls {lines_per_call}")
     for line, nbest in zip(LINES, together, strict=True):
         alone = translator.translate_nbest([line])[0]
         assert [t.text for t in nbest] == [t.text for t in alone], line
