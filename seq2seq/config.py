@@ -134,6 +134,11 @@ class TrainConfig:
     max_epochs: int | None = setting(None, "passes over the training data; null: no limit")
     max_minutes: float | None = setting(None, "wall-clock budget; the run saves and stops when it is spent")
     label_smoothing: float = 0.1
+    rdrop_alpha: float = setting(
+        0.0,
+        "R-Drop: each batch runs twice under independent dropout, + alpha x their symmetric KL"
+        " (paper: 5 for translation); an update costs ~2x, so halve batch_tokens for the same pace; 0: off",
+    )
     # The run's config records what auto chose (a resume continues with it).
     recipe: str = setting(
         "fixed", "auto: the first of recipes making its min_updates here, timed at start | fixed | a name"
@@ -389,6 +394,14 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.max_epochs is None or cfg.max_epochs > 0, "max_epochs", cfg.max_epochs, "must be positive or null")
     _check(cfg.max_minutes is None or cfg.max_minutes > 0, "max_minutes", cfg.max_minutes, "must be positive or null")
     _check(0.0 <= cfg.label_smoothing < 1.0, "label_smoothing", cfg.label_smoothing, "must be in [0, 1)")
+    _check(cfg.rdrop_alpha >= 0.0, "rdrop_alpha", cfg.rdrop_alpha, "must be >= 0")
+    _check(
+        cfg.rdrop_alpha == 0.0
+        or any(getattr(cfg.model, k) > 0 for k in ("dropout", "attention_dropout", "activation_dropout")),
+        "rdrop_alpha",
+        cfg.rdrop_alpha,
+        "needs dropout: with every model dropout at 0 the two passes agree and the term is 0",
+    )
     _check(cfg.valid_every > 0, "valid_every", cfg.valid_every, "must be positive")
     _check(cfg.save_every > 0, "save_every", cfg.save_every, "must be positive")
     _check(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints, "must be >= 0")

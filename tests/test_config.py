@@ -340,6 +340,11 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
         ),  # was ignored
         ({"threads": -1}, r"threads=-1: must be positive, or null"),  # was a traceback
         ({"device": "tpu"}, r"device='tpu': must be auto, cpu, cuda or cuda:N"),  # was a traceback
+        ({"rdrop_alpha": -1.0}, r"rdrop_alpha=-1\.0: must be >= 0"),
+        (
+            {"rdrop_alpha": 5.0, "model__dropout": 0.0},
+            r"rdrop_alpha=5\.0: needs dropout: with every model dropout at 0 the two passes agree",
+        ),
         (
             {"model__share_embeddings": True, "data__joint_vocab": False},
             r"model\.share_embeddings=True: needs data\.joint_vocab=true",

@@ -1,7 +1,8 @@
 """Label-smoothed cross-entropy over the real (non-pad) target positions (paper §5.4).
 
 Two implementations of the same number:
-- `label_smoothed_loss`: the plain one, from full logits (simple, used as the reference in tests);
+- `label_smoothed_loss`: the plain one, from full logits (simple, used as the reference in tests, and
+  by R-Drop, which needs the full distributions of both passes anyway);
 - `ProjectedSmoothedLoss`: the output projection and the loss fused and computed in row chunks, with
   the gradient written out by hand. The (tokens x vocabulary) logits are the largest tensors of a
   training step (8k vocabulary x 4k tokens = 130 MB in fp32, several times over with their softmax
@@ -28,11 +29,32 @@ def label_smoothed_loss(
 
     Smoothing spreads `smoothing` of the probability mass uniformly over the vocabulary, as
     `F.cross_entropy(label_smoothing=...)` does: loss = (1 - e) * NLL + e * mean_v(-log p_v)."""
-    log_probs = logits.float().log_softmax(dim=-1)
+    return _smoothed_from_log_probs(logits.float().log_softmax(dim=-1), target, smoothing)
+
+
+def _smoothed_from_log_probs(
+    log_probs: torch.Tensor, target: torch.Tensor, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     nll = -log_probs.gather(1, target[:, None]).squeeze(1)
     uniform = -log_probs.mean(dim=-1)
     loss = (1.0 - smoothing) * nll + smoothing * uniform
     return loss.sum(), nll.sum()
+
+
+def rdrop_loss(
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float, alpha: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """R-Drop (Liang et al. 2021, "R-Drop: Regularized Dropout for Neural Networks"): logits (2N, V) are
+    the same N target positions predicted twice under independent dropout masks, first copy first.
+
+    The paper's loss is CE_1 + CE_2 + alpha/2 (KL(P_1||P_2) + KL(P_2||P_1)); returned halved, so that the
+    loss (and the learning rate that suits it) keeps the scale of one pass: (summed loss, summed NLL),
+    fp32, both per copy. KL(P||Q) + KL(Q||P) = sum_v (p_v - q_v)(log p_v - log q_v)."""
+    log_probs = logits.float().log_softmax(dim=-1)
+    loss, nll = _smoothed_from_log_probs(log_probs, target, smoothing)
+    log_p, log_q = log_probs.chunk(2)
+    symmetric_kl = ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()
+    return (loss + alpha / 2 * symmetric_kl) / 2, nll / 2
 
 
 class ProjectedSmoothedLoss(torch.autograd.Function):
@@ -96,17 +118,25 @@ def _add(logits: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 class TeacherForcedLoss(nn.Module):
     """The training objective as one module: teacher-forced forward pass, output projection of the
     non-pad target positions only (padding costs no vocabulary matmul), and the loss. It is what
-    DistributedDataParallel wraps, so everything that touches parameters happens in `forward`."""
+    DistributedDataParallel wraps, so everything that touches parameters happens in `forward`.
 
-    def __init__(self, model: Transformer, smoothing: float) -> None:
+    With `rdrop_alpha` > 0, training (not validation) adds R-Drop's consistency term (`rdrop_loss`): the
+    batch runs twice in one forward pass, stacked, so each copy draws its own dropout masks; an update
+    then costs about what a batch twice the size does."""
+
+    def __init__(self, model: Transformer, smoothing: float, rdrop_alpha: float = 0.0) -> None:
         super().__init__()
         self.model = model
         self.smoothing = smoothing
+        self.rdrop_alpha = rdrop_alpha
 
     def forward(
         self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (summed smoothed loss, summed NLL) over the non-pad target tokens."""
+        rdrop = self.training and self.rdrop_alpha > 0
+        if rdrop:
+            src, tgt_in, tgt_out = torch.cat([src, src]), torch.cat([tgt_in, tgt_in]), torch.cat([tgt_out, tgt_out])
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model), not logits: projected below
         real = tgt_out != self.model.pad_id
@@ -116,4 +146,7 @@ class TeacherForcedLoss(nn.Module):
             else hidden.dtype
         )
         weight, bias = self.model.output.weight, self.model.output_bias
+        if rdrop:  # the copies' positions in the same order: hidden[real] is copy 1's, then copy 2's
+            logits = _add(hidden[real].to(dtype) @ weight.to(dtype).t(), bias)
+            return rdrop_loss(logits, tgt_out[real], self.smoothing, self.rdrop_alpha)
         return ProjectedSmoothedLoss.apply(hidden[real], weight, tgt_out[real], self.smoothing, dtype, bias)

@@ -74,7 +74,7 @@ class Trainer:
         self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
         tok = data.tokenizers
         self.model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
-        self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing)  # validation calls it as it is
+        self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing, cfg.rdrop_alpha)  # validation: eval()
         self.training_objective = self._wrap_for_training(self.objective)
         # The run's clock: max_minutes and a time-driven schedule count training time summed over restarts.
         self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
