@@ -24,6 +24,7 @@ class UserError(Exception):
 # so a smaller data.vocab_size cannot be what the run gets.
 BYTE_VOCABULARY_FLOOR = 256 + 4
 MAX_POSITIONS = 65536  # far beyond what full attention over a sentence pair is used for
+DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")  # the model's dropout rates
 
 
 def setting(default: Any, help: str) -> Any:
@@ -137,7 +138,7 @@ class TrainConfig:
     rdrop_alpha: float = setting(
         0.0,
         "R-Drop: each batch runs twice under independent dropout, + alpha x their symmetric KL"
-        " (paper: 5 for translation); an update costs ~2x, so halve batch_tokens for the same pace; 0: off",
+        " (paper: 5 for translation); an update computes every row twice (halve batch_tokens to keep its rows); 0: off",
     )
     # The run's config records what auto chose (a resume continues with it).
     recipe: str = setting(
@@ -306,7 +307,7 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
         m.max_positions <= MAX_POSITIONS, f"{prefix}.max_positions", m.max_positions, f"must be at most {MAX_POSITIONS}"
     )
     _check(m.d_model % 2 == 0, f"{prefix}.d_model", m.d_model, "must be even (sinusoidal positions pair sin/cos)")
-    for name in ("dropout", "attention_dropout", "activation_dropout"):
+    for name in DROPOUT_KEYS:
         _check(0.0 <= getattr(m, name) < 1.0, f"{prefix}.{name}", getattr(m, name), "must be in [0, 1)")
     _choice(f"{prefix}.activation", m.activation, ("relu", "gelu", "silu"))
     _choice(f"{prefix}.positions", m.positions, ("sinusoidal", "learned"))
@@ -396,8 +397,7 @@ def validate_train(cfg: Any) -> None:
     _check(0.0 <= cfg.label_smoothing < 1.0, "label_smoothing", cfg.label_smoothing, "must be in [0, 1)")
     _check(cfg.rdrop_alpha >= 0.0, "rdrop_alpha", cfg.rdrop_alpha, "must be >= 0")
     _check(
-        cfg.rdrop_alpha == 0.0
-        or any(getattr(cfg.model, k) > 0 for k in ("dropout", "attention_dropout", "activation_dropout")),
+        cfg.rdrop_alpha == 0.0 or any(getattr(cfg.model, name) > 0 for name in DROPOUT_KEYS),
         "rdrop_alpha",
         cfg.rdrop_alpha,
         "needs dropout: with every model dropout at 0 the two passes agree and the term is 0",

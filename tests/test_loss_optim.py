@@ -116,19 +116,16 @@ def _rdrop_reference(model: Transformer, batch: tuple, smoothing: float, alpha: 
     first, second = model(torch.cat([src, src]), torch.cat([tgt_in, tgt_in])).chunk(2)
     real = tgt_out != PAD
 
-    def ce_at(logits, smoothing):
+    def ce(logits, eps):
         return F.cross_entropy(
-            logits.view(-1, VOCAB), tgt_out.view(-1), label_smoothing=smoothing, ignore_index=PAD, reduction="sum"
+            logits.view(-1, VOCAB), tgt_out.view(-1), label_smoothing=eps, ignore_index=PAD, reduction="sum"
         )
-
-    def ce(logits):
-        return ce_at(logits, smoothing)
 
     log_p, log_q = first[real].log_softmax(-1), second[real].log_softmax(-1)
     kl_pq = F.kl_div(log_q, log_p, log_target=True, reduction="sum")  # KL(P1 || P2)
     kl_qp = F.kl_div(log_p, log_q, log_target=True, reduction="sum")
-    nll = (ce_at(first, 0.0) + ce_at(second, 0.0)) / 2
-    return (ce(first) + ce(second) + alpha / 2 * (kl_pq + kl_qp)) / 2, nll.detach(), kl_pq
+    nll = (ce(first, 0.0) + ce(second, 0.0)) / 2
+    return (ce(first, smoothing) + ce(second, smoothing) + alpha / 2 * (kl_pq + kl_qp)) / 2, nll.detach(), kl_pq
 
 
 def test_rdrop_loss_and_gradients_match_the_papers_formula() -> None:

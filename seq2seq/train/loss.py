@@ -121,8 +121,8 @@ class TeacherForcedLoss(nn.Module):
     DistributedDataParallel wraps, so everything that touches parameters happens in `forward`.
 
     With `rdrop_alpha` > 0, training (not validation) adds R-Drop's consistency term (`rdrop_loss`): the
-    batch runs twice in one forward pass, stacked, so each copy draws its own dropout masks; an update
-    then costs about what a batch twice the size does."""
+    batch runs twice in one forward pass, stacked, so each copy draws its own dropout masks: an update
+    computes every row twice. It takes the model's full logits (`Transformer.logits`), not the fused loss."""
 
     def __init__(self, model: Transformer, smoothing: float, rdrop_alpha: float = 0.0) -> None:
         super().__init__()
@@ -140,13 +140,12 @@ class TeacherForcedLoss(nn.Module):
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model), not logits: projected below
         real = tgt_out != self.model.pad_id
+        if rdrop:  # the copies' positions in the same order: hidden[real] is copy 1's, then copy 2's
+            return rdrop_loss(self.model.logits(hidden[real]), tgt_out[real], self.smoothing, self.rdrop_alpha)
         dtype = (
             torch.get_autocast_dtype(hidden.device.type)
             if torch.is_autocast_enabled(hidden.device.type)
             else hidden.dtype
         )
         weight, bias = self.model.output.weight, self.model.output_bias
-        if rdrop:  # the copies' positions in the same order: hidden[real] is copy 1's, then copy 2's
-            logits = _add(hidden[real].to(dtype) @ weight.to(dtype).t(), bias)
-            return rdrop_loss(logits, tgt_out[real], self.smoothing, self.rdrop_alpha)
         return ProjectedSmoothedLoss.apply(hidden[real], weight, tgt_out[real], self.smoothing, dtype, bias)
