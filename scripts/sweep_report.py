@@ -21,11 +21,16 @@ def run_dirs(paths: list[Path]) -> list[Path]:
     """The run directories under each path: a run itself, or a sweep's numbered runs."""
     runs = []
     for path in paths:
-        found = sorted((p.parent.parent for p in path.glob("**/.hydra/overrides.yaml")), key=str)
+        found = sorted((p.parent.parent for p in path.glob("**/.hydra/overrides.yaml")), key=_job_order)
         if not found:
             raise SystemExit(f"error: {path}: no run directory (.hydra/overrides.yaml) under it")
         runs += found
     return runs
+
+
+def _job_order(run: Path) -> list[tuple[int, str]]:
+    """Hydra numbers a sweep's runs 0, 1, ..., 10: compare numbers as numbers (2 before 10)."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in run.parts]
 
 
 def curves(run: Path) -> dict[str, list[list[float]]]:

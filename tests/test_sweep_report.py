@@ -34,6 +34,16 @@ def test_sweep_report_reads_every_run_of_a_sweep(tmp_path: Path) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_sweep_runs_come_in_hydra_job_order(tmp_path: Path) -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    from sweep_report import run_dirs
+
+    for job in ("0", "2", "10"):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+        (tmp_path / job / ".hydra" / "overrides.yaml").write_text("[]\n")
+    assert [run.name for run in run_dirs([tmp_path])] == ["0", "2", "10"]
+
+
 def test_sweep_report_names_a_directory_without_runs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
     assert done.returncode != 0
