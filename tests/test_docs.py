@@ -5,7 +5,6 @@ README stays the short front door that CI reads its commands from."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 import shlex
 import string
@@ -14,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 from test_export import random_checkpoint
 
 from seq2seq.cli.average import key_values
@@ -29,13 +29,6 @@ DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 PAGES = sorted(DOCS.glob("*.md"))
 BIN = Path(sys.executable).parent
-
-
-def load_script(name: str) -> object:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def blocks(text: str, language: str) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes.util
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 import sacrebleu
 from conftest import MULTI30K, TINY_TRAIN
 from omegaconf import OmegaConf
+from script_module import load_script
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig
@@ -123,7 +123,7 @@ def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
 
 
 def test_only_multi30k_results_enter_the_table(tmp_path: Path) -> None:
-    script = load_script()
+    script = load_script("reproduce")
     machine = {"cpu_capability": "AVX2", "cores": 2, "cpu": "AMD EPYC", "torch": "2.13.0", "load_average_1min": 2.0}
     common = {
         "precision": "fp32",
@@ -167,17 +167,10 @@ def test_reproduce_multi30k_in_two_minutes(tmp_path: Path) -> None:
     check_published(tmp_path, result, read_lines(multi30k_file(MULTI30K, MULTI30K_SPLITS["test"], "de")))
 
 
-def load_script() -> object:
-    spec = importlib.util.spec_from_file_location("reproduce_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_average_ends_with_last_pt_when_training_stopped_after_the_newest_periodic_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = load_script()
+    script = load_script("reproduce")
     (tmp_path / "checkpoints").mkdir()
     for step in (700, 800, 900, 1000, 1100, 1200):  # 1000+ sorts before 700 as text: numbers must order them
         (tmp_path / "checkpoints" / f"step_{step}.pt").touch()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sweep_report.py"
 VALIDATION = re.compile(r"validation at update (\d+): loss ([\d.]+) .* BLEU ([\d.]+)")
@@ -35,13 +36,10 @@ def test_sweep_report_reads_every_run_of_a_sweep(tmp_path: Path) -> None:
 
 
 def test_sweep_runs_come_in_hydra_job_order(tmp_path: Path) -> None:
-    sys.path.insert(0, str(SCRIPT.parent))
-    from sweep_report import run_dirs
-
     for job in ("0", "2", "10"):
         (tmp_path / job / ".hydra").mkdir(parents=True)
         (tmp_path / job / ".hydra" / "overrides.yaml").write_text("[]\n")
-    assert [run.name for run in run_dirs([tmp_path])] == ["0", "2", "10"]
+    assert [run.name for run in load_script("sweep_report").run_dirs([tmp_path])] == ["0", "2", "10"]
 
 
 def test_sweep_report_names_a_directory_without_runs(tmp_path: Path) -> None:
