@@ -37,7 +37,7 @@ def curves(run: Path) -> dict[str, list[list[float]]]:
     """{'bleu': [[update, value], ...], 'loss': [...]} from the run's TensorBoard events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run / "tb"))
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})  # 0: every point, not a sample
     events.Reload()
     tags = events.Tags()["scalars"]
     return {

@@ -46,3 +46,17 @@ def test_sweep_report_names_a_directory_without_runs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
     assert done.returncode != 0
     assert f"{tmp_path}: no run directory" in done.stderr
+
+
+def test_sweep_report_keeps_every_validation_of_a_long_run(tmp_path: Path) -> None:
+    """TensorBoard's reader keeps a random sample of 10,000 points per tag unless told otherwise."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("[]\n")
+    with SummaryWriter(str(run / "tb")) as writer:
+        for update in range(1, 10_101):
+            writer.add_scalar("valid/bleu", update / 1000, update)
+    (row,) = load_script("sweep_report").report([run])
+    assert [step for step, _ in row["bleu"]] == list(range(1, 10_101))
