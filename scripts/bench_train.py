@@ -3,10 +3,15 @@
     python scripts/bench_train.py --data-dir ../shared/data/multi30k --model small --batch-tokens 4096
     python scripts/bench_train.py --data-dir ../shared/data/multi30k --scaling 1024,2048,4096,8192
     python scripts/bench_train.py --device cuda --model base --batch-tokens 16384 --precision bf16
+    python scripts/bench_train.py --device cuda --precision bf16 --runs small:8192,base:32768,big:32768
 
 Measures steady-state target/source tokens per second (after --warmup updates), seconds per update,
-real vs padded tokens per batch, peak RSS (and peak GPU memory), and model FLOPs utilisation against a matmul peak measured
-in the same process. Run it on an idle machine: it measures the machine as much as the code.
+real vs padded tokens per batch, peak RSS (and peak GPU memory), and model FLOPs utilisation against a
+matmul peak measured in the same process; then counts what an update asks of the machine besides
+arithmetic (scripts/step_profile.py): operator calls, host read-backs (per update, over log_every
+updates), and on a GPU its kernels and busy time (gpu_busy_fraction: the GPU's kernel time over the
+timed seconds per update); and the shapes an epoch's batches come in, padded to 1 and to 8.
+Run it on an idle machine: it measures the machine as much as the code.
 `--compete N` measures beside N competing jobs it starts and stops itself (scripts/competing_load.py)
 after its own start: jobs that arrived while it trained (it chose how its threads wait on the machine
 it found at start, seq2seq/cpu_sharing.py). scripts/bench_shared.py alternates idle and competing
@@ -37,6 +42,7 @@ import torch  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
 import seq2seq.cli.train  # noqa: E402,F401  (registers the config schema)
+from seq2seq.data.batching import make_batches, padded_width  # noqa: E402
 from seq2seq.data.pipeline import prepare_data  # noqa: E402
 from seq2seq.train.distributed import DistContext  # noqa: E402
 from seq2seq.train.trainer import Trainer  # noqa: E402
@@ -44,6 +50,12 @@ from seq2seq.train.trainer import Trainer  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from competing_load import competing_jobs  # noqa: E402
 from machine import machine_info  # noqa: E402
+from step_profile import (  # noqa: E402
+    gpu_time_per_update,
+    host_reads_per_update,
+    operator_calls_per_update,
+    shapes_per_epoch,
+)
 
 
 def matmul_peak_gflops(
@@ -79,9 +91,9 @@ def flops_per_update(model: torch.nn.Module, src_tokens: float, tgt_tokens: floa
     return 6.0 * (encoder * src_tokens + (decoder + output) * tgt_tokens)
 
 
-def build_trainer(args: argparse.Namespace, batch_tokens: int) -> Trainer:
+def build_trainer(args: argparse.Namespace, batch_tokens: int, model: str | None = None) -> Trainer:
     overrides = [
-        f"model={args.model}",
+        f"model={model or args.model}",
         "data=multi30k",
         f"data.dir={args.data_dir}",
         f"data.vocab_size={args.vocab}",
@@ -105,7 +117,8 @@ def _recorded(batches: list, used: list[np.ndarray]) -> list:
 
 
 def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
-    """Each update reads its loss back (a float), so a GPU has finished an update when the next starts."""
+    """The device is synchronised before and after the timed updates (they read nothing back between
+    them but every log_every updates, as in training)."""
     start_first = time.perf_counter()
     trainer.train_step()
     first_step_done = time.perf_counter()
@@ -125,8 +138,9 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
         src_len, tgt_len = trainer.stream.src_len[batch_indices], trainer.stream.tgt_len[batch_indices]
         totals["tgt"] += metrics["tgt_tokens"]
         totals["src"] += metrics["src_tokens"]
-        totals["padded_tgt"] += len(batch_indices) * (tgt_len.max() + 1)
-        totals["padded_src"] += len(batch_indices) * (src_len.max() + 1)
+        multiple = trainer.stream.pad_multiple
+        totals["padded_tgt"] += len(batch_indices) * padded_width(tgt_len.max() + 1, multiple)
+        totals["padded_src"] += len(batch_indices) * padded_width(src_len.max() + 1, multiple)
     synchronize(str(trainer.device))
     seconds = time.perf_counter() - start
     return {
@@ -139,6 +153,64 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
         "padded_src_tokens_per_batch": totals["padded_src"] / steps,
         "first_update_s": first_step_done - start_first,
         "_flops": flops_per_update(trainer.model, totals["src"] / steps, totals["tgt"] / steps),
+    }
+
+
+def counts(trainer: Trainer, updates: int = 3) -> dict[str, float]:
+    """What an update asks besides arithmetic (scripts/step_profile.py). Read-backs are counted over
+    log_every updates, the span in which training reads the device back once."""
+    step = trainer.train_step
+    result = {
+        **operator_calls_per_update(step, updates),
+        **host_reads_per_update(step, trainer.cfg.log_every, trainer.device),
+    }
+    if trainer.device.type == "cuda":
+        result.update(gpu_time_per_update(step, max(updates, 5)))
+    return {k: round(v, 4) for k, v in result.items()}
+
+
+def epoch_shapes(trainer: Trainer) -> list[dict]:
+    """The first epoch's batches as training makes them, padded to 1 and to 8."""
+    stream = trainer.stream
+    rng_seed = [trainer.cfg.seed, 1]
+    return [
+        shapes_per_epoch(
+            stream.src_len,
+            stream.tgt_len,
+            make_batches(stream.src_len, stream.tgt_len, trainer.cfg.batch_tokens, np.random.default_rng(rng_seed), m),
+            m,
+        )
+        for m in (1, 8)
+    ]
+
+
+def one_run(args: argparse.Namespace, model: str, tokens: int, peaks: tuple[float, float]) -> dict:
+    """Timing, counts and shapes of one model at one batch size."""
+    on_gpu = torch.device(args.device).type == "cuda"
+    if on_gpu:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    trainer = build_trainer(args, tokens, model)
+    result = measure(trainer, args.warmup, args.steps)
+    peak, peak_bf16 = peaks
+    achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
+    own_peak = peak if trainer.precision == "fp32" else peak_bf16  # fp16 runs at bf16's rate on tensor cores
+    counted = counts(trainer)
+    if on_gpu:
+        counted["gpu_busy_fraction"] = round(
+            min(counted["gpu_seconds_per_update"] / result["seconds_per_update"], 1.0), 4
+        )
+    return {
+        "model": model,
+        "batch_tokens": tokens,
+        "precision": trainer.precision,
+        "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        **{k: round(v, 4) for k, v in result.items()},
+        "model_gflops_per_s": round(achieved, 1),
+        "mfu": round(achieved / own_peak, 4),
+        **counted,
+        "epoch_shapes": epoch_shapes(trainer),
+        **({"peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)} if on_gpu else {}),
     }
 
 
@@ -161,12 +233,20 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--warmup", type=int, default=5, help="updates not timed")
     parser.add_argument("--steps", type=int, default=20, help="updates timed")
+    parser.add_argument(
+        "--runs",
+        default="",
+        help="comma-separated model:batch_tokens pairs measured in this one process, e.g. small:8192,base:32768",
+    )
     parser.add_argument("--scaling", default="", help="comma-separated batch sizes in tokens, e.g. 1024,2048,4096,8192")
     parser.add_argument("--run-dir", default="/tmp/seq2seq-bench-train")
     parser.add_argument("--system-malloc", action="store_true", help="the C library's malloc, not tcmalloc (an A/B)")
     parser.add_argument("--compete", type=int, default=0, help="competing jobs running while the updates are timed")
     parser.add_argument("--compete-threads", type=int, default=2, help="threads of each competing job")
     args = parser.parse_args()
+    if args.runs:
+        runs_report(args)
+        return
 
     trainer = build_trainer(args, args.batch_tokens)
     startup = time.perf_counter() - PROCESS_START
@@ -203,12 +283,44 @@ def main() -> None:
         "threads_at_end": torch.get_num_threads(),  # 1 where the job that arrived sent training to one thread
         "machine": machine_info(),
     }
+    report.update(counts(trainer))
+    report["epoch_shapes"] = epoch_shapes(trainer)
     if args.scaling:
         report["scaling"] = []
         for tokens in (int(t) for t in args.scaling.split(",")):
             scaled = measure(build_trainer(args, tokens), args.warmup, args.steps)
             scaled.pop("_flops")
             report["scaling"].append({"batch_tokens": tokens, **{k: round(v, 4) for k, v in scaled.items()}})
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+def runs_report(args: argparse.Namespace) -> None:
+    """--runs: several models and batch sizes in one process (one start-up, one peak measurement)."""
+    size = 8192 if torch.device(args.device).type == "cuda" else 1024
+    peaks = (
+        matmul_peak_gflops(size=size, device=args.device),
+        matmul_peak_gflops(size=size, dtype=torch.bfloat16, device=args.device),
+    )
+    rows = []
+    for item in args.runs.split(","):
+        model, tokens = item.split(":")
+        try:
+            rows.append(one_run(args, model, int(tokens), peaks))
+        except Exception as err:  # one failing size (out of memory) must not lose the others' rows
+            rows.append({"model": model, "batch_tokens": int(tokens), "error": f"{type(err).__name__}: {err}"[:500]})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    report = {
+        "precision_asked": args.precision,
+        "compile": args.compile,
+        "overrides": args.set,
+        "matmul_peak_gflops_per_s": round(peaks[0], 1),
+        "matmul_peak_bf16_gflops_per_s": round(peaks[1], 1),
+        "runs": rows,
+        **({"gpu": torch.cuda.get_device_name(args.device)} if torch.device(args.device).type == "cuda" else {}),
+        "device": args.device,
+        "machine": machine_info(),
+    }
     json.dump(report, sys.stdout, indent=2)
     print()
 

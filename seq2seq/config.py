@@ -130,6 +130,10 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     batch_tokens: int = setting(4096, "padded tokens per batch (per rank): sentences x longest side incl. BOS/EOS")
+    pad_to_multiple: int | None = setting(
+        None,
+        "batch widths rounded up to a multiple of this (few shapes to compile for); null: 8 with compile on a GPU, else 1",
+    )
     accum_steps: int = setting(1, "batches whose gradients are summed before one update")
     max_steps: int | None = setting(100000, "updates; null: no limit")
     max_epochs: int | None = setting(None, "passes over the training data; null: no limit")
@@ -157,7 +161,9 @@ class TrainConfig:
         None, "stop once target_metric reaches this on validation (loss: falls to it); null: none"
     )
     target_metric: str = setting("accuracy", "bleu | chrf | loss | accuracy (exact match): what target is about")
-    log_every: int = setting(50, "updates between TensorBoard/tqdm train-metric refreshes")
+    log_every: int = setting(
+        50, "updates between train-metric refreshes (TensorBoard, tqdm); losses are read back from a GPU only then"
+    )
     seed: int = 1234
     device: str = setting("auto", "auto (cuda if present) | cpu | cuda | cuda:N")
     precision: str = setting(
@@ -391,6 +397,12 @@ def validate_train(cfg: Any) -> None:
         f"must hold at least one sentence of data.max_tokens={d.max_tokens} (+BOS/EOS)",
     )
     _check(cfg.accum_steps > 0, "accum_steps", cfg.accum_steps, "must be positive")
+    _check(
+        cfg.pad_to_multiple is None or cfg.pad_to_multiple > 0,
+        "pad_to_multiple",
+        cfg.pad_to_multiple,
+        "must be positive or null",
+    )
     _check(cfg.max_steps is None or cfg.max_steps > 0, "max_steps", cfg.max_steps, "must be positive or null")
     _check(cfg.max_epochs is None or cfg.max_epochs > 0, "max_epochs", cfg.max_epochs, "must be positive or null")
     _check(cfg.max_minutes is None or cfg.max_minutes > 0, "max_minutes", cfg.max_minutes, "must be positive or null")

@@ -35,9 +35,9 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     monkeypatch.setattr(loop.Trainer, "clock", staticmethod(clock))
     apply_update, translate = loop.Trainer._apply_update, Translator.translate
 
-    def slow_update(self):
+    def slow_update(self, *args):
         clock.now += UPDATE_SECONDS
-        apply_update(self)
+        apply_update(self, *args)
 
     def slow_translate(self, sources, *args, **kwargs):
         clock.now += SECONDS_PER_SENTENCE * len(sources)

@@ -66,10 +66,10 @@ def one_update(rank: int, world_size: int, port: int, plan: list[list[np.ndarray
         trainer.stream.next_update = lambda *_args: batches
         before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
         grads = record_gradients_at_the_update(trainer)
-        metrics = trainer.train_step()
-        assert metrics is not None
+        assert trainer.train_step() is not None
+        (update,) = trainer.check_updates()  # every rank: the read-back sums over ranks
         if dist.is_main:
-            params, tokens = trainer.model.state_dict(), metrics["src_tokens"] + metrics["tgt_tokens"]
+            params, tokens = trainer.model.state_dict(), update.src_tokens + update.tgt_tokens
             torch.save(
                 {"params": params, "before": before, "grads": grads, "tokens": tokens, "allreduces": len(allreduces)},
                 out,

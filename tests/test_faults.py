@@ -91,8 +91,8 @@ def poison(trainer: Trainer, bad_calls: set[int], how: str) -> None:
     real = trainer.objective.forward
     calls = []
 
-    def forward(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple:
-        loss, nll = real(src, tgt_in, tgt_out)
+    def forward(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, *positions: torch.Tensor) -> tuple:
+        loss, nll = real(src, tgt_in, tgt_out, *positions)
         calls.append(1)
         if len(calls) in bad_calls:
             if how == "nan_loss":
@@ -115,26 +115,35 @@ def poison(trainer: Trainer, bad_calls: set[int], how: str) -> None:
     ],
 )
 def test_a_non_finite_update_is_skipped_without_a_trace(setup, tmp_path, caplog, how, message):
+    """The device skips the update (no read-back decides it): weights and Adam's moments stay, the
+    update's number is used, as the schedule's is under torch's GradScaler. check_updates tells."""
     _, data = setup
     batches = [batch_of(data, np.arange(0, 8))]
     trainer = make_trainer(setup, tmp_path, batches)
     poison(trainer, {1}, how)
     before, updates = parameters(trainer), trainer.optimizer.updates
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
-        assert trainer.train_step() is None
+        assert trainer.train_step() is not None
+        assert warnings_of(caplog) == []  # nothing is known on the host until the read-back
+        results = trainer.check_updates()
+    assert [(r.step, r.skipped) for r in results] == [(1, True)]
     assert re.fullmatch(rf"update 1 skipped: {message} \(not finite\)", warnings_of(caplog)[0])
     assert len(warnings_of(caplog)) == 1
     assert_same_parameters(parameters(trainer), before)
-    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (0, 1, 1)
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (1, 1, 1)
     assert all(p.grad is None for p in trainer.model.parameters())
-    assert not trainer.optimizer.state  # Adam's moments were never touched
-    assert trainer.optimizer.updates == updates  # the schedule did not move on
+    for state in trainer.optimizer.state.values():  # Adam's moments and step counts were never moved
+        assert int(state["step"]) == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
+    assert trainer.optimizer.updates == updates + 1
 
-    # Training goes on, and the next update is exactly the one a trainer without the fault makes.
-    metrics = trainer.train_step()
-    assert metrics is not None and np.isfinite(metrics["loss"])
-    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (1, 1, 0)
+    # Training goes on, and the next update is exactly the one a trainer without the fault makes as
+    # its second (the learning rate of update 2, Adam's first step).
+    trainer.train_step()
+    (result,) = trainer.check_updates()
+    assert not result.skipped and np.isfinite(result.loss)
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (2, 1, 0)
     clean = make_trainer(setup, tmp_path, batches)
+    clean.optimizer.updates = 1
     clean.train_step()
     assert_same_parameters(parameters(trainer), parameters(clean))
     assert not torch.equal(parameters(trainer)["src_embed.weight"], before["src_embed.weight"])
@@ -145,10 +154,27 @@ def test_only_consecutive_skips_count_toward_the_limit(setup, tmp_path, caplog):
     trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
     poison(trainer, {1, 2, 4, 5}, "nan_loss")  # limit 3: two bad, one good, two bad, one good
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
-        outcomes = [trainer.train_step() is not None for _ in range(6)]
+        for _ in range(6):
+            trainer.train_step()
+        outcomes = [not r.skipped for r in trainer.check_updates()]
     assert outcomes == [False, False, True, False, False, True]
-    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (2, 4, 0)
-    assert warnings_of(caplog) == [f"update {n} skipped: loss=nan grad_norm=nan (not finite)" for n in (1, 1, 2, 2)]
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (6, 4, 0)
+    assert warnings_of(caplog) == [f"update {n} skipped: loss=nan grad_norm=nan (not finite)" for n in (1, 2, 4, 5)]
+
+
+def test_updates_are_read_back_every_log_every_updates(setup, tmp_path):
+    """fit reads the device back once per log_every updates (and at the first): the updates in between
+    wait on the device, and a run of non-finite ones is found at the next read-back."""
+    _, data = setup
+    trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
+    poison(trainer, set(range(3, 100)), "nan_loss")
+    for _ in range(4):
+        trainer.train_step()
+    assert [p.step for p in trainer.pending] == [1, 2, 3, 4] and trainer.skipped_updates == 0
+    trainer.train_step()
+    with pytest.raises(NonFiniteLoss, match="3 updates in a row"):
+        trainer.check_updates()
+    assert trainer.pending == [] and trainer.skipped_updates == 3
 
 
 def test_a_run_that_keeps_getting_nan_stops_with_its_last_good_checkpoint(tmp_path, monkeypatch, caplog):
@@ -157,8 +183,8 @@ def test_a_run_that_keeps_getting_nan_stops_with_its_last_good_checkpoint(tmp_pa
     real = TeacherForcedLoss.forward
     training_calls = []
 
-    def nan_after_four_updates(self: TeacherForcedLoss, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor):
-        loss, nll = real(self, src, tgt_in, tgt_out)
+    def nan_after_four_updates(self: TeacherForcedLoss, src, tgt_in, tgt_out, *positions):
+        loss, nll = real(self, src, tgt_in, tgt_out, *positions)
         if torch.is_grad_enabled() and self.training:  # validation (inference mode) stays clean
             training_calls.append(1)
             if len(training_calls) > 4:
@@ -175,8 +201,9 @@ def test_a_run_that_keeps_getting_nan_stops_with_its_last_good_checkpoint(tmp_pa
         "3 updates in a row had a non-finite loss or gradient (max_skipped_updates=3); "
         f"the last good checkpoint is in {run_dir / 'checkpoints'}"
     )
-    assert warnings_of(caplog) == ["update 5 skipped: loss=nan grad_norm=nan (not finite)"] * 3
-    assert len(training_calls) == 7
+    # Read back at update 8, before its validation: the third non-finite update in a row stops the run.
+    assert warnings_of(caplog) == [f"update {n} skipped: loss=nan grad_norm=nan (not finite)" for n in (5, 6, 7)]
+    assert len(training_calls) == 8
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "last.pt", "step_4.pt"]
     last = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert last["step"] == 4 and last["skipped_updates"] == 0
@@ -189,9 +216,10 @@ def test_a_run_that_gets_nan_before_its_first_save_names_no_checkpoint(setup, tm
     _, data = setup
     trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 4))])
     poison(trainer, set(range(1, 10)), "nan_loss")
-    assert trainer.train_step() is None and trainer.train_step() is None
-    with pytest.raises(NonFiniteLoss) as info:
+    for _ in range(3):
         trainer.train_step()
+    with pytest.raises(NonFiniteLoss) as info:
+        trainer.check_updates()
     assert str(info.value) == (
         "3 updates in a row had a non-finite loss or gradient (max_skipped_updates=3); "
         "no checkpoint was saved yet (the first save is at update 4)"
@@ -218,11 +246,11 @@ def run_out_of_memory(trainer: Trainer, fails: Callable[[torch.Tensor], bool], w
     real = trainer.objective.forward
     seen = []
 
-    def forward(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> tuple:
+    def forward(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, *positions: torch.Tensor) -> tuple:
         seen.append(src.size(0))
         if fails(src) and where == "forward":
             raise torch.OutOfMemoryError(SIMULATED_OOM)
-        loss, nll = real(src, tgt_in, tgt_out)
+        loss, nll = real(src, tgt_in, tgt_out, *positions)
         return (OutOfMemoryInBackward.apply(loss) if fails(src) else loss), nll
 
     trainer.objective.forward = forward
@@ -273,6 +301,7 @@ def test_out_of_memory_retries_the_update_on_half_batches(setup, tmp_path, caplo
     expected = direct.train_step()
     assert_same_parameters(parameters(trainer), parameters(direct))
     assert metrics == expected
+    assert trainer.check_updates() == direct.check_updates()  # the same loss, nll and norm, bit for bit
 
 
 def test_out_of_memory_on_the_halves_too_skips_the_update(setup, tmp_path, caplog):
@@ -320,6 +349,9 @@ class TwoRanks(DistContext):
     def sum(self, value: float) -> float:
         return value
 
+    def sum_on_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
 
 def test_out_of_memory_under_ddp_is_an_error_not_a_split(setup, tmp_path):
     """A rank that split its batch would make more backward passes than the other ranks wait for."""
@@ -364,7 +396,8 @@ def test_fp16_with_a_nan_loss_on_every_update_stops(setup, tmp_path, caplog, mon
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER), pytest.raises(NonFiniteLoss, match="3 updates in a row"):
         for _ in range(10):
             trainer.train_step()
-    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (0, 3, 3)
+            trainer.check_updates()
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (3, 3, 3)
 
 
 def test_fp16_overflowing_gradients_are_the_scalers_business(setup, tmp_path, caplog, monkeypatch):
@@ -375,9 +408,11 @@ def test_fp16_overflowing_gradients_are_the_scalers_business(setup, tmp_path, ca
     poison(trainer, set(range(1, 6)), "inf_grad")  # 5 > max_skipped_updates=3
     scale = trainer.scaler.get_scale()
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
-        outcomes = [trainer.train_step() is not None for _ in range(6)]
+        for _ in range(6):
+            trainer.train_step()
+        outcomes = [not r.skipped for r in trainer.check_updates()]
     assert outcomes == [False] * 5 + [True]
-    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (1, 5, 0)
+    assert (trainer.step, trainer.skipped_updates, trainer.consecutive_skips) == (6, 5, 0)
     assert trainer.scaler.get_scale() == scale / 2**5
 
 

@@ -25,9 +25,9 @@ def paced_machine(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     monkeypatch.setattr(loop.Trainer, "clock", staticmethod(clock))
     apply_update = loop.Trainer._apply_update
 
-    def paced_update(self):
+    def paced_update(self, *args):
         clock.now += SECONDS_PER_UPDATE[self.cfg.model.d_model]
-        apply_update(self)
+        apply_update(self, *args)
 
     monkeypatch.setattr(loop.Trainer, "_apply_update", paced_update)
     return clock

@@ -26,26 +26,43 @@ class Batch:
     indices: np.ndarray  # which sentences of the split
     src_tokens: int  # real (non-pad) tokens
     tgt_tokens: int
+    # Flat indices of the real target positions in (B*T), made with the batch: the loss selects those
+    # rows with them instead of a boolean mask, whose result size a GPU would report to the host.
+    tgt_positions: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> Batch:
-        non_blocking = device.type == "cuda"
-        return Batch(
-            self.src.to(device, non_blocking=non_blocking),
-            self.tgt_in.to(device, non_blocking=non_blocking),
-            self.tgt_out.to(device, non_blocking=non_blocking),
-            self.indices,
-            self.src_tokens,
-            self.tgt_tokens,
-        )
+        """The batch on `device`, with its target positions. To a GPU from pinned memory without
+        blocking: the copies queue behind the work already issued, and the host goes on."""
+        positions = self.tgt_positions
+        if positions is None:
+            positions = (self.tgt_out != PAD_ID).flatten().nonzero().squeeze(1)
+        tensors = tuple(_to_device(t, device) for t in (self.src, self.tgt_in, self.tgt_out, positions))
+        return Batch(*tensors[:3], self.indices, self.src_tokens, self.tgt_tokens, tensors[3])
+
+
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if tensor.device.type == "cpu" and device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def padded_width(length: int | np.ndarray, multiple: int) -> int | np.ndarray:
+    """`length` rounded up to a multiple of `multiple` (1: unchanged)."""
+    return -(-length // multiple) * multiple
 
 
 def make_batches(
-    src_len: np.ndarray, tgt_len: np.ndarray, batch_tokens: int, rng: np.random.Generator | None
+    src_len: np.ndarray,
+    tgt_len: np.ndarray,
+    batch_tokens: int,
+    rng: np.random.Generator | None,
+    pad_multiple: int = 1,
 ) -> list[np.ndarray]:
     """Groups sentence indices into batches whose padded size, sentences x longest side (+2 for
-    BOS/EOS), stays within `batch_tokens`. With `rng`, ties in length are broken at random and the
-    batch order is shuffled; without, the order is by length (for evaluation)."""
-    longest = np.maximum(src_len, tgt_len) + 2
+    BOS/EOS, rounded up to `pad_multiple`), stays within `batch_tokens`. With `rng`, ties in length
+    are broken at random and the batch order is shuffled; without, the order is by length (for
+    evaluation)."""
+    longest = padded_width(np.maximum(src_len, tgt_len) + 2, pad_multiple)
     tiebreak = rng.random(len(longest)) if rng is not None else np.arange(len(longest))
     order = np.lexsort((tiebreak, longest))
     batches, start = [], 0
@@ -61,13 +78,19 @@ def make_batches(
     return batches
 
 
-def collate(split: Split, indices: np.ndarray, max_positions: int, start_id: int = BOS_ID) -> Batch:
+def collate(
+    split: Split, indices: np.ndarray, max_positions: int, start_id: int = BOS_ID, pad_multiple: int = 1
+) -> Batch:
     """Pads a batch; sides longer than the model's positions are cut (only happens for held-out data).
-    `start_id`: the token targets start from (`decoder_start_id`)."""
+    `start_id`: the token targets start from (`decoder_start_id`). `pad_multiple`: each side's width
+    is rounded up to a multiple of it, so that batches come in few shapes (what a GPU's compiled
+    kernels and plans are made for)."""
     srcs = [np.append(split.src[i][: max_positions - 1], EOS_ID) for i in indices]
     tgts = [split.tgt[i][: max_positions - 1] for i in indices]
-    src = np.full((len(indices), max(len(s) for s in srcs)), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((len(indices), max(len(t) for t in tgts) + 1), PAD_ID, dtype=np.int64)
+    src_width = padded_width(max(len(s) for s in srcs), pad_multiple)
+    tgt_width = padded_width(max(len(t) for t in tgts) + 1, pad_multiple)
+    src = np.full((len(indices), src_width), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((len(indices), tgt_width), PAD_ID, dtype=np.int64)
     tgt_out = np.full_like(tgt_in, PAD_ID)
     for row, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
         src[row, : len(s)] = s
@@ -82,6 +105,7 @@ def collate(split: Split, indices: np.ndarray, max_positions: int, start_id: int
         np.asarray(indices),
         sum(len(s) for s in srcs),
         sum(len(t) + 1 for t in tgts),
+        torch.from_numpy(np.flatnonzero(tgt_out != PAD_ID)),
     )
 
 
@@ -127,9 +151,18 @@ def check_same_stream(state: dict[str, int], batch_tokens: int, seed: int) -> No
 class EpochBatches:
     """The training stream: epoch after epoch of shuffled token buckets, resumable at any update."""
 
-    def __init__(self, split: Split, batch_tokens: int, seed: int, max_positions: int, start_id: int = BOS_ID) -> None:
+    def __init__(
+        self,
+        split: Split,
+        batch_tokens: int,
+        seed: int,
+        max_positions: int,
+        start_id: int = BOS_ID,
+        pad_multiple: int = 1,
+    ) -> None:
         self.split = split
         self.start_id = start_id
+        self.pad_multiple = pad_multiple
         self.batch_tokens = batch_tokens
         self.seed = seed
         self.max_positions = max_positions
@@ -140,7 +173,7 @@ class EpochBatches:
 
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
-        return make_batches(self.src_len, self.tgt_len, self.batch_tokens, rng)
+        return make_batches(self.src_len, self.tgt_len, self.batch_tokens, rng, self.pad_multiple)
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -158,7 +191,7 @@ class EpochBatches:
             group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
         mine = group[rank::world_size]
-        return [collate(self.split, indices, self.max_positions, self.start_id) for indices in mine]
+        return [collate(self.split, indices, self.max_positions, self.start_id, self.pad_multiple) for indices in mine]
 
     def epochs_done(self, world_size: int, accum_steps: int) -> int:
         """Epochs fully trained on: the current one counts once the next update would start another."""

@@ -38,8 +38,9 @@ class StreamingBatches:
         seed: int,
         max_positions: int,
         start_id: int = BOS_ID,
+        pad_multiple: int = 1,
     ) -> None:
-        self.cfg, self.tokenizers, self.start_id = cfg, tokenizers, start_id
+        self.cfg, self.tokenizers, self.start_id, self.pad_multiple = cfg, tokenizers, start_id, pad_multiple
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
         self.epoch, self.buffer, self.position = 1, 0, 0
@@ -84,7 +85,9 @@ class StreamingBatches:
                 continue
             self.split = Split(token_column([s for s, _ in kept]), token_column([t for _, t in kept]))
             rng = np.random.default_rng([self.seed, self.epoch, self.buffer])
-            self._batches = make_batches(self.split.src.lengths(), self.split.tgt.lengths(), self.batch_tokens, rng)
+            self._batches = make_batches(
+                self.split.src.lengths(), self.split.tgt.lengths(), self.batch_tokens, rng, self.pad_multiple
+            )
             self.position = 0
             return True
         return False
@@ -103,7 +106,8 @@ class StreamingBatches:
         if len(group) < needed:  # a buffer smaller than one update: cycle its batches to fill it
             group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
-        return [collate(self.split, indices, self.max_positions, self.start_id) for indices in group[rank::world_size]]
+        mine = group[rank::world_size]
+        return [collate(self.split, indices, self.max_positions, self.start_id, self.pad_multiple) for indices in mine]
 
     def epochs_done(self, world_size: int, accum_steps: int) -> int:
         """Epochs fully trained on: the current one counts once its last buffer cannot fill the next

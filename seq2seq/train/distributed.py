@@ -50,6 +50,15 @@ class DistContext:
         dist.all_reduce(tensor)
         return float(tensor.item())
 
+    def sum_on_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` summed over all ranks, on its own device, without the host waiting for the result:
+        the all-reduce is queued behind the work that makes `tensor` (NCCL runs it on the GPU)."""
+        if not self.enabled:
+            return tensor
+        reduced = tensor.to(self.device, copy=True)
+        dist.all_reduce(reduced)
+        return reduced.to(tensor.device)
+
     def any(self, flag: bool) -> bool:
         """True on every rank if it is true on any (stop signals, time budgets)."""
         return self.sum(float(flag)) > 0

@@ -131,21 +131,31 @@ class TeacherForcedLoss(nn.Module):
         self.rdrop_alpha = rdrop_alpha
 
     def forward(
-        self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        tgt_out: torch.Tensor,
+        tgt_positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (summed smoothed loss, summed NLL) over the non-pad target tokens."""
+        """-> (summed smoothed loss, summed NLL) over the non-pad target tokens. `tgt_positions`: their
+        flat indices in (B*T) (`Batch.to` makes them); without, a boolean mask finds them, whose
+        result size a GPU must send back to the host before the loss can go on."""
         rdrop = self.training and self.rdrop_alpha > 0
-        if rdrop:
+        if tgt_positions is None:
+            tgt_positions = (tgt_out != self.model.pad_id).flatten().nonzero().squeeze(1)
+        if rdrop:  # copy 2's positions follow copy 1's, as its rows do
             src, tgt_in, tgt_out = torch.cat([src, src]), torch.cat([tgt_in, tgt_in]), torch.cat([tgt_out, tgt_out])
+            tgt_positions = torch.cat([tgt_positions, tgt_positions + tgt_in.numel() // 2])
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model), not logits: projected below
-        real = tgt_out != self.model.pad_id
-        if rdrop:  # the copies' positions in the same order: hidden[real] is copy 1's, then copy 2's
-            return rdrop_loss(self.model.logits(hidden[real]), tgt_out[real], self.smoothing, self.rdrop_alpha)
+        hidden = hidden.flatten(0, 1).index_select(0, tgt_positions)
+        target = tgt_out.flatten().index_select(0, tgt_positions)
+        if rdrop:
+            return rdrop_loss(self.model.logits(hidden), target, self.smoothing, self.rdrop_alpha)
         dtype = (
             torch.get_autocast_dtype(hidden.device.type)
             if torch.is_autocast_enabled(hidden.device.type)
             else hidden.dtype
         )
         weight, bias = self.model.output.weight, self.model.output_bias
-        return ProjectedSmoothedLoss.apply(hidden[real], weight, tgt_out[real], self.smoothing, dtype, bias)
+        return ProjectedSmoothedLoss.apply(hidden, weight, target, self.smoothing, dtype, bias)

@@ -121,9 +121,11 @@ def seconds_per_update(
     try:
         trainer = Trainer(probe, run_dir, data, device, DistContext())
         trainer.train_step()
+        trainer.check_updates()
         start = clock()
         for _ in range(TIMED_UPDATES):
             trainer.train_step()
+        trainer.check_updates()  # waits for the device: a GPU finishes its updates after the host queued them
         return (clock() - start) / TIMED_UPDATES
     finally:
         set_rng_state(state)

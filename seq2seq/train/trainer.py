@@ -26,6 +26,7 @@ from seq2seq.checkpoint import FORMAT, Checkpoint, Vocabulary, atomic_save, load
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
+from seq2seq.data.prefetch import Prefetcher
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.inference.translator import Translator
@@ -45,6 +46,49 @@ STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
 # Attention images of the first validation sentence only: every kind and layer of one sentence shows
 # what the model attends to, at a third of three sentences' drawing time.
 ATTENTION_SENTENCES = 1
+
+
+@dataclasses.dataclass
+class PendingUpdate:
+    """An update made but not yet read back: its numbers stay on the device until `check_updates`."""
+
+    step: int
+    values: torch.Tensor  # (3,) on the device: summed loss, summed nll, gradient norm (this rank's sums)
+    tgt_tokens: int  # this rank's
+    src_tokens: int
+
+
+@dataclasses.dataclass
+class UpdateResult:
+    """An update as read back: per-token loss and nll and token counts over all ranks."""
+
+    step: int
+    loss: float
+    nll: float
+    grad_norm: float
+    tgt_tokens: int
+    src_tokens: int
+    skipped: bool  # the loss or the gradient was not finite: the weights did not move
+
+
+@dataclasses.dataclass
+class TrainWindow:
+    """The updates since the latest train-metrics log line."""
+
+    started: float  # time.monotonic()
+    results: list[UpdateResult] = dataclasses.field(default_factory=list)
+
+    def kept(self) -> list[UpdateResult]:
+        return [r for r in self.results if not r.skipped]
+
+    def tokens(self) -> float:
+        return float(sum(r.tgt_tokens for r in self.kept()))
+
+    def loss(self) -> float:
+        return sum(r.loss * r.tgt_tokens for r in self.kept()) / max(self.tokens(), 1.0)
+
+    def nll(self) -> float:
+        return sum(r.nll * r.tgt_tokens for r in self.kept()) / max(self.tokens(), 1.0)
 
 
 class NonFiniteLoss(UserError):
@@ -88,12 +132,7 @@ class Trainer:
         self.precision_choice = precision or choose_run_precision(cfg, device, dist)
         self.precision = self.precision_choice.precision  # fp32 | bf16 | fp16; the checkpoint's config records it
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
-        start = decoder_start_id(cfg.model.decoder_start)
-        self.stream = (
-            StreamingBatches(cfg.data, tok, cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start)
-            if cfg.data.streaming
-            else EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start)
-        )
+        self.stream = self._batch_stream(cfg, data, device, dist)
         self.translator = Translator(self.model, tok, device, beam=1)
         self.step = 0
         self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric
@@ -102,6 +141,8 @@ class Trainer:
         self.consecutive_skips = 0  # non-finite ones only (see _count_non_finite_skip)
         self.consecutive_oom_skips = 0
         self.last_metrics: dict[str, float] = {}
+        self.pending: list[PendingUpdate] = []  # updates not yet read back (check_updates)
+        self.read_back: list[UpdateResult] = []  # read back, not yet taken by the log (take_read_back)
         self.samples: list[tuple[str, str, str]] = []  # (source, reference, translation) shown in TensorBoard
         self.stop_requested = False
         self.stop_signal: int | None = None  # SIGINT or SIGTERM: the command then exits with 128 + it
@@ -116,6 +157,24 @@ class Trainer:
         self.tokenizer_fingerprint = data.tokenizers.fingerprint()
 
     # ---- set-up -------------------------------------------------------------------------------
+    @staticmethod
+    def _batch_stream(cfg: DictConfig, data: PreparedData, device: torch.device, dist: DistContext) -> Any:
+        """The training batches. On a GPU made one update ahead on a thread (on a CPU the thread would
+        take a core from the update). Widths are padded to multiples of 8 where compiled code runs on a
+        GPU (few shapes to compile for); elsewhere padding is compute spent on nothing: Multi30k's
+        short sentences gain about a quarter in tokens (docs/performance.md)."""
+        start = decoder_start_id(cfg.model.decoder_start)
+        multiple = cfg.pad_to_multiple or (8 if device.type == "cuda" and cfg.compile else 1)
+        args = (cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start, multiple)
+        stream = (
+            StreamingBatches(cfg.data, data.tokenizers, *args)
+            if cfg.data.streaming
+            else EpochBatches(data.train, *args)
+        )
+        if device.type == "cuda":
+            return Prefetcher(stream, device, dist.world_size, dist.rank, cfg.accum_steps)
+        return stream
+
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
         """`objective` as train_step calls it: in DistributedDataParallel under torchrun (gradients
         all-reduced), compiled with compile=true, else itself. Its parameters are the model's."""
@@ -291,12 +350,16 @@ class Trainer:
         self.model.load_state_dict(payload["model"])
 
     # ---- one update -------------------------------------------------------------------------
-    # train_step reads as its four parts: gradients (with the out-of-memory retry), the grad scaler's
-    # unscaling and clipping, the finiteness check, and the update or its skip (counted). Collectives
-    # (dist.sum) run in the same order on every rank, whatever path the update takes.
-    def train_step(self) -> dict[str, float] | None:
-        """One optimiser update over world_size x accum_steps micro-batches. Returns its metrics,
-        or None when the update was skipped for a non-finite loss or gradient, or for lack of memory."""
+    # train_step reads as its parts: gradients (with the out-of-memory retry), the grad scaler's
+    # unscaling and clipping, and the update, which the device itself skips when the loss or the
+    # gradient is not finite. Nothing in it reads a value back from the device, so a GPU's queue never
+    # drains between updates: the losses, norms and skips are read back together every log_every
+    # updates, and before a validation or a save (`check_updates`). Collectives run in the same
+    # order on every rank, whatever path the update takes.
+    def train_step(self) -> dict[str, int] | None:
+        """One optimiser update over world_size x accum_steps micro-batches. Returns its token counts
+        (this rank's), or None when the update was skipped for lack of memory. An update whose loss or
+        gradient is not finite leaves the weights as they were; `check_updates` tells which."""
         self.training_objective.train()
         started = self.clock()
         micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.cfg.accum_steps)
@@ -305,24 +368,31 @@ class Trainer:
             return None
         loss_sum, nll_sum = sums
         grad_norm = self._unscale_and_clip()
-        if not self._finite_on_every_rank(loss_sum, grad_norm):
-            self._skip_non_finite(loss_sum, grad_norm)
-            return None
-        self._apply_update()
+        not_finite = self._not_finite_on_any_rank(loss_sum, grad_norm)
+        self._apply_update(not_finite)
+        update = PendingUpdate(
+            self.step,
+            torch.stack([loss_sum, nll_sum, grad_norm.to(loss_sum)]),
+            sum(b.tgt_tokens for b in micro_batches),
+            sum(b.src_tokens for b in micro_batches),
+        )
+        self.pending.append(update)
+        if self.step % self.cfg.log_every == 0:
+            self.check_updates()
         self.update_seconds = self.clock() - started
-        return self._update_metrics(micro_batches, loss_sum, nll_sum, grad_norm)
+        return {"tgt_tokens": update.tgt_tokens, "src_tokens": update.src_tokens}
 
     # -- gradients, and the out-of-memory retry
-    def _gradients(self, micro_batches: list[Batch]) -> tuple[float, float] | None:
-        """Gradients of the update summed in the parameters' .grad; returns the summed (loss, nll), or
-        None when the update is skipped for lack of memory.
+    def _gradients(self, micro_batches: list[Batch]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Gradients of the update summed in the parameters' .grad; returns the summed (loss, nll) as
+        device scalars, or None when the update is skipped for lack of memory.
 
         Out of memory in a single process: the update is redone once from zero gradients with every
         micro-batch split in two (same sentences, same normalisation, so the same update up to float
         rounding), and skipped if that runs out of memory too. Under DDP it is an error instead, since
         a rank that splits makes more backward passes (and all-reduces) than the others wait for."""
         local_tokens = sum(b.tgt_tokens for b in micro_batches)
-        total_tokens = self.dist.sum(local_tokens)
+        total_tokens = self._tokens_on_every_rank(local_tokens)
         sums = self._accumulate(micro_batches, total_tokens)
         if sums is not None:
             return sums
@@ -344,10 +414,19 @@ class Trainer:
             self._count_oom_skip(sentences, local_tokens)
         return sums
 
-    def _accumulate(self, micro_batches: list[Batch], total_tokens: float) -> tuple[float, float] | None:
+    def _tokens_on_every_rank(self, local_tokens: int) -> float | torch.Tensor:
+        """The update's target tokens over all ranks: a number in one process; under DDP a device
+        tensor all-reduced in the queue (a number would wait for every rank's answer on the host)."""
+        if not self.dist.enabled:
+            return float(local_tokens)
+        return self.dist.sum_on_device(torch.full((), float(local_tokens), device=self.device))
+
+    def _accumulate(
+        self, micro_batches: list[Batch], total_tokens: float | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Forward and backward over every micro-batch, gradients summed. Returns the summed (loss,
         nll), or None when one of them ran out of memory (gradients are then partial)."""
-        loss_sum = nll_sum = 0.0
+        loss_sum = nll_sum = torch.zeros((), device=self.device)
         try:
             for i, batch in enumerate(micro_batches):
                 # DDP: all-reduce gradients only on the last micro-batch of the update.
@@ -366,69 +445,91 @@ class Trainer:
             return None
         return loss_sum, nll_sum
 
-    def _forward_backward(self, batch: Batch, total_tokens: float) -> tuple[float, float]:
+    def _forward_backward(self, batch: Batch, total_tokens: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with self.autocast():
-            loss, nll = self.training_objective(batch.src, batch.tgt_in, batch.tgt_out)
+            loss, nll = self.training_objective(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions)
         # Normalise by the tokens of the whole update on all ranks: DDP averages over ranks, so
         # multiply back by world_size; the gradient is then that of the global mean token loss.
         # The grad scaler (fp16 only; a no-op otherwise) scales the loss so that small gradients survive.
         self.scaler.scale(loss * (self.dist.world_size / total_tokens)).backward()
-        return float(loss.detach()), float(nll.detach())
+        return loss.detach().float(), nll.detach().float()
 
     def _free_after_oom(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)  # the failed pass's partial gradients
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back so the smaller batches can be placed
 
-    # -- the grad scaler, clipping and the finiteness check
-    def _unscale_and_clip(self) -> float:
+    # -- the grad scaler, clipping and the finiteness check, on the device
+    def _unscale_and_clip(self) -> torch.Tensor:
         """The gradients back to their true scale, clipped to optim.clip_norm; returns their norm
-        before clipping (inf or nan when they are not finite)."""
+        before clipping (inf or nan when they are not finite), as a device scalar."""
         self.scaler.unscale_(self.optimizer)
-        clip = self.cfg.optim.clip_norm if self.cfg.optim.clip_norm > 0 else float("inf")
-        return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.cfg.optim.clip_norm > 0:
+            return torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.clip_norm, foreach=True)
+        return torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
 
-    def _finite_on_every_rank(self, loss_sum: float, grad_norm: float) -> bool:
-        """One verdict for all ranks: they all make the update or all skip it."""
-        return self.dist.sum(float(not (math.isfinite(loss_sum) and math.isfinite(grad_norm)))) == 0
+    def _not_finite_on_any_rank(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
+        """1.0 where this rank's or any rank's loss or gradient norm is not finite, else 0.0: one
+        verdict for all ranks (they all make the update or all skip it), kept on the device."""
+        return self.dist.sum_on_device((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
 
-    # -- the update, or its skip
-    def _apply_update(self) -> None:
-        self.scaler.step(self.optimizer)
+    # -- the update: made, or skipped by the device
+    def _apply_update(self, not_finite: torch.Tensor) -> None:
+        """Adam skips itself where `not_finite` is set; the grad scaler (fp16) lowers its scale where
+        its own check found overflowing gradients. Either way the update's number is used."""
+        self.optimizer.step(found_inf=not_finite)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        self.consecutive_skips = 0
         self.consecutive_oom_skips = 0
 
-    def _skip_non_finite(self, loss_sum: float, grad_norm: float) -> None:
-        """Drops the update's gradients and lets the grad scaler lower its scale, then counts the skip."""
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.update()
-        # The grad scaler's own skips (finite loss, overflowing gradients) lower its scale and
-        # end by themselves; a non-finite loss on any rank does not, so it counts toward the limit.
-        scaler_skip = self.scaler.is_enabled() and self.dist.sum(float(not math.isfinite(loss_sum))) == 0
-        self._count_non_finite_skip(loss_sum, grad_norm, scaler_skip)
+    # -- reading the updates back: one transfer for all updates since the last
+    def check_updates(self) -> list[UpdateResult]:
+        """The updates since the last check, read back from the device in one transfer (under DDP,
+        summed over ranks first): their loss, nll and gradient norm, and whether each was skipped as
+        not finite. Logs each skip; raises NonFiniteLoss once max_skipped_updates non-finite updates
+        came in a row (the grad scaler's own skips, a finite loss with overflowing fp16 gradients,
+        lower its scale and end by themselves, so they do not count toward it)."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return []
+        values = torch.stack([p.values for p in pending])  # (n, 3): loss sum, nll sum, grad norm
+        tokens = [[p.tgt_tokens, p.src_tokens] for p in pending]
+        if self.dist.enabled:  # loss, nll and tokens summed over ranks; the norm is the same on every rank
+            local = torch.tensor(tokens, dtype=values.dtype, device=values.device)
+            sums = self.dist.sum_on_device(torch.cat([values[:, :2], local], dim=1))
+            values, tokens = torch.cat([sums[:, :2], values[:, 2:]], dim=1), sums[:, 2:].tolist()
+        results = [
+            UpdateResult(
+                p.step,
+                loss_sum / max(tgt, 1),
+                nll_sum / max(tgt, 1),
+                grad_norm,
+                int(tgt),
+                int(src),
+                skipped=not (math.isfinite(loss_sum) and math.isfinite(grad_norm)),
+            )
+            for p, (loss_sum, nll_sum, grad_norm), (tgt, src) in zip(pending, values.tolist(), tokens, strict=True)
+        ]
+        self.read_back += results
+        for result in results:
+            if result.skipped:
+                self._count_non_finite_skip(result.step, result.loss * result.tgt_tokens, result.grad_norm)
+            else:
+                self.consecutive_skips = 0
+        return results
 
-    def _update_metrics(
-        self, micro_batches: list[Batch], loss_sum: float, nll_sum: float, grad_norm: float
-    ) -> dict[str, float]:
-        """The update's per-token loss and nll and its token counts, over all ranks."""
-        tokens = self.dist.sum(sum(b.tgt_tokens for b in micro_batches))
-        return {
-            "loss": self.dist.sum(loss_sum) / tokens,
-            "nll": self.dist.sum(nll_sum) / tokens,
-            "grad_norm": grad_norm,
-            "tgt_tokens": tokens,
-            "src_tokens": self.dist.sum(sum(b.src_tokens for b in micro_batches)),
-        }
+    def take_read_back(self) -> list[UpdateResult]:
+        """The updates read back since the last call (by check_updates, wherever it was called)."""
+        taken, self.read_back = self.read_back, []
+        return taken
 
-    # -- counting skips: too many in a row stop the run
-    def _count_non_finite_skip(self, loss: float, grad_norm: float, scaler_skip: bool) -> None:
+    def _count_non_finite_skip(self, step: int, loss: float, grad_norm: float) -> None:
         self.skipped_updates += 1
-        log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", self.step + 1, loss, grad_norm)
-        if scaler_skip:
-            return
+        log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", step, loss, grad_norm)
+        if self.scaler.is_enabled() and math.isfinite(loss):
+            return  # the grad scaler's business
         self.consecutive_skips += 1
         if self.consecutive_skips >= self.cfg.max_skipped_updates:
             raise NonFiniteLoss(
@@ -480,6 +581,7 @@ class Trainer:
     def save(self, *names: str) -> None:
         """Under DDP every rank calls this: the checkpoint holds each rank's RNG state; rank 0 writes
         it while the others wait (on the long-timeout barrier: a big checkpoint can take a while)."""
+        self.check_updates()  # the skips counted, and a run of non-finite updates stopped, before saving
         states = self.dist.gather(rng_state())
         if self.dist.is_main:
             payload = self.state_dict(states)
@@ -495,47 +597,45 @@ class Trainer:
 
     # ---- the loop and its stop rules ------------------------------------------------------------
     def fit(self, dashboard: Dashboard | None) -> str:
-        """Updates until a stop rule says stop, validating and saving on schedule; returns why it stopped."""
+        """Updates until a stop rule says stop, validating and saving on schedule; returns why it stopped.
+        The train metrics come from `check_updates`, every log_every updates (and the first)."""
         cfg = self.cfg
-        window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+        window = TrainWindow(time.monotonic())
+        shown: dict[str, str] = {}  # the bar's loss and lr, as of the latest read-back
         while (reason := self.stop_reason()) is None:
             update_start = time.monotonic()
-            metrics = self.train_step()
+            tokens = self.train_step()
             self.notice_other_work()
-            if metrics is None:
+            if tokens is None:
                 continue
             step = self.step
             self.reserve_for_the_final_validation()
-            window["tokens"] += metrics["tgt_tokens"]
-            window["loss"] += metrics["loss"] * metrics["tgt_tokens"]
-            window["nll"] += metrics["nll"] * metrics["tgt_tokens"]
-            window["steps"] += 1
-            if dashboard is not None and (step % cfg.log_every == 0 or step == 1):
-                seconds = time.monotonic() - window["time"]
-                loss, nll = window["loss"] / window["tokens"], window["nll"] / window["tokens"]
-                dashboard.scalars(
-                    step,
-                    {
-                        "train/loss": loss,
-                        "train/ppl": float(np.exp(min(nll, 50.0))),
-                        "train/lr": self.optimizer.lr,
-                        "train/grad_norm": metrics["grad_norm"],
-                        "train/tgt_tokens_per_s": window["tokens"] / seconds,
-                        "train/epoch": self.stream.epoch,
-                        "train/skipped_updates": self.skipped_updates,
-                    },
-                )
-                window = {"tokens": 0.0, "loss": 0.0, "nll": 0.0, "time": time.monotonic(), "steps": 0}
+            if step % cfg.log_every == 0 or step == 1:
+                self.check_updates()
+                window.results += self.take_read_back()  # with what saves read back since the last
+                if dashboard is not None and window.kept():
+                    dashboard.scalars(step, self._train_scalars(window))
+                    shown = {"loss": f"{window.loss():.3f}", "lr": f"{self.optimizer.lr:.2e}"}
+                window = TrainWindow(time.monotonic())
             if dashboard is not None:  # every update: the bar moves at least every few seconds
-                tok_s = metrics["tgt_tokens"] / max(time.monotonic() - update_start, 1e-9)
-                dashboard.progress(
-                    1, loss=f"{metrics['loss']:.3f}", lr=f"{self.optimizer.lr:.2e}", tok_s=f"{tok_s:,.0f}"
-                )
+                tok_s = tokens["tgt_tokens"] * self.dist.world_size / max(time.monotonic() - update_start, 1e-9)
+                dashboard.progress(1, **shown, tok_s=f"{tok_s:,.0f}")
             if step % cfg.valid_every == 0:
                 self.validate_and_save(dashboard)
             elif step % cfg.save_every == 0:
                 self.save("last", f"step_{step}")
         return reason
+
+    def _train_scalars(self, window: TrainWindow) -> dict[str, float]:
+        return {
+            "train/loss": window.loss(),
+            "train/ppl": float(np.exp(min(window.nll(), 50.0))),
+            "train/lr": self.optimizer.lr,
+            "train/grad_norm": window.kept()[-1].grad_norm,
+            "train/tgt_tokens_per_s": window.tokens() / max(time.monotonic() - window.started, 1e-9),
+            "train/epoch": self.stream.epoch,
+            "train/skipped_updates": self.skipped_updates,
+        }
 
     def notice_other_work(self) -> None:
         """Between updates: one thread while other work shares the CPU (cpu_sharing.SharingWatch)."""
@@ -571,6 +671,7 @@ class Trainer:
     def validate_and_save(self, dashboard: Dashboard | None) -> None:
         """Validation on rank 0 (best and patience follow it), then a checkpoint from every rank."""
         cfg, step = self.cfg, self.step
+        self.check_updates()  # a run of non-finite updates stops the run before it is validated
         started = self.clock()
         names: list[str] = []
         if self.dist.is_main:  # once, not once per rank; the others wait at the barrier

@@ -1,0 +1,146 @@
+"""What a training update asks of the machine beyond its arithmetic, counted rather than timed:
+operator calls, reads from the device back to the host, GPU kernels and GPU busy time, and the
+shapes an epoch's batches come in. Used by scripts/bench_train.py; counts do not drift with load.
+
+A GPU runs what the host queues; the host must stay ahead. Every operator is a kernel launch (a few
+microseconds of host time each), and every read-back (`.item()`, `float(t)`, a boolean mask's size)
+makes the host wait until the queue has drained, after which the GPU waits for the host.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+# Operators whose result size or value the host needs: each one waits for the GPU's queue to drain.
+SYNCING_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::is_nonzero", "aten::equal"}
+# Python conversions of a tensor to host values: on a GPU tensor each one is a read-back.
+CONVERSIONS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
+
+
+@contextlib.contextmanager
+def count_conversions() -> Iterator[collections.Counter]:
+    """Counts calls of the tensor-to-host conversions, by (conversion, device type of the tensor)."""
+    counts: collections.Counter = collections.Counter()
+    originals = {name: getattr(torch.Tensor, name) for name in CONVERSIONS}
+
+    def counting(name: str, original: Callable) -> Callable:
+        def convert(self: torch.Tensor, *args: object, **kwargs: object) -> object:
+            counts[(name, self.device.type)] += 1
+            return original(self, *args, **kwargs)
+
+        return convert
+
+    for name, original in originals.items():
+        setattr(torch.Tensor, name, counting(name, original))
+    try:
+        yield counts
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+
+
+def host_reads_per_update(step: Callable[[], object], updates: int, device: torch.device) -> dict[str, float]:
+    """Read-backs per update over `updates` calls of `step`: Python conversions of tensors on the
+    training device (on a CPU, every conversion counts: nothing tells a device tensor apart there),
+    and operators that need their result on the host. On a GPU also CUDA's own count: the
+    synchronisations torch.cuda.set_sync_debug_mode reports."""
+    with count_conversions() as conversions, profile(activities=[ProfilerActivity.CPU]) as prof:
+        cuda_syncs = _cuda_sync_warnings(step, updates) if device.type == "cuda" else None
+        if cuda_syncs is None:
+            for _ in range(updates):
+                step()
+    syncing = sum(1 for e in prof.events() if e.name in SYNCING_OPS and not _inside_fused_optimizer(e))
+    converted = sum(n for (_, kind), n in conversions.items() if kind == device.type)
+    result = {
+        "host_syncs_per_update": (converted + syncing) / updates,
+        "tensor_conversions_per_update": converted / updates,
+        "syncing_operators_per_update": syncing / updates,
+    }
+    if cuda_syncs is not None:
+        result["cuda_synchronizations_per_update"] = cuda_syncs / updates
+    return result
+
+
+def _inside_fused_optimizer(event: object) -> bool:
+    """The fused Adam's CPU kernel reads its step counts with item(): host memory, no wait, and
+    its CUDA kernel reads them on the device, so they are not counted."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::_fused_adam"):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _cuda_sync_warnings(step: Callable[[], object], updates: int) -> int:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for _ in range(updates):
+                step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum(1 for w in caught if "synchroniz" in str(w.message).lower())
+
+
+def operator_calls_per_update(step: Callable[[], object], updates: int) -> dict[str, float]:
+    """Every `aten::` event the profiler records, nested ones included (the issue's count), and the
+    top-level ones (what Python dispatched), per update."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(updates):
+            step()
+    events = [e for e in prof.events() if e.name.startswith("aten::")]
+    top = [e for e in events if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    return {
+        "operator_calls_per_update": len(events) / updates,
+        "top_level_operator_calls_per_update": len(top) / updates,
+    }
+
+
+def gpu_time_per_update(step: Callable[[], object], updates: int) -> dict[str, float]:
+    """GPU kernels per update and the time the GPU spent in them (their intervals' union, so two
+    overlapping kernels count once), from the profiler's CUDA activity."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(updates):
+            step()
+        torch.cuda.synchronize()
+    intervals = sorted(
+        (e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    busy_us, end = 0.0, float("-inf")
+    for start, stop in intervals:
+        if stop > end:
+            busy_us += stop - max(start, end)
+            end = stop
+    return {"gpu_kernels_per_update": len(intervals) / updates, "gpu_seconds_per_update": busy_us / 1e6 / updates}
+
+
+def shapes_per_epoch(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.ndarray], multiple: int) -> dict:
+    """The distinct (sentences, source width, target width) shapes of an epoch's batches and the
+    (source, target) widths alone, with the tokens the padding adds: `collate`'s widths, rounded up
+    to `multiple`."""
+    shapes, widths = set(), set()
+    real = padded = 0
+    for indices in batches:
+        src_width = -(-(int(src_len[indices].max()) + 1) // multiple) * multiple
+        tgt_width = -(-(int(tgt_len[indices].max()) + 1) // multiple) * multiple
+        shapes.add((len(indices), src_width, tgt_width))
+        widths.add((src_width, tgt_width))
+        real += int(src_len[indices].sum() + tgt_len[indices].sum()) + 2 * len(indices)
+        padded += len(indices) * (src_width + tgt_width)
+    return {
+        "pad_to_multiple": multiple,
+        "batches": len(batches),
+        "distinct_shapes": len(shapes),
+        "distinct_widths": len(widths),
+        "padding_share_of_tokens": round(1 - real / padded, 4),
+    }

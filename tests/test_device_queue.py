@@ -1,0 +1,63 @@
+"""A training update issues its work and goes on: nothing is read back from the device between the
+read-backs every log_every updates, so a GPU's queue never drains while the host waits for it.
+Counted on a CPU with the profiler and patched conversions (scripts/step_profile.py); a GPU run of
+scripts/bench_train.py adds CUDA's own count of synchronisations."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from conftest import TINY_TRAIN, compose_config
+from script_module import load_script
+from torch.profiler import ProfilerActivity, profile
+
+from seq2seq.data.batching import EpochBatches, collate
+from seq2seq.data.pipeline import prepare_data
+from seq2seq.train.distributed import DistContext
+from seq2seq.train.trainer import Trainer
+
+step_profile = load_script("step_profile")
+
+
+def test_updates_between_log_points_read_nothing_back(tmp_path):
+    cfg = compose_config(
+        "train", [*TINY_TRAIN, "data.task_train_size=300", "log_every=4", f"data.cache_dir={tmp_path / 'cache'}"]
+    )
+    trainer = Trainer(cfg, tmp_path / "run", prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    for _ in range(4):  # warm-up, to the read-back at update 4
+        trainer.train_step()
+    with step_profile.count_conversions() as conversions, profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(4):  # updates 5 to 8: the read-back of all four comes after update 8
+            trainer.train_step()
+    syncing = [
+        e.name
+        for e in prof.events()
+        if e.name in step_profile.SYNCING_OPS and not step_profile._inside_fused_optimizer(e)
+    ]
+    assert syncing == []  # no boolean mask (its size), no .item() on the way
+    assert dict(conversions) == {("tolist", "cpu"): 1}  # check_updates: one transfer for four updates
+    assert trainer.pending == [] and [r.step for r in trainer.read_back][-4:] == [5, 6, 7, 8]
+
+
+def test_batches_padded_to_a_multiple_come_in_fewer_shapes_and_lose_no_token(tmp_path):
+    """pad_to_multiple=8 (a GPU's default): every width a multiple of 8, the same real tokens in the
+    same places, and an epoch in fewer distinct widths than unpadded."""
+    cfg = compose_config("train", [*TINY_TRAIN, "data.task_train_size=2000", f"data.cache_dir={tmp_path / 'cache'}"])
+    split = prepare_data(cfg.data).train
+    plain = EpochBatches(split, 512, 7, 256)
+    padded = EpochBatches(split, 512, 7, 256, pad_multiple=8)
+    widths = {m: set() for m in (1, 8)}
+    for stream, multiple in ((plain, 1), (padded, 8)):
+        for indices in stream._batches:
+            batch = collate(split, indices, 256, pad_multiple=multiple)
+            assert batch.src.size(0) * max(batch.src.size(1), batch.tgt_in.size(1)) <= 512
+            widths[multiple].add((batch.src.size(1), batch.tgt_in.size(1)))
+            if multiple == 8:
+                assert batch.src.size(1) % 8 == 0 and batch.tgt_in.size(1) % 8 == 0
+                exact = collate(split, indices, 256)  # the same sentences unpadded: a prefix of each row
+                for name in ("src", "tgt_in", "tgt_out"):
+                    got, want = getattr(batch, name), getattr(exact, name)
+                    assert torch.equal(got[:, : want.size(1)], want) and not got[:, want.size(1) :].any()
+                flat = exact.tgt_out.flatten().numpy()
+                assert np.array_equal(batch.tgt_out.flatten()[batch.tgt_positions].numpy(), flat[flat != 0])
+    assert len(widths[8]) < len(widths[1])
