@@ -233,7 +233,7 @@ def test_sampling_is_seeded_and_gives_nbest_samples_per_line(run_dir: Path, tmp_
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("temperature=0", "error: config error: temperature=0.0: must be > 0"),
+        ("temperature=0", "error: config error: temperature=0.0: must be > 0 and finite"),
         ("top_p=1.5", "error: config error: top_p=1.5: must be in (0, 1]"),
         ("top_p=0", "error: config error: top_p=0.0: must be in (0, 1]"),
     ],
