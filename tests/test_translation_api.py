@@ -107,6 +107,67 @@ def test_a_prefix_on_an_empty_source_still_starts_the_translation(run_dir: Path,
     assert out[3] == "" and out[4].startswith(" ")  # no source and no prefix: an empty line, as before
 
 
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_str_is_one_line_and_any_iterable_is_lines(run_dir: Path, engine: str) -> None:
+    # A str was iterated as its characters; a generator was used up before decoding: [''] * n.
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+        from seq2seq.inference import CTranslate2Translator
+
+        translator = CTranslate2Translator.load(run_dir, beam=2, nbest=2)
+    else:
+        translator = Translator.load(run_dir, beam=2, nbest=2, precision="fp32", device="cpu")
+    listed = translator.translate(LINES)
+    assert translator.translate("a b c d") == listed[0] and isinstance(listed[0], str)
+    assert translator.translate(line for line in LINES) == listed
+    assert translator.translate(tuple(LINES)) == listed
+    nbest = translator.translate_nbest(LINES)
+    assert [t.text for t in translator.translate_nbest("a b c d")] == [t.text for t in nbest[0]]
+    assert len(nbest[0]) == 2
+    assert translator.translate("", prefix := "K").startswith(prefix)
+    for bad, message in (([None], "lines[0]: must be a str, not NoneType"), (7, "lines: must be a list")):
+        with pytest.raises(TypeError, match=rf"^{re.escape(message)}") as info:
+            translator.translate(bad)
+        assert isinstance(info.value, UserError) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "message"),
+    [
+        # Each was accepted: max_len_a=-1 returned [''], nbest=5 with beam=2 returned 2 hypotheses,
+        # beam=0 an IndexError later, beam='5' and batch_size=0 tracebacks.
+        (dict(max_len_a=-1.0), ValueError, "max_len_a=-1.0: must be >= 0 and finite"),
+        (dict(beam=2, nbest=5), ValueError, "nbest=5: must be in [1, beam=2]"),
+        (dict(beam=0), ValueError, "beam=0: must be positive"),
+        (dict(beam="5"), TypeError, "beam='5': must be an integer"),
+        (dict(beam=True), TypeError, "beam=True: must be an integer"),
+        (dict(batch_size=0), ValueError, "batch_size=0: must be positive"),
+        (dict(length_penalty=float("nan")), ValueError, "length_penalty=nan: must be finite"),
+        (dict(sampling=SamplingRule(), seed=10**25), ValueError, f"seed={10**25}: must be in [0, 4294967295]"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_bad_api_settings_are_one_line_errors_naming_the_key(
+    run_dir: Path, engine: str, settings: dict, error: type, message: str
+) -> None:
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+        from seq2seq.inference import CTranslate2Translator
+
+        load = CTranslate2Translator.load
+    else:
+        load = Translator.load
+    with pytest.raises(error, match=rf"^config error: {re.escape(message)}") as info:
+        load(run_dir, **settings)
+    assert isinstance(info.value, UserError)  # what seq2seq-translate prints as one line
+
+
+def test_a_translator_built_directly_checks_its_settings(run_dir: Path) -> None:
+    loaded = Translator.load(run_dir, precision="fp32", device="cpu")
+    with pytest.raises(ValueError, match=r"^config error: nbest=3: must be in \[1, beam=1\]$"):
+        Translator(loaded.model, loaded.tokenizers, loaded.device, beam=1, nbest=3)
+
+
 def test_both_translators_have_the_methods_the_commands_and_the_server_call() -> None:
     from seq2seq.inference import CTranslate2Translator  # the class needs no ctranslate2 until it loads one
     from seq2seq.inference.translation import TranslatorAPI

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.run_export import checked_export, given_export, int8_export
 from seq2seq.inference.translation import (
     Translation,
+    as_lines,
     check_beam_fits,
     check_prefix_fits,
     fit_source,
@@ -239,7 +241,10 @@ class CTranslate2Translator:
                 "(engine=torch decodes on the GPU; device=cpu runs CTranslate2 on the CPU)"
             ) from err
 
-    def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]:
+    def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]:
+        """As `Translator.translate`: a str is one line, and gets a str back."""
+        if isinstance(lines, str):
+            return self.translate([lines], None if prefixes is None else [prefixes])[0]
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
     def _source_tokens(self, line: str, number: int) -> list[str]:
@@ -249,8 +254,14 @@ class CTranslate2Translator:
         return fit_source(tokens, self.max_positions, number, log)
 
     def translate_nbest(
-        self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
-    ) -> list[list[Translation]]:
+        self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
+    ) -> list[list[Translation]] | list[Translation]:
+        if isinstance(lines, str):  # one line: its n-best list
+            return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
+        lines = as_lines(lines)
+        prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
+        if prefixes is not None and len(prefixes) != len(lines):
+            raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
