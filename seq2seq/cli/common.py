@@ -87,19 +87,29 @@ def parse_key_values(argv: list[str], schema: type) -> Any:
     """`key=value` arguments over a flat schema (no config groups, no Hydra flags), parsed by OmegaConf
     alone: the schema's defaults with the arguments merged on top and type-checked, as Hydra would
     compose them (tests/test_cli.py compares the two). A bad key or value is one line naming it."""
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     known = _schema_keys(schema)
     for argument in argv:
-        key, equals, _ = argument.partition("=")
+        key, equals, value = argument.partition("=")
         if not equals:
             raise UserError(f"{argument}: expected key=value; --help lists the keys")
         if key not in known:
             close = difflib.get_close_matches(key.lstrip("+~"), known, n=1, cutoff=0.6)
             raise UserError(f"{key}: unknown key; {f'did you mean {close[0]}?' if close else '--help lists the keys'}")
+        try:  # each value is read as YAML: "," or "[a" is a YAML syntax error, not a string
+            OmegaConf.from_dotlist([argument])
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise UserError(
+                f"{key}={value}: not a value YAML can read ({problem}); quote it: \"{key}='{value}'\""
+            ) from err
     try:
-        return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(argv))
+        merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(argv))
+        OmegaConf.to_container(merged, resolve=True)  # an interpolation (${...}) that cannot be resolved
+        return merged
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "command line"
         raise UserError(f"{key}: {str(err).strip().splitlines()[0]}") from err
