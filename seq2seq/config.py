@@ -493,7 +493,13 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.target is None or cfg.target > 0, "target", cfg.target, "must be positive or null")
     _check(cfg.attention_images_share >= 0, "attention_images_share", cfg.attention_images_share, "must be >= 0")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
-    _check(not (cfg.resume and cfg.init_from), "init_from", cfg.init_from, "cannot be combined with resume")
+    check_weights_source(cfg.resume, cfg.init_from)
+
+
+def check_weights_source(resume: str | None, init_from: str | None) -> None:
+    """resume= and init_from= both say where the weights come from: a resumed run would drop init_from."""
+    why = "cannot be combined with resume (a resumed run continues from its own last.pt)"
+    _check(not (resume and init_from), "init_from", init_from, why)
 
 
 # The settings of a search, with their types: what validate_search checks.

@@ -366,3 +366,23 @@ def test_the_final_validation_is_kept_inside_max_minutes(tmp_path: Path) -> None
     trainer.validation_minutes = 0.3  # a validation takes longer than what is left
     assert trainer.stop_reason() == "used max_minutes=1.0"
     assert trainer.optimizer.lr_at(5) == 0.0
+
+
+def test_resume_with_init_from_is_refused_before_anything_is_written(tmp_path):
+    # init_from was dropped without a word: the run resumed from its own last.pt.
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.pt").write_bytes(b"")  # all the command-line check looks at
+    message = (
+        f"config error: init_from='{tmp_path / 'x.pt'}': cannot be combined with resume "
+        "(a resumed run continues from its own last.pt)"
+    )
+    from seq2seq.cli.train import check_run_directory
+
+    with pytest.raises(UserError) as info:  # before Hydra writes .hydra/resumed-* into the run
+        check_run_directory([f"resume={run}", f"init_from={tmp_path / 'x.pt'}"])
+    assert str(info.value) == message
+    with pytest.raises(UserError) as info:  # train(cfg), called from Python
+        train(compose_config("train", [*TINY_TRAIN, f"resume={run}", f"init_from={tmp_path / 'x.pt'}"]), run)
+    assert str(info.value) == message
+    assert sorted(p.name for p in run.rglob("*")) == ["checkpoints", "last.pt"]

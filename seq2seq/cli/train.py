@@ -26,7 +26,7 @@ from seq2seq.cli.common import (
     report_errors,
     wants_help,
 )
-from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
+from seq2seq.config import TrainConfig, UserError, check_weights_source, register_configs, validate_train
 from seq2seq.interop.huggingface import is_huggingface_model
 from seq2seq.train.lock import check_unlocked, refuse_previous_run
 from seq2seq.train.run import GROUPS, pretrained_config, train
@@ -98,6 +98,8 @@ def check_run_directory(argv: list[str]) -> None:
     args, overrides = parse_command_line(argv)
     values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
     resume = values.get("resume")
+    init_from = values.get("init_from")
+    check_weights_source(resume if isinstance(resume, str) else None, init_from if isinstance(init_from, str) else None)
     if isinstance(resume, str) and resume:
         if not Path(resume).is_dir():
             raise UserError(f"resume={resume}: no such run directory")

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.checkpoint import remove_stale_temporaries
-from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
+from seq2seq.config import TrainConfig, UserError, as_dict, check_weights_source, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -160,6 +160,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
 def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, dict | None]:
     """The config this run trains with, checked, and the checkpoint payload it resumes from (or None)."""
     payload = None
+    check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
         payload = resume_payload(Path(cfg.resume))
         cfg = resumed_config(cfg, overrides, payload["config"])
