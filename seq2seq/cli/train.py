@@ -21,6 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.cli.common import (
     CONFIG_PATH,
     check_override_keys,
+    check_resolves,
+    exit_on_interrupt,
     parse_command_line,
     print_help,
     report_errors,
@@ -77,6 +79,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     def run() -> dict:
         # A refused config or unreadable data leaves no run directory behind (Hydra made it just now).
         try:
+            check_resolves(cfg)
             if not cfg.resume:
                 if cfg.init_from and is_huggingface_model(cfg.init_from):  # checks the model's keys too
                     validate_train(pretrained_config(cfg.copy(), list(runtime.overrides.task)))
@@ -87,7 +90,8 @@ def _hydra_main(cfg: DictConfig) -> None:
                 _remove_hydra_only_directory(run_dir)
             raise
 
-    summary = report_errors(run, cfg.debug)
+    debug = "debug=true" in sys.argv  # cfg.debug itself may be what does not resolve
+    summary = exit_on_interrupt(lambda: report_errors(run, debug or cfg.debug), debug)
     if summary.get("exit_status"):  # stopped by Ctrl-C or SIGTERM, after saving: not a finished run
         sys.exit(summary["exit_status"])
 
