@@ -356,10 +356,14 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
     _choice(f"{prefix}.decoder_start", m.decoder_start, ("bos", "pad"))
 
 
+def validate_device(device: Any) -> None:
+    _check(isinstance(device, str), "device", device, "must be auto, cpu, cuda or cuda:N")
+    _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)), "device", device, "must be auto, cpu, cuda or cuda:N")
+
+
 def _check_device_and_threads(cfg: Any) -> None:
     """device= and threads=, which training and both translation engines share."""
-    device = str(cfg.device)
-    _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)), "device", device, "must be auto, cpu, cuda or cuda:N")
+    validate_device(cfg.device)
     # 0 is refused rather than read as "all cores": null says that, and torch itself refuses 0.
     why = "must be positive, or null for the default (one thread per core)"
     _check(cfg.threads is None or cfg.threads > 0, "threads", cfg.threads, why)
@@ -386,6 +390,20 @@ def validate_optim(o: OptimConfig) -> None:
         value = getattr(o, key)
         _check(value >= 0 and _finite(value), f"optim.{key}", value, "must be >= 0 and finite")
     _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
+
+
+def check_cuda_device(device: str, gpus: int) -> None:
+    """device=cuda or cuda:N against the GPUs the engine at hand sees (torch's or CTranslate2's): one
+    message for training and both translation engines, before anything asks CUDA for a GPU."""
+    kind, _, index = str(device).partition(":")
+    if kind != "cuda":
+        return
+    if gpus == 0:
+        raise UserError(f"device={device}: CUDA is not available on this machine (use device=auto or cpu)")
+    if int(index or 0) >= gpus:
+        raise UserError(
+            f"device={device}: this machine has {gpus} GPU{'s' if gpus > 1 else ''} (cuda:0 to cuda:{gpus - 1})"
+        )
 
 
 def validate_train(cfg: Any) -> None:

@@ -4,6 +4,7 @@ sampling behave as their definitions say, and bad input is one line naming the k
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import logging
@@ -166,6 +167,28 @@ def test_a_translator_built_directly_checks_its_settings(run_dir: Path) -> None:
     loaded = Translator.load(run_dir, precision="fp32", device="cpu")
     with pytest.raises(ValueError, match=r"^config error: nbest=3: must be in \[1, beam=1\]$"):
         Translator(loaded.model, loaded.tokenizers, loaded.device, beam=1, nbest=3)
+
+
+def test_device_cuda_without_a_gpu_is_one_message_for_training_and_every_engine(run_dir: Path, tmp_path: Path) -> None:
+    # CTranslate2 said "CUDA failed with error CUDA driver version is insufficient for CUDA runtime version".
+    import torch
+
+    from seq2seq.device import pick_device
+    from seq2seq.inference.ctranslate2_engine import cuda_device_count
+
+    if torch.cuda.is_available() or cuda_device_count():
+        pytest.skip("needs a machine without a GPU")
+    message = "device=cuda: CUDA is not available on this machine (use device=auto or cpu)"
+    engines = ["auto", "torch"] + (["ctranslate2"] if importlib.util.find_spec("ctranslate2") else [])
+    for engine in engines:
+        with pytest.raises(UserError) as info:
+            command(tmp_path, ["a b"], run=str(run_dir), device="cuda", engine=engine)
+        assert str(info.value) == message, engine
+    with pytest.raises(UserError) as info:
+        pick_device("cuda")  # what training calls
+    assert str(info.value) == message
+    with pytest.raises(ValueError, match=r"^config error: device='tpu': must be auto, cpu, cuda or cuda:N$"):
+        Translator.load(run_dir, device="tpu")  # torch's "Expected one of cpu, cuda, ..." traceback
 
 
 def test_both_translators_have_the_methods_the_commands_and_the_server_call() -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.config import ModelConfig, TranslateConfig, UserError, validate_translate
+from seq2seq.config import ModelConfig, TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.run_export import checked_export, given_export, int8_export
@@ -210,7 +210,12 @@ class CTranslate2Translator:
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
         self.max_positions = _max_positions(directory / DECODING_FILE)
         self.cfg = cfg
-        device, index = _device(str(cfg.device), cuda_device_count())
+        gpus = cuda_device_count()
+        try:  # the message PyTorch's engine gives; engine=auto then tries PyTorch, which may see a GPU
+            check_cuda_device(str(cfg.device), gpus)
+        except UserError as err:
+            raise EngineUnavailable(str(err)) from err
+        device, index = _device(str(cfg.device), gpus)
         inter_threads, intra_threads = thread_split(cfg.threads, device, bool(cfg.sampling))
         try:
             self.engine = ctranslate2.Translator(
