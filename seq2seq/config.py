@@ -125,9 +125,11 @@ class OptimConfig:
     lr: float = setting(5e-4, "inverse_sqrt, linear_to_zero: peak learning rate, reached at the end of warmup")
     factor: float = setting(1.0, "noam: scale of the paper's schedule")
     warmup: int = setting(4000, "steps of rising learning rate")
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-9
-    weight_decay: float = 0.0
+    betas: list[float] = field(
+        default_factory=lambda: [0.9, 0.98], metadata={"help": "Adam's decay rates of the moment estimates, in [0, 1)"}
+    )
+    eps: float = setting(1e-9, "Adam's denominator term, positive (0 divides by zero: NaN weights)")
+    weight_decay: float = setting(0.0, ">= 0; adam: added to the gradient (L2), adamw: decoupled")
     clip_norm: float = setting(1.0, "max gradient norm; 0 turns clipping off")
 
 
@@ -436,6 +438,7 @@ def validate_train(cfg: Any) -> None:
         _check(2 <= d.task_alphabet <= 26, "data.task_alphabet", d.task_alphabet, "must be in [2, 26]")
         _check(d.task_train_size > 0, "data.task_train_size", d.task_train_size, "must be positive")
         _check(d.task_valid_size > 0, "data.task_valid_size", d.task_valid_size, "must be positive")
+        _check(d.task_test_size >= 0, "data.task_test_size", d.task_test_size, "must be >= 0")
     if d.kind == "multi30k":
         _check(d.dir is not None, "data.dir", d.dir, "multi30k needs the directory of the raw files")
     if d.kind == "parallel_files":
@@ -508,7 +511,9 @@ def validate_train(cfg: Any) -> None:
     _choice("target_metric", cfg.target_metric, ("bleu", "chrf", "loss", "accuracy"))
     if cfg.target is not None and cfg.target_metric != "loss":
         _check(0 < cfg.target <= 100, "target", cfg.target, f"{cfg.target_metric} is a percentage: must be in (0, 100]")
-    _check(cfg.target is None or cfg.target > 0, "target", cfg.target, "must be positive or null")
+    _check(
+        cfg.target is None or (cfg.target > 0 and _finite(cfg.target)), "target", cfg.target, "must be positive or null"
+    )
     _check(cfg.attention_images_share >= 0, "attention_images_share", cfg.attention_images_share, "must be >= 0")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
     check_weights_source(cfg.resume, cfg.init_from)

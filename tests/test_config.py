@@ -383,6 +383,11 @@ def test_validate_train_names_the_key(default_train, values, message):
         ({"max_minutes": float("inf")}, r"max_minutes=inf: must be positive and finite, or null"),
         ({"rdrop_alpha": float("inf")}, r"rdrop_alpha=inf: must be >= 0 and finite"),
         ({"dist_timeout_minutes": float("inf")}, r"dist_timeout_minutes=inf: must be positive and finite"),
+        (
+            {"target": float("inf"), "target_metric": "loss"},
+            r"target=inf: must be positive or null",
+        ),  # any loss reached it
+        ({"data__task_test_size": -1}, r"data\.task_test_size=-1: must be >= 0"),
     ],
 )
 def test_validate_train_refuses_what_trained_wrongly_or_crashed(default_train, values, message):
