@@ -395,6 +395,7 @@ def test_the_interpolations_of_key_value_commands_must_resolve() -> None:
     assert parse_key_values(["run=x", "nbest=${beam}", "beam=3"], TranslateConfig).nbest == 3
 
 
+@pytest.mark.slow  # a training start in a subprocess: 10-50 s on 2 shared cores
 def test_a_second_ctrl_c_while_training_exits_130_in_one_line(tmp_path: Path) -> None:
     # The first Ctrl-C asks for a save after the update; the second was a 60-line KeyboardInterrupt.
     code = f"""
@@ -408,10 +409,28 @@ def interrupted_twice(self):
         os.kill(os.getpid(), signal.SIGINT)
     return metrics
 loop.Trainer.train_step = interrupted_twice
-sys.argv = ["seq2seq-train", *{TINY_RUN!r}, "hydra.run.dir={tmp_path / "run"}", "attention_images=false"]
+sys.argv = ["seq2seq-train", *{TINY_RUN!r}, "hydra.run.dir={tmp_path / "run"}", "attention_images=false",
+            "data.task_train_size=100", "threads=1", "precision=fp32"]
 from seq2seq.cli.train import main
 main()
 """
     result = run_cli([sys.executable, "-c", code], tmp_path)
     assert result.returncode == 130, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == "interrupted" and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_ctrl_c_reaching_a_command_is_one_line_and_status_130(capsys, debug: bool) -> None:
+    from seq2seq.cli.common import exit_on_interrupt
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    if debug:  # debug=true: the traceback, as for every other error
+        with pytest.raises(KeyboardInterrupt):
+            exit_on_interrupt(interrupted, debug=True)
+        return
+    with pytest.raises(SystemExit) as info:
+        exit_on_interrupt(interrupted, debug=False)
+    assert info.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+    assert exit_on_interrupt(lambda: 7, debug=False) == 7
