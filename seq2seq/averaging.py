@@ -17,6 +17,8 @@ import torch
 
 from seq2seq.checkpoint import AveragedCheckpoint, ModelPayload, load_checkpoint
 from seq2seq.config import UserError
+from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.inference.loading import check_same_tokenizer, load_tokenizers
 
 # What the average keeps of the newest checkpoint: its model payload but the weights (averaged), and
 # the metrics of its last validation.
@@ -43,6 +45,7 @@ def average(paths: list[Path]) -> AveragedCheckpoint:
     configs = {json.dumps(p["config"]["model"], sort_keys=True) for p in payloads}
     if len(configs) > 1:
         raise UserError(f"{', '.join(map(str, paths))}: the checkpoints have different model configs")
+    check_one_vocabulary(paths, payloads)
     newest = max(payloads, key=lambda p: p["step"])
     averaged = {}
     for name, tensor in newest["model"].items():
@@ -53,6 +56,35 @@ def average(paths: list[Path]) -> AveragedCheckpoint:
     result["averaged_from"] = [str(p) for p in paths]
     result["averaged_steps"] = [p["step"] for p in payloads]
     return result
+
+
+def check_one_vocabulary(paths: list[Path], payloads: list[dict]) -> None:
+    """Weights are averaged id by id, so every checkpoint must map ids to the same tokens: the same
+    vocabulary sizes and recorded tokenizer, and the same tokenizer files where they can be found (an
+    ensemble's rule, seq2seq.inference.loading). Checkpoints copied without one are judged by the record."""
+    first, first_path = payloads[0]["vocab"], paths[0]
+    for path, payload in zip(paths[1:], payloads[1:], strict=True):
+        vocab = payload["vocab"]
+        if (vocab["src_size"], vocab["tgt_size"]) != (first["src_size"], first["tgt_size"]):
+            raise UserError(
+                f"{path}: its vocabularies have {vocab['src_size']}/{vocab['tgt_size']} entries, those of "
+                f"{first_path} {first['src_size']}/{first['tgt_size']}: checkpoints of different runs cannot be averaged"
+            )
+        if None not in (vocab.get("tokenizer"), first.get("tokenizer")) and vocab["tokenizer"] != first["tokenizer"]:
+            raise UserError(
+                f"{path}: it was trained with another tokenizer than {first_path} (same size, other tokens): "
+                "an average needs checkpoints that share one tokenizer (checkpoints of one run)"
+            )
+    found = [(path, tokenizers) for path in paths if (tokenizers := _tokenizers_of(path)) is not None]
+    for path, tokenizers in found[1:]:
+        check_same_tokenizer(tokenizers, found[0][1], path, found[0][0], what="an average")
+
+
+def _tokenizers_of(checkpoint: Path) -> Tokenizers | None:
+    try:
+        return load_tokenizers(checkpoint, None)
+    except UserError:  # none beside it or in its run directory
+        return None
 
 
 def newer_last(run_dir: Path, newest_step: int) -> int | None:

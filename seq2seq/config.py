@@ -9,6 +9,8 @@ Defaults live here once; the YAML files in `configs/` only say what they change.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,11 +22,25 @@ class UserError(Exception):
     """A problem with what the user gave us (config, files, checkpoint). Reported as one line, no traceback."""
 
 
+class ConfigValueError(UserError, ValueError):
+    """A setting with a value its key does not take: a UserError to the commands, a ValueError to Python callers."""
+
+
+class ConfigTypeError(UserError, TypeError):
+    """A setting of the wrong type, given in Python (the schema checks the command line's): a UserError
+    to the commands, a TypeError to Python callers."""
+
+
 # Every byte-level vocabulary holds the 256 bytes and the 4 special tokens (seq2seq/data/tokenizer.py),
 # so a smaller data.vocab_size cannot be what the run gets.
 BYTE_VOCABULARY_FLOOR = 256 + 4
 MAX_POSITIONS = 65536  # far beyond what full attention over a sentence pair is used for
 DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")  # the model's dropout rates
+# What numpy, CTranslate2 and torch all take as a seed (numpy and CTranslate2: an unsigned 32-bit integer).
+MAX_SEED = 2**32 - 1
+# More threads than this per CPU take turns on the cores for nothing; far more (100000) end in OpenMP's
+# "Thread creation failed" after the run has started.
+THREADS_PER_CPU = 4
 
 
 def setting(default: Any, help: str) -> Any:
@@ -109,9 +125,11 @@ class OptimConfig:
     lr: float = setting(5e-4, "inverse_sqrt, linear_to_zero: peak learning rate, reached at the end of warmup")
     factor: float = setting(1.0, "noam: scale of the paper's schedule")
     warmup: int = setting(4000, "steps of rising learning rate")
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-9
-    weight_decay: float = 0.0
+    betas: list[float] = field(
+        default_factory=lambda: [0.9, 0.98], metadata={"help": "Adam's decay rates of the moment estimates, in [0, 1)"}
+    )
+    eps: float = setting(1e-9, "Adam's denominator term, positive (0 divides by zero: NaN weights)")
+    weight_decay: float = setting(0.0, ">= 0; adam: added to the gradient (L2), adamw: decoupled")
     clip_norm: float = setting(1.0, "max gradient norm; 0 turns clipping off")
 
 
@@ -152,7 +170,9 @@ class TrainConfig:
         default_factory=list, metadata={"help": "recipe=auto's candidates, largest first"}
     )
     valid_every: int = setting(1000, "updates between validations (loss, BLEU, chrF)")
-    valid_max_sentences: int | None = setting(None, "translate only the first N validation sentences for BLEU")
+    valid_max_sentences: int | None = setting(
+        None, "translate only the first N validation sentences for BLEU; null or 0: all of them"
+    )
     save_every: int = setting(1000, "updates between periodic checkpoints")
     keep_checkpoints: int = setting(5, "periodic step_N.pt files kept (last and best are always kept)")
     best_metric: str = setting("bleu", "bleu | chrf | loss | accuracy (exact match)")
@@ -164,12 +184,14 @@ class TrainConfig:
     log_every: int = setting(
         50, "updates between train-metric refreshes (TensorBoard, tqdm); losses are read back from a GPU only then"
     )
-    seed: int = 1234
+    seed: int = setting(1234, "seeds Python, numpy and torch (rank r of torchrun: seed + r); in [0, 2^32 - 1]")
     device: str = setting("auto", "auto (cuda if present) | cpu | cuda | cuda:N")
     precision: str = setting(
         "auto", "auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (CUDA, grad scaler)"
     )
-    threads: int | None = setting(None, "torch intra-op threads, positive; null: torch's default (one per core)")
+    threads: int | None = setting(
+        None, "torch intra-op threads, positive, at most 4 per CPU; null: torch's default (one per core)"
+    )
     deterministic: bool = setting(False, "torch.use_deterministic_algorithms, for bitwise-reproducible runs")
     compile: bool = setting(False, "wrap the model in torch.compile")
     # torchrun: how long a rank waits in a collective for the others before the run stops (a hung peer) ...
@@ -213,7 +235,8 @@ class TranslateConfig:
         "auto", "auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)"
     )
     threads: int | None = setting(
-        None, "threads of either engine, positive (CTranslate2 on a CPU: two batches at once); null: one per core"
+        None,
+        "threads of either engine, positive, at most 4 per CPU (CTranslate2 on a CPU: two batches at once); null: one per core",
     )
     attention: str | None = setting(None, "directory for cross-attention heatmaps (PNG), one per sentence")
     sampling: bool = setting(
@@ -222,7 +245,7 @@ class TranslateConfig:
     temperature: float = setting(1.0, "sampling: divides the log-probabilities; < 1 sharper, > 1 flatter")
     top_k: int = setting(0, "sampling: only the k most likely tokens (0: all)")
     top_p: float = setting(1.0, "sampling: only the most likely tokens up to this probability mass, in (0, 1]")
-    seed: int = setting(0, "sampling: the same seed, input and batch_size give the same samples")
+    seed: int = setting(0, "sampling: the same seed, input and batch_size give the same samples; in [0, 2^32 - 1]")
     prefix: bool = setting(False, 'input lines are "source<TAB>target prefix": each translation starts with its prefix')
     engine: str = setting(
         "auto", "auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2"
@@ -297,7 +320,27 @@ def register_configs() -> None:
 
 def _check(ok: bool, key: str, value: Any, why: str) -> None:
     if not ok:
-        raise UserError(f"config error: {key}={value!r}: {why}")
+        raise ConfigValueError(f"config error: {key}={value!r}: {why}")
+
+
+def _finite(value: float) -> bool:
+    """NaN fails every comparison, so `x > 0` already refuses it; infinity passes them and must be named."""
+    return math.isfinite(value)
+
+
+def _check_type(key: str, value: Any, kind: type) -> None:
+    """A value of the type the schema gives `key`, for settings that come from Python rather than through
+    the schema (the Translator's keyword arguments): bool is not an int, "5" is not a beam."""
+    if kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise ConfigTypeError(f"config error: {key}={value!r}: must be {'a number' if kind is float else 'an integer'}")
+
+
+def _check_seed(key: str, seed: int) -> None:
+    _check(0 <= seed <= MAX_SEED, key, seed, f"must be in [0, {MAX_SEED}] (what numpy and CTranslate2 take)")
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -321,13 +364,54 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
     _choice(f"{prefix}.decoder_start", m.decoder_start, ("bos", "pad"))
 
 
+def validate_device(device: Any) -> None:
+    _check(isinstance(device, str), "device", device, "must be auto, cpu, cuda or cuda:N")
+    _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)), "device", device, "must be auto, cpu, cuda or cuda:N")
+
+
 def _check_device_and_threads(cfg: Any) -> None:
     """device= and threads=, which training and both translation engines share."""
-    device = str(cfg.device)
-    _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)), "device", device, "must be auto, cpu, cuda or cuda:N")
+    validate_device(cfg.device)
     # 0 is refused rather than read as "all cores": null says that, and torch itself refuses 0.
     why = "must be positive, or null for the default (one thread per core)"
     _check(cfg.threads is None or cfg.threads > 0, "threads", cfg.threads, why)
+    cpus = os.cpu_count() or 1
+    most = THREADS_PER_CPU * cpus
+    _check(
+        cfg.threads is None or cfg.threads <= most,
+        "threads",
+        cfg.threads,
+        f"must be at most {most} ({THREADS_PER_CPU} x this machine's {cpus} CPUs)",
+    )
+
+
+def validate_optim(o: OptimConfig) -> None:
+    """Every optimiser key: an eps of 0 divides by zero (NaN weights), a negative one or a negative
+    weight decay trains backwards or not at all, and an infinite value makes every weight NaN."""
+    _choice("optim.name", o.name, ("adam", "adamw"))
+    _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt", "linear_to_zero"))
+    _check(o.warmup > 0, "optim.warmup", o.warmup, "must be positive (the schedules divide by it)")
+    for key in ("lr", "factor", "eps"):
+        value = getattr(o, key)
+        _check(value > 0 and _finite(value), f"optim.{key}", value, "must be positive and finite")
+    for key in ("weight_decay", "clip_norm"):
+        value = getattr(o, key)
+        _check(value >= 0 and _finite(value), f"optim.{key}", value, "must be >= 0 and finite")
+    _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
+
+
+def check_cuda_device(device: str, gpus: int) -> None:
+    """device=cuda or cuda:N against the GPUs the engine at hand sees (torch's or CTranslate2's): one
+    message for training and both translation engines, before anything asks CUDA for a GPU."""
+    kind, _, index = str(device).partition(":")
+    if kind != "cuda":
+        return
+    if gpus == 0:
+        raise UserError(f"device={device}: CUDA is not available on this machine (use device=auto or cpu)")
+    if int(index or 0) >= gpus:
+        raise UserError(
+            f"device={device}: this machine has {gpus} GPU{'s' if gpus > 1 else ''} (cuda:0 to cuda:{gpus - 1})"
+        )
 
 
 def validate_train(cfg: Any) -> None:
@@ -360,6 +444,7 @@ def validate_train(cfg: Any) -> None:
         _check(2 <= d.task_alphabet <= 26, "data.task_alphabet", d.task_alphabet, "must be in [2, 26]")
         _check(d.task_train_size > 0, "data.task_train_size", d.task_train_size, "must be positive")
         _check(d.task_valid_size > 0, "data.task_valid_size", d.task_valid_size, "must be positive")
+        _check(d.task_test_size >= 0, "data.task_test_size", d.task_test_size, "must be >= 0")
     if d.kind == "multi30k":
         _check(d.dir is not None, "data.dir", d.dir, "multi30k needs the directory of the raw files")
     if d.kind == "parallel_files":
@@ -376,19 +461,13 @@ def validate_train(cfg: Any) -> None:
         True,
         "needs data.joint_vocab=true (one embedding matrix cannot serve two vocabularies)",
     )
-    _choice("optim.name", o.name, ("adam", "adamw"))
-    _choice("optim.schedule", o.schedule, ("noam", "inverse_sqrt", "linear_to_zero"))
     _check(
         o.schedule != "linear_to_zero" or cfg.max_minutes is not None or cfg.max_steps is not None,
         "optim.schedule",
         o.schedule,
         "decays to zero at the end of the budget: set max_minutes or max_steps",
     )
-    _check(o.warmup > 0, "optim.warmup", o.warmup, "must be positive (the schedules divide by it)")
-    _check(o.lr > 0, "optim.lr", o.lr, "must be positive")
-    _check(o.factor > 0, "optim.factor", o.factor, "must be positive")
-    _check(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
-    _check(o.clip_norm >= 0, "optim.clip_norm", o.clip_norm, "must be >= 0")
+    validate_optim(o)
     _check(cfg.batch_tokens > 0, "batch_tokens", cfg.batch_tokens, "must be positive")
     _check(
         cfg.batch_tokens >= d.max_tokens + 2,
@@ -405,9 +484,16 @@ def validate_train(cfg: Any) -> None:
     )
     _check(cfg.max_steps is None or cfg.max_steps > 0, "max_steps", cfg.max_steps, "must be positive or null")
     _check(cfg.max_epochs is None or cfg.max_epochs > 0, "max_epochs", cfg.max_epochs, "must be positive or null")
-    _check(cfg.max_minutes is None or cfg.max_minutes > 0, "max_minutes", cfg.max_minutes, "must be positive or null")
+    _check(
+        cfg.max_minutes is None or (cfg.max_minutes > 0 and _finite(cfg.max_minutes)),
+        "max_minutes",
+        cfg.max_minutes,
+        "must be positive and finite, or null",
+    )
     _check(0.0 <= cfg.label_smoothing < 1.0, "label_smoothing", cfg.label_smoothing, "must be in [0, 1)")
-    _check(cfg.rdrop_alpha >= 0.0, "rdrop_alpha", cfg.rdrop_alpha, "must be >= 0")
+    _check(
+        cfg.rdrop_alpha >= 0.0 and _finite(cfg.rdrop_alpha), "rdrop_alpha", cfg.rdrop_alpha, "must be >= 0 and finite"
+    )
     _check(
         cfg.rdrop_alpha == 0.0 or any(getattr(cfg.model, name) > 0 for name in DROPOUT_KEYS),
         "rdrop_alpha",
@@ -415,41 +501,86 @@ def validate_train(cfg: Any) -> None:
         "needs dropout: with every model dropout at 0 the two passes agree and the term is 0",
     )
     _check(cfg.valid_every > 0, "valid_every", cfg.valid_every, "must be positive")
+    # A slice's end: -1 would drop the last sentence rather than mean anything.
+    why = "must be >= 0 (0 or null: every validation sentence)"
+    _check(
+        cfg.valid_max_sentences is None or cfg.valid_max_sentences >= 0,
+        "valid_max_sentences",
+        cfg.valid_max_sentences,
+        why,
+    )
+    _check(cfg.log_every > 0, "log_every", cfg.log_every, "must be positive")
+    _check_seed("seed", cfg.seed)
     _check(cfg.save_every > 0, "save_every", cfg.save_every, "must be positive")
     _check(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints, "must be >= 0")
     _choice("best_metric", cfg.best_metric, ("bleu", "chrf", "loss", "accuracy"))
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
     _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
-    _check(cfg.dist_timeout_minutes > 0, "dist_timeout_minutes", cfg.dist_timeout_minutes, "must be positive")
-    _check(cfg.dist_wait_minutes > 0, "dist_wait_minutes", cfg.dist_wait_minutes, "must be positive")
+    for key in ("dist_timeout_minutes", "dist_wait_minutes"):  # a timedelta of infinite minutes overflows
+        _check(
+            getattr(cfg, key) > 0 and _finite(getattr(cfg, key)), key, getattr(cfg, key), "must be positive and finite"
+        )
     _choice("target_metric", cfg.target_metric, ("bleu", "chrf", "loss", "accuracy"))
     if cfg.target is not None and cfg.target_metric != "loss":
         _check(0 < cfg.target <= 100, "target", cfg.target, f"{cfg.target_metric} is a percentage: must be in (0, 100]")
-    _check(cfg.target is None or cfg.target > 0, "target", cfg.target, "must be positive or null")
+    _check(
+        cfg.target is None or (cfg.target > 0 and _finite(cfg.target)), "target", cfg.target, "must be positive or null"
+    )
     _check(cfg.attention_images_share >= 0, "attention_images_share", cfg.attention_images_share, "must be >= 0")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
-    _check(not (cfg.resume and cfg.init_from), "init_from", cfg.init_from, "cannot be combined with resume")
+    check_weights_source(cfg.resume, cfg.init_from)
 
 
-def validate_translate(cfg: Any) -> None:
-    _check(cfg.run is not None or cfg.checkpoint is not None, "run", None, "give run=<run dir> or checkpoint=<file>")
+def check_weights_source(resume: str | None, init_from: str | None) -> None:
+    """resume= and init_from= both say where the weights come from: a resumed run would drop init_from."""
+    why = "cannot be combined with resume (a resumed run continues from its own last.pt)"
+    _check(not (resume and init_from), "init_from", init_from, why)
+
+
+# The settings of a search, with their types: what validate_search checks.
+SEARCH_KEYS = {"beam": int, "nbest": int, "length_penalty": float, "max_len_a": float, "max_len_b": int}
+SEARCH_KEYS |= {"batch_size": int, "seed": int}
+
+
+def validate_search(cfg: Any) -> None:
+    """The search settings that every way in shares: seq2seq-translate, the Python API's translators and
+    seq2seq-serve's requests. `cfg` is a TranslateConfig, a DictConfig of one, or any object with the
+    attributes of SEARCH_KEYS and `sampling` (true or a SamplingRule: sample; else search). Types are
+    checked too: the Python API has no schema in front of it."""
+    for key, kind in SEARCH_KEYS.items():
+        _check_type(key, getattr(cfg, key), kind)
     _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
     if cfg.sampling:
         _check(cfg.nbest > 0, "nbest", cfg.nbest, "must be positive (samples per line)")
     else:
         _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
     _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
+    # NaN would score every hypothesis NaN and leave the n-best in no order.
+    _check(_finite(cfg.length_penalty), "length_penalty", cfg.length_penalty, "must be finite")
+    _check(cfg.max_len_a >= 0 and _finite(cfg.max_len_a), "max_len_a", cfg.max_len_a, "must be >= 0 and finite")
+    _check(cfg.max_len_b >= 0, "max_len_b", cfg.max_len_b, "must be >= 0")
+    _check_seed("seed", cfg.seed)
+
+
+def validate_translate(cfg: Any) -> None:
+    _check(cfg.run is not None or cfg.checkpoint is not None, "run", None, "give run=<run dir> or checkpoint=<file>")
+    validate_search(cfg)
     ensemble = "," in str(cfg.checkpoint or "")
     _check(
         not (ensemble and cfg.attention), "attention", cfg.attention, "plots one model's attention, not an ensemble's"
     )
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16", "int8"))
     _choice("engine", cfg.engine, ("auto", "torch", "ctranslate2"))
-    _check(cfg.max_len_a >= 0, "max_len_a", cfg.max_len_a, "must be >= 0")
-    _check(cfg.max_len_b >= 0, "max_len_b", cfg.max_len_b, "must be >= 0")
     _check_device_and_threads(cfg)
     # Checked whether or not sampling=true: a bad value is a mistake either way (and the README says so).
-    _check(cfg.temperature > 0, "temperature", cfg.temperature, "must be > 0")
+    validate_sampling(cfg)
+
+
+def validate_sampling(cfg: Any) -> None:
+    """temperature, top_k and top_p: of a translate config, or of a SamplingRule given in Python."""
+    for key, kind in (("temperature", float), ("top_k", int), ("top_p", float)):
+        _check_type(key, getattr(cfg, key), kind)
+    _check(cfg.temperature > 0 and _finite(cfg.temperature), "temperature", cfg.temperature, "must be > 0 and finite")
     _check(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0 (0 keeps every token)")
     _check(0 < cfg.top_p <= 1, "top_p", cfg.top_p, "must be in (0, 1]")
 

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from seq2seq.config import UserError
+from seq2seq.config import check_cuda_device, validate_device
 
 log = logging.getLogger(__name__)
 # cuBLAS's documented setting for reproducible matmuls (a fixed workspace per stream, a few MiB).
@@ -16,12 +16,11 @@ CUBLAS_DETERMINISTIC = ":4096:8"
 
 def pick_device(name: str) -> torch.device:
     """`auto` is CUDA when present, else CPU; asking for CUDA where there is none is a one-line error."""
+    validate_device(name)  # the Python API's device= comes without the config's check
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device={name}: CUDA is not available on this machine (use device=auto or cpu)")
-    return device
+    check_cuda_device(name, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    return torch.device(name)
 
 
 def half_precision_on_cpu(tensor: torch.Tensor) -> bool:

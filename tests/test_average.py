@@ -140,3 +140,59 @@ def test_it_takes_key_value_arguments_and_still_the_old_form_with_a_warning(tmp_
     )
     bad = subprocess.run([str(BIN / "seq2seq-average"), f"run={tmp_path}", "last=two"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "last" in bad.stderr
+
+
+def test_checkpoints_of_runs_with_other_tokenizers_are_not_averaged(tmp_path):
+    # Two runs' checkpoints of one shape were averaged into weights whose ids mean two sets of tokens.
+    from seq2seq.data.tokenizer import Tokenizers
+
+    corpora = {"one": ["a b c d e", "f g h"], "two": ["u v w x y", "z q r"]}
+    for name, texts in corpora.items():
+        save(tmp_path / name, "step_100", 100, 1.0)
+        Tokenizers.train(texts * 20, [t.upper() for t in texts] * 20, "bpe", 270, joint=True).save(tmp_path / name)
+    one, two = (tmp_path / name / "checkpoints" / "step_100.pt" for name in corpora)
+    with pytest.raises(UserError) as info:
+        main([f"checkpoints={one},{two}"])
+    assert str(info.value) == (
+        f"{two}: its tokenizer differs from that of {one}; an average needs checkpoints that share one "
+        "tokenizer (checkpoints of one run)"
+    )
+    # Copied away from their tokenizers, the fingerprints the checkpoints record tell them apart.
+    for name, fingerprint in (("a", "f1"), ("b", "f2")):
+        save(tmp_path / name, "step_100", 100, 1.0)
+        path = tmp_path / name / "checkpoints" / "step_100.pt"
+        payload = load_checkpoint(path)
+        atomic_save({**payload, "vocab": {**payload["vocab"], "tokenizer": fingerprint}}, path)
+    with pytest.raises(UserError, match=r"step_100\.pt: it was trained with another tokenizer than .*/a/checkpoints"):
+        main([f"checkpoints={tmp_path / 'a/checkpoints/step_100.pt'},{tmp_path / 'b/checkpoints/step_100.pt'}"])
+
+
+def test_checkpoints_with_other_vocabulary_sizes_are_one_line(tmp_path):
+    # torch.stack's "stack expects each tensor to be equal size", a traceback.
+    save(tmp_path, "step_100", 100, 1.0)
+    other = load_checkpoint(tmp_path / "checkpoints" / "step_100.pt")
+    other["vocab"] = {**other["vocab"], "src_size": 12, "tgt_size": 12}
+    other["model"] = {**other["model"], "w": torch.ones(4, 3)}
+    atomic_save(other, tmp_path / "checkpoints" / "step_200.pt")
+    first, second = (tmp_path / "checkpoints" / f"step_{step}.pt" for step in (100, 200))
+    with pytest.raises(UserError) as info:
+        main([f"checkpoints={first},{second}"])
+    assert str(info.value) == (
+        f"{second}: its vocabularies have 12/12 entries, those of {first} 10/10: checkpoints of different runs "
+        "cannot be averaged"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        # yaml's ParserError, a traceback.
+        ("checkpoints=,", "checkpoints=,: not a value YAML can read (expected the node content, but found ','); "
+         "quote it: \"checkpoints=','\""),
+        ("checkpoints=',,'", "checkpoints=,,: names no file; give checkpoints=a.pt,b.pt"),
+    ],
+)  # fmt: skip
+def test_checkpoints_naming_no_file_is_one_line(argument, message):
+    with pytest.raises(UserError) as info:
+        main([argument])
+    assert str(info.value) == message

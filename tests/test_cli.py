@@ -228,6 +228,8 @@ def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: P
         ("optim.warmup=0", "config error: optim.warmup=0: must be positive (the schedules divide by it)"),
         ("max_steps=0", "config error: max_steps=0: must be positive or null"),
         ("model.dropout=-0.1", "config error: model.dropout=-0.1: must be in [0, 1)"),
+        # A traceback where max_steps was first read, and a train.log left behind.
+        ("max_steps=${nope}", "config error: max_steps: Interpolation key 'nope' not found"),
     ],
 )
 def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, override: str, expected: str) -> None:
@@ -362,3 +364,73 @@ def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into
         "wait for it to end or choose another directory"
     ]
     assert sorted(p.name for p in run.iterdir()) == [".lock"]  # no .hydra/ or train.log of the second run
+
+
+@pytest.mark.parametrize("value", ["/tmp/rün", "/tmp/my rün"])
+def test_an_unquoted_path_hydra_cannot_read_is_one_line_saying_how_to_quote_it(value: str) -> None:
+    # Hydra's "LexerNoViableAltException: hydra.run.dir=/tmp/rün" did not say what to do.
+    import shlex
+
+    from seq2seq.cli.common import parse_command_line
+    from seq2seq.config import UserError
+
+    with pytest.raises(UserError) as info:
+        parse_command_line(["max_steps=3", f"hydra.run.dir={value}"])
+    advice = f"\"hydra.run.dir='{value}'\""
+    assert str(info.value) == (
+        f"cannot parse the command line: hydra.run.dir={value}: Hydra reads non-ASCII letters only in quotes, "
+        f"inside the argument: {advice}"
+    )
+    _, overrides = parse_command_line(shlex.split(advice))  # the advice, as the shell passes it on
+    assert overrides[0].value() == value
+
+
+def test_the_interpolations_of_key_value_commands_must_resolve() -> None:
+    from seq2seq.cli.common import parse_key_values
+    from seq2seq.config import TranslateConfig, UserError
+
+    # seq2seq-translate 'beam=${nope}': a traceback where beam was first read.
+    with pytest.raises(UserError, match=r"^config error: beam: Interpolation key 'nope' not found$"):
+        parse_key_values(["run=x", "beam=${nope}"], TranslateConfig)
+    assert parse_key_values(["run=x", "nbest=${beam}", "beam=3"], TranslateConfig).nbest == 3
+
+
+@pytest.mark.slow  # a training start in a subprocess: 10-50 s on 2 shared cores
+def test_a_second_ctrl_c_while_training_exits_130_in_one_line(tmp_path: Path) -> None:
+    # The first Ctrl-C asks for a save after the update; the second was a 60-line KeyboardInterrupt.
+    code = f"""
+import os, signal, sys
+import seq2seq.train.trainer as loop
+step = loop.Trainer.train_step
+def interrupted_twice(self):
+    metrics = step(self)
+    if self.step == 2:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    return metrics
+loop.Trainer.train_step = interrupted_twice
+sys.argv = ["seq2seq-train", *{TINY_RUN!r}, "hydra.run.dir={tmp_path / "run"}", "attention_images=false",
+            "data.task_train_size=100", "threads=1", "precision=fp32"]
+from seq2seq.cli.train import main
+main()
+"""
+    result = run_cli([sys.executable, "-c", code], tmp_path)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == "interrupted" and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_ctrl_c_reaching_a_command_is_one_line_and_status_130(capsys, debug: bool) -> None:
+    from seq2seq.cli.common import exit_on_interrupt
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    if debug:  # debug=true: the traceback, as for every other error
+        with pytest.raises(KeyboardInterrupt):
+            exit_on_interrupt(interrupted, debug=True)
+        return
+    with pytest.raises(SystemExit) as info:
+        exit_on_interrupt(interrupted, debug=False)
+    assert info.value.code == 130 and capsys.readouterr().err == "interrupted\n"
+    assert exit_on_interrupt(lambda: 7, debug=False) == 7

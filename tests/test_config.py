@@ -356,6 +356,53 @@ def test_validate_train_names_the_key(default_train, values, message):
         validate_train(with_values(default_train, **values))
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # Each was accepted: eps=0 trained NaN weights to "(new best)" and exported them, eps=-1 trained
+        # nothing, weight_decay=-1 grew the weights; an infinite value made every weight NaN.
+        ({"optim__eps": 0.0}, r"optim\.eps=0\.0: must be positive and finite"),
+        ({"optim__eps": -1.0}, r"optim\.eps=-1\.0: must be positive and finite"),
+        ({"optim__eps": float("inf")}, r"optim\.eps=inf: must be positive and finite"),
+        ({"optim__weight_decay": -1.0}, r"optim\.weight_decay=-1\.0: must be >= 0 and finite"),
+        ({"optim__weight_decay": float("nan")}, r"optim\.weight_decay=nan: must be >= 0 and finite"),
+        ({"optim__lr": float("inf")}, r"optim\.lr=inf: must be positive and finite"),
+        ({"optim__factor": float("nan")}, r"optim\.factor=nan: must be positive and finite"),
+        ({"optim__clip_norm": float("inf")}, r"optim\.clip_norm=inf: must be >= 0 and finite"),
+        ({"optim__betas": [0.9, float("nan")]}, r"optim\.betas=\[0\.9, nan\]: two values in \[0, 1\)"),
+        ({"optim__betas": [0.9, 1.0]}, r"optim\.betas=\[0\.9, 1\.0\]: two values in \[0, 1\)"),
+        # A ZeroDivisionError at the first update, after the run directory was made.
+        ({"log_every": 0}, r"log_every=0: must be positive"),
+        # numpy's "Seed must be between 0 and 2**32 - 1", a traceback.
+        ({"seed": -1}, r"seed=-1: must be in \[0, 4294967295\] \(what numpy and CTranslate2 take\)"),
+        ({"seed": 2**32}, r"seed=4294967296: must be in \[0, 4294967295\] \(what numpy and CTranslate2 take\)"),
+        # -1 was a slice's end: every validation sentence but the last.
+        ({"valid_max_sentences": -1}, r"valid_max_sentences=-1: must be >= 0 \(0 or null: every validation sentence\)"),
+        # libgomp's "Thread creation failed" once training started.
+        ({"threads": 100000}, r"threads=100000: must be at most \d+ \(4 x this machine's \d+ CPUs\)"),
+        ({"max_minutes": float("inf")}, r"max_minutes=inf: must be positive and finite, or null"),
+        ({"rdrop_alpha": float("inf")}, r"rdrop_alpha=inf: must be >= 0 and finite"),
+        ({"dist_timeout_minutes": float("inf")}, r"dist_timeout_minutes=inf: must be positive and finite"),
+        (
+            {"target": float("inf"), "target_metric": "loss"},
+            r"target=inf: must be positive or null",
+        ),  # any loss reached it
+        ({"data__task_test_size": -1}, r"data\.task_test_size=-1: must be >= 0"),
+    ],
+)
+def test_validate_train_refuses_what_trained_wrongly_or_crashed(default_train, values, message):
+    with pytest.raises(UserError, match=rf"^config error: {message}$") as info:
+        validate_train(with_values(default_train, **values))
+    assert isinstance(info.value, ValueError)  # what a Python caller of validate_train catches
+
+
+def test_validate_train_takes_the_edges_of_the_new_ranges(default_train):
+    import os
+
+    validate_train(with_values(default_train, seed=0, valid_max_sentences=0, log_every=1, threads=4 * os.cpu_count()))
+    validate_train(with_values(default_train, seed=2**32 - 1, optim__weight_decay=0.0, optim__clip_norm=0.0))
+
+
 def test_the_vocabulary_floor_is_what_a_tokenizer_trained_smaller_gets():
     from seq2seq.config import BYTE_VOCABULARY_FLOOR
     from seq2seq.data.tokenizer import Tokenizers
@@ -405,14 +452,22 @@ def test_translate_config_composes(hydra_ctx):
         (["run=x", "beam=2", "nbest=3"], r"^config error: nbest=3: must be in \[1, beam=2\]"),
         ([], r"^config error: run=None: give run=<run dir> or checkpoint=<file>"),
         (["run=x", "max_len_b=-5"], r"^config error: max_len_b=-5: must be >= 0$"),  # was named max_len_a=1.5
-        (["run=x", "max_len_a=-1"], r"^config error: max_len_a=-1(\.0)?: must be >= 0$"),
+        (["run=x", "max_len_a=-1"], r"^config error: max_len_a=-1(\.0)?: must be >= 0 and finite$"),
         (["run=x", "threads=0"], r"^config error: threads=0: must be positive, or null"),
         (["run=x", "threads=-1"], r"^config error: threads=-1: must be positive, or null"),
         (["run=x", "device=tpu"], r"^config error: device='tpu': must be auto, cpu, cuda or cuda:N$"),
         # Accepted while sampling=false, though the README lists them as errors.
-        (["run=x", "temperature=0"], r"^config error: temperature=0(\.0)?: must be > 0$"),
+        (["run=x", "temperature=0"], r"^config error: temperature=0(\.0)?: must be > 0 and finite$"),
         (["run=x", "top_p=2"], r"^config error: top_p=2(\.0)?: must be in \(0, 1\]$"),
         (["run=x", "top_k=-1"], r"^config error: top_k=-1: must be >= 0"),
+        # NaN scores and n-best lists in no order; infinities and a 25-digit seed were tracebacks.
+        (["run=x", "length_penalty=nan"], r"^config error: length_penalty=nan: must be finite$"),
+        (["run=x", "length_penalty=-inf"], r"^config error: length_penalty=-inf: must be finite$"),
+        (["run=x", "temperature=inf", "sampling=true"], r"^config error: temperature=inf: must be > 0 and finite$"),
+        (["run=x", "max_len_a=inf"], r"^config error: max_len_a=inf: must be >= 0 and finite$"),
+        (["run=x", f"seed={10**25}", "sampling=true"], rf"^config error: seed={10**25}: must be in \[0, 4294967295\]"),
+        (["run=x", "seed=-1"], r"^config error: seed=-1: must be in \[0, 4294967295\]"),
+        (["run=x", "threads=100000"], r"^config error: threads=100000: must be at most \d+ \(4 x this machine's"),
     ],
 )
 def test_validate_translate_names_the_key(hydra_ctx, overrides, message):

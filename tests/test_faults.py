@@ -227,6 +227,27 @@ def test_a_run_that_gets_nan_before_its_first_save_names_no_checkpoint(setup, tm
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_validation_whose_loss_is_nan_is_never_the_best(setup, tmp_path, caplog):
+    # optim.eps=0 trained NaN weights, and their first validation was "(new best)" and wrote best.pt
+    # (NaN compares false with everything, so `best is None` decided alone).
+    _, data = setup
+    trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 4))])
+    with torch.no_grad():
+        for parameter in trainer.model.parameters():
+            parameter.fill_(float("nan"))
+    trainer.step = 4
+    with caplog.at_level(logging.INFO, logger=LOOP_LOGGER):
+        trainer.validate_and_save(None)
+    assert np.isnan(trainer.last_metrics["loss"])
+    assert trainer.best is None and trainer.validations_since_best == 1
+    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+    assert not (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    assert "(new best)" not in caplog.text
+    # Nor after a finite best, whatever the diverged weights' other metrics say.
+    trainer.best = {"value": -1.0, "step": 2}
+    assert not trainer.improved({**trainer.last_metrics, trainer.cfg.best_metric: 100.0})
+
+
 # --- out of memory --------------------------------------------------------------------------------
 
 

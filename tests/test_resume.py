@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -295,16 +296,32 @@ def test_ctrl_c_says_how_to_translate_and_how_to_resume(tmp_path, monkeypatch):
         return metrics
 
     monkeypatch.setattr(loop.Trainer, "train_step", interrupted_after_update_2)
-    summary, lines = train_logging(compose_config("train", TINY_TRAIN), tmp_path / "run")
+    run = tmp_path / "my rün"  # the printed commands broke on the space, and Hydra on the ü
+    summary, lines = train_logging(compose_config("train", TINY_TRAIN), run)
     # Stopped after the update in progress, saved, exports skipped, and 128 + SIGINT for the command.
     assert summary["step"] == 2 and summary["exit_status"] == 130
-    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
-    assert not (tmp_path / "run" / "ctranslate2").exists() and not (tmp_path / "run" / "model").exists()
+    assert (run / "checkpoints" / "last.pt").is_file()
+    assert not (run / "ctranslate2").exists() and not (run / "model").exists()
     assert "exports for translation not written (stopped by signal); translation reads the checkpoint" in lines
     assert lines[-2:] == [
-        f"translate with:  seq2seq-translate run={tmp_path / 'run'} < input.txt > output.txt",
-        f"resume with:     seq2seq-train resume={tmp_path / 'run'}",
+        f"translate with:  seq2seq-translate run='{run}' < input.txt > output.txt",
+        f"resume with:     seq2seq-train \"resume='{run}'\"",
     ]
+    # What the shell passes on is what each command reads back.
+    from seq2seq.cli.common import parse_command_line, parse_key_values
+    from seq2seq.config import TranslateConfig
+
+    translate_words, resume_words = (shlex.split(line.split(":", 1)[1]) for line in lines[-2:])
+    assert parse_key_values(translate_words[1:2], TranslateConfig).run == str(run)
+    assert parse_command_line(resume_words[1:])[1][0].value() == str(run)
+
+
+@pytest.mark.parametrize("path", ["/tmp/it's", "/tmp/back\\slash\\", "/tmp/$HOME x", 'a"b c'])
+def test_the_printed_resume_command_gives_hydra_the_path_back(path):
+    from seq2seq.cli.common import parse_command_line
+    from seq2seq.train.run import hydra_argument
+
+    assert parse_command_line(shlex.split(hydra_argument("resume", path)))[1][0].value() == path
 
 
 def test_a_run_stops_when_it_reaches_its_target_and_says_so(tmp_path):
@@ -366,3 +383,23 @@ def test_the_final_validation_is_kept_inside_max_minutes(tmp_path: Path) -> None
     trainer.validation_minutes = 0.3  # a validation takes longer than what is left
     assert trainer.stop_reason() == "used max_minutes=1.0"
     assert trainer.optimizer.lr_at(5) == 0.0
+
+
+def test_resume_with_init_from_is_refused_before_anything_is_written(tmp_path):
+    # init_from was dropped without a word: the run resumed from its own last.pt.
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.pt").write_bytes(b"")  # all the command-line check looks at
+    message = (
+        f"config error: init_from='{tmp_path / 'x.pt'}': cannot be combined with resume "
+        "(a resumed run continues from its own last.pt)"
+    )
+    from seq2seq.cli.train import check_run_directory
+
+    with pytest.raises(UserError) as info:  # before Hydra writes .hydra/resumed-* into the run
+        check_run_directory([f"resume={run}", f"init_from={tmp_path / 'x.pt'}"])
+    assert str(info.value) == message
+    with pytest.raises(UserError) as info:  # train(cfg), called from Python
+        train(compose_config("train", [*TINY_TRAIN, f"resume={run}", f"init_from={tmp_path / 'x.pt'}"]), run)
+    assert str(info.value) == message
+    assert sorted(p.name for p in run.rglob("*")) == ["checkpoints", "last.pt"]

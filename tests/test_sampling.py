@@ -78,8 +78,10 @@ def test_a_seed_fixes_the_samples() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(temperature=0.0), r"^config error: temperature=0\.0: must be > 0$"),
-        (dict(temperature=-1.0), r"^config error: temperature=-1\.0: must be > 0$"),
+        (dict(temperature=0.0), r"^config error: temperature=0\.0: must be > 0 and finite$"),
+        (dict(temperature=-1.0), r"^config error: temperature=-1\.0: must be > 0 and finite$"),
+        (dict(temperature=float("inf")), r"^config error: temperature=inf: must be > 0 and finite$"),  # was NaN samples
+        (dict(top_k="5"), r"^config error: top_k='5': must be an integer$"),
         (dict(top_p=0.0), r"^config error: top_p=0\.0: must be in \(0, 1\]$"),
         (dict(top_p=1.5), r"^config error: top_p=1\.5: must be in \(0, 1\]$"),
         (dict(top_k=-2), r"^config error: top_k=-2: must be >= 0"),

@@ -4,6 +4,7 @@ sampling behave as their definitions say, and bad input is one line naming the k
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import logging
@@ -105,6 +106,89 @@ def test_a_prefix_on_an_empty_source_still_starts_the_translation(run_dir: Path,
     out = translator.translate(sources, prefixes)
     assert out[0].startswith("K J") and out[1].startswith("K") and out[2].startswith("K J"), out
     assert out[3] == "" and out[4].startswith(" ")  # no source and no prefix: an empty line, as before
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_str_is_one_line_and_any_iterable_is_lines(run_dir: Path, engine: str) -> None:
+    # A str was iterated as its characters; a generator was used up before decoding: [''] * n.
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+        from seq2seq.inference import CTranslate2Translator
+
+        translator = CTranslate2Translator.load(run_dir, beam=2, nbest=2)
+    else:
+        translator = Translator.load(run_dir, beam=2, nbest=2, precision="fp32", device="cpu")
+    listed = translator.translate(LINES)
+    assert translator.translate("a b c d") == listed[0] and isinstance(listed[0], str)
+    assert translator.translate(line for line in LINES) == listed
+    assert translator.translate(tuple(LINES)) == listed
+    nbest = translator.translate_nbest(LINES)
+    assert [t.text for t in translator.translate_nbest("a b c d")] == [t.text for t in nbest[0]]
+    assert len(nbest[0]) == 2
+    assert translator.translate("", prefix := "K").startswith(prefix)
+    for bad, message in (([None], "lines[0]: must be a str, not NoneType"), (7, "lines: must be a list")):
+        with pytest.raises(TypeError, match=rf"^{re.escape(message)}") as info:
+            translator.translate(bad)
+        assert isinstance(info.value, UserError) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "message"),
+    [
+        # Each was accepted: max_len_a=-1 returned [''], nbest=5 with beam=2 returned 2 hypotheses,
+        # beam=0 an IndexError later, beam='5' and batch_size=0 tracebacks.
+        (dict(max_len_a=-1.0), ValueError, "max_len_a=-1.0: must be >= 0 and finite"),
+        (dict(beam=2, nbest=5), ValueError, "nbest=5: must be in [1, beam=2]"),
+        (dict(beam=0), ValueError, "beam=0: must be positive"),
+        (dict(beam="5"), TypeError, "beam='5': must be an integer"),
+        (dict(beam=True), TypeError, "beam=True: must be an integer"),
+        (dict(batch_size=0), ValueError, "batch_size=0: must be positive"),
+        (dict(length_penalty=float("nan")), ValueError, "length_penalty=nan: must be finite"),
+        (dict(sampling=SamplingRule(), seed=10**25), ValueError, f"seed={10**25}: must be in [0, 4294967295]"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_bad_api_settings_are_one_line_errors_naming_the_key(
+    run_dir: Path, engine: str, settings: dict, error: type, message: str
+) -> None:
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+        from seq2seq.inference import CTranslate2Translator
+
+        load = CTranslate2Translator.load
+    else:
+        load = Translator.load
+    with pytest.raises(error, match=rf"^config error: {re.escape(message)}") as info:
+        load(run_dir, **settings)
+    assert isinstance(info.value, UserError)  # what seq2seq-translate prints as one line
+
+
+def test_a_translator_built_directly_checks_its_settings(run_dir: Path) -> None:
+    loaded = Translator.load(run_dir, precision="fp32", device="cpu")
+    with pytest.raises(ValueError, match=r"^config error: nbest=3: must be in \[1, beam=1\]$"):
+        Translator(loaded.model, loaded.tokenizers, loaded.device, beam=1, nbest=3)
+
+
+def test_device_cuda_without_a_gpu_is_one_message_for_training_and_every_engine(run_dir: Path, tmp_path: Path) -> None:
+    # CTranslate2 said "CUDA failed with error CUDA driver version is insufficient for CUDA runtime version".
+    import torch
+
+    from seq2seq.device import pick_device
+    from seq2seq.inference.ctranslate2_engine import cuda_device_count
+
+    if torch.cuda.is_available() or cuda_device_count():
+        pytest.skip("needs a machine without a GPU")
+    message = "device=cuda: CUDA is not available on this machine (use device=auto or cpu)"
+    engines = ["auto", "torch"] + (["ctranslate2"] if importlib.util.find_spec("ctranslate2") else [])
+    for engine in engines:
+        with pytest.raises(UserError) as info:
+            command(tmp_path, ["a b"], run=str(run_dir), device="cuda", engine=engine)
+        assert str(info.value) == message, engine
+    with pytest.raises(UserError) as info:
+        pick_device("cuda")  # what training calls
+    assert str(info.value) == message
+    with pytest.raises(ValueError, match=r"^config error: device='tpu': must be auto, cpu, cuda or cuda:N$"):
+        Translator.load(run_dir, device="tpu")  # torch's "Expected one of cpu, cuda, ..." traceback
 
 
 def test_both_translators_have_the_methods_the_commands_and_the_server_call() -> None:
@@ -233,7 +317,7 @@ def test_sampling_is_seeded_and_gives_nbest_samples_per_line(run_dir: Path, tmp_
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("temperature=0", "error: config error: temperature=0.0: must be > 0"),
+        ("temperature=0", "error: config error: temperature=0.0: must be > 0 and finite"),
         ("top_p=1.5", "error: config error: top_p=1.5: must be in (0, 1]"),
         ("top_p=0", "error: config error: top_p=0.0: must be in (0, 1]"),
     ],

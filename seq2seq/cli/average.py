@@ -75,6 +75,8 @@ def run(cfg: AverageConfig) -> Path:
         raise UserError(f"last={cfg.last}: must be at least 1")
     if cfg.checkpoints is not None:
         paths = [Path(p) for p in str(cfg.checkpoints).split(",") if p]
+        if not paths:
+            raise UserError(f"checkpoints={cfg.checkpoints}: names no file; give checkpoints=a.pt,b.pt")
         missing = [p for p in paths if not p.is_file()]
         if missing:
             raise UserError(f"checkpoints: {missing[0]}: no such file")

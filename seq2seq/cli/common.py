@@ -32,6 +32,32 @@ def report_errors(run: Callable[[], T], debug: bool) -> T:
         sys.exit(2)
 
 
+def exit_on_interrupt(run: Callable[[], T], debug: bool) -> T:
+    """Runs `run`; Ctrl-C that reaches here (before training installs its handler, or a second one
+    while it saves) is one line and exit status 130, as a shell reports a command stopped by Ctrl-C
+    (128 + SIGINT), unless `debug` asks for the traceback."""
+    try:
+        return run()
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def check_resolves(cfg: Any) -> None:
+    """Every interpolation of a composed config resolves (`max_steps=${nope}` would otherwise fail
+    where the key is first read, as a traceback): one line naming the key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "config"
+        raise UserError(f"config error: {key}: {str(err).strip().splitlines()[0]}") from err
+
+
 def _append_to_log_files(message: str) -> None:
     """The error also goes to the run's train.log (not to the console twice)."""
     record = logging.makeLogRecord({"msg": message, "levelno": logging.ERROR, "levelname": "ERROR", "name": "seq2seq"})
@@ -87,22 +113,32 @@ def parse_key_values(argv: list[str], schema: type) -> Any:
     """`key=value` arguments over a flat schema (no config groups, no Hydra flags), parsed by OmegaConf
     alone: the schema's defaults with the arguments merged on top and type-checked, as Hydra would
     compose them (tests/test_cli.py compares the two). A bad key or value is one line naming it."""
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     known = _schema_keys(schema)
     for argument in argv:
-        key, equals, _ = argument.partition("=")
+        key, equals, value = argument.partition("=")
         if not equals:
             raise UserError(f"{argument}: expected key=value; --help lists the keys")
         if key not in known:
             close = difflib.get_close_matches(key.lstrip("+~"), known, n=1, cutoff=0.6)
             raise UserError(f"{key}: unknown key; {f'did you mean {close[0]}?' if close else '--help lists the keys'}")
+        try:  # each value is read as YAML: "," or "[a" is a YAML syntax error, not a string
+            OmegaConf.from_dotlist([argument])
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise UserError(
+                f"{key}={value}: not a value YAML can read ({problem}); quote it: \"{key}='{value}'\""
+            ) from err
     try:
-        return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(argv))
+        merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(argv))
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "command line"
         raise UserError(f"{key}: {str(err).strip().splitlines()[0]}") from err
+    check_resolves(merged)
+    return merged
 
 
 def parse_command_line(argv: list[str]) -> tuple[Any, list[Any]]:
@@ -112,10 +148,25 @@ def parse_command_line(argv: list[str]) -> tuple[Any, list[Any]]:
     from hydra.errors import HydraException
 
     args, _ = get_args_parser().parse_known_args(argv)
+    parser = OverridesParser.create()
     try:
-        return args, OverridesParser.create().parse_overrides(args.overrides)
+        return args, parser.parse_overrides(args.overrides)
     except HydraException as err:
+        for override in args.overrides:  # which one, and whether quoting it is the cure
+            try:
+                parser.parse_overrides([override])
+            except HydraException:
+                raise UserError(f"cannot parse the command line: {override}: {_parse_hint(override, err)}") from err
         raise UserError(f"cannot parse the command line: {str(err).splitlines()[0]}") from err
+
+
+def _parse_hint(override: str, err: Exception) -> str:
+    """Hydra's grammar takes no letter beyond ASCII unquoted: a path such as /tmp/rün must be quoted
+    within the argument (its LexerNoViableAltException says none of that)."""
+    key, equals, value = override.partition("=")
+    if equals and value and value[0] not in "'\"" and not value.isascii():
+        return f"Hydra reads non-ASCII letters only in quotes, inside the argument: \"{key}='{value}'\""
+    return str(err).splitlines()[0]
 
 
 def _schema_keys(schema: type, prefix: str = "") -> list[str]:

@@ -21,12 +21,14 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.cli.common import (
     CONFIG_PATH,
     check_override_keys,
+    check_resolves,
+    exit_on_interrupt,
     parse_command_line,
     print_help,
     report_errors,
     wants_help,
 )
-from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
+from seq2seq.config import TrainConfig, UserError, check_weights_source, register_configs, validate_train
 from seq2seq.interop.huggingface import is_huggingface_model
 from seq2seq.train.lock import check_unlocked, refuse_previous_run
 from seq2seq.train.run import GROUPS, pretrained_config, train
@@ -77,6 +79,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     def run() -> dict:
         # A refused config or unreadable data leaves no run directory behind (Hydra made it just now).
         try:
+            check_resolves(cfg)
             if not cfg.resume:
                 if cfg.init_from and is_huggingface_model(cfg.init_from):  # checks the model's keys too
                     validate_train(pretrained_config(cfg.copy(), list(runtime.overrides.task)))
@@ -87,7 +90,8 @@ def _hydra_main(cfg: DictConfig) -> None:
                 _remove_hydra_only_directory(run_dir)
             raise
 
-    summary = report_errors(run, cfg.debug)
+    debug = "debug=true" in sys.argv  # cfg.debug itself may be what does not resolve
+    summary = exit_on_interrupt(lambda: report_errors(run, debug or cfg.debug), debug)
     if summary.get("exit_status"):  # stopped by Ctrl-C or SIGTERM, after saving: not a finished run
         sys.exit(summary["exit_status"])
 
@@ -98,6 +102,8 @@ def check_run_directory(argv: list[str]) -> None:
     args, overrides = parse_command_line(argv)
     values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
     resume = values.get("resume")
+    init_from = values.get("init_from")
+    check_weights_source(resume if isinstance(resume, str) else None, init_from if isinstance(init_from, str) else None)
     if isinstance(resume, str) and resume:
         if not Path(resume).is_dir():
             raise UserError(f"resume={resume}: no such run directory")

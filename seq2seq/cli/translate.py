@@ -16,7 +16,15 @@ from seq2seq.allocator import relaunch_with_tcmalloc
 if __name__ == "__main__":  # `python -m seq2seq.cli.translate`: the console script does it in launch.py
     relaunch_with_tcmalloc("seq2seq-translate", __name__)  # before torch is imported: see seq2seq/allocator.py
 
-from seq2seq.cli.common import CONFIG_PATH, parse_key_values, print_help, report_errors, wants_help
+from seq2seq.cli.common import (
+    CONFIG_PATH,
+    check_resolves,
+    exit_on_interrupt,
+    parse_key_values,
+    print_help,
+    report_errors,
+    wants_help,
+)
 from seq2seq.config import TranslateConfig, register_configs
 
 USAGE = "run=<run dir> [key=value ...] < input > output"
@@ -54,13 +62,9 @@ def _translate(cfg: object) -> None:
     # Imported here so that `--help` and config errors answer before torch is loaded.
     from seq2seq.inference.command import translate
 
-    try:
-        report_errors(lambda: translate(cfg), cfg.debug)
-    except KeyboardInterrupt:  # Ctrl-C: every chunk before it was written and flushed; no traceback
-        if cfg.debug:
-            raise
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+    report_errors(lambda: check_resolves(cfg), "debug=true" in sys.argv)  # before cfg.debug is read
+    # Ctrl-C: every chunk before it was written and flushed; no traceback.
+    exit_on_interrupt(lambda: report_errors(lambda: translate(cfg), cfg.debug), cfg.debug)
 
 
 if __name__ == "__main__":

@@ -19,15 +19,17 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.config import ModelConfig, TranslateConfig, UserError, validate_translate
+from seq2seq.config import ModelConfig, TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.run_export import checked_export, given_export, int8_export
 from seq2seq.inference.translation import (
     Translation,
+    as_lines,
     check_beam_fits,
     check_prefix_fits,
     fit_source,
@@ -208,7 +210,12 @@ class CTranslate2Translator:
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
         self.max_positions = _max_positions(directory / DECODING_FILE)
         self.cfg = cfg
-        device, index = _device(str(cfg.device), cuda_device_count())
+        gpus = cuda_device_count()
+        try:  # the message PyTorch's engine gives; engine=auto then tries PyTorch, which may see a GPU
+            check_cuda_device(str(cfg.device), gpus)
+        except UserError as err:
+            raise EngineUnavailable(str(err)) from err
+        device, index = _device(str(cfg.device), gpus)
         inter_threads, intra_threads = thread_split(cfg.threads, device, bool(cfg.sampling))
         try:
             self.engine = ctranslate2.Translator(
@@ -239,7 +246,10 @@ class CTranslate2Translator:
                 "(engine=torch decodes on the GPU; device=cpu runs CTranslate2 on the CPU)"
             ) from err
 
-    def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]:
+    def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]:
+        """As `Translator.translate`: a str is one line, and gets a str back."""
+        if isinstance(lines, str):
+            return self.translate([lines], None if prefixes is None else [prefixes])[0]
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
     def _source_tokens(self, line: str, number: int) -> list[str]:
@@ -249,8 +259,14 @@ class CTranslate2Translator:
         return fit_source(tokens, self.max_positions, number, log)
 
     def translate_nbest(
-        self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
-    ) -> list[list[Translation]]:
+        self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
+    ) -> list[list[Translation]] | list[Translation]:
+        if isinstance(lines, str):  # one line: its n-best list
+            return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
+        lines = as_lines(lines)
+        prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
+        if prefixes is not None and len(prefixes) != len(lines):
+            raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)

@@ -70,12 +70,15 @@ def _read(path: Path) -> tuple[Path, dict[str, Any]]:
     return read_model_file(path)
 
 
-def check_same_tokenizer(tokenizers: Tokenizers, first: Tokenizers, path: Path, first_path: Path) -> None:
-    """An ensemble reads and writes one vocabulary: every member's tokenizer must be the first's."""
+def check_same_tokenizer(
+    tokenizers: Tokenizers, first: Tokenizers, path: Path, first_path: Path, what: str = "an ensemble"
+) -> None:
+    """An ensemble reads and writes one vocabulary, and an average of weights is only meaningful where
+    each id is the same token: every checkpoint's tokenizer must be the first's."""
     same = tokenizers.src.to_str() == first.src.to_str() and tokenizers.tgt.to_str() == first.tgt.to_str()
     if not same:
         raise UserError(
-            f"{path}: its tokenizer differs from that of {first_path}; an ensemble needs checkpoints that "
+            f"{path}: its tokenizer differs from that of {first_path}; {what} needs checkpoints that "
             "share one tokenizer (checkpoints of one run)"
         )
 

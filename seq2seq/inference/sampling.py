@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seq2seq.config import UserError
+from seq2seq.config import validate_sampling
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,7 @@ class SamplingRule:
     top_p: float = 1.0  # in (0, 1]: keep the most likely tokens up to this much probability
 
     def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise UserError(f"config error: temperature={self.temperature!r}: must be > 0")
-        if self.top_k < 0:
-            raise UserError(f"config error: top_k={self.top_k!r}: must be >= 0 (0 keeps every token)")
-        if not 0 < self.top_p <= 1:
-            raise UserError(f"config error: top_p={self.top_p!r}: must be in (0, 1]")
+        validate_sampling(self)  # the translate config's rules and messages
 
     def filter(self, log_probs: torch.Tensor) -> torch.Tensor:
         """(R, V) log-probabilities -> (R, V) logits of the distribution to sample from: tempered, and

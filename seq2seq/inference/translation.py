@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from seq2seq.config import UserError
+from seq2seq.config import ConfigTypeError, UserError
 from seq2seq.data.tokenizer import Tokenizers
 
 T = TypeVar("T")
@@ -28,11 +29,12 @@ class TranslatorAPI(Protocol):
     tokenizers: Tokenizers
     max_positions: int  # the longest source or target, </s> included, that the model takes
 
-    def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]: ...
+    # A str is one line (and gets one result back); any other iterable of str is lines.
+    def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]: ...
 
     def translate_nbest(
-        self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
-    ) -> list[list[Translation]]: ...
+        self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
+    ) -> list[list[Translation]] | list[Translation]: ...
 
 
 def replaced(cfg: Any, **changes: Any) -> Any:
@@ -48,6 +50,19 @@ def check_beam_fits(beam: int, vocabulary_size: int) -> None:
     """A beam needs that many distinct tokens to extend its hypotheses with."""
     if beam > vocabulary_size:
         raise UserError(f"beam={beam} is larger than the target vocabulary ({vocabulary_size})")
+
+
+def as_lines(lines: Any, name: str = "lines") -> list[str]:
+    """The API's input as a list of str: any iterable (a generator would otherwise be used up by the
+    first pass over it, leaving empty translations), each item a str. A str itself is refused here:
+    iterated it would be its characters; the translators take it as one line before calling this."""
+    if isinstance(lines, str | bytes) or not isinstance(lines, Iterable):
+        raise ConfigTypeError(f"{name}: must be a list (or other iterable) of str, not {type(lines).__name__}")
+    items = list(lines)
+    for number, item in enumerate(items):
+        if not isinstance(item, str):
+            raise ConfigTypeError(f"{name}[{number}]: must be a str, not {type(item).__name__}")
+    return items
 
 
 def to_translate(lines: list[str], prefixes: list[str] | None) -> list[int]:

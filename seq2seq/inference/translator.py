@@ -11,20 +11,28 @@ validation during training are built, so all three decode the same way. No Hydra
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.config import TranslateConfig
+from seq2seq.config import TranslateConfig, validate_search
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
-from seq2seq.inference.translation import Translation, check_prefix_fits, fit_source, output_budget, to_translate
+from seq2seq.inference.translation import (
+    Translation,
+    as_lines,
+    check_prefix_fits,
+    fit_source,
+    output_budget,
+    to_translate,
+)
 from seq2seq.model.transformer import Transformer
 from seq2seq.path_kind import PathKind, path_kind
 
@@ -60,6 +68,8 @@ class Translator:
         self.nbest = nbest
         self.batch_size = batch_size
         self.sampling = sampling  # None: search (greedy or beam); else `nbest` samples per line
+        self.seed = seed
+        validate_search(self)  # the rules of seq2seq-translate's keys, types included
         # One generator for the translator's life: the same lines in the same calls give the same samples.
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.max_positions = model.max_positions if isinstance(model, Ensemble) else model.cfg.max_positions
@@ -118,26 +128,18 @@ class Translator:
         precision: auto (measured once per machine), fp32, bf16, or fp16 on a GPU.
         device: auto, cpu, cuda, cuda:N. sampling: sample instead of searching (see SamplingRule),
         seeded by `seed`.
-        Bad files or settings raise `seq2seq.config.UserError` with a one-line message.
+        Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key
+        (a setting of the wrong type is also a TypeError, a bad value also a ValueError).
         """
+        settings = dict(beam=beam, nbest=nbest, length_penalty=length_penalty, max_len_a=max_len_a)
+        settings |= dict(max_len_b=max_len_b, batch_size=batch_size, sampling=sampling, seed=seed)
+        validate_search(SimpleNamespace(**settings))  # before the model is loaded, not after
         paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
         run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
         torch_device = pick_device(device)
         check_precision(precision, torch_device)
         model, tokenizers = load_model(run, None if run else paths, precision, torch_device, beam)
-        return cls(
-            model,
-            tokenizers,
-            torch_device,
-            beam=beam,
-            length_penalty=length_penalty,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-            nbest=nbest,
-            batch_size=batch_size,
-            sampling=sampling,
-            seed=seed,
-        )
+        return cls(model, tokenizers, torch_device, **settings)
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Source ids + EOS, cut to the model's positions with a warning that names the line (by
@@ -199,17 +201,24 @@ class Translator:
             forced,
         )
 
-    def translate(self, lines: list[str], prefixes: list[str] | None = None) -> list[str]:
+    def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]:
         """The best translation of each line, in input order; with `prefixes`, each translation starts
-        with its line's prefix (target text; "" for none)."""
+        with its line's prefix (target text; "" for none). A str is one line, and gets a str back."""
+        if isinstance(lines, str):
+            return self.translate([lines], None if prefixes is None else [prefixes])[0]
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
     @torch.inference_mode()
     def translate_nbest(
-        self, lines: list[str], prefixes: list[str] | None = None, first_line_number: int = 1
-    ) -> list[list[Translation]]:
-        """`nbest` translations (or samples) per line, best score first, in input order. Empty lines
-        stay empty, unless they have a prefix: a translation always starts with its prefix. `first_line_number` numbers the lines in warnings and errors."""
+        self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
+    ) -> list[list[Translation]] | list[Translation]:
+        """`nbest` translations (or samples) per line, best score first, in input order (for a str, one
+        line: its list). Empty lines stay empty, unless they have a prefix: a translation always starts
+        with its prefix. `first_line_number` numbers the lines in warnings and errors."""
+        if isinstance(lines, str):
+            return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
+        lines = as_lines(lines)
+        prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
         if prefixes is not None and len(prefixes) != len(lines):
             raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
         self.model.eval()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.checkpoint import remove_stale_temporaries
-from seq2seq.config import TrainConfig, UserError, as_dict, validate_train
+from seq2seq.config import TrainConfig, UserError, as_dict, check_weights_source, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -160,6 +162,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
 def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, dict | None]:
     """The config this run trains with, checked, and the checkpoint payload it resumes from (or None)."""
     payload = None
+    check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
         payload = resume_payload(Path(cfg.resume))
         cfg = resumed_config(cfg, overrides, payload["config"])
@@ -310,6 +313,18 @@ def _remove_stale_exports(run_dir: Path) -> int:
     return remove_stale_export_directories(run_dir)
 
 
+def hydra_argument(key: str, value: str) -> str:
+    """`key=value` as a shell word that Hydra reads back as `value`: Hydra's grammar takes only a few
+    characters unquoted (not a space, not ü), and the shell must keep the quotes Hydra needs."""
+    if re.fullmatch(r"[A-Za-z0-9_./:+@%-]+", value):
+        return f"{key}={value}"
+    # Inside Hydra's quotes a backslash is itself only before a quote or at the end, where it is doubled.
+    escaped = re.sub(r"(\\+)(?='|$)", lambda run: run.group(1) * 2, value).replace("'", "\\'")
+    argument = f"{key}='{escaped}'"
+    # Double quotes read best, where the shell leaves everything inside them as it is.
+    return f'"{argument}"' if not re.search(r'["$`\\!]', argument) else shlex.quote(argument)
+
+
 def _write_inference_exports(run_dir: Path) -> None:
     """What translation reads (seq2seq.inference.export.write_run_exports), logged. A failure here
     costs nothing: the checkpoints are intact and translation falls back to them."""
@@ -366,7 +381,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[
                 log.info("target reached: %s (target %g) at update %d", last, cfg.target, trainer.step)
             else:
                 log.warning("target NOT reached: %s at the last validation, target %g (%s)", last, cfg.target, reason)
-        log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", run_dir)
+        log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", shlex.quote(str(run_dir)))
         if reason == STOPPED_BY_SIGNAL:
-            log.info("resume with:     seq2seq-train resume=%s", run_dir)
+            log.info("resume with:     seq2seq-train %s", hydra_argument("resume", str(run_dir)))
     return summary

@@ -573,6 +573,10 @@ class Trainer:
 
     def improved(self, metrics: dict[str, float]) -> bool:
         value = metrics[self.cfg.best_metric]
+        # Weights whose loss is NaN (or infinite) have diverged: never the best, whatever their BLEU,
+        # and a NaN metric compares false with everything, so it would otherwise pass as a first best.
+        if not math.isfinite(metrics["loss"]) or math.isnan(value):
+            return False
         if self.best is None:
             return True
         return value < self.best["value"] if self.cfg.best_metric == "loss" else value > self.best["value"]
