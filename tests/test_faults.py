@@ -33,6 +33,7 @@ FAULT_TRAIN = [
     "data.task_train_size=200",
     "model.dropout=0.0",  # no randomness: two trainers given the same batches make the same update
     "max_skipped_updates=3",
+    "log_every=100",  # read back when a test says (check_updates), or at validations and saves
 ]
 SIMULATED_OOM = "CUDA out of memory. Tried to allocate 2.00 GiB (simulated)"
 
@@ -163,17 +164,19 @@ def test_only_consecutive_skips_count_toward_the_limit(setup, tmp_path, caplog):
 
 
 def test_updates_are_read_back_every_log_every_updates(setup, tmp_path):
-    """fit reads the device back once per log_every updates (and at the first): the updates in between
-    wait on the device, and a run of non-finite ones is found at the next read-back."""
-    _, data = setup
-    trainer = make_trainer(setup, tmp_path, [batch_of(data, np.arange(0, 8))])
+    """train_step reads the device back once per log_every updates: the updates in between wait on the
+    device, and a run of non-finite ones is found at the next read-back."""
+    cfg, data = setup
+    cfg = cfg.copy()
+    cfg.log_every = 5
+    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    trainer.stream.next_update = lambda *_args: [batch_of(data, np.arange(0, 8))]
     poison(trainer, set(range(3, 100)), "nan_loss")
     for _ in range(4):
         trainer.train_step()
     assert [p.step for p in trainer.pending] == [1, 2, 3, 4] and trainer.skipped_updates == 0
-    trainer.train_step()
     with pytest.raises(NonFiniteLoss, match="3 updates in a row"):
-        trainer.check_updates()
+        trainer.train_step()  # update 5 reads all five back
     assert trainer.pending == [] and trainer.skipped_updates == 3
 
 
