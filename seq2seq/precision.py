@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -148,6 +148,32 @@ def _choose_on_cuda(requested: str, device: torch.device) -> PrecisionChoice:
     if torch.cuda.is_bf16_supported():
         return PrecisionChoice("bf16", f"auto: {name} supports bf16")
     return PrecisionChoice("fp16", f"auto: {name} has no bf16; fp16 (training uses a grad scaler)")
+
+
+BATCH_DEPENDENT = (
+    "a sentence's translation can depend on the other sentences of its batch in {precision} (its matmuls round "
+    "differently with the batch's shape); precision=auto decodes in fp32, which does not"
+)
+
+
+def choose_decoding_precision(
+    requested: str,
+    device: torch.device,
+    d_model: int,
+    ffn_dim: int,
+    rates: Callable[[int, int], MatmulRates] | None = None,
+) -> PrecisionChoice:
+    """What PyTorch decodes in. Unlike training, `auto` is fp32 everywhere: half-precision matmuls
+    round differently with the batch's shape, so a line's translation would change with the lines
+    decoded beside it (the CLI's batches, the server's concurrent clients). bf16 and fp16 stay
+    available, faster where the hardware has them, with that said once."""
+    if requested == "auto":
+        return PrecisionChoice("fp32", "auto: fp32 for decoding, whose lines must not depend on their batch")
+    choice = choose_precision(requested, device, d_model, ffn_dim, rates)
+    if choice.precision == "fp32":
+        return choice
+    batch_note = BATCH_DEPENDENT.format(precision=choice.precision)
+    return replace(choice, warning=f"{choice.warning}; {batch_note}" if choice.warning else batch_note)
 
 
 def log_choice(choice: PrecisionChoice, logger: logging.Logger = log) -> None:

@@ -5,9 +5,11 @@ rule reads only names, a checkpoint's zip directory and the record inside the ex
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -187,60 +189,47 @@ def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytes
 
 
 @pytest.mark.usefixtures("installed")
-@pytest.mark.parametrize("faster", ["torch", "ctranslate2"])
-def test_on_a_cpu_with_bf16_instructions_auto_decodes_with_the_engine_measured_faster(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, faster: str
-) -> None:
-    """There PyTorch's precision=auto is bf16: faster than the fp32 export on an AMX Xeon, slower on an
-    AVX512-BF16 Zen 5. The two are timed once per machine, model and search, and the answer cached."""
-    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: True)
-    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
-    measured: list[tuple[str, ...]] = []
-
-    def measure(candidates, load):
-        measured.append(candidates)
-        return engine_probe.Timing({"torch": 1.0 if faster == "torch" else 3.0, "ctranslate2": 2.0}, "bf16")
-
-    monkeypatch.setattr(engine_probe, "measure_engines", measure)
-    run = make_run(tmp_path / "run")
-    for settings in (dict(), dict(device="cpu"), dict(beam=4)):
-        choice = choose_engine(TranslateConfig(run=str(run), **settings))
-        assert choice.engine == faster, (settings, choice)
-        assert "PyTorch bf16 " in choice.why and "CTranslate2 fp32 2.00 s" in choice.why, choice.why
-    assert measured == [("torch", "ctranslate2")]  # beam 5 (the default) and beam 4 share one timing
-    choose_engine(TranslateConfig(run=str(run), beam=1))
-    assert len(measured) == 2  # greedy search is timed on its own
-    for settings in (dict(precision="fp32"), dict(engine="ctranslate2")):
-        choice = choose_engine(TranslateConfig(run=str(run), **settings))
-        assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), settings
-    assert len(measured) == 2
-
-
 @pytest.mark.parametrize("bf16", [True, False])
-def test_the_engine_and_the_precision_choice_read_one_bf16_detector(
+def test_auto_decodes_with_the_export_in_fp32_even_where_bf16_is_faster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bf16: bool
 ) -> None:
-    """engine=auto weighs PyTorch against the fp32 export exactly where precision=auto may take bf16:
-    both ask seq2seq.cpuinfo.has_bf16 (replaced here), so they cannot disagree."""
-    import torch
-
-    from seq2seq.precision import MatmulRates, choose_precision
-
+    """precision=auto decodes in fp32 on every CPU (bf16 lines change with their batch-mates), so
+    engine=auto takes the run's fp32 export without timing PyTorch against it. PyTorch bf16 is there
+    for the asking (precision=bf16)."""
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: bf16)
-    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: True)
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     measured: list[tuple[str, ...]] = []
+    monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: measured.append(candidates))
+    run = make_run(tmp_path / "run")
+    for settings in (dict(), dict(device="cpu"), dict(beam=4), dict(beam=1)):
+        choice = choose_engine(TranslateConfig(run=str(run), **settings))
+        assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), (settings, choice.why)
+    assert measured == []
+    assert choose_engine(TranslateConfig(run=str(run), precision="bf16")).engine == "torch"
 
-    def measure(candidates, load):
-        measured.append(candidates)
-        return engine_probe.Timing({"torch": 1.0, "ctranslate2": 2.0}, "bf16")
 
-    monkeypatch.setattr(engine_probe, "measure_engines", measure)
-    choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run")), device="cpu"))
-    bf16_faster = MatmulRates(fp32=1.0, bf16=3.0, capability="AVX512-BF16")
-    precision = choose_precision("auto", torch.device("cpu"), 64, 256, lambda d_model, ffn_dim: bf16_faster)
-    assert precision.precision == ("bf16" if bf16 else "fp32")
-    assert (choice.engine, len(measured)) == (("torch", 1) if bf16 else ("ctranslate2", 0)), choice.why
+def test_decoding_precision_auto_is_fp32_where_training_would_take_bf16() -> None:
+    """Training's auto takes bf16 where it is measured faster; decoding's auto never does, and an
+    explicit bf16 is told that its lines depend on their batch."""
+    import torch
+
+    from seq2seq.precision import MatmulRates, choose_decoding_precision, choose_precision
+
+    bf16_faster = lambda d_model, ffn_dim: MatmulRates(fp32=1.0, bf16=3.0, capability="AMX")  # noqa: E731
+    cpu = torch.device("cpu")
+    with monkeypatch_bf16(True):
+        assert choose_precision("auto", cpu, 64, 256, bf16_faster).precision == "bf16"
+        assert choose_decoding_precision("auto", cpu, 64, 256, bf16_faster).precision == "fp32"
+        explicit = choose_decoding_precision("bf16", cpu, 64, 256, bf16_faster)
+    assert explicit.precision == "bf16" and "depend on the other sentences of its batch" in explicit.warning
+    assert choose_decoding_precision("fp32", cpu, 64, 256, bf16_faster).warning is None
+
+
+@contextlib.contextmanager
+def monkeypatch_bf16(value: bool) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpuinfo, "has_bf16", lambda: value)
+        yield
 
 
 @pytest.mark.usefixtures("installed")

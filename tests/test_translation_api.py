@@ -547,3 +547,21 @@ def test_a_damaged_ctranslate2_export_is_one_line_naming_the_file(run_dir: Path,
         f"{export / 'shared_vocabulary.json'}: its tokens are not the tokenizer's beside it, in the same order "
         "(the export was altered or mixed with another's)"
     )
+
+
+def test_a_line_translates_the_same_whatever_its_batch_under_precision_auto(run_dir: Path, monkeypatch) -> None:
+    """Regression: on a CPU with bf16 instructions precision=auto decoded in bf16, whose matmuls round
+    differently with the batch's shape: 11 of 20 test2016 lines changed between the default batch and
+    batch_size=1. Decoding's auto is fp32 wherever training's would be bf16."""
+    import torch
+
+    from seq2seq import precision
+
+    bf16_faster = precision.MatmulRates(fp32=1.0, bf16=3.0, capability="AMX")
+    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: True)
+    monkeypatch.setattr(precision, "cached_matmul_rates", lambda d_model, ffn_dim: bf16_faster)
+    lines = [" ".join("abcdefghijklmnopqrst"[(7 * i + k) % 20] for k in range(3 + i % 9)) for i in range(24)]
+    together = Translator.load(run_dir, beam=3, precision="auto", device="cpu", batch_size=64)
+    assert all(p.dtype == torch.float32 for p in together.model.parameters())
+    alone = Translator.load(run_dir, beam=3, precision="auto", device="cpu", batch_size=1)
+    assert together.translate(lines) == alone.translate(lines)

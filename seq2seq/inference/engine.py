@@ -11,11 +11,9 @@ attention plots, ensembles, bf16/fp16, an export made from another checkpoint th
 record inside the export). The log says which engine decodes and why; engine=torch or
 engine=ctranslate2 forces one.
 
-On a CPU with bf16 instructions (AMX, AVX512-BF16) PyTorch's precision=auto is bf16 (measured,
-seq2seq/precision.py), which is faster than the fp32 export on some of those CPUs and slower on
-others: there engine=auto with precision=auto times both once (seq2seq/inference/engine_probe.py,
-cached per machine and model) and decodes with the faster, saying so; its lines may then differ from
-the other engine's (bf16 against fp32). Elsewhere both decode in fp32 and the export is the faster.
+precision=auto decodes in fp32 everywhere (seq2seq/precision.py, choose_decoding_precision: bf16
+lines change with their batch-mates), where the export is the faster engine; PyTorch decodes in bf16
+or fp16 when asked (precision=bf16), faster on some CPUs and GPUs, with that warning.
 The measurements behind these rules: docs/performance.md.
 
 precision=int8 is CTranslate2's alone (its weights quantised to 8 bits as the export loads): the lines
@@ -32,10 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seq2seq import cpuinfo
 from seq2seq.config import UserError
-from seq2seq.inference import engine_probe
-from seq2seq.inference.ctranslate2_engine import cuda_device_count, export_candidate
+from seq2seq.inference.ctranslate2_engine import export_candidate
 from seq2seq.inference.run_export import checked_export, given_export, int8_export, why_not_ctranslate2
 from seq2seq.inference.translation import TranslatorAPI, replaced
 from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, find_checkpoint, why_stale
@@ -73,25 +69,7 @@ def choose_engine(cfg: Any) -> EngineChoice:
     unfit = why_not_ctranslate2(cfg)
     if unfit is not None:
         return EngineChoice("torch", None, unfit)
-    if cfg.precision == "auto" and _bf16_cpu(cfg):
-        return _measured(cfg)
     return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), EXPORT_REASON, preferred_only=True)
-
-
-def _measured(cfg: Any) -> EngineChoice:
-    """engine=auto, precision=auto on a CPU with bf16 instructions: the faster of PyTorch (in the
-    precision its auto picks) and the run's fp32 export, timed on this machine."""
-    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2"), probe_loader(cfg))
-    torch_s, ct2_s = timing.seconds["torch"], timing.seconds["ctranslate2"]
-    figures = (
-        f"PyTorch {timing.torch_precision} {torch_s:.2f} s, CTranslate2 fp32 {ct2_s:.2f} s "
-        f"for the same {engine_probe.PROBE_SENTENCES} sentences, measured on this CPU once"
-    )
-    if timing.fastest() == "torch":
-        return EngineChoice("torch", None, f"faster here: {figures}; engine=ctranslate2 for the export")
-    export = str(Path(cfg.run) / CTRANSLATE2_DIR)
-    why = f"the run's export, faster here: {figures}; engine=torch for PyTorch"
-    return EngineChoice("ctranslate2", export, why, preferred_only=True)
 
 
 def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
@@ -106,14 +84,6 @@ def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
         return Translator.from_config(replaced(cfg, engine="torch", precision="auto"))
 
     return load
-
-
-def _bf16_cpu(cfg: Any) -> bool:
-    """Decoding on a CPU with bf16 instructions: device=cpu, or auto on a machine without a GPU (as
-    CTranslate2 counts them: torch is not imported to choose)."""
-    device = str(cfg.device)
-    on_cpu = device == "cpu" or (device == "auto" and not cuda_device_count())
-    return on_cpu and cpuinfo.has_bf16()
 
 
 def _warn_if_stale(export: Path) -> None:

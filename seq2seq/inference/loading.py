@@ -17,7 +17,7 @@ from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.translation import check_beam_fits
 from seq2seq.model.transformer import Transformer
 from seq2seq.path_kind import PathKind, path_kind
-from seq2seq.precision import choose_precision, log_choice
+from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
 
 log = logging.getLogger("seq2seq.translate")
 # What reads the models PyTorch translation does not: said instead of "not a checkpoint".
@@ -53,7 +53,7 @@ def load_model(
     for path, payload in loaded:
         check_vocabulary(payload, tokenizers, path)
     shape = loaded[0][1]["config"]["model"]
-    choice = choose_precision(precision, device, shape["d_model"], shape["ffn_dim"])
+    choice = choose_decoding_precision(precision, device, shape["d_model"], shape["ffn_dim"])
     log_choice(choice, log)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
     models = [model_from_checkpoint(payload).to(device=device, dtype=dtype).eval() for _, payload in loaded]
