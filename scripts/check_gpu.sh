@@ -2,11 +2,16 @@
 # Proves the CUDA paths on this machine's GPU and measures it, in parts that fit short GPU loans; a
 # summary comes last.
 #
+#   bash scripts/check_gpu.sh smoke  [MULTI30K_DIR] [OUT_DIR]   # 0. about 1 minute: does it run at all
 #   bash scripts/check_gpu.sh speed  [MULTI30K_DIR] [OUT_DIR]   # 1. about 5 minutes, 9 at most
 #   bash scripts/check_gpu.sh result [MULTI30K_DIR] [OUT_DIR]   # 2. MINUTES (default 10) + about 2
 #   bash scripts/check_gpu.sh extra  [MULTI30K_DIR] [OUT_DIR]   # 3-4. about 5 minutes, after 2
 #   (defaults: ../shared/data/multi30k outputs/check_gpu)
 #
+# Run it with its output going to a file, not through `| tail`: a command stopped by a time limit
+# takes its whole pipeline with it, and nothing it printed comes back (2026-11-27: a 9-minute GPU
+# loan ended that way with no figure at all). Start a loan with `smoke`.
+# 0. smoke: the small model for a few updates (bench_train.py) and tests/test_device_queue.py
 # 1. speed: scripts/bench_train.py on the GPU, bf16: small, base and big at 8k and 32k-token batches in
 #    one process (tokens/s, MFU, GPU busy fraction, kernels and host read-backs per update); fp16 with
 #    its grad scaler, and compile=true, once each -> bench_*.json; then the CUDA tests -> cuda_tests.log
@@ -19,7 +24,7 @@
 # Needs the dev extra and a CUDA build of torch. A step that fails is reported and the others still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: check_gpu.sh speed|result|extra [MULTI30K_DIR] [OUT_DIR]}
+part=${1:?usage: check_gpu.sh smoke|speed|result|extra [MULTI30K_DIR] [OUT_DIR]}
 data=$(realpath "${2:-../shared/data/multi30k}")
 out=$(realpath -m "${3:-outputs/check_gpu}")
 minutes=${MINUTES:-10}
@@ -27,6 +32,15 @@ mkdir -p "$out"
 summary="$out/summary_$part.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
+
+smoke() {
+    timeout 120 python scripts/bench_train.py --device cuda --data-dir "$data" --threads 4 --warmup 2 --steps 5 \
+        --precision bf16 --set log_every=5 --runs small:8192 >"$out/bench_train_gpu_smoke.json" 2>"$out/bench_train_gpu_smoke.log"
+    note "bench smoke: rc=$?"
+    python scripts/gpu_summary.py "$out/bench_train_gpu_smoke.json" | tee -a "$summary"
+    timeout 60 python -m pytest -q --tb=short -p no:cacheprovider tests/test_device_queue.py >"$out/smoke_tests.log" 2>&1
+    note "smoke tests: rc=$? $(tail -n 1 "$out/smoke_tests.log")"
+}
 
 speed() {
     local common=(--device cuda --data-dir "$data" --threads 4 --warmup 5 --steps 20 --set log_every=20)

@@ -129,6 +129,15 @@ class TeacherForcedLoss(nn.Module):
         self.model = model
         self.smoothing = smoothing
         self.rdrop_alpha = rdrop_alpha
+        # The fused loss; under torch.compile it runs eagerly (`run_loss_eagerly`): its row chunks are
+        # a Python loop whose trip count the compiler would fix to each batch's size and recompile.
+        self.projected_loss = ProjectedSmoothedLoss.apply
+
+    def run_loss_eagerly(self) -> None:
+        """For torch.compile: the encoder and decoder compile, the chunked loss stays as written."""
+        import torch.compiler  # imports the compiler, as compile=true does anyway
+
+        self.projected_loss = torch.compiler.disable(ProjectedSmoothedLoss.apply)
 
     def forward(
         self,
@@ -158,4 +167,4 @@ class TeacherForcedLoss(nn.Module):
             else hidden.dtype
         )
         weight, bias = self.model.output.weight, self.model.output_bias
-        return ProjectedSmoothedLoss.apply(hidden, weight, target, self.smoothing, dtype, bias)
+        return self.projected_loss(hidden, weight, target, self.smoothing, dtype, bias)

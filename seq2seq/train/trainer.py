@@ -183,6 +183,7 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             module = torch.nn.parallel.DistributedDataParallel(objective, device_ids=ids)
         if self.cfg.compile:
+            objective.run_loss_eagerly()
             module = torch.compile(module, dynamic=True)
         return module
 
