@@ -10,13 +10,14 @@ import shlex
 import sys
 
 USAGE = """\
-usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface]
-                      [quantization=int8|int8_float32|float16|bfloat16|...]  (ctranslate2 only; default fp32)
+usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface|argos]
+                      [quantization=int8|int8_float32|float16|bfloat16|...]  (ctranslate2 and argos; default fp32)
 
   format=safetensors   <output>/model.safetensors + config.json + tokenizer file(s)
   format=ctranslate2   a CTranslate2 model directory + tokenizer file(s)
   format=huggingface   a MarianMTModel directory (post-norm models) + tokenizer + model card (README.md);
                        load with transformers.AutoModelForSeq2SeqLM / AutoTokenizer (docs/huggingface.md)
+  format=argos         output=<name>.argosmodel: an Argos Translate package (data.tokenizer=sentencepiece runs)
 translate safetensors or ctranslate2 with: seq2seq-translate checkpoint=<output> < input.txt > output.txt
 """
 
@@ -39,6 +40,11 @@ def _run(argv: list[str]) -> None:
 
     cfg = parse_arguments(argv)
     output, model_cfg = export(cfg)
+    if cfg.format == "argos":
+        print(f"wrote {output} (argos, {output.stat().st_size / 1e6:.1f} MB)")
+        install = f"import argostranslate.package as p; p.install_from_path({str(output)!r})"
+        print(f"install with: python -c {shlex.quote(install)} (docs/export.md)")
+        return
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     print(f"wrote {output} ({cfg.format}, {size:.1f} MB): {', '.join(files)}")
