@@ -336,7 +336,7 @@ def test_a_sentencepiece_run_exports_a_marian_directory(sentencepiece_run: Path,
     assert generation["max_length"] == max_positions + 1  # the longest budget, + the start token
     card = (sentencepiece_export / "README.md").read_text(encoding="utf-8")
     assert "pipeline_tag" not in card and str(sentencepiece_run.parent) not in card
-    assert "SentencePiece unigram" in card
+    assert "SentencePiece unigram" in card and "ct2-transformers-converter" in card
 
 
 def ct2_budgets(sources: list[list[str]], max_positions: int) -> list[int]:
@@ -348,7 +348,7 @@ def ct2_budgets(sources: list[list[str]], max_positions: int) -> list[int]:
 def test_ct2_transformers_converter_takes_the_export_and_translates_as_translate(
     sentencepiece_run: Path, sentencepiece_export: Path, tmp_path: Path, beam: int
 ) -> None:
-    """CTranslate2's own converter (as `ct2-transformers-converter --model_dir`), then CTranslate2
+    """CTranslate2's own converter (as `ct2-transformers-converter --model`), then CTranslate2
     with seq2seq-translate's options: each line's budget, an immediate </s> allowed. Nothing to
     suppress: the converter leaves pad out of the vocabulary."""
     ctranslate2 = pytest.importorskip("ctranslate2")

@@ -38,7 +38,8 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     model_config_of,
 )
-from seq2seq.config import ModelConfig, UserError, setting
+from seq2seq.config import ModelConfig, TranslateConfig, UserError, setting
+from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
@@ -91,7 +92,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     if cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
         from seq2seq.interop.huggingface import huggingface_writer, model_card
 
-        card = model_card(payload, cfg.run or str(path.parent.parent))
+        card = model_card(payload, cfg.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))
         write_all = huggingface_writer(payload, model_cfg, tokenizers, path, card)
     elif cfg.format == "argos":  # one file, not a directory
         from seq2seq.interop.argos import argos_writer
@@ -378,13 +379,34 @@ def _ctranslate2_writer(
 
     # What CTranslate2's files do not say: what seq2seq-translate needs to decode as with the checkpoint,
     # and which checkpoint it was made from (translation checks that it is current).
-    decoding = {"max_positions": model_cfg.max_positions, **checkpoint_record(path, payload.get("step", -1))}
+    suppressed = [] if without_pad else [[PAD]] if marian_start else [[PAD], [BOS]]
+    decoding = {
+        "max_positions": model_cfg.max_positions,
+        "ctranslate2_options": ctranslate2_options(model_cfg.max_positions, suppressed),
+        **checkpoint_record(path, payload.get("step", -1)),
+    }
 
     def write(directory: Path) -> None:
         spec.save(str(directory))
         (directory / DECODING_FILE).write_text(json.dumps(decoding) + "\n")
 
     return write
+
+
+def ctranslate2_options(max_positions: int, suppressed: list[list[str]]) -> dict[str, Any]:
+    """The options of `ctranslate2.Translator.translate_batch` under which it writes seq2seq-translate's
+    lines (with its default beam and length penalty), recorded beside the model for those who call
+    CTranslate2 themselves. The output budget is per line: translate the lines of one budget together."""
+    defaults = TranslateConfig()
+    rule = "min(int(max_len_a * (source tokens + 1) + max_len_b), max_positions) - 1, for each line"
+    return {
+        "beam_size": defaults.beam,
+        "length_penalty": defaults.length_penalty,
+        "min_decoding_length": 0,  # CTranslate2's default, 1, forbids the immediate </s> ours allows
+        "max_input_length": max_positions,
+        "max_decoding_length": {"max_len_a": defaults.max_len_a, "max_len_b": defaults.max_len_b, "rule": rule},
+        "suppress_sequences": suppressed,
+    }
 
 
 def _feed_forward(spec: Any, prefix: str, norm: Callable, linear: Callable) -> None:

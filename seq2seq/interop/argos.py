@@ -21,6 +21,7 @@ from typing import Any
 
 from seq2seq.config import UserError
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
+from seq2seq.run_files import DECODING_FILE
 
 SUFFIX = ".argosmodel"
 ARGOS_VERSION = "1.9"  # the package layout this writes: Argos 1.9 and later read it
@@ -92,6 +93,7 @@ def argos_writer(
             root = Path(staging) / folder
             (root / "model").mkdir(parents=True)
             write_model(root / "model")
+            (root / "model" / DECODING_FILE).unlink(missing_ok=True)  # seq2seq's record: names this machine's paths
             (root / "sentencepiece.model").write_bytes(tokenizers.src.spm_path.read_bytes())
             (root / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             (root / "README.md").write_text(readme(meta, payload), encoding="utf-8")

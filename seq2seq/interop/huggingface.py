@@ -440,7 +440,7 @@ def _hf_tokenizer(transformers: Any, tokenizers: Tokenizers | SentencePieceToken
     )
 
 
-def model_card(payload: dict[str, Any], run: str | None) -> str:
+def model_card(payload: dict[str, Any], run: str | None, sentencepiece: bool = False) -> str:
     """README.md of the export: what was trained on what, for how long, how well, and by which command.
     It names files, never a directory of the machine that trained it. No pipeline_tag: transformers 5
     has no translation or text2text-generation pipeline; `generate` is how the model is used."""
@@ -490,7 +490,22 @@ def model_card(payload: dict[str, Any], run: str | None) -> str:
         "```",
         "",
     ]
+    if sentencepiece:
+        lines += _ctranslate2_section(config.get("model", {}).get("max_positions", ModelConfig.max_positions))
     return "\n".join(lines)
+
+
+def _ctranslate2_section(max_positions: int) -> list[str]:
+    """How CTranslate2, after its own converter, writes seq2seq-translate's lines (docs/huggingface.md)."""
+    defaults = TranslateConfig()
+    return [
+        "CTranslate2: `ct2-transformers-converter --model <this directory> --output_dir <ct2 directory>`, then",
+        "`translate_batch` with the source as `tokenizer.convert_ids_to_tokens(tokenizer(line).input_ids)` and",
+        f"`beam_size={defaults.beam}, length_penalty={defaults.length_penalty}, min_decoding_length=0,",
+        f"max_input_length={max_positions}` and, per line, `max_decoding_length` = min(int({defaults.max_len_a}",
+        f"x (source pieces + 1) + {defaults.max_len_b}), {max_positions}) - 1: seq2seq-translate's lines.",
+        "",
+    ]
 
 
 def _file_name(value: str | None) -> str | None:
