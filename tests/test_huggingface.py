@@ -229,6 +229,13 @@ def test_fine_tuned_marian_model_exports_and_generates_as_translate(marian: Path
     to_ours = torch.argsort(torch.tensor(Translator.load(run_dir, device="cpu").tokenizers.tgt.order)).tolist()
     agree = agreement(run_dir, output, VALID, to_ours)
     assert agree[1] == 1.0 and agree[5] >= 0.7, f"generate vs translate line agreement: {agree}"
+    # The run's own CTranslate2 export (its output bias, the zero start vector) decodes as PyTorch does.
+    from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+
+    for beam in (1, 5):
+        settings = dict(beam=beam, precision="fp32", device="cpu")
+        expected = Translator.load(run_dir, **settings).translate(VALID)
+        assert CTranslate2Translator.load(run_dir, **settings).translate(VALID) == expected
 
 
 def test_resume_of_a_fine_tuned_run(marian: Path, tmp_path: Path) -> None:
