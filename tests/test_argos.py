@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shlex
 import sys
 import zipfile
 from pathlib import Path
@@ -78,3 +79,17 @@ def test_the_file_name_is_checked_first(sentencepiece_run: Path, tmp_path: Path)
     with pytest.raises(UserError, match=r"ends in \.argosmodel"):
         export(ExportConfig(run=str(sentencepiece_run), output=str(tmp_path / "model.zip"), format="argos"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_says_how_to_install_the_package(
+    sentencepiece_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from seq2seq.cli.export import main as export_main
+
+    output = tmp_path / "en_de.argosmodel"
+    export_main([f"run={sentencepiece_run}", f"output={output}", "format=argos"])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith(f"wrote {output} (argos, ")
+    command = shlex.split(printed[1].removeprefix("install with: ").removesuffix(" (docs/export.md)"))
+    assert command == ["python", "-c", f'import argostranslate.package as p; p.install_from_path("{output}")']
+    assert zipfile.is_zipfile(output)

@@ -409,10 +409,15 @@ def test_init_from_the_export_starts_a_run_with_its_weights(
     assert summary["step"] == 2
 
 
-def test_init_from_a_byte_level_export_says_what_to_train_with(tmp_path: Path) -> None:
+def test_init_from_a_byte_level_export_says_what_to_train_with(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from seq2seq.cli.export import main as export_main
+
     run_dir = tmp_path / "run"
     train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2", "save_every=2"]), run_dir)
-    export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    export_main([f"run={run_dir}", f"output={tmp_path / 'hf'}", "format=huggingface"])
+    assert "ct2-transformers-converter and init_from= take a run trained with data.tokenizer=sentencepiece" in (
+        capsys.readouterr().out
+    )
     overrides = [*TINY_TRAIN, f"init_from={tmp_path / 'hf'}"]
     with pytest.raises(UserError, match=r"^init_from=.*byte-level.*data\.tokenizer=sentencepiece") as error:
         train(compose_config("train", overrides), tmp_path / "again", overrides=overrides)

@@ -6,6 +6,7 @@ but without Hydra's run directory or logging: it only reads a checkpoint and wri
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 
@@ -42,7 +43,7 @@ def _run(argv: list[str]) -> None:
     output, model_cfg = export(cfg)
     if cfg.format == "argos":
         print(f"wrote {output} (argos, {output.stat().st_size / 1e6:.1f} MB)")
-        install = f"import argostranslate.package as p; p.install_from_path({str(output)!r})"
+        install = f"import argostranslate.package as p; p.install_from_path({json.dumps(str(output))})"
         print(f"install with: python -c {shlex.quote(install)} (docs/export.md)")
         return
     files = sorted(p.name for p in output.iterdir())
@@ -53,6 +54,11 @@ def _run(argv: list[str]) -> None:
             f"load with: transformers.AutoModelForSeq2SeqLM.from_pretrained({str(output)!r}) and "
             f"AutoTokenizer.from_pretrained({str(output)!r}) (docs/huggingface.md)"
         )
+        if not (output / "source.spm").is_file():  # what a Marian model's own tools expect
+            print(
+                "byte-level tokenizer: ct2-transformers-converter and init_from= take a run trained with "
+                "data.tokenizer=sentencepiece; format=ctranslate2 is this run's CTranslate2 export"
+            )
         return
     # A command to paste into a shell, for either format: seq2seq-translate decodes a CTranslate2
     # export with CTranslate2 itself (docs/export.md shows the calls for CTranslate2 alone).
