@@ -155,3 +155,11 @@ def test_resume_reads_the_runs_tokenizer(sentencepiece_run: Path, tmp_path: Path
     assert summary["step"] == 124
     assert Tokenizers.load(run).fingerprint() == before
     assert next((tmp_path / "cache").iterdir()).joinpath("source.spm").read_bytes() == (run / "source.spm").read_bytes()
+
+
+def test_a_vocabulary_too_small_for_the_characters_is_one_line(tmp_path: Path) -> None:
+    """Byte fallback needs the 256 bytes and every frequent character: SentencePiece says so, in one line."""
+    lines = ["abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ 0123456789 äöüß"] * 20
+    with pytest.raises(UserError, match=r"^data\.tokenizer=sentencepiece, data\.vocab_size=262: .*vocab_size") as error:
+        train_sentencepiece(lines, lines, "unigram", 262, True, tmp_path)
+    assert "\n" not in str(error.value)

@@ -61,7 +61,10 @@ def train_model(texts: Iterable[str], model_type: str, vocab_size: int) -> bytes
             minloglevel=2,
         )
     except RuntimeError as err:
-        raise UserError(f"data.tokenizer=sentencepiece: SentencePiece could not train: {err}") from err
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(
+            f"data.tokenizer=sentencepiece, data.vocab_size={vocab_size}: SentencePiece could not train: {detail}"
+        ) from err
     return model.getvalue()
 
 
