@@ -104,7 +104,10 @@ class DataConfig:
     task_max_len: int = 12
     task_alphabet: int = setting(20, "letters drawn from the first N of a-z")
     # Tokenization and filtering.
-    tokenizer: str = setting("bpe", "bpe | unigram")
+    tokenizer: str = setting(
+        "bpe", "bpe | unigram (byte-level, `tokenizers`) | sentencepiece (Marian's, Argos's: exports to both)"
+    )
+    sentencepiece_type: str = setting("unigram", "data.tokenizer=sentencepiece: unigram | bpe")
     vocab_size: int = setting(8000, "per vocabulary (joint: shared); at least 260 (the 256 bytes + 4 special tokens)")
     joint_vocab: bool = setting(True, "one tokenizer for both languages (needed for model.share_embeddings)")
     max_tokens: int = setting(128, "drop training pairs longer than this on either side")
@@ -420,7 +423,8 @@ def validate_train(cfg: Any) -> None:
     _check_device_and_threads(cfg)
     d, o = cfg.data, cfg.optim
     _choice("data.kind", d.kind, ("builtin", "multi30k", "parallel_files", "tsv", "jsonl", "hub"))
-    _choice("data.tokenizer", d.tokenizer, ("bpe", "unigram"))
+    _choice("data.tokenizer", d.tokenizer, ("bpe", "unigram", "sentencepiece"))
+    _choice("data.sentencepiece_type", d.sentencepiece_type, ("unigram", "bpe"))
     _check(
         d.vocab_size >= BYTE_VOCABULARY_FLOOR,
         "data.vocab_size",

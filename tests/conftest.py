@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,35 @@ TINY_TRAIN = [
 ]
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+# A run with data.tokenizer=sentencepiece that learns enough in seconds that most lines end with </s>
+# (reversal of up to 6 letters of 6): what the exports of tests/test_huggingface.py and
+# tests/test_argos.py are compared with, line by line.
+SENTENCEPIECE_TRAIN = [
+    *TINY_TRAIN,
+    "data.tokenizer=sentencepiece",
+    "data.task_max_len=6",
+    "data.task_alphabet=6",
+    "max_steps=120",
+    "valid_every=120",
+    "save_every=120",
+    "optim.lr=3e-3",
+    "optim.warmup=30",
+]
+SENTENCEPIECE_LINES = [
+    " ".join(random.Random(seed).choice("abcdef") for _ in range(3 + seed % 4)) for seed in range(24)
+]
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory of SENTENCEPIECE_TRAIN, trained once per session."""
+    from seq2seq.train.run import train
+
+    root = tmp_path_factory.mktemp("sentencepiece")
+    overrides = [*SENTENCEPIECE_TRAIN, f"data.cache_dir={root / 'cache'}"]
+    train(compose_config("train", overrides), root / "run", overrides=overrides)
+    return root / "run"
 
 
 def train_logging(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[str]]:

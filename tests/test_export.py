@@ -469,3 +469,33 @@ def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
         alone = translator.translate_nbest([line])[0]
         assert [t.text for t in nbest] == [t.text for t in alone], line
         assert [t.score for t in nbest] == pytest.approx([t.score for t in alone], abs=1e-4), line
+
+
+def decode_with_recorded_options(export_dir: Path, lines: list[str]) -> list[str]:
+    """CTranslate2 called as someone without seq2seq would, with the options seq2seq.json records."""
+    options = dict(json.loads((export_dir / "seq2seq.json").read_text())["ctranslate2_options"])
+    budget = options.pop("max_decoding_length")
+    tokenizers = Tokenizers.load(export_dir)
+    translator = ctranslate2.Translator(str(export_dir), device="cpu", compute_type="float32", intra_threads=1)
+    outputs = []
+    for line in lines:
+        source = tokenizers.src.encode(line).tokens
+        limit = min(int(budget["max_len_a"] * (len(source) + 1) + budget["max_len_b"]), options["max_input_length"])
+        (result,) = translator.translate_batch([source], max_decoding_length=limit - 1, **options)
+        outputs.append(tokenizers.decode_tgt([[tokenizers.tgt.token_to_id(t) for t in result.hypotheses[0]]])[0])
+    return outputs
+
+
+@pytest.mark.parametrize("tokenizer", ["byte-level", "sentencepiece"])
+def test_the_recorded_ctranslate2_options_write_translates_lines(
+    run_dir: Path, sentencepiece_run: Path, tokenizer: str
+) -> None:
+    """seq2seq.json records the options under which CTranslate2 alone writes seq2seq-translate's lines
+    (its default beam): a SentencePiece run's suppress <pad> alone (it has no <s>)."""
+    from conftest import SENTENCEPIECE_LINES
+
+    run, lines = (run_dir, LINES) if tokenizer == "byte-level" else (sentencepiece_run, SENTENCEPIECE_LINES)
+    suppressed = json.loads((run / "ctranslate2" / "seq2seq.json").read_text())["ctranslate2_options"]
+    assert suppressed["suppress_sequences"] == ([["<pad>"], ["<s>"]] if tokenizer == "byte-level" else [["<pad>"]])
+    ours = Translator.load(run, precision="fp32", device="cpu").translate(lines)
+    assert decode_with_recorded_options(run / "ctranslate2", lines) == ours

@@ -466,3 +466,22 @@ def test_padding_mask_and_state_types() -> None:
     model = make_model()
     state = model.start_decoding(random_tokens(2, 4, SRC_VOCAB))
     assert isinstance(state, DecoderState) and state.offset == 0 and len(state.caches) == LAYERS
+
+
+def test_a_marian_start_is_a_zero_vector_and_pad_is_no_output() -> None:
+    """model.decoder_start=pad (Marian's): the first decoder input is a zero vector whatever pad's
+    embedding row holds, and pad has no probability, the rest summing to 1 without it (Marian's
+    vocabulary has no pad; CTranslate2's converter removes it)."""
+    model = make_model(decoder_start="pad").eval()
+    src = random_tokens(2, 5, 11, lengths=[5, 3])
+    start = torch.zeros(2, dtype=torch.long)  # pad
+    with torch.no_grad():
+        first = model.decode_step(start, model.start_decoding(src))
+        model.tgt_embed.weight[0] += 1.0  # the row the lookup would read
+        again = model.decode_step(start, model.start_decoding(src))
+        memory, src_mask = model.encode(src)
+        hidden = model.decode(start[:, None], memory, src_mask)
+        without_pad = torch.log_softmax(model.logits(hidden[:, -1])[:, 1:], dim=-1)  # independent of decode_step
+    assert torch.equal(first, again)
+    assert torch.all(first[:, 0] == float("-inf"))
+    torch.testing.assert_close(first[:, 1:], without_pad)

@@ -580,3 +580,18 @@ def test_clients_that_send_one_line_at_a_time_share_one_batch() -> None:
     finally:
         batcher.stop()
     assert engines[0].batches[-3:] == [8, 8, 8], engines[0].batches
+
+
+def test_a_sentencepiece_run_serves_what_seq2seq_translate_writes(sentencepiece_run: Path, tmp_path: Path) -> None:
+    """data.tokenizer=sentencepiece: the server reads the run's SentencePiece files and decodes with
+    its CTranslate2 export, whose vocabulary has no <s> (only <pad> is suppressed)."""
+    from conftest import SENTENCEPIECE_LINES
+
+    running = started(f"run={sentencepiece_run}")
+    try:
+        client = libretranslatepy.LibreTranslateAPI(running.url)
+        served = [client.translate(line, "src", "tgt") for line in SENTENCEPIECE_LINES]
+    finally:
+        assert running.stop() == 0
+    assert served == cli(tmp_path, SENTENCEPIECE_LINES, run=str(sentencepiece_run))
+    assert "engine: CTranslate2" in "\n".join(running.log)

@@ -6,17 +6,19 @@ but without Hydra's run directory or logging: it only reads a checkpoint and wri
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 
 USAGE = """\
-usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface]
-                      [quantization=int8|int8_float32|float16|bfloat16|...]  (ctranslate2 only; default fp32)
+usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface|argos]
+                      [quantization=int8|int8_float32|float16|bfloat16|...]  (ctranslate2 and argos; default fp32)
 
   format=safetensors   <output>/model.safetensors + config.json + tokenizer file(s)
   format=ctranslate2   a CTranslate2 model directory + tokenizer file(s)
   format=huggingface   a MarianMTModel directory (post-norm models) + tokenizer + model card (README.md);
                        load with transformers.AutoModelForSeq2SeqLM / AutoTokenizer (docs/huggingface.md)
+  format=argos         output=<name>.argosmodel: an Argos Translate package (data.tokenizer=sentencepiece runs)
 translate safetensors or ctranslate2 with: seq2seq-translate checkpoint=<output> < input.txt > output.txt
 """
 
@@ -39,6 +41,11 @@ def _run(argv: list[str]) -> None:
 
     cfg = parse_arguments(argv)
     output, model_cfg = export(cfg)
+    if cfg.format == "argos":
+        print(f"wrote {output} (argos, {output.stat().st_size / 1e6:.1f} MB)")
+        install = f"import argostranslate.package as p; p.install_from_path({json.dumps(str(output))})"
+        print(f"install with: python -c {shlex.quote(install)} (docs/export.md)")
+        return
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     print(f"wrote {output} ({cfg.format}, {size:.1f} MB): {', '.join(files)}")
@@ -47,6 +54,11 @@ def _run(argv: list[str]) -> None:
             f"load with: transformers.AutoModelForSeq2SeqLM.from_pretrained({str(output)!r}) and "
             f"AutoTokenizer.from_pretrained({str(output)!r}) (docs/huggingface.md)"
         )
+        if not (output / "source.spm").is_file():  # what a Marian model's own tools expect
+            print(
+                "byte-level tokenizer: ct2-transformers-converter and init_from= take a run trained with "
+                "data.tokenizer=sentencepiece; format=ctranslate2 is this run's CTranslate2 export"
+            )
         return
     # A command to paste into a shell, for either format: seq2seq-translate decodes a CTranslate2
     # export with CTranslate2 itself (docs/export.md shows the calls for CTranslate2 alone).

@@ -29,6 +29,7 @@ import pyarrow as pa
 from seq2seq.config import DataConfig, UserError, as_dict
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
+from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import Tokenizers
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class StreamingStats:
 
 @dataclass
 class PreparedData:
-    tokenizers: Tokenizers
+    tokenizers: Tokenizers | SentencePieceTokenizers
     train: Split | None  # None with data.streaming
     valid: Split
     stats: FilterStats | StreamingStats  # StreamingStats with data.streaming
@@ -116,6 +117,8 @@ def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
         stat = path.stat() if path.exists() else None
         files.append([str(path), stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
     settings = {k: v for k, v in as_dict(cfg).items() if k not in ("cache_dir", "stream_buffer_pairs")}
+    if cfg.tokenizer != "sentencepiece":  # a byte-level run's cache keeps the key it had before the key existed
+        del settings["sentencepiece_type"]
     key = {"version": CACHE_VERSION, "data": settings, "files": files}
     if pretrained is not None:
         key["tokenizers"] = [
@@ -256,6 +259,15 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
         raw = datasets.Dataset.from_file(str(staging / "work" / "raw.arrow"))
         if pretrained is not None:
             tokenizers = SentencePieceTokenizers.load(pretrained)
+        elif cfg.tokenizer == "sentencepiece":  # written where the cache publishes them (save() then copies nothing)
+            tokenizers = train_sentencepiece(
+                _texts(raw, "src_text"),
+                _texts(raw, "tgt_text"),
+                cfg.sentencepiece_type,
+                cfg.vocab_size,
+                cfg.joint_vocab,
+                staging,
+            )
         else:
             tokenizers = Tokenizers.train(
                 _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab

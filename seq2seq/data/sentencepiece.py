@@ -33,13 +33,13 @@ def has_sentencepiece_files(directory: Path) -> bool:
     return all((directory / name).is_file() for name in (SOURCE_SPM, TARGET_SPM, VOCAB))
 
 
-def _import_sentencepiece() -> Any:
+def import_sentencepiece() -> Any:
     try:
         import sentencepiece
     except ImportError as err:
         raise UserError(
-            "SentencePiece tokenizers (Marian models) need the sentencepiece package: "
-            "pip install 'seq2seq[huggingface]'"
+            "SentencePiece tokenizers (data.tokenizer=sentencepiece, Marian models) need the sentencepiece "
+            "package: pip install sentencepiece"
         ) from err
     return sentencepiece
 
@@ -70,7 +70,7 @@ class SentencePieceVocab:
     (in our id layout). Offers the methods of `tokenizers.Tokenizer` that the project calls."""
 
     def __init__(self, spm_path: Path, vocab_path: Path) -> None:
-        sentencepiece = _import_sentencepiece()
+        sentencepiece = import_sentencepiece()
         self.spm_path, self.vocab_path = spm_path, vocab_path
         try:
             self.processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_path))

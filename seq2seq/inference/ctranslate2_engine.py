@@ -11,7 +11,7 @@ per sentence, `max_len_a * (source tokens + </s>) + max_len_b` with </s> include
 `max_decoding_length` is per call and excludes </s>, so sentences are decoded by budget, except that a
 beam search with a length penalty runs once at the largest budget and again, by budget, for the lines
 whose search may have reached their own (`_decode_at_largest_budget`); an immediate </s> is allowed
-(`min_decoding_length=0`); <pad> and <s> are never output.
+(`min_decoding_length=0`); <pad> and <s> (where the vocabulary has one) are never output.
 """
 
 from __future__ import annotations
@@ -207,6 +207,9 @@ class CTranslate2Translator:
         except FileNotFoundError as err:
             raise UserError(f"{directory}: no tokenizer.json in the CTranslate2 model directory") from err
         _check_vocabularies(directory, self.tokenizers)
+        # What is never output: pad, and <s> where the vocabulary has one (a SentencePiece one has none;
+        # naming a token it lacks would suppress <unk>, which CTranslate2 maps unknown names to).
+        self.suppressed = [[t] for t in (PAD, BOS) if self.tokenizers.tgt.token_to_id(t) is not None]
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
         self.max_positions = _max_positions(directory / DECODING_FILE)
         self.cfg = cfg
@@ -376,7 +379,7 @@ class CTranslate2Translator:
             max_decoding_length=budget - 1,
             min_decoding_length=0,
             max_input_length=self.max_positions,
-            suppress_sequences=[[PAD], [BOS]],
+            suppress_sequences=self.suppressed,
             return_scores=True,
             asynchronous=True,
             **options,

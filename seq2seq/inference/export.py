@@ -18,6 +18,7 @@ failure leaves nothing behind; an existing output directory is refused.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -37,14 +38,15 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     model_config_of,
 )
-from seq2seq.config import ModelConfig, UserError, setting
+from seq2seq.config import ModelConfig, TranslateConfig, UserError, setting
+from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
 from seq2seq.path_kind import WEIGHTS_FILE
 from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, INFERENCE_DIR, checkpoint_record, find_checkpoint
 
-FORMATS = ("safetensors", "ctranslate2", "huggingface")
+FORMATS = ("safetensors", "ctranslate2", "huggingface", "argos")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 LAYER_NORM_EPS = torch.nn.LayerNorm(1).eps  # every LayerNorm of the model is built with torch's default
 
@@ -54,9 +56,12 @@ class ExportConfig:
     run: str | None = setting(None, "run directory (uses checkpoints/best.pt, else last.pt)")
     checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
     output: str | None = setting(None, "directory to create (must not exist)")
-    format: str = setting("safetensors", "safetensors | ctranslate2 | huggingface (a MarianMTModel directory)")
+    format: str = setting(
+        "safetensors",
+        "safetensors | ctranslate2 | huggingface (a MarianMTModel directory) | argos (an Argos Translate .argosmodel)",
+    )
     quantization: str | None = setting(
-        None, "ctranslate2 only: int8, int8_float32, float16, bfloat16, ... (null: fp32)"
+        None, "ctranslate2 and argos only: int8, int8_float32, float16, bfloat16, ... (null: fp32)"
     )
     debug: bool = setting(False, "show tracebacks instead of one-line errors")
 
@@ -87,8 +92,16 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     if cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
         from seq2seq.interop.huggingface import huggingface_writer, model_card
 
-        card = model_card(payload, cfg.run or str(path.parent.parent))
+        card = model_card(payload, cfg.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))
         write_all = huggingface_writer(payload, model_cfg, tokenizers, path, card)
+    elif cfg.format == "argos":  # one file, not a directory
+        from seq2seq.interop.argos import argos_writer
+
+        model = functools.partial(
+            _ctranslate2_writer, payload, model_cfg, tokenizers, path, cfg.quantization, without_pad=True
+        )
+        argos_writer(payload, tokenizers, path, model)(output)
+        return output, model_cfg
     else:
         write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
     _write_directory(output, write_all)
@@ -126,8 +139,6 @@ def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:
     for name, fmt in RUN_EXPORTS.items():
         if fmt == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
             continue  # an optional extra: pip install 'seq2seq[export]'
-        if fmt == "ctranslate2" and model_cfg.decoder_start != "bos":
-            continue  # a Marian model's vocabulary: format=huggingface, then ct2-transformers-converter
         try:
             _write_directory(run_dir / name, _writer(fmt, payload, model_cfg, tokenizers, path, None), replace=True)
             written[name] = run_dir / name
@@ -165,9 +176,11 @@ def _check_config(cfg: Any) -> None:
         raise UserError(f"config error: output={cfg.output!r}: give output=<new directory>")
     if cfg.format not in FORMATS:
         raise UserError(f"config error: format={cfg.format!r}: must be one of {', '.join(FORMATS)}")
+    if cfg.format == "argos" and not str(cfg.output).endswith(".argosmodel"):
+        raise UserError(f"config error: output={cfg.output!r}: an Argos package's name ends in .argosmodel")
     if cfg.quantization is not None:
-        if cfg.format != "ctranslate2":
-            raise UserError(f"config error: quantization={cfg.quantization!r}: only for format=ctranslate2")
+        if cfg.format not in ("ctranslate2", "argos"):
+            raise UserError(f"config error: quantization={cfg.quantization!r}: only for format=ctranslate2 or argos")
         if cfg.quantization not in CT2_QUANTIZATIONS:
             raise UserError(
                 f"config error: quantization={cfg.quantization!r}: must be one of {', '.join(CT2_QUANTIZATIONS)}"
@@ -262,9 +275,17 @@ def _safetensors_writer(payload: dict[str, Any], model_cfg: ModelConfig, path: P
 
 
 def _ctranslate2_writer(
-    payload: dict[str, Any], model_cfg: ModelConfig, tokenizers: Tokenizers, path: Path, quantization: str | None
+    payload: dict[str, Any],
+    model_cfg: ModelConfig,
+    tokenizers: Tokenizers,
+    path: Path,
+    quantization: str | None,
+    without_pad: bool = False,
 ) -> Callable[[Path], None]:
-    """Builds (and validates) the whole spec before anything is written."""
+    """Builds (and validates) the whole spec before anything is written. `without_pad`: pad (id 0) left
+    out of the vocabularies and the weights, as CTranslate2's Marian converter leaves it out, for
+    consumers that decode without suppressing it (Argos Translate); only for a Marian-style model,
+    which starts from a zero vector rather than from pad's row."""
     try:
         from ctranslate2.specs import common_spec, transformer_spec
     except ImportError as err:
@@ -274,11 +295,6 @@ def _ctranslate2_writer(
         "gelu": common_spec.Activation.GELU,
         "silu": common_spec.Activation.SWISH,
     }
-    if model_cfg.output_bias or model_cfg.decoder_start != "bos":
-        raise UserError(
-            f"{path}: a model with a Marian model's vocabulary: export format=huggingface and convert that with "
-            "CTranslate2's ct2-transformers-converter"
-        )
     if model_cfg.activation not in activations:
         raise UserError(f"{path}: model.activation={model_cfg.activation}: CTranslate2 has no such activation")
     state = payload["model"]
@@ -287,6 +303,9 @@ def _ctranslate2_writer(
         if name not in state:
             raise UserError(f"{path}: the checkpoint has no {name}")
         return state[name].detach().float().cpu().numpy()
+
+    def vocabulary_rows(name: str) -> Any:  # (V, ...): one row per token
+        return weight(name)[1:] if without_pad else weight(name)
 
     def linear(spec: Any, name: str) -> None:
         spec.weight = weight(f"{name}.weight")
@@ -309,12 +328,19 @@ def _ctranslate2_writer(
         activation=activations[model_cfg.activation],
     )
     encoder, decoder = spec.encoder, spec.decoder
-    encoder.embeddings[0].weight = weight("src_embed.weight")
-    decoder.embeddings.weight = weight("tgt_embed.weight")
+    encoder.embeddings[0].weight = vocabulary_rows("src_embed.weight")
+    decoder.embeddings.weight = vocabulary_rows("tgt_embed.weight")
     encoder.scale_embeddings = decoder.scale_embeddings = model_cfg.scale_embedding  # x sqrt(d_model), then positions
     encoder.position_encodings.encodings = positions("src_positions")
     decoder.position_encodings.encodings = positions("tgt_positions")
-    decoder.projection.weight = weight("output.weight")  # no bias; tied: stored once as an alias
+    decoder.projection.weight = vocabulary_rows("output.weight")  # tied: stored once as an alias
+    if model_cfg.output_bias:  # Marian's final_logits_bias
+        decoder.projection.bias = vocabulary_rows("output_bias")
+    marian_start = model_cfg.decoder_start == "pad"
+    if without_pad and not marian_start:
+        raise UserError(f"{path}: model.decoder_start={model_cfg.decoder_start}: the decoder needs its start token")
+    # As seq2seq.model.transformer: a Marian decoder starts from a zero vector (the token is then pad).
+    decoder.start_from_zero_embedding = marian_start
     if model_cfg.norm_first:
         norm(encoder.layer_norm, "encoder_norm")
         norm(decoder.layer_norm, "decoder_norm")
@@ -337,11 +363,14 @@ def _ctranslate2_writer(
 
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, BOS, EOS
-    spec.config.decoder_start_token = BOS  # search.py starts every hypothesis from <s>
+    spec.config.decoder_start_token = PAD if marian_start else BOS  # as search.py starts every hypothesis
+    if without_pad:
+        spec.config.decoder_start_token = EOS  # any token: the start is a zero vector (as the converter's)
     spec.config.add_source_bos = False  # our source is its tokens + </s>, no <s>
     spec.config.add_source_eos = True
-    spec.register_source_vocabulary(_vocabulary(tokenizers.src, path))
-    spec.register_target_vocabulary(_vocabulary(tokenizers.tgt, path))
+    skipped = 1 if without_pad else 0
+    spec.register_source_vocabulary(_vocabulary(tokenizers.src, path, marian_start)[skipped:])
+    spec.register_target_vocabulary(_vocabulary(tokenizers.tgt, path, marian_start)[skipped:])
     try:
         spec.validate()
         spec.optimize(quantization=quantization)  # aliases equal tensors (tied/shared), then quantizes
@@ -350,7 +379,12 @@ def _ctranslate2_writer(
 
     # What CTranslate2's files do not say: what seq2seq-translate needs to decode as with the checkpoint,
     # and which checkpoint it was made from (translation checks that it is current).
-    decoding = {"max_positions": model_cfg.max_positions, **checkpoint_record(path, payload.get("step", -1))}
+    suppressed = [] if without_pad else [[PAD]] if marian_start else [[PAD], [BOS]]
+    decoding = {
+        "max_positions": model_cfg.max_positions,
+        "ctranslate2_options": ctranslate2_options(model_cfg.max_positions, suppressed),
+        **checkpoint_record(path, payload.get("step", -1)),
+    }
 
     def write(directory: Path) -> None:
         spec.save(str(directory))
@@ -359,17 +393,35 @@ def _ctranslate2_writer(
     return write
 
 
+def ctranslate2_options(max_positions: int, suppressed: list[list[str]]) -> dict[str, Any]:
+    """The options of `ctranslate2.Translator.translate_batch` under which it writes seq2seq-translate's
+    lines (with its default beam and length penalty), recorded beside the model for those who call
+    CTranslate2 themselves. The output budget is per line: translate the lines of one budget together."""
+    defaults = TranslateConfig()
+    rule = "min(int(max_len_a * (source tokens + 1) + max_len_b), max_positions) - 1, for each line"
+    return {
+        "beam_size": defaults.beam,
+        "length_penalty": defaults.length_penalty,
+        "min_decoding_length": 0,  # CTranslate2's default, 1, forbids the immediate </s> ours allows
+        "max_input_length": max_positions,
+        "max_decoding_length": {"max_len_a": defaults.max_len_a, "max_len_b": defaults.max_len_b, "rule": rule},
+        "suppress_sequences": suppressed,
+    }
+
+
 def _feed_forward(spec: Any, prefix: str, norm: Callable, linear: Callable) -> None:
     norm(spec.layer_norm, f"{prefix}.ffn_residual.norm")
     linear(spec.linear_0, f"{prefix}.ffn.linear1")
     linear(spec.linear_1, f"{prefix}.ffn.linear2")
 
 
-def _vocabulary(tokenizer: Any, path: Path) -> list[str]:
-    """The tokens by id. CTranslate2 maps tokens to ids by name, so every id needs its own name."""
+def _vocabulary(tokenizer: Any, path: Path, marian_start: bool) -> list[str]:
+    """The tokens by id. CTranslate2 maps tokens to ids by name, so every id needs its own name.
+    `marian_start`: a SentencePiece vocabulary, whose id 1 is an ordinary piece (it has no <s>)."""
     tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
-    if tokens[:4] != [PAD, BOS, EOS, UNK]:
-        raise UserError(f"{path}: the tokenizer's first ids are {tokens[:4]}, not {[PAD, BOS, EOS, UNK]}")
+    expected = [PAD, tokens[1] if marian_start else BOS, EOS, UNK]
+    if tokens[:4] != expected:
+        raise UserError(f"{path}: the tokenizer's first ids are {tokens[:4]}, not {expected}")
     if None in tokens or len(set(tokens)) != len(tokens):
         raise UserError(f"{path}: the tokenizer's vocabulary has ids without a token or two ids for one token")
     return tokens

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import FORMAT, ModelPayload, Vocabulary
-from seq2seq.config import ModelConfig, UserError
+from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, Tokenizers, decoder_start_id
 from seq2seq.model.embedding import sinusoidal_table
@@ -125,6 +125,11 @@ TRAINING_ONLY_KEYS = ("dropout", "attention_dropout", "activation_dropout")
 def pretrained_model_config(directory: Path, overrides: list[str], user: ModelConfig) -> ModelConfig:
     """The pretrained model's config, with the run's dropout overrides; an override of anything else
     (model.d_model=..., or a model= group) is a one-line error."""
+    if not has_sentencepiece_files(directory) and (directory / "tokenizer.json").is_file():
+        raise UserError(
+            f"init_from={directory}: an export of a byte-level run (tokenizer.json, no source.spm): a Marian model "
+            "needs SentencePiece; train with data.tokenizer=sentencepiece, or give init_from=<its run's checkpoint>"
+        )
     hf = transformers_module().AutoConfig.from_pretrained(str(directory))
     cfg = model_config(hf, str(directory))
     for override in overrides:
@@ -201,6 +206,8 @@ def to_seq2seq(hf_state: dict[str, torch.Tensor], cfg: ModelConfig, src_order: l
     state["tgt_embed.weight"] = decoder_embed[tgt]
     state["output.weight"] = hf_state["lm_head.weight"][tgt]
     state["output_bias"] = hf_state["final_logits_bias"].reshape(-1)[tgt]
+    if state["output_bias"][PAD_ID] <= PAD_LOGIT:  # our export's (`marian_start`): the model leaves pad out itself
+        state["output_bias"][PAD_ID] = 0.0
     return {name: tensor.detach().clone().contiguous() for name, tensor in state.items()}
 
 
@@ -348,6 +355,8 @@ def huggingface_writer(
     )
     model = transformers.MarianMTModel(hf_cfg)
     converted = to_marian(state, cfg, src_order, tgt_order)
+    if cfg.decoder_start == "pad":
+        marian_start(converted, pad)
     expected = model.state_dict()
     for name, tensor in expected.items():
         if "embed_positions" in name:
@@ -358,14 +367,47 @@ def huggingface_writer(
             tensor.copy_(converted[name])
     model.generation_config.bad_words_ids = banned
     model.generation_config.decoder_start_token_id = start
+    decoding_defaults(model.generation_config, cfg)
     hf_tokenizer = _hf_tokenizer(transformers, tokenizers, cfg)
 
     def write(directory: Path) -> None:
         model.save_pretrained(str(directory))
         hf_tokenizer.save_pretrained(str(directory))
+        if isinstance(tokenizers, SentencePieceTokenizers):  # the run's own bytes (transformers reformats vocab.json):
+            tokenizers.save(directory)  # the same fingerprint, so the export is known as the run's tokenizer
         (directory / "README.md").write_text(card, encoding="utf-8")
 
     return write
+
+
+def marian_start(hf_state: dict[str, torch.Tensor], pad: int) -> None:
+    """Our Marian-style decoder starts from a zero vector and leaves pad out of its softmax
+    (seq2seq.model.transformer); MarianMTModel looks the start up as pad's embedding row, which
+    its output layer shares: a zero row there, and a bias that gives pad no probability."""
+    embeddings = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+    for name in (*embeddings, "lm_head.weight"):  # tied to the embeddings: whichever is copied last wins
+        hf_state[name] = hf_state[name].clone()
+        hf_state[name][pad] = 0.0
+    hf_state["final_logits_bias"] = hf_state["final_logits_bias"].clone()
+    hf_state["final_logits_bias"][0, pad] = PAD_LOGIT
+
+
+# Pad's bias in an export: exp() of it is 0 in fp32 and fp16 alike, and it is finite, so the label-smoothed
+# loss of a run that starts from the export stays finite (reading it back sets it to 0: `to_seq2seq`).
+PAD_LOGIT = -1e4
+
+
+def decoding_defaults(generation: Any, cfg: ModelConfig) -> None:
+    """seq2seq-translate's defaults, so that a plain `model.generate(**batch)` writes its lines: beam,
+    length penalty, stopping once the beam has its finished hypotheses, and a length limit no line the
+    command writes can reach (its budget, max_len_a * source + max_len_b, never exceeds
+    model.max_positions; +1 for the start token generate counts). A line the command cuts at its
+    budget runs on here, to </s> or that limit."""
+    defaults = TranslateConfig()
+    generation.num_beams = defaults.beam
+    generation.length_penalty = defaults.length_penalty
+    generation.early_stopping = True
+    generation.max_length = cfg.max_positions + 1
 
 
 def _hf_tokenizer(transformers: Any, tokenizers: Tokenizers | SentencePieceTokenizers, cfg: ModelConfig) -> Any:
@@ -398,18 +440,28 @@ def _hf_tokenizer(transformers: Any, tokenizers: Tokenizers | SentencePieceToken
     )
 
 
-def model_card(payload: dict[str, Any], run: str | None) -> str:
-    """README.md of the export: what was trained on what, for how long, how well, and by which command."""
+def model_card(payload: dict[str, Any], run: str | None, sentencepiece: bool = False) -> str:
+    """README.md of the export: what was trained on what, for how long, how well, and by which command.
+    It names files, never a directory of the machine that trained it. No pipeline_tag: transformers 5
+    has no translation or text2text-generation pipeline; `generate` is how the model is used."""
     config = payload.get("config", {})
     data = config.get("data", {})
-    lines = ["---", "library_name: transformers", "pipeline_tag: translation", "tags: [translation, marian, seq2seq]"]
+    languages = [data[k] for k in ("src_lang", "tgt_lang") if data.get(k) not in (None, "src", "tgt")]
+    lines = ["---", "library_name: transformers", "tags: [translation, marian, seq2seq]"]
+    if languages:
+        lines.append(f"language: [{', '.join(languages)}]")
     lines += ["---", "", "# Translation model trained with seq2seq", ""]
-    source = data.get("dir") or data.get("train") or data.get("train_src") or data.get("hub_name") or "built-in task"
+    source = data.get("hub_name") or _file_name(data.get("dir") or data.get("train") or data.get("train_src"))
     lines.append(
-        f"- data: {data.get('kind', '?')} ({data.get('src_lang', '?')} -> {data.get('tgt_lang', '?')}), {source}"
+        f"- data: {data.get('kind', '?')} ({data.get('src_lang', '?')} -> {data.get('tgt_lang', '?')}), "
+        f"{source or 'built-in task'}"
     )
     if config.get("init_from"):
-        lines.append(f"- fine-tuned from: {config['init_from']}")
+        lines.append(f"- fine-tuned from: {_file_name(config['init_from'])}")
+    tokenizer = data.get("tokenizer")
+    if tokenizer:
+        kind = f"SentencePiece {data.get('sentencepiece_type', '')}" if tokenizer == "sentencepiece" else tokenizer
+        lines.append(f"- tokenizer: {kind.strip()}, {'joint' if data.get('joint_vocab', True) else 'per side'}")
     lines.append(f"- updates: {payload.get('step', '?')}")
     metrics = payload.get("metrics") or {}
     if metrics:
@@ -423,17 +475,47 @@ def model_card(payload: dict[str, Any], run: str | None) -> str:
         import yaml
 
         args = yaml.safe_load(overrides.read_text(encoding="utf-8")) or []
-        lines.append(f"- command: `seq2seq-train {' '.join(args)}`")
+        lines.append(f"- command: `seq2seq-train {' '.join(_without_directories(a) for a in args)}`")
     lines += [
+        "",
+        "generation_config.json holds seq2seq-translate's decoding defaults (beam, length penalty, a length",
+        "limit no line of theirs reaches), so `generate` writes the lines the command writes:",
         "",
         "```python",
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
         "tokenizer = AutoTokenizer.from_pretrained(path)",
         "model = AutoModelForSeq2SeqLM.from_pretrained(path)",
         'batch = tokenizer(["a sentence"], return_tensors="pt", padding=True)',
-        "ids = model.generate(**batch, num_beams=5, early_stopping=True)  # early_stopping: as seq2seq-translate",
-        "print(tokenizer.batch_decode(ids, skip_special_tokens=True))",
+        "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))",
         "```",
         "",
     ]
+    if sentencepiece:
+        lines += _ctranslate2_section(config.get("model", {}).get("max_positions", ModelConfig.max_positions))
     return "\n".join(lines)
+
+
+def _ctranslate2_section(max_positions: int) -> list[str]:
+    """How CTranslate2, after its own converter, writes seq2seq-translate's lines (docs/huggingface.md)."""
+    defaults = TranslateConfig()
+    return [
+        "CTranslate2: `ct2-transformers-converter --model <this directory> --output_dir <ct2 directory>`, then",
+        "`translate_batch` with the source as `tokenizer.convert_ids_to_tokens(tokenizer(line).input_ids)` and",
+        f"`beam_size={defaults.beam}, length_penalty={defaults.length_penalty}, min_decoding_length=0,",
+        f"max_input_length={max_positions}` and, per line, `max_decoding_length` = min(int({defaults.max_len_a}",
+        f"x (source pieces + 1) + {defaults.max_len_b}), {max_positions}) - 1: seq2seq-translate's lines.",
+        "",
+    ]
+
+
+def _file_name(value: str | None) -> str | None:
+    """A path as its last part (the machine's directories are nobody else's business); a Hub id as it is."""
+    if not value or HUB_ID.match(value) and not Path(value).exists():
+        return value
+    return Path(value).name
+
+
+def _without_directories(override: str) -> str:
+    """key=/some/dir/file -> key=file: the command line as the card shows it."""
+    key, sep, value = override.partition("=")
+    return f"{key}{sep}{_file_name(value)}" if sep and "/" in value else override

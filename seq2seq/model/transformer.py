@@ -30,6 +30,9 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.pad_id = pad_id
+        # Marian's decoder starts from a zero vector, not a learned row, and has no pad among its
+        # outputs; CTranslate2's Marian converter and Argos packages build the model that way.
+        self.marian_start = cfg.decoder_start == "pad"
         self.src_embed = TokenEmbedding(src_vocab_size, cfg.d_model, pad_id, cfg.scale_embedding)
         if cfg.share_embeddings:
             if src_vocab_size != tgt_vocab_size:
@@ -80,7 +83,10 @@ class Transformer(nn.Module):
         follows real tokens, which the causal mask already keeps from seeing it. With a `state`,
         `tgt` holds only the new positions and the state's caches supply the prefix."""
         offset = state.offset if state is not None else 0
-        x = self.dropout(self.tgt_positions(self.tgt_embed(tgt), offset))
+        embedded = self.tgt_embed(tgt)
+        if self.marian_start:  # the start (and trailing padding, which nothing attends to) is a zero vector
+            embedded = embedded.masked_fill((tgt == self.pad_id)[..., None], 0.0)
+        x = self.dropout(self.tgt_positions(embedded, offset))
         for i, layer in enumerate(self.decoder_layers):
             cache = state.caches[i] if state is not None else None
             x = layer(x, memory, src_mask, cache, record)
@@ -104,7 +110,10 @@ class Transformer(nn.Module):
         """One incremental step: tokens (B * group,) just emitted -> log-probabilities (B * group, V)
         of the next."""
         hidden = self.decode(tokens[:, None], state.memory, state.src_mask, state)
-        return torch.log_softmax(self.logits(hidden[:, -1]).float(), dim=-1)
+        logits = self.logits(hidden[:, -1]).float()
+        if self.marian_start:  # pad is no output: left out of the softmax, as Marian's vocabulary leaves it
+            logits[:, self.pad_id] = float("-inf")
+        return torch.log_softmax(logits, dim=-1)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: (B, S), (B, T) ids -> logits (B, T, V) of every next token. Training does

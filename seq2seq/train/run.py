@@ -168,6 +168,8 @@ def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, dict
         cfg = resumed_config(cfg, overrides, payload["config"])
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
         cfg = pretrained_config(cfg, overrides)
+    elif cfg.data.tokenizer == "sentencepiece":
+        cfg = sentencepiece_config(cfg, overrides)
     validate_train(cfg)
     validate_recipes(cfg)
     return cfg, payload
@@ -270,6 +272,18 @@ def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     directory = local_directory(cfg.init_from)
     cfg.model = pretrained_model_config(directory, overrides, cfg.model)
     cfg.data.joint_vocab = not (directory / "target_vocab.json").is_file()
+    return cfg
+
+
+def sentencepiece_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """A new run with data.tokenizer=sentencepiece starts its targets from pad, as Marian models do:
+    its vocabulary has no <s> (seq2seq.data.sentencepiece_training), and the formats it exports to
+    (Marian, CTranslate2's converter, Argos) start the decoder from pad's zero vector."""
+    if any(o.lstrip("+").startswith("model.decoder_start=") and not o.endswith("=pad") for o in overrides):
+        raise UserError(
+            "model.decoder_start: data.tokenizer=sentencepiece has no <s>; its targets start from pad (drop the override)"
+        )
+    cfg.model.decoder_start = "pad"
     return cfg
 
 

@@ -1,0 +1,115 @@
+"""Argos Translate packages (`seq2seq-export format=argos`): a `.argosmodel` file that
+`argostranslate.package.install_from_path` installs, and so LibreTranslate and the Argos apps serve.
+
+What Argos reads (argostranslate/package.py and translate.py): a zip holding one directory with
+metadata.json (the language codes and names), model/ (a CTranslate2 model), sentencepiece.model (one
+SentencePiece model that encodes the source and decodes the output: a joint vocabulary) and an
+optional README.md. It passes the source pieces to CTranslate2 with no option that bans a token, so
+the model is written without pad (CTranslate2's Marian converter does the same); CTranslate2 appends
+</s> to the source, as the model's config.json asks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config import UserError
+from seq2seq.data.sentencepiece import SentencePieceTokenizers
+from seq2seq.run_files import DECODING_FILE
+
+SUFFIX = ".argosmodel"
+ARGOS_VERSION = "1.9"  # the package layout this writes: Argos 1.9 and later read it
+
+
+def package_code(src_lang: str, tgt_lang: str) -> str:
+    return f"translate-{src_lang}_{tgt_lang}"
+
+
+def metadata(payload: dict[str, Any]) -> dict[str, Any]:
+    data = payload.get("config", {}).get("data", {})
+    src, tgt = data.get("src_lang", "src"), data.get("tgt_lang", "tgt")
+    return {
+        "package_version": f"1.{payload.get('step', 0)}",  # a later export of a longer run is newer
+        "argos_version": ARGOS_VERSION,
+        "type": "translate",
+        "code": package_code(src, tgt),
+        "from_code": src,
+        "from_name": src,
+        "to_code": tgt,
+        "to_name": tgt,
+    }
+
+
+def readme(meta: dict[str, Any], payload: dict[str, Any]) -> str:
+    data = payload.get("config", {}).get("data", {})
+    return "\n".join(
+        [
+            f"# {meta['from_code']} -> {meta['to_code']}, trained with seq2seq",
+            "",
+            f"- updates: {payload.get('step', '?')}",
+            f"- tokenizer: SentencePiece {data.get('sentencepiece_type', '')}, joint",
+            "- install: `argostranslate.package.install_from_path(<this file>)`, or the Argos app's",
+            "  Manage Packages > install from file; LibreTranslate serves what is installed",
+            "",
+        ]
+    )
+
+
+def argos_writer(
+    payload: dict[str, Any], tokenizers: Any, path: Path, model_writer: Callable[[], Callable[[Path], None]]
+) -> Callable[[Path], None]:
+    """Checks everything up front; the returned function writes the package file `output`.
+    `model_writer` builds (and checks) the CTranslate2 model without pad and returns its writer."""
+    if not isinstance(tokenizers, SentencePieceTokenizers):
+        raise UserError(
+            f"{path}: format=argos needs a SentencePiece tokenizer and this run's is byte-level; "
+            "train with data.tokenizer=sentencepiece"
+        )
+    if not tokenizers.joint:
+        raise UserError(
+            f"{path}: format=argos takes one sentencepiece.model for both languages; train with data.joint_vocab=true"
+        )
+    write_model = model_writer()
+    meta = metadata(payload)
+    folder = f"{meta['code']}-{meta['package_version'].replace('.', '_')}"
+
+    def write(output: Path) -> None:
+        try:
+            _write(output)
+        except OSError as err:
+            raise UserError(
+                f"{output}: could not write the package ({err.strerror or err}); nothing was written"
+            ) from err
+
+    def _write(output: Path) -> None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as staging:
+            root = Path(staging) / folder
+            (root / "model").mkdir(parents=True)
+            write_model(root / "model")
+            (root / "model" / DECODING_FILE).unlink(missing_ok=True)  # seq2seq's record: names this machine's paths
+            (root / "sentencepiece.model").write_bytes(tokenizers.src.spm_path.read_bytes())
+            (root / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            (root / "README.md").write_text(readme(meta, payload), encoding="utf-8")
+            archive = Path(staging) / output.name
+            with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+                for file in sorted(root.rglob("*")):
+                    zipped.write(file, file.relative_to(staging))
+            os.chmod(archive, 0o666 & ~_umask())
+            if output.exists():  # appeared while we were writing
+                raise UserError(f"{output}: already exists; give output= a new file")
+            os.rename(archive, output)
+
+    return write
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
