@@ -180,6 +180,18 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return payload
 
 
+def is_checkpoint_file(path: Path, training: bool = False) -> bool:
+    """Whether `path` is a checkpoint this tool wrote (its format key), with the state a run resumes
+    from if `training`; told without reading its tensors: they are memory-mapped, not loaded, so a
+    large checkpoint costs no more than a small one."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # anything unreadable as a checkpoint is not one, whatever torch raises for it
+        return False
+    own = isinstance(payload, dict) and payload.get("format") == FORMAT and "model" in payload
+    return own and (not training or "optimizer" in payload)
+
+
 def find_model_file(run_dir: str | Path) -> Path:
     """What translation loads from a run directory: the weights-only file that training writes at its
     end (`<run>/model/model.safetensors`, a quarter of the checkpoint's size: no optimiser moments),
