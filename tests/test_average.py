@@ -140,3 +140,39 @@ def test_it_takes_key_value_arguments_and_still_the_old_form_with_a_warning(tmp_
     )
     bad = subprocess.run([str(BIN / "seq2seq-average"), f"run={tmp_path}", "last=two"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "last" in bad.stderr
+
+
+def test_output_onto_a_checkpoint_averaged_is_refused(tmp_path):
+    # checkpoints=a.pt,b.pt output=a.pt replaced a.pt with the average.
+    save(tmp_path, "step_100", 100, 1.0)
+    save(tmp_path, "step_200", 200, 3.0)
+    first, second = tmp_path / "checkpoints" / "step_100.pt", tmp_path / "checkpoints" / "step_200.pt"
+    before = first.read_bytes()
+    with pytest.raises(UserError) as info:
+        main(
+            [
+                f"checkpoints={first},{second}",
+                f"output={tmp_path / 'checkpoints' / '..' / 'checkpoints' / 'step_100.pt'}",
+            ]
+        )
+    assert str(info.value) == (
+        f"output={tmp_path / 'checkpoints' / '..' / 'checkpoints' / 'step_100.pt'}: is {first}, one of the checkpoints "
+        "averaged; give output= another file"
+    )
+    assert first.read_bytes() == before
+
+
+def test_output_onto_a_runs_training_checkpoint_is_refused(tmp_path):
+    for step, value in [(100, 1.0), (200, 2.0), (300, 4.0), (400, 9.0)]:
+        save(tmp_path, f"step_{step}", step, value)
+    save(tmp_path, "best", 300, 4.0)
+    best = tmp_path / "checkpoints" / "best.pt"
+    before = best.read_bytes()
+    with pytest.raises(UserError) as info:
+        main([f"run={tmp_path}", "last=2", f"output={best}"])
+    assert str(info.value) == (
+        f"output={best}: is a training checkpoint (a run resumes and translates from it); give output= another file"
+    )
+    assert best.read_bytes() == before
+    again = main([f"run={tmp_path}", "last=2"])  # the default output, an earlier average, is replaced as before
+    assert main([f"run={tmp_path}", "last=2", f"output={again}"]) == again
