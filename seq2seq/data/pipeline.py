@@ -6,8 +6,9 @@
 The training split never sits in memory whole, neither while it is built (the files are read line by
 line into an Arrow file on disk, and tokenized from there in batches) nor while training (the token
 ids are views of the memory-mapped Arrow file, never Python lists): memory does not grow with the
-corpus. The cache key covers the data config and each corpus file's path, size and modification
-time, so an edited file is re-read.
+corpus. The cache key covers the data config and each corpus file's path and content (its SHA-256,
+read at every start), so an edited file is re-read even when its size and modification time were
+kept (`cp -p`, `rsync -t`, `tar`); docs/data.md gives the cost.
 """
 
 from __future__ import annotations
@@ -110,11 +111,7 @@ class PreparedData:
 def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
     """`pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
     contents are part of the key."""
-    files = []
-    for name in corpus_sources(cfg):
-        path = Path(name).resolve()
-        stat = path.stat() if path.exists() else None
-        files.append([str(path), stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
+    files = [[str(Path(name).resolve()), content_digest(Path(name))] for name in corpus_sources(cfg)]
     settings = {k: v for k, v in as_dict(cfg).items() if k not in ("cache_dir", "stream_buffer_pairs")}
     key = {"version": CACHE_VERSION, "data": settings, "files": files}
     if pretrained is not None:
@@ -123,6 +120,16 @@ def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
         ]
     blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def content_digest(path: Path) -> str | None:
+    """The SHA-256 of a file's bytes, read in chunks (a corpus need not fit in memory); None for a
+    file that cannot be read, which reading the corpus then reports."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
 
 
 def default_cache_dir() -> Path:
