@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from seq2seq.config import DataConfig, UserError, as_dict
+from seq2seq.data.cache_builds import owner, remove_abandoned_builds, stop_signals_end_the_build
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
@@ -247,7 +248,7 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # our own log line says what is happening; tqdm is for training
-    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    staging = target.with_name(f"{target.name}.tmp{owner()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         (staging / "work").mkdir(parents=True)
@@ -319,16 +320,19 @@ def prepare_data(
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
     root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     target = root / cache_key(cfg, pretrained)
+    if is_main and (swept := remove_abandoned_builds(root)):
+        log.info("removed %s bytes of cache builds left by processes that were killed", f"{swept:,}")
     if is_main and target.is_dir() and (damage := _why_unreadable(target)):
         log.warning("the cached data in %s is damaged (%s): tokenizing the corpus again", target, damage)
-        damaged = target.with_name(f"{target.name}.damaged{os.getpid()}")
+        damaged = target.with_name(f"{target.name}.damaged{owner()}")
         target.rename(damaged)
         shutil.rmtree(damaged, ignore_errors=True)
     if is_main and not target.is_dir():
         try:
             root.mkdir(parents=True, exist_ok=True)
             log.info("tokenizing the corpus (cached in %s for the next run)", target)
-            _build(cfg, target, pretrained)
+            with stop_signals_end_the_build():
+                _build(cfg, target, pretrained)
         except OSError as err:
             raise UserError(
                 f"{root}: cannot write the tokenized data there ({err.strerror or err}); "
