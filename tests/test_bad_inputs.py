@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import unicodedata
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -336,6 +337,30 @@ def test_output_onto_a_file_the_model_is_read_from_is_refused(run_dir, tmp_path,
     key = model.split("=")[0] + "=" + model.split("=")[1].replace("R", str(run))
     assert str(info.value) == f"output={output} is {output}, which {key} reads: writing the translations would empty it"
     assert output.read_bytes() == before
+
+
+def test_a_run_with_a_broken_best_pt_names_it_and_the_runs_other_models(run_dir, tmp_path):
+    # It was refused with PyTorch's advice to set weights_only=False, its intact model/ and ctranslate2/ unsaid.
+    run = tmp_path / "R"
+    shutil.copytree(run_dir, run)
+    best = run / "checkpoints" / "best.pt"
+    with zipfile.ZipFile(run_dir / "checkpoints" / "best.pt") as original, zipfile.ZipFile(best, "w") as damaged:
+        for entry in original.infolist():  # a readable archive whose pickle is damaged
+            data = original.read(entry)
+            damaged.writestr(entry, data[:100] + bytes(b ^ 0x55 for b in data[100:140]) + data[140:])
+    (tmp_path / "input.txt").write_text("a b c\n")
+    options = [f"run={run}", f"input={tmp_path / 'input.txt'}", f"output={tmp_path / 'out.txt'}", "engine=torch"]
+    with pytest.raises(UserError) as info:
+        translate(compose_config("translate", options))
+    message = str(info.value)
+    assert message.startswith(f"{best}: not a readable checkpoint (truncated or corrupt): ")
+    others = [f"checkpoint={run / 'model'}"]
+    others += [f"checkpoint={run / 'ctranslate2'}"] if (run / "ctranslate2").is_dir() else []
+    others += [f"checkpoint={run / 'checkpoints' / 'last.pt'}"]
+    assert message.endswith(f"; translate with another of the run's models: {', '.join(others)}")
+    assert "weights_only" not in message and "\n" not in message
+    with_model = [f"checkpoint={run / 'model'}", f"input={tmp_path / 'input.txt'}", f"output={tmp_path / 'out.txt'}"]
+    assert translate(compose_config("translate", with_model))["lines"] == 1  # the pointer works
 
 
 def test_stdin_redirected_from_the_output_file_is_refused(run_dir, tmp_path):
