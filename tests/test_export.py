@@ -469,3 +469,31 @@ def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
         alone = translator.translate_nbest([line])[0]
         assert [t.text for t in nbest] == [t.text for t in alone], line
         assert [t.score for t in nbest] == pytest.approx([t.score for t in alone], abs=1e-4), line
+
+
+def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    # SIGTERM's default action ended the process without its cleanup: .<output>.*.tmp stayed, the model's size.
+    import signal
+
+    import seq2seq.inference.export as export_module
+
+    real = export_module._writer
+
+    def writer_then_sigterm(*args: object) -> object:
+        write = real(*args)
+
+        def write_then_die(staging: Path) -> None:
+            write(staging)  # the staging directory beside output= holds the whole model now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        return write_then_die
+
+    monkeypatch.setattr(export_module, "_writer", writer_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(SystemExit) as info:
+            export_main([f"run={run_dir}", f"output={tmp_path / 'out'}"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert info.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []

@@ -19,6 +19,7 @@ from seq2seq.averaging import average, end_of_run, newer_last, periodic_checkpoi
 from seq2seq.checkpoint import atomic_save, is_checkpoint_file
 from seq2seq.cli.common import parse_key_values, print_key_help, report_errors, wants_help
 from seq2seq.config import AverageConfig, UserError
+from seq2seq.stop_signals import stop_signals_raise
 
 USAGE = "run=<run dir> [last=5] [output=...] | checkpoints=a.pt,b.pt [output=...]"
 
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     if wants_help(argv):
         print_key_help("seq2seq-average", USAGE, AverageConfig)
         return
-    report_errors(lambda: run(parse_key_values(key_values(argv), AverageConfig)), debug=False)
+    with stop_signals_raise():  # SIGTERM mid-save: the temporary file beside output= goes too
+        report_errors(lambda: run(parse_key_values(key_values(argv), AverageConfig)), debug=False)
 
 
 def key_values(argv: list[str]) -> list[str]:

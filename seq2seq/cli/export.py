@@ -36,9 +36,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(argv: list[str]) -> None:
     from seq2seq.inference.export import export
+    from seq2seq.stop_signals import stop_signals_raise
 
     cfg = parse_arguments(argv)
-    output, model_cfg = export(cfg)
+    with stop_signals_raise():  # SIGTERM mid-write: the staging directory beside output= goes too
+        output, model_cfg = export(cfg)
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
     print(f"wrote {output} ({cfg.format}, {size:.1f} MB): {', '.join(files)}")

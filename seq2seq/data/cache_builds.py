@@ -8,14 +8,10 @@ power cut) left is removed by the next start, once its process has ended.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import signal
 import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 # A build's staging directory and a damaged cache on its way out: <key>.tmp<pid>@<host> and
@@ -55,27 +51,3 @@ def _is_running(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
-
-
-@contextlib.contextmanager
-def stop_signals_end_the_build() -> Iterator[None]:
-    """SIGTERM (and SIGHUP) end the process without running any cleanup; while the cache is built they
-    raise SystemExit instead (status 128 + the signal, as the shell reports a killed process), so the
-    build removes its staging directory, as large as the corpus, on its way out. Ctrl-C already raises
-    KeyboardInterrupt. A handler someone else installed is left alone."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    replaced = {}
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(number) == signal.SIG_DFL:
-            replaced[number] = signal.signal(number, _exit_on_signal)
-    try:
-        yield
-    finally:
-        for number, handler in replaced.items():
-            signal.signal(number, handler)
-
-
-def _exit_on_signal(number: int, frame: object) -> None:
-    raise SystemExit(128 + number)

@@ -28,10 +28,11 @@ import numpy as np
 import pyarrow as pa
 
 from seq2seq.config import DataConfig, UserError, as_dict
-from seq2seq.data.cache_builds import owner, remove_abandoned_builds, stop_signals_end_the_build
+from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.stop_signals import stop_signals_raise
 
 if TYPE_CHECKING:
     import datasets  # imported where a cache is built: ~1 s of start-up that a cached run does not need
@@ -331,7 +332,7 @@ def prepare_data(
         try:
             root.mkdir(parents=True, exist_ok=True)
             log.info("tokenizing the corpus (cached in %s for the next run)", target)
-            with stop_signals_end_the_build():
+            with stop_signals_raise():  # the build's staging directory, as large as the corpus, goes
                 _build(cfg, target, pretrained)
         except OSError as err:
             raise UserError(
