@@ -161,3 +161,16 @@ def test_a_start_that_loses_the_lock_removes_nothing_and_overwrite_waits_for_the
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
     assert (run_dir / ".hydra" / "config.yaml").is_file() and (run_dir / "checkpoints" / "last.pt").is_file()
+
+
+def test_a_runs_exports_never_replace_a_directory_holding_a_users_file(finished_run, tmp_path, caplog):
+    # The export at a (resumed) run's end replaced model/ whole, and with it the user's notes there.
+    from seq2seq.train.run import _write_inference_exports
+
+    run_dir = copy_of(finished_run, tmp_path)
+    (run_dir / "model" / "notes.txt").write_text("which checkpoint this was\n")
+    before = files_under(run_dir / "model")
+    with caplog.at_level("WARNING", logger="seq2seq.train"):
+        _write_inference_exports(run_dir)
+    assert files_under(run_dir / "model") == before
+    assert "model/ not written: it holds model/notes.txt, which no run wrote" in caplog.text

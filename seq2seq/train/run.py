@@ -43,6 +43,7 @@ from seq2seq.train.run_outputs import (
     RUN_MARKER,
     check_new_run_directory,
     clear_earlier_run,
+    files_not_a_runs,
     holds_only_startup_files,
 )
 from seq2seq.train.trainer import (
@@ -328,8 +329,13 @@ def _write_inference_exports(run_dir: Path) -> None:
 
     if not (run_dir / "checkpoints").is_dir():
         return
+    # An export replaces its directory whole: one that holds a file no run wrote (a resumed run's
+    # directory, where the user put notes into model/) is left alone, with its file.
+    foreign = {name: found[0] for name in RUN_EXPORTS if (found := files_not_a_runs(run_dir, True, (name,)))}
+    for name, found in foreign.items():
+        log.warning("%s/ not written: it holds %s, which no run wrote (translation reads the checkpoint)", name, found)
     try:
-        written = write_run_exports(run_dir)
+        written = write_run_exports(run_dir, skip=tuple(foreign))
     except (UserError, OSError) as err:
         log.warning("no export for translation written (translation reads the checkpoint): %s", err)
         return

@@ -79,12 +79,14 @@ def _has_own_export(run_dir: Path, names: tuple[str, ...] = (INFERENCE_DIR, CTRA
     return False
 
 
-def files_not_a_runs(run_dir: Path, is_run: bool) -> list[str]:
-    """The files, relative to `run_dir`, under the names a run writes that no run wrote: files of
-    other names there, anything at all there when `run_dir` is not a run's (empty directories aside),
-    and a checkpoint name holding something else than a checkpoint."""
+def files_not_a_runs(run_dir: Path, is_run: bool, names: tuple[str, ...] = tuple(RUN_DIRECTORIES)) -> list[str]:
+    """The files, relative to `run_dir`, under the names a run writes (`names` of RUN_DIRECTORIES, and
+    the tokenizer files) that no run wrote: files of other names there, anything at all there when
+    `run_dir` is not a run's (empty directories aside), and a checkpoint name holding something else
+    than a checkpoint."""
     found = []
-    for name, pattern in RUN_DIRECTORIES.items():
+    for name in names:
+        pattern = RUN_DIRECTORIES[name]
         directory = run_dir / name
         if directory.is_symlink() or directory.is_file():
             found.append(name)
