@@ -4,6 +4,7 @@ and nothing else, and a process that did not get a directory's lock removes noth
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -174,3 +175,32 @@ def test_a_runs_exports_never_replace_a_directory_holding_a_users_file(finished_
         _write_inference_exports(run_dir)
     assert files_under(run_dir / "model") == before
     assert "model/ not written: it holds model/notes.txt, which no run wrote" in caplog.text
+
+
+def test_the_command_line_makes_and_locks_a_new_run_directory_before_hydra_writes(tmp_path):
+    # Both runs passed this check while the directory did not exist; Hydra then wrote into it for both.
+    from seq2seq.cli.train import check_run_directory
+
+    run_dir = tmp_path / "new" / "run"
+    check_run_directory([f"hydra.run.dir={run_dir}"])
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
+    assert (run_dir / ".lock").read_text() == f"{os.getpid()}\n"
+    fd = os.open(run_dir / ".lock", os.O_RDWR)  # what the second run, started at the same moment, does
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+
+
+def test_the_command_line_refuses_a_users_folder_before_writing_anything(tmp_path):
+    from seq2seq.cli.train import check_run_directory
+
+    folder = tmp_path / "mine"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "my_model.py").write_text("class Mine: ...\n")
+    for overwrite in ([], ["overwrite=true"]):
+        with pytest.raises(UserError, match=r"holds model/my_model\.py, which no seq2seq run wrote"):
+            check_run_directory([f"hydra.run.dir={folder}", *overwrite])
+    assert files_under(folder) == {"model/my_model.py": b"class Mine: ...\n"}
+    assert not (folder / ".lock").exists()

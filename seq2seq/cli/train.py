@@ -28,7 +28,7 @@ from seq2seq.cli.common import (
 )
 from seq2seq.config import TrainConfig, UserError, register_configs, validate_train
 from seq2seq.interop.huggingface import is_huggingface_model
-from seq2seq.train.lock import LOCK_FILE, claim_run_directory, holds_run_directory
+from seq2seq.train.lock import LOCK_FILE, claim_run_directory, holds_run_directory, refuse_if_busy
 from seq2seq.train.run import GROUPS, pretrained_config, train
 from seq2seq.train.run_outputs import check_new_run_directory, holds_only_startup_files
 
@@ -124,11 +124,12 @@ def check_run_directory(argv: list[str]) -> None:
         _probe_writable(target, existing)
         if not _first_rank() or "${" in str(target):  # rank 0 claims it; Hydra resolves an interpolation
             return
-        if existing != target:
+        if existing == target:  # before Hydra writes its .hydra/config.yaml over the earlier run's
+            refuse_if_busy(target)  # a run in progress, overwrite=true or not
+            check_new_run_directory(target, values.get("overwrite") is True)
+        else:
             _make_run_directory(target)
-        claim_run_directory(target)  # two runs started at once into one new directory: one stops here
-        # Before Hydra writes its .hydra/config.yaml over the earlier run's.
-        check_new_run_directory(target, values.get("overwrite") is True)
+        claim_run_directory(target)  # two runs started at once into one directory: one stops here
 
 
 def _make_run_directory(target: Path) -> None:

@@ -36,10 +36,7 @@ def _acquire(run_dir: Path) -> int:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise UserError(
-                f"{run_dir}: another seq2seq-train (process {holder}) is using this run directory; "
-                "wait for it to end or choose another directory"
-            ) from None
+            raise _busy(run_dir, holder) from None
         except BaseException:
             os.close(fd)
             raise
@@ -51,6 +48,30 @@ def _acquire(run_dir: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _busy(run_dir: Path, holder: str) -> UserError:
+    return UserError(
+        f"{run_dir}: another seq2seq-train (process {holder}) is using this run directory; "
+        "wait for it to end or choose another directory"
+    )
+
+
+def refuse_if_busy(run_dir: Path) -> None:
+    """Raises the error run_directory_lock raises when another process holds `run_dir`, without
+    creating a .lock there (a directory that is then refused for its contents is left as it was)."""
+    if holds_run_directory(run_dir):
+        return
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR)
+    except OSError:  # none yet (no run took it), or not ours to open: claiming it will say
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _busy(run_dir, _holder(fd)) from None
+    finally:
+        os.close(fd)
 
 
 def _holder(fd: int) -> str:
@@ -85,20 +106,3 @@ def run_directory_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def is_locked_by_another(run_dir: Path) -> bool:
-    """Whether a live process other than this one holds `run_dir`'s lock (a missing .lock: no)."""
-    if holds_run_directory(run_dir):
-        return False
-    try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
