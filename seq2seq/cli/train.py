@@ -71,7 +71,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     global _created_run_directory
     runtime = HydraConfig.get()
     run_dir = Path(runtime.runtime.output_dir)
-    if _created_run_directory is None and not cfg.resume and _names_no_run_directory(sys.argv[1:]):
+    if _created_run_directory is None and _hydra_named_a_new_run_directory(sys.argv[1:]):
         _created_run_directory = run_dir.resolve()  # a new time-stamped directory that Hydra made just now
 
     def run() -> dict:
@@ -94,9 +94,11 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(summary["exit_status"])
 
 
-def _names_no_run_directory(argv: list[str]) -> bool:
+def _hydra_named_a_new_run_directory(argv: list[str]) -> bool:
+    """No resume= and no hydra.run.dir= on the command line: Hydra made a new, time-stamped directory.
+    Read from the command line, not the config: a key that does not resolve is reported in run()."""
     values = {o.key_or_group: o.value() for o in parse_command_line(argv)[1] if o.value_type is not None}
-    return not values.get("hydra.run.dir")
+    return not values.get("resume") and not values.get("hydra.run.dir")
 
 
 def check_run_directory(argv: list[str]) -> None:
