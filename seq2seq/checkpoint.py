@@ -172,12 +172,37 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
-        # An empty file gives an exception with an empty message: name its type instead.
-        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(f"{path}: not a readable checkpoint (truncated or corrupt): {detail}") from err
+        raise UserError(f"{path}: not a readable checkpoint (truncated or corrupt): {_load_failure(err)}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
         raise UserError(f"{path}: not a seq2seq checkpoint (format {FORMAT})")
     return payload
+
+
+def _load_failure(err: BaseException) -> str:
+    """What torch.load said went wrong, in one sentence, without its advice: for a file its weights-only
+    loader refuses, torch suggests weights_only=False or allow-listing the global, which would run code
+    from a damaged or crafted file."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1]
+        text = text.split(" was not an allowed global", 1)[0]
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    sentence = lines[0].split(". ", 1)[0].rstrip(".") if lines else ""
+    unsafe = ("weights_only", "safe_globals", "allowlist")
+    # An empty file gives an exception with an empty message: name its type instead.
+    return sentence if sentence and not any(word in sentence for word in unsafe) else type(err).__name__
+
+
+def is_checkpoint_file(path: Path, training: bool = False) -> bool:
+    """Whether `path` is a checkpoint this tool wrote (its format key), with the state a run resumes
+    from if `training`; told without reading its tensors: they are memory-mapped, not loaded, so a
+    large checkpoint costs no more than a small one."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # anything unreadable as a checkpoint is not one, whatever torch raises for it
+        return False
+    own = isinstance(payload, dict) and payload.get("format") == FORMAT and "model" in payload
+    return own and (not training or "optimizer" in payload)
 
 
 def find_model_file(run_dir: str | Path) -> Path:

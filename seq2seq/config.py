@@ -205,7 +205,7 @@ class TrainConfig:
     resume: str | None = setting(None, "a run directory: continue it from its last checkpoint")
     overwrite: bool = setting(
         False,
-        "a new run into a directory holding an earlier run: true deletes that run's checkpoints/exports; false refuses",
+        "a new run into a directory holding an earlier run: true removes the files a run writes (never others); false refuses",
     )
     init_from: str | None = setting(
         None, "a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)"

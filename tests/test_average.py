@@ -13,6 +13,7 @@ import torch
 
 from seq2seq.checkpoint import atomic_save, load_checkpoint
 from seq2seq.cli.average import key_values, run
+from seq2seq.cli.average import main as average_main
 from seq2seq.config import UserError
 
 BIN = Path(sys.executable).parent
@@ -196,3 +197,65 @@ def test_checkpoints_naming_no_file_is_one_line(argument, message):
     with pytest.raises(UserError) as info:
         main([argument])
     assert str(info.value) == message
+
+
+def test_output_onto_a_checkpoint_averaged_is_refused(tmp_path):
+    # checkpoints=a.pt,b.pt output=a.pt replaced a.pt with the average.
+    save(tmp_path, "step_100", 100, 1.0)
+    save(tmp_path, "step_200", 200, 3.0)
+    first, second = tmp_path / "checkpoints" / "step_100.pt", tmp_path / "checkpoints" / "step_200.pt"
+    before = first.read_bytes()
+    with pytest.raises(UserError) as info:
+        main(
+            [
+                f"checkpoints={first},{second}",
+                f"output={tmp_path / 'checkpoints' / '..' / 'checkpoints' / 'step_100.pt'}",
+            ]
+        )
+    assert str(info.value) == (
+        f"output={tmp_path / 'checkpoints' / '..' / 'checkpoints' / 'step_100.pt'}: is {first}, one of the checkpoints "
+        "averaged; give output= another file"
+    )
+    assert first.read_bytes() == before
+
+
+def test_output_onto_a_runs_training_checkpoint_is_refused(tmp_path):
+    for step, value in [(100, 1.0), (200, 2.0), (300, 4.0), (400, 9.0)]:
+        save(tmp_path, f"step_{step}", step, value)
+    save(tmp_path, "best", 300, 4.0)
+    best = tmp_path / "checkpoints" / "best.pt"
+    before = best.read_bytes()
+    with pytest.raises(UserError) as info:
+        main([f"run={tmp_path}", "last=2", f"output={best}"])
+    assert str(info.value) == (
+        f"output={best}: is a training checkpoint (a run resumes and translates from it); give output= another file"
+    )
+    assert best.read_bytes() == before
+    again = main([f"run={tmp_path}", "last=2"])  # the default output, an earlier average, is replaced as before
+    assert main([f"run={tmp_path}", "last=2", f"output={again}"]) == again
+
+
+def test_sigterm_while_saving_the_average_leaves_no_temporary_file(tmp_path, monkeypatch):
+    # SIGTERM's default action ended the process without its cleanup: .averaged.pt.*.tmp stayed.
+    import os
+    import signal
+
+    import seq2seq.checkpoint as checkpoint
+
+    for step, value in [(100, 1.0), (200, 2.0)]:
+        save(tmp_path, f"step_{step}", step, value)
+    real = checkpoint.torch.save
+
+    def save_then_die(payload: object, handle: object) -> None:
+        real(payload, handle)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(checkpoint.torch, "save", save_then_die)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(SystemExit) as info:
+            average_main([f"run={tmp_path}", "last=2", "force=true"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert info.value.code == 128 + signal.SIGTERM
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_100.pt", "step_200.pt"]

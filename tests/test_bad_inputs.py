@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import unicodedata
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -82,22 +83,30 @@ def test_a_second_run_into_a_busy_run_directory_is_refused_naming_the_holder(tmp
     assert not (tmp_path / "cache").exists() and not (run_dir / "checkpoints").exists()
 
 
-@pytest.mark.parametrize("left", ["checkpoints/step_4.pt", "model/", "ctranslate2/"])
-def test_a_new_run_into_a_directory_holding_a_run_is_refused(tmp_path, left):
+def test_a_new_run_into_a_directory_holding_what_no_run_wrote_is_refused(tmp_path):
+    # A file under a name a run writes that is not a run's: a new run would write over it.
     run_dir = tmp_path / "run"
-    if left.endswith("/"):
-        (run_dir / left).mkdir(parents=True)
-    else:
-        (run_dir / left).parent.mkdir(parents=True)
-        (run_dir / left).write_bytes(b"an earlier run's checkpoint")
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_4.pt").write_bytes(b"not a checkpoint")
     cfg = compose_config("train", [*SMALL_RUN, f"data.cache_dir={tmp_path / 'cache'}"])
     with pytest.raises(UserError) as info:
         train(cfg, run_dir)
     assert str(info.value) == (
-        f"{run_dir}: holds an earlier run ({left}); continue it with resume={run_dir}, "
-        "start afresh there with overwrite=true, or choose another directory"
+        f"{run_dir}: holds checkpoints/step_4.pt, which no seq2seq run wrote; a run there would replace or mix "
+        "with it: move it away or choose another directory"
     )
     assert not (tmp_path / "cache").exists()  # refused before any work
+
+
+def test_a_new_run_into_a_directory_holding_a_run_is_refused(tmp_path):
+    run_dir, cache = tmp_path / "run", f"data.cache_dir={tmp_path / 'cache'}"
+    train(compose_config("train", [*SMALL_RUN, cache]), run_dir)
+    with pytest.raises(UserError) as info:
+        train(compose_config("train", [*SMALL_RUN, cache]), run_dir)
+    assert str(info.value) == (
+        f"{run_dir}: holds an earlier run (checkpoints/best.pt); continue it with resume={run_dir}, "
+        "start afresh there with overwrite=true, or choose another directory"
+    )
 
 
 def test_overwrite_replaces_an_earlier_run_without_leaving_any_of_it(tmp_path):
@@ -301,6 +310,57 @@ def test_output_that_is_the_reference_is_refused(run_dir, tmp_path):
         f"output={reference} is the same file as reference={reference}: writing the translations would empty it"
     )
     assert reference.read_text() == "C B A\n"
+
+
+@pytest.mark.parametrize(
+    ("model", "written"),
+    [
+        ("checkpoint=R/checkpoints/best.pt", "R/checkpoints/best.pt"),
+        ("checkpoint=R/checkpoints/best.pt", "R/tokenizer.json"),
+        ("checkpoint=R/checkpoints/best.pt", "R/train.log"),
+        ("run=R", "R/model/model.safetensors"),
+        ("run=R", "R/checkpoints/last.pt"),
+        ("checkpoint=R/model", "R/model/config.json"),
+    ],
+)
+def test_output_onto_a_file_the_model_is_read_from_is_refused(run_dir, tmp_path, model, written):
+    # checkpoint=R/checkpoints/best.pt output=R/checkpoints/best.pt exited 0 and left a 24-byte best.pt.
+    run = tmp_path / "R"
+    shutil.copytree(run_dir, run)
+    (run / "train.log").write_text("the run's log\n")
+    (tmp_path / "input.txt").write_text("a b c\n")
+    output = tmp_path / written
+    before = output.read_bytes()
+    options = [model.replace("R", str(run)), f"input={tmp_path / 'input.txt'}", f"output={output}", "beam=1"]
+    with pytest.raises(UserError) as info:
+        translate(compose_config("translate", options))
+    key = model.split("=")[0] + "=" + model.split("=")[1].replace("R", str(run))
+    assert str(info.value) == f"output={output} is {output}, which {key} reads: writing the translations would empty it"
+    assert output.read_bytes() == before
+
+
+def test_a_run_with_a_broken_best_pt_names_it_and_the_runs_other_models(run_dir, tmp_path):
+    # It was refused with PyTorch's advice to set weights_only=False, its intact model/ and ctranslate2/ unsaid.
+    run = tmp_path / "R"
+    shutil.copytree(run_dir, run)
+    best = run / "checkpoints" / "best.pt"
+    with zipfile.ZipFile(run_dir / "checkpoints" / "best.pt") as original, zipfile.ZipFile(best, "w") as damaged:
+        for entry in original.infolist():  # a readable archive whose pickle is damaged
+            data = original.read(entry)
+            damaged.writestr(entry, data[:100] + bytes(b ^ 0x55 for b in data[100:140]) + data[140:])
+    (tmp_path / "input.txt").write_text("a b c\n")
+    options = [f"run={run}", f"input={tmp_path / 'input.txt'}", f"output={tmp_path / 'out.txt'}", "engine=torch"]
+    with pytest.raises(UserError) as info:
+        translate(compose_config("translate", options))
+    message = str(info.value)
+    assert message.startswith(f"{best}: not a readable checkpoint (truncated or corrupt): ")
+    others = [f"checkpoint={run / 'model'}"]
+    others += [f"checkpoint={run / 'ctranslate2'}"] if (run / "ctranslate2").is_dir() else []
+    others += [f"checkpoint={run / 'checkpoints' / 'last.pt'}"]
+    assert message.endswith(f"; translate with another of the run's models: {', '.join(others)}")
+    assert "weights_only" not in message and "\n" not in message
+    with_model = [f"checkpoint={run / 'model'}", f"input={tmp_path / 'input.txt'}", f"output={tmp_path / 'out.txt'}"]
+    assert translate(compose_config("translate", with_model))["lines"] == 1  # the pointer works
 
 
 def test_stdin_redirected_from_the_output_file_is_refused(run_dir, tmp_path):

@@ -122,6 +122,19 @@ def test_load_refuses_arbitrary_python_objects(tmp_path: Path, thing: object) ->
         load_checkpoint(path)
 
 
+@pytest.mark.parametrize("thing", [write_marker, Custom(1)], ids=["function", "object"])
+def test_a_refused_checkpoint_never_advises_loading_it_unsafely(tmp_path: Path, thing: object) -> None:
+    # torch's message advised weights_only=False (or allow-listing the global): code from the file would run.
+    path = tmp_path / "object.pt"
+    torch.save({"format": 1, "model": {}, "extra": thing}, path)
+    with pytest.raises(UserError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a readable checkpoint (truncated or corrupt): Unsupported global: ")
+    assert "\n" not in message
+    assert not any(word in message for word in ("weights_only", "safe_globals", "allowlist", "trust"))
+
+
 def test_truncated_checkpoint_is_a_user_error(tmp_path: Path) -> None:
     path = tmp_path / "last.pt"
     atomic_save(sample_payload(), path)

@@ -499,3 +499,31 @@ def test_the_recorded_ctranslate2_options_write_translates_lines(
     assert suppressed["suppress_sequences"] == ([["<pad>"], ["<s>"]] if tokenizer == "byte-level" else [["<pad>"]])
     ours = Translator.load(run, precision="fp32", device="cpu").translate(lines)
     assert decode_with_recorded_options(run / "ctranslate2", lines) == ours
+
+
+def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    # SIGTERM's default action ended the process without its cleanup: .<output>.*.tmp stayed, the model's size.
+    import signal
+
+    import seq2seq.inference.export as export_module
+
+    real = export_module._writer
+
+    def writer_then_sigterm(*args: object) -> object:
+        write = real(*args)
+
+        def write_then_die(staging: Path) -> None:
+            write(staging)  # the staging directory beside output= holds the whole model now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        return write_then_die
+
+    monkeypatch.setattr(export_module, "_writer", writer_then_sigterm)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(SystemExit) as info:
+            export_main([f"run={run_dir}", f"output={tmp_path / 'out'}"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert info.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []

@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
         "seq2seq.allocator",
         "seq2seq.run_files",
         "seq2seq.path_kind",
+        "seq2seq.stop_signals",
     ),
     ("seq2seq.config",),  # typed configs, their validation, UserError
 ]

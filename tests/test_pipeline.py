@@ -165,16 +165,34 @@ def count_reads(monkeypatch) -> list[int]:
     return calls
 
 
-def test_touching_a_corpus_file_rebuilds(cfg, monkeypatch):
+def test_touching_a_corpus_file_keeps_the_cache(cfg, monkeypatch):
+    # The key is the content: a new modification time alone (touch, a fresh checkout) reads nothing again.
     prepare_data(cfg)
     old_key = cache_key(cfg)
     stat = os.stat(cfg.valid_tgt)
     os.utime(cfg.valid_tgt, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert cache_key(cfg) != old_key
+    assert cache_key(cfg) == old_key
     calls = count_reads(monkeypatch)
     prepare_data(cfg)
-    assert sum(calls) == 1
-    assert cache_entries(cfg) == sorted([old_key, cache_key(cfg)])
+    assert sum(calls) == 0 and cache_entries(cfg) == [old_key]
+
+
+def test_a_same_size_edit_with_its_time_restored_rebuilds_with_the_new_text(cfg, monkeypatch):
+    # `cp -p`, `rsync -t` or `tar` keep size and modification time: the cache keyed on them trained on the old text.
+    first = prepare_data(cfg)
+    old_key = cache_key(cfg)
+    path = Path(cfg.valid_src)
+    stat = os.stat(path)
+    text = path.read_bytes()
+    edited = text.replace(b"a b c", b"x y z", 1)
+    assert edited != text and len(edited) == len(text)
+    path.write_bytes(edited)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    calls = count_reads(monkeypatch)
+    second = prepare_data(cfg)
+    assert sum(calls) == 1 and cache_key(cfg) != old_key
+    assert first.valid.src_text[0] == "a b c" and second.valid.src_text[0] == "x y z"
 
 
 def test_editing_a_corpus_file_rebuilds_with_the_new_text(cfg, monkeypatch):

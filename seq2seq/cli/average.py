@@ -11,13 +11,15 @@ one line on stderr, exit status 2. The old `seq2seq-average <run> --last N` stil
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from seq2seq.averaging import average, end_of_run, newer_last, periodic_checkpoints
-from seq2seq.checkpoint import atomic_save
+from seq2seq.checkpoint import atomic_save, is_checkpoint_file
 from seq2seq.cli.common import parse_key_values, print_key_help, report_errors, wants_help
 from seq2seq.config import AverageConfig, UserError
+from seq2seq.stop_signals import stop_signals_raise
 
 USAGE = "run=<run dir> [last=5] [output=...] | checkpoints=a.pt,b.pt [output=...]"
 
@@ -27,7 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     if wants_help(argv):
         print_key_help("seq2seq-average", USAGE, AverageConfig)
         return
-    report_errors(lambda: run(parse_key_values(key_values(argv), AverageConfig)), debug=False)
+    with stop_signals_raise():  # SIGTERM mid-save: the temporary file beside output= goes too
+        report_errors(lambda: run(parse_key_values(key_values(argv), AverageConfig)), debug=False)
 
 
 def key_values(argv: list[str]) -> list[str]:
@@ -54,6 +57,7 @@ def key_values(argv: list[str]) -> list[str]:
 
 def average_files(paths: list[Path], output: Path) -> Path:
     """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
+    refuse_replacing(paths, output)
     result = average(paths)
     atomic_save(result, output)
     steps = result["averaged_steps"]
@@ -65,6 +69,21 @@ def average_files(paths: list[Path], output: Path) -> Path:
     json.dump({"inputs": [str(p) for p in paths], "steps": steps, "output": str(output)}, sys.stdout)
     print()
     return output
+
+
+def refuse_replacing(paths: list[Path], output: Path) -> None:
+    """The average replaces `output` whole: never one of the checkpoints averaged, nor a checkpoint a run
+    resumes from (best.pt, last.pt, step_N.pt: the run's own, which the average would stand in for)."""
+    if not output.is_file():
+        return
+    for path in paths:
+        if os.path.samefile(path, output):
+            raise UserError(f"output={output}: is {path}, one of the checkpoints averaged; give output= another file")
+    if is_checkpoint_file(output, training=True):
+        raise UserError(
+            f"output={output}: is a training checkpoint (a run resumes and translates from it); "
+            "give output= another file"
+        )
 
 
 def run(cfg: AverageConfig) -> Path:

@@ -38,9 +38,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(argv: list[str]) -> None:
     from seq2seq.inference.export import export
+    from seq2seq.stop_signals import stop_signals_raise
 
     cfg = parse_arguments(argv)
-    output, model_cfg = export(cfg)
+    with stop_signals_raise():  # SIGTERM mid-write: the staging directory beside output= goes too
+        output, model_cfg = export(cfg)
     if cfg.format == "argos":
         print(f"wrote {output} (argos, {output.stat().st_size / 1e6:.1f} MB)")
         install = f"import argostranslate.package as p; p.install_from_path({json.dumps(str(output))})"

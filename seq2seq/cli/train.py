@@ -30,8 +30,9 @@ from seq2seq.cli.common import (
 )
 from seq2seq.config import TrainConfig, UserError, check_weights_source, register_configs, validate_train
 from seq2seq.interop.huggingface import is_huggingface_model
-from seq2seq.train.lock import check_unlocked, refuse_previous_run
+from seq2seq.train.lock import LOCK_FILE, claim_run_directory, holds_run_directory, refuse_if_busy
 from seq2seq.train.run import GROUPS, pretrained_config, train
+from seq2seq.train.run_outputs import check_new_run_directory, holds_only_startup_files
 
 register_configs()
 # A resumed run keeps writing into its own directory (see hydra.run.dir in configs/train.yaml).
@@ -54,31 +55,32 @@ def main() -> None:
         check_run_directory(sys.argv[1:])
 
     report_errors(check, "debug=true" in sys.argv)
-    global _CREATES_RUN_DIRECTORY
-    _CREATES_RUN_DIRECTORY = creates_run_directory(sys.argv[1:])
-    _hydra_main()
+    try:
+        _hydra_main()
+    finally:  # Hydra refused the command line before it wrote anything: the directory made above goes
+        made = _created_run_directory
+        if made is not None and holds_run_directory(made) and holds_only_startup_files(made, {LOCK_FILE}):
+            shutil.rmtree(made, ignore_errors=True)
 
 
-# Whether the run directory Hydra is about to make is new: only then may a failed start remove it.
-_CREATES_RUN_DIRECTORY = False
-
-
-def creates_run_directory(argv: list[str]) -> bool:
-    """Not a resumed run, and no existing hydra.run.dir (the default, a new time-stamped one, is new)."""
-    values = {o.key_or_group: o.value() for o in parse_command_line(argv)[1] if o.value_type is not None}
-    if values.get("resume"):
-        return False
-    return not (values.get("hydra.run.dir") and Path(str(values["hydra.run.dir"])).exists())
+# The run directory this process made itself (os.mkdir succeeded here), or None: only such a directory
+# may a failed start remove, and only while this process holds its lock.
+_created_run_directory: Path | None = None
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 def _hydra_main(cfg: DictConfig) -> None:
+    global _created_run_directory
     runtime = HydraConfig.get()
     run_dir = Path(runtime.runtime.output_dir)
+    if _created_run_directory is None and _hydra_named_a_new_run_directory(sys.argv[1:]):
+        _created_run_directory = run_dir.resolve()  # a new time-stamped directory that Hydra made just now
 
     def run() -> dict:
         # A refused config or unreadable data leaves no run directory behind (Hydra made it just now).
         try:
+            if _first_rank():  # before any work; a run started in the same second into the same directory stops here
+                claim_run_directory(run_dir)
             check_resolves(cfg)
             if not cfg.resume:
                 if cfg.init_from and is_huggingface_model(cfg.init_from):  # checks the model's keys too
@@ -86,8 +88,8 @@ def _hydra_main(cfg: DictConfig) -> None:
                 validate_train(cfg)
             return train(cfg, run_dir, list(runtime.overrides.task))
         except UserError:
-            if _CREATES_RUN_DIRECTORY and not cfg.resume:
-                _remove_hydra_only_directory(run_dir)
+            if run_dir.resolve() == _created_run_directory and holds_run_directory(run_dir):
+                _remove_startup_only_directory(run_dir)
             raise
 
     debug = "debug=true" in sys.argv  # cfg.debug itself may be what does not resolve
@@ -96,9 +98,18 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(summary["exit_status"])
 
 
+def _hydra_named_a_new_run_directory(argv: list[str]) -> bool:
+    """No resume= and no hydra.run.dir= on the command line: Hydra made a new, time-stamped directory.
+    Read from the command line, not the config: a key that does not resolve is reported in run()."""
+    values = {o.key_or_group: o.value() for o in parse_command_line(argv)[1] if o.value_type is not None}
+    return not values.get("resume") and not values.get("hydra.run.dir")
+
+
 def check_run_directory(argv: list[str]) -> None:
     """resume= must name an existing run with a last.pt (Hydra would create a missing one), the
-    directory the run will write to must be writable, and a new run's must hold no earlier run."""
+    directory the run will write to must be writable, and a new run's must hold no earlier run (or
+    overwrite=true) and nothing that is not a run's. A directory named here is made and locked now,
+    before Hydra writes into it, and stays locked until the process ends."""
     args, overrides = parse_command_line(argv)
     values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
     resume = values.get("resume")
@@ -111,7 +122,7 @@ def check_run_directory(argv: list[str]) -> None:
             raise UserError(f"resume={resume}: has no checkpoints/last.pt to resume from")
         _probe_writable(Path(resume), Path(resume))
         if _first_rank():
-            check_unlocked(Path(resume))  # before Hydra writes .hydra/ and train.log into it
+            claim_run_directory(Path(resume))  # before Hydra writes .hydra/ and train.log into it
         log = Path(resume) / "train.log"  # Hydra appends to it before any of our code runs
         if log.exists() and not os.access(log, os.W_OK):
             raise UserError(f"{log}: not writable, so the resumed run cannot log")
@@ -119,10 +130,28 @@ def check_run_directory(argv: list[str]) -> None:
         target = Path(str(values.get("hydra.run.dir", "outputs")))
         existing = next(p for p in [target, *target.parents] if p.exists() or p == Path(p.anchor))
         _probe_writable(target, existing)
-        if existing == target and _first_rank():
-            check_unlocked(target)
-        if existing == target and values.get("overwrite") is not True:
-            refuse_previous_run(target)  # before Hydra writes its .hydra/config.yaml over the earlier run's
+        if not _first_rank() or "${" in str(target):  # rank 0 claims it; Hydra resolves an interpolation
+            return
+        if existing == target:  # before Hydra writes its .hydra/config.yaml over the earlier run's
+            refuse_if_busy(target)  # a run in progress, overwrite=true or not
+            check_new_run_directory(target, values.get("overwrite") is True)
+        else:
+            _make_run_directory(target)
+        claim_run_directory(target)  # two runs started at once into one directory: one stops here
+
+
+def _make_run_directory(target: Path) -> None:
+    """Creates the new run directory; whether this process made it decides whether a failed start
+    may remove it (another process may make it at the same moment)."""
+    global _created_run_directory
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.mkdir()
+    except FileExistsError:
+        return
+    except OSError as err:
+        raise UserError(f"{target}: the run directory is not writable ({err.strerror or err})") from err
+    _created_run_directory = target.resolve()
 
 
 def _first_rank() -> bool:
@@ -141,10 +170,10 @@ def _probe_writable(run_dir: Path, existing: Path) -> None:
         raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
 
 
-def _remove_hydra_only_directory(run_dir: Path) -> None:
-    """Removes the run directory when it holds nothing but what Hydra and the lock wrote at start-up."""
-    entries = {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else {"?"}
-    if entries <= {".hydra", "train.log", ".lock"} and all(p.suffix == ".yaml" for p in (run_dir / ".hydra").glob("*")):
+def _remove_startup_only_directory(run_dir: Path) -> None:
+    """Removes the run directory this process made when it holds nothing but what this run wrote at
+    start-up (Hydra's config and log, the lock, the marker)."""
+    if holds_only_startup_files(run_dir):
         root = logging.getLogger()
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
             root.removeHandler(handler)  # train.log goes with the directory

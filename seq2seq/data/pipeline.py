@@ -6,8 +6,9 @@
 The training split never sits in memory whole, neither while it is built (the files are read line by
 line into an Arrow file on disk, and tokenized from there in batches) nor while training (the token
 ids are views of the memory-mapped Arrow file, never Python lists): memory does not grow with the
-corpus. The cache key covers the data config and each corpus file's path, size and modification
-time, so an edited file is re-read.
+corpus. The cache key covers the data config and each corpus file's path and content (its SHA-256,
+read at every start), so an edited file is re-read even when its size and modification time were
+kept (`cp -p`, `rsync -t`, `tar`); docs/data.md gives the cost.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ import numpy as np
 import pyarrow as pa
 
 from seq2seq.config import DataConfig, UserError, as_dict
+from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.stop_signals import stop_signals_raise
 
 if TYPE_CHECKING:
     import datasets  # imported where a cache is built: ~1 s of start-up that a cached run does not need
@@ -111,11 +114,7 @@ class PreparedData:
 def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
     """`pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
     contents are part of the key."""
-    files = []
-    for name in corpus_sources(cfg):
-        path = Path(name).resolve()
-        stat = path.stat() if path.exists() else None
-        files.append([str(path), stat.st_size if stat else None, stat.st_mtime_ns if stat else None])
+    files = [[str(Path(name).resolve()), content_digest(Path(name))] for name in corpus_sources(cfg)]
     settings = {k: v for k, v in as_dict(cfg).items() if k not in ("cache_dir", "stream_buffer_pairs")}
     if cfg.tokenizer != "sentencepiece":  # a byte-level run's cache keeps the key it had before the key existed
         del settings["sentencepiece_type"]
@@ -126,6 +125,16 @@ def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
         ]
     blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def content_digest(path: Path) -> str | None:
+    """The SHA-256 of a file's bytes, read in chunks (a corpus need not fit in memory); None for a
+    file that cannot be read, which reading the corpus then reports."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
 
 
 def default_cache_dir() -> Path:
@@ -243,7 +252,7 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # our own log line says what is happening; tqdm is for training
-    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    staging = target.with_name(f"{target.name}.tmp{owner()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         (staging / "work").mkdir(parents=True)
@@ -324,16 +333,19 @@ def prepare_data(
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
     root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     target = root / cache_key(cfg, pretrained)
+    if is_main and (swept := remove_abandoned_builds(root)):
+        log.info("removed %s bytes of cache builds left by processes that were killed", f"{swept:,}")
     if is_main and target.is_dir() and (damage := _why_unreadable(target)):
         log.warning("the cached data in %s is damaged (%s): tokenizing the corpus again", target, damage)
-        damaged = target.with_name(f"{target.name}.damaged{os.getpid()}")
+        damaged = target.with_name(f"{target.name}.damaged{owner()}")
         target.rename(damaged)
         shutil.rmtree(damaged, ignore_errors=True)
     if is_main and not target.is_dir():
         try:
             root.mkdir(parents=True, exist_ok=True)
             log.info("tokenizing the corpus (cached in %s for the next run)", target)
-            _build(cfg, target, pretrained)
+            with stop_signals_raise():  # the build's staging directory, as large as the corpus, goes
+                _build(cfg, target, pretrained)
         except OSError as err:
             raise UserError(
                 f"{root}: cannot write the tokenized data there ({err.strerror or err}); "

@@ -183,17 +183,41 @@ def _refuse_closed_standard_streams(cfg: DictConfig) -> None:
 
 def refuse_writing_over_inputs(cfg: DictConfig) -> None:
     """The output is opened for writing (emptied) before the input is read: an output that is the input
-    file or the reference, by any path, symlink or redirection, would lose it. Only regular files are
-    compared (a terminal or /dev/null can be both ends without harm)."""
+    file, the reference or a file of the model (its checkpoint, tokenizer, exports: any file of the run
+    or model directory it loads), by any path, symlink or redirection, would lose it. Only regular files
+    are compared (a terminal or /dev/null can be both ends without harm)."""
     output = _regular_file_id(cfg.output, sys.stdout)
     if output is None:
         return
+    where = "stdout" if cfg.output == "-" else f"output={cfg.output}"
     named = {"input": (cfg.input, sys.stdin), "reference": (cfg.reference, None)}
     for key, (path, stream) in named.items():
         if path is not None and _regular_file_id(path, stream) == output:
-            where = "stdout" if cfg.output == "-" else f"output={cfg.output}"
             what = "stdin" if path == "-" else f"{key}={path}"
             raise UserError(f"{where} is the same file as {what}: writing the translations would empty it")
+    for key, path in _model_files(cfg):
+        if _regular_file_id(str(path), None) == output:
+            raise UserError(f"{where} is {path}, which {key} reads: writing the translations would empty it")
+
+
+def _model_files(cfg: DictConfig) -> Iterator[tuple[str, Path]]:
+    """(key, file) for every file the model keys may read: all of a directory given (a run, an export),
+    and for a checkpoint file, the tokenizer files beside it and, in a run's checkpoints/, its run's."""
+    from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
+    from seq2seq.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
+
+    tokenizer_files = (JOINT_FILE, SRC_FILE, TGT_FILE, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB)
+    given = [("run=" + cfg.run, Path(cfg.run))] if cfg.run else []
+    given += [(f"checkpoint={cfg.checkpoint}", Path(p)) for p in str(cfg.checkpoint or "").split(",") if p]
+    for key, path in given:
+        if path.is_file():
+            yield key, path
+            for directory in (path.parent, path.parent.parent):
+                yield from ((key, directory / name) for name in tokenizer_files)
+            path = path.parent.parent if path.parent.name == "checkpoints" else None
+        if path is not None and path.is_dir():
+            for root, _, names in os.walk(path):
+                yield from ((key, Path(root) / name) for name in names)
 
 
 def _regular_file_id(path: str, stream: IO[Any] | None) -> tuple[int, int] | None:

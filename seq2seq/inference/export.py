@@ -124,12 +124,13 @@ def remove_stale_export_directories(run_dir: Path) -> int:
     return removed
 
 
-def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:
+def write_run_exports(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, Path | UserError]:
     """<run>/model/ (the weights alone, which `seq2seq-translate run=` loads instead of the checkpoint)
     and, when the ctranslate2 package is installed, <run>/ctranslate2/ (`seq2seq-translate
     checkpoint=<run>/ctranslate2`), both of the run's best checkpoint (else its last), read once. Each
     replaces an earlier one (a resumed run): the new directory is complete before the old one goes.
-    Returns each export's directory, or the error that stopped it (the others are still written)."""
+    Returns each export's directory, or the error that stopped it (the others are still written);
+    those named in `skip` are left as they are."""
     remove_stale_export_directories(run_dir)
     path = find_checkpoint(run_dir)
     payload = load_checkpoint(path)
@@ -137,6 +138,8 @@ def write_run_exports(run_dir: Path) -> dict[str, Path | UserError]:
     model_cfg = _model_config(payload, path)
     written: dict[str, Path | UserError] = {}
     for name, fmt in RUN_EXPORTS.items():
+        if name in skip:
+            continue
         if fmt == "ctranslate2" and importlib.util.find_spec("ctranslate2") is None:
             continue  # an optional extra: pip install 'seq2seq[export]'
         try:

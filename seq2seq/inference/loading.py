@@ -16,8 +16,9 @@ from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.translation import check_beam_fits
 from seq2seq.model.transformer import Transformer
-from seq2seq.path_kind import PathKind, path_kind
+from seq2seq.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE, PathKind, path_kind
 from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
+from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR
 
 log = logging.getLogger("seq2seq.translate")
 # What reads the models PyTorch translation does not: said instead of "not a checkpoint".
@@ -45,8 +46,7 @@ def load_model(
     of `run` (the weights-only model/ that training writes at its end, else best.pt, else last.pt), and
     its tokenizer, on `device` in what `precision` comes to there. `beam` is checked against the target
     vocabulary before anything is logged: a bad setting is one line of error, not log lines and an error."""
-    paths = [Path(p) for p in checkpoints] if checkpoints else [find_model_file(run)]
-    loaded = [_read(path) for path in paths]
+    loaded = [_read(Path(p)) for p in checkpoints] if checkpoints else [_read_from_run(run, find_model_file(run))]
     tokenizers = load_tokenizers(loaded[0][0], run)
     for path, _ in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
         check_same_tokenizer(load_tokenizers(path, run), tokenizers, path, loaded[0][0])
@@ -68,6 +68,26 @@ def _read(path: Path) -> tuple[Path, dict[str, Any]]:
     if kind in OTHER_READERS:
         raise UserError(f"{path}: {kind.value}, not one PyTorch translation reads; {OTHER_READERS[kind]}")
     return read_model_file(path)
+
+
+def _read_from_run(run: str | Path, path: Path) -> tuple[Path, dict[str, Any]]:
+    """The run's model file; when it cannot be read, the error also names what of the run can be."""
+    try:
+        return _read(path)
+    except UserError as err:
+        run = Path(run)
+        others = [
+            f"checkpoint={candidate}"
+            for candidate, sign in [
+                (run / INFERENCE_DIR, WEIGHTS_FILE),
+                (run / CTRANSLATE2_DIR, CTRANSLATE2_FILE),
+                (run / "checkpoints" / "last.pt", None),
+            ]
+            if (candidate / sign if sign else candidate).is_file() and candidate != path and candidate != path.parent
+        ]
+        if not others:
+            raise
+        raise UserError(f"{err}; translate with another of the run's models: {', '.join(others)}") from err
 
 
 def check_same_tokenizer(

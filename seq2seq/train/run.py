@@ -37,8 +37,17 @@ from seq2seq.train.distributed import (
     lost_peer,
     lost_peer_message,
 )
-from seq2seq.train.lock import clear_previous_run, refuse_previous_run, run_directory_lock
+from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.recipe import choose_recipe, validate_recipes
+from seq2seq.train.run_outputs import (
+    LOCK_FREE_STARTUP_FILES,
+    MARKER_TEXT,
+    RUN_MARKER,
+    check_new_run_directory,
+    clear_earlier_run,
+    files_not_a_runs,
+    holds_only_startup_files,
+)
 from seq2seq.train.trainer import (
     STOPPED_BY_SIGNAL,
     Trainer,
@@ -133,8 +142,8 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
     the summary and exports."""
     run_dir, overrides = Path(run_dir), overrides or []
     cfg, payload = _run_config(cfg, overrides)
-    if not cfg.resume and not cfg.overwrite:
-        refuse_previous_run(run_dir)
+    if not cfg.resume:
+        check_new_run_directory(run_dir, cfg.overwrite)
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
@@ -185,13 +194,15 @@ def _set_up_this_process(cfg: DictConfig, device: torch.device, rank: int) -> No
 
 def _clear_leftovers(cfg: DictConfig, run_dir: Path) -> None:
     """Rank 0, holding the run directory's lock: an earlier run's files (overwrite=true) and the
-    unfinished writes of an interrupted one."""
-    if not cfg.resume and cfg.overwrite and (removed := clear_previous_run(run_dir)):
+    unfinished writes of an interrupted one; then the marker that says the directory is a run's."""
+    if not cfg.resume and cfg.overwrite and (removed := clear_earlier_run(run_dir)):
         log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
     if stale := remove_stale_temporaries(run_dir / "checkpoints"):
         log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
     if stale := _remove_stale_exports(run_dir):
         log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
+    if not (run_dir / RUN_MARKER).is_file():
+        (run_dir / RUN_MARKER).write_text(MARKER_TEXT, encoding="utf-8")
 
 
 def _build_trainer(
@@ -298,9 +309,10 @@ def _pretrained_tokenizers(cfg: DictConfig) -> Path | None:
 
 
 def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
-    """Hydra names the run directory from each process's clock; ranks use rank 0's."""
+    """Hydra names the run directory from each process's clock; ranks use rank 0's. The one Hydra made
+    for this rank goes, unless another run has taken it since (started in the same second)."""
     chosen = Path(dist.broadcast(str(run_dir)))
-    if chosen != run_dir and not any(p.suffix == ".pt" for p in run_dir.rglob("*")):
+    if chosen != run_dir and holds_only_startup_files(run_dir, LOCK_FREE_STARTUP_FILES):
         shutil.rmtree(run_dir, ignore_errors=True)
     return chosen
 
@@ -346,8 +358,13 @@ def _write_inference_exports(run_dir: Path) -> None:
 
     if not (run_dir / "checkpoints").is_dir():
         return
+    # An export replaces its directory whole: one that holds a file no run wrote (a resumed run's
+    # directory, where the user put notes into model/) is left alone, with its file.
+    foreign = {name: found[0] for name in RUN_EXPORTS if (found := files_not_a_runs(run_dir, True, (name,)))}
+    for name, found in foreign.items():
+        log.warning("%s/ not written: it holds %s, which no run wrote (translation reads the checkpoint)", name, found)
     try:
-        written = write_run_exports(run_dir)
+        written = write_run_exports(run_dir, skip=tuple(foreign))
     except (UserError, OSError) as err:
         log.warning("no export for translation written (translation reads the checkpoint): %s", err)
         return

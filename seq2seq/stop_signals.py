@@ -1,0 +1,33 @@
+"""SIGTERM and SIGHUP end a Python process without running any cleanup: a half-written cache build,
+export or checkpoint would stay on disk forever. Around such writes they raise instead."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """While the body runs, SIGTERM and SIGHUP raise SystemExit (status 128 + the signal, as the shell
+    reports a killed process) instead of ending the process at once, so that its `except`/`finally`
+    clauses remove what it was writing. Ctrl-C already raises KeyboardInterrupt. A handler someone
+    else installed is left alone, and so is every signal outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    replaced = {}
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) == signal.SIG_DFL:
+            replaced[number] = signal.signal(number, _exit_on_signal)
+    try:
+        yield
+    finally:
+        for number, handler in replaced.items():
+            signal.signal(number, handler)
+
+
+def _exit_on_signal(number: int, frame: object) -> None:
+    raise SystemExit(128 + number)

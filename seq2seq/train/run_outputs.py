@@ -1,0 +1,161 @@
+"""What a training run writes into its run directory, and so what a new run there may replace.
+
+A directory is a run's when it holds what only this tool writes: the marker every run writes as it
+takes the directory, a checkpoint in this tool's format, or an export that records its checkpoint.
+Within the names a run writes (checkpoints/, model/, ctranslate2/, tb/, the tokenizer files) every
+file must be one a run writes: overwrite=true removes exactly those, and a file of any other name
+there (a user's model/my_model.py) stops the new run before anything is removed, named. Files
+elsewhere in the directory (notes, .hydra/, train.log) are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from seq2seq.checkpoint import WEIGHTS_CONFIG, WEIGHTS_FORMAT, is_checkpoint_file
+from seq2seq.config import UserError
+from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
+from seq2seq.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
+from seq2seq.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE
+from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, INFERENCE_DIR
+
+RUN_MARKER = ".seq2seq-run"  # written by every run as it takes its directory (train())
+MARKER_TEXT = "a seq2seq-train run directory: overwrite=true removes only the files such a run writes\n"
+TOKENIZER_FILES = (JOINT_FILE, SRC_FILE, TGT_FILE, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB)
+CT2_VOCABULARIES = tuple(
+    f"{side}_vocabulary.{ext}" for side in ("shared", "source", "target") for ext in ("json", "txt")
+)
+# Each directory a run writes, and the names of the files it writes there.
+RUN_DIRECTORIES: dict[str, re.Pattern[str]] = {
+    # best, last, step_N and seq2seq-average's default output; .NAME.pt.*.tmp: an unfinished save
+    "checkpoints": re.compile(r"(best|last|step_\d+|averaged)\.pt|\..+\.pt\..+\.tmp"),
+    INFERENCE_DIR: re.compile("|".join(map(re.escape, (WEIGHTS_FILE, WEIGHTS_CONFIG, *TOKENIZER_FILES)))),
+    CTRANSLATE2_DIR: re.compile(
+        "|".join(map(re.escape, (CTRANSLATE2_FILE, "config.json", DECODING_FILE, *CT2_VOCABULARIES, *TOKENIZER_FILES)))
+    ),
+    "tb": re.compile(r"events\.out\.tfevents\..+"),
+}
+
+
+def is_run_directory(run_dir: Path) -> bool:
+    """Whether `run_dir` holds what only a seq2seq run writes."""
+    try:
+        if (run_dir / RUN_MARKER).read_text(encoding="utf-8") == MARKER_TEXT:
+            return True
+    except (OSError, UnicodeDecodeError):
+        pass
+    return bool(earlier_run(run_dir)) or _has_own_export(run_dir)
+
+
+def earlier_run(run_dir: Path) -> str | None:
+    """The first sign that a run trained in `run_dir` (one of its checkpoints, or an export of one)."""
+    checkpoints = run_dir / "checkpoints"
+    try:
+        names = sorted(p.name for p in checkpoints.iterdir()) if checkpoints.is_dir() else []
+    except OSError:  # a name too long, a file on the path: the writability check says so in one line
+        return None
+    for name in names:
+        if name.endswith(".pt") and RUN_DIRECTORIES["checkpoints"].fullmatch(name):
+            if is_checkpoint_file(checkpoints / name):
+                return f"checkpoints/{name}"
+    exports = [name for name in (INFERENCE_DIR, CTRANSLATE2_DIR) if _has_own_export(run_dir, (name,))]
+    return f"{exports[0]}/" if exports else None
+
+
+def _has_own_export(run_dir: Path, names: tuple[str, ...] = (INFERENCE_DIR, CTRANSLATE2_DIR)) -> bool:
+    """model/ with this tool's weights config, or ctranslate2/ with the record this tool writes."""
+    for name in names:
+        if name == INFERENCE_DIR:
+            try:
+                if f'"format": "{WEIGHTS_FORMAT}"' in (run_dir / name / WEIGHTS_CONFIG).read_text(encoding="utf-8"):
+                    return True
+            except (OSError, UnicodeDecodeError):
+                continue
+        elif (run_dir / name / DECODING_FILE).is_file():
+            return True
+    return False
+
+
+def files_not_a_runs(run_dir: Path, is_run: bool, names: tuple[str, ...] = tuple(RUN_DIRECTORIES)) -> list[str]:
+    """The files, relative to `run_dir`, under the names a run writes (`names` of RUN_DIRECTORIES, and
+    the tokenizer files) that no run wrote: files of other names there, anything at all there when
+    `run_dir` is not a run's (empty directories aside), and a checkpoint name holding something else
+    than a checkpoint."""
+    found = []
+    for name in names:
+        pattern = RUN_DIRECTORIES[name]
+        directory = run_dir / name
+        if directory.is_symlink() or directory.is_file():
+            found.append(name)
+            continue
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.rglob("*")):
+            if path.is_dir() and not path.is_symlink():
+                continue
+            relative = path.relative_to(run_dir).as_posix()
+            own = path.parent == directory and not path.is_symlink() and pattern.fullmatch(path.name)
+            if own and name == "checkpoints" and path.suffix == ".pt":
+                own = is_checkpoint_file(path)
+            if not own or not is_run:
+                found.append(relative)
+    if not is_run:
+        found += [name for name in TOKENIZER_FILES if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+    return found
+
+
+def check_new_run_directory(run_dir: Path, overwrite: bool) -> None:
+    """A new run into `run_dir` would write over what is there: refused when it is not a run's
+    (naming a file) and, without overwrite=true, when it is an earlier run."""
+    if not os.path.isdir(run_dir):  # nothing there yet, or a path the writability check refuses in one line
+        return
+    is_run = is_run_directory(run_dir)
+    if foreign := files_not_a_runs(run_dir, is_run):
+        raise UserError(
+            f"{run_dir}: holds {foreign[0]}, which no seq2seq run wrote; a run there would replace or mix with it: "
+            "move it away or choose another directory"
+        )
+    if not overwrite and (found := earlier_run(run_dir)) is not None:
+        raise UserError(
+            f"{run_dir}: holds an earlier run ({found}); continue it with resume={run_dir}, "
+            "start afresh there with overwrite=true, or choose another directory"
+        )
+
+
+def clear_earlier_run(run_dir: Path) -> list[str]:
+    """overwrite=true: removes the files an earlier run wrote (its checkpoints, exports, dashboards and
+    tokenizer), so that nothing of it is mistaken for the new run's; returns the names removed from.
+    Checks first (check_new_run_directory) and removes nothing when a file is not a run's."""
+    check_new_run_directory(run_dir, overwrite=True)
+    removed = []
+    for name in RUN_DIRECTORIES:
+        directory = run_dir / name
+        if directory.is_dir() and any(directory.iterdir()):
+            for path in directory.iterdir():  # all a run's: checked above
+                path.unlink()
+            removed.append(name)
+        if directory.is_dir():
+            shutil.rmtree(directory)  # empty now, or only empty directories
+    for name in TOKENIZER_FILES:
+        if (run_dir / name).is_file():
+            (run_dir / name).unlink()
+            removed.append(name)
+    return removed
+
+
+# What a run directory holds before any training: Hydra's config and log, the lock, the marker.
+STARTUP_FILES = {".hydra", "train.log", ".lock", RUN_MARKER}
+LOCK_FREE_STARTUP_FILES = {".hydra", "train.log"}  # ... and that no run has locked yet
+
+
+def holds_only_startup_files(run_dir: Path, allowed: set[str] = STARTUP_FILES) -> bool:
+    """Whether `run_dir` holds nothing but what a run writes as it starts (.hydra/ with its YAML files)."""
+    try:
+        entries = {p.name for p in run_dir.iterdir()}
+        hydra = list((run_dir / ".hydra").iterdir()) if (run_dir / ".hydra").is_dir() else []
+    except OSError:
+        return False
+    return entries <= allowed and all(p.suffix == ".yaml" and p.is_file() for p in hydra)
