@@ -13,6 +13,7 @@ import errno
 import logging
 import signal
 import socket
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,14 +22,16 @@ from typing import Any
 import uvicorn
 
 from seq2seq.config import UserError, serve_translate_config, validate_serve
-from seq2seq.serve.app import ServerInfo, create_app
+from seq2seq.serve.app import ServerInfo, Web, create_app
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.engines import Engines
 from seq2seq.serve.requests import Limits
 
 log = logging.getLogger("seq2seq.serve")
 SUMMARY_SECONDS = 60
-GRACEFUL_SECONDS = 30  # longest the requests in flight are waited for after SIGTERM
+# After the drain time, the requests refused then still need their answers written: uvicorn's own
+# deadline (after which it cancels what is left, and a client would get no JSON) comes this much later.
+ANSWER_SECONDS = 5
 
 
 def serve(cfg: Any) -> None:
@@ -50,26 +53,31 @@ def serve(cfg: Any) -> None:
             yield
         finally:
             summary.cancel()
-            batcher.stop()  # uvicorn has waited for the requests in flight: nothing is waiting
+            # uvicorn has waited for the requests in flight, each answered by the drain time at the latest.
+            batcher.stop(timeout=ANSWER_SECONDS)
             log.info("stopped")
 
-    limits = Limits(cfg.max_request_lines, cfg.max_line_chars)
-    app = create_app(batcher, base, info, limits, keys, lifespan)
+    limits = Limits(cfg.max_request_lines, cfg.max_line_chars, cfg.max_beam)
+    files = tempfile.TemporaryDirectory(prefix="seq2seq-serve-files-")  # translated files, removed at exit
+    web = Web(tuple(cfg.cors_origins), Path(files.name), cfg.max_file_bytes)
+    app = create_app(batcher, base, info, limits, keys, lifespan, web)
     config = uvicorn.Config(
         app,
         log_config=None,  # our logging (stderr), not uvicorn's
         access_log=False,  # one line per batch at debug and a summary per minute instead
-        timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        timeout_graceful_shutdown=cfg.drain_seconds + ANSWER_SECONDS,
         lifespan="on",
         loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
     )
     server = _Server(config)
+    server.on_exit = lambda: batcher.drain(cfg.drain_seconds)
     # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
     server.ready_message = f"serving {info.model} ({kind}, {source} -> {target}) on http://{address[0]}:{address[1]}"
     try:
         server.run(sockets=[listener])
     finally:
-        batcher.stop()  # already stopped by the lifespan, unless uvicorn failed before it began
+        batcher.stop(timeout=ANSWER_SECONDS)  # already stopped by the lifespan, unless uvicorn failed first
+        files.cleanup()
     if not server.started:
         raise UserError("the server did not start (see the log above)")
 
@@ -79,6 +87,12 @@ class _Server(uvicorn.Server):
     down, which would end the process with 128 + the signal's number although it stopped as asked."""
 
     ready_message = "serving"
+    on_exit: Any = None  # called at the first SIGTERM or Ctrl-C: the drain time starts
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.on_exit is not None:
+            self.on_exit()
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
