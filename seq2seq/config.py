@@ -278,6 +278,10 @@ class ServeConfig:
         TranslateConfig.run, "run directory (its export or its weights, as seq2seq-translate picks)"
     )
     checkpoint: str | None = setting(TranslateConfig.checkpoint, "or a checkpoint file / CTranslate2 export directory")
+    runs: list[str] = field(
+        default_factory=list,
+        metadata={"help": "further run directories served beside run= (run=A run=B is run=A runs=[B])"},
+    )
     host: str = setting("127.0.0.1", "loopback; 0.0.0.0 (every interface) is the user's explicit choice")
     port: int = setting(5000, "LibreTranslate's port; 0 picks a free one (logged)")
     beam: int = setting(

@@ -6,8 +6,10 @@ The real model's answers are compared with seq2seq-translate in tests/test_serve
 from __future__ import annotations
 
 import io
+import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.inference.translation import Translation  # noqa: E402
-from seq2seq.serve.app import ServerInfo, Web, create_app  # noqa: E402
+from seq2seq.serve.app import Served, ServerInfo, Web, create_app  # noqa: E402
 from seq2seq.serve.batcher import Batcher  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
 
@@ -26,7 +28,8 @@ class UpperEngines:
     """Stands in for Engines: a line's translation is the line upper-cased; n-best lists add
     numbered variants, the second equal to the first (as a beam's can be after detokenising)."""
 
-    def __init__(self, seconds: float = 0.0) -> None:
+    def __init__(self, seconds: float = 0.0, change: Callable[[str], str] = str.upper) -> None:
+        self.change = change
         self.tokenizers = self
         self.tgt = self
         self.seconds = seconds
@@ -52,18 +55,22 @@ class UpperEngines:
         self.decoded += lines
         time.sleep(self.seconds)
         variants = ["", "", *(f" #{i}" for i in range(2, self.cfg.nbest))][: self.cfg.nbest]
-        return [[Translation(line.upper() + v, 0.0, []) for v in variants] if line.strip() else
+        return [[Translation(self.change(line) + v, 0.0, []) for v in variants] if line.strip() else
                 [Translation("", 0.0, [])] for line in lines]  # fmt: skip
 
 
-def app_of(tmp_path: Path, *, seconds: float = 0.0, source: str = "en", target: str = "de", **web: object):
-    engines = UpperEngines(seconds)
-    batcher = Batcher(lambda: engines, TranslateConfig(run="r", beam=2), max_batch_tokens=4096, max_wait_ms=1)
+def served_model(source: str, target: str, seconds: float = 0.0, change: Callable[[str], str] = str.upper):
+    engines = UpperEngines(seconds, change)
+    base = TranslateConfig(run=f"{source}-{target}", beam=2)
+    batcher = Batcher(lambda: engines, base, max_batch_tokens=4096, max_wait_ms=1)
     batcher.start()
-    info = ServerInfo("r", "CTranslate2", source, target)
-    app = create_app(batcher, TranslateConfig(run="r", beam=2), info, Limits(16, 40, 8), None, None,
-                     Web(files_dir=tmp_path, **web))  # fmt: skip
-    return app, batcher, engines
+    return Served(batcher, base, ServerInfo(base.run, "CTranslate2", source, target)), engines
+
+
+def app_of(tmp_path: Path, *, seconds: float = 0.0, source: str = "en", target: str = "de", **web: object):
+    model, engines = served_model(source, target, seconds)
+    app = create_app([model], Limits(16, 40, 8), None, None, Web(files_dir=tmp_path, **web))
+    return app, model.batcher, engines
 
 
 @pytest.fixture
@@ -295,3 +302,71 @@ def test_after_sigterm_a_request_still_waiting_gets_503_json_within_the_drain_ti
     assert answers[0].status_code == 503
     assert answers[0].json() == {"error": "the server is shutting down: this request was not translated in time"}
     assert answered < 1.5 and stopped < 2.5, (answered, stopped)
+
+
+def test_sigterm_starts_the_drain_time() -> None:
+    """The server's first SIGTERM (or Ctrl-C) starts the batcher's drain time as uvicorn begins to stop."""
+    import signal
+
+    import uvicorn
+
+    from seq2seq.serve.server import _Server
+
+    server = _Server(uvicorn.Config(app=None))
+    calls: list[str] = []
+    server.on_exit = lambda: calls.append("drain")
+    server.handle_exit(signal.SIGTERM, None)
+    assert calls == ["drain"] and server.should_exit
+
+
+def test_several_models_each_pair_and_a_pivot_through_a_common_language(tmp_path: Path, caplog) -> None:
+    """en -> de upper-cases, de -> fr reverses: en -> fr goes through de (upper-cased, then reversed);
+    /languages lists every pair, pivots too; each model has its own batcher."""
+    english_german, _ = served_model("en", "de")
+    german_french, _ = served_model("de", "fr", change=lambda line: line[::-1])
+    with caplog.at_level(logging.INFO, logger="seq2seq.serve"):
+        app = create_app([english_german, german_french], Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
+    try:
+        with TestClient(app) as client:
+            direct = client.post("/translate", json={"q": "ab cd", "source": "en", "target": "de"}).json()
+            second = client.post("/translate", json={"q": "AB cd", "source": "de", "target": "fr"}).json()
+            pivot = client.post("/translate", json={"q": ["ab cd", "Ef gh. Ij kl."], "source": "en", "target": "fr"})
+            listing = client.get("/languages").json()
+            no_target = client.post("/translate", json={"q": "ab"})
+            backwards = client.post("/translate", json={"q": "ab", "source": "fr", "target": "en"})
+            native = client.post("/v1/translate", json={"q": "ab", "source": "en", "target": "fr"})
+            health = client.get("/health").json()
+    finally:
+        english_german.batcher.stop()
+        german_french.batcher.stop()
+    assert direct == {"translatedText": "AB CD"} and second == {"translatedText": "dc BA"}
+    assert pivot.json() == {"translatedText": ["DC BA", ".HG FE .LK JI"]}, "each sentence through de"
+    assert "en -> fr: through de (en-de, then de-fr)" in caplog.text
+    assert listing == [
+        {"code": "en", "name": "English", "targets": ["de", "fr"]},
+        {"code": "de", "name": "German", "targets": ["fr"]},
+        {"code": "fr", "name": "French", "targets": []},
+    ]
+    assert no_target.status_code == 400 and no_target.json()["error"] == (
+        "missing 'target': this server translates en -> de, de -> fr"
+    )
+    assert backwards.json() == {"error": "target='en': this server translates en -> de, de -> fr"}
+    assert native.status_code == 400 and "decodes with one model" in native.json()["error"]
+    assert [m["source"] + m["target"] for m in health["models"]] == ["ende", "defr"]
+    assert english_german.batcher is not german_french.batcher
+
+
+def test_source_auto_picks_among_the_sources_for_the_target(tmp_path: Path) -> None:
+    """Two models into English: `auto` detects which of their sources a text is in."""
+    german, german_engines = served_model("de", "en")
+    french, french_engines = served_model("fr", "en", change=lambda line: line[::-1])
+    app = create_app([german, french], Limits(16, 60, 8), None, None, Web(files_dir=tmp_path))
+    try:
+        with TestClient(app) as client:
+            answer = client.post("/translate", json={"q": "Un homme fait du vélo en ville.", "target": "en"}).json()
+    finally:
+        german.batcher.stop()
+        french.batcher.stop()
+    assert answer["translatedText"] == ".elliv ne olév ud tiaf emmoh nU"
+    assert answer["detectedLanguage"]["language"] == "fr" and answer["detectedLanguage"]["confidence"] > 90
+    assert german_engines.decoded == [] and french_engines.decoded == ["Un homme fait du vélo en ville."]

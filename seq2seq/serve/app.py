@@ -29,7 +29,7 @@ from starlette.routing import Route
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.serve.attention import cross_attention
 from seq2seq.serve.batcher import Batcher, ShuttingDown
-from seq2seq.serve.languages import Languages
+from seq2seq.serve.languages import Languages, Model
 from seq2seq.serve.libretranslate import LibreTranslate
 from seq2seq.serve.requests import NATIVE_KEYS, BadRequest, Limits, lines_of
 from seq2seq.serve.service import ClientGone, Service
@@ -56,22 +56,42 @@ class Web:
     max_file_bytes: int = 5_000_000
 
 
+@dataclass(frozen=True)
+class Served:
+    """One model behind the server: its batcher (which owns its engines) and the settings it decodes with."""
+
+    batcher: Batcher
+    base: TranslateConfig
+    info: ServerInfo
+
+
 def create_app(
-    batcher: Batcher,
-    base: TranslateConfig,
-    info: ServerInfo,
+    served: list[Served],
     limits: Limits,
     keys: list[str] | None,
     lifespan: Any = None,
     web: Web | None = None,
 ) -> Starlette:
+    """The app over one model or several (the first is the page's and /v1's default)."""
     web = web or Web()
-    vocabulary = batcher.engines.tokenizers.tgt.get_vocab_size()
-    defaults = default_settings(base)
-    service = Service(batcher, limits, keys)
-    languages = Languages(info.source, info.target)
+    first = served[0]
+    info = first.info
+    defaults = default_settings(first.base)
+    service = Service([model.batcher for model in served], limits, keys)
+    languages = Languages([Model(m.info.model, m.info.source, m.info.target, m.batcher) for m in served])
+    by_batcher = {id(model.batcher): model for model in served}
     files_dir = web.files_dir or _temporary_folder()
     libre = LibreTranslate(service, languages, defaults, files_dir, web.max_file_bytes)
+
+    def one_model(body: dict[str, Any], what: str) -> Served:
+        """/v1's routes decode with one model (n-best scores, prefixes and attention are one model's)."""
+        if len(served) == 1 and "source" not in body and "target" not in body:
+            return first
+        route = languages.route_of({"target": first.info.target, **body})
+        if len(route.models) > 1:
+            raise BadRequest(f"{route.source} -> {route.target} goes through {route.models[0].target}: "
+                             f"{what} decodes with one model; use /translate")  # fmt: skip
+        return by_batcher[id(route.models[0].decoder)]
 
     async def native(request: Request) -> Response:
         body = await service.params(request, NATIVE_KEYS)
@@ -81,32 +101,35 @@ def create_app(
                 raise BadRequest(
                     f"{f'q[{index}]' if listed else 'q'} holds a newline: /v1/translate takes one line a string"
                 )
-        languages.pair_of(body)
+        model = one_model(body, "/v1/translate")
         prefixes = _prefixes(body, len(texts), listed)
+        vocabulary = model.batcher.engines.tokenizers.tgt.get_vocab_size()
         try:
-            settings = settings_from_request(body, base, vocabulary, prefixes is not None, limits.max_beam)
+            settings = settings_from_request(body, model.base, vocabulary, prefixes is not None, limits.max_beam)
         except UserError as err:
             raise BadRequest(str(err)) from err
-        results = await service.decode(request, texts, settings, prefixes)
+        results = await service.decode(request, model.batcher, texts, settings, prefixes)
         nbest = [[{"text": t.text, "score": t.score} for t in hyps] for hyps in results]
         translated = [hyps[0].text for hyps in results]
         answer = {"translatedText": translated, "nbest": nbest}
         return JSONResponse(answer if listed else {key: value[0] for key, value in answer.items()})
 
     async def attention_map(request: Request) -> Response:
-        body = await service.params(request, ("q", "api_key"))
+        body = await service.params(request, ("q", "api_key", "source", "target"))
         texts, listed = lines_of(body, "q", limits)
         if listed or "\n" in texts[0] or not texts[0].strip():
             raise BadRequest("'q' must be one non-empty line")
+        model = one_model(body, "/v1/attention")
+        batcher = model.batcher
         if not batcher.engines.has_torch_weights():
-            raise BadRequest(f"no attention maps: {info.model} has no PyTorch weights (serve run=<run dir>)")
-        ((best, *_),) = await service.decode(request, texts, defaults)
+            raise BadRequest(f"no attention maps: {model.info.model} has no PyTorch weights (serve run=<run dir>)")
+        ((best, *_),) = await service.decode(request, batcher, texts, default_settings(model.base))
         data = await batcher.run_alone(lambda engines: cross_attention(engines, texts[0], best.tokens))
         return JSONResponse({"translatedText": best.text, **data})
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": info.model, "engine": info.engine, "source": info.source,
-                             "target": info.target, "api_key_required": keys is not None})  # fmt: skip
+        models = [m.info.__dict__ for m in served]
+        return JSONResponse({"status": "ok", **info.__dict__, "models": models, "api_key_required": keys is not None})
 
     async def api_spec(request: Request) -> Response:
         return JSONResponse(spec(importlib.metadata.version("seq2seq")))
@@ -119,7 +142,7 @@ def create_app(
         return HTMLResponse(page)
 
     def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
-        return _answering_errors(handler, batcher)
+        return _answering_errors(handler, service)
 
     routes = [
         Route("/", home),
@@ -172,13 +195,13 @@ async def _server_error(request: Request, err: Exception) -> Response:
     return JSONResponse({"error": f"internal error: {message}"}, status_code=500)
 
 
-def _answering_errors(handler: Callable[[Request], Any], batcher: Batcher) -> Callable[[Request], Any]:
+def _answering_errors(handler: Callable[[Request], Any], service: Service) -> Callable[[Request], Any]:
     """A bad request is its status and one line of JSON; a request that breaks the engine, 500 for
     that request alone (the batcher has decoded the others without it)."""
 
     async def guarded(request: Request) -> Response:
         try:
-            with batcher.receiving():
+            with service.receiving():
                 return await handler(request)
         except BadRequest as err:
             return JSONResponse({"error": str(err)}, status_code=err.status)

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from seq2seq.serve import files
 from seq2seq.serve.html_text import HtmlDocument
-from seq2seq.serve.languages import Languages, name_of
+from seq2seq.serve.languages import Languages, Route, name_of
 from seq2seq.serve.requests import (
     BadRequest,
     alternatives_of,
@@ -54,33 +54,32 @@ class LibreTranslate:
         texts, listed = texts_of(body, "q")
         if fmt == "text":  # an HTML document's limits are its text's (markup is not decoded)
             check_limits(texts, "q", listed, service.limits)
-        source, _ = self.languages.pair_of(body)
+        route = self.languages.route_of(body)
         alternatives = alternatives_of(body, service.limits) if fmt == "text" else 0  # none for html, as there
         settings = self.defaults
         if alternatives:  # n-best: the beam must hold them
             beam = max(self.defaults.beam, alternatives + 1)
             settings = dataclasses.replace(self.defaults, beam=beam, nbest=alternatives + 1)
         if fmt == "html":
-            translated = await self._html(request, texts, source, listed)
+            translated = await self._html(request, texts, route, listed)
             others: list[list[str]] = [[] for _ in texts]
         else:
-            per_text = await service.translate_texts(request, texts, settings, source)
+            per_text = await service.translate_texts(request, texts, settings, route)
             translated = [hypotheses[0] for hypotheses in per_text]
             others = [unique_alternatives(hypotheses[1:], hypotheses[0]) for hypotheses in per_text]
         answer: dict[str, Any] = {"translatedText": translated if listed else translated[0]}
         if alternatives:
             answer["alternatives"] = others if listed else others[0]
-        if (body.get("source") or "auto") == "auto":
-            detected = {"confidence": 100.0, "language": source}  # the one source language there is
-            answer["detectedLanguage"] = [detected] * len(texts) if listed else detected
+        if route.detected is not None:
+            answer["detectedLanguage"] = [route.detected] * len(texts) if listed else route.detected
         return JSONResponse(answer)
 
-    async def _html(self, request: Request, htmls: list[str], source: str, listed: bool) -> list[str]:
+    async def _html(self, request: Request, htmls: list[str], route: Route, listed: bool) -> list[str]:
         """The documents' text nodes, decoded in one job, put back in their places."""
         documents = [HtmlDocument(html) for html in htmls]
         nodes = [text for document in documents for text in document.texts]
         check_limits(nodes, "q's text", listed, self.service.limits)
-        per_text = await self.service.translate_texts(request, nodes, self.defaults, source, True)
+        per_text = await self.service.translate_texts(request, nodes, self.defaults, route, True)
         translated, start = [], 0
         for document in documents:
             part = per_text[start : start + len(document.texts)]
@@ -91,13 +90,13 @@ class LibreTranslate:
     async def detect(self, request: Request) -> Response:
         body = await self.service.params(request, None)
         texts, _ = lines_of(body, "q", self.service.limits)
-        return JSONResponse(self.languages.detect("\n".join(texts)))
+        return JSONResponse(self.languages.detector.rank("\n".join(texts)))
 
     async def languages_list(self, request: Request) -> Response:
         return JSONResponse(self.languages.listing())
 
     async def frontend_settings(self, request: Request) -> Response:
-        source, target = self.languages.source, self.languages.target
+        source, target = self.languages.models[0].source, self.languages.models[0].target
         keyed = self.service.keys is not None
         return JSONResponse({
             "charLimit": self.service.limits.max_line_chars,
@@ -123,20 +122,20 @@ class LibreTranslate:
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise BadRequest("missing 'file': the file to translate, as a multipart upload")
-        source, _ = self.languages.pair_of(params)
         data = await upload.read(self.max_file_bytes + 1)
         if len(data) > self.max_file_bytes:
             raise BadRequest(f"the file has more than max_file_bytes={self.max_file_bytes} bytes", 413)
         name = Path(upload.filename or "file.txt").name
         document = files.read(name, data)
-        translated = await self._file_texts(request, document.texts, source)
+        route = self.languages.route_of({**params, "q": document.texts[:100]})  # source=auto: from its text
+        translated = await self._file_texts(request, document.texts, route)
         download = f"{uuid.uuid4().hex}.{_SAFE_NAME.sub('_', name)}"
         path = self.files_dir / download
         path.write_bytes(document.render(translated))
         self._keep(download, path)
         return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=download))})
 
-    async def _file_texts(self, request: Request, texts: list[str], source: str) -> list[str]:
+    async def _file_texts(self, request: Request, texts: list[str], route: Route) -> list[str]:
         """A file's texts, decoded max_request_lines lines at a time, so that the clients whose requests
         come meanwhile are decoded between its parts, not after the whole file."""
         limits = self.service.limits
@@ -148,7 +147,7 @@ class LibreTranslate:
         out: list[str] = []
         step = limits.max_request_lines
         for start in range(0, len(texts), step):
-            part = await self.service.translate_texts(request, texts[start : start + step], self.defaults, source, True)
+            part = await self.service.translate_texts(request, texts[start : start + step], self.defaults, route, True)
             out += [hypotheses[0] for hypotheses in part]
         return out
 

@@ -8,18 +8,20 @@ refused with 503 and JSON, so that the server exits in time and no client gets a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
 from seq2seq.serve.batcher import Batcher
+from seq2seq.serve.languages import Route
 from seq2seq.serve.requests import BadRequest, Limits, check_keys, check_unicode, merged, parse_json
 from seq2seq.serve.sentences import Line, split_line
-from seq2seq.serve.settings import Settings
+from seq2seq.serve.settings import Settings, default_settings
 
 DISCONNECT_POLL_SECONDS = 0.05  # how often a waiting request checks that its client is still there
 
@@ -30,9 +32,18 @@ class ClientGone(Exception):
 
 @dataclass
 class Service:
-    batcher: Batcher
+    batchers: list[Batcher]  # one per model
     limits: Limits
     keys: list[str] | None
+
+    @contextlib.contextmanager
+    def receiving(self) -> Iterator[None]:
+        """Around a request's whole handling: every model's batch may wait for it (up to max_wait_ms)
+        until it is read, since which model it goes to is not known before."""
+        with contextlib.ExitStack() as stack:
+            for batcher in self.batchers:
+                stack.enter_context(batcher.receiving())
+            yield
 
     async def params(self, request: Request, known: tuple[str, ...] | None) -> dict[str, Any]:
         """The query string's parameters, then a form's or a JSON body's over them (LibreTranslate's
@@ -68,19 +79,30 @@ class Service:
             raise BadRequest("a valid api_key is required", 403)
 
     async def decode(
-        self, request: Request, lines: list[str], settings: Settings, prefixes: list[str] | None = None
+        self,
+        request: Request,
+        batcher: Batcher,
+        lines: list[str],
+        settings: Settings,
+        prefixes: list[str] | None = None,
     ) -> list[Any]:
-        return await self.unless_gone(request, self.batcher.translate(lines, settings, prefixes))
+        return await self.unless_gone(request, batcher, batcher.translate(lines, settings, prefixes))
 
     async def translate_texts(
-        self, request: Request, texts: list[str], settings: Settings, language: str, keep_edges: bool = False
+        self, request: Request, texts: list[str], settings: Settings, route: Route, keep_edges: bool = False
     ) -> list[list[str]]:
         """Each text's translations (as many as settings.nbest, best first): its lines, each line's
         sentences decoded as the model's lines, joined back with the whitespace they had. With
-        `keep_edges`, a line's leading and trailing whitespace is kept too (HTML and files)."""
-        plans: list[list[Line]] = [[split_line(line, language) for line in text.split("\n")] for text in texts]
+        `keep_edges`, a line's leading and trailing whitespace is kept too (HTML and files). Through
+        a pivot, each sentence's best translation by the first model is what the second translates."""
+        plans: list[list[Line]] = [[split_line(line, route.source) for line in text.split("\n")] for text in texts]
         sentences = [sentence for plan in plans for line in plan for sentence in line.sentences]
-        decoded = await self.decode(request, sentences, settings) if sentences else []
+        decoded: list[Any] = []
+        if sentences:
+            for model in route.models[:-1]:
+                first = default_settings(model.decoder.base)  # the server's search, one translation
+                sentences = [best.text for best, *_ in await self.decode(request, model.decoder, sentences, first)]
+            decoded = await self.decode(request, route.models[-1].decoder, sentences, settings)
         answers, start = [], 0
         for plan in plans:
             per_line = []
@@ -94,7 +116,7 @@ class Service:
             answers.append(["\n".join(line[i] for line in per_line) for i in range(settings.nbest)])
         return answers
 
-    async def unless_gone(self, request: Request, work: Awaitable[Any]) -> Any:
+    async def unless_gone(self, request: Request, batcher: Batcher, work: Awaitable[Any]) -> Any:
         """`work`'s result; if the client disconnects first, its job is cancelled, so the batcher drops
         it unless it is already being decoded (a client that goes away costs no decoding). After the
         drain time that SIGTERM started, it is cancelled too and the request refused (503)."""
@@ -106,7 +128,7 @@ class Service:
             if await request.is_disconnected():
                 task.cancel()
                 raise ClientGone
-            deadline = self.batcher.drain_deadline
+            deadline = batcher.drain_deadline
             if deadline is not None and time.monotonic() >= deadline:
                 task.cancel()
                 raise BadRequest("the server is shutting down: this request was not translated in time", 503)
