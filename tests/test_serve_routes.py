@@ -370,3 +370,19 @@ def test_source_auto_picks_among_the_sources_for_the_target(tmp_path: Path) -> N
     assert answer["translatedText"] == ".elliv ne olév ud tiaf emmoh nU"
     assert answer["detectedLanguage"]["language"] == "fr" and answer["detectedLanguage"]["confidence"] > 90
     assert german_engines.decoded == [] and french_engines.decoded == ["Un homme fait du vélo en ville."]
+
+
+def test_html_alternatives_are_empty_and_its_size_bounded(tmp_path: Path) -> None:
+    """LibreTranslate answers `alternatives: []` for HTML; a document is parsed whole, so it is bounded
+    as a file is (max_file_bytes)."""
+    app, batcher, _ = app_of(tmp_path, max_file_bytes=100)
+    try:
+        with TestClient(app) as client:
+            small = client.post("/translate", json={"q": "<p>ab</p>", "format": "html", "alternatives": 2})
+            large = client.post("/translate", json={"q": "<p>ab</p>" * 12, "format": "html"})
+    finally:
+        batcher.stop()
+    assert small.json() == {"translatedText": "<p>AB</p>", "alternatives": [],
+                            "detectedLanguage": {"confidence": 100.0, "language": "en"}}  # fmt: skip
+    assert large.status_code == 413 and large.json() == {
+        "error": "'q' has 108 characters of HTML, more than max_file_bytes=100"}  # fmt: skip

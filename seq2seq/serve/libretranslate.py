@@ -39,6 +39,12 @@ KEPT_FILES = 100  # translated files kept for download; the oldest goes when ano
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def check_html_size(documents: list[str], max_bytes: int) -> None:
+    size = sum(len(document) for document in documents)
+    if size > max_bytes:
+        raise BadRequest(f"'q' has {size} characters of HTML, more than max_file_bytes={max_bytes}", 413)
+
+
 class LibreTranslate:
     def __init__(
         self, service: Service, languages: Languages, defaults: Settings, files_dir: Path, max_file_bytes: int
@@ -54,10 +60,12 @@ class LibreTranslate:
         texts, listed = texts_of(body, "q")
         if fmt == "text":  # an HTML document's limits are its text's (markup is not decoded)
             check_limits(texts, "q", listed, service.limits)
+        else:  # the markup is parsed whole: bounded as a file is
+            check_html_size(texts, self.max_file_bytes)
         route = self.languages.route_of(body)
-        alternatives = alternatives_of(body, service.limits) if fmt == "text" else 0  # none for html, as there
+        alternatives = alternatives_of(body, service.limits)
         settings = self.defaults
-        if alternatives:  # n-best: the beam must hold them
+        if alternatives and fmt == "text":  # n-best: the beam must hold them (none for HTML, as there)
             beam = max(self.defaults.beam, alternatives + 1)
             settings = dataclasses.replace(self.defaults, beam=beam, nbest=alternatives + 1)
         if fmt == "html":
