@@ -494,6 +494,68 @@ def test_the_page_translates_and_shows_attention_in_a_browser(server: Server, ru
         driver.quit()
 
 
+CROSS_ORIGIN_PAGE = """<!doctype html><html><body><pre id="out"></pre><script>
+(async () => {
+  const server = new URLSearchParams(location.search).get("server");
+  const json = {method: "POST", headers: {"Content-Type": "application/json"},
+                body: JSON.stringify({q: ["a b c d", "e f g"], source: "src", target: "tgt", format: "text"})};
+  const form = new URLSearchParams({q: "h i j k l", source: "src", target: "tgt", secret: "x"});
+  const results = {
+    json: await (await fetch(server + "/translate", json)).json(),
+    form: await (await fetch(server + "/translate", {method: "POST", body: form})).json(),
+    languages: await (await fetch(server + "/languages")).json(),
+    missing: await (await fetch(server + "/nope")).json(),
+  };
+  document.getElementById("out").textContent = JSON.stringify(results);
+})().catch(err => { document.getElementById("out").textContent = "failed: " + err; });
+</script></body></html>"""
+
+
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="no chromium/chromedriver: apt-get install -y chromium chromium-driver (CI installs them)",
+)
+def test_a_page_on_another_origin_calls_the_libretranslate_routes_in_a_browser(
+    server: Server, run_dir: Path, tmp_path: Path
+) -> None:
+    """A page served from another origin (another port) posts JSON (a CORS preflight) and a form with
+    fetch, as LibreTranslate's web clients do; the browser lets it read the answers."""
+    pytest.importorskip("selenium", reason="the dev extra installs selenium")
+    import http.server
+    import urllib.parse
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    (tmp_path / "page.html").write_text(CROSS_ORIGIN_PAGE)
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    browser, driver_path = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        query = urllib.parse.urlencode({"server": server.url})
+        driver.get(f"http://127.0.0.1:{origin.server_address[1]}/page.html?{query}")
+        WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "out").text)
+        shown = driver.find_element(By.ID, "out").text
+    finally:
+        driver.quit()
+        origin.shutdown()
+    assert not shown.startswith("failed"), shown
+    results = json.loads(shown)
+    expected = cli(tmp_path, ["a b c d", "e f g", "h i j k l"], run=str(run_dir))
+    assert results["json"] == {"translatedText": expected[:2]}
+    assert results["form"]["translatedText"] == expected[2]
+    assert results["languages"][0] == {"code": "src", "name": "src", "targets": ["tgt"]}
+    assert results["missing"] == {"error": "no route /nope (see GET /spec)"}
+
+
 def test_answers_are_not_held_back_by_delayed_acks(server: Server) -> None:
     """A response written as headers then body must not wait for the client's delayed ACK (about 40 ms
     on Linux): the listening socket says it is TCP, so asyncio sets TCP_NODELAY on each connection."""
