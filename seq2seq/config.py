@@ -278,6 +278,10 @@ class ServeConfig:
         TranslateConfig.run, "run directory (its export or its weights, as seq2seq-translate picks)"
     )
     checkpoint: str | None = setting(TranslateConfig.checkpoint, "or a checkpoint file / CTranslate2 export directory")
+    runs: list[str] = field(
+        default_factory=list,
+        metadata={"help": "further run directories served beside run= (run=A run=B is run=A runs=[B])"},
+    )
     host: str = setting("127.0.0.1", "loopback; 0.0.0.0 (every interface) is the user's explicit choice")
     port: int = setting(5000, "LibreTranslate's port; 0 picks a free one (logged)")
     beam: int = setting(
@@ -298,7 +302,14 @@ class ServeConfig:
     max_batch_tokens: int = setting(4096, "source tokens of the requests gathered into one decoded batch")
     max_wait_ms: float = setting(20.0, "longest a request waits for others to join its batch")
     max_request_lines: int = setting(128, "more lines in one request: 413")
-    max_line_chars: int = setting(2000, "a longer line: 413")
+    max_line_chars: int = setting(2000, "a longer line (each line of a string counts alone): 413")
+    max_beam: int = setting(32, "largest beam, nbest or alternatives + 1 a request may ask for (400 beyond)")
+    max_file_bytes: int = setting(5_000_000, "largest file /translate_file takes: 413 beyond")
+    cors_origins: list[str] = field(
+        default_factory=lambda: ["*"],
+        metadata={"help": "origins whose web pages may call the server (CORS); [] for none, * for any"},
+    )
+    drain_seconds: float = setting(20.0, "after SIGTERM: longest in-flight requests have; still waiting: 503")
     api_keys_file: str | None = setting(None, "one key per line; then every request needs one of them (else 403)")
     source_lang: str | None = setting(None, "language codes of /languages; null: the run's data.src_lang")
     target_lang: str | None = setting(None, "null: the run's data.tgt_lang")
@@ -602,3 +613,6 @@ def validate_serve(cfg: Any) -> None:
     _check(cfg.max_wait_ms >= 0, "max_wait_ms", cfg.max_wait_ms, "must be >= 0")
     _check(cfg.max_request_lines > 0, "max_request_lines", cfg.max_request_lines, "must be positive")
     _check(cfg.max_line_chars > 0, "max_line_chars", cfg.max_line_chars, "must be positive")
+    _check(cfg.max_beam >= cfg.beam, "max_beam", cfg.max_beam, f"must be at least beam={cfg.beam}")
+    _check(cfg.max_file_bytes > 0, "max_file_bytes", cfg.max_file_bytes, "must be positive")
+    _check(cfg.drain_seconds >= 0, "drain_seconds", cfg.drain_seconds, "must be >= 0")

@@ -4,6 +4,7 @@ LibreTranslate client, plain HTTP (httpx) and a headless Chromium; their answers
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.
 SETTINGS = ["precision=fp32", "device=cpu", "threads=1"]  # the same for the server and for seq2seq-translate
 LINES = ["a b c d", "e f g", "h i j k l", "", "m n", "b a", "q r s t a b", "c c c", "t s r q p o n"]
 KEY = "k3y-0f-the-t3st"
+JSON_TYPE = {"content-type": "application/json"}
 DOCS_IMAGE = Path(__file__).resolve().parents[1] / "docs" / "img" / "serve.png"
 
 
@@ -81,7 +83,9 @@ class Server:
             self.log.append(line.rstrip("\n"))
 
     def post(self, path: str, body: object, timeout: float = 60) -> httpx.Response:
-        return self.http.post(self.url + path, json=body, timeout=timeout)
+        # json.dumps, not httpx's json=: it writes a lone surrogate as its \\u escape, as a client may.
+        content = json.dumps(body).encode()
+        return self.http.post(self.url + path, content=content, headers=JSON_TYPE, timeout=timeout)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if hasattr(self, "http"):
@@ -178,11 +182,14 @@ BAD_INPUTS = [  # (body, status, what the error names); the server allows 16 lin
     (TOO_MANY, 413, "17 lines, more than max_request_lines=16"),
     ({"q": "a\n" * 16 + "b"}, 413, "17 lines"),
     ({"q": ["a", "b " * 30]}, 413, "q[1] has 60 characters, more than max_line_chars=40"),
-    ({"q": "a", "colour": "red"}, 400, "unknown key 'colour'"),
     ({"q": "a", "source": "fr"}, 400, "source='fr': this server translates src -> tgt"),
     ({"q": "a", "target": "de"}, 400, "target='de'"),
-    ({"q": "a", "format": "html"}, 400, "format='html' is not supported"),
+    ({"q": "a", "format": "xml"}, 400, "format='xml': must be 'text' or 'html'"),
     ({"q": "a", "alternatives": -1}, 400, "alternatives=-1"),
+    # Issue 49: each of these was a 500 (or, for alternatives, a beam of 100001 that held every client).
+    (b'{"q": "a \\ud800 b"}', 400, "'q' holds a lone surrogate (U+D800)"),
+    (b'{"q": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "malformed JSON: nested too deeply"),
+    ({"q": "a", "alternatives": 100000}, 400, "alternatives=100000: must be at most 31 (max_beam=32)"),
 ]
 NATIVE_BAD_INPUTS = [  # /v1/translate: the config's own one-line messages
     ({"q": "a", "beam": 0}, "config error: beam=0: must be positive"),
@@ -191,9 +198,16 @@ NATIVE_BAD_INPUTS = [  # /v1/translate: the config's own one-line messages
     ({"q": "a", "sampling": True, "temperature": 0}, "config error: temperature=0.0: must be > 0"),
     ({"q": "a", "sampling": True, "top_p": 1.5}, "config error: top_p=1.5: must be in (0, 1]"),
     ({"q": "a", "sampling": True, "top_k": -1}, "config error: top_k=-1: must be >= 0"),
-    ({"q": "a", "beam": 100000}, "beam=100000 is larger than the target vocabulary"),
     ({"q": ["a"], "prefix": "A"}, "'prefix' must be"),
     ({"q": "a\nb"}, "q holds a newline"),
+    ({"q": "a", "beem": 3}, "unknown key 'beem'"),
+    # Issue 49: each of these was a 500; JSON's NaN and 1e999 (inf) are sent as raw bytes below.
+    ({"q": "a", "beam": 33}, "config error: beam=33: must be at most max_beam=32"),
+    (b'{"q": "a", "beam": NaN}', "config error: beam=nan: must be a finite number"),
+    (b'{"q": "a", "beam": 1e999}', "config error: beam=inf: must be a finite number"),
+    (b'{"q": "a", "length_penalty": NaN}', "config error: length_penalty=nan: must be a finite number"),
+    ({"q": "a", "sampling": True, "seed": 1e30}, "config error: seed=1000000000000000019884624838656: must be in"),
+    (b'{"q": "a", "sampling": true, "temperature": 1e999}', "config error: temperature=inf: must be a finite"),
 ]
 
 
@@ -209,7 +223,10 @@ def test_bad_input_is_its_status_and_one_line_naming_it(server: Server, body, st
 
 @pytest.mark.parametrize(("body", "error"), NATIVE_BAD_INPUTS, ids=[e for _, e in NATIVE_BAD_INPUTS])
 def test_native_bad_settings_get_the_configs_messages(server: Server, body, error: str) -> None:
-    answer = server.post("/v1/translate", body)
+    if isinstance(body, bytes):
+        answer = httpx.post(server.url + "/v1/translate", content=body, headers={"content-type": "application/json"})
+    else:
+        answer = server.post("/v1/translate", body)
     assert answer.status_code == 400 and error in answer.json()["error"], answer.text
 
 
@@ -230,14 +247,103 @@ def test_bad_requests_among_good_ones_hurt_none(server: Server, run_dir: Path, t
     good = LINES[:5]
     expected = cli(tmp_path, good, run=str(run_dir))
     bodies = [{"q": line} for line in good] + [body for body, _, _ in BAD_INPUTS if isinstance(body, dict)]
+    bodies += [{"q": "a", "api_key": "\udc00"}]  # (no keys on this server: still not Unicode text)
     with ThreadPoolExecutor(len(bodies)) as pool:
         answers = list(pool.map(lambda body: server.post("/translate", body), bodies))
     assert [a.json()["translatedText"] for a in answers[: len(good)]] == expected
-    assert [a.status_code for a in answers[len(good) :]] == [s for b, s, _ in BAD_INPUTS if isinstance(b, dict)]
+    assert [a.status_code for a in answers[len(good) :]] == [s for b, s, _ in BAD_INPUTS if isinstance(b, dict)] + [400]
     assert server.post("/translate", {"q": ""}).json() == {
         "translatedText": "",
         "detectedLanguage": {"confidence": 100.0, "language": "src"},
     }
+
+
+def test_query_string_form_and_json_posts_get_what_seq2seq_translate_writes(server: Server, run_dir, tmp_path) -> None:
+    """LibreTranslate's clients send parameters in any of the three; a form's CRLF is LF (a stray CR
+    changed the translation); the line limit is per line (three lines of 30 characters pass at 40)."""
+    lines = ["a b c d", "e f g h i j k l m n o p q r s t a b c d", "h i j k l"]
+    expected = cli(tmp_path, lines, run=str(run_dir))
+    query = server.http.post(server.url + "/translate", params={"q": lines[0], "source": "src", "target": "tgt"})
+    form = server.http.post(server.url + "/translate", data={"q": "\r\n".join(lines), "secret": "x"})
+    body = server.post("/translate", {"q": "\n".join(lines), "source": "src", "secret": "x"})
+    assert query.json() == {"translatedText": expected[0]}
+    assert form.json()["translatedText"] == body.json()["translatedText"] == "\n".join(expected)
+
+
+def test_sentences_html_and_files_get_what_seq2seq_translate_writes(server: Server, run_dir, tmp_path) -> None:
+    """Each sentence, text node, line, subtitle and paragraph is what seq2seq-translate writes for it."""
+    docx = pytest.importorskip("docx")
+    units = ["Ab cd.", "Ef gh!", "a b c", "d e", "f g h", "i j"]
+    one = dict(zip(units, cli(tmp_path, units, run=str(run_dir)), strict=True))
+    split = server.post("/translate", {"q": "Ab cd.  Ef gh!"}).json()["translatedText"]
+    assert split == f"{one['Ab cd.']}  {one['Ef gh!']}"
+    html = '<p class="k">a b c</p><p>d e <b title="x">f g h</b></p>'
+    page = server.post("/translate", {"q": html, "format": "html"}).json()["translatedText"]
+    assert page == f'<p class="k">{one["a b c"]}</p><p>{one["d e"]} <b title="x">{one["f g h"]}</b></p>'
+
+    def translated(name: str, data: bytes) -> bytes:
+        answer = server.http.post(server.url + "/translate_file", files={"file": (name, data)}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        return server.http.get(answer.json()["translatedFileUrl"]).content
+
+    assert translated("a.txt", b"a b c\nd e\n").decode() == f"{one['a b c']}\n{one['d e']}\n"
+    assert translated("a.html", html.encode()).decode() == page
+    subtitles = translated("a.srt", b"1\n00:00:01,000 --> 00:00:02,000\na b c\nd e\n\n")
+    assert subtitles.decode() == f"1\n00:00:01,000 --> 00:00:02,000\n{one['a b c']}\n{one['d e']}\n\n"
+    document = docx.Document()
+    document.add_paragraph("f g h")
+    document.add_table(rows=1, cols=1).cell(0, 0).text = "i j"
+    saved = tmp_path / "a.docx"
+    document.save(saved)
+    back = docx.Document(io.BytesIO(translated("a.docx", saved.read_bytes())))
+    assert [p.text for p in back.paragraphs] == [one["f g h"]]
+    assert back.tables[0].cell(0, 0).text == one["i j"]
+
+
+def test_libretranslate_clients_routes_cors_and_json_errors(server: Server) -> None:
+    client = libretranslatepy.LibreTranslateAPI(server.url)
+    # py3langid knows neither "src" nor "tgt": LibreTranslate's answer when it cannot tell.
+    assert client.detect("a b c") == [{"confidence": 0.0, "language": "src"}]
+    settings = server.http.get(server.url + "/frontend/settings").json()
+    assert settings["language"]["source"] == {"code": "src", "name": "src"}
+    assert set(server.http.get(server.url + "/spec").json()["paths"]) >= {"/translate", "/detect", "/languages"}
+    missing = server.http.get(server.url + "/suggest")
+    assert missing.status_code == 404 and missing.json() == {"error": "no route /suggest (see GET /spec)"}
+    preflight = server.http.options(
+        server.url + "/translate",
+        headers={"Origin": "https://page.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "content-type"},
+    )  # fmt: skip
+    assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "*"
+
+
+def _run_as(run_dir: Path, folder: Path, source: str, target: str) -> Path:
+    """A copy of the test's run whose saved config says it translates source -> target."""
+    shutil.copytree(run_dir, folder, ignore=shutil.ignore_patterns(".lock"))
+    (folder / ".hydra").mkdir(exist_ok=True)  # what seq2seq-train writes there, of it the languages
+    OmegaConf.save({"data": {"src_lang": source, "tgt_lang": target}}, folder / ".hydra" / "config.yaml")
+    return folder
+
+
+def test_two_models_serve_each_pair_and_pivot_as_seq2seq_translate_twice(run_dir: Path, tmp_path: Path) -> None:
+    """`run=A run=B`: A en -> de, B de -> fr; en -> fr is A's translation translated by B, sentence by
+    sentence, as seq2seq-translate writes them with A, then with B."""
+    first, second = _run_as(run_dir, tmp_path / "a", "en", "de"), _run_as(run_dir, tmp_path / "b", "de", "fr")
+    lines = ["a b c d", "e f g", "h i j k l"]
+    through_a = cli(tmp_path, lines, run=str(first))
+    through_both = cli(tmp_path, through_a, run=str(second))
+    running = started(f"run={first}", f"run={second}", "debug=true")
+    try:
+        client = libretranslatepy.LibreTranslateAPI(running.url)
+        assert [client.translate(line, "en", "de") for line in lines] == through_a
+        assert [client.translate(line, "de", "fr") for line in through_a] == through_both
+        assert [client.translate(line, "en", "fr") for line in lines] == through_both
+        assert [(lang["code"], lang["name"], lang["targets"]) for lang in client.languages()] == [
+            ("en", "English", ["de", "fr"]), ("de", "German", ["fr"]), ("fr", "French", [])]  # fmt: skip
+    finally:
+        assert running.stop() == 0
+    log = "\n".join(running.log)
+    assert f"en -> fr: through de ({first}, then {second})" in log and "en -> fr through de" in log
 
 
 def test_native_api_gives_what_the_command_gives(server: Server, run_dir: Path, tmp_path) -> None:
@@ -297,7 +403,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_a_restart_serves_the_same(r
     slow.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
     slow.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
     time.sleep(0.3)
-    lines = LINES * 2
+    lines = [line for line in LINES * 2 if line]  # an empty string is answered at once, with no decoding
 
     def request(line: str) -> tuple[httpx.Response, float]:
         answer = first.post("/translate", {"q": line})
@@ -386,6 +492,68 @@ def test_the_page_translates_and_shows_attention_in_a_browser(server: Server, ru
             shutil.copy(tmp_path / "serve.png", DOCS_IMAGE)
     finally:
         driver.quit()
+
+
+CROSS_ORIGIN_PAGE = """<!doctype html><html><body><pre id="out"></pre><script>
+(async () => {
+  const server = new URLSearchParams(location.search).get("server");
+  const json = {method: "POST", headers: {"Content-Type": "application/json"},
+                body: JSON.stringify({q: ["a b c d", "e f g"], source: "src", target: "tgt", format: "text"})};
+  const form = new URLSearchParams({q: "h i j k l", source: "src", target: "tgt", secret: "x"});
+  const results = {
+    json: await (await fetch(server + "/translate", json)).json(),
+    form: await (await fetch(server + "/translate", {method: "POST", body: form})).json(),
+    languages: await (await fetch(server + "/languages")).json(),
+    missing: await (await fetch(server + "/nope")).json(),
+  };
+  document.getElementById("out").textContent = JSON.stringify(results);
+})().catch(err => { document.getElementById("out").textContent = "failed: " + err; });
+</script></body></html>"""
+
+
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="no chromium/chromedriver: apt-get install -y chromium chromium-driver (CI installs them)",
+)
+def test_a_page_on_another_origin_calls_the_libretranslate_routes_in_a_browser(
+    server: Server, run_dir: Path, tmp_path: Path
+) -> None:
+    """A page served from another origin (another port) posts JSON (a CORS preflight) and a form with
+    fetch, as LibreTranslate's web clients do; the browser lets it read the answers."""
+    pytest.importorskip("selenium", reason="the dev extra installs selenium")
+    import http.server
+    import urllib.parse
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    (tmp_path / "page.html").write_text(CROSS_ORIGIN_PAGE)
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    browser, driver_path = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        query = urllib.parse.urlencode({"server": server.url})
+        driver.get(f"http://127.0.0.1:{origin.server_address[1]}/page.html?{query}")
+        WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "out").text)
+        shown = driver.find_element(By.ID, "out").text
+    finally:
+        driver.quit()
+        origin.shutdown()
+    assert not shown.startswith("failed"), shown
+    results = json.loads(shown)
+    expected = cli(tmp_path, ["a b c d", "e f g", "h i j k l"], run=str(run_dir))
+    assert results["json"] == {"translatedText": expected[:2]}
+    assert results["form"]["translatedText"] == expected[2]
+    assert results["languages"][0] == {"code": "src", "name": "src", "targets": ["tgt"]}
+    assert results["missing"] == {"error": "no route /nope (see GET /spec)"}
 
 
 def test_answers_are_not_held_back_by_delayed_acks(server: Server) -> None:

@@ -22,7 +22,7 @@ USAGE = "run=<run dir> [port=5000] [key=value ...]"
 
 
 def main() -> None:
-    argv = sys.argv[1:]
+    argv = several_runs(sys.argv[1:])
     debug = "debug=true" in argv
     if wants_help(argv):
         register_configs()
@@ -37,6 +37,17 @@ def main() -> None:
         hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="serve")(_serve)()
     else:
         _serve(report_errors(lambda: parse_key_values(argv, ServeConfig), debug))
+
+
+def several_runs(argv: list[str]) -> list[str]:
+    """`run=A run=B ...`: the first is run=, the others runs=[...] (OmegaConf would keep the last alone)."""
+    import json
+
+    runs = [argument.partition("=")[2] for argument in argv if argument.startswith("run=")]
+    if len(runs) < 2:
+        return argv
+    rest = [argument for argument in argv if not argument.startswith("run=")]
+    return [f"run={runs[0]}", f"runs={json.dumps(runs[1:])}", *rest]
 
 
 def _serve(cfg: object) -> None:

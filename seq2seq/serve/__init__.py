@@ -1,10 +1,14 @@
 """`seq2seq-serve`: a LibreTranslate-compatible HTTP server over the inference wing. Never imports
 `seq2seq.train`; imported only by its command (installed with `pip install -e ".[serve]"`).
 
-settings.py (a request's decoding settings, validated by the config's rules, and how the engine is set
-to them), engines.py (which engine decodes them, by seq2seq-translate's rules), attention.py (the page's
-heat map), batcher.py (one worker thread owning the engine: concurrent requests gathered into one
-length-sorted batch), requests.py (parsing and checking request bodies: the 400/413 answers), app.py
-(the Starlette app: routes, API keys, the page), server.py (loading, binding, uvicorn, shutdown),
-page.html (the page for people).
+settings.py (a request's decoding settings, validated by the config's rules and the server's bounds,
+and how the engine is set to them), engines.py (which engine decodes them, by seq2seq-translate's
+rules), attention.py (the page's heat map), batcher.py (one worker thread owning a model's engines:
+concurrent requests gathered into one length-sorted batch), requests.py (parameters from the query,
+a form or JSON, checked: the 400/413 answers), languages.py (language names, routes to a model or
+through a pivot, detection), sentences.py (sentence splitting), html_text.py (HTML's text nodes),
+files.py (.txt, .html, .srt, .docx in and out), service.py (what the routes share: parameters, the
+API key, texts to decoded lines and back, the drain after SIGTERM), libretranslate.py
+(LibreTranslate's routes), spec.py (GET /spec), app.py (the Starlette app: the native routes, the
+page, errors as JSON, CORS), server.py (loading, binding, uvicorn, shutdown), page.html (the page).
 """

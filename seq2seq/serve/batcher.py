@@ -41,6 +41,10 @@ log = logging.getLogger("seq2seq.serve")
 _ids = itertools.count()
 
 
+class ShuttingDown(Exception):
+    """A request that came after the server began to stop (answered 503)."""
+
+
 @dataclass(eq=False)  # a job is itself: compared by identity
 class Job:
     """One request's lines (or, with `work`, a function to run on the engine alone)."""
@@ -69,7 +73,10 @@ class Job:
             else:
                 self.future.set_result(result)
 
-        self.loop.call_soon_threadsafe(settle)
+        try:
+            self.loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the event loop has closed (the server stopped during the drain): nobody waits
+            pass
 
 
 class Batcher:
@@ -86,6 +93,7 @@ class Batcher:
         self._pending: list[Job] = []
         self._wake = threading.Condition()
         self._stopping = False
+        self.drain_deadline: float | None = None  # after SIGTERM: when requests still waiting are refused
         self._in_flight = 0  # requests being read, checked or decoded (see `receiving`)
         self._free_since = 0.0  # when the engine finished its last batch
         self._answered = 0  # requests that batch answered ...
@@ -104,12 +112,21 @@ class Batcher:
             self._thread.join()
             raise self._load_error
 
-    def stop(self) -> None:
-        """Decodes what is waiting, then ends the worker."""
+    def drain(self, seconds: float) -> None:
+        """SIGTERM: the requests in flight have `seconds` to be answered; those still waiting then
+        are refused (see Service.unless_gone), and their jobs dropped unless already being decoded."""
+        if self.drain_deadline is None:
+            self.drain_deadline = time.monotonic() + seconds
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Decodes what is waiting, then ends the worker; gives up waiting for it after `timeout`
+        (a batch nobody waits for any more may still be decoding: the thread is a daemon)."""
         with self._wake:
             self._stopping = True
             self._wake.notify()
-        self._thread.join()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("stopped while a batch nobody waits for was still decoding")
 
     @contextlib.contextmanager
     def receiving(self) -> Iterator[None]:
@@ -143,7 +160,7 @@ class Batcher:
         job = Job(lines, prefixes, settings, tokens, loop.create_future(), loop, work)
         with self._wake:
             if self._stopping:
-                raise RuntimeError("the server is shutting down")
+                raise ShuttingDown("the server is shutting down")
             self._pending.append(job)
             self._returned += 1
             self._wake.notify()
@@ -152,12 +169,14 @@ class Batcher:
     def _run(self) -> None:
         try:
             self.engines = self._load_engines()
+            # Before the server says it is ready: with a CTranslate2 engine this imports torch, which
+            # took 2-4 s on a loaded machine, and a first request would have waited for it.
+            sharing = _watch_for_sharing()
         except BaseException as err:  # noqa: BLE001  (start() raises it on the caller's thread)
             self._load_error = err
             return
         finally:
             self._loaded.set()
-        sharing = _watch_for_sharing()
         while True:
             batch = self._gather()
             if batch is None:

@@ -1,13 +1,19 @@
-"""Request bodies in, checked values out: every malformed or over-large request is a `BadRequest`
-(400, or 413 for too much) whose one-line message names what is wrong, before anything is decoded."""
+"""Request parameters in, checked values out: every malformed or over-large request is a `BadRequest`
+(400, or 413 for too much) whose one-line message names what is wrong, before anything is decoded.
+
+LibreTranslate reads its parameters from the query string, a form or a JSON body alike, and ignores
+keys it does not know (its own page sends `secret`); so do its routes here. /v1/translate, this
+server's own, refuses an unknown key: a misspelled decoding option would otherwise change nothing.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
-# LibreTranslate's keys (https://libretranslate.com/docs): what its clients send.
+# LibreTranslate's keys (its app.py): what its clients send.
 LIBRETRANSLATE_KEYS = ("q", "source", "target", "format", "api_key", "alternatives")
 # /v1/translate: LibreTranslate's and the decoding options of seq2seq-translate.
 NATIVE_KEYS = ("q", "source", "target", "api_key", "prefix", "beam", "nbest", "length_penalty", "sampling")
@@ -24,16 +30,44 @@ class BadRequest(Exception):
 class Limits:
     max_request_lines: int
     max_line_chars: int
+    max_beam: int  # the largest beam, n-best list or alternatives + 1 a request may ask for
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():  # a POST whose parameters are all in the query string
+        return {}
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise BadRequest(f"malformed JSON: {err}") from err
+    except RecursionError as err:  # nesting deeper than the parser's recursion
+        raise BadRequest("malformed JSON: nested too deeply") from err
     if not isinstance(body, dict):
         raise BadRequest(f"the body must be a JSON object, not {type(body).__name__}")
     return body
+
+
+def merged(query: list[tuple[str, str]], form: list[tuple[str, str]] | None, body: dict[str, Any]) -> dict[str, Any]:
+    """The request's parameters: the query string's, then the form's or the JSON body's over them.
+    A key given twice in a query or a form is a list (LibreTranslate's batch `q` in a form); a form's
+    CRLF line ends are LF, as LibreTranslate makes them (a stray CR changes the translation)."""
+    params = _multi(query)
+    if form is not None:
+        params |= _multi([(key, value.replace("\r\n", "\n")) for key, value in form])
+    params |= body
+    return params
+
+
+def _multi(items: list[tuple[str, str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in items:
+        if key not in out:
+            out[key] = value
+        elif isinstance(out[key], list):
+            out[key].append(value)
+        else:
+            out[key] = [out[key], value]
+    return out
 
 
 def check_keys(body: dict[str, Any], known: tuple[str, ...]) -> None:
@@ -42,56 +76,97 @@ def check_keys(body: dict[str, Any], known: tuple[str, ...]) -> None:
         raise BadRequest(f"unknown key {unknown[0]!r}; the keys are {', '.join(known)}")
 
 
+def check_unicode(body: dict[str, Any]) -> None:
+    """JSON's \\ud800 escapes give strings that are not Unicode text (a lone surrogate): no tokenizer
+    or key comparison can take them, so they are refused here, naming the key."""
+    for key, value in body.items():
+        for text in _strings(value):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                bad = ord(text[err.start])
+                raise BadRequest(f"{key!r} holds a lone surrogate (U+{bad:04X}): not valid Unicode text") from err
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    if isinstance(value, dict):
+        return [text for item in [*value, *value.values()] for text in _strings(item)]
+    return []
+
+
 def lines_of(body: dict[str, Any], key: str, limits: Limits) -> tuple[list[str], bool]:
     """The request's strings, and whether it sent a list (the answer then is a list). A string may
-    hold several lines; each line counts against max_request_lines (the model translates lines)."""
+    hold several lines; each line counts against max_request_lines and max_line_chars (the model
+    translates lines)."""
+    texts, listed = texts_of(body, key)
+    check_limits(texts, key, listed, limits)
+    return texts, listed
+
+
+def texts_of(body: dict[str, Any], key: str) -> tuple[list[str], bool]:
     if key not in body:
         raise BadRequest(f"missing {key!r}: the text to translate, a string or a list of strings")
     value = body[key]
     if isinstance(value, str):
-        lines, listed = [value], False
-    elif isinstance(value, list):
+        return [value], False
+    if isinstance(value, list):
         if not value:
             raise BadRequest(f"{key!r} is an empty list: send at least one string")
         for index, line in enumerate(value):
             if not isinstance(line, str):
                 raise BadRequest(f"{key}[{index}] is {type(line).__name__}, not a string")
-        lines, listed = value, True
-    else:
-        raise BadRequest(f"{key!r} is {type(value).__name__}: send a string or a list of strings")
-    count = sum(line.count("\n") + 1 for line in lines)
+        return value, True
+    raise BadRequest(f"{key!r} is {type(value).__name__}: send a string or a list of strings")
+
+
+def check_limits(texts: list[str], key: str, listed: bool, limits: Limits) -> None:
+    """Each line of each text counts against max_request_lines, and alone against max_line_chars."""
+    count = sum(text.count("\n") + 1 for text in texts)
     if count > limits.max_request_lines:
         raise BadRequest(f"{key!r} has {count} lines, more than max_request_lines={limits.max_request_lines}", 413)
-    for index, line in enumerate(lines):
-        if len(line) > limits.max_line_chars:
-            where = f"{key}[{index}]" if listed else key
-            raise BadRequest(
-                f"{where} has {len(line)} characters, more than max_line_chars={limits.max_line_chars}", 413
-            )
-    return lines, listed
+    for index, text in enumerate(texts):
+        for number, line in enumerate(text.split("\n")):
+            if len(line) > limits.max_line_chars:
+                where = f"{key}[{index}]" if listed else key
+                where += f" line {number + 1}" if "\n" in text else ""
+                raise BadRequest(
+                    f"{where} has {len(line)} characters, more than max_line_chars={limits.max_line_chars}", 413
+                )
 
 
-def check_languages(body: dict[str, Any], source: str, target: str) -> None:
-    """`source` may be the run's source language or "auto" (there is only one); `target` its target."""
-    asked_source, asked_target = body.get("source", "auto"), body.get("target", target)
-    if asked_source not in (source, "auto"):
-        raise BadRequest(f"source={asked_source!r}: this server translates {source} -> {target}")
-    if asked_target != target:
-        raise BadRequest(f"target={asked_target!r}: this server translates {source} -> {target}")
+def check_format(body: dict[str, Any]) -> str:
+    fmt = body.get("format") or "text"
+    if fmt not in ("text", "html"):
+        raise BadRequest(f"format={fmt!r}: must be 'text' or 'html'")
+    return fmt
 
 
-def check_format(body: dict[str, Any]) -> None:
-    fmt = body.get("format", "text")
-    if fmt == "html":
-        raise BadRequest("format='html' is not supported: send plain text with format='text'")
-    if fmt != "text":
-        raise BadRequest(f"format={fmt!r}: must be 'text'")
+_DIGITS = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() is true of '²', which int() refuses
 
 
-def alternatives_of(body: dict[str, Any]) -> int:
+def alternatives_of(body: dict[str, Any], limits: Limits) -> int:
+    """`alternatives` n: n more translations, from a beam of at least n + 1, so n + 1 is bounded as
+    /v1/translate's beam is (max_beam): a beam of 100001 held every other client for most of a minute."""
     value = body.get("alternatives", 0)
-    if isinstance(value, str) and value.isdigit():  # a form body sends numbers as text
+    if isinstance(value, str) and _DIGITS.fullmatch(value):  # a form or query sends numbers as text
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise BadRequest(f"alternatives={value!r}: must be an integer >= 0")
+    if value + 1 > limits.max_beam:
+        raise BadRequest(f"alternatives={value}: must be at most {limits.max_beam - 1} (max_beam={limits.max_beam})")
     return value
+
+
+def unique_alternatives(alternatives: list[str], best: str) -> list[str]:
+    """LibreTranslate's rule: each alternative once, none equal to the translation, none empty."""
+    seen = {best, ""}
+    kept = []
+    for text in alternatives:
+        if text not in seen:
+            seen.add(text)
+            kept.append(text)
+    return kept

@@ -13,7 +13,9 @@ import errno
 import logging
 import signal
 import socket
+import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,57 +23,90 @@ from typing import Any
 import uvicorn
 
 from seq2seq.config import UserError, serve_translate_config, validate_serve
-from seq2seq.serve.app import ServerInfo, create_app
+from seq2seq.serve.app import Served, ServerInfo, Web, create_app
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.engines import Engines
 from seq2seq.serve.requests import Limits
 
 log = logging.getLogger("seq2seq.serve")
 SUMMARY_SECONDS = 60
-GRACEFUL_SECONDS = 30  # longest the requests in flight are waited for after SIGTERM
+# After the drain time, the requests refused then still need their answers written: uvicorn's own
+# deadline (after which it cancels what is left, and a client would get no JSON) comes this much later.
+ANSWER_SECONDS = 5
 
 
 def serve(cfg: Any) -> None:
     validate_serve(cfg)
     keys = read_keys(Path(cfg.api_keys_file)) if cfg.api_keys_file else None
     listener = bind(cfg.host, cfg.port)
-    base = serve_translate_config(cfg)
-    batcher = Batcher(lambda: Engines(base), base, cfg.max_batch_tokens, cfg.max_wait_ms)
-    batcher.start()  # loads the model on the worker thread, the only one that runs PyTorch
-    kind = batcher.engines.name
-    source, target = languages(cfg)
-    info = ServerInfo(str(cfg.run or cfg.checkpoint), kind, source, target)
+    served = [_load(cfg)]  # the first model: run= (or checkpoint=), with source_lang/target_lang
+    try:
+        for run in cfg.runs:  # each further model has its own batcher, hence its own worker and engines
+            served.append(_load(_with_run(cfg, str(run))))
+    except BaseException:
+        _stop([model.batcher for model in served])
+        raise
+    batchers = [model.batcher for model in served]
     address = listener.getsockname()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        summary = asyncio.create_task(_summaries(batcher))
+        summaries = [asyncio.create_task(_summaries(model.batcher, model.info)) for model in served]
         try:
             yield
         finally:
-            summary.cancel()
-            batcher.stop()  # uvicorn has waited for the requests in flight: nothing is waiting
+            for summary in summaries:
+                summary.cancel()
+            # uvicorn has waited for the requests in flight, each answered by the drain time at the latest.
+            _stop(batchers)
             log.info("stopped")
 
-    limits = Limits(cfg.max_request_lines, cfg.max_line_chars)
-    app = create_app(batcher, base, info, limits, keys, lifespan)
+    limits = Limits(cfg.max_request_lines, cfg.max_line_chars, cfg.max_beam)
+    files = tempfile.TemporaryDirectory(prefix="seq2seq-serve-files-")  # translated files, removed at exit
+    web = Web(tuple(cfg.cors_origins), Path(files.name), cfg.max_file_bytes)
+    app = create_app(served, limits, keys, lifespan, web)
     config = uvicorn.Config(
         app,
         log_config=None,  # our logging (stderr), not uvicorn's
         access_log=False,  # one line per batch at debug and a summary per minute instead
-        timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        timeout_graceful_shutdown=cfg.drain_seconds + ANSWER_SECONDS,
         lifespan="on",
         loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
     )
     server = _Server(config)
+    server.on_exit = lambda: [batcher.drain(cfg.drain_seconds) for batcher in batchers]
     # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
-    server.ready_message = f"serving {info.model} ({kind}, {source} -> {target}) on http://{address[0]}:{address[1]}"
+    models = ", ".join(f"{m.info.model} ({m.info.engine}, {m.info.source} -> {m.info.target})" for m in served)
+    server.ready_message = f"serving {models} on http://{address[0]}:{address[1]}"
     try:
         server.run(sockets=[listener])
     finally:
-        batcher.stop()  # already stopped by the lifespan, unless uvicorn failed before it began
+        _stop(batchers)  # already stopped by the lifespan, unless uvicorn failed first
+        files.cleanup()
     if not server.started:
         raise UserError("the server did not start (see the log above)")
+
+
+def _load(cfg: Any) -> Served:
+    base = serve_translate_config(cfg)
+    batcher = Batcher(lambda: Engines(base), base, cfg.max_batch_tokens, cfg.max_wait_ms)
+    batcher.start()  # loads the model on the worker thread, the only one that runs PyTorch
+    source, target = languages(cfg)
+    return Served(batcher, base, ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target))
+
+
+def _with_run(cfg: Any, run: str) -> Any:
+    """The server's settings for a further model: its run, and the languages its run says."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(cfg, {"run": run, "checkpoint": None, "source_lang": None, "target_lang": None})
+
+
+def _stop(batchers: list[Batcher]) -> None:
+    """Each batcher stops; together they wait at most ANSWER_SECONDS for batches nobody waits for."""
+    deadline = time.monotonic() + ANSWER_SECONDS
+    for batcher in batchers:
+        batcher.stop(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class _Server(uvicorn.Server):
@@ -79,6 +114,12 @@ class _Server(uvicorn.Server):
     down, which would end the process with 128 + the signal's number although it stopped as asked."""
 
     ready_message = "serving"
+    on_exit: Any = None  # called at the first SIGTERM or Ctrl-C: the drain time starts
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.on_exit is not None:
+            self.on_exit()
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -98,11 +139,11 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-async def _summaries(batcher: Batcher) -> None:
+async def _summaries(batcher: Batcher, info: ServerInfo) -> None:
     while True:
         await asyncio.sleep(SUMMARY_SECONDS)
         if text := batcher.stats.summary():
-            log.info("last minute: %s", text)
+            log.info("last minute, %s -> %s: %s", info.source, info.target, text)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -8,6 +8,7 @@ own seed, so that its samples are those `seq2seq-translate` draws for the same l
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from seq2seq.inference.translation import TranslatorAPI, check_beam_fits
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")
 _TYPES = {"beam": int, "nbest": int, "length_penalty": float, "sampling": bool, "temperature": float}
 _TYPES |= {"top_k": int, "top_p": float, "seed": int}
+SEARCH_SIZES = ("beam", "nbest")  # what a request's decoding costs grows with: bounded by max_beam
+SEED_RANGE = (0, 2**63 - 1)  # what a generator's seed holds (torch refuses 1e30 with an OverflowError)
 
 
 @dataclass(frozen=True)
@@ -39,13 +42,21 @@ def default_settings(cfg: TranslateConfig) -> Settings:
     return Settings(beam=cfg.beam, length_penalty=cfg.length_penalty)
 
 
-def settings_from_request(body: dict[str, Any], base: TranslateConfig, vocabulary: int, prefix: bool) -> Settings:
+def settings_from_request(
+    body: dict[str, Any], base: TranslateConfig, vocabulary: int, prefix: bool, max_beam: int
+) -> Settings:
     """The settings a /v1/translate body asks for over the server's; a wrong type or value is a
-    UserError with the config's one-line message (e.g. "config error: beam=0: must be positive")."""
+    UserError with the config's one-line message (e.g. "config error: beam=0: must be positive").
+    Kept here rather than in the config's validation: the bounds (max_beam, finite numbers from JSON)
+    are the server's, which takes numbers that no command line can spell (NaN, 1e999)."""
     values = {key: getattr(base, key) for key in OPTIONS}
     for key in OPTIONS:
         if key in body:
             values[key] = _typed(key, body[key])
+            if key in SEARCH_SIZES and values[key] > max_beam:
+                raise UserError(f"config error: {key}={values[key]}: must be at most max_beam={max_beam}")
+    if not SEED_RANGE[0] <= values["seed"] <= SEED_RANGE[1]:
+        raise UserError(f"config error: seed={values['seed']}: must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]")
     cfg = dataclasses.replace(base, **values, prefix=prefix)
     validate_translate(cfg)
     if cfg.sampling:
@@ -61,6 +72,8 @@ def _typed(key: str, value: Any) -> Any:
     kind = _TYPES[key]
     # JSON's true is not a number, and 2.5 is not a beam: the same refusals OmegaConf gives on the command line.
     ok = isinstance(value, bool) if kind is bool else isinstance(value, int | float) and not isinstance(value, bool)
+    if ok and isinstance(value, float) and not math.isfinite(value):  # JSON's NaN, or 1e999 read as inf
+        raise UserError(f"config error: {key}={value!r}: must be a finite number")
     if kind is int and ok and value != int(value):
         ok = False
     if not ok:

@@ -1,0 +1,145 @@
+"""The languages a server translates: their names for /languages, which model (or two, through a
+common language) a request's source and target go to, and what `source: "auto"` and /detect make of
+a text.
+
+Names come from ISO 639-1 (pycountry); a code that is not one (the built-in task's `src`) is its own
+name. Detection is py3langid's, whose model ships in its wheel, restricted to the server's languages:
+it can only answer a language the server has.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from seq2seq.serve.requests import BadRequest
+
+log = logging.getLogger("seq2seq.serve")
+
+
+@functools.cache
+def name_of(code: str) -> str:
+    """'English' for en: the name clients show in their language menus. Only two-letter ISO 639-1
+    codes (LibreTranslate's) are looked up: the built-in task's `src` is also ISO 639-3's code of a
+    Sardinian language, which its model does not translate."""
+    import pycountry
+
+    found = pycountry.languages.get(alpha_2=code.lower()) if len(code) == 2 else None
+    return found.name if found is not None else code
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes: its source and target, the model or models (two through a pivot), and,
+    for `source: "auto"`, what was detected (LibreTranslate's detectedLanguage)."""
+
+    source: str
+    target: str
+    models: list[Model]
+    detected: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Model:
+    """One served model: its name (the run, as given), its pair, and whatever decodes it (a Batcher)."""
+
+    name: str
+    source: str
+    target: str
+    decoder: Any
+
+
+class Languages:
+    """Every pair the models translate directly, and each pair two of them translate through a
+    common language (a pivot) where no model does it directly."""
+
+    def __init__(self, models: list[Model]) -> None:
+        self.models = models
+        self.routes: dict[tuple[str, str], list[Model]] = {}
+        for model in models:  # the first model of a pair serves it
+            self.routes.setdefault((model.source, model.target), [model])
+        for first in models:
+            for second in models:
+                pair = (first.source, second.target)
+                if first.target == second.source and pair[0] != pair[1] and pair not in self.routes:
+                    self.routes[pair] = [first, second]
+                    log.info("%s -> %s: through %s (%s, then %s)", *pair, first.target, first.name, second.name)
+        self.codes = list(dict.fromkeys(code for model in models for code in (model.source, model.target)))
+        self.detector = Detector(self.codes)
+
+    def described(self) -> str:
+        return ", ".join(f"{m.source} -> {m.target}" for m in self.models)
+
+    def listing(self) -> list[dict[str, Any]]:
+        """LibreTranslate's /languages: each language, its name and the targets it translates into."""
+        return [
+            {"code": code, "name": name_of(code), "targets": [t for s, t in self.routes if s == code]}
+            for code in self.codes
+        ]
+
+    def route_of(self, body: dict[str, Any]) -> Route:
+        """The source, target and models (one, or two through a pivot) a request asks for. `source`
+        may be "auto": the one source that goes to the target, or the language detected among them."""
+        target = body.get("target") or (self.models[0].target if len(self.models) == 1 else None)
+        if target is None:
+            raise BadRequest(f"missing 'target': this server translates {self.described()}")
+        sources = [s for s, t in self.routes if t == target]
+        if not sources:
+            raise BadRequest(f"target={target!r}: this server translates {self.described()}")
+        source, detected = body.get("source") or "auto", None
+        if source == "auto":  # one source for the target is that one; else the detected one among them
+            detected = {"confidence": 100.0, "language": sources[0]}
+            if len(sources) > 1:
+                detected = self.detector.rank(_text_of(body), sources)[0]
+            source = detected["language"]
+        if (source, target) not in self.routes:
+            raise BadRequest(f"source={source!r}: this server translates {self.described()}")
+        models = self.routes[(source, target)]
+        if len(models) > 1:
+            log.debug("%s -> %s through %s", source, target, models[0].target)
+        return Route(source, target, models, detected)
+
+
+def _text_of(body: dict[str, Any]) -> str:
+    q = body.get("q", "")
+    return "\n".join(q) if isinstance(q, list) else str(q)
+
+
+class Detector:
+    """py3langid over `codes` (those it knows); its model is loaded on first use (about a second)."""
+
+    def __init__(self, codes: list[str]) -> None:
+        self.codes = codes
+        self._identifier: Any = None
+        self._lock = threading.Lock()
+        # Loaded beside the server's start, not in the first request that needs it.
+        threading.Thread(target=self._load, name="seq2seq-serve-langid", daemon=True).start()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._identifier is None:
+                from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+                identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+                known = [code for code in self.codes if code in identifier.nb_classes]
+                if known:
+                    identifier.set_languages(known)
+                self._identifier = identifier if known else False
+            return self._identifier
+
+    def rank(self, text: str, among: list[str] | None = None) -> list[dict[str, Any]]:
+        """LibreTranslate's answer: candidates (of `among`, else all), best first, with a confidence
+        in percent. Where the library knows none of them (or there is no text) the first is answered
+        with confidence 0, as LibreTranslate answers when it cannot tell."""
+        among = among or self.codes
+        identifier = self._load()
+        ranked = [(code, float(p)) for code, p in identifier.rank(text) if code in among] if identifier else []
+        total = sum(p for _, p in ranked)
+        if not text.strip() or total <= 0:
+            return [{"confidence": 0.0, "language": among[0]}]
+        return [
+            {"confidence": round(100 * p / total, 1), "language": code} for code, p in ranked if p / total >= 0.0005
+        ]

@@ -1,0 +1,388 @@
+"""The server's routes in process (Starlette's test client) over a stand-in engine that upper-cases
+each line it is given, so that what reached the model is visible in the answer: parameters from the
+query string, a form or JSON, CORS, JSON errors, sentences, HTML, files, bounds, the drain after SIGTERM.
+The real model's answers are compared with seq2seq-translate in tests/test_serve.py."""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="seq2seq-serve needs: pip install -e '.[serve]'")
+from starlette.testclient import TestClient  # noqa: E402
+
+from seq2seq.config import TranslateConfig  # noqa: E402
+from seq2seq.inference.translation import Translation  # noqa: E402
+from seq2seq.serve.app import Served, ServerInfo, Web, create_app  # noqa: E402
+from seq2seq.serve.batcher import Batcher  # noqa: E402
+from seq2seq.serve.requests import Limits  # noqa: E402
+
+
+class UpperEngines:
+    """Stands in for Engines: a line's translation is the line upper-cased; n-best lists add
+    numbered variants, the second equal to the first (as a beam's can be after detokenising)."""
+
+    def __init__(self, seconds: float = 0.0, change: Callable[[str], str] = str.upper) -> None:
+        self.change = change
+        self.tokenizers = self
+        self.tgt = self
+        self.seconds = seconds
+        self.decoded: list[str] = []  # every line the model was given
+        self.cfg = TranslateConfig()
+
+    def get_vocab_size(self) -> int:
+        return 1000
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        return [[1] * len(line.split()) for line in lines]
+
+    def kind(self, settings: object) -> str:
+        return "ctranslate2"
+
+    def for_settings(self, settings: object) -> UpperEngines:
+        return self
+
+    def has_torch_weights(self) -> bool:
+        return False
+
+    def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[Translation]]:
+        self.decoded += lines
+        time.sleep(self.seconds)
+        variants = ["", "", *(f" #{i}" for i in range(2, self.cfg.nbest))][: self.cfg.nbest]
+        return [[Translation(self.change(line) + v, 0.0, []) for v in variants] if line.strip() else
+                [Translation("", 0.0, [])] for line in lines]  # fmt: skip
+
+
+def served_model(source: str, target: str, seconds: float = 0.0, change: Callable[[str], str] = str.upper):
+    engines = UpperEngines(seconds, change)
+    base = TranslateConfig(run=f"{source}-{target}", beam=2)
+    batcher = Batcher(lambda: engines, base, max_batch_tokens=4096, max_wait_ms=1)
+    batcher.start()
+    return Served(batcher, base, ServerInfo(base.run, "CTranslate2", source, target)), engines
+
+
+def app_of(tmp_path: Path, *, seconds: float = 0.0, source: str = "en", target: str = "de", **web: object):
+    model, engines = served_model(source, target, seconds)
+    app = create_app([model], Limits(16, 40, 8), None, None, Web(files_dir=tmp_path, **web))
+    return app, model.batcher, engines
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    app, batcher, engines = app_of(tmp_path)
+    with TestClient(app) as client:
+        yield client, engines
+    batcher.stop()
+
+
+JSON = {"content-type": "application/json"}
+
+
+def test_parameters_come_from_the_query_string_a_form_or_json_alike(served) -> None:
+    """LibreTranslate reads request.values (query and form) or JSON; one widely used client posts
+    everything in the query string with an empty body. Keys it has no use for (its page's `secret`)
+    are ignored; a form's CRLF is LF, as LibreTranslate makes it."""
+    client, engines = served
+    query = client.post("/translate?q=ab%20cd&source=en&target=de&secret=s3")
+    form = client.post("/translate", data={"q": "ab cd\r\nef", "source": "en", "target": "de", "secret": "s3"})
+    json_body = client.post("/translate", json={"q": "ab cd", "source": "en", "target": "de", "secret": "s3"})
+    both = client.post("/translate?target=de&source=en", json={"q": "ab cd"})  # query and body together
+    assert [a.status_code for a in (query, form, json_body, both)] == [200] * 4
+    assert query.json() == json_body.json() == both.json() == {"translatedText": "AB CD"}
+    assert form.json() == {"translatedText": "AB CD\nEF"}
+    assert "\r" not in "".join(engines.decoded) and engines.decoded.count("ab cd") == 4
+    # /v1/translate, this server's own API, still refuses a key it does not know (a misspelled option).
+    assert client.post("/v1/translate", json={"q": "a", "beems": 3}).status_code == 400
+
+
+def test_every_error_is_json_and_cors_preflights_are_answered(served) -> None:
+    client, _ = served
+    missing = client.get("/no/such/route")
+    assert missing.status_code == 404 and missing.json() == {"error": "no route /no/such/route (see GET /spec)"}
+    wrong = client.get("/translate")
+    assert wrong.status_code == 405 and wrong.json()["error"] == "GET is not allowed on /translate: use POST"
+    preflight = client.options("/translate", headers={"Origin": "https://example.org",
+                                                      "Access-Control-Request-Method": "POST",
+                                                      "Access-Control-Request-Headers": "content-type"})  # fmt: skip
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    assert "content-type" in preflight.headers["access-control-allow-headers"].lower()
+    answer = client.post("/translate", json={"q": "ab"}, headers={"Origin": "https://example.org"})
+    assert answer.headers["access-control-allow-origin"] == "*"
+
+
+def test_cors_origins_limit_which_pages_may_call(tmp_path: Path) -> None:
+    app, batcher, _ = app_of(tmp_path, cors_origins=("https://good.example",))
+    try:
+        with TestClient(app) as client:
+
+            def origin_allowed(origin: str) -> str | None:
+                headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+                return client.options("/translate", headers=headers).headers.get("access-control-allow-origin")
+
+            assert origin_allowed("https://good.example") == "https://good.example"
+            assert origin_allowed("https://evil.example") is None
+    finally:
+        batcher.stop()
+
+
+def test_duplicate_alternatives_are_removed(served) -> None:
+    """The stand-in's second hypothesis equals its first: LibreTranslate drops it (and repeats, and
+    empty ones), so 3 alternatives asked give 2."""
+    client, _ = served
+    answer = client.post("/translate", json={"q": ["ab", "cd"], "source": "en", "target": "de", "alternatives": 3})
+    assert answer.json() == {"translatedText": ["AB", "CD"], "alternatives": [["AB #2", "AB #3"], ["CD #2", "CD #3"]]}
+
+
+HOSTILE = [  # (raw body, path, status, what the error names): each was a 500 before
+    (b'{"q": "\\ud800"}', "/translate", 400, "'q' holds a lone surrogate (U+D800)"),
+    (b'{"q": "ab", "api_key": "\\udfff"}', "/translate", 400, "'api_key' holds a lone surrogate"),
+    (b'{"q": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "/translate", 400, "nested too deeply"),
+    (b'{"q": "ab", "beam": NaN}', "/v1/translate", 400, "beam=nan: must be a finite number"),
+    (b'{"q": "ab", "beam": 1e999}', "/v1/translate", 400, "beam=inf: must be a finite number"),
+    (b'{"q": "ab", "length_penalty": NaN}', "/v1/translate", 400, "length_penalty=nan: must be a finite"),
+    (b'{"q": "ab", "sampling": true, "seed": 1e30}', "/v1/translate", 400, "seed=1000000000000000019884624838656"),
+    (b'{"q": "ab", "sampling": true, "temperature": 1e999}', "/v1/translate", 400, "temperature=inf"),
+    (b'{"q": "ab", "alternatives": 100000}', "/translate", 400, "alternatives=100000: must be at most 7"),
+    (b'{"q": "ab", "beam": 100}', "/v1/translate", 400, "beam=100: must be at most max_beam=8"),
+    (b'{"q": "ab", "sampling": true, "nbest": 100}', "/v1/translate", 400, "nbest=100: must be at most"),
+]
+
+
+@pytest.mark.parametrize(("raw", "path", "status", "error"), HOSTILE, ids=[e for *_, e in HOSTILE])
+def test_hostile_values_are_400_naming_the_key(served, raw: bytes, path: str, status: int, error: str) -> None:
+    client, engines = served
+    answer = client.post(path, content=raw, headers=JSON)
+    assert answer.status_code == status and error in answer.json()["error"], answer.text
+    assert engines.decoded == [], "nothing of a refused request reaches the model"
+
+
+def test_a_form_number_in_other_digits_is_400(served) -> None:
+    client, _ = served
+    answer = client.post("/translate", data={"q": "ab", "alternatives": "²"})  # '²'.isdigit() is True
+    assert answer.status_code == 400 and answer.json()["error"] == "alternatives='²': must be an integer >= 0"
+
+
+def test_the_line_limit_is_per_line(served) -> None:
+    """max_line_chars=40 here: three lines of 30 characters in one string pass; one line of 41 fails."""
+    client, _ = served
+    three = "\n".join(["ab " * 10] * 3)
+    assert client.post("/translate", json={"q": three}).status_code == 200
+    long = client.post("/translate", json={"q": "ab\n" + "x" * 41})
+    assert long.status_code == 413 and long.json()["error"] == "q line 2 has 41 characters, more than max_line_chars=40"
+
+
+def test_sentences_are_split_before_decoding_and_joined_after(served) -> None:
+    client, engines = served
+    answer = client.post("/translate", json={"q": "Ab cd.  Ef gh! Ij kl?\nMn op."})
+    assert engines.decoded == ["Ab cd.", "Ef gh!", "Ij kl?", "Mn op."]
+    assert answer.json()["translatedText"] == "AB CD.  EF GH! IJ KL?\nMN OP."
+
+
+def test_html_keeps_tags_and_attributes_and_translates_text(served) -> None:
+    client, engines = served
+    html = ('<div class="x" title="ab cd"><p>Ab cd. <b>Ef</b> gh &amp; ij</p><!-- ab -->'
+            '<script>var ab = 1;</script><code>ab</code><p translate="no">ab</p><img src="a.png" alt="ab"><br></div>')  # fmt: skip
+    answer = client.post("/translate", json={"q": html, "format": "html"})
+    expected = ('<div class="x" title="ab cd"><p>AB CD. <b>EF</b> GH &amp; IJ</p><!-- ab -->'
+                '<script>var ab = 1;</script><code>ab</code><p translate="no">ab</p><img src="a.png" alt="ab"><br></div>')  # fmt: skip
+    assert answer.status_code == 200 and answer.json()["translatedText"] == expected
+    assert engines.decoded == ["Ab cd.", "Ef", "gh & ij"]
+
+
+def test_detect_is_restricted_to_the_servers_languages(tmp_path: Path) -> None:
+    app, batcher, _ = app_of(tmp_path, source="en", target="fr")
+    try:
+        with TestClient(app) as client:
+            german = client.post("/detect", json={"q": "Ein Mann fährt durch die Stadt."}).json()
+            french = client.post("/detect", data={"q": "Un homme fait du vélo en ville."}).json()
+    finally:
+        batcher.stop()
+    assert {c["language"] for c in german} <= {"en", "fr"}, "never a language the server does not have"
+    assert french[0]["language"] == "fr" and french[0]["confidence"] > 90
+    assert [c["confidence"] for c in french] == sorted((c["confidence"] for c in french), reverse=True)
+
+
+def test_languages_and_frontend_settings_name_the_languages(served) -> None:
+    client, _ = served
+    assert client.get("/languages").json() == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []},
+    ]
+    settings = client.get("/frontend/settings").json()
+    assert settings["language"] == {"source": {"code": "en", "name": "English"},
+                                    "target": {"code": "de", "name": "German"}}  # fmt: skip
+    assert settings["supportedFilesFormat"] == [".txt", ".html", ".srt", ".docx"] and settings["charLimit"] == 40
+    paths = client.get("/spec").json()["paths"]
+    assert {"/translate", "/detect", "/languages", "/translate_file", "/frontend/settings"} <= set(paths)
+
+
+def _translated_file(client: TestClient, name: str, data: bytes) -> bytes:
+    answer = client.post("/translate_file", files={"file": (name, data)}, data={"source": "en", "target": "de"})
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["translatedFileUrl"]
+    assert url.startswith("http://testserver/download_file/") and url.endswith("." + name)
+    download = client.get(url)
+    assert download.status_code == 200
+    assert download.headers["content-disposition"] == f'attachment; filename="{name}"'
+    return download.content
+
+
+def test_text_html_and_subtitle_files_come_back_in_their_format(served) -> None:
+    client, _ = served
+    assert _translated_file(client, "notes.txt", b"ab cd\r\n\r\nEf gh. Ij kl.\n") == b"AB CD\r\n\r\nEF GH. IJ KL.\n"
+    page = b"<html><body><h1 id=t>ab</h1><p>cd <i>ef</i></p></body></html>"
+    assert (
+        _translated_file(client, "page.html", page)
+        == b'<html><body><h1 id="t">AB</h1><p>CD <i>EF</i></p></body></html>'
+    )
+    import srt
+
+    subtitles = b"1\n00:00:01,000 --> 00:00:02,500\nab cd\nef\n\n2\n00:00:03,000 --> 00:00:04,000\ngh\n\n"
+    back = list(srt.parse(_translated_file(client, "film.srt", subtitles).decode()))
+    assert [(s.index, s.start.total_seconds(), s.end.total_seconds(), s.content) for s in back] == [
+        (1, 1.0, 2.5, "AB CD\nEF"), (2, 3.0, 4.0, "GH")]  # fmt: skip
+
+
+def test_a_word_file_comes_back_as_word_with_its_tables(served) -> None:
+    docx = pytest.importorskip("docx")
+    client, _ = served
+    document = docx.Document()
+    document.add_heading("ab cd", level=1)
+    paragraph = document.add_paragraph("ef ")
+    paragraph.add_run("gh").bold = True
+    table = document.add_table(rows=1, cols=2)
+    table.cell(0, 0).text, table.cell(0, 1).text = "ij", "kl"
+    data = io.BytesIO()
+    document.save(data)
+    back = docx.Document(io.BytesIO(_translated_file(client, "report.docx", data.getvalue())))
+    assert [p.text for p in back.paragraphs] == ["AB CD", "EF GH"]
+    assert back.paragraphs[0].style.name == "Heading 1"
+    assert [cell.text for cell in back.tables[0].rows[0].cells] == ["IJ", "KL"]
+
+
+def test_files_that_cannot_be_translated_are_refused_in_one_line(served) -> None:
+    client, _ = served
+    cases = [
+        (("x.pdf", b"%PDF"), 400, "the format .pdf is not supported"),
+        (("x.txt", b""), 400, "file 'x.txt' is empty"),
+        (("x.txt", b"\xff\xfe\x00"), 400, "not UTF-8 text"),
+        (("x.docx", b"not a zip"), 400, "not a Word (.docx) document"),
+        (("x.txt", b"x" * 41), 413, "more than max_line_chars=40"),
+    ]
+    for upload, status, error in cases:
+        answer = client.post("/translate_file", files={"file": upload})
+        assert answer.status_code == status and error in answer.json()["error"], answer.text
+    unknown = client.get("/download_file/..%2F..%2Fetc%2Fpasswd")
+    assert unknown.status_code == 404 and "error" in unknown.json()
+
+
+def test_after_sigterm_a_request_still_waiting_gets_503_json_within_the_drain_time(tmp_path: Path) -> None:
+    """SIGTERM starts the drain time (Batcher.drain); a request whose lines are still being decoded
+    when it ends is answered 503 with JSON, not cancelled, and stopping does not wait for the batch."""
+    app, batcher, _ = app_of(tmp_path, seconds=3.0)  # each batch takes 3 s
+    with TestClient(app) as client:
+        answers = []
+        request = threading.Thread(target=lambda: answers.append(client.post("/translate", json={"q": "ab"})))
+        request.start()
+        time.sleep(0.3)  # its batch is being decoded
+        start = time.monotonic()
+        batcher.drain(0.5)
+        request.join()
+        answered = time.monotonic() - start
+        batcher.stop(timeout=0.5)
+        stopped = time.monotonic() - start
+    assert answers[0].status_code == 503
+    assert answers[0].json() == {"error": "the server is shutting down: this request was not translated in time"}
+    assert answered < 1.5 and stopped < 2.5, (answered, stopped)
+
+
+def test_sigterm_starts_the_drain_time() -> None:
+    """The server's first SIGTERM (or Ctrl-C) starts the batcher's drain time as uvicorn begins to stop."""
+    import signal
+
+    import uvicorn
+
+    from seq2seq.serve.server import _Server
+
+    server = _Server(uvicorn.Config(app=None))
+    calls: list[str] = []
+    server.on_exit = lambda: calls.append("drain")
+    server.handle_exit(signal.SIGTERM, None)
+    assert calls == ["drain"] and server.should_exit
+
+
+def test_several_models_each_pair_and_a_pivot_through_a_common_language(tmp_path: Path, caplog) -> None:
+    """en -> de upper-cases, de -> fr reverses: en -> fr goes through de (upper-cased, then reversed);
+    /languages lists every pair, pivots too; each model has its own batcher."""
+    english_german, _ = served_model("en", "de")
+    german_french, _ = served_model("de", "fr", change=lambda line: line[::-1])
+    with caplog.at_level(logging.INFO, logger="seq2seq.serve"):
+        app = create_app([english_german, german_french], Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
+    try:
+        with TestClient(app) as client:
+            direct = client.post("/translate", json={"q": "ab cd", "source": "en", "target": "de"}).json()
+            second = client.post("/translate", json={"q": "AB cd", "source": "de", "target": "fr"}).json()
+            pivot = client.post("/translate", json={"q": ["ab cd", "Ef gh. Ij kl."], "source": "en", "target": "fr"})
+            listing = client.get("/languages").json()
+            no_target = client.post("/translate", json={"q": "ab"})
+            backwards = client.post("/translate", json={"q": "ab", "source": "fr", "target": "en"})
+            native = client.post("/v1/translate", json={"q": "ab", "source": "en", "target": "fr"})
+            health = client.get("/health").json()
+    finally:
+        english_german.batcher.stop()
+        german_french.batcher.stop()
+    assert direct == {"translatedText": "AB CD"} and second == {"translatedText": "dc BA"}
+    assert pivot.json() == {"translatedText": ["DC BA", ".HG FE .LK JI"]}, "each sentence through de"
+    assert "en -> fr: through de (en-de, then de-fr)" in caplog.text
+    assert listing == [
+        {"code": "en", "name": "English", "targets": ["de", "fr"]},
+        {"code": "de", "name": "German", "targets": ["fr"]},
+        {"code": "fr", "name": "French", "targets": []},
+    ]
+    assert no_target.status_code == 400 and no_target.json()["error"] == (
+        "missing 'target': this server translates en -> de, de -> fr"
+    )
+    assert backwards.json() == {"error": "target='en': this server translates en -> de, de -> fr"}
+    assert native.status_code == 400 and "decodes with one model" in native.json()["error"]
+    assert [m["source"] + m["target"] for m in health["models"]] == ["ende", "defr"]
+    assert english_german.batcher is not german_french.batcher
+
+
+def test_source_auto_picks_among_the_sources_for_the_target(tmp_path: Path) -> None:
+    """Two models into English: `auto` detects which of their sources a text is in."""
+    german, german_engines = served_model("de", "en")
+    french, french_engines = served_model("fr", "en", change=lambda line: line[::-1])
+    app = create_app([german, french], Limits(16, 60, 8), None, None, Web(files_dir=tmp_path))
+    try:
+        with TestClient(app) as client:
+            answer = client.post("/translate", json={"q": "Un homme fait du vélo en ville.", "target": "en"}).json()
+    finally:
+        german.batcher.stop()
+        french.batcher.stop()
+    assert answer["translatedText"] == ".elliv ne olév ud tiaf emmoh nU"
+    assert answer["detectedLanguage"]["language"] == "fr" and answer["detectedLanguage"]["confidence"] > 90
+    assert german_engines.decoded == [] and french_engines.decoded == ["Un homme fait du vélo en ville."]
+
+
+def test_html_alternatives_are_empty_and_its_size_bounded(tmp_path: Path) -> None:
+    """LibreTranslate answers `alternatives: []` for HTML; a document is parsed whole, so it is bounded
+    as a file is (max_file_bytes)."""
+    app, batcher, _ = app_of(tmp_path, max_file_bytes=100)
+    try:
+        with TestClient(app) as client:
+            small = client.post("/translate", json={"q": "<p>ab</p>", "format": "html", "alternatives": 2})
+            large = client.post("/translate", json={"q": "<p>ab</p>" * 12, "format": "html"})
+    finally:
+        batcher.stop()
+    assert small.json() == {"translatedText": "<p>AB</p>", "alternatives": [],
+                            "detectedLanguage": {"confidence": 100.0, "language": "en"}}  # fmt: skip
+    assert large.status_code == 413 and large.json() == {
+        "error": "'q' has 108 characters of HTML, more than max_file_bytes=100"}  # fmt: skip
