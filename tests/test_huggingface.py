@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from itertools import islice
 from pathlib import Path
 
@@ -422,3 +423,18 @@ def test_init_from_a_byte_level_export_says_what_to_train_with(tmp_path: Path, c
     with pytest.raises(UserError, match=r"^init_from=.*byte-level.*data\.tokenizer=sentencepiece") as error:
         train(compose_config("train", overrides), tmp_path / "again", overrides=overrides)
     assert "\n" not in str(error.value)
+
+
+def test_a_marian_config_that_disagrees_with_its_weights_is_one_line(marian: Path, tmp_path: Path) -> None:
+    # transformers' 44-line RuntimeError ("size mismatch for ...") reached the user.
+    from seq2seq.interop.huggingface import load_pretrained
+
+    broken = tmp_path / "broken"
+    shutil.copytree(marian, broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["d_model"] = 48  # the weights are 32 wide
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError) as info:
+        load_pretrained(str(broken))
+    message = str(info.value)
+    assert message.startswith(f"{broken}: transformers could not load the model: ") and "\n" not in message

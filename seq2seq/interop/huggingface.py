@@ -260,8 +260,9 @@ def read_pretrained(directory: Path, cfg: ModelConfig, tokenizers: SentencePiece
     transformers = transformers_module()
     try:
         hf_model = transformers.MarianMTModel.from_pretrained(str(directory))
-    except (OSError, ValueError) as err:
-        raise UserError(f"{directory}: transformers could not load the model: {str(err).splitlines()[0]}") from err
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: weights that do not fit config.json
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{directory}: transformers could not load the model: {first}") from err
     hf_state = hf_model.state_dict()
     table = hf_state.get("model.encoder.embed_positions.weight")
     expected = sinusoidal_table(cfg.max_positions, cfg.d_model, "split")

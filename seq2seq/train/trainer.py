@@ -22,7 +22,15 @@ import torch
 from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
-from seq2seq.checkpoint import FORMAT, Checkpoint, Vocabulary, atomic_save, load_checkpoint, read_model_file
+from seq2seq.checkpoint import (
+    FORMAT,
+    Checkpoint,
+    Vocabulary,
+    atomic_save,
+    find_model_file,
+    load_checkpoint,
+    read_model_file,
+)
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
@@ -32,6 +40,7 @@ from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.inference.translator import Translator
 from seq2seq.interop.huggingface import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
 from seq2seq.model.transformer import build_model
+from seq2seq.path_kind import PathKind, path_kind
 from seq2seq.precision import PrecisionChoice, choose_precision
 from seq2seq.run_files import find_checkpoint
 from seq2seq.train.dashboard import Dashboard
@@ -334,7 +343,7 @@ class Trainer:
             payload, _ = load_pretrained(path)
             payload["config"]["model"].update({k: self.cfg.model[k] for k in TRAINING_ONLY_KEYS})
         else:
-            _, payload = read_model_file(Path(path))
+            _, payload = read_model_file(weights_file_of(path))
         if payload["config"]["model"] != as_dict(self.cfg.model):
             raise UserError(f"init_from={path}: its model config differs from model.* of this run")
         theirs, ours = payload["vocab"], self.state_dict_vocab()
@@ -715,6 +724,21 @@ class Trainer:
         if cfg.attention_images:
             sources = [source for source, _, _ in self.samples[:ATTENTION_SENTENCES]]
             dashboard.attention(step, self.translator, sources, self.elapsed_minutes() * 60.0)
+
+
+def weights_file_of(init_from: str) -> Path:
+    """What init_from= names, as a file: a run directory means its model (what translation loads
+    from it); a directory with no model in it is one line, not "no such checkpoint file"."""
+    path = Path(init_from)
+    if path_kind(path) is not PathKind.RUN:
+        return path
+    try:
+        return find_model_file(path)
+    except UserError:
+        raise UserError(
+            f"init_from={init_from}: a directory with no model in it (give a run directory with checkpoints/, "
+            "a checkpoint .pt, a model.safetensors or its directory, or a Marian model's directory)"
+        ) from None
 
 
 def choose_run_precision(cfg: DictConfig, device: torch.device, dist: DistContext) -> PrecisionChoice:

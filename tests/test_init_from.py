@@ -1,0 +1,52 @@
+"""init_from= names where a new run's weights come from: a run directory, a checkpoint, a weights
+export, a Marian model; anything else is one line naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config, train_logging
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import UserError
+from seq2seq.train.run import train
+
+TRAIN = [*TINY_TRAIN, "max_steps=4", "valid_every=4", "save_every=4", "data.task_train_size=200"]
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("init_from")
+    train_logging(compose_config("train", [*TRAIN, f"data.cache_dir={root / 'cache'}"]), root / "run")
+    return root / "run"
+
+
+def test_a_run_directory_starts_a_new_run_from_its_model(first_run: Path, tmp_path: Path) -> None:
+    # It said "no such checkpoint file": a run directory is what training leaves, and what users give.
+    cache = first_run.parent / "cache"
+    cfg = compose_config("train", [*TRAIN, "max_steps=1", f"data.cache_dir={cache}", f"init_from={first_run}"])
+    seen = {}
+    import seq2seq.train.trainer as loop
+
+    real = loop.Trainer.init_weights_from
+
+    def recording(self, path):
+        real(self, path)
+        seen.update({k: v.clone() for k, v in self.model.state_dict().items()})
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop.Trainer, "init_weights_from", recording)
+        train(cfg, tmp_path / "second")
+    best = load_checkpoint(first_run / "checkpoints" / "best.pt")["model"]
+    assert seen.keys() == best.keys() and all(torch.equal(seen[k], best[k]) for k in best)
+
+
+def test_a_directory_without_a_model_is_one_line(first_run: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cfg = compose_config("train", [*TRAIN, f"data.cache_dir={first_run.parent / 'cache'}", f"init_from={empty}"])
+    with pytest.raises(UserError) as info:
+        train(cfg, tmp_path / "run")
+    assert str(info.value).startswith(f"init_from={empty}: a directory with no model in it")
