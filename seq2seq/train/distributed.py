@@ -59,6 +59,15 @@ class DistContext:
         dist.all_reduce(reduced)
         return reduced.to(tensor.device)
 
+    def any_of(self, flags: list[bool]) -> list[bool]:
+        """For each flag: true on every rank if it is true on any, in one all-reduce for all of them
+        (each collective waits for the slowest rank and reads back to the host)."""
+        if not self.enabled:
+            return list(flags)
+        tensor = torch.tensor([float(f) for f in flags], dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return [value > 0 for value in tensor.tolist()]
+
     def any(self, flag: bool) -> bool:
         """True on every rank if it is true on any (stop signals, time budgets)."""
         return self.sum(float(flag)) > 0

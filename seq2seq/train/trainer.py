@@ -659,7 +659,9 @@ class Trainer:
     def stop_reason(self) -> str | None:
         """Why the run stops before another update, or None. Every rank gives the same answer."""
         cfg = self.cfg
-        if self.dist.any(self.target_reached()):
+        # One collective for the three flags a rank may see alone, before every update.
+        target, late, signalled = self.dist.any_of([self.target_reached(), self.out_of_time(), self.stop_requested])
+        if target:
             return (
                 f"reached the target {cfg.target_metric} {'<=' if cfg.target_metric == 'loss' else '>='} {cfg.target:g}"
             )
@@ -667,9 +669,9 @@ class Trainer:
             return f"reached max_steps={cfg.max_steps}"
         if cfg.max_epochs and self.stream.epochs_done(self.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
             return f"finished max_epochs={cfg.max_epochs}"
-        if self.dist.any(self.out_of_time()):
+        if late:
             return f"used max_minutes={cfg.max_minutes}"
-        if self.dist.any(self.stop_requested):
+        if signalled:
             return STOPPED_BY_SIGNAL
         if cfg.patience and self.validations_since_best >= cfg.patience:
             return f"no better {cfg.best_metric} in {cfg.patience} validations (patience)"
