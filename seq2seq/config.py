@@ -210,7 +210,7 @@ class TrainConfig:
     init_from: str | None = setting(
         None, "a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)"
     )
-    progress: bool = setting(True, "tqdm progress bar")
+    progress: bool = setting(True, "show progress: a tqdm bar on a terminal, else a plain line every 30 s")
     attention_images: bool = setting(
         True, "attention heatmaps of one validation sentence in TensorBoard, every kind and layer"
     )
