@@ -403,6 +403,30 @@ def test_redirected_progress_is_plain_lines(tmp_path, monkeypatch):
     assert lines == [*shown[:2], "validation at update 50", *shown[2:]]
 
 
+def test_on_a_terminal_log_lines_are_printed_above_the_bar(tmp_path, monkeypatch):
+    """A log line written while the bar is drawn starts a line of its own (it was glued after the bar);
+    the console handler is given back when the dashboard closes."""
+    import logging
+
+    from seq2seq.train.dashboard import Dashboard
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)  # the console handler's stream, as Hydra's is stdout
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
+    monkeypatch.setattr(logging.root, "handlers", [console])
+    dashboard = Dashboard(tmp_path, 0, 100, True, stream=terminal)
+    dashboard.bar.mininterval = 0
+    dashboard.progress(1, loss="9.000")
+    logging.getLogger("seq2seq.train").warning("validation at update 1")
+    dashboard.progress(1, loss="8.000")
+    dashboard.close()
+    text = terminal.getvalue()
+    at = text.index("[WARNING] validation at update 1\n")
+    assert text[at - 1] in "\r\n" and "1/100" in text[:at] and "2/100" in text[at:]
+    assert logging.root.handlers == [console]
+
+
 def test_a_redirected_training_run_writes_no_carriage_returns(tmp_path, capsys):
     # The built-in demo's output, redirected to a file, was 141 KB of tqdm redraws.
     overrides = ["data.task_train_size=200", "data.task_valid_size=10", "max_steps=6", "log_every=2"]

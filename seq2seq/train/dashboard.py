@@ -7,14 +7,17 @@ so a run that crashed after its last checkpoint shows no duplicated or stale poi
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
 
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from seq2seq.inference.translator import Translator
 from seq2seq.train.progress_lines import ProgressLines
@@ -48,6 +51,11 @@ class Dashboard:
             file=stream,
             disable=not progress or plain,
         )
+        self.exit_stack = ExitStack()
+        if not self.bar.disable and _console_handlers():
+            # On a terminal, console log lines go through tqdm.write: the bar is cleared, the line
+            # printed on a line of its own, the bar redrawn below it (else the line is glued to the bar).
+            self.exit_stack.enter_context(logging_redirect_tqdm())
         self.max_steps, self.deadline = max_steps, deadline
         self.start_step, self.step, self.started = start_step, start_step, time.monotonic()
         self.attention_share, self.attention_seconds, self.attention_draws = attention_share, 0.0, 0
@@ -115,8 +123,19 @@ class Dashboard:
             self.writer.file_writer.add_summary(summary)
 
     def close(self) -> None:
+        self.exit_stack.close()
         self.bar.close()
         self.writer.close()
+
+
+def _console_handlers() -> list[logging.Handler]:
+    """The root logger's handlers that print to the console, which logging_redirect_tqdm replaces
+    (without them it would add one of its own)."""
+    return [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)
+    ]
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
