@@ -60,8 +60,11 @@ def fetch(folder: Path, opener=urllib.request.urlopen) -> list[str]:
         target = folder / name
         if target.is_file() and sha256(target.read_bytes()) == SHA256[name]:
             continue
-        with opener(BASE_URL + name, timeout=60) as response:
-            data = response.read()
+        try:
+            with opener(BASE_URL + name, timeout=60) as response:
+                data = response.read()
+        except OSError as err:  # urllib's URLError and HTTPError are OSErrors
+            raise SystemExit(f"error: cannot fetch {BASE_URL + name}: {getattr(err, 'reason', err)}") from None
         if sha256(data) != SHA256[name]:
             raise SystemExit(f"error: {BASE_URL + name}: unexpected contents (SHA-256 {sha256(data)}); nothing written")
         # Through a temporary file in the same folder: an interrupted download never leaves a truncated .gz
@@ -82,8 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         written = fetch(args.folder)
-    except OSError as err:  # urllib's URLError and HTTPError are OSErrors
-        raise SystemExit(f"error: cannot fetch Multi30k into {args.folder}: {err}") from None
+    except OSError as err:  # the folder cannot be made or written
+        raise SystemExit(f"error: {args.folder}: {err.strerror or err}") from None
     print(f"{args.folder}: {len(written)} files fetched, {len(file_names()) - len(written)} already there")
     print(f"train with:  seq2seq-train experiment=multi30k_quick data.dir={args.folder}")
 

@@ -4,6 +4,7 @@ downloads are served from the shared copy of Multi30k, or refused)."""
 from __future__ import annotations
 
 import io
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,14 @@ def test_a_download_with_other_contents_is_refused_and_not_written(tmp_path):
     with pytest.raises(SystemExit, match=r"train\.en\.gz: unexpected contents"):
         get_multi30k.fetch(tmp_path / "out", opener=serve_from(source, []))
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
+
+
+def test_an_unreachable_host_is_a_one_line_error_naming_the_url(tmp_path):
+    def unreachable(url: str, timeout: float):
+        raise urllib.error.URLError(OSError(-2, "Name or service not known"))
+
+    with pytest.raises(SystemExit) as caught:
+        get_multi30k.fetch(tmp_path, opener=unreachable)
+    message = str(caught.value)
+    assert message.startswith(f"error: cannot fetch {get_multi30k.BASE_URL}train.en.gz: ") and "\n" not in message
+    assert list(tmp_path.iterdir()) == []
