@@ -81,7 +81,9 @@ class DataConfig:
     kind: str = setting("builtin", "builtin | multi30k | parallel_files | tsv | jsonl | hub")
     src_lang: str = setting("src", "language codes; file suffixes for multi30k")
     tgt_lang: str = "tgt"
-    dir: str | None = setting(None, "multi30k: directory holding train/val/test_2016_flickr.<lang>[.gz]")
+    dir: str | None = setting(
+        None, "multi30k: the folder of train/val/test_2016_flickr.<lang>[.gz] (scripts/get_multi30k.py)"
+    )
     # parallel_files: one sentence per line, plain or .gz; tsv/jsonl: set only train/valid/test.
     train_src: str | None = None
     train_tgt: str | None = None
@@ -210,7 +212,7 @@ class TrainConfig:
     init_from: str | None = setting(
         None, "a checkpoint or model.safetensors: a new run from its weights (fresh optimiser)"
     )
-    progress: bool = setting(True, "tqdm progress bar")
+    progress: bool = setting(True, "show progress: a tqdm bar on a terminal, else a plain line every 30 s")
     attention_images: bool = setting(
         True, "attention heatmaps of one validation sentence in TensorBoard, every kind and layer"
     )
@@ -461,7 +463,8 @@ def validate_train(cfg: Any) -> None:
         _check(d.task_valid_size > 0, "data.task_valid_size", d.task_valid_size, "must be positive")
         _check(d.task_test_size >= 0, "data.task_test_size", d.task_test_size, "must be >= 0")
     if d.kind == "multi30k":
-        _check(d.dir is not None, "data.dir", d.dir, "multi30k needs the directory of the raw files")
+        why = "multi30k needs the folder of its files (python scripts/get_multi30k.py <folder> fetches them)"
+        _check(d.dir is not None, "data.dir", d.dir, why)
     if d.kind == "parallel_files":
         for key in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
             _check(getattr(d, key) is not None, f"data.{key}", None, "parallel_files needs it")

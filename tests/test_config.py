@@ -138,6 +138,15 @@ def test_data_option_without_its_required_keys_is_rejected(hydra_ctx, name):
         validate_train(cfg)
 
 
+def test_multi30k_without_data_dir_says_how_to_fetch_it(hydra_ctx):
+    with pytest.raises(UserError) as caught:
+        validate_train(train_cfg("data=multi30k"))
+    assert str(caught.value) == (
+        "config error: data.dir=None: multi30k needs the folder of its files "
+        "(python scripts/get_multi30k.py <folder> fetches them)"
+    )
+
+
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 

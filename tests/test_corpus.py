@@ -13,7 +13,15 @@ import pytest
 
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.builtin import reverse_task
-from seq2seq.data.corpus import read_corpus, read_jsonl, read_lines, read_multi30k, read_parallel, read_tsv
+from seq2seq.data.corpus import (
+    corpus_sources,
+    read_corpus,
+    read_jsonl,
+    read_lines,
+    read_multi30k,
+    read_parallel,
+    read_tsv,
+)
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 
@@ -192,9 +200,24 @@ def test_read_multi30k_missing_language_names_data_dir():
         read_multi30k(cfg)
 
 
-def test_read_multi30k_missing_dir_names_data_dir(tmp_path):
+def test_read_multi30k_missing_dir_says_it_is_missing_and_how_to_fetch_it(tmp_path):
+    """The one command a user with a fresh clone needs (scripts/get_multi30k.py), in the one-line error;
+    the cache key (corpus_sources) is computed first, so it must say the same."""
+    missing = tmp_path / "my data"
+    expected = (
+        f"data.dir={missing}: no such folder; fetch Multi30k into it with: python scripts/get_multi30k.py '{missing}'"
+    )
+    cfg = DataConfig(kind="multi30k", dir=str(missing))
+    for read in (read_multi30k, corpus_sources):
+        with pytest.raises(UserError) as caught:
+            read(cfg)
+        assert str(caught.value) == expected
+
+
+def test_read_multi30k_a_file_as_data_dir_is_not_a_directory(tmp_path):
+    path = write(tmp_path / "nothing", "x")
     with pytest.raises(UserError, match=r"^data\.dir=.*nothing: not a directory$"):
-        read_multi30k(DataConfig(kind="multi30k", dir=str(tmp_path / "nothing")))
+        read_multi30k(DataConfig(kind="multi30k", dir=str(path)))
 
 
 def test_read_multi30k_small_copy(tmp_path):

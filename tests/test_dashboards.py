@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -357,16 +358,83 @@ def test_token_labels_read_as_text():
     assert "".join(tokenizers.tgt_tokens(ids)) == "Äpfel▁über"
 
 
-def test_progress_bar_shows_this_updates_figures(tmp_path, capsys):
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_shows_this_updates_figures(tmp_path):
     from seq2seq.train.dashboard import Dashboard
 
-    dashboard = Dashboard(tmp_path, 0, 100, True)
+    terminal = Terminal()
+    dashboard = Dashboard(tmp_path, 0, 100, True, stream=terminal)
     dashboard.bar.mininterval = 0  # draw on every update, as a slow update would
     dashboard.progress(1, loss="9.000")
     dashboard.progress(49, loss="1.000")
-    last_drawn = capsys.readouterr().err.split("\r")[-1]
+    last_drawn = terminal.getvalue().split("\r")[-1]
     dashboard.close()
     assert "50/100" in last_drawn and "loss=1.000" in last_drawn  # it showed update 1's loss at update 50
+
+
+def test_redirected_progress_is_plain_lines(tmp_path, monkeypatch):
+    """Not a terminal: no carriage returns, a line at the first update and then one every 30 s of the
+    clock, and whatever is written next starts a line of its own (it was glued to the last bar)."""
+    import seq2seq.train.dashboard as module
+    import seq2seq.train.progress_lines as lines_module
+
+    clock = [0.0]
+    monkeypatch.setattr(lines_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    file = io.StringIO()
+    dashboard = module.Dashboard(tmp_path, 0, 100, True, stream=file)
+    for step in range(1, 101):
+        clock[0] = float(step)  # one update a second
+        dashboard.progress(1, loss=f"{10 - step / 20:.3f}", tok_s="1,000")
+        if step == 50:
+            file.write("validation at update 50\n")  # what the log writes between updates
+    dashboard.close()
+    text = file.getvalue()
+    assert "\r" not in text and text.endswith("\n")
+    lines = text.splitlines()
+    # Written at 1 s, then 31, 61 and 91 s: updates 1, 31, 61, 91, with this update's figures.
+    shown = [line for line in lines if line.startswith("update ")]
+    assert [re.match(r"update (\d+)/100 ", line).group(1) for line in shown] == ["1", "31", "61", "91"]
+    assert shown[1] == "update 31/100 (31%), 0.5 min, 1.00 updates/s, loss=8.450, tok_s=1,000"
+    assert lines == [*shown[:2], "validation at update 50", *shown[2:]]
+
+
+def test_on_a_terminal_log_lines_are_printed_above_the_bar(tmp_path, monkeypatch):
+    """A log line written while the bar is drawn starts a line of its own (it was glued after the bar);
+    the console handler is given back when the dashboard closes."""
+    import logging
+
+    from seq2seq.train.dashboard import Dashboard
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)  # the console handler's stream, as Hydra's is stdout
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
+    monkeypatch.setattr(logging.root, "handlers", [console])
+    dashboard = Dashboard(tmp_path, 0, 100, True, stream=terminal)
+    dashboard.bar.mininterval = 0
+    dashboard.progress(1, loss="9.000")
+    logging.getLogger("seq2seq.train").warning("validation at update 1")
+    dashboard.progress(1, loss="8.000")
+    dashboard.close()
+    text = terminal.getvalue()
+    at = text.index("[WARNING] validation at update 1\n")
+    assert text[at - 1] in "\r\n" and "1/100" in text[:at] and "2/100" in text[at:]
+    assert logging.root.handlers == [console]
+
+
+def test_a_redirected_training_run_writes_no_carriage_returns(tmp_path, capsys):
+    # The built-in demo's output, redirected to a file, was 141 KB of tqdm redraws.
+    overrides = ["data.task_train_size=200", "data.task_valid_size=10", "max_steps=6", "log_every=2"]
+    overrides += ["valid_every=6", "save_every=6", "progress=true", "threads=1", "attention_images=false"]
+    train_logging(compose_config("train", [*overrides, f"data.cache_dir={tmp_path / 'cache'}"]), tmp_path / "run")
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err + captured.out
+    assert re.findall(r"^update 1/6 \(17%\), .*, tok_s=[\d,]+$", captured.err, re.MULTILINE)
 
 
 def test_progress_bar_total_follows_the_time_budget_when_it_binds(tmp_path, monkeypatch):

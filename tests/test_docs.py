@@ -5,14 +5,17 @@ README stays the short front door that CI reads its commands from."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import re
 import shlex
 import string
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import MULTI30K, compose_config
 from script_module import load_script
 from test_export import random_checkpoint
 
@@ -162,6 +165,79 @@ def test_the_results_table_holds_only_multi30k_rows() -> None:
     table = (DOCS / "results.md").read_text().split("<!-- results table")[1].split("<!-- end of results table")[0]
     rows = [line for line in table.splitlines() if line.startswith("| multi30k") or line.startswith("| builtin")]
     assert rows and all(row.startswith("| multi30k") for row in rows)
+
+
+# ---- pages checked against the code ---------------------------------------------------------------
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower() for r in requirements}
+
+
+def test_the_install_page_lists_every_extra_with_what_it_pulls() -> None:
+    # The table had lost `serve`, and `dev` had grown (transformers, uvicorn, selenium...) without it.
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    text = (DOCS / "install.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]*) \|", text.split("## Optional extras")[1], re.MULTILINE))
+    assert set(rows) == set(extras)
+    for extra, requirements in extras.items():
+        named = set(re.findall(r"[a-z0-9][a-z0-9_.-]*", rows[extra].lower()))
+        assert _requirement_names(requirements) <= named, extra
+
+
+def _layout_sections() -> dict[str, str]:
+    """docs/code-layout.md's tree: the text of each `name/` or `name.py` entry under seq2seq/."""
+    tree = blocks((DOCS / "code-layout.md").read_text(), "")[0].split("seq2seq/\n", 1)[1]
+    sections, current = {}, None
+    for line in tree.splitlines():
+        entry = re.match(r"^  (\w+/|\w+\.py)\s", line)
+        if entry:
+            current = entry.group(1)
+            sections[current] = line[entry.end() :]
+        elif line.startswith("   ") and current:
+            sections[current] += " " + line.strip()
+        else:
+            break  # configs/, scripts/: outside the package
+    return sections
+
+
+def test_the_code_layout_names_every_module() -> None:
+    package = ROOT / "seq2seq"
+    sections = _layout_sections()
+    subpackages = {p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file()}
+    modules = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    assert set(sections) == subpackages | modules
+    for subpackage in subpackages:
+        actual = {p.name for p in (package / subpackage).glob("*.py") if p.name != "__init__.py"}
+        named = set(re.findall(r"(?<![/\w])(\w+\.py)\b", sections[subpackage]))
+        assert named == actual, subpackage
+
+
+def test_the_reading_order_names_every_page_a_user_reads() -> None:
+    order = (DOCS / "index.md").read_text().split("Read in this order:")[1]
+    linked = set(re.findall(r"\]\((\w[\w-]*)\.md", order))
+    assert linked == {p.stem for p in PAGES if p.stem != "index"}
+
+
+def test_the_test_run_is_described_without_counts_that_go_stale() -> None:
+    # "866 passed, 5 skipped in 371 s" and "About 6 minutes" were true once; pytest prints the figures.
+    for page in (README, DOCS / "contributing.md"):
+        text = page.read_text()
+        assert not re.search(r"\d+ (passed|skipped|tests)\b|[Aa]bout \d+ minutes on 2 CPU cores", text), page.name
+
+
+def test_the_quick_experiment_is_described_as_it_is_configured() -> None:
+    # The page said it validated "on the first 200 validation sentences" while the log said 1014 pairs:
+    # valid_max_sentences limits the translations scored, the loss is over every validation pair.
+    cfg = compose_config("train", ["experiment=multi30k_quick", "data.dir=/x"])
+    text = " ".join((DOCS / "train.md").read_text().split())
+    paragraph = text.split("`experiment=multi30k_quick` is the hour's recipe")[1].split("It is a first look")[0]
+    n = cfg.valid_max_sentences
+    assert f"`max_minutes={cfg.max_minutes:g}`: validation every {cfg.valid_every} updates" in paragraph
+    assert "the loss over all 1,014 validation pairs" in paragraph
+    assert f"translates only the first {n} (`valid_max_sentences={n}`) for BLEU, chrF and exact match" in paragraph
+    if MULTI30K.is_dir():  # 1,014 is the validation split's size
+        assert len(gzip.decompress((MULTI30K / "val.en.gz").read_bytes()).decode().splitlines()) == 1014
 
 
 # ---- the README ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shlex
 import zlib
 from collections.abc import Iterable, Iterator
 from itertools import zip_longest
@@ -110,7 +111,26 @@ def multi30k_file(directory: Path, split: str, lang: str) -> Path:
     for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
         if (directory / name).is_file():
             return directory / name
-    raise UserError(f"{directory}: no {split}.{lang} or {split}.{lang}.gz (data.dir, data.src_lang/tgt_lang)")
+    raise UserError(
+        f"{directory}: no {split}.{lang} or {split}.{lang}.gz (data.dir, data.src_lang/tgt_lang); "
+        f"Multi30k's en/de/fr/cs files: {fetch_multi30k_command(directory)}"
+    )
+
+
+def multi30k_dir(cfg: DataConfig) -> Path:
+    """data.dir, which must be a folder: when it is missing, the error gives the command that fetches Multi30k."""
+    directory = Path(cfg.dir)
+    if not directory.exists():
+        raise UserError(
+            f"data.dir={cfg.dir}: no such folder; fetch Multi30k into it with: {fetch_multi30k_command(directory)}"
+        )
+    if not directory.is_dir():
+        raise UserError(f"data.dir={cfg.dir}: not a directory")
+    return directory
+
+
+def fetch_multi30k_command(directory: Path) -> str:
+    return f"python scripts/get_multi30k.py {shlex.quote(str(directory))}"
 
 
 def read_multi30k(cfg: DataConfig) -> Corpus:
@@ -118,9 +138,7 @@ def read_multi30k(cfg: DataConfig) -> Corpus:
 
 
 def iter_multi30k(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]]:
-    directory = Path(cfg.dir)
-    if not directory.is_dir():
-        raise UserError(f"data.dir={cfg.dir}: not a directory")
+    directory = multi30k_dir(cfg)
     name = MULTI30K_SPLITS[split]
     return iter_parallel(multi30k_file(directory, name, cfg.src_lang), multi30k_file(directory, name, cfg.tgt_lang))
 
@@ -183,14 +201,14 @@ def _split_files(cfg: DataConfig, split: str) -> list[str]:
         return [getattr(cfg, split)]
     if cfg.kind == "multi30k":
         name = MULTI30K_SPLITS[split]
-        return [str(multi30k_file(Path(cfg.dir), name, lang)) for lang in (cfg.src_lang, cfg.tgt_lang)]
+        return [str(multi30k_file(multi30k_dir(cfg), name, lang)) for lang in (cfg.src_lang, cfg.tgt_lang)]
     return []
 
 
 def corpus_sources(cfg: DataConfig) -> list[str]:
     """Files the corpus is read from (for the cache key); empty for generated or hub data."""
     if cfg.kind == "multi30k":
-        directory = Path(cfg.dir)
+        directory = multi30k_dir(cfg)
         return [
             str(multi30k_file(directory, n, lang))
             for n in MULTI30K_SPLITS.values()

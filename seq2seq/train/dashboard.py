@@ -1,4 +1,5 @@
-"""What the user watches: TensorBoard events under <run>/tb and the tqdm progress bar.
+"""What the user watches: TensorBoard events under <run>/tb and the progress: tqdm's bar on a terminal,
+plain lines (progress_lines.py) where the output goes to a file or a pipe.
 
 Only rank 0 creates a Dashboard. On resume the writer purges events at or after the resumed step,
 so a run that crashed after its last checkpoint shows no duplicated or stale points.
@@ -6,15 +7,20 @@ so a run that crashed after its last checkpoint shows no duplicated or stale poi
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from seq2seq.inference.translator import Translator
+from seq2seq.train.progress_lines import ProgressLines
 
 
 class Dashboard:
@@ -26,12 +32,30 @@ class Dashboard:
         progress: bool,
         deadline: float | None = None,
         attention_share: float = 1.0,
+        stream: TextIO | None = None,
     ) -> None:
         """`deadline`: the time.monotonic() at which max_minutes runs out, if set; the bar's total is
-        then the updates that fit before it (at the rate so far) when that is fewer than max_steps."""
+        then the updates that fit before it (at the rate so far) when that is fewer than max_steps.
+        `stream`: where progress goes (standard error by default), as a bar only if it is a terminal."""
         self.log_dir = run_dir / "tb"
         self.writer = SummaryWriter(str(self.log_dir), purge_step=start_step + 1 if start_step else None)
-        self.bar = tqdm(total=max_steps, initial=start_step, unit="step", dynamic_ncols=True, disable=not progress)
+        stream = sys.stderr if stream is None else stream
+        plain = progress and not (hasattr(stream, "isatty") and stream.isatty())
+        self.lines = ProgressLines(stream, start_step) if plain else None
+        # The bar keeps the total (and its deadline arithmetic) even when lines are shown instead.
+        self.bar = tqdm(
+            total=max_steps,
+            initial=start_step,
+            unit="step",
+            dynamic_ncols=True,
+            file=stream,
+            disable=not progress or plain,
+        )
+        self.exit_stack = ExitStack()
+        if not self.bar.disable and _console_handlers():
+            # On a terminal, console log lines go through tqdm.write: the bar is cleared, the line
+            # printed on a line of its own, the bar redrawn below it (else the line is glued to the bar).
+            self.exit_stack.enter_context(logging_redirect_tqdm())
         self.max_steps, self.deadline = max_steps, deadline
         self.start_step, self.step, self.started = start_step, start_step, time.monotonic()
         self.attention_share, self.attention_seconds, self.attention_draws = attention_share, 0.0, 0
@@ -77,6 +101,8 @@ class Dashboard:
         if self.deadline is not None:
             self.bar.total = self._total_by_deadline(self.step)
         self.bar.update(steps)
+        if self.lines is not None:
+            self.lines.update(self.step, self.bar.total, postfix)
 
     def _total_by_deadline(self, step: int) -> int | None:
         now = time.monotonic()
@@ -97,8 +123,19 @@ class Dashboard:
             self.writer.file_writer.add_summary(summary)
 
     def close(self) -> None:
+        self.exit_stack.close()
         self.bar.close()
         self.writer.close()
+
+
+def _console_handlers() -> list[logging.Handler]:
+    """The root logger's handlers that print to the console, which logging_redirect_tqdm replaces
+    (without them it would add one of its own)."""
+    return [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)
+    ]
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
