@@ -5,11 +5,9 @@ rule reads only names, a checkpoint's zip directory and the record inside the ex
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -208,7 +206,7 @@ def test_auto_decodes_with_the_export_in_fp32_even_where_bf16_is_faster(
     assert choose_engine(TranslateConfig(run=str(run), precision="bf16")).engine == "torch"
 
 
-def test_decoding_precision_auto_is_fp32_where_training_would_take_bf16() -> None:
+def test_decoding_precision_auto_is_fp32_where_training_would_take_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     """Training's auto takes bf16 where it is measured faster; decoding's auto never does, and an
     explicit bf16 is told that its lines depend on their batch."""
     import torch
@@ -217,19 +215,12 @@ def test_decoding_precision_auto_is_fp32_where_training_would_take_bf16() -> Non
 
     bf16_faster = lambda d_model, ffn_dim: MatmulRates(fp32=1.0, bf16=3.0, capability="AMX")  # noqa: E731
     cpu = torch.device("cpu")
-    with monkeypatch_bf16(True):
-        assert choose_precision("auto", cpu, 64, 256, bf16_faster).precision == "bf16"
-        assert choose_decoding_precision("auto", cpu, 64, 256, bf16_faster).precision == "fp32"
-        explicit = choose_decoding_precision("bf16", cpu, 64, 256, bf16_faster)
+    monkeypatch.setattr(cpuinfo, "has_bf16", lambda: True)
+    assert choose_precision("auto", cpu, 64, 256, bf16_faster).precision == "bf16"
+    assert choose_decoding_precision("auto", cpu, 64, 256, bf16_faster).precision == "fp32"
+    explicit = choose_decoding_precision("bf16", cpu, 64, 256, bf16_faster)
     assert explicit.precision == "bf16" and "depend on the other sentences of its batch" in explicit.warning
     assert choose_decoding_precision("fp32", cpu, 64, 256, bf16_faster).warning is None
-
-
-@contextlib.contextmanager
-def monkeypatch_bf16(value: bool) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cpuinfo, "has_bf16", lambda: value)
-        yield
 
 
 @pytest.mark.usefixtures("installed")
@@ -257,13 +248,12 @@ def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
     cfg = TranslateConfig(run=str(tmp_path / "run"), beam=2)
-    timing = engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8"), engine.probe_loader(cfg))
-    assert set(timing.seconds) == {"torch", "ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
-    assert timing.torch_precision == "fp32"  # conftest's precision setting for training does not reach here
+    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine.probe_loader(cfg))
+    assert set(timing.seconds) == {"ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
     sentences = engine_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
     assert len(sentences) == engine_probe.PROBE_SENTENCES and all(sentences)
     monkeypatch.setattr(engine_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
-    assert engine_probe.cached_timing(cfg, ("torch", "ctranslate2", "int8"), engine.probe_loader(cfg)) == timing
+    assert engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine.probe_loader(cfg)) == timing
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from typing import Any
 from seq2seq.config import UserError
 from seq2seq.inference.ctranslate2_engine import export_candidate
 from seq2seq.inference.run_export import checked_export, given_export, int8_export, why_not_ctranslate2
-from seq2seq.inference.translation import TranslatorAPI, replaced
+from seq2seq.inference.translation import TranslatorAPI
 from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, find_checkpoint, why_stale
 
 log = logging.getLogger("seq2seq.translate")
@@ -73,17 +73,8 @@ def choose_engine(cfg: Any) -> EngineChoice:
 
 
 def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
-    """What the engine probe times for a run: "torch" (PyTorch in the precision its auto picks), or
-    its CTranslate2 export, "ctranslate2" (fp32) or "int8"."""
-
-    def load(candidate: str) -> TranslatorAPI:
-        if candidate != "torch":
-            return export_candidate(cfg, candidate)
-        from seq2seq.inference.translator import Translator  # torch: only when measuring, never for a cached answer
-
-        return Translator.from_config(replaced(cfg, engine="torch", precision="auto"))
-
-    return load
+    """What the engine probe times for a run: its CTranslate2 export, "ctranslate2" (fp32) or "int8"."""
+    return lambda candidate: export_candidate(cfg, candidate)
 
 
 def _warn_if_stale(export: Path) -> None:

@@ -1,11 +1,7 @@
-"""Which engine decodes a run faster on this machine, measured, as training measures its precision.
-
-On CPUs without bf16 instructions both engines decode in fp32 and CTranslate2 was the faster; on
-CPUs with them PyTorch decodes in bf16 and the answer differs by CPU (faster on an AMX Xeon, slower
-on an AVX512-BF16 Zen 5: docs/performance.md). So `seq2seq-translate run=` with engine=auto and
-precision=auto times both on a few sentences of the run's own vocabulary, once per machine, model
-shape and search, and keeps the answer in the cache beside precision.json; later runs read it without
-importing torch. precision=int8 is timed against fp32 the same way, and said when it is slower.
+"""How fast the run's CTranslate2 export decodes on this machine with 8-bit weights against fp32,
+measured, as training measures its precision: precision=int8 is timed against fp32 on a few sentences
+of the run's own vocabulary, once per machine, model shape and search, and said when it is slower. The
+answer is kept in the cache beside precision.json; later runs read it without importing torch.
 """
 
 from __future__ import annotations
@@ -34,8 +30,7 @@ PROBE_WORDS = 12  # vocabulary entries per probe sentence: a typical Multi30k se
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    seconds: dict[str, float]  # what each candidate took to decode the probe, e.g. {"torch": 1.2, "ctranslate2": 0.8}
-    torch_precision: str = "fp32"  # what precision=auto gave PyTorch here
+    seconds: dict[str, float]  # what each candidate took to decode the probe, e.g. {"ctranslate2": 1.2, "int8": 0.8}
 
     def fastest(self) -> str:
         return min(self.seconds, key=self.seconds.__getitem__)
@@ -74,7 +69,7 @@ def cached_timing(cfg: Any, candidates: tuple[str, ...], load: Callable[[str], T
 
 
 def measure_engines(candidates: tuple[str, ...], load: Callable[[str], TranslatorAPI], rounds: int = 2) -> Timing:
-    """Times each candidate ("torch", "ctranslate2", "int8": CTranslate2 with 8-bit weights), as
+    """Times each candidate ("ctranslate2", "int8": CTranslate2 with 8-bit weights), as
     `load` gives it, decoding the same probe sentences with its search, after a warm-up batch; the
     candidates take turns (A, B, A, B) and each keeps its best round, so a burst of other work does not
     decide alone."""
@@ -89,8 +84,7 @@ def measure_engines(candidates: tuple[str, ...], load: Callable[[str], Translato
             translator.translate(sentences)
             elapsed = time.perf_counter() - start
             seconds[candidate] = round(min(seconds.get(candidate, elapsed), elapsed), 4)
-    torch_precision = _torch_precision(translators["torch"]) if "torch" in translators else "fp32"
-    return Timing(seconds, torch_precision)
+    return Timing(seconds)
 
 
 def probe_sentences(tokenizer: Any, seed: int = 0) -> list[str]:
@@ -100,9 +94,3 @@ def probe_sentences(tokenizer: Any, seed: int = 0) -> list[str]:
     size = tokenizer.get_vocab_size()
     first = min(300, size - 1)  # past the byte alphabet and special tokens, where the vocabulary has words
     return [tokenizer.decode([rng.randrange(first, size) for _ in range(PROBE_WORDS)]) for _ in range(PROBE_SENTENCES)]
-
-
-def _torch_precision(translator: Any) -> str:
-    """What precision=auto gave PyTorch's `Translator` (its model's dtype)."""
-    dtype = str(next(translator.model.parameters()).dtype)
-    return {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(dtype, "fp32")
