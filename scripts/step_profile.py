@@ -56,7 +56,7 @@ def host_reads_per_update(step: Callable[[], object], updates: int, device: torc
         if cuda_syncs is None:
             for _ in range(updates):
                 step()
-    syncing = sum(1 for e in prof.events() if e.name in SYNCING_OPS and not _inside_fused_optimizer(e))
+    syncing = sum(1 for e in prof.events() if e.name in SYNCING_OPS and not inside_fused_optimizer(e))
     converted = sum(n for (_, kind), n in conversions.items() if kind == device.type)
     result = {
         "host_syncs_per_update": (converted + syncing) / updates,
@@ -68,7 +68,7 @@ def host_reads_per_update(step: Callable[[], object], updates: int, device: torc
     return result
 
 
-def _inside_fused_optimizer(event: object) -> bool:
+def inside_fused_optimizer(event: object) -> bool:
     """The fused Adam's CPU kernel reads its step counts with item(): host memory, no wait, and
     its CUDA kernel reads them on the device, so they are not counted."""
     parent = event.cpu_parent

@@ -32,7 +32,7 @@ def test_updates_between_log_points_read_nothing_back(tmp_path):
     syncing = [
         e.name
         for e in prof.events()
-        if e.name in step_profile.SYNCING_OPS and not step_profile._inside_fused_optimizer(e)
+        if e.name in step_profile.SYNCING_OPS and not step_profile.inside_fused_optimizer(e)
     ]
     assert syncing == []  # no boolean mask (its size), no .item() on the way
     assert dict(conversions) == {("tolist", "cpu"): 1}  # check_updates: one transfer for four updates

@@ -525,7 +525,7 @@ class Trainer:
         self.read_back += results
         for result in results:
             if result.skipped:
-                self._count_non_finite_skip(result.step, result.loss * result.tgt_tokens, result.grad_norm)
+                self._count_non_finite_skip(result)
             else:
                 self.consecutive_skips = 0
         return results
@@ -535,10 +535,10 @@ class Trainer:
         taken, self.read_back = self.read_back, []
         return taken
 
-    def _count_non_finite_skip(self, step: int, loss: float, grad_norm: float) -> None:
+    def _count_non_finite_skip(self, update: UpdateResult) -> None:
         self.skipped_updates += 1
-        log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", step, loss, grad_norm)
-        if self.scaler.is_enabled() and math.isfinite(loss):
+        log.warning("update %d skipped: loss=%s grad_norm=%s (not finite)", update.step, update.loss, update.grad_norm)
+        if self.scaler.is_enabled() and math.isfinite(update.loss):
             return  # the grad scaler's business
         self.consecutive_skips += 1
         if self.consecutive_skips >= self.cfg.max_skipped_updates:
