@@ -56,7 +56,9 @@ def host_reads_per_update(step: Callable[[], object], updates: int, device: torc
         if cuda_syncs is None:
             for _ in range(updates):
                 step()
-    syncing = sum(1 for e in prof.events() if e.name in SYNCING_OPS and not inside_fused_optimizer(e))
+    syncing = sum(
+        1 for e in prof.events() if e.name in SYNCING_OPS and not inside_fused_optimizer(e) and not from_a_conversion(e)
+    )
     converted = sum(n for (_, kind), n in conversions.items() if kind == device.type)
     result = {
         "host_syncs_per_update": (converted + syncing) / updates,
@@ -66,6 +68,18 @@ def host_reads_per_update(step: Callable[[], object], updates: int, device: torc
     if cuda_syncs is not None:
         result["cuda_synchronizations_per_update"] = cuda_syncs / updates
     return result
+
+
+def from_a_conversion(event: object) -> bool:
+    """`float(t)` and `t.item()` from Python run aten::item -> aten::_local_scalar_dense: already
+    counted as a conversion, not again as an operator."""
+    parent = event.cpu_parent
+    return (
+        event.name == "aten::_local_scalar_dense"
+        and parent is not None
+        and parent.name == "aten::item"
+        and (parent.cpu_parent is None or not parent.cpu_parent.name.startswith("aten::"))
+    )
 
 
 def inside_fused_optimizer(event: object) -> bool:
