@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from seq2seq.data.batching import padded_width
+
 # Operators whose result size or value the host needs: each one waits for the GPU's queue to drain.
 SYNCING_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::is_nonzero", "aten::equal"}
 # Python conversions of a tensor to host values: on a GPU tensor each one is a read-back.
@@ -145,8 +147,8 @@ def shapes_per_epoch(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.
     shapes, widths = set(), set()
     real = padded = 0
     for indices in batches:
-        src_width = -(-(int(src_len[indices].max()) + 1) // multiple) * multiple
-        tgt_width = -(-(int(tgt_len[indices].max()) + 1) // multiple) * multiple
+        src_width = padded_width(int(src_len[indices].max()) + 1, multiple)
+        tgt_width = padded_width(int(tgt_len[indices].max()) + 1, multiple)
         shapes.add((len(indices), src_width, tgt_width))
         widths.add((src_width, tgt_width))
         real += int(src_len[indices].sum() + tgt_len[indices].sum()) + 2 * len(indices)
