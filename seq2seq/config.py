@@ -81,6 +81,20 @@ class DataConfig:
     kind: str = setting("builtin", "builtin | multi30k | parallel_files | tsv | jsonl | hub")
     src_lang: str = setting("src", "language codes; file suffixes for multi30k")
     tgt_lang: str = "tgt"
+    # Several directions in one model (docs/train.md, "Several directions in one model").
+    directions: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "src-tgt codes, e.g. [en-de,en-fr]: one model, a target-language tag per sentence;"
+            " null or []: src_lang -> tgt_lang alone, untagged"
+        },
+    )
+    lang_tag: str = setting(
+        "source_prefix", "directions: source_prefix (>>de<< first source token, OPUS-MT) | decoder_start (mBART/NLLB)"
+    )
+    sampling_temperature: float = setting(
+        5.0, "directions: direction d drawn with p ~ pairs_d^(1/T), >= 1; 1: as the data is, inf: uniform"
+    )
     dir: str | None = setting(
         None, "multi30k: the folder of train/val/test_2016_flickr.<lang>[.gz] (scripts/get_multi30k.py)"
     )
@@ -445,6 +459,7 @@ def validate_train(cfg: Any) -> None:
         f"must be at least {BYTE_VOCABULARY_FLOOR} (every byte-level vocabulary holds the 256 bytes and 4 special tokens)",
     )
     _check(d.max_tokens > 0, "data.max_tokens", d.max_tokens, "must be positive")
+    validate_directions(d)
     _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")
     _check(d.stream_buffer_pairs > 0, "data.stream_buffer_pairs", d.stream_buffer_pairs, "must be positive")
     _check(d.stream_tokenizer_pairs > 0, "data.stream_tokenizer_pairs", d.stream_tokenizer_pairs, "must be positive")
@@ -547,6 +562,41 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.attention_images_share >= 0, "attention_images_share", cfg.attention_images_share, "must be >= 0")
     _check(cfg.max_skipped_updates > 0, "max_skipped_updates", cfg.max_skipped_updates, "must be positive")
     check_weights_source(cfg.resume, cfg.init_from)
+
+
+# An ISO 639-1 or 639-3 code, optionally with a script or region (zh_Hant, pt_BR): no "-", which
+# separates a direction's two codes, and nothing a file name or a >>tag<< cannot hold.
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
+LANG_TAG_PLACES = ("source_prefix", "decoder_start")
+
+
+def parse_direction(text: Any) -> tuple[str, str]:
+    """ "en-de" -> ("en", "de"); a malformed entry of data.directions is a one-line error naming it."""
+    src, sep, tgt = str(text).partition("-")
+    _check(
+        bool(sep) and bool(LANGUAGE_CODE.fullmatch(src)) and bool(LANGUAGE_CODE.fullmatch(tgt)),
+        "data.directions",
+        text,
+        "each entry is src-tgt with language codes of 2-3 lower-case letters (optionally _Script), e.g. en-de",
+    )
+    _check(src != tgt, "data.directions", text, "source and target language must differ")
+    return src, tgt
+
+
+def validate_directions(d: Any) -> None:
+    """data.directions, data.lang_tag and data.sampling_temperature (checked whether or not directions
+    are given: a bad value is a mistake either way)."""
+    _choice("data.lang_tag", d.lang_tag, LANG_TAG_PLACES)
+    temperature = d.sampling_temperature
+    why = "must be >= 1 (1: as the data is; larger: flatter; inf: uniform)"
+    _check(temperature >= 1.0, "data.sampling_temperature", temperature, why)
+    directions = list(d.directions or [])
+    pairs = [parse_direction(entry) for entry in directions]
+    repeated = sorted({f"{s}-{t}" for s, t in pairs if pairs.count((s, t)) > 1})
+    _check(not repeated, "data.directions", directions, f"lists {', '.join(repeated)} more than once")
+    if pairs:
+        _check(not d.streaming, "data.streaming", True, "reads one direction; set it false with data.directions")
+        _check(d.kind != "builtin", "data.kind", d.kind, "the built-in task has one direction: unset data.directions")
 
 
 def check_weights_source(resume: str | None, init_from: str | None) -> None:

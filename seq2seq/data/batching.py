@@ -9,11 +9,13 @@ any number of ranks: each update consumes `world_size * accum_steps` consecutive
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from seq2seq.config import UserError
+from seq2seq.data.direction_sampling import direction_shares, epoch_rows
 from seq2seq.data.pipeline import Split
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -84,7 +86,9 @@ def collate(
     """Pads a batch; sides longer than the model's positions are cut (only happens for held-out data).
     `start_id`: the token targets start from (`decoder_start_id`). `pad_multiple`: each side's width
     is rounded up to a multiple of it, so that batches come in few shapes (what a GPU's compiled
-    kernels and plans are made for)."""
+    kernels and plans are made for). A split whose targets begin with a language tag
+    (`split.target_tag`, data.lang_tag=decoder_start) feeds the tag after the start token and leaves it
+    out of the loss: the tag is given, as at translation time, not predicted."""
     srcs = [np.append(split.src[i][: max_positions - 1], EOS_ID) for i in indices]
     tgts = [split.tgt[i][: max_positions - 1] for i in indices]
     src_width = padded_width(max(len(s) for s in srcs), pad_multiple)
@@ -98,13 +102,15 @@ def collate(
         tgt_in[row, 1 : len(t) + 1] = t
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
+    if split.target_tag:
+        tgt_out[:, 0] = PAD_ID  # the tag: in tgt_in, never a prediction
     return Batch(
         torch.from_numpy(src),
         torch.from_numpy(tgt_in),
         torch.from_numpy(tgt_out),
         np.asarray(indices),
         sum(len(s) for s in srcs),
-        sum(len(t) + 1 for t in tgts),
+        sum(len(t) + 1 for t in tgts) - (len(tgts) if split.target_tag else 0),
         torch.from_numpy(np.flatnonzero(tgt_out != PAD_ID)),
     )
 
@@ -123,7 +129,7 @@ def split_batch(batch: Batch) -> list[Batch]:
 def _select_rows(batch: Batch, rows: slice) -> Batch:
     src, tgt_in, tgt_out = batch.src[rows], batch.tgt_in[rows], batch.tgt_out[rows]
     src_width = int((src != PAD_ID).sum(dim=1).max())
-    tgt_width = int((tgt_out != PAD_ID).sum(dim=1).max())
+    tgt_width = _last_real_position(tgt_out)  # not a count: a target tag leaves a pad at position 0
     src = src[:, :src_width].contiguous()
     tgt_out = tgt_out[:, :tgt_width].contiguous()
     return Batch(
@@ -134,6 +140,12 @@ def _select_rows(batch: Batch, rows: slice) -> Batch:
         int((src != PAD_ID).sum()),
         int((tgt_out != PAD_ID).sum()),
     )
+
+
+def _last_real_position(rows: torch.Tensor) -> int:
+    """1 + the index of the last non-pad column of any row."""
+    positions = torch.arange(1, rows.size(1) + 1) * (rows != PAD_ID)
+    return int(positions.max())
 
 
 def check_same_stream(state: dict[str, int], batch_tokens: int, seed: int) -> None:
@@ -167,13 +179,22 @@ class EpochBatches:
         self.seed = seed
         self.max_positions = max_positions
         self.src_len, self.tgt_len = split.src.lengths(), split.tgt.lengths()
+        # A multilingual split: each epoch gives each direction its temperature share (direction_sampling).
+        self.shares = None
+        if split.directions is not None and split.sampling_temperature is not None:
+            counts = np.bincount(split.directions, minlength=len(split.direction_names)).tolist()
+            self.shares = direction_shares(counts, split.sampling_temperature)
         self.epoch = 1
         self.position = 0  # batches of this epoch already consumed
         self._batches = self._epoch_batches(self.epoch)
 
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
-        return make_batches(self.src_len, self.tgt_len, self.batch_tokens, rng, self.pad_multiple)
+        if self.shares is None:
+            return make_batches(self.src_len, self.tgt_len, self.batch_tokens, rng, self.pad_multiple)
+        rows = epoch_rows(self.split.directions, self.shares, rng)
+        batches = make_batches(self.src_len[rows], self.tgt_len[rows], self.batch_tokens, rng, self.pad_multiple)
+        return [rows[batch] for batch in batches]  # length-sorted across directions: batches mix them
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -199,12 +220,33 @@ class EpochBatches:
         ending = self.position > 0 and self.position + needed > len(self._batches)
         return self.epoch if ending else self.epoch - 1
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_tokens": self.batch_tokens}
+    def state_dict(self) -> dict[str, Any]:
+        state = {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_tokens": self.batch_tokens}
+        if self.shares is not None:  # what the position counts in, besides seed and batch_tokens
+            state["directions"] = list(self.split.direction_names)
+            state["sampling_temperature"] = self.split.sampling_temperature
+        return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if "buffer" in state:
             raise UserError("this checkpoint was trained with data.streaming=true; resume with it")
         check_same_stream(state, self.batch_tokens, self.seed)
+        self._check_same_directions(state)
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = self._epoch_batches(self.epoch)
+
+    def _check_same_directions(self, state: dict[str, Any]) -> None:
+        """A multilingual stream resumes only with the directions and temperature its position counts in."""
+        now = list(self.split.direction_names) if self.shares is not None else None
+        now_temperature = self.split.sampling_temperature if self.shares is not None else None
+        saved = state.get("directions")
+        if saved != now:
+            raise UserError(
+                f"resume: data.directions={now} differs from the checkpoint's data.directions={saved}; keep "
+                "them, or start a new run with init_from=<checkpoint>"
+            )
+        if state.get("sampling_temperature") != now_temperature:
+            raise UserError(
+                f"resume: data.sampling_temperature={now_temperature} differs from the checkpoint's "
+                f"{state.get('sampling_temperature')}; keep it, or start a new run with init_from=<checkpoint>"
+            )

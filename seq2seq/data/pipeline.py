@@ -30,6 +30,19 @@ import pyarrow as pa
 from seq2seq.config import DataConfig, UserError, as_dict
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
+from seq2seq.data.directions import LanguageTags, check_readable_per_direction, is_multilingual, tag_tokens
+from seq2seq.data.multilingual import (
+    DIRECTED_TEXT_SCHEMA,
+    DIRECTION,
+    attach_directions,
+    directed_sources,
+    direction_tag_ids,
+    iter_directed_pairs,
+    require_every_direction,
+    tag_directions,
+    tag_ids,
+    tokenizer_texts,
+)
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import Tokenizers
@@ -80,6 +93,11 @@ class Split:
     tgt: TokenColumn
     src_text: list[str] | None = None  # raw text, kept for held-out splits (BLEU needs it)
     tgt_text: list[str] | None = None
+    # data.directions: each row's direction (an index into direction_names); None for one direction.
+    directions: np.ndarray | None = None
+    direction_names: tuple[str, ...] = ()
+    target_tag: bool = False  # data.lang_tag=decoder_start: each target's first id is its tag (given, not predicted)
+    sampling_temperature: float | None = None  # the training split's data.sampling_temperature
 
     def __len__(self) -> int:
         return len(self.src)
@@ -109,13 +127,20 @@ class PreparedData:
     train: Split | None  # None with data.streaming
     valid: Split
     stats: FilterStats | StreamingStats  # StreamingStats with data.streaming
+    languages: LanguageTags | None = None  # data.directions: the tags and where they go
 
 
 def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
     """`pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
     contents are part of the key."""
-    files = [[str(Path(name).resolve()), content_digest(Path(name))] for name in corpus_sources(cfg)]
-    settings = {k: v for k, v in as_dict(cfg).items() if k not in ("cache_dir", "stream_buffer_pairs")}
+    sources = directed_sources(cfg) if is_multilingual(cfg) else corpus_sources(cfg)
+    files = [[str(Path(name).resolve()), content_digest(Path(name))] for name in sources]
+    # The sampling temperature acts on batching, not on what is cached; a single-direction run's cache
+    # keeps the key it had before data.directions existed.
+    unkeyed = ("cache_dir", "stream_buffer_pairs", "sampling_temperature")
+    if not is_multilingual(cfg):
+        unkeyed += ("directions", "lang_tag")
+    settings = {k: v for k, v in as_dict(cfg).items() if k not in unkeyed}
     if cfg.tokenizer != "sentencepiece":  # a byte-level run's cache keeps the key it had before the key existed
         del settings["sentencepiece_type"]
     key = {"version": CACHE_VERSION, "data": settings, "files": files}
@@ -172,6 +197,27 @@ def drop_overlong(
             yield src, tgt
 
 
+def drop_overlong_directed(
+    rows: Iterable[tuple[str, str, int]], max_tokens: int, dropped: dict[str, int]
+) -> Iterator[tuple[str, str, int]]:
+    """`drop_overlong` for (source, target, direction) rows."""
+    limit = max_tokens * MAX_CHARS_PER_TOKEN
+    for src, tgt, direction in rows:
+        if len(src) > limit or len(tgt) > limit:
+            dropped["dropped_empty" if not src or not tgt else "dropped_too_long"] += 1
+        else:
+            yield src, tgt, direction
+
+
+def unzip_directed(rows: Iterable[tuple[str, str, int]]) -> tuple[list[str], list[str], list[int]]:
+    sources, targets, directions = [], [], []
+    for src, tgt, direction in rows:
+        sources.append(src)
+        targets.append(tgt)
+        directions.append(direction)
+    return sources, targets, directions
+
+
 def _token_features() -> dict[str, datasets.Sequence]:
     import datasets
 
@@ -185,12 +231,12 @@ TEXT_SCHEMA = pa.schema([("src_text", pa.string()), ("tgt_text", pa.string())])
 ROWS_PER_BATCH = 10_000
 
 
-def _write_text(pairs: Iterator[tuple[str, str]], path: Path) -> int:
-    """Streams (source, target) pairs into an Arrow file, ROWS_PER_BATCH at a time. Returns the count."""
+def _write_text(pairs: Iterator[tuple], path: Path, schema: pa.Schema = TEXT_SCHEMA) -> int:
+    """Streams (source, target[, direction]) rows into an Arrow file, ROWS_PER_BATCH at a time. Returns the count."""
     count = 0
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, TEXT_SCHEMA) as writer:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         while chunk := list(islice(pairs, ROWS_PER_BATCH)):
-            writer.write_batch(pa.record_batch(list(map(list, zip(*chunk, strict=True))), schema=TEXT_SCHEMA))
+            writer.write_batch(pa.record_batch(list(map(list, zip(*chunk, strict=True))), schema=schema))
             count += len(chunk)
     return count
 
@@ -200,51 +246,63 @@ def _texts(dataset: datasets.Dataset, column: str) -> Iterator[str]:
         yield from batch[column]
 
 
-def _tokenize(tokenizers: Tokenizers, sources: list[str], targets: list[str]) -> datasets.Dataset:
-    """A held-out split: token ids and the raw text (BLEU needs it). Held-out splits are small."""
+def _tokenize(
+    tokenizers: Tokenizers, sources: list[str], targets: list[str], tagging: Callable | None = None
+) -> datasets.Dataset:
+    """A held-out split: token ids and the raw text (BLEU needs it). Held-out splits are small.
+    `tagging`: (source ids, target ids) -> (tagged ids, their direction column), for data.directions."""
     import datasets
 
+    columns = {"src_ids": tokenizers.encode_src(sources), "tgt_ids": tokenizers.encode_tgt(targets)}
+    features = {"src_text": datasets.Value("string"), "tgt_text": datasets.Value("string"), **_token_features()}
+    if tagging is not None:
+        columns["src_ids"], columns["tgt_ids"], columns[DIRECTION] = tagging(columns["src_ids"], columns["tgt_ids"])
+        features[DIRECTION] = datasets.Value("int16")
     return datasets.Dataset.from_dict(
-        {
-            "src_text": sources,
-            "tgt_text": targets,
-            "src_ids": tokenizers.encode_src(sources),
-            "tgt_ids": tokenizers.encode_tgt(targets),
-        },
-        features=datasets.Features(
-            {"src_text": datasets.Value("string"), "tgt_text": datasets.Value("string"), **_token_features()}
-        ),
+        {"src_text": sources, "tgt_text": targets, **columns}, features=datasets.Features(features)
     )
 
 
 def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.Dataset, output: Path) -> tuple:
     """The training split's token ids, without the pairs `keep_pair` drops, written to `output` batch
-    by batch. Returns the dataset and how many pairs each rule dropped."""
+    by batch. Returns the dataset and how many pairs each rule dropped. With data.directions each pair
+    gets its target language's tag after filtering: the length rules are about the text."""
     import datasets
 
     dropped = {"dropped_empty": 0, "dropped_too_long": 0, "dropped_length_ratio": 0}
     # Read once: a DictConfig attribute costs tens of microseconds, and this loop runs once per pair
     # (a fifth of the whole preparation of 50k pairs, profiled).
     max_tokens, max_ratio = int(cfg.max_tokens), float(cfg.max_length_ratio)
+    tags = direction_tag_ids(cfg, tokenizers) if is_multilingual(cfg) else None
+    placement = str(cfg.lang_tag)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
         kept: dict[str, list[list[int]]] = {"src_ids": [], "tgt_ids": []}
+        if tags is not None:
+            kept[DIRECTION] = []
         pairs = zip(tokenizers.encode_src(batch["src_text"]), tokenizers.encode_tgt(batch["tgt_text"]), strict=True)
-        for src, tgt in pairs:
+        for row, (src, tgt) in enumerate(pairs):
             reason = keep_pair(len(src), len(tgt), max_tokens, max_ratio)
             if reason:
                 dropped[reason] += 1
-            else:
-                kept["src_ids"].append(src)
-                kept["tgt_ids"].append(tgt)
+                continue
+            if tags is not None:
+                direction = batch[DIRECTION][row]
+                src, tgt = tag_ids(src, tgt, tags[direction], placement)
+                kept[DIRECTION].append(direction)
+            kept["src_ids"].append(src)
+            kept["tgt_ids"].append(tgt)
         return kept
 
+    features = _token_features()
+    if tags is not None:
+        features[DIRECTION] = datasets.Value("int16")
     tokens = raw.map(
         encode,
         batched=True,
         batch_size=ROWS_PER_BATCH,
-        remove_columns=["src_text", "tgt_text"],
-        features=datasets.Features(_token_features()),
+        remove_columns=raw.column_names,
+        features=datasets.Features(features),
         cache_file_name=str(output),
         load_from_cache_file=False,
     )
@@ -260,30 +318,39 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
     try:
         (staging / "work").mkdir(parents=True)
         early = {"dropped_empty": 0, "dropped_too_long": 0}
-        train_pairs = drop_overlong(iter_split(cfg, "train"), cfg.max_tokens, early)
-        if cfg.streaming:  # the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
-            train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
-        written = _write_text(train_pairs, staging / "work" / "raw.arrow")
+        multilingual = is_multilingual(cfg)
+        if multilingual:
+            check_readable_per_direction(cfg)
+            read: dict[str, int] = {}
+            directed = drop_overlong_directed(iter_directed_pairs(cfg, "train", read), cfg.max_tokens, early)
+            written = _write_text(directed, staging / "work" / "raw.arrow", DIRECTED_TEXT_SCHEMA)
+            require_every_direction(cfg, "train", read)
+        else:
+            train_pairs = drop_overlong(iter_split(cfg, "train"), cfg.max_tokens, early)
+            if (
+                cfg.streaming
+            ):  # the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
+                train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
+            written = _write_text(train_pairs, staging / "work" / "raw.arrow")
         pairs = written + sum(early.values())
         require_pairs(cfg, "train", pairs)
         if written == 0:
             raise UserError(f"no training pair survives filtering (data.max_tokens={cfg.max_tokens})")
         raw = datasets.Dataset.from_file(str(staging / "work" / "raw.arrow"))
+        texts = (
+            tokenizer_texts(cfg, raw, ROWS_PER_BATCH)
+            if multilingual
+            else (_texts(raw, "src_text"), _texts(raw, "tgt_text"))
+        )
+        tags = tag_tokens(cfg)  # none for one direction
         if pretrained is not None:
             tokenizers = SentencePieceTokenizers.load(pretrained)
         elif cfg.tokenizer == "sentencepiece":  # written where the cache publishes them (save() then copies nothing)
             tokenizers = train_sentencepiece(
-                _texts(raw, "src_text"),
-                _texts(raw, "tgt_text"),
-                cfg.sentencepiece_type,
-                cfg.vocab_size,
-                cfg.joint_vocab,
-                staging,
+                *texts, cfg.sentencepiece_type, cfg.vocab_size, cfg.joint_vocab, staging, tags=tags
             )
         else:
-            tokenizers = Tokenizers.train(
-                _texts(raw, "src_text"), _texts(raw, "tgt_text"), cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab
-            )
+            tokenizers = Tokenizers.train(*texts, cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab, tags=tags)
         if cfg.streaming:
             train, stats = None, StreamingStats(tokenizer_pairs=written)
         else:
@@ -295,12 +362,23 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
                 f"no training pair survives filtering (data.max_tokens={cfg.max_tokens}, "
                 f"data.max_length_ratio={cfg.max_length_ratio})"
             )
-        valid = unzip(iter_split(cfg, "valid"))
-        require_pairs(cfg, "valid", len(valid[0]))
+        tagging = None
+        if multilingual:
+            read = {}
+            valid_src, valid_tgt, valid_directions = unzip_directed(iter_directed_pairs(cfg, "valid", read))
+            require_every_direction(cfg, "valid", read)
+            valid = (valid_src, valid_tgt)
+
+            def tagging(src_ids: list, tgt_ids: list) -> tuple:
+                return (*tag_directions(cfg, tokenizers, src_ids, tgt_ids, valid_directions), valid_directions)
+
+        else:
+            valid = unzip(iter_split(cfg, "valid"))
+            require_pairs(cfg, "valid", len(valid[0]))
         tokenizers.save(staging)
         if train is not None:
             train.save_to_disk(str(staging / "train"))
-        _tokenize(tokenizers, *valid).save_to_disk(str(staging / "valid"))
+        _tokenize(tokenizers, *valid, tagging).save_to_disk(str(staging / "valid"))
         (staging / "stats.json").write_text(json.dumps(_stats_record(stats)))
         del raw, train
         shutil.rmtree(staging / "work")
@@ -355,7 +433,10 @@ def prepare_data(
                 "set data.cache_dir or SEQ2SEQ_CACHE to a writable directory"
             ) from err
     barrier()
-    return _load(target)
+    data = _load(target)
+    if is_multilingual(cfg):
+        attach_directions(data, cfg)
+    return data
 
 
 def _why_unreadable(target: Path) -> str | None:
@@ -390,7 +471,11 @@ def _load(target: Path) -> PreparedData:
     return PreparedData(
         tokenizers=Tokenizers.load(target),
         train=(
-            Split(TokenColumn.from_table(train, "src_ids"), TokenColumn.from_table(train, "tgt_ids"))
+            Split(
+                TokenColumn.from_table(train, "src_ids"),
+                TokenColumn.from_table(train, "tgt_ids"),
+                directions=_directions(train),
+            )
             if train is not None
             else None  # data.streaming: read from the corpus files as training goes
         ),
@@ -399,6 +484,14 @@ def _load(target: Path) -> PreparedData:
             TokenColumn.from_table(valid, "tgt_ids"),
             valid.column("src_text").to_pylist(),
             valid.column("tgt_text").to_pylist(),
+            directions=_directions(valid),
         ),
         stats=stats,
     )
+
+
+def _directions(table: pa.Table) -> np.ndarray | None:
+    """Each row's direction index, for a data.directions cache; None for one direction."""
+    if DIRECTION not in table.column_names:
+        return None
+    return table.column(DIRECTION).to_numpy().astype(np.int64)

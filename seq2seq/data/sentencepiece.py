@@ -87,9 +87,10 @@ class SentencePieceVocab:
         self.pieces = [pieces[i] for i in self.order]  # our id -> piece
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.unk_id = self.ids[UNK]
-        self.specials = {self.ids[PAD], self.ids[EOS], self.unk_id}
-        # Multilingual models take a target language code such as >>de<< at the start of the source.
+        # Multilingual models take a target language code such as >>de<< at the start of the source; in
+        # a target (data.lang_tag=decoder_start) it is dropped on decoding, as the other special tokens.
         self.language_codes = {p for p in self.pieces if p.startswith(">>") and p.endswith("<<")}
+        self.specials = {self.ids[PAD], self.ids[EOS], self.unk_id} | {self.ids[c] for c in self.language_codes}
 
     def get_vocab_size(self) -> int:
         return len(self.pieces)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from seq2seq.config import UserError
+from seq2seq.data.directions import check_tags_free
 from seq2seq.data.sentencepiece import (
     EOS,
     PAD,
@@ -68,11 +69,14 @@ def train_model(texts: Iterable[str], model_type: str, vocab_size: int) -> bytes
     return model.getvalue()
 
 
-def write_vocabulary(model: bytes, path: Path) -> None:
-    """vocab.json: piece -> id as the SentencePiece model numbers them, then <pad>."""
+def write_vocabulary(model: bytes, path: Path, tags: Sequence[str] = ()) -> None:
+    """vocab.json: piece -> id as the SentencePiece model numbers them, then the language tags
+    (data.directions; entries of the vocabulary the SentencePiece model never produces, as in OPUS-MT's
+    multilingual models: MarianTokenizer reads a leading >>de<< as one), then <pad>."""
     processor = import_sentencepiece().SentencePieceProcessor(model_proto=model)
     pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-    vocab = {piece: i for i, piece in enumerate([*pieces, PAD])}
+    check_tags_free(pieces, tags, f"the SentencePiece model's pieces ({path.name})")
+    vocab = {piece: i for i, piece in enumerate([*pieces, *tags, PAD])}
     path.write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
 
 
@@ -83,20 +87,22 @@ def train_sentencepiece(
     vocab_size: int,
     joint: bool,
     directory: Path,
+    tags: Sequence[str] = (),
 ) -> SentencePieceTokenizers:
-    """Trains and writes the tokenizer files into `directory`; each iterable is read once."""
+    """Trains and writes the tokenizer files into `directory`; each iterable is read once. `tags`: the
+    language tags of data.directions, in every vocabulary."""
     directory.mkdir(parents=True, exist_ok=True)
     if joint:
         shared = train_model(_chain(src_texts, tgt_texts), model_type, vocab_size)
         (directory / SOURCE_SPM).write_bytes(shared)
         (directory / TARGET_SPM).write_bytes(shared)
-        write_vocabulary(shared, directory / VOCAB)
+        write_vocabulary(shared, directory / VOCAB, tags)
     else:
         src, tgt = train_model(src_texts, model_type, vocab_size), train_model(tgt_texts, model_type, vocab_size)
         (directory / SOURCE_SPM).write_bytes(src)
         (directory / TARGET_SPM).write_bytes(tgt)
-        write_vocabulary(src, directory / VOCAB)
-        write_vocabulary(tgt, directory / TARGET_VOCAB)
+        write_vocabulary(src, directory / VOCAB, tags)
+        write_vocabulary(tgt, directory / TARGET_VOCAB, tags)
     return SentencePieceTokenizers.load(directory)
 
 

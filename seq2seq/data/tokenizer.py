@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,13 +32,16 @@ JOINT_FILE = "tokenizer.json"
 SRC_FILE, TGT_FILE = "tokenizer.src.json", "tokenizer.tgt.json"
 
 
-def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int) -> Tokenizer:
-    """Learns a BPE or unigram vocabulary of `vocab_size` entries from `texts`."""
+def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, tags: Sequence[str] = ()) -> Tokenizer:
+    """Learns a BPE or unigram vocabulary of `vocab_size` entries from `texts`. `tags`: language tags
+    (>>de<<, data.directions), special tokens after the four of SPECIALS (ids 4, 5, ...). Like "<s>",
+    a tag written in a sentence is text: only code that means a tag puts its id in (`_text_is_text`);
+    and the byte-level pre-tokenizer cuts ">>", "de" and "<<" apart, so no learnt token spells one."""
     if kind == "bpe":
         tokenizer = Tokenizer(models.BPE(unk_token=UNK))
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
-            special_tokens=SPECIALS,
+            special_tokens=[*SPECIALS, *tags],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
@@ -46,7 +49,7 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int) -> Tokeniz
         tokenizer = Tokenizer(models.Unigram())
         trainer = trainers.UnigramTrainer(
             vocab_size=vocab_size,
-            special_tokens=SPECIALS,
+            special_tokens=[*SPECIALS, *tags],
             unk_token=UNK,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
@@ -58,6 +61,8 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int) -> Tokeniz
     _text_is_text(tokenizer)
     if [tokenizer.token_to_id(t) for t in SPECIALS] != [PAD_ID, BOS_ID, EOS_ID, UNK_ID]:
         raise RuntimeError("special tokens did not get ids 0-3")
+    if [tokenizer.token_to_id(t) for t in tags] != list(range(len(SPECIALS), len(SPECIALS) + len(tags))):
+        raise RuntimeError("language tags did not get the ids after the special tokens")
     return tokenizer
 
 
@@ -78,13 +83,21 @@ class Tokenizers:
 
     @classmethod
     def train(
-        cls, src_texts: Iterable[str], tgt_texts: Iterable[str], kind: str, vocab_size: int, joint: bool
+        cls,
+        src_texts: Iterable[str],
+        tgt_texts: Iterable[str],
+        kind: str,
+        vocab_size: int,
+        joint: bool,
+        tags: Sequence[str] = (),
     ) -> Tokenizers:
-        """Each iterable is read once, so they may be generators over a corpus on disk."""
+        """Each iterable is read once, so they may be generators over a corpus on disk. `tags`: the
+        language tags of data.directions, in both vocabularies when they are separate (same ids)."""
         if joint:
-            shared = train_tokenizer(_chain(src_texts, tgt_texts), kind, vocab_size)
+            shared = train_tokenizer(_chain(src_texts, tgt_texts), kind, vocab_size, tags)
             return cls(shared, shared, True)
-        return cls(train_tokenizer(src_texts, kind, vocab_size), train_tokenizer(tgt_texts, kind, vocab_size), False)
+        src = train_tokenizer(src_texts, kind, vocab_size, tags)
+        return cls(src, train_tokenizer(tgt_texts, kind, vocab_size, tags), False)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,195 @@
+"""Several translation directions in one model: which directions a run trains, each direction's
+corpus settings, and the target-language tags that tell the model which language to write.
+
+`data.directions` lists "src-tgt" codes. Without it a run has one direction (data.src_lang ->
+data.tgt_lang) and no tags, exactly as before the key existed. With it, every target language gets a
+tag, `>>de<<` (the OPUS-MT / Marian spelling, which MarianTokenizer, CTranslate2 and Argos take as it
+is), a special token of the joint vocabulary that ordinary text never produces. Where it goes is
+`data.lang_tag`: `source_prefix` (the source's first token, OPUS-MT) or `decoder_start` (the target's
+first token after the decoder's start token, as mBART and NLLB place it; given, never predicted).
+
+This module reads no corpus and imports no tokenizer library: it is what translation, export and the
+server ask about a run's convention (`LanguageTags`), given its config and its tokenizers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from seq2seq.config import DataConfig, UserError, as_dict, parse_direction
+
+SOURCE_PREFIX, DECODER_START = "source_prefix", "decoder_start"
+PLACEHOLDERS = ("{src}", "{tgt}")
+# The keys a direction's files or fields are named by: {src} and {tgt} in them become its codes.
+PATH_KEYS = {
+    "parallel_files": ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt"),
+    "tsv": ("train", "valid", "test"),
+    "jsonl": ("train", "valid", "test", "src_key", "tgt_key"),
+    "hub": ("hub_subset",),
+}
+
+
+@dataclass(frozen=True)
+class Direction:
+    src: str
+    tgt: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.src}-{self.tgt}"
+
+
+def language_tag(lang: str) -> str:
+    """The tag that asks for `lang` as the target: >>de<< (OPUS-MT's spelling)."""
+    return f">>{lang}<<"
+
+
+def configured_directions(cfg: Any) -> list[Direction]:
+    """data.directions as Directions, in the order given; empty for a single-direction run."""
+    return [Direction(*parse_direction(entry)) for entry in (cfg.directions or [])]
+
+
+def is_multilingual(cfg: Any) -> bool:
+    """Whether the run tags its sentences: data.directions is set (even with one entry: a run that
+    asks for tags gets them, so a model later given more directions keeps its convention)."""
+    return bool(cfg.directions)
+
+
+def target_languages(directions: Iterable[Direction]) -> list[str]:
+    """The languages that get a tag, sorted: the same tags (and ids) whatever order directions are listed in."""
+    return sorted({d.tgt for d in directions})
+
+
+def tag_tokens(cfg: Any) -> list[str]:
+    """The special tokens a multilingual run adds to its vocabulary (none for a single direction)."""
+    return [language_tag(lang) for lang in target_languages(configured_directions(cfg))]
+
+
+def direction_config(cfg: Any, direction: Direction) -> DataConfig:
+    """`cfg` as a single-direction DataConfig for `direction`: src_lang/tgt_lang are its codes and {src}
+    and {tgt} in the file and field names of PATH_KEYS are replaced by them, so every reader of
+    seq2seq.data.corpus reads one direction as it reads a bilingual corpus."""
+    settings = as_dict(cfg) if not isinstance(cfg, dict) else dict(cfg)
+    settings.update(src_lang=direction.src, tgt_lang=direction.tgt, directions=None)
+    for key in PATH_KEYS.get(settings["kind"], ()):
+        if isinstance(settings[key], str):
+            settings[key] = settings[key].replace("{src}", direction.src).replace("{tgt}", direction.tgt)
+    return DataConfig(**settings)
+
+
+def check_readable_per_direction(cfg: Any) -> None:
+    """With several directions, each must be read from its own files or fields: a key of PATH_KEYS
+    without {src} or {tgt} would give every direction the same pairs. Multi30k and the hub name
+    their files and fields by language already."""
+    directions = configured_directions(cfg)
+    keys = PATH_KEYS.get(cfg.kind, ())
+    if len(directions) < 2 or cfg.kind not in ("parallel_files", "tsv", "jsonl"):
+        return
+    named = [k for k in keys if isinstance(getattr(cfg, k), str) and any(p in getattr(cfg, k) for p in PLACEHOLDERS)]
+    if not named:
+        shown = "data.train_src/train_tgt" if cfg.kind == "parallel_files" else "data.train"
+        extra = " or data.src_key/tgt_key (one JSON object per line with every language)" if cfg.kind == "jsonl" else ""
+        raise UserError(
+            f"data.directions={list(cfg.directions)}: data.kind={cfg.kind} would read the same pairs for every "
+            f"direction; put {{src}} and {{tgt}} in {shown}{extra}, e.g. train.{{src}}-{{tgt}}.{{src}}"
+        )
+
+
+@dataclass(frozen=True)
+class LanguageTags:
+    """A multilingual run's convention, rebuilt from its config and tokenizers (`language_tags`):
+    what translation, exports and the server need to ask a model for a target language.
+
+    `placement`: source_prefix | decoder_start. `ids`: target language -> its tag's id in the
+    vocabulary the tag goes into (the source's for source_prefix, the target's for decoder_start).
+    `directions`: the trained ones, "src-tgt"; any other pair whose target has a tag is zero-shot."""
+
+    placement: str
+    directions: tuple[str, ...]
+    ids: dict[str, int]
+
+    def tag(self, tgt_lang: str) -> str:
+        self.tag_id(tgt_lang)
+        return language_tag(tgt_lang)
+
+    def tag_id(self, tgt_lang: str) -> int:
+        if tgt_lang not in self.ids:
+            raise UserError(
+                f"tgt_lang={tgt_lang}: the model writes {', '.join(sorted(self.ids))} (its data.directions: "
+                f"{', '.join(self.directions)})"
+            )
+        return self.ids[tgt_lang]
+
+    def is_trained(self, src_lang: str, tgt_lang: str) -> bool:
+        """False: the pair would be translated zero-shot (warn once)."""
+        return f"{src_lang}-{tgt_lang}" in self.directions
+
+    def source_ids(self, ids: list[int], tgt_lang: str) -> list[int]:
+        """A source's token ids as the model reads them: with the tag first under source_prefix."""
+        return [self.tag_id(tgt_lang), *ids] if self.placement == SOURCE_PREFIX else list(ids)
+
+    def target_prefix(self, tgt_lang: str) -> list[int]:
+        """The ids forced after the decoder's start token (CTranslate2's target_prefix): the tag under
+        decoder_start, nothing under source_prefix."""
+        return [self.tag_id(tgt_lang)] if self.placement == DECODER_START else []
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
+    """The tags of a run with data config `cfg` (a checkpoint's config["data"] will do) and its
+    tokenizers; None for a single-direction run. Each tag must be one entry of the vocabulary it goes
+    into: a tokenizer without one is not this run's (or predates data.directions)."""
+    if isinstance(cfg, dict):
+        cfg = DataConfig(**cfg)
+    if not is_multilingual(cfg):
+        return None
+    side = tokenizers.src if cfg.lang_tag == SOURCE_PREFIX else tokenizers.tgt
+    ids = {}
+    for lang in target_languages(configured_directions(cfg)):
+        index = side.token_to_id(language_tag(lang))
+        if index is None:
+            raise UserError(
+                f"data.directions: the tokenizer has no {language_tag(lang)} token (trained without data.directions?)"
+            )
+        ids[lang] = index
+    return LanguageTags(cfg.lang_tag, tuple(d.name for d in configured_directions(cfg)), ids)
+
+
+def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> None:
+    """A tag must be new to the vocabulary it joins: an ordinary piece with the same spelling would
+    give text and tag one id (ordinary text could then ask for a language)."""
+    taken = sorted(set(tags) & set(pieces))
+    if taken:
+        raise UserError(
+            f"data.directions: the tag{'s' if len(taken) > 1 else ''} {', '.join(taken)} already "
+            f"{'are' if len(taken) > 1 else 'is'} an entry of {where}"
+        )
+
+
+def check_same_directions(saved: Any, cfg: Any) -> None:
+    """A resumed run must train the directions, tag placement and sampling it started with: its data
+    position and its model's tags mean nothing under others. `saved`: the checkpoint's data config
+    (a dict); `cfg`: the resumed run's. For train/run.py to call where it compares a resume's config;
+    the batch stream checks the same against its saved state (seq2seq.data.batching)."""
+    saved = saved if isinstance(saved, dict) else as_dict(saved)
+    defaults = DataConfig()
+    multilingual = bool(saved.get("directions")) or is_multilingual(cfg)
+    for key in ("directions", "lang_tag", "sampling_temperature") if multilingual else ():
+        before, now = _comparable(saved.get(key, getattr(defaults, key))), _comparable(getattr(cfg, key))
+        if before != now:
+            raise UserError(
+                f"resume: data.{key}={now} differs from the checkpoint's data.{key}={before}; keep it, or start "
+                "a new run with init_from=<checkpoint>"
+            )
+
+
+def _comparable(value: Any) -> Any:
+    """A config value as compared across a resume: a list (or None for no list), else the value."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    return list(value) or None

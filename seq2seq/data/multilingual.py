@@ -1,0 +1,134 @@
+"""The corpus of a multilingual run (data.directions): every direction read by the bilingual readers,
+one vocabulary learnt from each language's text, and each pair tagged with its target language.
+
+Pairs carry their direction's index (the order of data.directions) in a `direction` column, from the
+raw text through the cached token ids, so sampling can give each direction its share (see
+direction_sampling) and validation can be scored per direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from seq2seq.config import UserError
+from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs
+from seq2seq.data.directions import (
+    DECODER_START,
+    Direction,
+    configured_directions,
+    direction_config,
+    language_tags,
+)
+
+DIRECTION = "direction"  # the column of a pair's direction index
+DIRECTED_TEXT_SCHEMA = pa.schema([("src_text", pa.string()), ("tgt_text", pa.string()), (DIRECTION, pa.int16())])
+
+
+def iter_directed_pairs(cfg: Any, split: str, counts: dict[str, int]) -> Iterator[tuple[str, str, int]]:
+    """(source, target, direction index) of every direction's `split`, one direction after another.
+    `counts` receives each direction's pairs as they are read. A reader's error (a missing file, a
+    bad line) names the direction it was reading."""
+    for index, direction in enumerate(configured_directions(cfg)):
+        counts[direction.name] = 0
+        try:
+            pairs = iter_split(direction_config(cfg, direction), split)
+            for src, tgt in pairs if pairs is not None else ():
+                counts[direction.name] += 1
+                yield src, tgt, index
+        except UserError as err:
+            raise UserError(f"data.directions={direction.name}: {err}") from err
+
+
+def directed_sources(cfg: Any) -> list[str]:
+    """The files of every direction (each once, in order), for the cache key."""
+    sources: list[str] = []
+    for direction in configured_directions(cfg):
+        try:
+            named = corpus_sources(direction_config(cfg, direction))
+        except UserError as err:
+            raise UserError(f"data.directions={direction.name}: {err}") from err
+        sources.extend(name for name in named if name not in sources)
+    return sources
+
+
+def require_every_direction(cfg: Any, split: str, counts: dict[str, int]) -> None:
+    """A direction listed without pairs in `split`: the error names it and its files."""
+    for direction in configured_directions(cfg):
+        try:
+            require_pairs(direction_config(cfg, direction), split, counts.get(direction.name, 0))
+        except UserError as err:
+            raise UserError(f"data.directions={direction.name}: {err}") from err
+
+
+def side_source(cfg: Any, direction: Direction, side: str) -> tuple:
+    """Where one side of a direction's training text comes from: the tokenizer learns each source once
+    (Multi30k's train.en serves en-de, en-fr and en-cs: three copies would weigh English three times)."""
+    lang = direction.src if side == "src" else direction.tgt
+    one = direction_config(cfg, direction)
+    if cfg.kind == "multi30k":
+        return ("multi30k", lang)
+    if cfg.kind == "parallel_files":
+        return ("file", one.train_src if side == "src" else one.train_tgt)
+    if cfg.kind == "jsonl":
+        return ("jsonl", one.train, one.src_key if side == "src" else one.tgt_key)
+    if cfg.kind == "tsv":
+        return ("tsv", one.train, side)
+    return (cfg.kind, one.hub_name, one.hub_subset, lang)
+
+
+def tokenizer_texts(cfg: Any, raw: Any, batch_rows: int) -> tuple[Iterator[str], Iterator[str]]:
+    """The source and target texts the tokenizer learns from: of the raw training pairs `raw` (a
+    datasets.Dataset with a direction column), each side whose source was not already given by an
+    earlier direction."""
+    seen: set[tuple] = set()
+    keep = {"src": [], "tgt": []}
+    for direction in configured_directions(cfg):
+        for side in ("src", "tgt"):
+            source = side_source(cfg, direction, side)
+            keep[side].append(source not in seen)
+            seen.add(source)
+
+    def texts(side: str) -> Iterator[str]:
+        wanted = np.asarray(keep[side])
+        for batch in raw.iter(batch_size=batch_rows):
+            chosen = wanted[np.asarray(batch[DIRECTION], dtype=np.int64)]
+            yield from (text for text, take in zip(batch[f"{side}_text"], chosen, strict=True) if take)
+
+    return texts("src"), texts("tgt")
+
+
+def direction_tag_ids(cfg: Any, tokenizers: Any) -> list[int]:
+    """The tag id of each direction (by index): its target language's."""
+    tags = language_tags(cfg, tokenizers)
+    return [tags.tag_id(d.tgt) for d in configured_directions(cfg)]
+
+
+def tag_ids(src: list[int], tgt: list[int], tag: int, placement: str) -> tuple[list[int], list[int]]:
+    """A pair's ids with its direction's tag where data.lang_tag puts it."""
+    return (src, [tag, *tgt]) if placement == DECODER_START else ([tag, *src], tgt)
+
+
+def tag_directions(
+    cfg: Any, tokenizers: Any, sources: list[list[int]], targets: list[list[int]], directions: list[int]
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Held-out pairs' ids, tagged (lists, in place of the untagged ones)."""
+    ids = direction_tag_ids(cfg, tokenizers)
+    tagged = [tag_ids(s, t, ids[d], cfg.lang_tag) for s, t, d in zip(sources, targets, directions, strict=True)]
+    return [s for s, _ in tagged], [t for _, t in tagged]
+
+
+def attach_directions(data: Any, cfg: Any) -> None:
+    """What the cached splits do not hold: the direction names, the sampling temperature, where the tag
+    is, and the run's LanguageTags (on PreparedData, for validation, translation and export)."""
+    names = tuple(d.name for d in configured_directions(cfg))
+    for split in (data.train, data.valid):
+        if split is not None:
+            split.direction_names = names
+            split.target_tag = cfg.lang_tag == DECODER_START
+    if data.train is not None:
+        data.train.sampling_temperature = float(cfg.sampling_temperature)
+    data.languages = language_tags(cfg, data.tokenizers)
