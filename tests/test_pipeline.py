@@ -120,13 +120,13 @@ def test_a_megabyte_line_without_spaces_is_dropped_before_tokenization(cfg, monk
     write_lines(Path(cfg.train_tgt), [t for _, t in pairs] + ["X", huge[:900_000]])
     train_tokenizer = pipeline.Tokenizers.train
 
-    def checked(src, tgt, *args):
+    def checked(src, tgt, *args, **kwargs):
         def short(texts):
             for text in texts:
                 assert len(text) < 100_000, "an over-long line reached BPE"
                 yield text
 
-        return train_tokenizer(short(src), short(tgt), *args)
+        return train_tokenizer(short(src), short(tgt), *args, **kwargs)
 
     monkeypatch.setattr(pipeline.Tokenizers, "train", checked)
     data = prepare_data(cfg)
