@@ -580,7 +580,19 @@ def parse_direction(text: Any) -> tuple[str, str]:
         "each entry is src-tgt with language codes of 2-3 lower-case letters (optionally _Script), e.g. en-de",
     )
     _check(src != tgt, "data.directions", text, "source and target language must differ")
+    for code in (src, tgt):
+        base = code.partition("_")[0]
+        why = f"{base} is not an ISO 639-1 or 639-3 language code (e.g. de or deu)"
+        _check(_is_iso_639(base), "data.directions", text, why)
     return src, tgt
+
+
+def _is_iso_639(code: str) -> bool:
+    """Whether pycountry knows `code` as a two-letter (639-1) or three-letter (639-3) language code."""
+    import pycountry  # here: only a run with data.directions pays for its tables
+
+    key = "alpha_2" if len(code) == 2 else "alpha_3"
+    return pycountry.languages.get(**{key: code}) is not None
 
 
 def validate_directions(d: Any) -> None:

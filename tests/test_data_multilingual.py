@@ -313,6 +313,8 @@ def test_a_resume_with_other_directions_is_refused(prefixed):
         ({"directions": ["EN-de"]}, "data.directions='EN-de'"),
         ({"directions": ["en-de-fr"]}, "data.directions='en-de-fr'"),
         ({"directions": ["en-en"]}, "data.directions='en-en': source and target language must differ"),
+        ({"directions": ["en-xx"]}, "data.directions='en-xx': xx is not an ISO 639-1 or 639-3 language code"),
+        ({"directions": ["qqq_Latn-en"]}, "data.directions='qqq_Latn-en': qqq is not an ISO 639-1 or 639-3"),
         ({"directions": ["en-de", "en-de"]}, "lists en-de more than once"),
         ({"lang_tag": "target"}, "data.lang_tag='target': must be one of source_prefix, decoder_start"),
         ({"sampling_temperature": 0.5}, "data.sampling_temperature=0.5: must be >= 1"),
@@ -354,6 +356,10 @@ def test_the_same_files_for_every_direction_are_refused(tmp_path):
     cfg = DataConfig(kind="parallel_files", directions=["en-de", "en-fr"], cache_dir=str(tmp_path / "c"), **concrete)
     with pytest.raises(UserError, match=r"would read the same pairs for every direction; put \{src\} and \{tgt\}"):
         prepare_data(cfg)
+
+
+def test_iso_639_codes_with_a_script_or_region_are_taken():
+    validate_directions(DataConfig(kind="multi30k", directions=["eng-fra", "en-zh_Hant", "pt_BR-de", "en-cs"]))
 
 
 def test_direction_config_fills_the_placeholders():
@@ -402,3 +408,59 @@ def test_one_direction_gives_today_s_examples_and_cache(tmp_path, directions):
     stream = EpochBatches(data.train, 64, 1, 64)
     assert stream.shares is None and "directions" not in stream.state_dict()
     assert sorted(np.concatenate(stream._batches).tolist()) == list(range(len(kept)))
+
+
+# ---- what translation, export and the server ask ------------------------------------------------
+
+
+def test_language_tags_say_where_the_tag_goes(prefixed, decoder_started):
+    for (cfg, data), placement in ((prefixed, "source_prefix"), (decoder_started, "decoder_start")):
+        tags = language_tags(as_dict(cfg), data.tokenizers)  # a checkpoint's config["data"] will do
+        assert tags == data.languages
+        side = data.tokenizers.src if placement == "source_prefix" else data.tokenizers.tgt
+        fr = side.token_to_id(">>fr<<")
+        assert tags.tag_id("fr") == fr and tags.tag("fr") == ">>fr<<"
+        if placement == "source_prefix":
+            assert (tags.source_ids([9, 10], "fr"), tags.target_prefix("fr")) == ([fr, 9, 10], [])
+        else:
+            assert (tags.source_ids([9, 10], "fr"), tags.target_prefix("fr")) == ([9, 10], [fr])
+        assert tags.is_trained("de", "en") and not tags.is_trained("de", "fr")  # de-fr: zero-shot
+        with pytest.raises(UserError, match=r"^tgt_lang=cs: the model writes de, en, fr \(its data\.directions: "):
+            tags.tag_id("cs")
+    assert language_tags(DataConfig(), None) is None  # one direction: no tags
+
+
+def test_hub_reads_each_direction_s_languages(tmp_path, monkeypatch):
+    """The hub's rows hold every language; a direction picks its two (the network is not needed)."""
+    from seq2seq.data import corpus
+
+    def fake_hub(cfg):
+        lines = {lang: texts(lang, 12) for lang in LANGUAGES}
+        split = (lines[cfg.src_lang], lines[cfg.tgt_lang])
+        assert cfg.hub_subset == f"{cfg.src_lang}-{cfg.tgt_lang}"
+        return {"train": split, "valid": split}
+
+    monkeypatch.setattr(corpus, "read_hub", fake_hub)
+    cfg = DataConfig(
+        kind="hub",
+        hub_name="any",
+        hub_subset="{src}-{tgt}",
+        directions=["en-de", "fr-en"],
+        vocab_size=300,
+        cache_dir=str(tmp_path),
+    )
+    data = prepare_data(cfg)
+    tok = data.tokenizers
+    for row in range(len(data.train)):
+        tgt_lang = ("de", "en")[data.train.directions[row]]
+        assert data.train.src[row][0] == tok.src.token_to_id(f">>{tgt_lang}<<")
+        assert {w[:2] for w in tok.decode_tgt([data.train.tgt[row].tolist()])[0].split()} == {tgt_lang}
+
+
+def test_separate_vocabularies_each_get_the_tags(tmp_path):
+    cfg = multilingual_cfg(tmp_path, joint_vocab=False, lang_tag="decoder_start")
+    data = prepare_data(cfg)
+    assert not data.tokenizers.joint
+    for side in (data.tokenizers.src, data.tokenizers.tgt):
+        assert [side.token_to_id(t) for t in TAGS] == [4, 5, 6]
+    assert data.languages.ids == {"de": 4, "en": 5, "fr": 6}
