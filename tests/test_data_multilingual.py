@@ -145,6 +145,12 @@ def test_every_source_starts_with_its_direction_s_tag(prefixed):
     assert tags.placement == "source_prefix" and tags.directions == tuple(SIZES)
     assert data.train.direction_names == tuple(SIZES)
     assert np.bincount(data.train.directions).tolist() == list(SIZES.values())  # every pair kept, none lost
+    rows = data.valid.direction_rows()
+    assert list(rows) == list(SIZES) and [r.tolist() for r in rows.values()] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9, 10, 11],
+    ]
     for split in (data.train, data.valid):
         for row in range(len(split)):
             direction = Direction(*split.direction_names[split.directions[row]].split("-"))

@@ -30,6 +30,7 @@ import pyarrow as pa
 from seq2seq.config import DataConfig, UserError, as_dict
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
+from seq2seq.data.direction_sampling import direction_shares
 from seq2seq.data.directions import LanguageTags, check_readable_per_direction, is_multilingual, tag_tokens
 from seq2seq.data.multilingual import (
     DIRECTED_TEXT_SCHEMA,
@@ -101,6 +102,12 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.src)
+
+    def direction_rows(self) -> dict[str, np.ndarray]:
+        """data.directions: each direction's rows ("en-de" -> indices), for scoring per direction."""
+        if self.directions is None:
+            return {}
+        return {name: np.flatnonzero(self.directions == i) for i, name in enumerate(self.direction_names)}
 
 
 @dataclass(frozen=True)
@@ -436,7 +443,21 @@ def prepare_data(
     data = _load(target)
     if is_multilingual(cfg):
         attach_directions(data, cfg)
+        if is_main:
+            log.info("directions: %s", describe_directions(data.train, cfg.sampling_temperature))
     return data
+
+
+def describe_directions(train: Split | None, temperature: float) -> str:
+    """Each direction's training pairs and its share of an epoch, for the log."""
+    if train is None:
+        return ""
+    counts = np.bincount(train.directions, minlength=len(train.direction_names)).tolist()
+    shares = direction_shares(counts, temperature)
+    return ", ".join(
+        f"{name} {count:,} pairs ({share:.1%} of an epoch)"
+        for name, count, share in zip(train.direction_names, counts, shares, strict=True)
+    )
 
 
 def _why_unreadable(target: Path) -> str | None:
