@@ -8,7 +8,7 @@ direction_sampling) and validation can be scored per direction.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,16 @@ def iter_directed_pairs(cfg: Any, split: str, counts: dict[str, int]) -> Iterato
                 yield src, tgt, index
         except UserError as err:
             raise UserError(f"data.directions={direction.name}: {err}") from err
+
+
+def unzip_directed(rows: Iterable[tuple[str, str, int]]) -> tuple[list[str], list[str], list[int]]:
+    """(sources, targets, direction indices) of (source, target, direction) rows."""
+    sources, targets, directions = [], [], []
+    for src, tgt, direction in rows:
+        sources.append(src)
+        targets.append(tgt)
+        directions.append(direction)
+    return sources, targets, directions
 
 
 def directed_sources(cfg: Any) -> list[str]:

@@ -43,6 +43,7 @@ from seq2seq.data.multilingual import (
     tag_directions,
     tag_ids,
     tokenizer_texts,
+    unzip_directed,
 )
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
@@ -190,39 +191,18 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> 
 MAX_CHARS_PER_TOKEN = 16
 
 
-def drop_overlong(
-    pairs: Iterable[tuple[str, str]], max_tokens: int, dropped: dict[str, int]
-) -> Iterator[tuple[str, str]]:
+def drop_overlong(pairs: Iterable[tuple], max_tokens: int, dropped: dict[str, int]) -> Iterator[tuple]:
     """The pairs whose sides are short enough to tokenize; the others are counted in `dropped` under
-    the reason `keep_pair` would give them (an empty side first, as there)."""
+    the reason `keep_pair` would give them (an empty side first, as there). A pair is (source,
+    target) or, with data.directions, (source, target, direction)."""
     limit = max_tokens * MAX_CHARS_PER_TOKEN
-    for src, tgt in pairs:
+    for pair in pairs:
+        src, tgt = pair[0], pair[1]
         if len(src) > limit or len(tgt) > limit:
             reason = "dropped_empty" if not src or not tgt else "dropped_too_long"
             dropped[reason] += 1
         else:
-            yield src, tgt
-
-
-def drop_overlong_directed(
-    rows: Iterable[tuple[str, str, int]], max_tokens: int, dropped: dict[str, int]
-) -> Iterator[tuple[str, str, int]]:
-    """`drop_overlong` for (source, target, direction) rows."""
-    limit = max_tokens * MAX_CHARS_PER_TOKEN
-    for src, tgt, direction in rows:
-        if len(src) > limit or len(tgt) > limit:
-            dropped["dropped_empty" if not src or not tgt else "dropped_too_long"] += 1
-        else:
-            yield src, tgt, direction
-
-
-def unzip_directed(rows: Iterable[tuple[str, str, int]]) -> tuple[list[str], list[str], list[int]]:
-    sources, targets, directions = [], [], []
-    for src, tgt, direction in rows:
-        sources.append(src)
-        targets.append(tgt)
-        directions.append(direction)
-    return sources, targets, directions
+            yield pair
 
 
 def _token_features() -> dict[str, datasets.Sequence]:
@@ -329,14 +309,13 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
         if multilingual:
             check_readable_per_direction(cfg)
             read: dict[str, int] = {}
-            directed = drop_overlong_directed(iter_directed_pairs(cfg, "train", read), cfg.max_tokens, early)
+            directed = drop_overlong(iter_directed_pairs(cfg, "train", read), cfg.max_tokens, early)
             written = _write_text(directed, staging / "work" / "raw.arrow", DIRECTED_TEXT_SCHEMA)
             require_every_direction(cfg, "train", read)
         else:
             train_pairs = drop_overlong(iter_split(cfg, "train"), cfg.max_tokens, early)
-            if (
-                cfg.streaming
-            ):  # the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
+            # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
+            if cfg.streaming:
                 train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
             written = _write_text(train_pairs, staging / "work" / "raw.arrow")
         pairs = written + sum(early.values())
