@@ -137,10 +137,10 @@ def one_line_ms(args: argparse.Namespace, engine: str, lines: list[str]) -> floa
     from omegaconf import OmegaConf
 
     from seq2seq.config import TranslateConfig
-    from seq2seq.inference.command import load_any_translator
+    from seq2seq.inference.load import load_engine
 
     values = dict(item.split("=", 1) for item in settings(args, engine))
-    translator = load_any_translator(OmegaConf.merge(OmegaConf.structured(TranslateConfig), values))
+    translator = load_engine(OmegaConf.merge(OmegaConf.structured(TranslateConfig), values))
     translator.translate(lines[:2])  # warm up
     times = []
     for line in lines[: args.single or None]:

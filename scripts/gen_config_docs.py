@@ -19,8 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from seq2seq.cli.common import described_fields, group_options
-from seq2seq.config import AverageConfig, TrainConfig, TranslateConfig
-from seq2seq.inference.export import ExportConfig
+from seq2seq.config import AverageConfig, ExportConfig, ServeConfig, TrainConfig, TranslateConfig
 from seq2seq.train.run import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +27,7 @@ PAGE = ROOT / "docs" / "configure-reference.md"
 COMMANDS = [
     ("seq2seq-train", TrainConfig, "`configs/train.yaml` picks the groups; an override is `key=value`."),
     ("seq2seq-translate", TranslateConfig, ""),
+    ("seq2seq-serve", ServeConfig, "Its decoding keys are seq2seq-translate's, with the same defaults."),
     ("seq2seq-export", ExportConfig, ""),
     ("seq2seq-average", AverageConfig, ""),
 ]

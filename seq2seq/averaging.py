@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.artifacts.model_files import check_same_tokenizer, load_tokenizers
 from seq2seq.checkpoint import AveragedCheckpoint, ModelPayload, load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference.loading import check_same_tokenizer, load_tokenizers
 
 # What the average keeps of the newest checkpoint: its model payload but the weights (averaged), and
 # the metrics of its last validation.

@@ -10,7 +10,6 @@ config, so a checkpoint (with its tokenizer) is all translation needs.
 import contextlib
 import dataclasses
 import errno
-import json
 import os
 import pickle
 import tempfile
@@ -24,7 +23,7 @@ import torch
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
-from seq2seq.path_kind import WEIGHTS_FILE, PathKind, path_kind
+from seq2seq.path_kind import WEIGHTS_FILE
 from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, why_stale
 
 FORMAT = 1
@@ -217,21 +216,6 @@ def find_model_file(run_dir: str | Path) -> Path:
     )
 
 
-def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
-    """(the file read, its checkpoint-shaped payload): a training checkpoint, or a weights-only
-    model.safetensors (given as the file or as its directory)."""
-    if path_kind(path) is PathKind.WEIGHTS:
-        path = path / WEIGHTS_FILE if path.is_dir() else path
-        return path, load_weights(path)
-    payload = load_checkpoint(path)
-    config = payload.get("config")
-    model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)
-    vocab = payload.get("vocab")
-    _check_vocab_entries(vocab if isinstance(vocab, dict) else {}, path)
-    _check_weights(payload["model"], model_cfg, vocab, path)
-    return path, payload
-
-
 def model_config_of(stored: Any, where: Path) -> ModelConfig:
     """The model config stored in a checkpoint or a weights config.json, checked as the schema checks a
     YAML file (known keys, types), then as training checks it (validate_model): a crafted or damaged
@@ -292,44 +276,6 @@ def model_from_checkpoint(payload: ModelPayload) -> Transformer:
     model = build_model(model_cfg, vocab["src_size"], vocab["tgt_size"], vocab["pad_id"])
     model.load_state_dict(payload["model"])
     return model
-
-
-def load_weights(path: str | Path) -> ModelPayload:
-    """A weights-only export (model.safetensors, with config.json beside it) as a checkpoint-shaped
-    dict that `model_from_checkpoint` takes. Reading it runs no code: a JSON file and raw tensors.
-    A directory means the model.safetensors in it."""
-    path = Path(path)
-    path = path / WEIGHTS_FILE if path.is_dir() else path
-    if not path.is_file():
-        raise UserError(f"{path}: no such weights file")
-    config_path = path.parent / WEIGHTS_CONFIG
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise UserError(f"{config_path}: missing; a weights file needs the config.json written beside it") from err
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"{config_path}: not a readable config ({err})") from err
-    if not isinstance(config, dict) or config.get("format") != WEIGHTS_FORMAT:
-        raise UserError(f"{config_path}: not a seq2seq weights config (format {WEIGHTS_FORMAT})")
-    model_cfg, vocab = config.get("model"), config.get("vocab")
-    if not isinstance(model_cfg, dict) or not isinstance(vocab, dict):
-        raise UserError(f"{config_path}: has no model or vocab section")
-    checked_model = model_config_of(model_cfg, config_path)
-    _check_vocab_entries(vocab, config_path)
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        state = load_file(path)
-    except (SafetensorError, OSError) as err:
-        raise UserError(f"{path}: not a readable safetensors file (truncated or corrupt): {err}") from err
-    for alias, stored in config.get("tied", []):  # one tensor under two names, stored once
-        if stored in state:
-            state[alias] = state[stored]
-    _check_weights(state, checked_model, vocab, path)
-    return ModelPayload(
-        format=FORMAT, model=state, config={"model": model_cfg}, vocab=vocab, step=config.get("step", -1)
-    )
 
 
 def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab: dict[str, int], path: Path) -> None:

@@ -67,7 +67,7 @@ class ModelConfig:
     max_positions: int = setting(256, "longest source or target, in tokens, the model can take")
     tie_output: bool = setting(True, "share the target embedding with the pre-softmax projection (paper §3.4)")
     share_embeddings: bool = setting(False, "one embedding for source and target; needs data.joint_vocab")
-    # Settings a pretrained Marian (OPUS-MT) model brings (seq2seq.interop.huggingface); the defaults are the paper's.
+    # Settings a pretrained Marian (OPUS-MT) model brings (seq2seq.artifacts.marian); the defaults are the paper's.
     sinusoid_layout: str = setting(
         "interleaved", "interleaved: sin/cos alternate (paper) | split: sines, then cosines (Marian)"
     )
@@ -273,19 +273,27 @@ class TranslateConfig:
 
 
 @dataclass
+class ExportConfig:
+    run: str | None = setting(None, "run directory (uses checkpoints/best.pt, else last.pt)")
+    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    output: str | None = setting(None, "directory to create (must not exist)")
+    format: str = setting(
+        "safetensors",
+        "safetensors | ctranslate2 | huggingface (a MarianMTModel directory) | argos (an Argos Translate .argosmodel)",
+    )
+    quantization: str | None = setting(
+        None, "ctranslate2 and argos only: int8, int8_float32, float16, bfloat16, ... (null: fp32)"
+    )
+    debug: bool = setting(False, "show tracebacks instead of one-line errors")
+
+
+@dataclass
 class AverageConfig:
     run: str | None = setting(None, "a run directory: average its newest periodic checkpoints (checkpoints/step_N.pt)")
     checkpoints: str | None = setting(None, "or the files to average, comma-separated: a.pt,b.pt,c.pt")
     last: int = setting(5, "with run=: how many of the newest periodic checkpoints")
     output: str | None = setting(None, "default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file")
     force: bool = setting(False, "average even when the checkpoints reach back into the first half of the run")
-
-
-# The decoding settings seq2seq-serve shares with seq2seq-translate: their defaults are TranslateConfig's.
-SERVE_TRANSLATE_KEYS = (
-    "run", "checkpoint", "beam", "length_penalty", "max_len_a", "max_len_b", "batch_size", "device", "precision",
-    "threads", "engine", "debug",
-)  # fmt: skip
 
 
 @dataclass
@@ -330,6 +338,13 @@ class ServeConfig:
     source_lang: str | None = setting(None, "language codes of /languages; null: the run's data.src_lang")
     target_lang: str | None = setting(None, "null: the run's data.tgt_lang")
     debug: bool = setting(False, "show tracebacks instead of one-line errors; log each batch")
+
+
+# The keys seq2seq-serve shares with seq2seq-translate (their defaults are TranslateConfig's): the
+# settings /translate decodes with, read off the two schemas.
+SERVE_TRANSLATE_KEYS = tuple(
+    f.name for f in dataclasses.fields(ServeConfig) if f.name in {g.name for g in dataclasses.fields(TranslateConfig)}
+)
 
 
 def as_dict(cfg: Any) -> dict[str, Any]:

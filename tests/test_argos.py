@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from conftest import SENTENCEPIECE_LINES, TINY_TRAIN, compose_config
 
-from seq2seq.config import UserError
-from seq2seq.inference.export import ExportConfig, export
+from seq2seq.artifacts.export import export
+from seq2seq.config import ExportConfig, UserError
 from seq2seq.inference.translator import Translator
 from seq2seq.train.run import train
 

@@ -19,12 +19,12 @@ from conftest import TINY_TRAIN, compose_config
 from numerics import assert_equal
 
 import seq2seq.checkpoint as checkpoint
+from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.averaging import average
 from seq2seq.checkpoint import (
     atomic_save,
     load_checkpoint,
     model_from_checkpoint,
-    read_model_file,
 )
 from seq2seq.config import ModelConfig, TrainConfig, UserError
 from seq2seq.model.transformer import Transformer

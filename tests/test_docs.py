@@ -23,8 +23,7 @@ from seq2seq.cli.average import key_values
 from seq2seq.cli.common import check_override_keys, parse_key_values
 from seq2seq.cli.export import main as export_main
 from seq2seq.cli.translate import wants_hydra
-from seq2seq.config import AverageConfig, DataConfig, ServeConfig, TrainConfig, TranslateConfig
-from seq2seq.inference.export import ExportConfig
+from seq2seq.config import AverageConfig, DataConfig, ExportConfig, ServeConfig, TrainConfig, TranslateConfig
 from seq2seq.train.run import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +57,7 @@ def _leaves(schema: type, prefix: str = "") -> list[tuple[str, object]]:
     return leaves
 
 
-@pytest.mark.parametrize("schema", [TrainConfig, TranslateConfig, ExportConfig, AverageConfig])
+@pytest.mark.parametrize("schema", [TrainConfig, TranslateConfig, ServeConfig, ExportConfig, AverageConfig])
 def test_the_key_reference_has_every_key_with_its_default(schema: type) -> None:
     text = (DOCS / "configure-reference.md").read_text()
     for key, default in _leaves(schema):

@@ -287,8 +287,8 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     ctranslate2 = pytest.importorskip("ctranslate2")
     from conftest import TINY_TRAIN, compose_config
 
-    from seq2seq.inference.command import load_any_translator
     from seq2seq.inference.ctranslate2_engine import EngineUnavailable
+    from seq2seq.inference.load import load_engine
     from seq2seq.train.run import train
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
@@ -306,13 +306,13 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
     monkeypatch.setattr(ctranslate2, "Translator", WithoutCublas)
     with caplog.at_level("INFO", logger="seq2seq.translate"):
-        translator = load_any_translator(TranslateConfig(run=str(tmp_path / "run"), beam=2))
-    assert hasattr(translator, "model")  # PyTorch's Translator (on this machine's CPU: torch sees no GPU)
+        translator = load_engine(TranslateConfig(run=str(tmp_path / "run"), beam=2))
+    assert translator.kind == "torch"  # PyTorch's Translator (on this machine's CPU: torch sees no GPU)
     engine_line = next(m for m in caplog.messages if m.startswith("engine: "))
     assert "engine: PyTorch (the run's CTranslate2 export cannot decode here" in engine_line
     assert "libcublas.so.12" in engine_line
     with pytest.raises(EngineUnavailable) as raised:
-        load_any_translator(TranslateConfig(run=str(tmp_path / "run"), beam=2, engine="ctranslate2"))
+        load_engine(TranslateConfig(run=str(tmp_path / "run"), beam=2, engine="ctranslate2"))
     message = str(raised.value)
     assert "\n" not in message and "cannot decode on the GPU here: Library libcublas.so.12" in message
     assert "engine=torch" in message

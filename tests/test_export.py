@@ -19,12 +19,13 @@ from conftest import TINY_TRAIN, RecordingEngine, compose_config, train_logging
 from numerics import assert_equal
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import atomic_save, find_model_file, load_checkpoint, load_weights, model_from_checkpoint
+from seq2seq.artifacts.export import export
+from seq2seq.artifacts.safetensors import load_weights
+from seq2seq.checkpoint import atomic_save, find_model_file, load_checkpoint, model_from_checkpoint
 from seq2seq.cli.export import main as export_main
-from seq2seq.config import ModelConfig, TranslateConfig, UserError
+from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-from seq2seq.inference.export import ExportConfig, export
 from seq2seq.inference.translation import output_budget
 from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
@@ -145,7 +146,7 @@ def test_loading_the_weights_does_not_import_dynamo(run_dir: Path) -> None:
     """Checking the weights' shapes once built the model on "meta", which imported torch._dynamo: 2.1 s of
     seq2seq-translate's start-up on a 2-core EPYC."""
     code = (
-        "import sys; from seq2seq.checkpoint import load_weights, model_from_checkpoint; "
+        "import sys; from seq2seq.artifacts.safetensors import load_weights; from seq2seq.checkpoint import model_from_checkpoint; "
         f"model_from_checkpoint(load_weights({str(run_dir / 'model')!r})); print('torch._dynamo' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -385,7 +386,7 @@ def test_console_script_is_installed() -> None:
 
 def test_an_export_removes_what_killed_exports_left(run_dir: Path, tmp_path: Path) -> None:
     # Staging and replaced directories of killed exports (up to 23 MB each) were never removed.
-    from seq2seq.inference.export import write_run_exports
+    from seq2seq.artifacts.export import write_run_exports
 
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
@@ -404,7 +405,7 @@ def test_a_full_disk_while_writing_an_export_is_one_line_and_leaves_nothing(tmp_
     # safetensors reports a failed write as its own SafetensorError, which escaped as a traceback.
     from safetensors import SafetensorError
 
-    from seq2seq.inference.export import _write_directory
+    from seq2seq.artifacts.export import _write_directory
 
     def write(directory: Path) -> None:
         (directory / "model.safetensors").write_bytes(b"part")
@@ -505,7 +506,7 @@ def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_
     # SIGTERM's default action ended the process without its cleanup: .<output>.*.tmp stayed, the model's size.
     import signal
 
-    import seq2seq.inference.export as export_module
+    import seq2seq.artifacts.export as export_module
 
     real = export_module._writer
 

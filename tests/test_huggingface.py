@@ -15,13 +15,13 @@ import pytest
 import torch
 from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config
 
+from seq2seq.artifacts.export import export
+from seq2seq.artifacts.marian import load_pretrained
 from seq2seq.checkpoint import atomic_save, model_from_checkpoint
-from seq2seq.config import DataConfig, TranslateConfig, UserError
+from seq2seq.config import DataConfig, ExportConfig, TranslateConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID
-from seq2seq.inference.export import ExportConfig, export
 from seq2seq.inference.translator import Translator
-from seq2seq.interop.huggingface import load_pretrained
 from seq2seq.train.run import train
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
@@ -392,6 +392,23 @@ def test_plain_generate_writes_translates_lines(sentencepiece_run: Path, sentenc
             assert text == hypothesis.text, line
 
 
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_marian_directory_decodes_as_the_run_it_was_exported_from(
+    sentencepiece_run: Path, sentencepiece_export: Path, beam: int
+) -> None:
+    """The loader reads a Marian directory as init_from= reads it (the same model, pad's column aside,
+    which search never outputs), so it writes the run's lines; it was refused as "not one PyTorch
+    translation reads"."""
+    from seq2seq.inference.load import load
+
+    settings = dict(beam=beam, precision="fp32", device="cpu")
+    ours = Translator.load(sentencepiece_run, **settings).translate(SENTENCEPIECE_LINES)
+    marian = Translator.load(sentencepiece_export, **settings)
+    assert marian.translate(SENTENCEPIECE_LINES) == ours
+    engine = load(sentencepiece_export, **settings)  # engine=auto: a Marian directory is PyTorch's
+    assert engine.kind == "torch" and engine.translate(SENTENCEPIECE_LINES) == ours
+
+
 def test_init_from_the_export_starts_a_run_with_its_weights(
     sentencepiece_run: Path, sentencepiece_export: Path, tmp_path: Path
 ) -> None:
@@ -427,7 +444,7 @@ def test_init_from_a_byte_level_export_says_what_to_train_with(tmp_path: Path, c
 
 def test_a_marian_config_that_disagrees_with_its_weights_is_one_line(marian: Path, tmp_path: Path) -> None:
     # transformers' 44-line RuntimeError ("size mismatch for ...") reached the user.
-    from seq2seq.interop.huggingface import load_pretrained
+    from seq2seq.artifacts.marian import load_pretrained
 
     broken = tmp_path / "broken"
     shutil.copytree(marian, broken)

@@ -26,8 +26,9 @@ LAYERS: list[tuple[str, ...]] = [
     # inference's Translator, so it decodes as seq2seq-translate does, and a run's end writes its exports.
     ("seq2seq.train", "seq2seq.averaging"),
     ("seq2seq.inference",),  # a trained model -> translations; never imports training
-    ("seq2seq.interop",),  # Marian (Hugging Face) models to and from ours: init_from and seq2seq-export
-    ("seq2seq.checkpoint",),  # checkpoint and weights files, and the model rebuilt from them: both wings
+    # What a run leaves on disk and the formats models travel in (weights, CTranslate2, Marian, Argos,
+    # seq2seq-export), and the checkpoint files, with the model rebuilt from them: both wings; no decoding.
+    ("seq2seq.artifacts", "seq2seq.checkpoint"),
     ("seq2seq.model", "seq2seq.data"),  # the Transformer; corpora, tokenizers, batches
     # Facts about the machine and the files, each its own small module.
     (

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from seq2seq.artifacts.marian import is_huggingface_model
 from seq2seq.config import UserError
 from seq2seq.inference import Translator
-from seq2seq.interop.huggingface import is_huggingface_model
 from seq2seq.path_kind import PathKind, path_kind
 
 
@@ -66,7 +66,8 @@ def test_init_from_asks_the_same_question(tmp_path: Path) -> None:
     ("files", "says"),
     [
         ({"model.bin": "", "config.json": "{}"}, "a CTranslate2 model, not one PyTorch translation reads; "),
-        ({"config.json": MARIAN_CONFIG, "model.safetensors": ""}, "a Hugging Face model, not one PyTorch "),
+        # Read as a Marian model (seq2seq.artifacts.marian), which names what this one lacks.
+        ({"config.json": MARIAN_CONFIG, "model.safetensors": ""}, "no source.spm, target.spm and vocab.json "),
     ],
     ids=["ctranslate2", "huggingface"],
 )

@@ -342,7 +342,8 @@ def test_attention_plots_are_refused_for_an_ensemble(run_dir: Path, tmp_path: Pa
 
 def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
-    from seq2seq.inference.export import ExportConfig, export
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
 
     ct2 = export(
         OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
@@ -371,7 +372,8 @@ def test_both_engines_cut_a_source_longer_than_the_model_and_say_which_line(
     run_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
-    from seq2seq.inference.export import ExportConfig, export
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
 
     ct2 = export(
         OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))

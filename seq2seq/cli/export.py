@@ -1,6 +1,6 @@
 """`seq2seq-export`: a run's checkpoint as inference files (safetensors, or a CTranslate2 model).
 
-Takes `key=value` arguments like the other commands (checked against `seq2seq.inference.export.ExportConfig`),
+Takes `key=value` arguments like the other commands (checked against `seq2seq.artifacts.export.ExportConfig`),
 but without Hydra's run directory or logging: it only reads a checkpoint and writes one directory.
 """
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str]) -> None:
-    from seq2seq.inference.export import export
+    from seq2seq.artifacts.export import export
     from seq2seq.stop_signals import stop_signals_raise
 
     cfg = parse_arguments(argv)
@@ -71,7 +71,7 @@ def _run(argv: list[str]) -> None:
 
 def parse_arguments(argv: list[str]) -> object:
     from seq2seq.cli.common import parse_key_values
-    from seq2seq.inference.export import ExportConfig
+    from seq2seq.config import ExportConfig
 
     return parse_key_values(argv, ExportConfig)
 

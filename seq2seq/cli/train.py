@@ -18,6 +18,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.artifacts.marian import is_huggingface_model
 from seq2seq.cli.common import (
     CONFIG_PATH,
     check_override_keys,
@@ -29,7 +30,6 @@ from seq2seq.cli.common import (
     wants_help,
 )
 from seq2seq.config import TrainConfig, UserError, check_weights_source, register_configs, validate_train
-from seq2seq.interop.huggingface import is_huggingface_model
 from seq2seq.train.lock import LOCK_FILE, claim_run_directory, holds_run_directory, refuse_if_busy
 from seq2seq.train.run import GROUPS, pretrained_config, train
 from seq2seq.train.run_outputs import check_new_run_directory, holds_only_startup_files

@@ -8,7 +8,7 @@ the batching, the loss and the search rely on): the pretrained vocabulary is reo
 pad -> 0, EOS -> 2, UNK -> 3, and the other pieces in their order in slots 1, 4, 5, ... Marian has
 no BOS token, so slot 1 holds an ordinary piece: a model with these tokenizers starts its targets
 from pad (model.decoder_start=pad) and never feeds or bans id 1. `order` maps our ids to the file's,
-and `seq2seq.interop.huggingface` reorders the embedding rows with it.
+and `seq2seq.artifacts.marian` reorders the embedding rows with it.
 """
 
 from __future__ import annotations

@@ -21,12 +21,10 @@ from typing import IO, Any
 
 from omegaconf import DictConfig
 
-from seq2seq import cpu_sharing
-from seq2seq.config import TranslateConfig, UserError, validate_translate
+from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
-from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
-from seq2seq.inference.engine import EngineChoice, choose_engine
-from seq2seq.inference.translation import Translation, TranslatorAPI
+from seq2seq.inference.load import load_engine
+from seq2seq.inference.translation import Translation
 
 log = logging.getLogger("seq2seq.translate")
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
@@ -99,36 +97,6 @@ def _format(index: int, nbest: list[Translation], n: int) -> str:
     return "".join(f"{index} ||| {t.text.translate(_LINE_BREAKS)} ||| {t.score:.4f}\n" for t in nbest)
 
 
-def load_any_translator(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
-    """The engine `choose_engine` picks: CTranslate2 never imports torch (2-3 s of start-up), PyTorch's
-    `Translator` decodes everything. Both have `translate_nbest`."""
-    choice = choose_engine(cfg)
-    try:
-        translator = _load(cfg, choice)
-    except EngineUnavailable as err:
-        if not choice.preferred_only:  # asked for, or needed by the settings (int8, an export given)
-            raise
-        choice = EngineChoice("torch", None, f"the run's CTranslate2 export cannot decode here: {err}")
-        translator = _load(cfg, choice)
-    # After loading: a bad file or setting is one line of error, not a line of log and one of error.
-    log.info("engine: %s (%s)", {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[choice.engine], choice.why)
-    if cpu_sharing.waiting == "short":  # the machine was shared at start
-        log.info(cpu_sharing.describe_this_process())
-    return translator
-
-
-def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice) -> TranslatorAPI:
-    if choice.engine == "ctranslate2":
-        return CTranslate2Translator(cfg, choice.model)
-    import torch  # here, not at the top: see load_any_translator
-
-    from seq2seq.inference.translator import Translator
-
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    return Translator.from_config(cfg)
-
-
 def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
     """prefix=true input: "source<TAB>target prefix" per line; a line without a tab has no prefix."""
     pairs = [line.split("\t", 1) if "\t" in line else [line, ""] for line in lines]
@@ -139,7 +107,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     refuse_writing_over_inputs(cfg)
     _refuse_closed_standard_streams(cfg)
-    translator = load_any_translator(cfg)
+    translator = load_engine(cfg)
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)
     hypotheses: list[str] = []

@@ -17,13 +17,13 @@ whose search may have reached their own (`_decode_at_largest_budget`); an immedi
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.config import ModelConfig, TranslateConfig, UserError, check_cuda_device, validate_translate
+from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_max_positions
+from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.run_export import checked_export, given_export, int8_export
@@ -32,18 +32,16 @@ from seq2seq.inference.translation import (
     as_lines,
     check_beam_fits,
     check_prefix_fits,
+    decoding_config,
     fit_source,
     output_budget,
     replaced,
     to_translate,
 )
-from seq2seq.path_kind import PathKind, path_kind
 from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
-
-    from seq2seq.inference.sampling import SamplingRule  # its module imports torch
 
 log = logging.getLogger("seq2seq.translate")
 CPU_BATCH_LINES = 32  # the most lines a CPU decodes in one beam-search batch (see CTranslate2Translator._post)
@@ -92,38 +90,6 @@ def thread_split(threads: int | None, device: str, sampling: bool) -> tuple[int,
     return (2, threads // 2) if threads >= 2 else (1, threads)
 
 
-def _max_positions(decoding: Path) -> int:
-    """The model's max_positions, from the seq2seq.json that seq2seq-export writes beside model.bin."""
-    if not decoding.is_file():
-        return ModelConfig.max_positions
-    try:
-        value = json.loads(decoding.read_text(encoding="utf-8"))["max_positions"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{decoding}: not a readable seq2seq export record ({type(err).__name__}: {err})") from err
-    if not isinstance(value, int) or isinstance(value, bool) or value < 2:
-        raise UserError(f"{decoding}: max_positions={value!r}: must be an integer of at least 2")
-    return value
-
-
-def _check_vocabularies(directory: Path, tokenizers: Tokenizers) -> None:
-    """CTranslate2 maps tokens to ids by its vocabulary files, we map text to tokens by the tokenizer:
-    the two must list the same tokens in the same order, or every id would mean another token."""
-    for side, tokenizer in (("source", tokenizers.src), ("target", tokenizers.tgt)):
-        path = directory / f"{side}_vocabulary.json"
-        path = path if path.is_file() else directory / "shared_vocabulary.json"
-        if not path.is_file():
-            continue  # CTranslate2 itself says what is missing when it loads
-        try:
-            tokens = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as err:
-            raise UserError(f"{path}: not a readable vocabulary ({err})") from err
-        if tokens != [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]:
-            raise UserError(
-                f"{path}: its tokens are not the tokenizer's beside it, in the same order (the export was altered "
-                "or mixed with another's)"
-            )
-
-
 class CTranslate2Translator:
     """`Translator`'s `translate` and `translate_nbest` on a CTranslate2 model directory:
 
@@ -132,52 +98,20 @@ class CTranslate2Translator:
     translator.translate(["A man rides a bike."])
     """
 
+    kind = "ctranslate2"  # the engine it is (TranslatorAPI.kind)
+
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        *,
-        beam: int = 5,
-        nbest: int = 1,
-        length_penalty: float = 1.0,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        batch_size: int = 128,
-        precision: str = "auto",
-        device: str = "auto",
-        threads: int | None = None,
-        sampling: SamplingRule | None = None,
-        seed: int = 0,
-    ) -> CTranslate2Translator:
+    def load(cls, path: str | Path, **settings: Any) -> CTranslate2Translator:
         """Loads a CTranslate2 model once for translating many lists of lines.
 
         path: a run directory (its ctranslate2/, which must be no older than its checkpoint) or a
-            `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s,
-            and `precision="int8"` (8-bit weights, quantised as the model loads); `sampling` is a
-            `SamplingRule` (CTranslate2's sampler: other samples than PyTorch's from the same seed).
-            Bad files or settings raise `seq2seq.config.UserError`, one line.
+            `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s
+            (`seq2seq.inference.translation.decoding_config`), with `precision="int8"` (8-bit weights,
+            quantised as the model loads); `sampling` is a `SamplingRule` (CTranslate2's sampler: other
+            samples than PyTorch's from the same seed). Bad files or settings raise
+            `seq2seq.config.UserError`, one line.
         """
-        export = path_kind(path) is PathKind.CTRANSLATE2
-        rule = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sampling else {}
-        # The settings this translator keeps and reads at each call (a server changes them per batch).
-        cfg = TranslateConfig(
-            run=None if export else str(path),
-            checkpoint=str(path) if export else None,
-            engine="ctranslate2",
-            beam=beam,
-            nbest=nbest,
-            length_penalty=length_penalty,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-            batch_size=batch_size,
-            precision=precision,
-            device=device,
-            threads=threads,
-            sampling=sampling is not None,
-            seed=seed,
-            **rule,
-        )
-        return cls.from_config(cfg)
+        return cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
 
     @classmethod
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> CTranslate2Translator:
@@ -206,12 +140,12 @@ class CTranslate2Translator:
             self.tokenizers = Tokenizers.load(directory)
         except FileNotFoundError as err:
             raise UserError(f"{directory}: no tokenizer.json in the CTranslate2 model directory") from err
-        _check_vocabularies(directory, self.tokenizers)
+        check_vocabularies(directory, self.tokenizers)
         # What is never output: pad, and <s> where the vocabulary has one (a SentencePiece one has none;
         # naming a token it lacks would suppress <unk>, which CTranslate2 maps unknown names to).
         self.suppressed = [[t] for t in (PAD, BOS) if self.tokenizers.tgt.token_to_id(t) is not None]
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
-        self.max_positions = _max_positions(directory / DECODING_FILE)
+        self.max_positions = read_max_positions(directory / DECODING_FILE)
         self.cfg = cfg
         gpus = cuda_device_count()
         try:  # the message PyTorch's engine gives; engine=auto then tries PyTorch, which may see a GPU

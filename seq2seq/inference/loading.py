@@ -1,6 +1,6 @@
-"""Loading a model for inference: a run's weights, a training checkpoint or a `seq2seq-export` weights
-file (several: an ensemble), with the tokenizer beside it, in the precision this machine runs fastest.
-`Translator.from_config` and `Translator.load` build their Translator on it."""
+"""Loading a model for PyTorch decoding: a run's weights, a training checkpoint, a `seq2seq-export` weights
+file (several: an ensemble) or a Hugging Face Marian directory, with its tokenizer, in the precision
+asked for. `Translator.from_config` builds its Translator on it (seq2seq.inference.load)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint, read_model_file
+from seq2seq.artifacts.model_files import check_same_tokenizer, load_tokenizers, read_model_file
+from seq2seq.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.translation import check_beam_fits
 from seq2seq.model.transformer import Transformer
-from seq2seq.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE, PathKind, path_kind
+from seq2seq.path_kind import CTRANSLATE2_FILE, HUGGINGFACE_CONFIG, WEIGHTS_FILE, PathKind, path_kind
 from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
 from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR
 
@@ -24,7 +25,6 @@ log = logging.getLogger("seq2seq.translate")
 # What reads the models PyTorch translation does not: said instead of "not a checkpoint".
 OTHER_READERS = {
     PathKind.CTRANSLATE2: "CTranslate2Translator.load or seq2seq-translate (engine=auto) decodes it",
-    PathKind.HUGGINGFACE: "seq2seq-train init_from=<it> imports it",
 }
 
 
@@ -67,6 +67,10 @@ def _read(path: Path) -> tuple[Path, dict[str, Any]]:
     kind = path_kind(path)
     if kind in OTHER_READERS:
         raise UserError(f"{path}: {kind.value}, not one PyTorch translation reads; {OTHER_READERS[kind]}")
+    if kind is PathKind.HUGGINGFACE:  # read as init_from= reads it; its tokenizer files are beside config.json
+        from seq2seq.artifacts.marian import load_pretrained
+
+        return path / HUGGINGFACE_CONFIG, load_pretrained(str(path))[0]
     return read_model_file(path)
 
 
@@ -88,27 +92,3 @@ def _read_from_run(run: str | Path, path: Path) -> tuple[Path, dict[str, Any]]:
         if not others:
             raise
         raise UserError(f"{err}; translate with another of the run's models: {', '.join(others)}") from err
-
-
-def check_same_tokenizer(
-    tokenizers: Tokenizers, first: Tokenizers, path: Path, first_path: Path, what: str = "an ensemble"
-) -> None:
-    """An ensemble reads and writes one vocabulary, and an average of weights is only meaningful where
-    each id is the same token: every checkpoint's tokenizer must be the first's."""
-    same = tokenizers.src.to_str() == first.src.to_str() and tokenizers.tgt.to_str() == first.tgt.to_str()
-    if not same:
-        raise UserError(
-            f"{path}: its tokenizer differs from that of {first_path}; {what} needs checkpoints that "
-            "share one tokenizer (checkpoints of one run)"
-        )
-
-
-def load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
-    """The tokenizer lives in the run directory; a checkpoint copied elsewhere may carry it beside itself."""
-    candidates = [checkpoint.parent, checkpoint.parent.parent] + ([Path(run)] if run else [])
-    for directory in candidates:
-        try:
-            return Tokenizers.load(directory)
-        except FileNotFoundError:
-            continue
-    raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
-from seq2seq.config import validate_sampling
+from seq2seq.config import TranslateConfig, validate_sampling
 
 
 @dataclass(frozen=True)
 class SamplingRule:
-    temperature: float = 1.0  # > 0; below 1 sharpens the distribution, above 1 flattens it
-    top_k: int = 0  # keep the k most likely tokens; 0 keeps all
-    top_p: float = 1.0  # in (0, 1]: keep the most likely tokens up to this much probability
+    temperature: float = TranslateConfig.temperature  # > 0; below 1 sharpens the distribution, above 1 flattens it
+    top_k: int = TranslateConfig.top_k  # keep the k most likely tokens; 0 keeps all
+    top_p: float = TranslateConfig.top_p  # in (0, 1]: keep the most likely tokens up to this much probability
 
     def __post_init__(self) -> None:
         validate_sampling(self)  # the translate config's rules and messages

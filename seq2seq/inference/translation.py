@@ -1,16 +1,22 @@
-"""What a translator returns for one hypothesis, what both engines offer (`TranslatorAPI`), and the
-checks and limits both apply, written once; no torch here, so the CTranslate2 path needs none."""
+"""What a translator returns for one hypothesis, what both engines offer (`TranslatorAPI`), the Python
+API's settings as a translate config (`decoding_config`), and the checks and limits both apply, written
+once; no torch here, so the CTranslate2 path needs none."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from seq2seq.config import ConfigTypeError, UserError
+from seq2seq.config import ConfigTypeError, TranslateConfig, UserError, validate_translate
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.path_kind import PathKind, path_kind
+
+if TYPE_CHECKING:
+    from seq2seq.inference.sampling import SamplingRule  # its module imports torch
 
 T = TypeVar("T")
 
@@ -26,6 +32,7 @@ class TranslatorAPI(Protocol):
     """What seq2seq-translate, seq2seq-serve and the engine probe use of a translator: PyTorch's
     `Translator` and `CTranslate2Translator` both have it."""
 
+    kind: Literal["torch", "ctranslate2"]  # which engine it is (the value of seq2seq-translate's engine=)
     tokenizers: Tokenizers
     max_positions: int  # the longest source or target, </s> included, that the model takes
 
@@ -35,6 +42,67 @@ class TranslatorAPI(Protocol):
     def translate_nbest(
         self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
     ) -> list[list[Translation]] | list[Translation]: ...
+
+
+ENGINE_NAMES = {"torch": "PyTorch", "ctranslate2": "CTranslate2"}  # for the log
+
+
+def decoding_config(
+    path: str | Path | Sequence[str | Path],
+    *,
+    engine: str = TranslateConfig.engine,
+    beam: int = TranslateConfig.beam,
+    nbest: int = TranslateConfig.nbest,
+    length_penalty: float = TranslateConfig.length_penalty,
+    max_len_a: float = TranslateConfig.max_len_a,
+    max_len_b: int = TranslateConfig.max_len_b,
+    batch_size: int = TranslateConfig.batch_size,
+    precision: str = TranslateConfig.precision,
+    device: str = TranslateConfig.device,
+    threads: int | None = TranslateConfig.threads,
+    sampling: SamplingRule | None = None,
+    seed: int = TranslateConfig.seed,
+) -> TranslateConfig:
+    """The translate config of the Python API's `load(path, **settings)`, checked before any model is
+    read: seq2seq-translate's keys, with its defaults (TranslateConfig's).
+
+    path: a run directory (the weights-only model/ that training writes at its end, else best.pt, else
+        last.pt; or its ctranslate2/ export, by the engine), a training checkpoint (.pt) with the
+        tokenizer beside it or in its run directory, a `seq2seq-export` directory (safetensors or
+        CTranslate2) or its model.safetensors, a Hugging Face Marian directory, or a list of
+        checkpoints of one run to decode as an ensemble.
+    engine: auto (as seq2seq-translate picks), torch or ctranslate2.
+    beam: 1 is greedy search. nbest: hypotheses (or samples) returned per line by `translate_nbest`.
+    length_penalty: hypotheses are ranked by log P / (tokens + 1) ** length_penalty.
+    max_len_a, max_len_b: at most a * source tokens + b output tokens per line.
+    precision: auto (fp32 for decoding), fp32, bf16, fp16 on a GPU, or int8 (CTranslate2's).
+    device: auto, cpu, cuda, cuda:N. threads: of either engine (null: one per core).
+    sampling: sample instead of searching (see SamplingRule), seeded by `seed`.
+    Bad settings raise `seq2seq.config.UserError` with a one-line message naming the key (a setting of
+    the wrong type is also a TypeError, a bad value also a ValueError).
+    """
+    paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
+    run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
+    rule = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sampling else {}
+    cfg = TranslateConfig(
+        run=run,
+        checkpoint=None if run else ",".join(paths),
+        engine=engine,
+        beam=beam,
+        nbest=nbest,
+        length_penalty=length_penalty,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        batch_size=batch_size,
+        precision=precision,
+        device=device,
+        threads=threads,
+        sampling=sampling is not None,
+        seed=seed,
+        **rule,
+    )
+    validate_translate(cfg)
+    return cfg
 
 
 def replaced(cfg: Any, **changes: Any) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import torch
 from omegaconf import DictConfig
@@ -29,12 +29,12 @@ from seq2seq.inference.translation import (
     Translation,
     as_lines,
     check_prefix_fits,
+    decoding_config,
     fit_source,
     output_budget,
     to_translate,
 )
 from seq2seq.model.transformer import Transformer
-from seq2seq.path_kind import PathKind, path_kind
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +43,22 @@ class Translator:
     """A loaded model and its tokenizers, set up once, that translates lists of strings (`translate`).
     `from_config` builds one from a translate config, `load` from a path and keyword settings."""
 
+    kind = "torch"  # the engine it is (TranslatorAPI.kind)
+
     def __init__(
         self,
         model: Transformer | Ensemble,
         tokenizers: Tokenizers,
         device: torch.device,
-        beam: int = 1,
-        length_penalty: float = 1.0,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        nbest: int = 1,
-        batch_size: int = 64,
+        beam: int = TranslateConfig.beam,
+        length_penalty: float = TranslateConfig.length_penalty,
+        max_len_a: float = TranslateConfig.max_len_a,
+        max_len_b: int = TranslateConfig.max_len_b,
+        nbest: int = TranslateConfig.nbest,
+        batch_size: int = TranslateConfig.batch_size,
         *,
         sampling: SamplingRule | None = None,
-        seed: int = 0,
+        seed: int = TranslateConfig.seed,
     ) -> None:
         self.model = model
         self.tokenizers = tokenizers
@@ -79,12 +81,14 @@ class Translator:
     @classmethod
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> Translator:
         """The Translator that `cfg` describes: run= or checkpoint= (several, comma-separated: an
-        ensemble), device, precision, search or sampling settings, batch size. How seq2seq-translate,
-        seq2seq-serve and the engine probe load a PyTorch model."""
+        ensemble), device, precision, threads, search or sampling settings, batch size. The PyTorch
+        engine of `seq2seq.inference.load` (seq2seq-translate, seq2seq-serve) and of `load`."""
         device = pick_device(cfg.device)
         check_precision(cfg.precision, device)
         sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
         checkpoints = str(cfg.checkpoint).split(",") if cfg.checkpoint else None
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
         model, tokenizers = load_model(cfg.run, checkpoints, cfg.precision, device, cfg.beam)
         return cls(
             model,
@@ -101,45 +105,15 @@ class Translator:
         )
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path | Sequence[str | Path],
-        *,
-        beam: int = 5,
-        nbest: int = 1,
-        length_penalty: float = 1.0,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
-        batch_size: int = 128,
-        precision: str = "auto",
-        device: str = "auto",
-        sampling: SamplingRule | None = None,
-        seed: int = 0,
-    ) -> Translator:
-        """Loads a model once for translating many lists of lines.
-
-        path: a run directory (the weights-only model/ that training writes at its end, else best.pt,
-            else last.pt), a training checkpoint (.pt) with the
-            tokenizer beside it or in its run directory, a `seq2seq-export` directory or its
-            model.safetensors, or a list of checkpoints of one run to decode as an ensemble.
-        beam: 1 is greedy search. nbest: hypotheses (or samples) returned per line by `translate_nbest`.
-        length_penalty: hypotheses are ranked by log P / (tokens + 1) ** length_penalty.
-        max_len_a, max_len_b: at most a * source tokens + b output tokens per line.
-        precision: auto (measured once per machine), fp32, bf16, or fp16 on a GPU.
-        device: auto, cpu, cuda, cuda:N. sampling: sample instead of searching (see SamplingRule),
-        seeded by `seed`.
+    def load(cls, path: str | Path | Sequence[str | Path], **settings: Any) -> Translator:
+        """Loads a model once for translating many lists of lines, on PyTorch. `path` and the keyword
+        settings (beam, nbest, length_penalty, max_len_a, max_len_b, batch_size, precision, device,
+        threads, sampling, seed) are those of `seq2seq.inference.translation.decoding_config`, with
+        seq2seq-translate's defaults; `seq2seq.inference.load.load` takes the same and picks the engine.
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key
         (a setting of the wrong type is also a TypeError, a bad value also a ValueError).
         """
-        settings = dict(beam=beam, nbest=nbest, length_penalty=length_penalty, max_len_a=max_len_a)
-        settings |= dict(max_len_b=max_len_b, batch_size=batch_size, sampling=sampling, seed=seed)
-        validate_search(SimpleNamespace(**settings))  # before the model is loaded, not after
-        paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
-        run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
-        torch_device = pick_device(device)
-        check_precision(precision, torch_device)
-        model, tokenizers = load_model(run, None if run else paths, precision, torch_device, beam)
-        return cls(model, tokenizers, torch_device, **settings)
+        return cls.from_config(decoding_config(path, engine="torch", **settings))
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Source ids + EOS, cut to the model's positions with a warning that names the line (by

@@ -1,4 +1,4 @@
-"""The engines a server decodes with, chosen by seq2seq-translate's rules (`choose_engine`).
+"""The engines a server decodes with, loaded as seq2seq-translate loads them (`load_engine`).
 
 The engine for the server's own settings (what /translate uses) is loaded at start. A /v1/translate
 request whose settings seq2seq-translate would decode with PyTorch (n-best lists, sampling, a prefix in
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, cast
 
 from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference.command import load_any_translator
 from seq2seq.inference.engine import choose_engine
+from seq2seq.inference.load import load_engine
 from seq2seq.inference.run_export import given_export
-from seq2seq.inference.translation import TranslatorAPI
+from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI
 from seq2seq.serve.settings import Settings
 
 if TYPE_CHECKING:
@@ -27,14 +27,14 @@ if TYPE_CHECKING:
 class Engines:
     def __init__(self, base: TranslateConfig) -> None:
         self.base = base
-        self.main = load_any_translator(base)
-        self.main_kind = "torch" if hasattr(self.main, "model") else "ctranslate2"
+        self.main = load_engine(base)
+        self.main_kind = self.main.kind
         self._torch: Translator | None = cast("Translator", self.main) if self.main_kind == "torch" else None
         self._kinds: dict[Settings, str] = {}
 
     @property
     def name(self) -> str:
-        return {"torch": "PyTorch", "ctranslate2": "CTranslate2"}[self.main_kind]
+        return ENGINE_NAMES[self.main_kind]
 
     @property
     def tokenizers(self) -> Tokenizers:
@@ -57,8 +57,7 @@ class Engines:
     def torch(self) -> Translator:
         """PyTorch's Translator for this model, loaded on first use."""
         if self._torch is None:
-            from seq2seq.inference.translator import Translator
-
             precision = "auto" if self.base.precision == "int8" else self.base.precision  # int8 is CTranslate2's
-            self._torch = Translator.from_config(dataclasses.replace(self.base, engine="torch", precision=precision))
+            engine = load_engine(dataclasses.replace(self.base, engine="torch", precision=precision))
+            self._torch = cast("Translator", engine)
         return self._torch

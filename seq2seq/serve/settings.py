@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,7 @@ from seq2seq.inference.translation import TranslatorAPI, check_beam_fits
 
 # What /v1/translate may set, and the TranslateConfig key each one is.
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")
-_TYPES = {"beam": int, "nbest": int, "length_penalty": float, "sampling": bool, "temperature": float}
-_TYPES |= {"top_k": int, "top_p": float, "seed": int}
+_TYPES = {key: typing.get_type_hints(TranslateConfig)[key] for key in OPTIONS}  # the schema's types
 SEARCH_SIZES = ("beam", "nbest")  # what a request's decoding costs grows with: bounded by max_beam
 SEED_RANGE = (0, 2**63 - 1)  # what a generator's seed holds (torch refuses 1e30 with an OverflowError)
 
@@ -28,14 +28,14 @@ class Settings:
     """One request's decoding settings; requests with equal Settings share a batch."""
 
     beam: int
-    nbest: int = 1
-    length_penalty: float = 1.0
-    sampling: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    prefix: bool = False
+    nbest: int = TranslateConfig.nbest
+    length_penalty: float = TranslateConfig.length_penalty
+    sampling: bool = TranslateConfig.sampling
+    temperature: float = TranslateConfig.temperature
+    top_k: int = TranslateConfig.top_k
+    top_p: float = TranslateConfig.top_p
+    seed: int = TranslateConfig.seed
+    prefix: bool = TranslateConfig.prefix
 
 
 def default_settings(cfg: TranslateConfig) -> Settings:
@@ -85,7 +85,7 @@ def configure(engine: TranslatorAPI, settings: Settings, base: TranslateConfig) 
     """Sets the server's engine (a `Translator` or a `CTranslate2Translator`) to decode with
     `settings`; only the worker thread that owns the engine calls it."""
     cfg = dataclasses.replace(base, **dataclasses.asdict(settings))
-    if hasattr(engine, "model"):  # PyTorch's Translator keeps its settings as attributes
+    if engine.kind == "torch":  # PyTorch's Translator keeps its settings as attributes
         import torch
 
         from seq2seq.inference.sampling import SamplingRule

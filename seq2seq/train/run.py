@@ -21,12 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
+from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pretrained_model_config
 from seq2seq.checkpoint import remove_stale_temporaries
 from seq2seq.config import TrainConfig, UserError, as_dict, check_weights_source, validate_train
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
-from seq2seq.interop.huggingface import is_huggingface_model, local_directory, pretrained_model_config
 from seq2seq.precision import log_choice
 from seq2seq.run_files import INFERENCE_DIR
 from seq2seq.train.dashboard import Dashboard
@@ -334,7 +334,7 @@ def _metric_tags(trainer: Trainer) -> list[str]:
 
 
 def _remove_stale_exports(run_dir: Path) -> int:
-    from seq2seq.inference.export import remove_stale_export_directories
+    from seq2seq.artifacts.export import remove_stale_export_directories
 
     return remove_stale_export_directories(run_dir)
 
@@ -352,9 +352,9 @@ def hydra_argument(key: str, value: str) -> str:
 
 
 def _write_inference_exports(run_dir: Path) -> None:
-    """What translation reads (seq2seq.inference.export.write_run_exports), logged. A failure here
+    """What translation reads (seq2seq.artifacts.export.write_run_exports), logged. A failure here
     costs nothing: the checkpoints are intact and translation falls back to them."""
-    from seq2seq.inference.export import RUN_EXPORTS, write_run_exports
+    from seq2seq.artifacts.export import RUN_EXPORTS, write_run_exports
 
     if not (run_dir / "checkpoints").is_dir():
         return

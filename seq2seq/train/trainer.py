@@ -22,6 +22,8 @@ import torch
 from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
+from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
+from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.checkpoint import (
     FORMAT,
     Checkpoint,
@@ -29,7 +31,6 @@ from seq2seq.checkpoint import (
     atomic_save,
     find_model_file,
     load_checkpoint,
-    read_model_file,
 )
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
@@ -38,7 +39,6 @@ from seq2seq.data.prefetch import Prefetcher
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.inference.translator import Translator
-from seq2seq.interop.huggingface import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
 from seq2seq.model.transformer import build_model
 from seq2seq.path_kind import PathKind, path_kind
 from seq2seq.precision import PrecisionChoice, choose_precision
@@ -142,7 +142,7 @@ class Trainer:
         self.precision = self.precision_choice.precision  # fp32 | bf16 | fp16; the checkpoint's config records it
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
         self.stream = self._batch_stream(cfg, data, device, dist)
-        self.translator = Translator(self.model, tok, device, beam=1)
+        self.translator = Translator(self.model, tok, device, beam=1, batch_size=64)
         self.step = 0
         self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric
         self.validations_since_best = 0

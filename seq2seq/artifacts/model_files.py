@@ -1,0 +1,53 @@
+"""A model's files read as one: a training checkpoint or a weights export (see safetensors.py) as a
+checkpoint-shaped payload, and the tokenizer that belongs to it. What decoding (seq2seq.inference.load),
+seq2seq-export, averaging and init_from= read a model with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seq2seq.artifacts.safetensors import load_weights
+from seq2seq.checkpoint import ModelPayload, _check_vocab_entries, _check_weights, load_checkpoint, model_config_of
+from seq2seq.config import UserError
+from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.path_kind import WEIGHTS_FILE, PathKind, path_kind
+
+
+def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
+    """(the file read, its checkpoint-shaped payload): a training checkpoint, or a weights-only
+    model.safetensors (given as the file or as its directory)."""
+    if path_kind(path) is PathKind.WEIGHTS:
+        path = path / WEIGHTS_FILE if path.is_dir() else path
+        return path, load_weights(path)
+    payload = load_checkpoint(path)
+    config = payload.get("config")
+    model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)
+    vocab = payload.get("vocab")
+    _check_vocab_entries(vocab if isinstance(vocab, dict) else {}, path)
+    _check_weights(payload["model"], model_cfg, vocab, path)
+    return path, payload
+
+
+def check_same_tokenizer(
+    tokenizers: Tokenizers, first: Tokenizers, path: Path, first_path: Path, what: str = "an ensemble"
+) -> None:
+    """An ensemble reads and writes one vocabulary, and an average of weights is only meaningful where
+    each id is the same token: every checkpoint's tokenizer must be the first's."""
+    same = tokenizers.src.to_str() == first.src.to_str() and tokenizers.tgt.to_str() == first.tgt.to_str()
+    if not same:
+        raise UserError(
+            f"{path}: its tokenizer differs from that of {first_path}; {what} needs checkpoints that "
+            "share one tokenizer (checkpoints of one run)"
+        )
+
+
+def load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
+    """The tokenizer lives in the run directory; a checkpoint copied elsewhere may carry it beside itself."""
+    candidates = [checkpoint.parent, checkpoint.parent.parent] + ([Path(run)] if run else [])
+    for directory in candidates:
+        try:
+            return Tokenizers.load(directory)
+        except FileNotFoundError:
+            continue
+    raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")

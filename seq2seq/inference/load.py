@@ -1,0 +1,64 @@
+"""One way in to decoding: a model and the decoding settings in, an engine out.
+
+The model is named by run= or checkpoint= of a translate config: a run directory, a training
+checkpoint (several, comma-separated: an ensemble), a weights export (<run>/model/ or
+`seq2seq-export format=safetensors`), a CTranslate2 export (<run>/ctranslate2/ or
+`format=ctranslate2`) or a Hugging Face Marian directory. `load_engine` picks the engine by
+seq2seq-translate's rules (`seq2seq.inference.engine.choose_engine`) and returns it: PyTorch's
+`Translator` or `CTranslate2Translator`, each saying which it is in `kind`. seq2seq-translate,
+seq2seq-serve and the Python API's `load` come here; `Translator.load` and `CTranslate2Translator.load`
+are the same with the engine forced, building their translator as this does.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seq2seq import cpu_sharing
+from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
+from seq2seq.inference.engine import EngineChoice, choose_engine
+from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI, decoding_config
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from omegaconf import DictConfig
+
+    from seq2seq.config import TranslateConfig
+
+log = logging.getLogger("seq2seq.translate")
+
+
+def load(path: str | Path | Sequence[str | Path], **settings: Any) -> TranslatorAPI:
+    """The engine seq2seq-translate decodes `path` with, set to `settings`: the keyword arguments of
+    `seq2seq.inference.translation.decoding_config` (engine=auto unless given), with its defaults."""
+    return load_engine(decoding_config(path, **settings))
+
+
+def load_engine(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
+    """The engine `choose_engine` picks for `cfg`, loaded: CTranslate2 never imports torch (2-3 s of
+    start-up), PyTorch's `Translator` decodes everything. Where CTranslate2 was only preferred as the
+    faster engine and cannot run here (its CUDA libraries missing), PyTorch decodes instead."""
+    choice = choose_engine(cfg)
+    try:
+        engine = _load(cfg, choice)
+    except EngineUnavailable as err:
+        if not choice.preferred_only:  # asked for, or needed by the settings (int8, an export given)
+            raise
+        choice = EngineChoice("torch", None, f"the run's CTranslate2 export cannot decode here: {err}")
+        engine = _load(cfg, choice)
+    # After loading: a bad file or setting is one line of error, not a line of log and one of error.
+    log.info("engine: %s (%s)", ENGINE_NAMES[choice.engine], choice.why)
+    if cpu_sharing.waiting == "short":  # the machine was shared at start
+        log.info(cpu_sharing.describe_this_process())
+    return engine
+
+
+def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice) -> TranslatorAPI:
+    if choice.engine == "ctranslate2":
+        return CTranslate2Translator(cfg, choice.model)
+    from seq2seq.inference.translator import Translator  # here, not at the top: it imports torch
+
+    return Translator.from_config(cfg)
