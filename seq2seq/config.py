@@ -296,33 +296,32 @@ class AverageConfig:
     force: bool = setting(False, "average even when the checkpoints reach back into the first half of the run")
 
 
+def _translate_key(key: str, help: str | None = None) -> Any:
+    """A key seq2seq-serve shares with seq2seq-translate: TranslateConfig's default, and its help unless
+    the server's differs."""
+    shared = TranslateConfig.__dataclass_fields__[key]
+    return setting(shared.default, shared.metadata.get("help", "") if help is None else help)
+
+
 @dataclass
 class ServeConfig:
-    run: str | None = setting(
-        TranslateConfig.run, "run directory (its export or its weights, as seq2seq-translate picks)"
-    )
-    checkpoint: str | None = setting(TranslateConfig.checkpoint, "or a checkpoint file / CTranslate2 export directory")
+    run: str | None = _translate_key("run", "run directory (its export or its weights, as seq2seq-translate picks)")
+    checkpoint: str | None = _translate_key("checkpoint", "or a checkpoint file / CTranslate2 export directory")
     runs: list[str] = field(
         default_factory=list,
         metadata={"help": "further run directories served beside run= (run=A run=B is run=A runs=[B])"},
     )
     host: str = setting("127.0.0.1", "loopback; 0.0.0.0 (every interface) is the user's explicit choice")
     port: int = setting(5000, "LibreTranslate's port; 0 picks a free one (logged)")
-    beam: int = setting(
-        TranslateConfig.beam, "beam size of /translate (and /v1/translate unless it sets one); 1 is greedy"
-    )
-    length_penalty: float = setting(TranslateConfig.length_penalty, "alpha in score / length^alpha")
-    max_len_a: float = setting(TranslateConfig.max_len_a, "output may have up to a * source length + b tokens")
-    max_len_b: int = TranslateConfig.max_len_b
-    batch_size: int = setting(TranslateConfig.batch_size, "sentences decoded together within one gathered batch")
-    device: str = TranslateConfig.device
-    precision: str = setting(
-        TranslateConfig.precision, "the rules of seq2seq-translate: auto | fp32 | bf16 | fp16 | int8"
-    )
-    threads: int | None = TranslateConfig.threads
-    engine: str = setting(
-        TranslateConfig.engine, "auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2"
-    )
+    beam: int = _translate_key("beam", "beam size of /translate (and /v1/translate unless it sets one); 1 is greedy")
+    length_penalty: float = _translate_key("length_penalty")
+    max_len_a: float = _translate_key("max_len_a")
+    max_len_b: int = _translate_key("max_len_b")
+    batch_size: int = _translate_key("batch_size", "sentences decoded together within one gathered batch")
+    device: str = _translate_key("device")
+    precision: str = _translate_key("precision", "the rules of seq2seq-translate: auto | fp32 | bf16 | fp16 | int8")
+    threads: int | None = _translate_key("threads")
+    engine: str = _translate_key("engine")
     max_batch_tokens: int = setting(4096, "source tokens of the requests gathered into one decoded batch")
     max_wait_ms: float = setting(20.0, "longest a request waits for others to join its batch")
     max_request_lines: int = setting(128, "more lines in one request: 413")

@@ -199,6 +199,42 @@ def test_both_translators_have_the_methods_the_commands_and_the_server_call() ->
         for method in ("translate", "translate_nbest"):
             wanted = inspect.signature(getattr(TranslatorAPI, method))
             assert inspect.signature(getattr(translator, method)) == wanted, (translator, method)
+    # What the server tells them apart by (it asked hasattr(engine, "model")).
+    assert (Translator.kind, CTranslate2Translator.kind) == ("torch", "ctranslate2")
+
+
+def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
+    """beam, length_penalty, max_len_a, ... were written again in translator.py (twice),
+    ctranslate2_engine.py, sampling.py and serve/settings.py; a Translator built directly decoded
+    with beam=1 and batch_size=64 against the command's 5 and 128."""
+    from seq2seq.inference.translation import decoding_config
+    from seq2seq.serve.settings import Settings
+
+    schema = TranslateConfig()
+    checked = 0
+    for function in (Translator.__init__, decoding_config, SamplingRule, Settings):
+        for name, parameter in inspect.signature(function).parameters.items():
+            if parameter.default is not inspect.Parameter.empty and parameter.default is not None:
+                assert parameter.default == getattr(schema, name), (function, name)
+                checked += 1
+    assert checked >= 25
+    # The API's settings become the command's config: the defaults the command has, nothing else.
+    assert decoding_config("some.pt") == TranslateConfig(checkpoint="some.pt")
+
+
+def test_load_decodes_with_the_engine_the_command_picks(run_dir: Path, tmp_path: Path) -> None:
+    """`seq2seq.inference.load.load`: the run's CTranslate2 export where it writes PyTorch's lines,
+    PyTorch where the settings need it, the same lines as seq2seq-translate either way."""
+    from seq2seq.inference.load import load
+
+    fast = load(run_dir, beam=3, precision="fp32", device="cpu")
+    nbest = load(run_dir, beam=3, nbest=2, precision="fp32", device="cpu")
+    exported = importlib.util.find_spec("ctranslate2") is not None
+    assert (fast.kind, nbest.kind) == ("ctranslate2" if exported else "torch", "torch")
+    expected = command(tmp_path, LINES, run=str(run_dir), beam=3)
+    assert fast.translate(LINES) == [best[0].text for best in nbest.translate_nbest(LINES)] == expected
+    torch_only = load(run_dir, engine="torch", beam=3, precision="fp32", device="cpu")
+    assert torch_only.kind == "torch" and torch_only.translate(LINES) == expected
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])

@@ -1,6 +1,6 @@
 """`seq2seq-export`: a run's checkpoint as inference files (safetensors, or a CTranslate2 model).
 
-Takes `key=value` arguments like the other commands (checked against `seq2seq.artifacts.export.ExportConfig`),
+Takes `key=value` arguments like the other commands (checked against `seq2seq.config.ExportConfig`),
 but without Hydra's run directory or logging: it only reads a checkpoint and writes one directory.
 """
 

@@ -1,13 +1,14 @@
-"""Inference: everything that turns a trained model into translations. Never imports `seq2seq.train`.
+"""Inference: decoding, everything that turns a trained model into translations. Never imports
+`seq2seq.train`; the files models travel in are `seq2seq.artifacts`'.
 
-loading.py (a checkpoint or exported weights -> model + tokenizer), translator.py (the Translator,
-the Python API: lines in, translations out), translation.py (what both engines return and share),
-search.py (greedy, beam and sampled decoding, forced prefixes) with speedups.py (its exact CPU
-shortcuts), sampling.py (temperature, top-k, top-p), ensemble.py (several checkpoints decoded as one
-model), ctranslate2_engine.py (the same API on a CTranslate2 export, without torch), run_export.py
-(whether a run's CTranslate2 export can decode a request), engine.py (which engine seq2seq-translate
-picks) with engine_probe.py (timing them), command.py (`seq2seq-translate`'s work: files, chunks,
-scoring), attention_plots.py (heatmaps), export.py (`seq2seq-export`).
+load.py (the one way in: a model and the decoding settings -> an engine), engine.py (which engine
+seq2seq-translate picks) with engine_probe.py (timing them), translator.py (PyTorch's engine, the
+Translator of the Python API: lines in, translations out) with loading.py (its model + tokenizer),
+translation.py (what both engines return and share), search.py (greedy, beam and sampled decoding,
+forced prefixes) with speedups.py (its exact CPU shortcuts), sampling.py (temperature, top-k, top-p),
+ensemble.py (several checkpoints decoded as one model), ctranslate2_engine.py (the same API on a
+CTranslate2 export, without torch), run_export.py (whether a run's CTranslate2 export can decode a
+request), command.py (`seq2seq-translate`'s work: files, chunks, scoring), attention_plots.py (heatmaps).
 """
 
 from typing import Any
