@@ -13,8 +13,8 @@ from test_budget import FakeClock
 
 import seq2seq.train.trainer as loop
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import UserError
-from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user, validate_recipes
+from seq2seq.config import UserError, validate_recipes
+from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
 

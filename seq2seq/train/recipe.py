@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import UserError
+from seq2seq.config import AUTO_RECIPE as AUTO
+from seq2seq.config import FIXED_RECIPE as FIXED
+from seq2seq.config import parse_overrides
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.rng import rng_state, set_rng_state
@@ -31,7 +33,6 @@ from seq2seq.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
-AUTO, FIXED = "auto", "fixed"
 # The share of max_minutes that goes to updates: the rest is validations, checkpoints and exports.
 # What the measured 60-minute runs spent on them (results/sweep.md, "Choosing the recipe").
 UPDATE_SHARE = 0.85
@@ -45,39 +46,6 @@ class Estimate:
     name: str
     seconds_per_update: float | None  # None: not timed (the budget is in updates, not minutes)
     updates: int
-
-
-def parse_overrides(recipe: DictConfig, index: int) -> dict[str, str]:
-    """The recipe's `key=value` overrides as {key: value}; data.* cannot be one (the data is prepared
-    before the recipe is chosen), nor recipe/recipes themselves."""
-    parsed = {}
-    for override in recipe.overrides:
-        key, sep, value = str(override).partition("=")
-        where = f"recipes[{index}].overrides"
-        if not sep or not key:
-            raise UserError(f"{where}: '{override}' is not key=value")
-        if key.split(".")[0] in ("data", "recipe", "recipes"):
-            raise UserError(f"{where}: '{key}' cannot be set by a recipe (it is decided before the recipe is chosen)")
-        parsed[key] = value
-    return parsed
-
-
-def validate_recipes(cfg: DictConfig) -> None:
-    """recipe is auto, fixed or the name of one of recipes; every override names a key of the config."""
-    names = [r.name for r in cfg.recipes]
-    if not all(names) or any(name in (AUTO, FIXED) for name in names):
-        raise UserError(f"recipes: every candidate needs a name other than auto and fixed, got {names}")
-    if len(set(names)) != len(names):
-        raise UserError(f"recipes: names must be unique, got {names}")
-    allowed = (AUTO, FIXED, *names)
-    if cfg.recipe not in allowed:
-        raise UserError(f"recipe: '{cfg.recipe}' is not one of {', '.join(allowed)}")
-    if cfg.recipe == AUTO and not names:
-        raise UserError("recipe: auto needs candidates in recipes (see configs/experiment/multi30k_base.yaml)")
-    for index, recipe in enumerate(cfg.recipes):
-        for key in parse_overrides(recipe, index):
-            if OmegaConf.select(cfg, key, default=KeyError) is KeyError:
-                raise UserError(f"recipes[{index}].overrides: '{key}' is not a key of the training config")
 
 
 def recipe_overrides(cfg: DictConfig, name: str) -> dict[str, str]:

@@ -22,7 +22,15 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.checkpoint import remove_stale_temporaries
-from seq2seq.config import TrainConfig, UserError, as_dict, check_weights_source, validate_train
+from seq2seq.config import (
+    TRAIN_GROUPS,
+    TrainConfig,
+    UserError,
+    as_dict,
+    check_weights_source,
+    validate_recipes,
+    validate_train,
+)
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -38,7 +46,7 @@ from seq2seq.train.distributed import (
     lost_peer_message,
 )
 from seq2seq.train.lock import run_directory_lock
-from seq2seq.train.recipe import choose_recipe, validate_recipes
+from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.run_outputs import (
     LOCK_FREE_STARTUP_FILES,
     MARKER_TEXT,
@@ -57,7 +65,7 @@ from seq2seq.train.trainer import (
 )
 
 log = logging.getLogger("seq2seq.train")
-GROUPS = ("model", "data", "optim", "experiment")
+GROUPS = TRAIN_GROUPS
 
 
 def seed_everything(seed: int) -> None:
