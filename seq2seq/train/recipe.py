@@ -8,8 +8,9 @@ its candidate recipes in order of preference, each with the fewest updates it ne
 candidate on this machine, as loaded as it is now, and takes the first that will make its minimum in
 the budget, else the last.
 
-The choice is written into the run's config (`recipe` becomes the recipe's name and its overrides are
-applied), which the checkpoints keep: a resumed run continues with the same recipe and measures nothing.
+The choice is the run's config: `choose_recipe` returns a copy of the config given with `recipe` set to
+the recipe's name and its overrides applied (run.py builds the Trainer from it), which the checkpoints
+keep: a resumed run continues with the same recipe and measures nothing.
 """
 
 from __future__ import annotations
@@ -106,16 +107,18 @@ def choose_recipe(
     data: PreparedData,
     device: torch.device,
     dist: DistContext,
-) -> None:
-    """Resolves cfg.recipe in place: auto becomes a measured choice, a name applies that recipe,
-    fixed leaves the config as it is. Rank 0 measures and decides; every rank applies its choice."""
+) -> DictConfig:
+    """The config to train with: auto becomes a measured choice, a name applies that recipe, fixed
+    leaves the config as it is. Rank 0 measures and decides; every rank applies its choice. `cfg`
+    itself is left as it was."""
     if cfg.recipe == FIXED:
-        return
+        return cfg
     user_keys = user_override_keys(overrides)
     if cfg.recipe != AUTO:
-        applied = apply_recipe(cfg, cfg.recipe, user_keys)
+        chosen = copy.deepcopy(cfg)
+        applied = apply_recipe(chosen, cfg.recipe, user_keys)
         log.info("recipe: %s, as asked (%s)", cfg.recipe, ", ".join(applied) or "no overrides")
-        return
+        return chosen
     estimates: list[Estimate] = []
     choice = None
     if dist.is_main:
@@ -129,7 +132,8 @@ def choose_recipe(
         choice = cfg.recipes[len(estimates) - 1].name  # the one that made its minimum, else the last
         _log_choice(cfg, estimates, minimums, choice)
     choice = dist.broadcast(choice)
-    applied = apply_recipe(cfg, choice, user_keys)
+    chosen = copy.deepcopy(cfg)
+    applied = apply_recipe(chosen, choice, user_keys)
     if dist.is_main:
         kept = sorted(key for key in recipe_overrides(cfg, choice) if set_by_user(key, user_keys))
         log.info(
@@ -138,6 +142,7 @@ def choose_recipe(
             ", ".join(applied) or "nothing",
             f" (kept from the command line: {', '.join(kept)})" if kept else "",
         )
+    return chosen
 
 
 def _estimate(
