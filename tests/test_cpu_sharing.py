@@ -112,7 +112,10 @@ def test_preparing_the_process_loads_ctranslate2_before_torch_runs() -> None:
     assert out.stdout.split() == ["True", "False"]
 
 
-def test_the_log_says_whether_the_machine_looked_shared() -> None:
+def test_the_log_says_whether_the_machine_looked_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As in a command, which prepares its process before torch loads (in this test process an earlier
+    # test may have prepared it after, through the Python API).
+    monkeypatch.setattr(cpu_sharing, "_openmp_loaded_first", False)
     environ = {"GOMP_SPINCOUNT": "1000"}
     idle = cpu_sharing.describe({}, "long", 0.1, 0.2, 2)
     assert "idle at start (load average 0.20, 0.1 other threads running)" in idle and "libgomp's default" in idle
