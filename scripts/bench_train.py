@@ -31,6 +31,10 @@ from seq2seq.allocator import relaunch_with_tcmalloc  # noqa: E402
 if "--system-malloc" not in sys.argv:  # measure what seq2seq-train runs on
     relaunch_with_tcmalloc("bench_train.py", __name__)
 
+from seq2seq.startup import prepare_process  # noqa: E402
+
+prepare_process()  # before torch loads, as seq2seq-train does
+
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402

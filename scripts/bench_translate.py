@@ -24,6 +24,10 @@ from seq2seq.allocator import relaunch_with_tcmalloc
 
 relaunch_with_tcmalloc("bench_translate.py", __name__)  # in process too, what seq2seq-translate runs on
 
+from seq2seq.startup import prepare_process  # noqa: E402
+
+prepare_process()  # before torch and ctranslate2 load, as seq2seq-translate does
+
 import argparse  # noqa: E402
 import copy  # noqa: E402
 import json  # noqa: E402

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 
 # isort: off
-import seq2seq  # noqa: F401  (before torch: OpenMP reads how its threads wait as it loads; cpu_sharing.py)
-import torch
+from seq2seq.startup import prepare_process
+
+prepare_process()  # before torch: OpenMP reads how its threads wait as it loads (cpu_sharing.py)
+import torch  # noqa: E402
 # isort: on
 
-from seq2seq.allocator import allocator_in_use
-from seq2seq.cpuinfo import cpu_name
-from seq2seq.precision import cpu_capability
+from seq2seq.allocator import allocator_in_use  # noqa: E402
+from seq2seq.cpuinfo import cpu_name  # noqa: E402
+from seq2seq.precision import cpu_capability  # noqa: E402
 
 
 def machine_info() -> dict[str, object]:

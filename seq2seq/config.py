@@ -631,6 +631,45 @@ def check_weights_source(resume: str | None, init_from: str | None) -> None:
     _check(not (resume and init_from), "init_from", init_from, why)
 
 
+# recipe=: a measured choice among the candidates, or the config as it is (seq2seq/train/recipe.py).
+AUTO_RECIPE, FIXED_RECIPE = "auto", "fixed"
+# A run's config groups: on the command line they choose YAML files; a resumed run refuses them.
+TRAIN_GROUPS = ("model", "data", "optim", "experiment")
+
+
+def parse_overrides(recipe: Any, index: int) -> dict[str, str]:
+    """The recipe's `key=value` overrides as {key: value}; data.* cannot be one (the data is prepared
+    before the recipe is chosen), nor recipe/recipes themselves."""
+    parsed = {}
+    for override in recipe.overrides:
+        key, sep, value = str(override).partition("=")
+        where = f"recipes[{index}].overrides"
+        if not sep or not key:
+            raise UserError(f"{where}: '{override}' is not key=value")
+        if key.split(".")[0] in ("data", "recipe", "recipes"):
+            raise UserError(f"{where}: '{key}' cannot be set by a recipe (it is decided before the recipe is chosen)")
+        parsed[key] = value
+    return parsed
+
+
+def validate_recipes(cfg: Any) -> None:
+    """recipe is auto, fixed or the name of one of recipes; every override names a key of the config."""
+    names = [r.name for r in cfg.recipes]
+    if not all(names) or any(name in (AUTO_RECIPE, FIXED_RECIPE) for name in names):
+        raise UserError(f"recipes: every candidate needs a name other than auto and fixed, got {names}")
+    if len(set(names)) != len(names):
+        raise UserError(f"recipes: names must be unique, got {names}")
+    allowed = (AUTO_RECIPE, FIXED_RECIPE, *names)
+    if cfg.recipe not in allowed:
+        raise UserError(f"recipe: '{cfg.recipe}' is not one of {', '.join(allowed)}")
+    if cfg.recipe == AUTO_RECIPE and not names:
+        raise UserError("recipe: auto needs candidates in recipes (see configs/experiment/multi30k_base.yaml)")
+    for index, recipe in enumerate(cfg.recipes):
+        for key in parse_overrides(recipe, index):
+            if OmegaConf.select(cfg, key, default=KeyError) is KeyError:
+                raise UserError(f"recipes[{index}].overrides: '{key}' is not a key of the training config")
+
+
 # The settings of a search, with their types: what validate_search checks.
 SEARCH_KEYS = {"beam": int, "nbest": int, "length_penalty": float, "max_len_a": float, "max_len_b": int}
 SEARCH_KEYS |= {"batch_size": int, "seed": int}

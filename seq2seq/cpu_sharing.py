@@ -8,8 +8,8 @@ take the very core the descheduled thread of the same region needs, and every re
 training ran at 7-30% of its idle speed beside one other job, against 53-67% with a short spin
 (GOMP_SPINCOUNT=1000). docs/performance.md, "Shared machines", has the figures.
 
-So the choice is made per process, by a measurement at start: `prepare_this_process()` runs when the
-package is imported (seq2seq/__init__.py), before torch or ctranslate2 load libgomp, which reads the
+So the choice is made per process, by a measurement at start: `prepare_this_process()` runs when a
+command starts its work (seq2seq/startup.py), before torch or ctranslate2 load libgomp, which reads the
 variables once, as it loads. It counts the threads of other processes that are running (/proc/loadavg,
 a few samples over ~50 ms): with other work running it sets the short spin; on an idle machine it
 keeps libgomp's default. A job that arrives later finds long-spinning threads, which cannot be changed
@@ -114,7 +114,8 @@ def set_thread_waiting(environ: MutableMapping[str, str], shared: bool) -> str:
 
 
 def prepare_this_process() -> None:
-    """At import of the package: the load before this process works, and how its threads will wait."""
+    """At a command's start (seq2seq/startup.py): the load before this process works, and how its
+    threads will wait."""
     global _openmp_loaded_first, load_at_start, others_at_start, waiting
     load_at_start = load_average()
     _openmp_loaded_first = "torch" in sys.modules or "ctranslate2" in sys.modules
@@ -151,7 +152,7 @@ def describe(environ: MutableMapping[str, str], how: str, others: float | None, 
         chosen = ", ".join(f"{k}={environ[k]}" for k in USER_KEYS if k in environ)
         wait = f"threads wait as the environment says ({chosen})"
     elif _openmp_loaded_first:
-        wait = "torch was imported before seq2seq, so OpenMP's threads spin as long as its default says"
+        wait = "torch was imported before the command set up the process, so OpenMP's threads spin long"
     elif how == "long":
         wait = "OpenMP's threads spin as long as libgomp's default, the fastest on an idle machine"
     else:

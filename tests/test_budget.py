@@ -66,6 +66,18 @@ def test_max_minutes_holds_with_slow_updates_and_a_slow_final_validation(tmp_pat
     assert summary["minutes"] == pytest.approx(minutes)
 
 
+def test_the_train_metrics_are_timed_on_the_runs_clock(tmp_path, slow_machine):
+    """One clock: the throughput TensorBoard shows is measured on Trainer.clock, as max_minutes is. On
+    the fake clock an update takes UPDATE_SECONDS, so no window can pass more than a batch's tokens in
+    that time; the loop timed its windows with time.monotonic (thousands of tokens per second here)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train_logging(compose_config("train", [*TINY_TRAIN, "max_steps=6", "valid_every=1000"]), tmp_path / "run")
+    rates = [e.value for e in EventAccumulator(str(tmp_path / "run" / "tb")).Reload().Scalars("train/tgt_tokens_per_s")]
+    assert len(rates) == 4  # updates 1, 2, 4 and 6 (log_every=2)
+    assert all(0 < rate <= 512 / UPDATE_SECONDS for rate in rates), rates  # batch_tokens=512
+
+
 def test_sigterm_ends_the_command_with_status_143_after_saving(tmp_path):
     """The real command: a script can tell an interrupted run (128 + the signal) from a finished one."""
     run_dir = tmp_path / "run"

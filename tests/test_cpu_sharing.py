@@ -85,11 +85,13 @@ def busy_process():
 
 
 @pytest.mark.skipif(cpu_sharing.running_threads() is None, reason="/proc/loadavg is Linux's")
-def test_importing_the_package_beside_a_busy_process_sets_the_short_spin_before_torch_loads() -> None:
-    """In a fresh process: seq2seq first, then torch; libgomp reads the variable when torch loads it."""
+def test_preparing_the_process_beside_a_busy_process_sets_the_short_spin_before_torch_loads() -> None:
+    """In a fresh process: the command's preparation first, then torch; libgomp reads the variable when
+    torch loads it."""
     env = {k: v for k, v in os.environ.items() if k not in (*cpu_sharing.USER_KEYS, OURS, "OMP_NUM_THREADS")}
     code = (
-        "import seq2seq, os, sys; from seq2seq import cpu_sharing as c; assert 'torch' not in sys.modules; "
+        "import os, sys; from seq2seq import cpu_sharing as c; from seq2seq.startup import prepare_process; "
+        "prepare_process(); assert 'torch' not in sys.modules; "
         "print(os.environ.get('GOMP_SPINCOUNT'), c.waiting, c.others_at_start)"
     )
     with busy_process():
@@ -98,16 +100,22 @@ def test_importing_the_package_beside_a_busy_process_sets_the_short_spin_before_
     assert (spin, how) == ("1000", "short") and float(others) >= cpu_sharing.SHARED_THREADS, out.stdout
 
 
-def test_importing_the_package_loads_ctranslate2_before_torch_runs() -> None:
+def test_preparing_the_process_loads_ctranslate2_before_torch_runs() -> None:
     """ctranslate2's own libgomp, loaded after PyTorch's OpenMP threads had run, decoded ~10x slower
-    (docs/performance.md): importing seq2seq loads it first, without loading torch."""
+    (docs/performance.md): a command's preparation loads it first, without loading torch."""
     pytest.importorskip("ctranslate2")
-    code = "import seq2seq, sys; print('ctranslate2' in sys.modules, 'torch' in sys.modules)"
+    code = (
+        "import sys; from seq2seq.startup import prepare_process; prepare_process(); "
+        "print('ctranslate2' in sys.modules, 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "False"]
 
 
-def test_the_log_says_whether_the_machine_looked_shared() -> None:
+def test_the_log_says_whether_the_machine_looked_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As in a command, which prepares its process before torch loads (in this test process an earlier
+    # test may have prepared it after, through the Python API).
+    monkeypatch.setattr(cpu_sharing, "_openmp_loaded_first", False)
     environ = {"GOMP_SPINCOUNT": "1000"}
     idle = cpu_sharing.describe({}, "long", 0.1, 0.2, 2)
     assert "idle at start (load average 0.20, 0.1 other threads running)" in idle and "libgomp's default" in idle

@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "seq2seq"
-ROOT = "seq2seq"  # the package's own __init__: it sets up the process (cpu_sharing), above everything
+ROOT = "seq2seq"  # the package's own __init__: a docstring (a command prepares its process: startup.py)
 
 # The layers, top first, as the code has them (docs/code-layout.md): a module may import modules of its
 # own layer and of lower layers, never of a higher one. Each name covers a module, or a package and
@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
         "seq2seq.precision",
         "seq2seq.cpuinfo",
         "seq2seq.measurement_cache",
+        "seq2seq.startup",
         "seq2seq.cpu_sharing",
         "seq2seq.allocator",
         "seq2seq.run_files",
@@ -143,7 +144,8 @@ def test_the_walk_sees_imports_at_the_top_and_inside_functions() -> None:
     assert "seq2seq.config" in graph["seq2seq.inference.translator"]  # from a import b (a name)
     assert "seq2seq.inference.engine_probe" in graph["seq2seq.inference.run_export"]  # from a import b (a module)
     assert "seq2seq.cli.train" in graph["seq2seq.cli.launch"]  # inside a function
-    assert "seq2seq.cpu_sharing" in graph[ROOT]
+    assert "seq2seq.cpu_sharing" in graph["seq2seq.startup"]  # from package import module
+    assert graph[ROOT] == set()  # importing the package imports nothing of it (a command prepares the process)
 
 
 def test_every_module_has_a_layer() -> None:

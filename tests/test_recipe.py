@@ -13,8 +13,8 @@ from test_budget import FakeClock
 
 import seq2seq.train.trainer as loop
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import UserError
-from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user, validate_recipes
+from seq2seq.config import UserError, validate_recipes
+from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
 
@@ -111,6 +111,19 @@ def test_a_named_recipe_is_applied_without_timing(tmp_path, monkeypatch):
     train_logging(cfg, tmp_path / "run")
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
     assert saved["recipe"] == "narrow" and saved["model"]["encoder_layers"] == 4
+
+
+def test_train_chooses_the_recipe_on_its_own_copy_of_the_config(tmp_path, monkeypatch):
+    """The config given to train() is left as it was: the recipe (and precision=auto) are resolved in
+    the run's own config, the one the Trainer reads and the checkpoint records."""
+    monkeypatch.setattr("seq2seq.train.recipe.seconds_per_update", pytest.fail)
+    cfg = compose_config("train", [*TINY_TRAIN, *CANDIDATES[1:], "recipe=narrow", "precision=auto"])
+    given = OmegaConf.to_container(cfg)
+    train_logging(cfg, tmp_path / "run")
+    assert OmegaConf.to_container(cfg) == given
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
+    assert saved["model"]["encoder_layers"] == 4 and given["model"]["encoder_layers"] == 2
+    assert saved["precision"] in ("fp32", "bf16")
 
 
 def test_when_no_candidate_makes_its_minimum_the_last_is_taken(tmp_path, paced_machine):

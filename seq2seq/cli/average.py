@@ -15,8 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-from seq2seq.averaging import average, end_of_run, newer_last, periodic_checkpoints
-from seq2seq.checkpoint import atomic_save, is_checkpoint_file
 from seq2seq.cli.common import parse_key_values, print_key_help, report_errors, wants_help
 from seq2seq.config import AverageConfig, UserError
 from seq2seq.stop_signals import stop_signals_raise
@@ -57,6 +55,9 @@ def key_values(argv: list[str]) -> list[str]:
 
 def average_files(paths: list[Path], output: Path) -> Path:
     """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
+    from seq2seq.averaging import average
+    from seq2seq.checkpoint import atomic_save
+
     refuse_replacing(paths, output)
     result = average(paths)
     atomic_save(result, output)
@@ -74,6 +75,8 @@ def average_files(paths: list[Path], output: Path) -> Path:
 def refuse_replacing(paths: list[Path], output: Path) -> None:
     """The average replaces `output` whole: never one of the checkpoints averaged, nor a checkpoint a run
     resumes from (best.pt, last.pt, step_N.pt: the run's own, which the average would stand in for)."""
+    from seq2seq.checkpoint import is_checkpoint_file
+
     if not output.is_file():
         return
     for path in paths:
@@ -92,6 +95,9 @@ def run(cfg: AverageConfig) -> Path:
         raise UserError("run: give run=<run directory> or checkpoints=<a.pt,b.pt,...> (one of them)")
     if cfg.last < 1:
         raise UserError(f"last={cfg.last}: must be at least 1")
+    # torch: only once the command line is known to be good
+    from seq2seq.averaging import end_of_run, newer_last, periodic_checkpoints
+
     if cfg.checkpoints is not None:
         paths = [Path(p) for p in str(cfg.checkpoints).split(",") if p]
         if not paths:

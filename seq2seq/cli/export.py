@@ -37,10 +37,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str]) -> None:
-    from seq2seq.artifacts.export import export
+    from seq2seq.startup import prepare_process
     from seq2seq.stop_signals import stop_signals_raise
 
     cfg = parse_arguments(argv)
+    prepare_process()
+    from seq2seq.artifacts.export import export  # torch: only once the command line is known to be good
+
     with stop_signals_raise():  # SIGTERM mid-write: the staging directory beside output= goes too
         output, model_cfg = export(cfg)
     if cfg.format == "argos":

@@ -2,7 +2,10 @@
 
 Each first re-launches the process on tcmalloc (`seq2seq.allocator`), explicitly and before the
 command's own module imports Hydra and torch (which a re-launch would otherwise import twice), then
-runs the command's `main`. Importing this module does nothing.
+runs the command's `main`, which checks its command line and config before it prepares the process
+(seq2seq/startup.py) and imports torch: a config error is one line without torch. The re-launch comes
+first even so: it costs an interpreter start, while checking before it would check every good command
+line twice (once in each process). Importing this module does nothing.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ if __name__ == "__main__":  # `python -m seq2seq.cli.serve`: the console script 
 
 from seq2seq.cli.common import CONFIG_PATH, parse_key_values, print_help, report_errors, wants_help
 from seq2seq.cli.translate import wants_hydra
-from seq2seq.config import ServeConfig, register_configs
+from seq2seq.config import ServeConfig, register_configs, validate_serve
+from seq2seq.startup import prepare_process
 
 USAGE = "run=<run dir> [port=5000] [key=value ...]"
 
@@ -53,6 +54,8 @@ def several_runs(argv: list[str]) -> list[str]:
 def _serve(cfg: object) -> None:
     level = logging.DEBUG if cfg.debug else logging.INFO
     logging.basicConfig(stream=sys.stderr, level=level, format="[%(levelname)s] %(message)s")
+    report_errors(lambda: validate_serve(cfg), cfg.debug)  # a bad value answers before torch is loaded
+    prepare_process()
     try:  # the server's packages are an extra: say how to get them, in one line
         from seq2seq.serve.server import serve
     except ImportError as err:

@@ -1,4 +1,8 @@
-"""`seq2seq-train`: Hydra composes the config, `seq2seq.train.run.train` does the work."""
+"""`seq2seq-train`: Hydra composes the config, `seq2seq.train.run.train` does the work.
+
+The command line and the composed config are checked before torch is imported (a config error is one
+line in a fraction of a second), then the process is prepared (seq2seq/startup.py), then the run
+directory is made and locked, and Hydra hands the config to `train`."""
 
 from __future__ import annotations
 
@@ -18,7 +22,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.artifacts.marian import is_huggingface_model
 from seq2seq.cli.common import (
     CONFIG_PATH,
     check_override_keys,
@@ -29,10 +32,19 @@ from seq2seq.cli.common import (
     report_errors,
     wants_help,
 )
-from seq2seq.config import TrainConfig, UserError, check_weights_source, register_configs, validate_train
+from seq2seq.config import (
+    TRAIN_GROUPS,
+    TrainConfig,
+    UserError,
+    check_weights_source,
+    register_configs,
+    validate_recipes,
+    validate_train,
+)
+from seq2seq.startup import prepare_process
 from seq2seq.train.lock import LOCK_FILE, claim_run_directory, holds_run_directory, refuse_if_busy
-from seq2seq.train.run import GROUPS, pretrained_config, train
-from seq2seq.train.run_outputs import check_new_run_directory, holds_only_startup_files
+
+GROUPS = TRAIN_GROUPS
 
 register_configs()
 # A resumed run keeps writing into its own directory (see hydra.run.dir in configs/train.yaml).
@@ -52,12 +64,16 @@ def main() -> None:
     # and it creates the run directory (.hydra/, train.log) first, with a traceback when it cannot.
     def check() -> None:
         check_override_keys(sys.argv[1:], TrainConfig, GROUPS)
+        check_composed_config(sys.argv[1:])
+        prepare_process()  # the config is good: the work starts, and torch is imported from here on
         check_run_directory(sys.argv[1:])
 
     report_errors(check, "debug=true" in sys.argv)
     try:
         _hydra_main()
     finally:  # Hydra refused the command line before it wrote anything: the directory made above goes
+        from seq2seq.train.run_outputs import holds_only_startup_files
+
         made = _created_run_directory
         if made is not None and holds_run_directory(made) and holds_only_startup_files(made, {LOCK_FILE}):
             shutil.rmtree(made, ignore_errors=True)
@@ -81,12 +97,10 @@ def _hydra_main(cfg: DictConfig) -> None:
         try:
             if _first_rank():  # before any work; a run started in the same second into the same directory stops here
                 claim_run_directory(run_dir)
-            check_resolves(cfg)
-            if not cfg.resume:
-                if cfg.init_from and is_huggingface_model(cfg.init_from):  # checks the model's keys too
-                    validate_train(pretrained_config(cfg.copy(), list(runtime.overrides.task)))
-                validate_train(cfg)
-            return train(cfg, run_dir, list(runtime.overrides.task))
+            check_resolves(cfg)  # what check_composed_config could not compose (a sweep, --config-name)
+            from seq2seq.train.run import train  # torch: only once the config is known to be good
+
+            return train(cfg, run_dir, list(runtime.overrides.task))  # checks the run's config
         except UserError:
             if run_dir.resolve() == _created_run_directory and holds_run_directory(run_dir):
                 _remove_startup_only_directory(run_dir)
@@ -105,6 +119,33 @@ def _hydra_named_a_new_run_directory(argv: list[str]) -> bool:
     return not values.get("resume") and not values.get("hydra.run.dir")
 
 
+def check_composed_config(argv: list[str]) -> None:
+    """The config Hydra will compose from this command line, checked as train() checks it, before the
+    run directory exists and before torch is imported. Left to train(): a resumed run's config (its
+    checkpoint's) and a run from init_from= (a Marian model brings model.*), and what this cannot
+    compose as Hydra will (a sweep, another config file, Hydra's own flags: Hydra reports those)."""
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    args, overrides = parse_command_line(argv)
+    flags = ("cfg", "info", "multirun", "shell_completion", "config_path", "config_name", "config_dir")
+    if any(getattr(args, flag, None) for flag in (*flags, "experimental_rerun")):
+        return
+    values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
+    if values.get("resume") or values.get("init_from"):
+        return
+    keys = [a for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/", "hydra="))]
+    try:
+        with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
+            cfg = compose("train", overrides=keys)
+    except (HydraException, OmegaConfBaseException):
+        return  # Hydra says what is wrong, as it would without this check
+    check_resolves(cfg)
+    validate_train(cfg)
+    validate_recipes(cfg)
+
+
 def check_run_directory(argv: list[str]) -> None:
     """resume= must name an existing run with a last.pt (Hydra would create a missing one), the
     directory the run will write to must be writable, and a new run's must hold no earlier run (or
@@ -115,6 +156,8 @@ def check_run_directory(argv: list[str]) -> None:
     resume = values.get("resume")
     init_from = values.get("init_from")
     check_weights_source(resume if isinstance(resume, str) else None, init_from if isinstance(init_from, str) else None)
+    from seq2seq.train.run_outputs import check_new_run_directory
+
     if isinstance(resume, str) and resume:
         if not Path(resume).is_dir():
             raise UserError(f"resume={resume}: no such run directory")
@@ -173,6 +216,8 @@ def _probe_writable(run_dir: Path, existing: Path) -> None:
 def _remove_startup_only_directory(run_dir: Path) -> None:
     """Removes the run directory this process made when it holds nothing but what this run wrote at
     start-up (Hydra's config and log, the lock, the marker)."""
+    from seq2seq.train.run_outputs import holds_only_startup_files
+
     if holds_only_startup_files(run_dir):
         root = logging.getLogger()
         for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:

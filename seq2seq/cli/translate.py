@@ -25,7 +25,8 @@ from seq2seq.cli.common import (
     report_errors,
     wants_help,
 )
-from seq2seq.config import TranslateConfig, register_configs
+from seq2seq.config import TranslateConfig, register_configs, validate_translate
+from seq2seq.startup import prepare_process
 
 USAGE = "run=<run dir> [key=value ...] < input > output"
 
@@ -59,10 +60,11 @@ def _translate_with_hydra(argv: list[str], debug: bool) -> None:
 
 def _translate(cfg: object) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[%(levelname)s] %(message)s")
-    # Imported here so that `--help` and config errors answer before torch is loaded.
-    from seq2seq.inference.command import translate
-
     report_errors(lambda: check_resolves(cfg), "debug=true" in sys.argv)  # before cfg.debug is read
+    report_errors(lambda: validate_translate(cfg), cfg.debug)  # a bad value answers before torch is loaded
+    prepare_process()
+    from seq2seq.inference.command import translate  # torch or ctranslate2: only for a good config
+
     # Ctrl-C: every chunk before it was written and flushed; no traceback.
     exit_on_interrupt(lambda: report_errors(lambda: translate(cfg), cfg.debug), cfg.debug)
 

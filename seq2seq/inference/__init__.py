@@ -18,7 +18,11 @@ __all__ = ["CTranslate2Translator", "SamplingRule", "Translation", "Translator"]
 
 def __getattr__(name: str) -> Any:
     """The API's names, imported on first use: importing a module of this package (e.g. the
-    CTranslate2 path of seq2seq-translate) must not import torch, which takes seconds."""
+    CTranslate2 path of seq2seq-translate) must not import torch, which takes seconds. The first use
+    prepares the process as the commands do (seq2seq/startup.py), before torch or ctranslate2 load."""
+    from seq2seq.startup import prepare_process
+
+    prepare_process()
     if name == "SamplingRule":
         from seq2seq.inference.sampling import SamplingRule
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,15 +34,18 @@ class Dashboard:
         deadline: float | None = None,
         attention_share: float = 1.0,
         stream: TextIO | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        """`deadline`: the time.monotonic() at which max_minutes runs out, if set; the bar's total is
-        then the updates that fit before it (at the rate so far) when that is fewer than max_steps.
-        `stream`: where progress goes (standard error by default), as a bar only if it is a terminal."""
+        """`deadline`: the time on `clock` (the run's, time.monotonic by default) at which max_minutes runs
+        out, if set; the bar's total is then the updates that fit before it (at the rate so far) when that
+        is fewer than max_steps. `stream`: where progress goes (standard error by default), as a bar only
+        if it is a terminal."""
+        self.clock = clock or time.monotonic
         self.log_dir = run_dir / "tb"
         self.writer = SummaryWriter(str(self.log_dir), purge_step=start_step + 1 if start_step else None)
         stream = sys.stderr if stream is None else stream
         plain = progress and not (hasattr(stream, "isatty") and stream.isatty())
-        self.lines = ProgressLines(stream, start_step) if plain else None
+        self.lines = ProgressLines(stream, start_step, clock=self.clock) if plain else None
         # The bar keeps the total (and its deadline arithmetic) even when lines are shown instead.
         self.bar = tqdm(
             total=max_steps,
@@ -57,7 +61,7 @@ class Dashboard:
             # printed on a line of its own, the bar redrawn below it (else the line is glued to the bar).
             self.exit_stack.enter_context(logging_redirect_tqdm())
         self.max_steps, self.deadline = max_steps, deadline
-        self.start_step, self.step, self.started = start_step, start_step, time.monotonic()
+        self.start_step, self.step, self.started = start_step, start_step, self.clock()
         self.attention_share, self.attention_seconds, self.attention_draws = attention_share, 0.0, 0
         self.attention_images = 0
 
@@ -80,14 +84,14 @@ class Dashboard:
         # Imported here: matplotlib is needed only once a validation has run.
         from seq2seq.inference.attention_plots import attention_images, translate_with_attention
 
-        started, drawn = time.monotonic(), 0
+        started, drawn = self.clock(), 0
         samples = translate_with_attention(translator, sources)
         for tag, image in attention_images(samples, kinds=("cross", "encoder", "decoder_self")):
             self.writer.add_image(tag, image, step, dataformats="HWC")
             drawn += 1
-            if self.attention_seconds + time.monotonic() - started >= budget:
+            if self.attention_seconds + self.clock() - started >= budget:
                 break
-        self.attention_seconds += time.monotonic() - started
+        self.attention_seconds += self.clock() - started
         self.attention_draws += 1
         self.attention_images += drawn
         return drawn
@@ -105,7 +109,7 @@ class Dashboard:
             self.lines.update(self.step, self.bar.total, postfix)
 
     def _total_by_deadline(self, step: int) -> int | None:
-        now = time.monotonic()
+        now = self.clock()
         done = step - self.start_step
         if done <= 0 or now <= self.started:
             return self.max_steps

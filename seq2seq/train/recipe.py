@@ -8,8 +8,9 @@ its candidate recipes in order of preference, each with the fewest updates it ne
 candidate on this machine, as loaded as it is now, and takes the first that will make its minimum in
 the budget, else the last.
 
-The choice is written into the run's config (`recipe` becomes the recipe's name and its overrides are
-applied), which the checkpoints keep: a resumed run continues with the same recipe and measures nothing.
+The choice is the run's config: `choose_recipe` returns a copy of the config given with `recipe` set to
+the recipe's name and its overrides applied (run.py builds the Trainer from it), which the checkpoints
+keep: a resumed run continues with the same recipe and measures nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import UserError
+from seq2seq.config import AUTO_RECIPE as AUTO
+from seq2seq.config import FIXED_RECIPE as FIXED
+from seq2seq.config import parse_overrides
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.rng import rng_state, set_rng_state
@@ -31,7 +34,6 @@ from seq2seq.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
-AUTO, FIXED = "auto", "fixed"
 # The share of max_minutes that goes to updates: the rest is validations, checkpoints and exports.
 # What the measured 60-minute runs spent on them (results/sweep.md, "Choosing the recipe").
 UPDATE_SHARE = 0.85
@@ -45,39 +47,6 @@ class Estimate:
     name: str
     seconds_per_update: float | None  # None: not timed (the budget is in updates, not minutes)
     updates: int
-
-
-def parse_overrides(recipe: DictConfig, index: int) -> dict[str, str]:
-    """The recipe's `key=value` overrides as {key: value}; data.* cannot be one (the data is prepared
-    before the recipe is chosen), nor recipe/recipes themselves."""
-    parsed = {}
-    for override in recipe.overrides:
-        key, sep, value = str(override).partition("=")
-        where = f"recipes[{index}].overrides"
-        if not sep or not key:
-            raise UserError(f"{where}: '{override}' is not key=value")
-        if key.split(".")[0] in ("data", "recipe", "recipes"):
-            raise UserError(f"{where}: '{key}' cannot be set by a recipe (it is decided before the recipe is chosen)")
-        parsed[key] = value
-    return parsed
-
-
-def validate_recipes(cfg: DictConfig) -> None:
-    """recipe is auto, fixed or the name of one of recipes; every override names a key of the config."""
-    names = [r.name for r in cfg.recipes]
-    if not all(names) or any(name in (AUTO, FIXED) for name in names):
-        raise UserError(f"recipes: every candidate needs a name other than auto and fixed, got {names}")
-    if len(set(names)) != len(names):
-        raise UserError(f"recipes: names must be unique, got {names}")
-    allowed = (AUTO, FIXED, *names)
-    if cfg.recipe not in allowed:
-        raise UserError(f"recipe: '{cfg.recipe}' is not one of {', '.join(allowed)}")
-    if cfg.recipe == AUTO and not names:
-        raise UserError("recipe: auto needs candidates in recipes (see configs/experiment/multi30k_base.yaml)")
-    for index, recipe in enumerate(cfg.recipes):
-        for key in parse_overrides(recipe, index):
-            if OmegaConf.select(cfg, key, default=KeyError) is KeyError:
-                raise UserError(f"recipes[{index}].overrides: '{key}' is not a key of the training config")
 
 
 def recipe_overrides(cfg: DictConfig, name: str) -> dict[str, str]:
@@ -138,16 +107,18 @@ def choose_recipe(
     data: PreparedData,
     device: torch.device,
     dist: DistContext,
-) -> None:
-    """Resolves cfg.recipe in place: auto becomes a measured choice, a name applies that recipe,
-    fixed leaves the config as it is. Rank 0 measures and decides; every rank applies its choice."""
+) -> DictConfig:
+    """The config to train with: auto becomes a measured choice, a name applies that recipe, fixed
+    leaves the config as it is. Rank 0 measures and decides; every rank applies its choice. `cfg`
+    itself is left as it was."""
     if cfg.recipe == FIXED:
-        return
+        return cfg
     user_keys = user_override_keys(overrides)
     if cfg.recipe != AUTO:
-        applied = apply_recipe(cfg, cfg.recipe, user_keys)
+        chosen = copy.deepcopy(cfg)
+        applied = apply_recipe(chosen, cfg.recipe, user_keys)
         log.info("recipe: %s, as asked (%s)", cfg.recipe, ", ".join(applied) or "no overrides")
-        return
+        return chosen
     estimates: list[Estimate] = []
     choice = None
     if dist.is_main:
@@ -161,7 +132,8 @@ def choose_recipe(
         choice = cfg.recipes[len(estimates) - 1].name  # the one that made its minimum, else the last
         _log_choice(cfg, estimates, minimums, choice)
     choice = dist.broadcast(choice)
-    applied = apply_recipe(cfg, choice, user_keys)
+    chosen = copy.deepcopy(cfg)
+    applied = apply_recipe(chosen, choice, user_keys)
     if dist.is_main:
         kept = sorted(key for key in recipe_overrides(cfg, choice) if set_by_user(key, user_keys))
         log.info(
@@ -170,6 +142,7 @@ def choose_recipe(
             ", ".join(applied) or "nothing",
             f" (kept from the command line: {', '.join(kept)})" if kept else "",
         )
+    return chosen
 
 
 def _estimate(

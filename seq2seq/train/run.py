@@ -1,17 +1,20 @@
 """`train(cfg)`: a whole training run, from a composed config to the best checkpoint.
 
-The Hydra entry point (seq2seq/cli/train.py) only calls this; tests call it directly.
+The Hydra entry point (seq2seq/cli/train.py) only calls this; tests call it directly. It sets the run
+up (its config, checked once; the device and process group; the run directory; the data, recipe and
+precision) and hands over to the Trainer, which owns the run from there (seq2seq/train/trainer.py);
+then it reports the summary and writes the exports. The caller's config is left as it was given.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import random
 import re
 import shlex
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +26,20 @@ from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pretrained_model_config
 from seq2seq.checkpoint import remove_stale_temporaries
-from seq2seq.config import TrainConfig, UserError, as_dict, check_weights_source, validate_train
+from seq2seq.config import (
+    TRAIN_GROUPS,
+    TrainConfig,
+    UserError,
+    as_dict,
+    check_weights_source,
+    validate_recipes,
+    validate_train,
+)
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.precision import log_choice
 from seq2seq.run_files import INFERENCE_DIR
-from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import (
     DistContext,
     cleanup_distributed,
@@ -37,8 +47,8 @@ from seq2seq.train.distributed import (
     lost_peer,
     lost_peer_message,
 )
-from seq2seq.train.lock import run_directory_lock
-from seq2seq.train.recipe import choose_recipe, validate_recipes
+from seq2seq.train.lock import holds_run_directory, run_directory_lock
+from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.run_outputs import (
     LOCK_FREE_STARTUP_FILES,
     MARKER_TEXT,
@@ -52,12 +62,11 @@ from seq2seq.train.trainer import (
     STOPPED_BY_SIGNAL,
     Trainer,
     choose_run_precision,
-    install_stop_handlers,
     resume_payload,
 )
 
 log = logging.getLogger("seq2seq.train")
-GROUPS = ("model", "data", "optim", "experiment")
+GROUPS = TRAIN_GROUPS
 
 
 def seed_everything(seed: int) -> None:
@@ -142,7 +151,10 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
     the summary and exports."""
     run_dir, overrides = Path(run_dir), overrides or []
     cfg, payload = _run_config(cfg, overrides)
-    if not cfg.resume:
+    # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
+    # made by Hydra just now), and writable (the lock is written there). From code, train() checks it.
+    claimed = holds_run_directory(run_dir)
+    if not cfg.resume and not claimed:
         check_new_run_directory(run_dir, cfg.overwrite)
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
@@ -154,12 +166,15 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
             _set_up_this_process(cfg, device, dist.rank)
             start = Trainer.clock()
             if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
-                _check_writable(run_dir)
+                if not claimed:
+                    _check_writable(run_dir)
                 held.enter_context(run_directory_lock(run_dir))
                 _clear_leftovers(cfg, run_dir)
             trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
-            reason = _fit(trainer)
-            return _finish(trainer, reason, run_dir, start)
+            if dist.is_main:
+                log_summary(trainer)
+            reason = trainer.run()
+            return _finish(trainer, reason, run_dir)
     except RuntimeError as error:
         if lost_peer(error, dist):  # a raw gloo/NCCL message would not say what happened or what to do
             raise UserError(lost_peer_message(error, dist, cfg.dist_timeout_minutes, str(run_dir))) from error
@@ -170,7 +185,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
 
 def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, dict | None]:
     """The config this run trains with, checked, and the checkpoint payload it resumes from (or None)."""
-    payload = None
+    cfg, payload = copy.deepcopy(cfg), None  # edited below (a Marian model's architecture, ...): ours now
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
         payload = resume_payload(Path(cfg.resume))
@@ -221,10 +236,9 @@ def _build_trainer(
     if dist.is_main:
         data.tokenizers.save(run_dir)
     if payload is None:  # a resumed run's config holds the recipe it chose
-        choose_recipe(cfg, overrides, run_dir, data, device, dist)
+        cfg = choose_recipe(cfg, overrides, run_dir, data, device, dist)
     precision = choose_run_precision(cfg, device, dist)
     trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
-    cfg.precision = precision.precision  # the run's summary and hparams name what it computed in
     if payload is not None:
         trainer.restore(payload)
         log.info(
@@ -239,42 +253,6 @@ def _build_trainer(
         trainer.init_weights_from(cfg.init_from)
         log.info("initialised weights from %s", cfg.init_from)
     return trainer
-
-
-def _fit(trainer: Trainer) -> str:
-    """Trains until a stop rule says so (its reason is returned), with the dashboard on rank 0; the
-    final weights are validated and saved, unless a signal asked to stop now."""
-    cfg, run_dir, dist = trainer.cfg, trainer.run_dir, trainer.dist
-    # When max_minutes runs out, counting what earlier segments of a resumed run spent.
-    deadline = time.monotonic() + (cfg.max_minutes - trainer.elapsed_minutes()) * 60 if cfg.max_minutes else None
-    dashboard = (
-        Dashboard(run_dir, trainer.step, cfg.max_steps, cfg.progress, deadline, cfg.attention_images_share)
-        if dist.is_main
-        else None
-    )
-    if dist.is_main:
-        log_summary(trainer)
-    install_stop_handlers(trainer)
-    try:
-        reason = trainer.fit(dashboard)
-        if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
-            trainer.save("last")
-        elif trainer.step % cfg.valid_every != 0:  # the final weights get validated and saved too
-            trainer.validate_and_save(dashboard)
-        if dashboard is not None and trainer.best is not None:
-            dashboard.hparams(as_dict(cfg), _metric_tags(trainer))
-    finally:
-        if dashboard is not None:
-            dashboard.close()
-            if dashboard.attention_draws:
-                log.info(
-                    "attention images: %d at %d of the validations, %.1f s of drawing, %.2f%% of the training time",
-                    dashboard.attention_images,
-                    dashboard.attention_draws,
-                    dashboard.attention_seconds,
-                    100 * dashboard.attention_seconds / max(trainer.elapsed_minutes() * 60.0, 1e-9),
-                )
-    return reason
 
 
 def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
@@ -327,12 +305,6 @@ def _check_writable(run_dir: Path) -> None:
         raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
 
 
-def _metric_tags(trainer: Trainer) -> list[str]:
-    """The HParams tab's metrics: the validation tags the run writes; their last points are the final
-    weights' scores and the best so far."""
-    return [*(f"valid/{k}" for k in trainer.last_metrics), f"valid/best_{trainer.cfg.best_metric}"]
-
-
 def _remove_stale_exports(run_dir: Path) -> int:
     from seq2seq.artifacts.export import remove_stale_export_directories
 
@@ -377,10 +349,9 @@ def _write_inference_exports(run_dir: Path) -> None:
         log.info("for translation: %s (%s, %.0f MB; %s)", output, RUN_EXPORTS[name], size, how)
 
 
-def _finish(trainer: Trainer, reason: str, run_dir: Path, start: float) -> dict[str, Any]:
+def _finish(trainer: Trainer, reason: str, run_dir: Path) -> dict[str, Any]:
     cfg = trainer.cfg
-    minutes = (trainer.clock() - start) / 60.0
-    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": minutes}
+    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": trainer.minutes_since_start()}
     summary.update(best=trainer.best, metrics=trainer.last_metrics, run_dir=str(run_dir))
     if trainer.stop_signal is not None:  # the shell's convention: 130 after Ctrl-C, 143 after SIGTERM
         summary["exit_status"] = 128 + trainer.stop_signal

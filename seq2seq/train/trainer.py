@@ -1,5 +1,9 @@
 """The training loop: updates, validation, checkpoints, and exact resume.
 
+The Trainer owns a run's state from the moment run.py hands it over: the loop and its stop rules, the
+run's clock (max_minutes, the schedule, the dashboard's deadline all read `Trainer.clock`), best and
+patience, the final validation and save (`run`). It reads the config and never edits it.
+
 Everything a run needs to continue bit-for-bit lives in the checkpoint: model, optimiser, schedule,
 grad scaler, update count, the data stream's (epoch, position) and every RNG. A checkpoint is taken
 between updates only, so a run resumed from it replays exactly what the uninterrupted run did.
@@ -84,7 +88,7 @@ class UpdateResult:
 class TrainWindow:
     """The updates since the latest train-metrics log line."""
 
-    started: float  # time.monotonic()
+    started: float  # on Trainer.clock
     results: list[UpdateResult] = dataclasses.field(default_factory=list)
 
     def kept(self) -> list[UpdateResult]:
@@ -195,6 +199,10 @@ class Trainer:
             objective.run_loss_eagerly()
             module = torch.compile(module, dynamic=True)
         return module
+
+    def minutes_since_start(self) -> float:
+        """Minutes since this segment of the run started (its command, set-up included)."""
+        return (self.clock() - self.started) / 60.0
 
     def elapsed_minutes(self) -> float:
         """Training time of this run so far, summed over its restarts: what max_minutes counts."""
@@ -609,15 +617,66 @@ class Trainer:
                     old.unlink(missing_ok=True)
         self.dist.wait_for_main()
 
-    # ---- the loop and its stop rules ------------------------------------------------------------
+    # ---- the run: the loop, its stop rules, the final validation and save ------------------------
+    def run(self) -> str:
+        """The run from where the Trainer stands to its end: updates until a stop rule says stop (its
+        reason is returned), then the final weights validated and saved, unless a signal asked to stop
+        now. Rank 0 shows it on the dashboard (TensorBoard, the progress bar)."""
+        cfg = self.cfg
+        dashboard = self._open_dashboard() if self.dist.is_main else None
+        install_stop_handlers(self)
+        try:
+            reason = self.fit(dashboard)
+            if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
+                self.save("last")
+            elif self.step % cfg.valid_every != 0:  # the final weights get validated and saved too
+                self.validate_and_save(dashboard)
+            if dashboard is not None and self.best is not None:
+                # The config as computed: precision=auto named by what it chose, as the checkpoints do.
+                dashboard.hparams({**as_dict(cfg), "precision": self.precision}, self._metric_tags())
+        finally:
+            if dashboard is not None:
+                self._close_dashboard(dashboard)
+        return reason
+
+    def _open_dashboard(self) -> Dashboard:
+        cfg = self.cfg
+        # When max_minutes runs out, counting what earlier segments of a resumed run spent.
+        deadline = self.clock() + (cfg.max_minutes - self.elapsed_minutes()) * 60 if cfg.max_minutes else None
+        return Dashboard(
+            self.run_dir,
+            self.step,
+            cfg.max_steps,
+            cfg.progress,
+            deadline,
+            cfg.attention_images_share,
+            clock=self.clock,
+        )
+
+    def _close_dashboard(self, dashboard: Dashboard) -> None:
+        dashboard.close()
+        if dashboard.attention_draws:
+            log.info(
+                "attention images: %d at %d of the validations, %.1f s of drawing, %.2f%% of the training time",
+                dashboard.attention_images,
+                dashboard.attention_draws,
+                dashboard.attention_seconds,
+                100 * dashboard.attention_seconds / max(self.elapsed_minutes() * 60.0, 1e-9),
+            )
+
+    def _metric_tags(self) -> list[str]:
+        """The HParams tab's metrics: the validation tags the run writes; their last points are the final
+        weights' scores and the best so far."""
+        return [*(f"valid/{k}" for k in self.last_metrics), f"valid/best_{self.cfg.best_metric}"]
+
     def fit(self, dashboard: Dashboard | None) -> str:
         """Updates until a stop rule says stop, validating and saving on schedule; returns why it stopped.
         The train metrics come from `check_updates`, every log_every updates (and the first)."""
         cfg = self.cfg
-        window = TrainWindow(time.monotonic())
+        window = TrainWindow(self.clock())
         shown: dict[str, str] = {}  # the bar's loss and lr, as of the latest read-back
         while (reason := self.stop_reason()) is None:
-            update_start = time.monotonic()
+            update_start = self.clock()
             tokens = self.train_step()
             self.notice_other_work()
             if tokens is None:
@@ -630,9 +689,9 @@ class Trainer:
                 if dashboard is not None and window.kept():
                     dashboard.scalars(step, self._train_scalars(window))
                     shown = {"loss": f"{window.loss():.3f}", "lr": f"{self.optimizer.lr:.2e}"}
-                window = TrainWindow(time.monotonic())
+                window = TrainWindow(self.clock())
             if dashboard is not None:  # every update: the bar moves at least every few seconds
-                tok_s = tokens["tgt_tokens"] * self.dist.world_size / max(time.monotonic() - update_start, 1e-9)
+                tok_s = tokens["tgt_tokens"] * self.dist.world_size / max(self.clock() - update_start, 1e-9)
                 dashboard.progress(1, **shown, tok_s=f"{tok_s:,.0f}")
             if step % cfg.valid_every == 0:
                 self.validate_and_save(dashboard)
@@ -646,7 +705,7 @@ class Trainer:
             "train/ppl": float(np.exp(min(window.nll(), 50.0))),
             "train/lr": self.optimizer.lr,
             "train/grad_norm": window.kept()[-1].grad_norm,
-            "train/tgt_tokens_per_s": window.tokens() / max(time.monotonic() - window.started, 1e-9),
+            "train/tgt_tokens_per_s": window.tokens() / max(self.clock() - window.started, 1e-9),
             "train/epoch": self.stream.epoch,
             "train/skipped_updates": self.skipped_updates,
         }
