@@ -27,7 +27,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("seq2seq.train", "seq2seq.averaging"),
     ("seq2seq.inference",),  # a trained model -> translations; never imports training
     ("seq2seq.interop",),  # Marian (Hugging Face) models to and from ours: init_from and seq2seq-export
-    ("seq2seq.checkpoint",),  # checkpoint and weights files, and the model rebuilt from them: both wings
+    # What a run leaves on disk and the formats models travel in (checkpoints, the run directory's paths,
+    # weights files, the model rebuilt from them): both wings. Its run_dir.py, path_kind.py and
+    # freshness.py import no torch (tests/test_run_dir.py).
+    ("seq2seq.artifacts",),
     ("seq2seq.model", "seq2seq.data"),  # the Transformer; corpora, tokenizers, batches
     # Facts about the machine and the files, each its own small module.
     (
@@ -37,8 +40,6 @@ LAYERS: list[tuple[str, ...]] = [
         "seq2seq.measurement_cache",
         "seq2seq.cpu_sharing",
         "seq2seq.allocator",
-        "seq2seq.run_files",
-        "seq2seq.path_kind",
         "seq2seq.stop_signals",
     ),
     ("seq2seq.config",),  # typed configs, their validation, UserError

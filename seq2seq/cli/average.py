@@ -15,8 +15,9 @@ import os
 import sys
 from pathlib import Path
 
+from seq2seq.artifacts.checkpoint import atomic_save, is_checkpoint_file
+from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.averaging import average, end_of_run, newer_last, periodic_checkpoints
-from seq2seq.checkpoint import atomic_save, is_checkpoint_file
 from seq2seq.cli.common import parse_key_values, print_key_help, report_errors, wants_help
 from seq2seq.config import AverageConfig, UserError
 from seq2seq.stop_signals import stop_signals_raise
@@ -105,11 +106,12 @@ def run(cfg: AverageConfig) -> Path:
         raise UserError(f"run={run_dir}: no such run directory")
     paths = periodic_checkpoints(run_dir, cfg.last)
     end_of_run(run_dir, paths, cfg.force)
-    output = average_files(paths, Path(cfg.output) if cfg.output else run_dir / "checkpoints" / "averaged.pt")
-    newest = max(int(p.stem.split("_")[1]) for p in paths)
+    run = RunDir(run_dir)
+    output = average_files(paths, Path(cfg.output) if cfg.output else run.checkpoint("averaged"))
+    newest = max(RunDir.step_of(p) for p in paths)
     if (newer := newer_last(run_dir, newest)) is not None:
         print(
-            f"warning: {run_dir / 'checkpoints' / 'last.pt'} (update {newer}) is newer than every checkpoint "
+            f"warning: {run.checkpoint('last')} (update {newer}) is newer than every checkpoint "
             "averaged and is not in the average",
             file=sys.stderr,
         )

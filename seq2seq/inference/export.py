@@ -31,20 +31,15 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import (
-    WEIGHTS_CONFIG,
-    WEIGHTS_FORMAT,
-    check_vocabulary,
-    load_checkpoint,
-    model_config_of,
-)
+from seq2seq.artifacts.checkpoint import check_vocabulary, load_checkpoint, model_config_of
+from seq2seq.artifacts.freshness import checkpoint_record
+from seq2seq.artifacts.path_kind import DECODING_FILE, WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.config import ModelConfig, TranslateConfig, UserError, setting
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, UNK_ID, Tokenizers
 from seq2seq.inference.loading import load_tokenizers
 from seq2seq.model.embedding import sinusoidal_table
-from seq2seq.path_kind import WEIGHTS_FILE
-from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, INFERENCE_DIR, checkpoint_record, find_checkpoint
 
 FORMATS = ("safetensors", "ctranslate2", "huggingface", "argos")
 CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -84,7 +79,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     output = Path(cfg.output)
     if output.exists() or output.is_symlink():
         raise UserError(f"{output}: already exists; give output= a new directory")
-    path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
+    path = Path(cfg.checkpoint) if cfg.checkpoint else RunDir(cfg.run).find_checkpoint()
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, cfg.run)
     model_cfg = _model_config(payload, path)
@@ -132,7 +127,7 @@ def write_run_exports(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, Pa
     Returns each export's directory, or the error that stopped it (the others are still written);
     those named in `skip` are left as they are."""
     remove_stale_export_directories(run_dir)
-    path = find_checkpoint(run_dir)
+    path = RunDir(run_dir).find_checkpoint()
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, str(run_dir))
     model_cfg = _model_config(payload, path)

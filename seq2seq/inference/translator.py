@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import torch
 from omegaconf import DictConfig
 
+from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.config import TranslateConfig, validate_search
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.device import half_precision_on_cpu, pick_device
@@ -34,7 +35,6 @@ from seq2seq.inference.translation import (
     to_translate,
 )
 from seq2seq.model.transformer import Transformer
-from seq2seq.path_kind import PathKind, path_kind
 
 log = logging.getLogger(__name__)
 
