@@ -262,15 +262,15 @@ def test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume(tmp_pa
     import seq2seq.train.trainer as loop
 
     overrides = [*DETERMINISTIC, "best_metric=loss"]
-    save = loop.atomic_save
+    save = loop.save_training_state
 
-    def killed_at_update_8(payload, path):
-        if path.name == victim and payload["step"] == 8:
+    def killed_at_update_8(state, path):
+        if path.name == victim and state.step == 8:
             (path.parent / f".{victim}.abc123.tmp").write_bytes(b"half a checkpoint")  # what a kill leaves
             raise Killed
-        save(payload, path)
+        save(state, path)
 
-    monkeypatch.setattr(loop, "atomic_save", killed_at_update_8)
+    monkeypatch.setattr(loop, "save_training_state", killed_at_update_8)
     with pytest.raises(Killed):
         train(compose_config("train", overrides), tmp_path / "run")
     monkeypatch.undo()

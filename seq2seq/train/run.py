@@ -166,7 +166,7 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
 
 
 def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, TrainingState | None]:
-    """The config this run trains with, checked, and the checkpoint payload it resumes from (or None)."""
+    """The config this run trains with, checked, and the training state it resumes from (or None)."""
     payload = None
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
