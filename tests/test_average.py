@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.checkpoint import atomic_save, load_checkpoint
+from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
 from seq2seq.cli.average import key_values, run
 from seq2seq.cli.average import main as average_main
 from seq2seq.config import UserError
@@ -240,7 +240,7 @@ def test_sigterm_while_saving_the_average_leaves_no_temporary_file(tmp_path, mon
     import os
     import signal
 
-    import seq2seq.checkpoint as checkpoint
+    import seq2seq.artifacts.checkpoint as checkpoint
 
     for step, value in [(100, 1.0), (200, 2.0)]:
         save(tmp_path, f"step_{step}", step, value)

@@ -23,7 +23,7 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers

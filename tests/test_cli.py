@@ -60,7 +60,7 @@ def test_train_writes_a_complete_run_directory(trained_run: Path) -> None:
         assert "seq2seq-translate run=, the default)" in log
     # precision=auto (the default) measured this CPU, said what it chose, and the checkpoint records it
     assert "precision: fp32 (auto: bf16 matmul " in log or "precision: bf16 (auto: bf16 matmul " in log
-    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.artifacts.checkpoint import load_checkpoint
 
     assert load_checkpoint(trained_run / "checkpoints" / "last.pt")["config"]["precision"] in ("fp32", "bf16")
 

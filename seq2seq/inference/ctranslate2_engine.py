@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_max_positions
+from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
@@ -38,7 +40,6 @@ from seq2seq.inference.translation import (
     replaced,
     to_translate,
 )
-from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
