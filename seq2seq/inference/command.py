@@ -100,7 +100,7 @@ def _format(index: int, nbest: list[Translation], n: int) -> str:
 
 
 def load_any_translator(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
-    """The engine `choose_engine` picks: CTranslate2 never imports torch (2-3 s of start-up), PyTorch's
+    """The engine `choose_engine` picks: CTranslate2 never imports torch (seconds of start-up), PyTorch's
     `Translator` decodes everything. Both have `translate_nbest`."""
     choice = choose_engine(cfg)
     try:
