@@ -252,23 +252,14 @@ def test_read_splits_parallel_files(tmp_path):
     assert corpus == {"train": (["a", "b"], ["a", "b"]), "valid": (["v"], ["v"])}
 
 
-def test_require_pairs_empty_train_split(tmp_path):
-    cfg = _files(tmp_path, "")
+@pytest.mark.parametrize("empty", ["train", "valid"])
+def test_require_pairs_names_the_files_of_an_empty_split(tmp_path, empty):
+    cfg = _files(tmp_path, "" if empty == "train" else "a\n", valid="" if empty == "valid" else "v\n")
     with pytest.raises(UserError) as info:
-        require_pairs(cfg, "train", len(read_splits(cfg)["train"][0]))
+        require_pairs(cfg, empty, len(read_splits(cfg)[empty][0]))
     assert str(info.value) == (
-        f"the train split of data.kind=parallel_files is empty: no pairs in {tmp_path / 'train_src'} and "
-        f"{tmp_path / 'train_tgt'}"
-    )
-
-
-def test_require_pairs_empty_valid_split(tmp_path):
-    cfg = _files(tmp_path, "a\n", valid="")
-    with pytest.raises(UserError) as info:
-        require_pairs(cfg, "valid", len(read_splits(cfg)["valid"][0]))
-    assert str(info.value) == (
-        f"the valid split of data.kind=parallel_files is empty: no pairs in {tmp_path / 'valid_src'} and "
-        f"{tmp_path / 'valid_tgt'}"
+        f"the {empty} split of data.kind=parallel_files is empty: no pairs in {tmp_path / f'{empty}_src'} and "
+        f"{tmp_path / f'{empty}_tgt'}"
     )
 
 
