@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import io
+import logging
 import os
 import subprocess
 import sys
@@ -28,6 +31,47 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     env = {**os.environ, "SEQ2SEQ_CACHE": str(env_cache or cwd / "cache")}
     return subprocess.run(args, cwd=cwd, input=stdin, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture
+def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """A console script's `main` in this process, as `run_cli` runs it in a subprocess but without a new
+    interpreter and its imports (seconds each): for the tests of what a command line gets back. Hydra's
+    logging set-up is undone after it, so later tests log as before. test_console_scripts_report_errors_in_one_line
+    keeps the whole way through the installed scripts."""
+
+    def run(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+        command, *rest = args
+        module = {"seq2seq-train": "seq2seq.cli.train", "seq2seq-translate": "seq2seq.cli.translate"}[command]
+        main = importlib.import_module(module).main
+        monkeypatch.setattr(sys, "argv", [command, *rest])
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((stdin or "").encode())))
+        monkeypatch.setenv("SEQ2SEQ_CACHE", str(cwd / "cache"))
+        monkeypatch.chdir(cwd)
+        before = {name: (log.handlers[:], log.level, log.propagate) for name, log in _loggers().items()}
+        capsys.readouterr()
+        try:
+            main()
+            status = 0
+        except SystemExit as stop:
+            status = stop.code if isinstance(stop.code, int) else 1
+        finally:  # Hydra's dictConfig gave loggers handlers on this test's captured streams and its run directory
+            for name, log in _loggers().items():
+                handlers, level, propagate = before.get(name, ([], logging.NOTSET, True))
+                for handler in log.handlers:
+                    if handler not in handlers:
+                        handler.close()
+                log.handlers[:], log.propagate = handlers, propagate
+                log.setLevel(level)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, status, out.out, out.err)
+
+    return run
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    named = logging.root.manager.loggerDict.items()
+    return {"": logging.getLogger(), **{name: log for name, log in named if isinstance(log, logging.Logger)}}
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +182,8 @@ def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: P
         ),
     ],
 )
-def test_translate_bad_input_is_one_line_error(tmp_path: Path, args: list[str], expected: str) -> None:
-    result = run_cli([str(BIN / "seq2seq-translate"), *args], tmp_path, stdin="a b\n")
+def test_translate_bad_input_is_one_line_error(tmp_path: Path, run_main, args: list[str], expected: str) -> None:
+    result = run_main(["seq2seq-translate", *args], tmp_path, stdin="a b\n")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {expected}"]
 
@@ -232,8 +276,10 @@ def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: P
         ("max_steps=${nope}", "config error: max_steps: Interpolation key 'nope' not found"),
     ],
 )
-def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, override: str, expected: str) -> None:
-    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+def test_train_rejects_impossible_values_before_any_work(
+    tmp_path: Path, run_main, override: str, expected: str
+) -> None:
+    result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"error: {expected}"
     assert not (tmp_path / "cache").exists()  # stopped before reading or tokenizing anything
@@ -241,9 +287,9 @@ def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, overrid
 
 
 @pytest.mark.parametrize("override", ["max_steps=ten", "seed=abc", "model.d_model=abc", "model.dropout=high"])
-def test_train_refuses_a_value_of_the_wrong_type_in_one_line(tmp_path: Path, override: str) -> None:
+def test_train_refuses_a_value_of_the_wrong_type_in_one_line(tmp_path: Path, run_main, override: str) -> None:
     # Hydra's own answer was four lines and exit status 1, after writing the run directory.
-    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     key, value = override.split("=")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -254,14 +300,15 @@ def test_train_refuses_a_value_of_the_wrong_type_in_one_line(tmp_path: Path, ove
 
 
 @pytest.mark.parametrize("given", [False, True])
-def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(tmp_path: Path, given: bool) -> None:
+def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(
+    tmp_path: Path, run_main, given: bool
+) -> None:
     run = tmp_path / "outputs" / "run"
     if given:  # a directory the user had: left alone, with what was in it
         run.mkdir(parents=True)
         (run / "notes.txt").write_text("mine")
-    result = run_cli(
-        [str(BIN / "seq2seq-train"), "data=multi30k", f"data.dir={tmp_path / 'nonexistent'}", f"hydra.run.dir={run}"],
-        tmp_path,
+    result = run_main(
+        ["seq2seq-train", "data=multi30k", f"data.dir={tmp_path / 'nonexistent'}", f"hydra.run.dir={run}"], tmp_path
     )
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "nonexistent" in result.stderr
@@ -271,8 +318,8 @@ def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(tmp_p
 
 
 @pytest.mark.parametrize(("override", "key"), [("model.d_modle=64", "d_modle"), ("model=huge", "huge")])
-def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: str, key: str) -> None:
-    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, run_main, override: str, key: str) -> None:
+    result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode != 0
     assert key in result.stderr
     assert "Traceback" not in result.stderr
@@ -291,12 +338,28 @@ def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: s
     ],
 )
 def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
-    tmp_path: Path, command: str, override: str, expected: str
+    tmp_path: Path, run_main, command: str, override: str, expected: str
 ) -> None:
     # `+key=...` used to be added to the config and the run went ahead with it ignored.
-    result = run_cli([str(BIN / command), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    result = run_main([command, override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {expected}"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "override", "expected"),
+    [
+        ("seq2seq-train", "max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-translate", "beams=3", "beams: unknown key; did you mean beam?"),
+    ],
+)
+def test_console_scripts_report_errors_in_one_line(tmp_path: Path, command: str, override: str, expected: str) -> None:
+    """The tests above call each command's `main` in this process; this one goes through the installed
+    script (launch.py's re-launch on tcmalloc included) to its exit status and stderr."""
+    result = run_cli([str(BIN / command), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: {expected}"]
     assert not (tmp_path / "run").exists()
 
 
@@ -309,11 +372,13 @@ def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
     ],
     ids=["parent-is-a-file", "resume-missing", "resume-without-checkpoint"],
 )
-def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(tmp_path: Path, make_args, expected: str) -> None:
+def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(
+    tmp_path: Path, run_main, make_args, expected: str
+) -> None:
     # Hydra used to create it (and .hydra/, train.log) first, or fail with "Unable to configure handler 'file'".
     (tmp_path / "file").touch()
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = run_cli([str(BIN / "seq2seq-train"), *make_args(tmp_path)], tmp_path)
+    result = run_main(["seq2seq-train", *make_args(tmp_path)], tmp_path)
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {expected.format(tmp=tmp_path)}")
@@ -334,16 +399,16 @@ def test_a_new_train_into_a_finished_run_is_refused_before_hydra_writes_into_it(
     assert {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.name not in ("train.log", ".lock")} == before
 
 
-def test_translate_help_lists_only_its_own_keys_with_their_descriptions(tmp_path: Path) -> None:
+def test_translate_help_lists_only_its_own_keys_with_their_descriptions(tmp_path: Path, run_main) -> None:
     # It listed the training groups (model, data, ...), which translation then refused, and no descriptions.
-    result = run_cli([str(BIN / "seq2seq-translate"), "--help"], tmp_path)
+    result = run_main(["seq2seq-translate", "--help"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "  beam=5  # beam size; 1 is greedy search" in result.stdout.splitlines()
     assert "model" not in result.stdout and "optim" not in result.stdout
 
 
-def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: Path) -> None:
-    result = run_cli([str(BIN / "seq2seq-train"), "model=small", "--help"], tmp_path)
+def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: Path, run_main) -> None:
+    result = run_main(["seq2seq-train", "model=small", "--help"], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "  model        base, big, small, tiny" in lines
@@ -351,13 +416,13 @@ def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: P
     assert "  max_steps=2000  # updates; null: no limit" in lines
 
 
-def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into_it(tmp_path: Path) -> None:
+def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into_it(tmp_path: Path, run_main) -> None:
     from seq2seq.train.lock import run_directory_lock
 
     run = tmp_path / "run"
     run.mkdir()
-    with run_directory_lock(run):  # held by "the first run" (this process)
-        result = run_cli([str(BIN / "seq2seq-train"), f"hydra.run.dir={run}"], tmp_path)
+    with run_directory_lock(run):  # held by "the first run" (this process; flock tells its two opens apart)
+        result = run_main(["seq2seq-train", f"hydra.run.dir={run}"], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {run}: another seq2seq-train (process {os.getpid()}) is using this run directory; "
