@@ -299,6 +299,26 @@ def test_the_rank_left_waiting_for_a_hung_one_says_so_in_one_line(tmp_path: Path
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()  # what the resume continues from
 
 
+def test_one_rank_under_torchrun_joins_a_group_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `torchrun --nproc_per_node=1` sets in the environment makes init_distributed join a real
+    gloo group of one (the multi-GPU path, DDP included); the same environment without torchrun's run id
+    joins none. The whole way through torchrun: the slow test below and test_torchrun_trains_validates_and_checkpoints_once."""
+    port = free_port()
+    for key, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not init_distributed(torch.device("cpu")).enabled  # a plain process: no group
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    try:
+        context = init_distributed(torch.device("cpu"))
+        assert context.enabled and (context.rank, context.world_size) == (0, 1)
+        assert torch.distributed.get_backend() == "gloo"
+    finally:
+        cleanup_distributed()
+
+
+@pytest.mark.slow  # torchrun and a training start in subprocesses; test_one_rank_under_torchrun_joins_a_group_of_one
 def test_torchrun_with_one_rank_trains_in_a_process_group(tmp_path: Path) -> None:
     """`torchrun --nproc_per_node=1` runs the multi-GPU code path (a process group of one, DDP), so one
     GPU checks NCCL; a plain process (no torchrun) joins none. On the CPU the group is gloo's."""
