@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import io
-import logging
 import os
 import subprocess
 import sys
@@ -31,47 +28,6 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     env = {**os.environ, "SEQ2SEQ_CACHE": str(env_cache or cwd / "cache")}
     return subprocess.run(args, cwd=cwd, input=stdin, capture_output=True, text=True, env=env, timeout=300)
-
-
-@pytest.fixture
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    """A console script's `main` in this process, as `run_cli` runs it in a subprocess but without a new
-    interpreter and its imports (seconds each): for the tests of what a command line gets back. Hydra's
-    logging set-up is undone after it, so later tests log as before. test_console_scripts_report_errors_in_one_line
-    keeps the whole way through the installed scripts."""
-
-    def run(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-        command, *rest = args
-        module = {"seq2seq-train": "seq2seq.cli.train", "seq2seq-translate": "seq2seq.cli.translate"}[command]
-        main = importlib.import_module(module).main
-        monkeypatch.setattr(sys, "argv", [command, *rest])
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((stdin or "").encode())))
-        monkeypatch.setenv("SEQ2SEQ_CACHE", str(cwd / "cache"))
-        monkeypatch.chdir(cwd)
-        before = {name: (log.handlers[:], log.level, log.propagate) for name, log in _loggers().items()}
-        capsys.readouterr()
-        try:
-            main()
-            status = 0
-        except SystemExit as stop:
-            status = stop.code if isinstance(stop.code, int) else 1
-        finally:  # Hydra's dictConfig gave loggers handlers on this test's captured streams and its run directory
-            for name, log in _loggers().items():
-                handlers, level, propagate = before.get(name, ([], logging.NOTSET, True))
-                for handler in log.handlers:
-                    if handler not in handlers:
-                        handler.close()
-                log.handlers[:], log.propagate = handlers, propagate
-                log.setLevel(level)
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, status, out.out, out.err)
-
-    return run
-
-
-def _loggers() -> dict[str, logging.Logger]:
-    named = logging.root.manager.loggerDict.items()
-    return {"": logging.getLogger(), **{name: log for name, log in named if isinstance(log, logging.Logger)}}
 
 
 @pytest.fixture(scope="module")
@@ -253,13 +209,13 @@ def test_translate_starts_without_hydra_unless_asked_for_it(tmp_path: Path) -> N
     assert "beam: 3" in result.stdout and "run: r" in result.stdout
 
 
-def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: Path) -> None:
+def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: Path, run_main) -> None:
     broken = tmp_path / "checkpoints" / "best.pt"
     broken.parent.mkdir()
     data = (trained_run / "checkpoints" / "best.pt").read_bytes()
     broken.write_bytes(data[: len(data) // 2])
     (tmp_path / "tokenizer.json").write_bytes((trained_run / "tokenizer.json").read_bytes())
-    result = run_cli([str(BIN / "seq2seq-translate"), f"run={tmp_path}"], tmp_path, stdin="a b\n")
+    result = run_main(["seq2seq-translate", f"run={tmp_path}"], tmp_path, stdin="a b\n")
     assert result.returncode == 2
     assert f"{broken}: not a readable checkpoint (truncated or corrupt)" in result.stderr
     assert "Traceback" not in result.stderr
@@ -385,11 +341,11 @@ def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_a_new_train_into_a_finished_run_is_refused_before_hydra_writes_into_it(trained_run: Path) -> None:
+def test_a_new_train_into_a_finished_run_is_refused_before_hydra_writes_into_it(trained_run: Path, run_main) -> None:
     # It replaced best.pt, last.pt, model/ and ctranslate2/ with a new model and left the old step_N.pt.
     config = (trained_run / ".hydra" / "config.yaml").read_bytes()
     before = {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.name not in ("train.log", ".lock")}
-    result = run_cli([str(BIN / "seq2seq-train"), "max_steps=1", f"hydra.run.dir={trained_run}"], trained_run.parent)
+    result = run_main(["seq2seq-train", "max_steps=1", f"hydra.run.dir={trained_run}"], trained_run.parent)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {trained_run}: holds an earlier run (checkpoints/best.pt); continue it with resume={trained_run}, "
