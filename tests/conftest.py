@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
@@ -130,6 +129,8 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
     without a new interpreter and its imports (seconds each): for the tests of what a command line gets
     back. Hydra's logging set-up is undone after it, so later tests log as before. test_cli.py's
     test_console_scripts_report_errors_in_one_line keeps the whole way through the installed scripts."""
+
+    import torch  # here: the package is imported first (seq2seq/cpu_sharing.py), as in the commands
 
     def run(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
         command, *rest = args
