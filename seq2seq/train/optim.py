@@ -57,8 +57,8 @@ class Adam:
     update is not finite needs no read-back to the host.
 
     Written here rather than taken from torch.optim because every torch.optim optimizer imports
-    torch._dynamo the first time it is used (even without torch.compile), a second or two of start-up
-    and tens of MB for a compiler that an eager run never calls (docs/performance.md)."""
+    torch._dynamo the first time it is used (even without torch.compile): start-up time and memory for
+    a compiler that an eager run never calls (docs/performance.md has the measurement)."""
 
     def __init__(
         self,
