@@ -326,8 +326,8 @@ def model_from_checkpoint(payload: ModelPayload) -> Transformer:
 
 def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab: dict[str, int], path: Path) -> None:
     """Names and shapes against the model the config describes. Built on the CPU, not on "meta": there
-    its weight initialisers go through torch's decompositions, which import torch._dynamo (2.1 s of a
-    2-core EPYC's start-up, measured with cProfile); the CPU build costs ~0.1 s. Its random initialisation
+    its weight initialisers go through torch's decompositions, which import torch._dynamo (seconds of
+    start-up; the CPU build costs a small part of that: docs/performance.md). Its random initialisation
     must not move the caller's random state (init_from= then trains exactly as from the checkpoint)."""
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise UserError(f"{path}: its weights are not a dict of tensors")
