@@ -272,6 +272,11 @@ class TranslateConfig:
     debug: bool = setting(False, "show tracebacks instead of one-line errors")
 
 
+EXPORT_FORMATS = ("safetensors", "ctranslate2", "huggingface", "argos")
+# CTranslate2's compute types a model can be converted to (format=ctranslate2 or argos).
+CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
 @dataclass
 class ExportConfig:
     run: str | None = setting(None, "run directory (uses checkpoints/best.pt, else last.pt)")
@@ -285,6 +290,25 @@ class ExportConfig:
         None, "ctranslate2 and argos only: int8, int8_float32, float16, bfloat16, ... (null: fp32)"
     )
     debug: bool = setting(False, "show tracebacks instead of one-line errors")
+
+
+def validate_export(cfg: Any) -> None:
+    """seq2seq-export's settings, checked before torch is imported (a bad one: one line at once)."""
+    if cfg.run is None and cfg.checkpoint is None:
+        raise UserError("config error: run=None: give run=<run dir> or checkpoint=<file>")
+    if not cfg.output:
+        raise UserError(f"config error: output={cfg.output!r}: give output=<new directory>")
+    if cfg.format not in EXPORT_FORMATS:
+        raise UserError(f"config error: format={cfg.format!r}: must be one of {', '.join(EXPORT_FORMATS)}")
+    if cfg.format == "argos" and not str(cfg.output).endswith(".argosmodel"):
+        raise UserError(f"config error: output={cfg.output!r}: an Argos package's name ends in .argosmodel")
+    if cfg.quantization is not None:
+        if cfg.format not in ("ctranslate2", "argos"):
+            raise UserError(f"config error: quantization={cfg.quantization!r}: only for format=ctranslate2 or argos")
+        if cfg.quantization not in CT2_QUANTIZATIONS:
+            raise UserError(
+                f"config error: quantization={cfg.quantization!r}: must be one of {', '.join(CT2_QUANTIZATIONS)}"
+            )
 
 
 @dataclass

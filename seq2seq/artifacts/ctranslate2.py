@@ -25,8 +25,6 @@ from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizers
 
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-
 
 def layer_norm_eps() -> float:
     """Every LayerNorm of the model is built with torch's default epsilon."""

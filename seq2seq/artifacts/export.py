@@ -20,21 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.checkpoint import check_vocabulary, load_checkpoint, model_config_of
-from seq2seq.artifacts.ctranslate2 import QUANTIZATIONS, ctranslate2_writer
+from seq2seq.artifacts.ctranslate2 import ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer
-from seq2seq.config import ModelConfig, UserError
+from seq2seq.config import ModelConfig, UserError, validate_export
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
-
-FORMATS = ("safetensors", "ctranslate2", "huggingface", "argos")
 
 
 def export(cfg: Any) -> tuple[Path, ModelConfig]:
     """Writes the export described by `cfg` (an ExportConfig or DictConfig); returns its directory and
     the model's config."""
-    _check_config(cfg)
+    validate_export(cfg)  # the command checked already; the API's callers have not
     output = Path(cfg.output)
     if output.exists() or output.is_symlink():
         raise UserError(f"{output}: already exists; give output= a new directory")
@@ -124,24 +122,6 @@ def _writer(
         tokenizers.save(directory)
 
     return write_all
-
-
-def _check_config(cfg: Any) -> None:
-    if cfg.run is None and cfg.checkpoint is None:
-        raise UserError("config error: run=None: give run=<run dir> or checkpoint=<file>")
-    if not cfg.output:
-        raise UserError(f"config error: output={cfg.output!r}: give output=<new directory>")
-    if cfg.format not in FORMATS:
-        raise UserError(f"config error: format={cfg.format!r}: must be one of {', '.join(FORMATS)}")
-    if cfg.format == "argos" and not str(cfg.output).endswith(".argosmodel"):
-        raise UserError(f"config error: output={cfg.output!r}: an Argos package's name ends in .argosmodel")
-    if cfg.quantization is not None:
-        if cfg.format not in ("ctranslate2", "argos"):
-            raise UserError(f"config error: quantization={cfg.quantization!r}: only for format=ctranslate2 or argos")
-        if cfg.quantization not in QUANTIZATIONS:
-            raise UserError(
-                f"config error: quantization={cfg.quantization!r}: must be one of {', '.join(QUANTIZATIONS)}"
-            )
 
 
 def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:

@@ -37,10 +37,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str]) -> None:
+    from seq2seq.config import validate_export
     from seq2seq.startup import prepare_process
     from seq2seq.stop_signals import stop_signals_raise
 
     cfg = parse_arguments(argv)
+    validate_export(cfg)  # before torch: a bad setting is one line at once
     prepare_process()
     from seq2seq.artifacts.export import export  # torch: only once the command line is known to be good
 
