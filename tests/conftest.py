@@ -59,6 +59,74 @@ def sentencepiece_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "run"
 
 
+# A multilingual run (data.directions) that learns in seconds to write a sentence's digits in the
+# language its tag asks for: en3 en1 -> de3 de1 (en-de), fr3 fr1 (en-fr); de3 de1 -> en3 en1 (de-en).
+# So a translation shows which language it was asked for: de-fr was never trained (zero-shot).
+MULTILINGUAL_DIRECTIONS = ["en-de", "en-fr", "de-en"]
+MULTILINGUAL_TRAIN = [
+    *TINY_TRAIN,
+    "data=parallel_files",
+    f"data.directions=[{','.join(MULTILINGUAL_DIRECTIONS)}]",
+    "data.vocab_size=320",
+    "max_steps=100",
+    "valid_every=50",
+    "save_every=50",
+    "optim.lr=3e-3",
+    "optim.warmup=20",
+]
+
+
+def digit_sentence(lang: str, seed: int) -> str:
+    """3-6 words of `lang`: its code and a digit, e.g. "de3 de0 de7"."""
+    rng = random.Random(seed)
+    return " ".join(f"{lang}{d}" for d in (rng.randrange(10) for _ in range(3 + seed % 4)))
+
+
+def write_multilingual_corpus(root: Path, valid_lines: int = 6) -> list[str]:
+    """train and valid files of MULTILINGUAL_DIRECTIONS (and test files of every pair of en/de/fr),
+    as data.train_src=...{src}-{tgt}.{src} overrides."""
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = [f"{a}-{b}" for a in ("en", "de", "fr") for b in ("en", "de", "fr") if a != b]
+    for name in pairs:
+        src, tgt = name.split("-")
+        for split, count, offset in (("train", 300, 0), ("valid", valid_lines, 10_000), ("test", valid_lines, 20_000)):
+            if split != "test" and name not in MULTILINGUAL_DIRECTIONS:
+                continue
+            for lang in (src, tgt):
+                lines = [digit_sentence(lang, offset + i) for i in range(count)]
+                (root / f"{split}.{name}.{lang}").write_text("\n".join(lines) + "\n")
+    return [
+        f"data.{split}_{side}='{root}/{split}.{{src}}-{{tgt}}.{{{side}}}'"  # quoted: Hydra reads {...} as a dict
+        for split in ("train", "valid", "test")
+        for side in ("src", "tgt")
+    ]
+
+
+def multilingual_overrides(root: Path, *extra: str) -> list[str]:
+    return [
+        *MULTILINGUAL_TRAIN,
+        *write_multilingual_corpus(root / "corpus"),
+        f"data.cache_dir={root / 'cache'}",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[str]]:
+    """MULTILINGUAL_TRAIN (tags as source prefixes), trained once per session: (run dir, summary, log lines)."""
+    root = tmp_path_factory.mktemp("multilingual")
+    summary, lines = train_logging(compose_config("train", multilingual_overrides(root)), root / "run")
+    return root / "run", summary, lines
+
+
+@pytest.fixture(scope="session")
+def decoder_start_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MULTILINGUAL_TRAIN with data.lang_tag=decoder_start, trained once per session."""
+    root = tmp_path_factory.mktemp("multilingual_decoder_start")
+    train_logging(compose_config("train", multilingual_overrides(root, "data.lang_tag=decoder_start")), root / "run")
+    return root / "run"
+
+
 def train_logging(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[str]]:
     """train(cfg, run_dir) with the messages of the "seq2seq.train" logger captured: (summary, lines).
     For module-scoped fixtures, where pytest's function-scoped caplog cannot be used."""

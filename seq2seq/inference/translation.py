@@ -62,6 +62,8 @@ def decoding_config(
     threads: int | None = TranslateConfig.threads,
     sampling: SamplingRule | None = None,
     seed: int = TranslateConfig.seed,
+    tgt_lang: str | None = TranslateConfig.tgt_lang,
+    src_lang: str | None = TranslateConfig.src_lang,
 ) -> TranslateConfig:
     """The translate config of the Python API's `load(path, **settings)`, checked before any model is
     read: seq2seq-translate's keys, with its defaults (TranslateConfig's).
@@ -78,6 +80,8 @@ def decoding_config(
     precision: auto (fp32 for decoding), fp32, bf16, fp16 on a GPU, or int8 (CTranslate2's).
     device: auto, cpu, cuda, cuda:N. threads: of either engine (null: one per core).
     sampling: sample instead of searching (see SamplingRule), seeded by `seed`.
+    tgt_lang: the language a multilingual model writes (required for one); src_lang: the input's,
+        for the zero-shot warning. A one-direction model takes its own codes and refuses others.
     Bad settings raise `seq2seq.config.UserError` with a one-line message naming the key (a setting of
     the wrong type is also a TypeError, a bad value also a ValueError).
     """
@@ -99,6 +103,8 @@ def decoding_config(
         threads=threads,
         sampling=sampling is not None,
         seed=seed,
+        tgt_lang=tgt_lang,
+        src_lang=src_lang,
         **rule,
     )
     validate_translate(cfg)
