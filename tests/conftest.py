@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -111,20 +112,31 @@ def multilingual_overrides(root: Path, *extra: str) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="session")
-def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[str]]:
-    """MULTILINGUAL_TRAIN (tags as source prefixes), trained once per session: (run dir, summary, log lines)."""
-    root = tmp_path_factory.mktemp("multilingual")
-    summary, lines = train_logging(compose_config("train", multilingual_overrides(root)), root / "run")
-    return root / "run", summary, lines
+@dataclass
+class TrainedRun:
+    path: Path  # the run directory
+    cfg: DictConfig  # the config it was trained with
+    summary: dict  # what train() returned
+    lines: list[str]  # its "seq2seq.train" log messages
+    corpus: Path  # its files: {split}.{src}-{tgt}.{lang}
+
+
+def train_multilingual(root: Path, *extra: str) -> TrainedRun:
+    cfg = compose_config("train", multilingual_overrides(root, *extra))
+    summary, lines = train_logging(cfg, root / "run")
+    return TrainedRun(root / "run", cfg, summary, lines, root / "corpus")
 
 
 @pytest.fixture(scope="session")
-def decoder_start_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """MULTILINGUAL_TRAIN (tags as source prefixes), trained once per session."""
+    return train_multilingual(tmp_path_factory.mktemp("multilingual"))
+
+
+@pytest.fixture(scope="session")
+def decoder_start_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     """MULTILINGUAL_TRAIN with data.lang_tag=decoder_start, trained once per session."""
-    root = tmp_path_factory.mktemp("multilingual_decoder_start")
-    train_logging(compose_config("train", multilingual_overrides(root, "data.lang_tag=decoder_start")), root / "run")
-    return root / "run"
+    return train_multilingual(tmp_path_factory.mktemp("multilingual_decoder_start"), "data.lang_tag=decoder_start")
 
 
 def train_logging(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[str]]:

@@ -25,7 +25,7 @@ T = TypeVar("T")
 class Translation:
     text: str
     score: float  # log P(output + EOS) / (tokens + 1) ** length_penalty (a line cut at its budget: no EOS); 0.0 for an empty line
-    tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix included)
+    tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix, and a decoder_start tag, included)
 
 
 class TranslatorAPI(Protocol):
@@ -42,6 +42,9 @@ class TranslatorAPI(Protocol):
     def translate_nbest(
         self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
     ) -> list[list[Translation]] | list[Translation]: ...
+
+    # The same loaded model translating src_lang -> tgt_lang (a multilingual model's tag: target_language).
+    def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> TranslatorAPI: ...
 
 
 ENGINE_NAMES = {"torch": "PyTorch", "ctranslate2": "CTranslate2"}  # for the log

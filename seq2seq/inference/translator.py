@@ -177,15 +177,18 @@ class Translator:
         # A half-precision model on a CPU runs on oneDNN kernels built per matrix shape: let the batch
         # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
+        given = len(self.languages.forced_tag(self.tgt_lang))  # a decoder_start tag: given, not predicted
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
                 self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.length_penalty, multiple,
-                repeat(forced), self.sampling, self.generator,
+                repeat(forced), self.sampling, self.generator, given,
             )  # fmt: skip
             return [hyps[i : i + self.nbest] for i in range(0, len(hyps), self.nbest)]
         if self.beam == 1:
-            hyps = greedy_search(self.model, src, self.start_id, EOS_ID, max_len, self.length_penalty, multiple, forced)
+            hyps = greedy_search(
+                self.model, src, self.start_id, EOS_ID, max_len, self.length_penalty, multiple, forced, given=given
+            )
             return [[h] for h in hyps]
         return beam_search(
             self.model,
@@ -198,6 +201,7 @@ class Translator:
             self.nbest,
             multiple,
             forced,
+            given,
         )
 
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]:
