@@ -340,7 +340,9 @@ class ServeConfig:
     )
     drain_seconds: float = setting(20.0, "after SIGTERM: longest in-flight requests have; still waiting: 503")
     api_keys_file: str | None = setting(None, "one key per line; then every request needs one of them (else 403)")
-    source_lang: str | None = setting(None, "language codes of /languages; null: the run's data.src_lang")
+    source_lang: str | None = setting(
+        None, "language codes of /languages; null: the run's data.src_lang (a multilingual run: its directions)"
+    )
     target_lang: str | None = setting(None, "null: the run's data.tgt_lang")
     debug: bool = setting(False, "show tracebacks instead of one-line errors; log each batch")
 
