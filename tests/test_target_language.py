@@ -148,3 +148,37 @@ def test_the_tag_ids_follow_the_placement():
     assert languages.forced_tag("fr") == [5] and languages.source_tag("fr") == []
     prefixed = ModelLanguages(LanguageTags(SOURCE_PREFIX, ("en-de", "en-fr"), {"de": 4, "fr": 5}))
     assert prefixed.source_tag("de") == [4] and prefixed.forced_tag("de") == []
+
+
+# ---- exports that cannot carry the convention say so; one that can says how ------------------------
+
+
+def test_argos_refuses_a_multilingual_run_naming_the_key(multilingual_run, tmp_path):
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
+
+    with pytest.raises(UserError, match=r"format=argos writes one language pair, .* data\.directions=\['en-de'"):
+        export(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "m.argosmodel"), format="argos"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_huggingface_export_takes_a_source_tag_and_refuses_a_decoder_start_one(
+    multilingual_run, decoder_start_run, tmp_path
+):
+    pytest.importorskip("transformers")
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
+
+    with pytest.raises(UserError, match=r"data\.lang_tag=decoder_start has no Marian convention"):
+        export(ExportConfig(run=str(decoder_start_run.path), output=str(tmp_path / "hf1"), format="huggingface"))
+    output = export(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "hf"), format="huggingface"))[0]
+    card = (output / "README.md").read_text()
+    assert "language: [de, en, fr]" in card and "- directions: en-de, en-fr, de-en (multilingual" in card
+    # transformers, given the tag as the card spells it, writes what seq2seq-translate tgt_lang= writes.
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(output), AutoModelForSeq2SeqLM.from_pretrained(output)
+    for lang in ("de", "fr"):
+        batch = tokenizer([f">>{lang}<<{line}" for line in LINES], return_tensors="pt", padding=True)
+        theirs = tokenizer.batch_decode(model.generate(**batch, num_beams=1), skip_special_tokens=True)
+        assert theirs == load(str(multilingual_run.path), engine="torch", tgt_lang=lang, **SETTINGS).translate(LINES)
