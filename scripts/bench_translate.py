@@ -44,7 +44,7 @@ from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator  # noqa: E402
-from seq2seq.inference.search import max_output_lengths  # noqa: E402
+from seq2seq.inference.translation import output_budget  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -125,9 +125,7 @@ def simple_greedy(translator: Translator, lines: list[str]) -> list[str]:
     for ids in translator.encode(lines):
         src = torch.tensor([ids])
         memory, src_mask = model.encode(src)
-        limit = int(
-            max_output_lengths(src, PAD_ID, translator.max_len_a, translator.max_len_b, translator.max_positions)
-        )
+        limit = output_budget(len(ids) - 1, 0, translator.max_len_a, translator.max_len_b, translator.max_positions)
         prefix = [BOS_ID]
         for _ in range(limit):
             hidden = model.decode(torch.tensor([prefix]), memory, src_mask)

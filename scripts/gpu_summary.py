@@ -45,7 +45,7 @@ def ddp_check(out: Path) -> None:
     """Whether the resumed torchrun run ended with the uninterrupted one's weights, bit for bit."""
     import torch
 
-    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.artifacts.checkpoint import load_checkpoint
 
     a, b = (load_checkpoint(out / name / "checkpoints" / "last.pt") for name in ("ddp_straight", "ddp_resumed"))
     same = all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

@@ -37,7 +37,7 @@ from pathlib import Path
 import sacrebleu
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.cli.average import average_files
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.artifacts.checkpoint import AveragedCheckpoint, ModelPayload, load_checkpoint
 from seq2seq.artifacts.model_files import check_same_tokenizer, load_tokenizers
-from seq2seq.checkpoint import AveragedCheckpoint, ModelPayload, load_checkpoint
+from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, PERIODIC_GLOB, RunDir
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
 
@@ -28,9 +29,9 @@ KEEP = tuple(key for key in ModelPayload.__annotations__ if key != "model") + ("
 def periodic_checkpoints(run_dir: Path, last: int) -> list[Path]:
     """The newest `last` step_N.pt of a run; fewer than asked is an error, as in fairseq's averaging:
     an "average" of one checkpoint is not what was asked for."""
-    found = sorted((run_dir / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    found = RunDir(run_dir).periodic_checkpoints()
     if not found:
-        raise UserError(f"{run_dir}: no checkpoints/step_*.pt to average")
+        raise UserError(f"{run_dir}: no {CHECKPOINTS_DIR}/{PERIODIC_GLOB} to average")
     if len(found) < last:
         names = ", ".join(p.name for p in found)
         raise UserError(
@@ -89,7 +90,7 @@ def _tokenizers_of(checkpoint: Path) -> Tokenizers | None:
 
 def newer_last(run_dir: Path, newest_step: int) -> int | None:
     """The update of last.pt when it is newer than every checkpoint averaged."""
-    last = run_dir / "checkpoints" / "last.pt"
+    last = RunDir(run_dir).checkpoint("last")
     if not last.is_file():
         return None
     step = load_checkpoint(last)["step"]
@@ -105,8 +106,8 @@ def end_of_run(run_dir: Path, paths: list[Path], force: bool) -> None:
     below best.pt (docs/performance.md). Half the run, not a fixed number of
     updates, because runs range from minutes to days; the recipes' own averages (the final ~20%)
     are well inside it."""
-    steps = [int(p.stem.split("_")[1]) for p in paths]
-    final = max(steps[-1], _step_of(run_dir / "checkpoints" / "last.pt") or 0)
+    steps = [RunDir.step_of(p) for p in paths]
+    final = max(steps[-1], _saved_step(RunDir(run_dir).checkpoint("last")) or 0)
     if force or min(steps) * 2 >= final:
         return
     fitting = sum(step * 2 >= final for step in steps)
@@ -118,5 +119,5 @@ def end_of_run(run_dir: Path, paths: list[Path], force: bool) -> None:
     )
 
 
-def _step_of(checkpoint: Path) -> int | None:
+def _saved_step(checkpoint: Path) -> int | None:
     return load_checkpoint(checkpoint)["step"] if checkpoint.is_file() else None

@@ -1,26 +1,27 @@
 """How this process's CPU threads wait, so that a machine shared with other work costs a fair share.
 
 PyTorch and CTranslate2 run their CPU kernels on GNU OpenMP threads. Between two parallel regions a
-waiting thread spins (300,000 rounds by default) before it sleeps. On an idle machine that saves a
-wake-up, and it is the fastest way to wait: a short spin cost the small model 14% and PyTorch's
-decoding 44% on an idle AMX Xeon. On a machine where another job holds a core, the spinning threads
+waiting thread spins for a long while (libgomp's default) before it sleeps. On an idle machine that
+saves a wake-up, and it is the fastest way to wait: a short spin made both training and PyTorch's
+decoding slower on an idle machine. On a machine where another job holds a core, the spinning threads
 take the very core the descheduled thread of the same region needs, and every region waits for it:
-training ran at 7-30% of its idle speed beside one other job, against 53-67% with a short spin
-(GOMP_SPINCOUNT=1000). docs/performance.md, "Shared machines", has the figures.
+beside one other job, training kept a far smaller share of its idle speed with the long spin than with
+a short one (GOMP_SPINCOUNT=1000). The figures are in docs/performance.md, "Shared machines"; they stay
+there, with the machine and date they belong to, rather than here.
 
 So the choice is made per process, by a measurement at start: `prepare_this_process()` runs when a
 command starts its work (seq2seq/startup.py), before torch or ctranslate2 load libgomp, which reads the
 variables once, as it loads. It counts the threads of other processes that are running (/proc/loadavg,
-a few samples over ~50 ms): with other work running it sets the short spin; on an idle machine it
-keeps libgomp's default. A job that arrives later finds long-spinning threads, which cannot be changed
-any more: `SharingWatch` notices the other work's CPU time, and training (between updates) and the
-server (between batches) run on the threads it leaves room for while it lasts (one on two cores: one
-thread has no parallel regions to wait in). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left
-as it is.
+a few samples a few milliseconds apart): with other work running it sets the short spin; on an idle
+machine it keeps libgomp's default. A job that arrives later finds long-spinning threads, which cannot
+be changed any more: `SharingWatch` notices the other work's CPU time, and training (between updates)
+and the server (between batches) run on the threads it leaves room for while it lasts (one on two
+cores: one thread has no parallel regions to wait in). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT
+is left as it is.
 
 It also loads ctranslate2, which carries a libgomp of its own, before PyTorch's OpenMP threads run:
-loaded after them, CTranslate2 decoded about 10x slower for the rest of the process
-(docs/performance.md, "Both engines in one process").
+loaded after them, CTranslate2 decoded many times slower for the rest of the process
+(docs/performance.md, "Both engines in one process", has the measurement).
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def others_running(
 def is_shared(others: float | None, threads: int, cores: int) -> bool:
     """Whether other work running now (`others` threads; None: unknown) and this process's `threads`
     want more than the `cores`: then a spinning thread takes a core another needs. Unknown counts as
-    shared: the short spin never cost more than ~40%, the long one beside a job up to 95%."""
+    shared: a short spin on an idle machine cost far less than a long one beside a job (the figures:
+    docs/performance.md, "Measurements behind the code")."""
     return others is None or (others >= SHARED_THREADS and others + threads > cores)
 
 

@@ -1,5 +1,5 @@
 """What the CPU is and has, read from /proc/cpuinfo without importing torch: `seq2seq-translate`
-chooses its engine before torch would load (`import torch` is 1-3 s of its start-up). The one place
+chooses its engine before torch would load (`import torch` is most of its start-up). The one place
 that reads the file: the precision cache's key and the benchmarks' machine name use it too."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Which precision a run computes in: `precision=auto` measures it, a slow explicit choice is warned about.
 
-No fixed default is right on every CPU: bf16 matmuls ran 4x fp32's rate on a Xeon with AMX and ~100x
-slower than fp32 on an EPYC with AVX2 only (0.8 against 116 GFLOP/s), where PyTorch has no bf16
-hardware path and emulates it. So on a CPU the choice is a measurement: a matmul of the model's own
-shapes in each precision, timed for a few tens of milliseconds (0.2 s where bf16 is emulated), cached per machine (CPU, its ISA
+No fixed default is right on every CPU: bf16 matmuls ran several times fp32's rate on a Xeon with AMX
+and far slower than fp32 on an EPYC with AVX2 only, where PyTorch has no bf16 hardware path and
+emulates it (docs/performance.md, "Measurements behind the code", has the rates). So on a CPU the
+choice is a measurement: a matmul of the model's own shapes in each precision, timed for
+TIMED_SECONDS (longer where bf16 is emulated: MIN_CALLS slow calls), cached per machine (CPU, its ISA
 level as `torch.backends.cpu.get_cpu_capability()` names it, torch version, threads) in the cache
 folder, so later runs decide at once; on CPUs without bf16 instructions (`cpuinfo.has_bf16`, which the
 engine choice reads too) fp32 is kept whatever a noisy measurement says. On CUDA it follows what the
@@ -77,7 +78,7 @@ def _gflops(d_model: int, ffn_dim: int, dtype: torch.dtype) -> float:
     """The rate of the fastest of at least MIN_CALLS timed calls: on a busy machine some calls wait for a
     core (a 2-thread matmul waits for both), and the fastest is the one that measured the CPU."""
     a, b = torch.randn(ROWS, d_model, dtype=dtype), torch.randn(d_model, ffn_dim, dtype=dtype)
-    a @ b  # oneDNN builds the kernel for this shape on the first call (~10 ms): not timed
+    a @ b  # oneDNN builds the kernel for this shape on the first call: not timed
     fastest, calls, start = float("inf"), 0, time.perf_counter()
     while calls < MIN_CALLS or time.perf_counter() - start < TIMED_SECONDS:
         before = time.perf_counter()
@@ -97,7 +98,7 @@ def _machine_key(d_model: int, ffn_dim: int) -> str:
 
 def cached_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:
     """The measurement for this machine and shape, from the cache file when it has one (a new
-    measurement costs 0.2 s where bf16 is emulated, less elsewhere)."""
+    measurement is slowest where bf16 is emulated)."""
     measure = lambda: measure_matmul_rates(d_model, ffn_dim)  # noqa: E731
     return cached(CACHE_NAME, _machine_key(d_model, ffn_dim), MatmulRates, measure)
 

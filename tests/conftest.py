@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import io
 import logging
 import random
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,3 +201,48 @@ class Taken:
     def result(self) -> object:
         self._events.append("taken")
         return self._result.result()
+
+
+@pytest.fixture
+def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """A console script's `main` in this process, as test_cli.py's `run_cli` runs it in a subprocess, but
+    without a new interpreter and its imports (seconds each): for the tests of what a command line gets
+    back. Hydra's logging set-up is undone after it, so later tests log as before. test_cli.py's
+    test_console_scripts_report_errors_in_one_line keeps the whole way through the installed scripts."""
+
+    import torch  # here: the package is imported first (seq2seq/cpu_sharing.py), as in the commands
+
+    def run(args: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+        command, *rest = args
+        module = {"seq2seq-train": "seq2seq.cli.train", "seq2seq-translate": "seq2seq.cli.translate"}[command]
+        main = importlib.import_module(module).main
+        monkeypatch.setattr(sys, "argv", [command, *rest])
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((stdin or "").encode())))
+        monkeypatch.setenv("SEQ2SEQ_CACHE", str(cwd / "cache"))
+        monkeypatch.chdir(cwd)
+        before = {name: (log.handlers[:], log.level, log.propagate) for name, log in _loggers().items()}
+        threads = torch.get_num_threads()  # threads= sets them for the process
+        capsys.readouterr()
+        try:
+            main()
+            status = 0
+        except SystemExit as stop:
+            status = stop.code if isinstance(stop.code, int) else 1
+        finally:  # Hydra's dictConfig gave loggers handlers on this test's captured streams and its run directory
+            torch.set_num_threads(threads)
+            for name, log in _loggers().items():
+                handlers, level, propagate = before.get(name, ([], logging.NOTSET, True))
+                for handler in log.handlers:
+                    if handler not in handlers:
+                        handler.close()
+                log.handlers[:], log.propagate = handlers, propagate
+                log.setLevel(level)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, status, out.out, out.err)
+
+    return run
+
+
+def _loggers() -> dict[str, logging.Logger]:
+    named = logging.root.manager.loggerDict.items()
+    return {"": logging.getLogger(), **{name: log for name, log in named if isinstance(log, logging.Logger)}}

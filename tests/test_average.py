@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.checkpoint import atomic_save, load_checkpoint
+from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
 from seq2seq.cli.average import key_values, run
 from seq2seq.cli.average import main as average_main
 from seq2seq.config import UserError
@@ -115,32 +115,25 @@ def test_a_last_pt_beyond_the_periodic_ones_counts_as_the_end_of_the_run(tmp_pat
         main([f"run={tmp_path}", "last=2"])
 
 
-def test_it_takes_key_value_arguments_and_still_the_old_form_with_a_warning(tmp_path):
+def test_it_takes_key_value_arguments_and_still_the_old_form_with_a_warning(tmp_path, capsys):
+    # The console script's main, in this process: test_it_is_a_console_command_with_one_line_errors
+    # goes through the installed script.
     for step in (300, 400):
         save(tmp_path, f"step_{step}", step, float(step))
-    result = subprocess.run(
-        [str(BIN / "seq2seq-average"), f"run={tmp_path}", "last=2", f"output={tmp_path / 'a.pt'}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["steps"] == [300, 400] and "warning" not in result.stderr
-    old = subprocess.run(
-        [str(BIN / "seq2seq-average"), str(tmp_path), "--last", "2", "--output", str(tmp_path / "b.pt")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert old.returncode == 0, old.stderr
-    assert old.stderr.splitlines()[0] == (
+    average_main([f"run={tmp_path}", "last=2", f"output={tmp_path / 'a.pt'}"])
+    result = capsys.readouterr()
+    assert json.loads(result.out)["steps"] == [300, 400] and "warning" not in result.err
+    average_main([str(tmp_path), "--last", "2", "--output", str(tmp_path / "b.pt")])
+    assert capsys.readouterr().err.splitlines()[0] == (
         f"warning: this form is deprecated; use: seq2seq-average run={tmp_path} last=2 output={tmp_path / 'b.pt'}"
     )
     assert torch.equal(
         load_checkpoint(tmp_path / "a.pt")["model"]["w"], load_checkpoint(tmp_path / "b.pt")["model"]["w"]
     )
-    bad = subprocess.run([str(BIN / "seq2seq-average"), f"run={tmp_path}", "last=two"], capture_output=True, text=True)
-    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "last" in bad.stderr
+    with pytest.raises(SystemExit) as bad:
+        average_main([f"run={tmp_path}", "last=two"])
+    stderr = capsys.readouterr().err
+    assert bad.value.code == 2 and len(stderr.splitlines()) == 1 and "last" in stderr
 
 
 def test_checkpoints_of_runs_with_other_tokenizers_are_not_averaged(tmp_path):
@@ -240,7 +233,7 @@ def test_sigterm_while_saving_the_average_leaves_no_temporary_file(tmp_path, mon
     import os
     import signal
 
-    import seq2seq.checkpoint as checkpoint
+    import seq2seq.artifacts.checkpoint as checkpoint
 
     for step, value in [(100, 1.0), (200, 2.0)]:
         save(tmp_path, f"step_{step}", step, value)

@@ -23,7 +23,7 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
@@ -142,20 +142,19 @@ def files_config(tmp_path: Path, files: dict[str, bytes], *extra: str) -> object
     return compose_config("train", [*overrides, *common, "attention_images=false", *extra])
 
 
-def test_source_and_target_line_counts_differ(tmp_path):
-    files = {"train_src": b"a\nb\nc\n", "train_tgt": b"A\nB\n", "valid_src": b"v\n", "valid_tgt": b"V\n"}
+@pytest.mark.parametrize(
+    ("train_src", "train_tgt", "expected"),
+    [
+        (b"a\nb\nc\n", b"A\nB\n", "{src} has 3 lines but {tgt} has 2: they must pair up"),
+        (b"", b"", "the train split of data.kind=parallel_files is empty: no pairs in {src} and {tgt}"),
+    ],
+    ids=["line-counts-differ", "empty"],
+)
+def test_training_files_that_cannot_train_name_both_files(tmp_path, train_src, train_tgt, expected):
+    files = {"train_src": train_src, "train_tgt": train_tgt, "valid_src": b"v\n", "valid_tgt": b"V\n"}
     with pytest.raises(UserError) as info:
         train(files_config(tmp_path, files), tmp_path / "run")
-    src, tgt = tmp_path / "train_src", tmp_path / "train_tgt"
-    assert str(info.value) == f"{src} has 3 lines but {tgt} has 2: they must pair up"
-
-
-def test_empty_training_files(tmp_path):
-    files = {"train_src": b"", "train_tgt": b"", "valid_src": b"v\n", "valid_tgt": b"V\n"}
-    with pytest.raises(UserError) as info:
-        train(files_config(tmp_path, files), tmp_path / "run")
-    src, tgt = tmp_path / "train_src", tmp_path / "train_tgt"
-    assert str(info.value) == f"the train split of data.kind=parallel_files is empty: no pairs in {src} and {tgt}"
+    assert str(info.value) == expected.format(src=tmp_path / "train_src", tgt=tmp_path / "train_tgt")
 
 
 MESSY = [

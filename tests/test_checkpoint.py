@@ -1,8 +1,9 @@
-"""Checkpoint files (`seq2seq.checkpoint`): crash-safe saving, safe loading (no code from the file
+"""Checkpoint files (`seq2seq.artifacts.checkpoint`): crash-safe saving, safe loading (no code from the file
 ever runs), clear errors for broken files, random-number-generator state and model rebuilding."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import errno
 import json
@@ -18,17 +19,18 @@ import torch
 from conftest import TINY_TRAIN, compose_config
 from numerics import assert_equal
 
-import seq2seq.checkpoint as checkpoint
-from seq2seq.artifacts.model_files import read_model_file
-from seq2seq.averaging import average
-from seq2seq.checkpoint import (
+import seq2seq.artifacts.checkpoint as checkpoint
+from seq2seq.artifacts.checkpoint import (
     atomic_save,
     load_checkpoint,
     model_from_checkpoint,
 )
+from seq2seq.artifacts.model_files import read_model_file
+from seq2seq.artifacts.path_kind import WEIGHTS_FORMAT
+from seq2seq.averaging import average
 from seq2seq.config import ModelConfig, TrainConfig, UserError
 from seq2seq.model.transformer import Transformer
-from seq2seq.run_files import find_checkpoint
+from seq2seq.train.optim import build_optimizer
 from seq2seq.train.rng import rng_state, set_rng_state
 from seq2seq.train.run import train
 
@@ -271,26 +273,6 @@ def test_rng_state_round_trip(tmp_path: Path, through_file: bool) -> None:
     assert draw_everything() == first
 
 
-def test_find_checkpoint_prefers_best_then_last(tmp_path: Path) -> None:
-    directory = tmp_path / "checkpoints"
-    directory.mkdir()
-    (directory / "last.pt").write_bytes(b"")
-    (directory / "step_10.pt").write_bytes(b"")
-    assert find_checkpoint(tmp_path) == directory / "last.pt"
-    (directory / "best.pt").write_bytes(b"")
-    assert find_checkpoint(tmp_path) == directory / "best.pt"
-    assert find_checkpoint(tmp_path, prefer=("last",)) == directory / "last.pt"
-
-
-def test_find_checkpoint_errors(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="no such run directory"):
-        find_checkpoint(tmp_path / "absent")
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "step_10.pt").write_bytes(b"")
-    with pytest.raises(UserError, match="has no checkpoint"):
-        find_checkpoint(tmp_path)
-
-
 @pytest.mark.parametrize("tie_output", [True, False])
 def test_model_from_checkpoint_reproduces_outputs(tmp_path: Path, tie_output: bool) -> None:
     torch.manual_seed(0)
@@ -395,7 +377,7 @@ def write_weights(directory: Path, payload: dict, **model_changes: object) -> Pa
     directory.mkdir()
     save_file({n: t.clone() for n, t in payload["model"].items()}, str(directory / "model.safetensors"))
     config = {
-        "format": checkpoint.WEIGHTS_FORMAT,
+        "format": WEIGHTS_FORMAT,
         "model": {**dataclasses.asdict(TINY), **model_changes},
         "vocab": {**payload["vocab"], **model_changes.pop("vocab", {})},
     }
@@ -446,13 +428,103 @@ def test_a_directory_where_no_file_can_be_created_is_one_line(tmp_path: Path, mo
     )
 
 
-# What a training checkpoint held when its payload was first given a type (seq2seq.checkpoint.Checkpoint),
-# in the order Trainer.state_dict wrote it: the checkpoints of runs from before then have these keys.
+# What a training checkpoint held when its payload was first given a type, in the order the Trainer
+# wrote it: the checkpoints of runs from before then have these keys (TrainingState writes them so).
 LAYOUT = (
     "format", "model", "config", "vocab", "step", "data", "optimizer", "scaler", "rng", "best",
     "validations_since_best", "skipped_updates", "metrics", "elapsed_seconds", "validation_minutes",
     "precision_choice",
 )  # fmt: skip
+# What older code did not write yet: the run's clock and the precision record (the top-level keys).
+ADDED_LATER = ("elapsed_seconds", "validation_minutes", "precision_choice")
+
+
+def training_payload_by_hand() -> dict:
+    """A training checkpoint's payload in the layout the Trainer has written since FORMAT 1 got its
+    type, built here key by key rather than by the code under test."""
+    generator = torch.Generator().manual_seed(5)
+    weight = torch.randn(3, 4, generator=generator)
+    return {
+        "format": 1,
+        "model": {"layer.weight": weight},
+        "config": {"model": {"d_model": 4}, "seed": 1, "precision": "fp32"},
+        "vocab": {"src_size": 13, "tgt_size": 13, "pad_id": 0, "tokenizer": "abc"},
+        "step": 3,
+        "data": {"epoch": 0, "position": 24},
+        "optimizer": {
+            "updates": 3,
+            "state": {0: {"step": 3, "exp_avg": torch.ones(3, 4), "exp_avg_sq": torch.full((3, 4), 2.0)}},
+        },
+        "scaler": {},
+        "rng": [rng_state()],
+        "best": {"value": 12.5, "step": 2},
+        "validations_since_best": 1,
+        "skipped_updates": 0,
+        "metrics": {"bleu": 11.0, "loss": 2.5},
+        "elapsed_seconds": 61.5,
+        "validation_minutes": 0.25,
+        "precision_choice": {"asked": "auto", "reason": "bf16 was no faster here"},
+    }
+
+
+def test_a_payload_of_todays_layout_loads_as_a_training_state_and_is_written_back_alike(tmp_path: Path) -> None:
+    payload = training_payload_by_hand()
+    torch.save(payload, tmp_path / "last.pt")  # as the Trainer wrote it before TrainingState
+    state = checkpoint.load_training_state(tmp_path / "last.pt")
+    assert isinstance(state, checkpoint.TrainingState)
+    for key in LAYOUT[1:]:
+        assert_same(getattr(state, key), payload[key])
+    assert tuple(state.to_payload()) == LAYOUT
+    checkpoint.save_training_state(state, tmp_path / "again.pt")
+    assert_same(torch.load(tmp_path / "again.pt", weights_only=True), payload)
+
+
+def test_a_payload_without_what_later_code_added_is_upgraded_as_it_is_read(tmp_path: Path) -> None:
+    """The keys older checkpoints lack, each filled in by `upgrade` alone: one random state as a dict,
+    without numpy's cached normal draw; a torch.optim optimizer state (no "updates", its steps as
+    tensors); no clock and no precision record."""
+    np.random.seed(4)
+    np.random.rand(2)  # no normal draw: nothing is cached, as in a state saved without the cache
+    payload = training_payload_by_hand()
+    rng = rng_state()
+    expected_draws = np.random.rand(3).tolist()
+    old_rng = {**rng, "numpy": {k: v for k, v in rng["numpy"].items() if k not in ("has_gauss", "cached_gaussian")}}
+    payload["rng"] = old_rng
+    payload["optimizer"] = {
+        "state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(3, 4), "exp_avg_sq": torch.ones(3, 4)}},
+        "param_groups": [{"lr": 0.001, "betas": (0.9, 0.98), "params": [0]}],
+    }
+    for key in ADDED_LATER:
+        del payload[key]
+    torch.save(payload, tmp_path / "last.pt")
+    before = copy.deepcopy(payload)
+    assert checkpoint.upgrade(payload)["optimizer"]["updates"] == 3
+    assert_same(payload, before)  # the upgrade changed a copy
+    state = checkpoint.load_training_state(tmp_path / "last.pt")
+    assert (state.elapsed_seconds, state.validation_minutes, state.precision_choice) == (0.0, 0.0, None)
+    assert state.optimizer["updates"] == 3
+    assert len(state.rng) == 1
+    assert (state.rng[0]["numpy"]["has_gauss"], state.rng[0]["numpy"]["cached_gaussian"]) == (0, 0.0)
+    np.random.seed(99)
+    set_rng_state(state.rng[0])
+    assert np.random.rand(3).tolist() == expected_draws
+    param = torch.nn.Parameter(torch.zeros(3, 4))
+    optimizer = build_optimizer([param], TrainConfig().optim, 4)
+    optimizer.load_state_dict(state.optimizer)
+    assert optimizer.updates == 3
+
+
+def test_an_averaged_checkpoint_is_not_a_training_state(tmp_path: Path) -> None:
+    payload = training_payload_by_hand()
+    averaged = {key: payload[key] for key in ("format", "config", "vocab", "step", "metrics", "model")}
+    averaged |= {"averaged_from": ["a.pt", "b.pt"], "averaged_steps": [2, 3]}
+    atomic_save(averaged, tmp_path / "averaged.pt")
+    assert_same(load_checkpoint(tmp_path / "averaged.pt"), averaged)  # nothing added by the upgrade
+    with pytest.raises(UserError) as info:
+        checkpoint.load_training_state(tmp_path / "averaged.pt")
+    assert str(info.value) == (
+        f"{tmp_path / 'averaged.pt'}: has no data (not a training checkpoint: a run cannot resume from it)"
+    )
 
 
 def test_checkpoints_of_the_layout_runs_have_written_load_resume_and_average(tmp_path: Path) -> None:
@@ -461,8 +533,7 @@ def test_checkpoints_of_the_layout_runs_have_written_load_resume_and_average(tmp
     last = run / "checkpoints" / "last.pt"
     payload = load_checkpoint(last)
     assert tuple(payload) == LAYOUT
-    assert set(LAYOUT) == checkpoint.Checkpoint.__required_keys__ | checkpoint.Checkpoint.__optional_keys__
-    assert checkpoint.Checkpoint.__optional_keys__ == {"elapsed_seconds", "validation_minutes", "precision_choice"}
+    assert tuple(torch.load(last, weights_only=True)) == LAYOUT  # on disk too, before any upgrade
     assert set(payload["vocab"]) == {"src_size", "tgt_size", "pad_id", "tokenizer"}
     # The checkpoint, and the weights export training wrote from best.pt at its end, rebuild their models.
     for source, made_from in ((last, last), (run / "model", run / "checkpoints" / "best.pt")):
@@ -482,11 +553,12 @@ def test_checkpoints_of_the_layout_runs_have_written_load_resume_and_average(tmp
         "averaged_from",
         "averaged_steps",
     )
-    # Older still: written before the run's clock, the precision record and the tokenizer's fingerprint were kept.
-    older = {key: value for key, value in payload.items() if key in checkpoint.Checkpoint.__required_keys__}
-    older["vocab"] = {
-        key: value for key, value in payload["vocab"].items() if key in checkpoint.Vocabulary.__required_keys__
-    }
+    # Older still: written before the run's clock, the precision record, the tokenizer's fingerprint,
+    # per-rank random states, numpy's cached draw and our own optimizer state were kept.
+    older = {key: value for key, value in payload.items() if key not in ADDED_LATER}
+    older["vocab"] = {key: value for key, value in payload["vocab"].items() if key != "tokenizer"}
+    older["rng"] = {**payload["rng"][0], "numpy": {"keys": payload["rng"][0]["numpy"]["keys"], "pos": 0}}
+    older["optimizer"] = {"state": payload["optimizer"]["state"]}
     atomic_save(older, last)
     read_model_file(last)
     resume = f"resume={run}"

@@ -60,7 +60,7 @@ def test_train_writes_a_complete_run_directory(trained_run: Path) -> None:
         assert "seq2seq-translate run=, the default)" in log
     # precision=auto (the default) measured this CPU, said what it chose, and the checkpoint records it
     assert "precision: fp32 (auto: bf16 matmul " in log or "precision: bf16 (auto: bf16 matmul " in log
-    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.artifacts.checkpoint import load_checkpoint
 
     assert load_checkpoint(trained_run / "checkpoints" / "last.pt")["config"]["precision"] in ("fp32", "bf16")
 
@@ -138,8 +138,8 @@ def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: P
         ),
     ],
 )
-def test_translate_bad_input_is_one_line_error(tmp_path: Path, args: list[str], expected: str) -> None:
-    result = run_cli([str(BIN / "seq2seq-translate"), *args], tmp_path, stdin="a b\n")
+def test_translate_bad_input_is_one_line_error(tmp_path: Path, run_main, args: list[str], expected: str) -> None:
+    result = run_main(["seq2seq-translate", *args], tmp_path, stdin="a b\n")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {expected}"]
 
@@ -209,13 +209,13 @@ def test_translate_starts_without_hydra_unless_asked_for_it(tmp_path: Path) -> N
     assert "beam: 3" in result.stdout and "run: r" in result.stdout
 
 
-def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: Path) -> None:
+def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: Path, run_main) -> None:
     broken = tmp_path / "checkpoints" / "best.pt"
     broken.parent.mkdir()
     data = (trained_run / "checkpoints" / "best.pt").read_bytes()
     broken.write_bytes(data[: len(data) // 2])
     (tmp_path / "tokenizer.json").write_bytes((trained_run / "tokenizer.json").read_bytes())
-    result = run_cli([str(BIN / "seq2seq-translate"), f"run={tmp_path}"], tmp_path, stdin="a b\n")
+    result = run_main(["seq2seq-translate", f"run={tmp_path}"], tmp_path, stdin="a b\n")
     assert result.returncode == 2
     assert f"{broken}: not a readable checkpoint (truncated or corrupt)" in result.stderr
     assert "Traceback" not in result.stderr
@@ -232,8 +232,10 @@ def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: P
         ("max_steps=${nope}", "config error: max_steps: Interpolation key 'nope' not found"),
     ],
 )
-def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, override: str, expected: str) -> None:
-    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+def test_train_rejects_impossible_values_before_any_work(
+    tmp_path: Path, run_main, override: str, expected: str
+) -> None:
+    result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"error: {expected}"
     assert not (tmp_path / "cache").exists()  # stopped before reading or tokenizing anything
@@ -241,9 +243,9 @@ def test_train_rejects_impossible_values_before_any_work(tmp_path: Path, overrid
 
 
 @pytest.mark.parametrize("override", ["max_steps=ten", "seed=abc", "model.d_model=abc", "model.dropout=high"])
-def test_train_refuses_a_value_of_the_wrong_type_in_one_line(tmp_path: Path, override: str) -> None:
+def test_train_refuses_a_value_of_the_wrong_type_in_one_line(tmp_path: Path, run_main, override: str) -> None:
     # Hydra's own answer was four lines and exit status 1, after writing the run directory.
-    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     key, value = override.split("=")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -254,14 +256,15 @@ def test_train_refuses_a_value_of_the_wrong_type_in_one_line(tmp_path: Path, ove
 
 
 @pytest.mark.parametrize("given", [False, True])
-def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(tmp_path: Path, given: bool) -> None:
+def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(
+    tmp_path: Path, run_main, given: bool
+) -> None:
     run = tmp_path / "outputs" / "run"
     if given:  # a directory the user had: left alone, with what was in it
         run.mkdir(parents=True)
         (run / "notes.txt").write_text("mine")
-    result = run_cli(
-        [str(BIN / "seq2seq-train"), "data=multi30k", f"data.dir={tmp_path / 'nonexistent'}", f"hydra.run.dir={run}"],
-        tmp_path,
+    result = run_main(
+        ["seq2seq-train", "data=multi30k", f"data.dir={tmp_path / 'nonexistent'}", f"hydra.run.dir={run}"], tmp_path
     )
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "nonexistent" in result.stderr
@@ -271,8 +274,8 @@ def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(tmp_p
 
 
 @pytest.mark.parametrize(("override", "key"), [("model.d_modle=64", "d_modle"), ("model=huge", "huge")])
-def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: str, key: str) -> None:
-    result = run_cli([str(BIN / "seq2seq-train"), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, run_main, override: str, key: str) -> None:
+    result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode != 0
     assert key in result.stderr
     assert "Traceback" not in result.stderr
@@ -291,12 +294,28 @@ def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, override: s
     ],
 )
 def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
-    tmp_path: Path, command: str, override: str, expected: str
+    tmp_path: Path, run_main, command: str, override: str, expected: str
 ) -> None:
     # `+key=...` used to be added to the config and the run went ahead with it ignored.
-    result = run_cli([str(BIN / command), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    result = run_main([command, override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [f"error: {expected}"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "override", "expected"),
+    [
+        ("seq2seq-train", "max_step=5", "max_step: unknown key; did you mean max_steps?"),
+        ("seq2seq-translate", "beams=3", "beams: unknown key; did you mean beam?"),
+    ],
+)
+def test_console_scripts_report_errors_in_one_line(tmp_path: Path, command: str, override: str, expected: str) -> None:
+    """The tests above call each command's `main` in this process; this one goes through the installed
+    script (launch.py's re-launch on tcmalloc included) to its exit status and stderr."""
+    result = run_cli([str(BIN / command), override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: {expected}"]
     assert not (tmp_path / "run").exists()
 
 
@@ -309,22 +328,24 @@ def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
     ],
     ids=["parent-is-a-file", "resume-missing", "resume-without-checkpoint"],
 )
-def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(tmp_path: Path, make_args, expected: str) -> None:
+def test_train_refuses_a_run_directory_it_cannot_use_in_one_line(
+    tmp_path: Path, run_main, make_args, expected: str
+) -> None:
     # Hydra used to create it (and .hydra/, train.log) first, or fail with "Unable to configure handler 'file'".
     (tmp_path / "file").touch()
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = run_cli([str(BIN / "seq2seq-train"), *make_args(tmp_path)], tmp_path)
+    result = run_main(["seq2seq-train", *make_args(tmp_path)], tmp_path)
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {expected.format(tmp=tmp_path)}")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_a_new_train_into_a_finished_run_is_refused_before_hydra_writes_into_it(trained_run: Path) -> None:
+def test_a_new_train_into_a_finished_run_is_refused_before_hydra_writes_into_it(trained_run: Path, run_main) -> None:
     # It replaced best.pt, last.pt, model/ and ctranslate2/ with a new model and left the old step_N.pt.
     config = (trained_run / ".hydra" / "config.yaml").read_bytes()
     before = {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.name not in ("train.log", ".lock")}
-    result = run_cli([str(BIN / "seq2seq-train"), "max_steps=1", f"hydra.run.dir={trained_run}"], trained_run.parent)
+    result = run_main(["seq2seq-train", "max_steps=1", f"hydra.run.dir={trained_run}"], trained_run.parent)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {trained_run}: holds an earlier run (checkpoints/best.pt); continue it with resume={trained_run}, "
@@ -334,16 +355,16 @@ def test_a_new_train_into_a_finished_run_is_refused_before_hydra_writes_into_it(
     assert {p: p.stat().st_mtime_ns for p in trained_run.rglob("*") if p.name not in ("train.log", ".lock")} == before
 
 
-def test_translate_help_lists_only_its_own_keys_with_their_descriptions(tmp_path: Path) -> None:
+def test_translate_help_lists_only_its_own_keys_with_their_descriptions(tmp_path: Path, run_main) -> None:
     # It listed the training groups (model, data, ...), which translation then refused, and no descriptions.
-    result = run_cli([str(BIN / "seq2seq-translate"), "--help"], tmp_path)
+    result = run_main(["seq2seq-translate", "--help"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "  beam=5  # beam size; 1 is greedy search" in result.stdout.splitlines()
     assert "model" not in result.stdout and "optim" not in result.stdout
 
 
-def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: Path) -> None:
-    result = run_cli([str(BIN / "seq2seq-train"), "model=small", "--help"], tmp_path)
+def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: Path, run_main) -> None:
+    result = run_main(["seq2seq-train", "model=small", "--help"], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "  model        base, big, small, tiny" in lines
@@ -351,13 +372,13 @@ def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: P
     assert "  max_steps=2000  # updates; null: no limit" in lines
 
 
-def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into_it(tmp_path: Path) -> None:
+def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into_it(tmp_path: Path, run_main) -> None:
     from seq2seq.train.lock import run_directory_lock
 
     run = tmp_path / "run"
     run.mkdir()
-    with run_directory_lock(run):  # held by "the first run" (this process)
-        result = run_cli([str(BIN / "seq2seq-train"), f"hydra.run.dir={run}"], tmp_path)
+    with run_directory_lock(run):  # held by "the first run" (this process; flock tells its two opens apart)
+        result = run_main(["seq2seq-train", f"hydra.run.dir={run}"], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {run}: another seq2seq-train (process {os.getpid()}) is using this run directory; "

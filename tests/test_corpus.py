@@ -14,16 +14,24 @@ import pytest
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.corpus import (
+    Pairs,
     corpus_sources,
-    read_corpus,
-    read_jsonl,
+    iter_jsonl,
+    iter_parallel,
+    iter_split,
+    iter_tsv,
     read_lines,
-    read_multi30k,
-    read_parallel,
-    read_tsv,
+    require_pairs,
+    unzip,
 )
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+
+
+def read_splits(cfg: DataConfig) -> dict[str, Pairs]:
+    """Every split the config names, read whole through `iter_split`, as the pipeline reads them."""
+    splits = {split: iter_split(cfg, split) for split in ("train", "valid", "test")}
+    return {split: unzip(pairs) for split, pairs in splits.items() if pairs is not None}
 
 
 def write(path: Path, data: bytes | str) -> Path:
@@ -121,50 +129,50 @@ def test_a_very_long_line_is_read_intact(tmp_path):
 # --- parallel, TSV, JSONL -----------------------------------------------------------------------
 
 
-def test_read_parallel_pairs_lines(tmp_path):
+def test_iter_parallel_pairs_lines(tmp_path):
     src = write(tmp_path / "a.src", "a\nb\n")
     tgt = write(tmp_path / "a.tgt", "A\nB")
-    assert read_parallel(src, tgt) == (["a", "b"], ["A", "B"])
+    assert unzip(iter_parallel(src, tgt)) == (["a", "b"], ["A", "B"])
 
 
-def test_read_parallel_names_both_files_and_counts(tmp_path):
+def test_iter_parallel_names_both_files_and_counts(tmp_path):
     src = write(tmp_path / "a.src", "1\n2\n3\n")
     tgt = write(tmp_path / "a.tgt", "1\n2\n")
     with pytest.raises(UserError) as info:
-        read_parallel(src, tgt)
+        list(iter_parallel(src, tgt))
     assert str(info.value) == f"{src} has 3 lines but {tgt} has 2: they must pair up"
 
 
-def test_read_tsv(tmp_path):
+def test_iter_tsv(tmp_path):
     path = write(tmp_path / "x.tsv", "a b\tA B\nc\td\te\n\t\n")
-    assert read_tsv(path) == (["a b", "c", ""], ["A B", "d\te", ""])  # split at the first tab only
+    assert unzip(iter_tsv(path)) == (["a b", "c", ""], ["A B", "d\te", ""])  # split at the first tab only
 
 
-def test_read_tsv_line_without_tab_names_file_and_line(tmp_path):
+def test_iter_tsv_line_without_tab_names_file_and_line(tmp_path):
     path = write(tmp_path / "x.tsv", "a\tA\nb\tB\nno tab here\n")
     with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:3: expected 'source<TAB>target', found no tab$"):
-        read_tsv(path)
+        list(iter_tsv(path))
 
 
-def test_read_jsonl(tmp_path):
+def test_iter_jsonl(tmp_path):
     rows = [{"en": "a", "de": "A", "id": 1}, {"en": "b\nc", "de": "B"}]
     path = write(tmp_path / "x.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n\n")
-    assert read_jsonl(path, "en", "de") == (["a", "b\nc"], ["A", "B"])
+    assert unzip(iter_jsonl(path, "en", "de")) == (["a", "b\nc"], ["A", "B"])
 
 
-def test_read_jsonl_bad_json_names_file_and_line(tmp_path):
+def test_iter_jsonl_bad_json_names_file_and_line(tmp_path):
     path = write(tmp_path / "x.jsonl", '{"src": "a", "tgt": "b"}\n{"src": "a", \n')
     with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:2: not valid JSON"):
-        read_jsonl(path, "src", "tgt")
+        list(iter_jsonl(path, "src", "tgt"))
 
 
 @pytest.mark.parametrize("bad_line", ['{"src": "a"}', '{"src": "a", "tgt": 3}', '["a", "b"]', '"text"'])
-def test_read_jsonl_missing_keys_names_file_and_line(tmp_path, bad_line):
+def test_iter_jsonl_missing_keys_names_file_and_line(tmp_path, bad_line):
     path = write(tmp_path / "x.jsonl", f'{{"src": "a", "tgt": "b"}}\n\n{bad_line}\n')
     with pytest.raises(
         UserError, match=rf"^{re.escape(str(path))}:3: expected an object with string fields 'src' and 'tgt'$"
     ):
-        read_jsonl(path, "src", "tgt")
+        list(iter_jsonl(path, "src", "tgt"))
 
 
 # --- Multi30k -----------------------------------------------------------------------------------
@@ -178,10 +186,10 @@ def _count_lines(path: Path) -> int:
 def multi30k() -> dict:
     if not (MULTI30K / "train.en.gz").is_file():
         pytest.skip(f"Multi30k not found at {MULTI30K}")
-    return read_multi30k(DataConfig(kind="multi30k", dir=str(MULTI30K), src_lang="en", tgt_lang="de"))
+    return read_splits(DataConfig(kind="multi30k", dir=str(MULTI30K), src_lang="en", tgt_lang="de"))
 
 
-def test_read_multi30k_en_de(multi30k):
+def test_multi30k_en_de(multi30k):
     assert sorted(multi30k) == ["test", "train", "valid"]
     expected = {"train": ("train", 29000), "valid": ("val", 1014), "test": ("test_2016_flickr", 1000)}
     for split, (name, count) in expected.items():
@@ -192,15 +200,15 @@ def test_read_multi30k_en_de(multi30k):
         assert sources[0] == first_en.removesuffix("\r")
 
 
-def test_read_multi30k_missing_language_names_data_dir():
+def test_multi30k_missing_language_names_data_dir():
     if not MULTI30K.is_dir():
         pytest.skip(f"Multi30k not found at {MULTI30K}")
     cfg = DataConfig(kind="multi30k", dir=str(MULTI30K), src_lang="en", tgt_lang="xx")
     with pytest.raises(UserError, match=rf"^{re.escape(str(MULTI30K))}: no train\.xx or train\.xx\.gz \(data\.dir"):
-        read_multi30k(cfg)
+        read_splits(cfg)
 
 
-def test_read_multi30k_missing_dir_says_it_is_missing_and_how_to_fetch_it(tmp_path):
+def test_multi30k_missing_dir_says_it_is_missing_and_how_to_fetch_it(tmp_path):
     """The one command a user with a fresh clone needs (scripts/get_multi30k.py), in the one-line error;
     the cache key (corpus_sources) is computed first, so it must say the same."""
     missing = tmp_path / "my data"
@@ -208,28 +216,28 @@ def test_read_multi30k_missing_dir_says_it_is_missing_and_how_to_fetch_it(tmp_pa
         f"data.dir={missing}: no such folder; fetch Multi30k into it with: python scripts/get_multi30k.py '{missing}'"
     )
     cfg = DataConfig(kind="multi30k", dir=str(missing))
-    for read in (read_multi30k, corpus_sources):
+    for read in (read_splits, corpus_sources):
         with pytest.raises(UserError) as caught:
             read(cfg)
         assert str(caught.value) == expected
 
 
-def test_read_multi30k_a_file_as_data_dir_is_not_a_directory(tmp_path):
+def test_multi30k_a_file_as_data_dir_is_not_a_directory(tmp_path):
     path = write(tmp_path / "nothing", "x")
     with pytest.raises(UserError, match=r"^data\.dir=.*nothing: not a directory$"):
-        read_multi30k(DataConfig(kind="multi30k", dir=str(path)))
+        read_splits(DataConfig(kind="multi30k", dir=str(path)))
 
 
-def test_read_multi30k_small_copy(tmp_path):
+def test_multi30k_small_copy(tmp_path):
     """A mix of plain and .gz files in data.dir is fine."""
     for split, lines in {"train": ["a", "b"], "val": ["c"], "test_2016_flickr": ["d"]}.items():
         write(tmp_path / f"{split}.en", "\n".join(lines) + "\n")
         write(tmp_path / f"{split}.de.gz", gzip.compress(("\n".join(x.upper() for x in lines) + "\n").encode()))
-    corpus = read_multi30k(DataConfig(kind="multi30k", dir=str(tmp_path), src_lang="en", tgt_lang="de"))
+    corpus = read_splits(DataConfig(kind="multi30k", dir=str(tmp_path), src_lang="en", tgt_lang="de"))
     assert corpus == {"train": (["a", "b"], ["A", "B"]), "valid": (["c"], ["C"]), "test": (["d"], ["D"])}
 
 
-# --- read_corpus --------------------------------------------------------------------------------
+# --- splits --------------------------------------------------------------------------------
 
 
 def _files(tmp_path: Path, train: str, valid: str = "v\n") -> DataConfig:
@@ -239,37 +247,30 @@ def _files(tmp_path: Path, train: str, valid: str = "v\n") -> DataConfig:
     return DataConfig(kind="parallel_files", **paths)
 
 
-def test_read_corpus_parallel_files(tmp_path):
-    corpus = read_corpus(_files(tmp_path, "a\nb\n"))
+def test_read_splits_parallel_files(tmp_path):
+    corpus = read_splits(_files(tmp_path, "a\nb\n"))
     assert corpus == {"train": (["a", "b"], ["a", "b"]), "valid": (["v"], ["v"])}
 
 
-def test_read_corpus_empty_train_split(tmp_path):
+@pytest.mark.parametrize("empty", ["train", "valid"])
+def test_require_pairs_names_the_files_of_an_empty_split(tmp_path, empty):
+    cfg = _files(tmp_path, "" if empty == "train" else "a\n", valid="" if empty == "valid" else "v\n")
     with pytest.raises(UserError) as info:
-        read_corpus(_files(tmp_path, ""))
+        require_pairs(cfg, empty, len(read_splits(cfg)[empty][0]))
     assert str(info.value) == (
-        f"the train split of data.kind=parallel_files is empty: no pairs in {tmp_path / 'train_src'} and "
-        f"{tmp_path / 'train_tgt'}"
+        f"the {empty} split of data.kind=parallel_files is empty: no pairs in {tmp_path / f'{empty}_src'} and "
+        f"{tmp_path / f'{empty}_tgt'}"
     )
 
 
-def test_read_corpus_empty_valid_split(tmp_path):
-    with pytest.raises(UserError) as info:
-        read_corpus(_files(tmp_path, "a\n", valid=""))
-    assert str(info.value) == (
-        f"the valid split of data.kind=parallel_files is empty: no pairs in {tmp_path / 'valid_src'} and "
-        f"{tmp_path / 'valid_tgt'}"
-    )
-
-
-def test_read_corpus_tsv_with_test_split(tmp_path):
+def test_read_splits_tsv_with_test_split(tmp_path):
     cfg = DataConfig(
         kind="tsv",
         train=str(write(tmp_path / "t.tsv", "a\tA\n")),
         valid=str(write(tmp_path / "v.tsv", "b\tB\n")),
         test=str(write(tmp_path / "x.tsv", "c\tC\n")),
     )
-    assert read_corpus(cfg) == {"train": (["a"], ["A"]), "valid": (["b"], ["B"]), "test": (["c"], ["C"])}
+    assert read_splits(cfg) == {"train": (["a"], ["A"]), "valid": (["b"], ["B"]), "test": (["c"], ["C"])}
 
 
 # --- the built-in task --------------------------------------------------------------------------
@@ -303,5 +304,5 @@ def test_reverse_task_is_deterministic():
     assert reverse_task(TASK) != reverse_task(dataclasses.replace(TASK, task_alphabet=6))
 
 
-def test_reverse_task_through_read_corpus():
-    assert read_corpus(TASK) == reverse_task(TASK)
+def test_reverse_task_through_iter_split():
+    assert read_splits(TASK) == reverse_task(TASK)

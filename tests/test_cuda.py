@@ -129,7 +129,7 @@ def test_fp16_overflow_is_skipped_by_the_scaler_and_training_goes_on(tmp_path: P
             break
     assert len(losses) == 30 and trainer.skipped_updates == trainer.step - 30
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.9 * np.mean(losses[:5]), losses
-    saved = trainer.state_dict()["scaler"]
+    saved = trainer.training_state().scaler
     assert saved["scale"] == trainer.scaler.get_scale() < 2.0**59  # the scaler's state goes into the checkpoint
 
 

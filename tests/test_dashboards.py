@@ -26,7 +26,7 @@ from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 import seq2seq.cli.train  # noqa: F401  (registers the config schema and the resolvers)
-from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.attention_plots import draw_attention, render, teacher_forced_attention

@@ -14,7 +14,7 @@ import torch
 
 from seq2seq.config import DataConfig, UserError, as_dict, validate_directions
 from seq2seq.data.batching import EpochBatches, collate, split_batch
-from seq2seq.data.corpus import read_parallel
+from seq2seq.data.corpus import iter_parallel
 from seq2seq.data.direction_sampling import direction_shares, epoch_counts, epoch_rows
 from seq2seq.data.directions import (
     Direction,
@@ -403,7 +403,7 @@ def test_one_direction_gives_today_s_examples_and_cache(tmp_path, directions):
     assert cache_key(cfg) == main_cache_key(cfg, list(files.values()))
     data = prepare_data(cfg)
     # Independently: today's tokenizer on today's text, encoded and filtered as keep_pair says.
-    sources, targets = read_parallel(src, tgt)
+    sources, targets = (list(side) for side in zip(*iter_parallel(src, tgt), strict=True))
     expected = Tokenizers.train(sources, targets, "bpe", 300, joint=True)
     assert data.tokenizers.fingerprint() == expected.fingerprint()
     pairs = zip(expected.encode_src(sources), expected.encode_tgt(targets), strict=True)

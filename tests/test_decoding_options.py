@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_sampling import CHI2_999, chi_square
 from test_search import (
+    budgets,
     make_model,
     one_thread,  # noqa: F401  (autouse: tiny matmuls, one thread)
     reference_greedy,
@@ -23,13 +24,13 @@ from test_search import (
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.sampling import SamplingRule
-from seq2seq.inference.search import beam_search, greedy_search, max_output_lengths
+from seq2seq.inference.search import beam_search, greedy_search
 
 ATOL = 1e-4
 
 
 def budget(src: torch.Tensor) -> torch.Tensor:
-    return max_output_lengths(src, PAD_ID, 1.5, 3, 32)
+    return budgets(src, 1.5, 3, 32)
 
 
 def forced_prefixes(prefixes: list[list[int]]) -> torch.Tensor:

@@ -119,13 +119,19 @@ def gradient_tolerance(grad: torch.Tensor, cfg_tokens: int) -> float:
     return reordered_sum_tolerance(terms, float(grad.abs().max()))
 
 
-def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ddp_one_micro_batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One update on two ranks, each with one micro-batch: two tests compare with it (a spawn costs seconds)."""
+    return run(2, [[HALF_A], [HALF_B]], tmp_path_factory.mktemp("ddp"), "ddp")
+
+
+def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path, ddp_one_micro_batch: dict) -> None:
     """The all-reduced gradient of two ranks is the gradient of one process over both halves, and the
     gradient accumulated over two micro-batches, up to the order of the sums. Gradients, not updated
     weights, are compared: Adam's first step is lr * g / (|g| + eps), which turns a rounding-level
     difference in a near-zero gradient into a weight difference of up to 2 * lr."""
     both = np.concatenate([HALF_A, HALF_B])
-    ddp = run(2, [[HALF_A], [HALF_B]], tmp_path, "ddp")
+    ddp = ddp_one_micro_batch
     single_big_batch = run(1, [[both]], tmp_path, "big")
     accumulated = run(1, [[HALF_A, HALF_B]], tmp_path, "accum")
     tokens = ddp["tokens"]
@@ -138,8 +144,8 @@ def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path) -> None:
     assert all(moved), "the update was not applied to every parameter"
 
 
-def test_accumulation_under_ddp_all_reduces_only_on_the_update(tmp_path: Path) -> None:
-    one_micro_batch = run(2, [[HALF_A], [HALF_B]], tmp_path, "one")
+def test_accumulation_under_ddp_all_reduces_only_on_the_update(tmp_path: Path, ddp_one_micro_batch: dict) -> None:
+    one_micro_batch = ddp_one_micro_batch
     two_micro_batches = run(2, [[HALF_A[:6], HALF_A[6:]], [HALF_B[:6], HALF_B[6:]]], tmp_path, "two")
     assert one_micro_batch["allreduces"] > 0
     assert two_micro_batches["allreduces"] == one_micro_batch["allreduces"]  # no_sync on the first micro-batch
@@ -299,6 +305,26 @@ def test_the_rank_left_waiting_for_a_hung_one_says_so_in_one_line(tmp_path: Path
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()  # what the resume continues from
 
 
+def test_one_rank_under_torchrun_joins_a_group_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `torchrun --nproc_per_node=1` sets in the environment makes init_distributed join a real
+    gloo group of one (the multi-GPU path, DDP included); the same environment without torchrun's run id
+    joins none. The whole way through torchrun: the slow test below and test_torchrun_trains_validates_and_checkpoints_once."""
+    port = free_port()
+    for key, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not init_distributed(torch.device("cpu")).enabled  # a plain process: no group
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    try:
+        context = init_distributed(torch.device("cpu"))
+        assert context.enabled and (context.rank, context.world_size) == (0, 1)
+        assert torch.distributed.get_backend() == "gloo"
+    finally:
+        cleanup_distributed()
+
+
+@pytest.mark.slow  # torchrun and a training start in subprocesses; test_one_rank_under_torchrun_joins_a_group_of_one
 def test_torchrun_with_one_rank_trains_in_a_process_group(tmp_path: Path) -> None:
     """`torchrun --nproc_per_node=1` runs the multi-GPU code path (a process group of one, DDP), so one
     GPU checks NCCL; a plain process (no torchrun) joins none. On the CPU the group is gloo's."""

@@ -30,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 PAGES = sorted(DOCS.glob("*.md"))
-BIN = Path(sys.executable).parent
 
 
 def blocks(text: str, language: str) -> list[str]:
@@ -118,14 +117,12 @@ def test_the_command_lines_are_found() -> None:
     }  # fmt: skip
 
 
-def test_documented_errors_are_what_the_commands_print(tmp_path: Path) -> None:
+def test_documented_errors_are_what_the_commands_print(tmp_path: Path, run_main) -> None:
     text = (DOCS / "configure.md").read_text()
     shown = re.findall(r"^\$ (seq2seq-train .*)\n(error: .*)$", text, re.MULTILINE)
     assert len(shown) == 2
     for command, error in shown:
-        result = subprocess.run(
-            [str(BIN / command.split()[0]), *command.split()[1:]], cwd=tmp_path, capture_output=True, text=True
-        )
+        result = run_main(command.split(), tmp_path)
         assert result.returncode == 2 and result.stderr.splitlines() == [error]
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from seq2seq import cpuinfo
+from seq2seq.artifacts.freshness import checkpoint_record
+from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference import ctranslate2_engine, engine, engine_probe, run_export
 from seq2seq.inference.engine import choose_engine
-from seq2seq.run_files import DECODING_FILE, checkpoint_record
 
 
 def save_zip(path: Path, step: int) -> None:

@@ -19,9 +19,9 @@ from conftest import TINY_TRAIN, RecordingEngine, compose_config, train_logging
 from numerics import assert_equal
 from omegaconf import OmegaConf
 
+from seq2seq.artifacts.checkpoint import atomic_save, find_model_file, load_checkpoint, model_from_checkpoint
 from seq2seq.artifacts.export import export
 from seq2seq.artifacts.safetensors import load_weights
-from seq2seq.checkpoint import atomic_save, find_model_file, load_checkpoint, model_from_checkpoint
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
@@ -146,7 +146,7 @@ def test_loading_the_weights_does_not_import_dynamo(run_dir: Path) -> None:
     """Checking the weights' shapes once built the model on "meta", which imported torch._dynamo: 2.1 s of
     seq2seq-translate's start-up on a 2-core EPYC."""
     code = (
-        "import sys; from seq2seq.artifacts.safetensors import load_weights; from seq2seq.checkpoint import model_from_checkpoint; "
+        "import sys; from seq2seq.artifacts.safetensors import load_weights; from seq2seq.artifacts.checkpoint import model_from_checkpoint; "
         f"model_from_checkpoint(load_weights({str(run_dir / 'model')!r})); print('torch._dynamo' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

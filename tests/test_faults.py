@@ -17,7 +17,7 @@ from conftest import TINY_TRAIN, compose_config
 from numerics import assert_equal
 
 import seq2seq.train.trainer as loop
-from seq2seq.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, collate, split_batch
 from seq2seq.data.pipeline import PreparedData, prepare_data
@@ -446,8 +446,8 @@ def test_resuming_with_fp16_a_run_that_was_not_fp16_starts_a_fresh_scaler(setup,
     batches = [batch_of(data, np.arange(0, 8))]
     fp32 = make_trainer(setup, tmp_path, batches)
     fp32.train_step()
-    payload = fp32.state_dict()
-    assert payload["scaler"] == {}
+    payload = fp32.training_state()
+    assert payload.scaler == {}
     resumed = fp16_trainer(setup, tmp_path, batches, monkeypatch)
     with caplog.at_level(logging.WARNING, logger=LOOP_LOGGER):
         resumed.restore(payload)

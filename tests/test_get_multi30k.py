@@ -12,7 +12,7 @@ from conftest import MULTI30K
 from script_module import load_script
 
 from seq2seq.config import DataConfig
-from seq2seq.data.corpus import MULTI30K_SPLITS, read_multi30k
+from seq2seq.data.corpus import MULTI30K_SPLITS, iter_multi30k, unzip
 
 get_multi30k = load_script("get_multi30k")
 
@@ -45,7 +45,8 @@ def test_fetched_files_train_every_language_pair(tmp_path):
     assert sorted(written) == sorted(requested) == sorted(get_multi30k.file_names())
     assert sorted(p.name for p in folder.iterdir()) == sorted(written)  # no temporary file left behind
     for src, tgt in (("en", "de"), ("fr", "cs")):
-        corpus = read_multi30k(DataConfig(kind="multi30k", dir=str(folder), src_lang=src, tgt_lang=tgt))
+        cfg = DataConfig(kind="multi30k", dir=str(folder), src_lang=src, tgt_lang=tgt)
+        corpus = {split: unzip(iter_multi30k(cfg, split)) for split in MULTI30K_SPLITS}
         assert {split: len(pairs[0]) for split, pairs in corpus.items()} == {
             "train": 29000,
             "valid": 1014,

@@ -15,9 +15,9 @@ import pytest
 import torch
 from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config
 
+from seq2seq.artifacts.checkpoint import atomic_save, model_from_checkpoint
 from seq2seq.artifacts.export import export
 from seq2seq.artifacts.marian import load_pretrained
-from seq2seq.checkpoint import atomic_save, model_from_checkpoint
 from seq2seq.config import DataConfig, ExportConfig, TranslateConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID

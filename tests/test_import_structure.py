@@ -26,9 +26,10 @@ LAYERS: list[tuple[str, ...]] = [
     # inference's Translator, so it decodes as seq2seq-translate does, and a run's end writes its exports.
     ("seq2seq.train", "seq2seq.averaging"),
     ("seq2seq.inference",),  # a trained model -> translations; never imports training
-    # What a run leaves on disk and the formats models travel in (weights, CTranslate2, Marian, Argos,
-    # seq2seq-export), and the checkpoint files, with the model rebuilt from them: both wings; no decoding.
-    ("seq2seq.artifacts", "seq2seq.checkpoint"),
+    # What a run leaves on disk and the formats models travel in (checkpoints, the run directory's paths,
+    # weights, CTranslate2, Marian, Argos, seq2seq-export), with the model rebuilt from them: both wings;
+    # no decoding. Its run_dir.py, path_kind.py and freshness.py import no torch (tests/test_run_dir.py).
+    ("seq2seq.artifacts",),
     ("seq2seq.model", "seq2seq.data"),  # the Transformer; corpora, tokenizers, batches
     # Facts about the machine and the files, each its own small module.
     (
@@ -39,8 +40,6 @@ LAYERS: list[tuple[str, ...]] = [
         "seq2seq.startup",
         "seq2seq.cpu_sharing",
         "seq2seq.allocator",
-        "seq2seq.run_files",
-        "seq2seq.path_kind",
         "seq2seq.stop_signals",
     ),
     ("seq2seq.config",),  # typed configs, their validation, UserError

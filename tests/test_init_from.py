@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.train.run import train
 

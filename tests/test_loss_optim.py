@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from seq2seq.artifacts.checkpoint import upgrade
 from seq2seq.config import ModelConfig, OptimConfig
 from seq2seq.model.transformer import Transformer
 from seq2seq.train import loss as loss_module
@@ -247,7 +248,7 @@ def test_optimizer_matches_torch_optim(name: str, reference: type) -> None:
 
 def test_optimizer_state_survives_a_round_trip_and_reads_torch_checkpoints() -> None:
     """Resuming continues identically, from our own state dict and from a torch.optim AdamW one
-    (the format of checkpoints written before the optimizer was ours)."""
+    (the format of checkpoints written before the optimizer was ours, as the checkpoint's upgrade gives it)."""
     cfg = optim_config(name="adamw", weight_decay=0.01, schedule="inverse_sqrt")
     torch.manual_seed(1)
     grads = [torch.randn(6) for _ in range(6)]
@@ -258,12 +259,14 @@ def test_optimizer_state_survives_a_round_trip_and_reads_torch_checkpoints() -> 
         reference.grad = grad.clone()
         torch_optimizer.param_groups[0]["lr"] = schedule(cfg, 16)(update)
         torch_optimizer.step()
+    # A checkpoint of those days, read as every checkpoint is: upgraded.
+    from_torch = upgrade({"format": 1, "model": {}, "rng": [], "optimizer": torch_optimizer.state_dict()})["optimizer"]
     for source in ("torch", "ours"):
         if source == "torch":
-            saved = torch_optimizer.state_dict()
+            saved = from_torch
         else:  # our own format: save after loading the torch one (into an optimizer of its own parameter)
             first = build_optimizer([torch.nn.Parameter(reference.detach().clone())], cfg, 16)
-            first.load_state_dict(torch_optimizer.state_dict())
+            first.load_state_dict(from_torch)
             saved = first.state_dict()
         untouched = copy.deepcopy(saved)
         resumed_param = torch.nn.Parameter(reference.detach().clone())

@@ -1,4 +1,4 @@
-"""What a path names (seq2seq/path_kind.py), told by the files in it: the layouts here are made by hand
+"""What a path names (seq2seq/artifacts/path_kind.py), told by the files in it: the layouts here are made by hand
 as each tool writes them (names only; no file is read but a config.json)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from seq2seq.artifacts.marian import is_huggingface_model
+from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.config import UserError
 from seq2seq.inference import Translator
-from seq2seq.path_kind import PathKind, path_kind
 
 
 def make(root: Path, files: dict[str, str]) -> Path:

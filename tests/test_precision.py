@@ -11,7 +11,7 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 
 import seq2seq.precision as precision
 from seq2seq import cpuinfo
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.precision import MatmulRates, cached_matmul_rates, choose_precision
 
@@ -167,4 +167,4 @@ def test_the_trainer_is_given_its_precision_and_leaves_the_config_alone(tmp_path
     given = precision.PrecisionChoice("fp32", "given by the test")
     trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext(), precision=given)
     assert cfg.precision == "auto" and trainer.precision == "fp32" and trainer.precision_choice is given
-    assert trainer.state_dict()["config"]["precision"] == "fp32"
+    assert trainer.training_state().config["precision"] == "fp32"

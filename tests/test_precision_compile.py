@@ -56,9 +56,22 @@ def test_one_eager_process_trains_the_objective_itself(tmp_path: Path) -> None:
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
-def test_compiled_objective_gives_the_eager_loss_and_gradients(tmp_path: Path, device: str) -> None:
+@pytest.mark.parametrize(
+    ("device", "backend"),
+    [
+        # torch.compile's tracing (TorchDynamo, dynamic shapes) and AOTAutograd's joint graph, without
+        # Inductor's code generation, which on a CPU builds C++ kernels for minutes: the default run's check.
+        ("cpu", "aot_eager"),
+        pytest.param("cpu", "inductor", marks=pytest.mark.slow),  # what compile=true runs: also generated code
+        pytest.param("cuda", "inductor", marks=CUDA),
+    ],
+)
+def test_compiled_objective_gives_the_eager_loss_and_gradients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str, backend: str
+) -> None:
     pytest.importorskip("torch._inductor")
+    compile_module = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **options: compile_module(module, backend=backend, **options))
     where = torch.device(device)
     trainer = make_trainer(tmp_path, where, ["compile=true", "precision=fp32"])
     assert trainer.training_objective is not trainer.objective  # the trainer really runs a compiled module

@@ -80,6 +80,6 @@ def test_training_through_it_is_bitwise_the_training_without(tmp_path):
             trainer.train_step()
         trainers.append(trainer)
     plain, ahead = trainers
-    assert ahead.state_dict()["data"] == plain.state_dict()["data"]
+    assert ahead.training_state().data == plain.training_state().data
     for (name, a), b in zip(plain.model.state_dict().items(), ahead.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name

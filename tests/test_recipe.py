@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from test_budget import FakeClock
 
 import seq2seq.train.trainer as loop
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError, validate_recipes
 from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user
 

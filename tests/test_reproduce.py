@@ -16,7 +16,7 @@ from conftest import MULTI30K, TINY_TRAIN
 from omegaconf import OmegaConf
 from script_module import load_script
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.corpus import MULTI30K_SPLITS, multi30k_file, read_lines

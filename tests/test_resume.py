@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -17,7 +18,7 @@ import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
 from numerics import assert_equal
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError
 from seq2seq.train.run import train
 
@@ -196,7 +197,9 @@ def scalar_steps(run_dir: Path, tag: str) -> list[int]:
 
 
 def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Checkpoints from before per-rank states hold one dict; a checkpoint of another world size warns."""
+    """Checkpoints from before per-rank states hold one dict (upgraded as they are read); a
+    checkpoint of another world size warns."""
+    from seq2seq.artifacts.checkpoint import TrainingState, upgrade
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
     from seq2seq.train.rng import rng_state
@@ -205,15 +208,16 @@ def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog
     cfg = compose_config("train", TINY_TRAIN)
     trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
     torch.manual_seed(3)
-    payload = trainer.state_dict()
+    state = trainer.training_state()
     expected = torch.rand(4)
-    for states in (payload["rng"][0], payload["rng"]):  # the old format, then the new one
+    current = state.to_payload()
+    for payload in ({**current, "rng": state.rng[0]}, current):  # the old format, then the new one
         torch.manual_seed(99)
-        trainer.restore({**payload, "rng": states})
+        trainer.restore(TrainingState.from_payload(upgrade(payload), tmp_path))
         assert torch.equal(torch.rand(4), expected)
     torch.manual_seed(99)
     with caplog.at_level("WARNING", logger="seq2seq.train.trainer"):
-        trainer.restore({**payload, "rng": [payload["rng"][0], rng_state()]})  # saved by 2 ranks
+        trainer.restore(dataclasses.replace(state, rng=[state.rng[0], rng_state()]))  # saved by 2 ranks
     assert torch.equal(torch.rand(4), expected)  # rank 0 takes rank 0's
     assert "the random state of 2 rank(s), this run has 1" in caplog.text
 
@@ -258,15 +262,15 @@ def test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume(tmp_pa
     import seq2seq.train.trainer as loop
 
     overrides = [*DETERMINISTIC, "best_metric=loss"]
-    save = loop.atomic_save
+    save = loop.save_training_state
 
-    def killed_at_update_8(payload, path):
-        if path.name == victim and payload["step"] == 8:
+    def killed_at_update_8(state, path):
+        if path.name == victim and state.step == 8:
             (path.parent / f".{victim}.abc123.tmp").write_bytes(b"half a checkpoint")  # what a kill leaves
             raise Killed
-        save(payload, path)
+        save(state, path)
 
-    monkeypatch.setattr(loop, "atomic_save", killed_at_update_8)
+    monkeypatch.setattr(loop, "save_training_state", killed_at_update_8)
     with pytest.raises(Killed):
         train(compose_config("train", overrides), tmp_path / "run")
     monkeypatch.undo()

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from conftest import TINY_TRAIN, compose_config
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.artifacts.run_dir import RUN_MARKER
 from seq2seq.config import UserError
 from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train
-from seq2seq.train.run_outputs import RUN_MARKER, check_new_run_directory, is_run_directory
+from seq2seq.train.run_outputs import check_new_run_directory, is_run_directory
 
 SMALL_RUN = [*TINY_TRAIN, "data.task_train_size=200", "max_steps=2", "valid_every=2", "save_every=2"]
 BIN = Path(sys.executable).parent

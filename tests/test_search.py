@@ -13,8 +13,9 @@ from torch import nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.search import Hypothesis, beam_search, greedy_search, max_output_lengths
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.speedups import rows_to_keep, top_k_rows
+from seq2seq.inference.translation import output_budget
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 7  # 0 pad, 1 bos, 2 eos, 3..6 ordinary tokens
@@ -132,12 +133,9 @@ def penalise_eos(model: Transformer, penalty: float = 50.0) -> None:
     model.decode_step = decode_step  # type: ignore[method-assign]
 
 
-def test_max_output_lengths_formula() -> None:
-    src = sources()
-    lengths = [6, 3, 4]
-    for a, b, limit in [(1.5, 2, 100), (0.0, 0, 100), (2.0, 5, 9), (1.0, 1, 4)]:
-        expected = [min(limit, max(1, math.floor(a * n + b))) for n in lengths]
-        assert max_output_lengths(src, PAD_ID, a, b, limit).tolist() == expected
+def budgets(src: torch.Tensor, a: float, b: int, limit: int) -> torch.Tensor:
+    """Each sentence's output budget as both engines compute it (`output_budget`); a row of src ends in EOS."""
+    return torch.tensor([output_budget(int(n) - 1, 0, a, b, limit) for n in (src != PAD_ID).sum(dim=1)])
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -260,7 +258,7 @@ def test_outputs_within_budget_and_free_of_specials(seed: int) -> None:
     torch.manual_seed(100 + seed)
     src = torch.randint(0, VOCAB, (5, 8))  # may contain any id, pad included
     src[:, 0] = 3
-    max_len = max_output_lengths(src, PAD_ID, 1.0, 1, 6)
+    max_len = budgets(src, 1.0, 1, 6)
     check_outputs(greedy_search(model, src, BOS_ID, EOS_ID, max_len), max_len)
     for nbest in zip(
         *beam_search(model, src, BOS_ID, EOS_ID, max_len, beam=3, length_penalty=1.0, nbest=3), strict=True
@@ -368,5 +366,5 @@ def test_beam_search_decodes_one_row_per_sentence_at_the_first_step(monkeypatch:
     rows = []
     step = model.decode_step
     monkeypatch.setattr(model, "decode_step", lambda tokens, state: rows.append(len(tokens)) or step(tokens, state))
-    beam_search(model, src, BOS_ID, EOS_ID, max_output_lengths(src, PAD_ID, 1.5, 6, 64), 3)
+    beam_search(model, src, BOS_ID, EOS_ID, budgets(src, 1.5, 6, 64), 3)
     assert rows[:2] == [src.size(0), 3 * src.size(0)]  # what the search finds: the exhaustive tests above

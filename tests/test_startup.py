@@ -16,13 +16,14 @@ before = dict(os.environ)
 import seq2seq
 imported = {"seq2seq": sorted(m for m in ("torch", "ctranslate2") if m in sys.modules)}
 changed = {"seq2seq": sorted(k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k))}
-from seq2seq.cli import average, launch
+from seq2seq.cli import average, export, launch
 
 commands = {
     "seq2seq-train": (launch.train, ["max_steps=0", "hydra.run.dir=RUN"]),
     "seq2seq-translate": (launch.translate, ["run=r", "beam=0"]),
     "seq2seq-serve": (launch.serve, ["run=r", "port=70000"]),
     "seq2seq-average": (average.main, ["run=r", "last=0"]),
+    "seq2seq-export": (export.main, ["run=r", "output=o", "format=onnx"]),
 }
 status = {}
 for name, (main, argv) in commands.items():
@@ -45,13 +46,14 @@ def test_config_errors_answer_before_torch_and_importing_the_package_does_nothin
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["imported"] == {"seq2seq": []} and report["changed"] == {"seq2seq": []}
     assert report["status"] == dict.fromkeys(
-        ["seq2seq-train", "seq2seq-translate", "seq2seq-serve", "seq2seq-average"], 2
+        ["seq2seq-train", "seq2seq-translate", "seq2seq-serve", "seq2seq-average", "seq2seq-export"], 2
     )
     assert done.stderr.splitlines() == [
         "error: config error: max_steps=0: must be positive or null",
         "error: config error: beam=0: must be positive",
         "error: config error: port=70000: must be in [0, 65535] (0 picks a free port)",
         "error: last=0: must be at least 1",
+        "error: config error: format='onnx': must be one of safetensors, ctranslate2, huggingface, argos",
     ]
     assert report["heavy"] == []
     assert not (tmp_path / "run").exists()

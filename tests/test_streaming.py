@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.batching import Batch, EpochBatches
 from seq2seq.data.pipeline import StreamingStats, cache_key, prepare_data

@@ -13,12 +13,13 @@ import pytest
 from conftest import digit_sentence
 from omegaconf import OmegaConf
 
+from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.directions import DECODER_START, SOURCE_PREFIX, LanguageTags
 from seq2seq.inference.command import translate
 from seq2seq.inference.load import load
 from seq2seq.inference.target_language import ModelLanguages
-from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE
 
 LINES = [digit_sentence("en", 30_000 + i) for i in range(8)]
 SETTINGS = dict(beam=1, device="cpu", precision="fp32")

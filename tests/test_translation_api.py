@@ -19,11 +19,11 @@ from conftest import TINY_TRAIN, RecordingEngine, compose_config, train_logging
 from omegaconf import OmegaConf
 
 from seq2seq import cpuinfo
-from seq2seq.checkpoint import atomic_save, load_checkpoint
+from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
+from seq2seq.artifacts.freshness import checkpoint_fingerprint
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import SamplingRule, Translator
 from seq2seq.inference.command import translate
-from seq2seq.run_files import checkpoint_fingerprint
 
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
 LINES = ["a b c d", "e f g", "h i j k l", "", "m n"]

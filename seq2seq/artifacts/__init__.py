@@ -1,3 +1,9 @@
-"""What a run leaves on disk, and the formats models travel in: checkpoints and the run directory,
-the weights export (safetensors.py), CTranslate2 (ctranslate2.py), Hugging Face Marian (marian.py),
-Argos Translate (argos.py), and seq2seq-export's work over them (export.py). No decoding here."""
+"""What a run leaves on disk, and the formats models travel in; no decoding.
+
+run_dir.py (every path of a run directory, no torch), path_kind.py (what a path names, no torch),
+freshness.py (whether an export was made from a checkpoint as it is now, no torch), checkpoint.py
+(the checkpoint payload as a type, its upgrade from older payloads, crash-safe save, the model rebuilt
+from a checkpoint), model_files.py (a checkpoint or weights export read for decoding, with its
+tokenizers), the formats: safetensors.py (the weights export), ctranslate2.py, marian.py (Hugging
+Face Marian), argos.py (Argos Translate), and export.py (seq2seq-export's work over them).
+"""

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import UserError
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
-from seq2seq.run_files import DECODING_FILE
 
 SUFFIX = ".argosmodel"
 ARGOS_VERSION = "1.9"  # the package layout this writes: Argos 1.9 and later read it

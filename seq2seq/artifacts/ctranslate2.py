@@ -21,10 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.freshness import checkpoint_record
+from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.directions import language_record
 from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizers
-from seq2seq.run_files import DECODING_FILE, checkpoint_record
 
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 

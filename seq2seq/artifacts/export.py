@@ -19,14 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.checkpoint import check_vocabulary, load_checkpoint, model_config_of
 from seq2seq.artifacts.ctranslate2 import QUANTIZATIONS, ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer
-from seq2seq.checkpoint import check_vocabulary, load_checkpoint, model_config_of
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR, find_checkpoint
 
 FORMATS = ("safetensors", "ctranslate2", "huggingface", "argos")
 
@@ -38,7 +38,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     output = Path(cfg.output)
     if output.exists() or output.is_symlink():
         raise UserError(f"{output}: already exists; give output= a new directory")
-    path = Path(cfg.checkpoint) if cfg.checkpoint else find_checkpoint(cfg.run)
+    path = Path(cfg.checkpoint) if cfg.checkpoint else RunDir(cfg.run).find_checkpoint()
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, cfg.run)
     model_cfg = _model_config(payload, path)
@@ -86,7 +86,7 @@ def write_run_exports(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, Pa
     Returns each export's directory, or the error that stopped it (the others are still written);
     those named in `skip` are left as they are."""
     remove_stale_export_directories(run_dir)
-    path = find_checkpoint(run_dir)
+    path = RunDir(run_dir).find_checkpoint()
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, str(run_dir))
     model_cfg = _model_config(payload, path)

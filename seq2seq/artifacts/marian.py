@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import FORMAT, ModelPayload, Vocabulary
+from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
+from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.directions import DECODER_START
 from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, Tokenizers, decoder_start_id
 from seq2seq.model.embedding import sinusoidal_table
-from seq2seq.path_kind import PathKind, path_kind
 
 EXTRA = "pip install 'seq2seq[huggingface]'"
 # Marian's activation_function names -> ours (transformers' "gelu" is the exact, erf one, as F.gelu).
@@ -55,7 +55,7 @@ def transformers_module() -> Any:
 
 def is_huggingface_model(value: str) -> bool:
     """init_from names a Hugging Face model: a directory whose config.json has a model_type
-    (`seq2seq.path_kind` tells; this project's weights export has a "format" instead), or something
+    (`seq2seq.artifacts.path_kind` tells; this project's weights export has a "format" instead), or something
     shaped like a Hub id that is not a path here."""
     path = Path(value)
     if path.is_dir():

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from seq2seq.artifacts.checkpoint import (
+    ModelPayload,
+    _check_vocab_entries,
+    _check_weights,
+    load_checkpoint,
+    model_config_of,
+)
+from seq2seq.artifacts.path_kind import WEIGHTS_FILE, PathKind, path_kind
 from seq2seq.artifacts.safetensors import load_weights
-from seq2seq.checkpoint import ModelPayload, _check_vocab_entries, _check_weights, load_checkpoint, model_config_of
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.path_kind import WEIGHTS_FILE, PathKind, path_kind
 
 
 def read_model_file(path: Path) -> tuple[Path, ModelPayload]:

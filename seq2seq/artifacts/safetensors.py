@@ -14,20 +14,12 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import (
-    FORMAT,
-    WEIGHTS_CONFIG,
-    WEIGHTS_FORMAT,
-    ModelPayload,
-    _check_vocab_entries,
-    _check_weights,
-    model_config_of,
-)
+from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, _check_vocab_entries, _check_weights, model_config_of
+from seq2seq.artifacts.freshness import checkpoint_record
+from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.directions import language_record
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from seq2seq.path_kind import WEIGHTS_FILE
-from seq2seq.run_files import checkpoint_record
 
 
 def tied_aliases(model: dict[str, Any]) -> list[tuple[str, str]]:

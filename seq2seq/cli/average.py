@@ -55,8 +55,8 @@ def key_values(argv: list[str]) -> list[str]:
 
 def average_files(paths: list[Path], output: Path) -> Path:
     """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
+    from seq2seq.artifacts.checkpoint import atomic_save
     from seq2seq.averaging import average
-    from seq2seq.checkpoint import atomic_save
 
     refuse_replacing(paths, output)
     result = average(paths)
@@ -75,7 +75,7 @@ def average_files(paths: list[Path], output: Path) -> Path:
 def refuse_replacing(paths: list[Path], output: Path) -> None:
     """The average replaces `output` whole: never one of the checkpoints averaged, nor a checkpoint a run
     resumes from (best.pt, last.pt, step_N.pt: the run's own, which the average would stand in for)."""
-    from seq2seq.checkpoint import is_checkpoint_file
+    from seq2seq.artifacts.checkpoint import is_checkpoint_file
 
     if not output.is_file():
         return
@@ -96,6 +96,7 @@ def run(cfg: AverageConfig) -> Path:
     if cfg.last < 1:
         raise UserError(f"last={cfg.last}: must be at least 1")
     # torch: only once the command line is known to be good
+    from seq2seq.artifacts.run_dir import RunDir
     from seq2seq.averaging import end_of_run, newer_last, periodic_checkpoints
 
     if cfg.checkpoints is not None:
@@ -111,11 +112,12 @@ def run(cfg: AverageConfig) -> Path:
         raise UserError(f"run={run_dir}: no such run directory")
     paths = periodic_checkpoints(run_dir, cfg.last)
     end_of_run(run_dir, paths, cfg.force)
-    output = average_files(paths, Path(cfg.output) if cfg.output else run_dir / "checkpoints" / "averaged.pt")
-    newest = max(int(p.stem.split("_")[1]) for p in paths)
+    run = RunDir(run_dir)
+    output = average_files(paths, Path(cfg.output) if cfg.output else run.checkpoint("averaged"))
+    newest = max(RunDir.step_of(p) for p in paths)
     if (newer := newer_last(run_dir, newest)) is not None:
         print(
-            f"warning: {run_dir / 'checkpoints' / 'last.pt'} (update {newer}) is newer than every checkpoint "
+            f"warning: {run.checkpoint('last')} (update {newer}) is newer than every checkpoint "
             "averaged and is not in the average",
             file=sys.stderr,
         )

@@ -22,6 +22,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.artifacts.run_dir import LOCK_FILE, RunDir
 from seq2seq.cli.common import (
     CONFIG_PATH,
     check_override_keys,
@@ -42,7 +43,7 @@ from seq2seq.config import (
     validate_train,
 )
 from seq2seq.startup import prepare_process
-from seq2seq.train.lock import LOCK_FILE, claim_run_directory, holds_run_directory, refuse_if_busy
+from seq2seq.train.lock import claim_run_directory, holds_run_directory, refuse_if_busy
 
 GROUPS = TRAIN_GROUPS
 
@@ -161,8 +162,9 @@ def check_run_directory(argv: list[str]) -> None:
     if isinstance(resume, str) and resume:
         if not Path(resume).is_dir():
             raise UserError(f"resume={resume}: no such run directory")
-        if not (Path(resume) / "checkpoints" / "last.pt").is_file():
-            raise UserError(f"resume={resume}: has no checkpoints/last.pt to resume from")
+        run = RunDir(resume)
+        if not run.checkpoint("last").is_file():
+            raise UserError(f"resume={resume}: has no {run.relative(run.checkpoint('last'))} to resume from")
         _probe_writable(Path(resume), Path(resume))
         if _first_rank():
             claim_run_directory(Path(resume))  # before Hydra writes .hydra/ and train.log into it

@@ -1,8 +1,8 @@
 """`seq2seq-translate`: a Unix filter from source lines to translations (logs go to stderr).
 
 Its arguments are `key=value` pairs over one flat schema (TranslateConfig: no config groups, no run
-directory), so OmegaConf parses them directly; Hydra (its import alone: 0.16 s of every start on a
-2-core EPYC, beyond omegaconf's) is used only when the command line asks for it (its flags such as
+directory), so OmegaConf parses them directly; Hydra (whose import adds to every start,
+beyond omegaconf's: docs/performance.md) is used only when the command line asks for it (its flags such as
 -m or --cfg, hydra.* keys, + or ~ overrides). Both give the same config (tests/test_cli.py).
 """
 

@@ -1,7 +1,7 @@
 """Reading parallel text: plain or gzipped line files, TSV, JSONL, Multi30k, a datasets hub name.
 
-Every reader returns the same thing, {split: (sources, targets)}, and every problem with a file is
-a `UserError` naming the file (and the line, where there is one). Lines are split on "\\n" only:
+Every reader yields the same thing, (source, target) pairs one split at a time (`iter_split`), and
+every problem with a file is a `UserError` naming the file (and the line, where there is one). Lines are split on "\\n" only:
 str.splitlines would also split on U+2028, U+0085 and friends and silently misalign the two sides.
 """
 
@@ -70,20 +70,12 @@ def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[
         yield pair
 
 
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> Pairs:
-    return unzip(iter_parallel(src_path, tgt_path))
-
-
 def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
     for number, line in enumerate(iter_lines(path), start=1):
         if "\t" not in line:
             raise UserError(f"{path}:{number}: expected 'source<TAB>target', found no tab")
         src, tgt = line.split("\t", 1)
         yield src, tgt
-
-
-def read_tsv(path: str | Path) -> Pairs:
-    return unzip(iter_tsv(path))
 
 
 def iter_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Iterator[tuple[str, str]]:
@@ -101,10 +93,6 @@ def iter_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Iterator[tuple[s
         ):
             raise UserError(f"{path}:{number}: expected an object with string fields {src_key!r} and {tgt_key!r}")
         yield record[src_key], record[tgt_key]
-
-
-def read_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Pairs:
-    return unzip(iter_jsonl(path, src_key, tgt_key))
 
 
 def multi30k_file(directory: Path, split: str, lang: str) -> Path:
@@ -131,10 +119,6 @@ def multi30k_dir(cfg: DataConfig) -> Path:
 
 def fetch_multi30k_command(directory: Path) -> str:
     return f"python scripts/get_multi30k.py {shlex.quote(str(directory))}"
-
-
-def read_multi30k(cfg: DataConfig) -> Corpus:
-    return {split: unzip(iter_multi30k(cfg, split)) for split in MULTI30K_SPLITS}
 
 
 def iter_multi30k(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]]:
@@ -172,18 +156,6 @@ def iter_split(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]] | None:
         return iter_tsv(path) if cfg.kind == "tsv" else iter_jsonl(path, cfg.src_key, cfg.tgt_key)
     corpus = reverse_task(cfg) if cfg.kind == "builtin" else read_hub(cfg)  # already in memory
     return zip(*corpus[split], strict=True) if split in corpus else None
-
-
-def read_corpus(cfg: DataConfig) -> Corpus:
-    """All splits the config names. train and valid are required; test is optional."""
-    if cfg.kind in ("builtin", "hub"):  # generated or downloaded whole: once, not once per split
-        corpus = reverse_task(cfg) if cfg.kind == "builtin" else read_hub(cfg)
-    else:
-        splits = {split: iter_split(cfg, split) for split in ("train", "valid", "test")}
-        corpus = {split: unzip(pairs) for split, pairs in splits.items() if pairs is not None}
-    for split in ("train", "valid"):
-        require_pairs(cfg, split, len(corpus[split][0]) if split in corpus else 0)
-    return corpus
 
 
 def require_pairs(cfg: DataConfig, split: str, count: int) -> None:

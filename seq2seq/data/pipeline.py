@@ -51,7 +51,7 @@ from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.stop_signals import stop_signals_raise
 
 if TYPE_CHECKING:
-    import datasets  # imported where a cache is built: ~1 s of start-up that a cached run does not need
+    import datasets  # imported where a cache is built: start-up time that a cached run does not need
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 3  # bump when the cached layout or tokenization changes
@@ -186,8 +186,8 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> 
 
 
 # A line longer than data.max_tokens x this many characters fits in data.max_tokens tokens only if its
-# tokens average more than 16 characters. Such lines are dropped before tokenization: one of them (1 MB
-# without a space) kept BPE busy for minutes, its time growing with the square of a word's length.
+# tokens average more than 16 characters. Such lines are dropped before tokenization: BPE's time grows
+# with the square of a word's length, so one long line without a space could stall it.
 MAX_CHARS_PER_TOKEN = 16
 
 

@@ -171,18 +171,16 @@ def refuse_writing_over_inputs(cfg: DictConfig) -> None:
 def _model_files(cfg: DictConfig) -> Iterator[tuple[str, Path]]:
     """(key, file) for every file the model keys may read: all of a directory given (a run, an export),
     and for a checkpoint file, the tokenizer files beside it and, in a run's checkpoints/, its run's."""
-    from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
-    from seq2seq.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
+    from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, TOKENIZER_FILES
 
-    tokenizer_files = (JOINT_FILE, SRC_FILE, TGT_FILE, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB)
     given = [("run=" + cfg.run, Path(cfg.run))] if cfg.run else []
     given += [(f"checkpoint={cfg.checkpoint}", Path(p)) for p in str(cfg.checkpoint or "").split(",") if p]
     for key, path in given:
         if path.is_file():
             yield key, path
             for directory in (path.parent, path.parent.parent):
-                yield from ((key, directory / name) for name in tokenizer_files)
-            path = path.parent.parent if path.parent.name == "checkpoints" else None
+                yield from ((key, directory / name) for name in TOKENIZER_FILES)
+            path = path.parent.parent if path.parent.name == CHECKPOINTS_DIR else None
         if path is not None and path.is_dir():
             for root, _, names in os.walk(path):
                 yield from ((key, Path(root) / name) for name in names)

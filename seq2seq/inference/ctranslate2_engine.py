@@ -2,9 +2,9 @@
 interface of `Translator`, so that `seq2seq-translate checkpoint=<export dir>` runs on it.
 
 Why a second engine: CTranslate2 is the fastest engine for this model family on a CPU, and it starts
-without torch (`import torch` alone takes 2.3-3 s on a 2-core EPYC; `import ctranslate2` 0.1 s). On
-the Multi30k en-de model its output equals ours on 1,000/1,000 test lines, greedy and beam 5
-(docs/export.md). This module imports neither torch nor the torch side of seq2seq.
+without torch (whose import is most of PyTorch decoding's start-up; `import ctranslate2` is a small
+part of it: docs/performance.md). Its output equals ours line for line, greedy and beam (docs/export.md
+says on what). This module imports neither torch nor the torch side of seq2seq.
 
 The options that make CTranslate2 decode as `seq2seq.inference.search` does: our output budget is
 per sentence, `max_len_a * (source tokens + </s>) + max_len_b` with </s> included, CTranslate2's
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_languages, read_max_positions
+from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
@@ -40,7 +42,6 @@ from seq2seq.inference.translation import (
     replaced,
     to_translate,
 )
-from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -81,10 +82,8 @@ def thread_split(threads: int | None, device: str, sampling: bool) -> tuple[int,
     the samples of a seed.
 
     Why: a beam step of these small models is too short to keep two threads busy, and a server's
-    batches are small. On a 2-core AMX Xeon, one call per 32-line batch: 417-421 lines/s against
-    93-95 for (1, 2). Before one call per batch (see _post), on 2 AVX2 cores (d128x4 en-de, beam 5,
-    test2016), (2, 1) against (1, 2): the whole file 267-287 lines/s against 222-243, shuffled 32-line batches
-    (a server's) 211-234 against 156-163, one line alone 10.6-14.0 ms against 9.3 ms
+    batches are small: two one-thread replicas beat one two-thread replica on a whole file and on a
+    server's batches, on AMX and AVX2 machines alike, at a small cost to one line alone
     (docs/performance.md, "Serving"). Only measured on 2 cores: more cores keep two batches at once."""
     if device != "cpu" or sampling:
         return 1, threads or 0
@@ -96,7 +95,7 @@ class CTranslate2Translator:
     """`Translator`'s `translate` and `translate_nbest` on a CTranslate2 model directory:
 
     from seq2seq.inference import CTranslate2Translator
-    translator = CTranslate2Translator.load("outputs/2026-11-23/18-12-22", beam=5)  # no torch import
+    translator = CTranslate2Translator.load("outputs/my-run", beam=5)  # no torch import
     translator.translate(["A man rides a bike."])
     """
 

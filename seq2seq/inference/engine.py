@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.freshness import why_stale
+from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.inference.ctranslate2_engine import export_candidate
 from seq2seq.inference.run_export import checked_export, given_export, int8_export, why_not_ctranslate2
 from seq2seq.inference.translation import TranslatorAPI
-from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, find_checkpoint, why_stale
 
 log = logging.getLogger("seq2seq.translate")
 EXPORT_REASON = "the run's CTranslate2 export; engine=torch for PyTorch"
@@ -79,9 +81,9 @@ def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
 
 def _warn_if_stale(export: Path) -> None:
     """<run>/ctranslate2 given by hand: say so if the run has a newer checkpoint than the export."""
-    run = export.parent
-    if not (run / "checkpoints").is_dir():
+    run = RunDir(export.parent)
+    if not run.has_checkpoints():
         return  # an export kept somewhere else: nothing to compare it with
     with contextlib.suppress(UserError):
-        if stale := why_stale(export / DECODING_FILE, find_checkpoint(run)):
+        if stale := why_stale(export / DECODING_FILE, run.find_checkpoint()):
             log.warning("%s: it decodes that model", stale)

@@ -38,8 +38,8 @@ def load(path: str | Path | Sequence[str | Path], **settings: Any) -> Translator
 
 
 def load_engine(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
-    """The engine `choose_engine` picks for `cfg`, loaded: CTranslate2 never imports torch (2-3 s of
-    start-up), PyTorch's `Translator` decodes everything. Where CTranslate2 was only preferred as the
+    """The engine `choose_engine` picks for `cfg`, loaded: CTranslate2 never imports torch (most of
+    PyTorch's start-up; docs/performance.md), PyTorch's `Translator` decodes everything. Where CTranslate2 was only preferred as the
     faster engine and cannot run here (its CUDA libraries missing), PyTorch decodes instead."""
     choice = choose_engine(cfg)
     try:

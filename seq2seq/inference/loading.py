@@ -10,16 +10,16 @@ from typing import Any
 
 import torch
 
+from seq2seq.artifacts.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint
 from seq2seq.artifacts.model_files import check_same_tokenizer, load_tokenizers, read_model_file
-from seq2seq.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint
+from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, HUGGINGFACE_CONFIG, WEIGHTS_FILE, PathKind, path_kind
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.translation import check_beam_fits
 from seq2seq.model.transformer import Transformer
-from seq2seq.path_kind import CTRANSLATE2_FILE, HUGGINGFACE_CONFIG, WEIGHTS_FILE, PathKind, path_kind
 from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
-from seq2seq.run_files import CTRANSLATE2_DIR, INFERENCE_DIR
 
 log = logging.getLogger("seq2seq.translate")
 # What reads the models PyTorch translation does not: said instead of "not a checkpoint".
@@ -87,7 +87,7 @@ def _read_from_run(run: str | Path, path: Path) -> tuple[Path, dict[str, Any]]:
             for candidate, sign in [
                 (run / INFERENCE_DIR, WEIGHTS_FILE),
                 (run / CTRANSLATE2_DIR, CTRANSLATE2_FILE),
-                (run / "checkpoints" / "last.pt", None),
+                (RunDir(run).checkpoint("last"), None),
             ]
             if (candidate / sign if sign else candidate).is_file() and candidate != path and candidate != path.parent
         ]

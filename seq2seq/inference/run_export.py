@@ -14,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.freshness import why_stale
+from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, PathKind, path_kind
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.inference import engine_probe
 from seq2seq.inference.translation import TranslatorAPI
-from seq2seq.path_kind import CTRANSLATE2_FILE, PathKind, path_kind
-from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, find_checkpoint, why_stale
 
 log = logging.getLogger("seq2seq.translate")
 
@@ -71,7 +72,7 @@ def why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
     export = Path(cfg.run) / CTRANSLATE2_DIR / CTRANSLATE2_FILE
     if not export.is_file():
         return f"{export.parent} does not exist (training writes it when ctranslate2 is installed)"
-    if stale := why_stale(export.parent / DECODING_FILE, find_checkpoint(cfg.run)):
+    if stale := why_stale(export.parent / DECODING_FILE, RunDir(cfg.run).find_checkpoint()):
         return stale
     if not ctranslate2_installed():
         return "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"

@@ -43,12 +43,6 @@ class Hypothesis:
         return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty and length else log_prob)
 
 
-def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: int) -> torch.Tensor:
-    """Output budget per sentence, a * source length + b tokens (EOS included), at most `limit`."""
-    src_len = (src != pad_id).sum(dim=1)
-    return (src_len.float() * a + b).long().clamp(1, limit)
-
-
 def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
     """One decoding step; padding and BOS are never valid outputs."""
     log_probs = model.decode_step(tokens, state)

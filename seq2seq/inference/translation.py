@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.config import ConfigTypeError, TranslateConfig, UserError, validate_translate
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.path_kind import PathKind, path_kind
 
 if TYPE_CHECKING:
     from seq2seq.inference.sampling import SamplingRule  # its module imports torch

@@ -4,7 +4,7 @@ The Python API (`Translator.load`, `translate`, `translate_nbest`), on which `se
 validation during training are built, so all three decode the same way. No Hydra needed:
 
     from seq2seq.inference import Translator
-    translator = Translator.load("outputs/2026-11-23/18-12-22", beam=5)
+    translator = Translator.load("outputs/my-run", beam=5)
     translator.translate(["A man rides a bike."])  # ["Ein Mann fährt Fahrrad."]
 """
 

@@ -21,9 +21,9 @@ AttentionFn = Callable[
 ]
 MAX_QUERIES_FOR_MATMULS = 16  # decoding steps: up to this many queries per row take the matmul path
 # SDPA's kernels on CUDA, less cuDNN's: it builds an execution plan for every new shape, and here every
-# batch has new sequence lengths, every decoding step a new key length. On an H100 (torch 2.11) a plan
-# cost ~25 ms of CPU per attention call, forward and backward: 0.41 s an update of the small model where
-# the GPU worked 16 ms (docs/performance.md, "GPU"). Flash and memory-efficient attention need no plan.
+# batch has new sequence lengths, every decoding step a new key length. Building the plans cost an
+# update of the small model many times the GPU's own work (docs/performance.md, "GPU", has the
+# measurement). Flash and memory-efficient attention need no plan.
 SHAPE_AGNOSTIC_CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

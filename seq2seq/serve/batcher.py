@@ -170,7 +170,7 @@ class Batcher:
         try:
             self.engines = self._load_engines()
             # Before the server says it is ready: with a CTranslate2 engine this imports torch, which
-            # took 2-4 s on a loaded machine, and a first request would have waited for it.
+            # takes seconds, and a first request would have waited for it.
             sharing = _watch_for_sharing()
         except BaseException as err:  # noqa: BLE001  (start() raises it on the caller's thread)
             self._load_error = err

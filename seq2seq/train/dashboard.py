@@ -20,6 +20,7 @@ from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.inference.translator import Translator
 from seq2seq.train.progress_lines import ProgressLines
 
@@ -41,7 +42,7 @@ class Dashboard:
         is fewer than max_steps. `stream`: where progress goes (standard error by default), as a bar only
         if it is a terminal."""
         self.clock = clock or time.monotonic
-        self.log_dir = run_dir / "tb"
+        self.log_dir = RunDir(run_dir).tb
         self.writer = SummaryWriter(str(self.log_dir), purge_step=start_step + 1 if start_step else None)
         stream = sys.stderr if stream is None else stream
         plain = progress and not (hasattr(stream, "isatty") and stream.isatty())

@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import UserError
 
-LOCK_FILE = ".lock"
 # Run directories this process claimed for its whole life (seq2seq-train, before Hydra starts):
 # run_directory_lock in train() finds them held already.
 _claimed: dict[Path, int] = {}
@@ -28,7 +28,7 @@ def _acquire(run_dir: Path) -> int:
     """An open descriptor holding the exclusive lock on <run_dir>/.lock, with this process's id in it.
     The kernel drops the lock when the process ends, however it ends (SIGKILL included), so a stale
     file never blocks a later run."""
-    path = run_dir / LOCK_FILE
+    path = RunDir(run_dir).lock
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -63,7 +63,7 @@ def refuse_if_busy(run_dir: Path) -> None:
     if holds_run_directory(run_dir):
         return
     try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR)
+        fd = os.open(RunDir(run_dir).lock, os.O_RDWR)
     except OSError:  # none yet (no run took it), or not ours to open: claiming it will say
         return
     try:

@@ -57,8 +57,8 @@ class Adam:
     update is not finite needs no read-back to the host.
 
     Written here rather than taken from torch.optim because every torch.optim optimizer imports
-    torch._dynamo the first time it is used (even without torch.compile), a second or two of start-up
-    and tens of MB for a compiler that an eager run never calls (docs/performance.md)."""
+    torch._dynamo the first time it is used (even without torch.compile): start-up time and memory for
+    a compiler that an eager run never calls (docs/performance.md has the measurement)."""
 
     def __init__(
         self,
@@ -148,9 +148,10 @@ class Adam:
         }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
-        """Also reads a torch.optim Adam/AdamW state dict (checkpoints written before this class).
-        The moments are copied to their parameter's device (checkpoints are loaded on the CPU) and are
-        copies in any case: updating them in place must not change the dict they came from."""
+        """Also reads a torch.optim Adam/AdamW state dict (checkpoints written before this class), as
+        seq2seq.artifacts.checkpoint.upgrade gives it ("updates" added). The moments are copied to
+        their parameter's device (checkpoints are loaded on the CPU) and are copies in any case:
+        updating them in place must not change the dict they came from."""
         self.state = {}
         for i, entry in saved["state"].items():
             param = self.params[int(i)]
@@ -159,7 +160,7 @@ class Adam:
                 "exp_avg": entry["exp_avg"].to(param, copy=True),
                 "exp_avg_sq": entry["exp_avg_sq"].to(param, copy=True),
             }
-        self.updates = saved.get("updates", max((int(s["step"]) for s in saved["state"].values()), default=0))
+        self.updates = saved["updates"]
 
 
 def build_optimizer(

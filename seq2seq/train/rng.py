@@ -32,8 +32,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(mt_state), gauss))
     np_state = state["numpy"]
     keys = np_state["keys"].numpy().astype(np.uint32)
-    gauss_cache = np_state.get("has_gauss", 0), np_state.get("cached_gaussian", 0.0)  # absent in older checkpoints
-    np.random.set_state(("MT19937", keys, np_state["pos"], *gauss_cache))
+    np.random.set_state(("MT19937", keys, np_state["pos"], np_state["has_gauss"], np_state["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -24,8 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
+from seq2seq.artifacts.checkpoint import TrainingState
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pretrained_model_config
-from seq2seq.checkpoint import remove_stale_temporaries
+from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
     TRAIN_GROUPS,
     TrainConfig,
@@ -40,7 +41,6 @@ from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.precision import log_choice
-from seq2seq.run_files import INFERENCE_DIR
 from seq2seq.train.distributed import (
     DistContext,
     cleanup_distributed,
@@ -51,9 +51,6 @@ from seq2seq.train.distributed import (
 from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.run_outputs import (
-    LOCK_FREE_STARTUP_FILES,
-    MARKER_TEXT,
-    RUN_MARKER,
     check_new_run_directory,
     clear_earlier_run,
     files_not_a_runs,
@@ -63,7 +60,7 @@ from seq2seq.train.trainer import (
     STOPPED_BY_SIGNAL,
     Trainer,
     choose_run_precision,
-    resume_payload,
+    resume_state,
 )
 
 log = logging.getLogger("seq2seq.train")
@@ -141,7 +138,7 @@ def log_summary(trainer: Trainer) -> None:
     if device.type == "cpu":
         log.info(cpu_sharing.describe_this_process())
     log_choice(trainer.precision_choice, log)
-    log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, run_dir / "tb")
+    log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, RunDir(run_dir).tb)
 
 
 def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -185,13 +182,13 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
         cleanup_distributed()
 
 
-def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, dict | None]:
-    """The config this run trains with, checked, and the checkpoint payload it resumes from (or None)."""
+def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, TrainingState | None]:
+    """The config this run trains with, checked, and the training state it resumes from (or None)."""
     cfg, payload = copy.deepcopy(cfg), None  # edited below (a Marian model's architecture, ...): ours now
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
-        payload = resume_payload(Path(cfg.resume))
-        cfg = resumed_config(cfg, overrides, payload["config"])
+        payload = resume_state(Path(cfg.resume))
+        cfg = resumed_config(cfg, overrides, payload.config)
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
         cfg = pretrained_config(cfg, overrides)
     elif cfg.data.tokenizer == "sentencepiece":
@@ -214,12 +211,12 @@ def _clear_leftovers(cfg: DictConfig, run_dir: Path) -> None:
     unfinished writes of an interrupted one; then the marker that says the directory is a run's."""
     if not cfg.resume and cfg.overwrite and (removed := clear_earlier_run(run_dir)):
         log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
-    if stale := remove_stale_temporaries(run_dir / "checkpoints"):
+    if stale := RunDir(run_dir).remove_stale_temporaries():
         log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
     if stale := _remove_stale_exports(run_dir):
         log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
-    if not (run_dir / RUN_MARKER).is_file():
-        (run_dir / RUN_MARKER).write_text(MARKER_TEXT, encoding="utf-8")
+    if not (marker := RunDir(run_dir).marker).is_file():
+        marker.write_text(MARKER_TEXT, encoding="utf-8")
 
 
 def _build_trainer(
@@ -227,7 +224,7 @@ def _build_trainer(
     run_dir: Path,
     device: torch.device,
     dist: DistContext,
-    payload: dict | None,
+    payload: TrainingState | None,
     overrides: list[str],
     start: float,
 ) -> Trainer:
@@ -330,7 +327,7 @@ def _write_inference_exports(run_dir: Path) -> None:
     costs nothing: the checkpoints are intact and translation falls back to them."""
     from seq2seq.artifacts.export import RUN_EXPORTS, write_run_exports
 
-    if not (run_dir / "checkpoints").is_dir():
+    if not RunDir(run_dir).has_checkpoints():
         return
     # An export replaces its directory whole: one that holds a file no run wrote (a resumed run's
     # directory, where the user put notes into model/) is left alone, with its file.
@@ -367,7 +364,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path) -> dict[str, Any]:
         if trainer.best:
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in trainer.last_metrics.items())
             log.info("final validation: %s", metrics)
-            best_path = run_dir / "checkpoints" / "best.pt"
+            best_path = RunDir(run_dir).checkpoint("best")
             if best_path.is_file():  # never name a file that is not there
                 log.info(
                     "best checkpoint: %s (%s %.2f at update %d)",

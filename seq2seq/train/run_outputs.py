@@ -1,4 +1,4 @@
-"""What a training run writes into its run directory, and so what a new run there may replace.
+"""What a new run may replace in its run directory (what a run writes there: seq2seq.artifacts.run_dir).
 
 A directory is a run's when it holds what only this tool writes: the marker every run writes as it
 takes the directory, a checkpoint in this tool's format, or an export that records its checkpoint.
@@ -11,39 +11,28 @@ elsewhere in the directory (notes, .hydra/, train.log) are never touched.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
-from seq2seq.checkpoint import WEIGHTS_CONFIG, WEIGHTS_FORMAT, is_checkpoint_file
-from seq2seq.config import UserError
-from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
-from seq2seq.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE
-from seq2seq.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE
-from seq2seq.run_files import CTRANSLATE2_DIR, DECODING_FILE, INFERENCE_DIR
-
-RUN_MARKER = ".seq2seq-run"  # written by every run as it takes its directory (train())
-MARKER_TEXT = "a seq2seq-train run directory: overwrite=true removes only the files such a run writes\n"
-TOKENIZER_FILES = (JOINT_FILE, SRC_FILE, TGT_FILE, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB)
-CT2_VOCABULARIES = tuple(
-    f"{side}_vocabulary.{ext}" for side in ("shared", "source", "target") for ext in ("json", "txt")
+from seq2seq.artifacts.checkpoint import is_checkpoint_file
+from seq2seq.artifacts.path_kind import DECODING_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT
+from seq2seq.artifacts.run_dir import (
+    CHECKPOINTS_DIR,
+    CTRANSLATE2_DIR,
+    INFERENCE_DIR,
+    MARKER_TEXT,
+    RUN_DIRECTORIES,
+    STARTUP_FILES,
+    TOKENIZER_FILES,
+    RunDir,
 )
-# Each directory a run writes, and the names of the files it writes there.
-RUN_DIRECTORIES: dict[str, re.Pattern[str]] = {
-    # best, last, step_N and seq2seq-average's default output; .NAME.pt.*.tmp: an unfinished save
-    "checkpoints": re.compile(r"(best|last|step_\d+|averaged)\.pt|\..+\.pt\..+\.tmp"),
-    INFERENCE_DIR: re.compile("|".join(map(re.escape, (WEIGHTS_FILE, WEIGHTS_CONFIG, *TOKENIZER_FILES)))),
-    CTRANSLATE2_DIR: re.compile(
-        "|".join(map(re.escape, (CTRANSLATE2_FILE, "config.json", DECODING_FILE, *CT2_VOCABULARIES, *TOKENIZER_FILES)))
-    ),
-    "tb": re.compile(r"events\.out\.tfevents\..+"),
-}
+from seq2seq.config import UserError
 
 
 def is_run_directory(run_dir: Path) -> bool:
     """Whether `run_dir` holds what only a seq2seq run writes."""
     try:
-        if (run_dir / RUN_MARKER).read_text(encoding="utf-8") == MARKER_TEXT:
+        if RunDir(run_dir).marker.read_text(encoding="utf-8") == MARKER_TEXT:
             return True
     except (OSError, UnicodeDecodeError):
         pass
@@ -52,15 +41,15 @@ def is_run_directory(run_dir: Path) -> bool:
 
 def earlier_run(run_dir: Path) -> str | None:
     """The first sign that a run trained in `run_dir` (one of its checkpoints, or an export of one)."""
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = RunDir(run_dir).checkpoints
     try:
         names = sorted(p.name for p in checkpoints.iterdir()) if checkpoints.is_dir() else []
     except OSError:  # a name too long, a file on the path: the writability check says so in one line
         return None
     for name in names:
-        if name.endswith(".pt") and RUN_DIRECTORIES["checkpoints"].fullmatch(name):
+        if name.endswith(".pt") and RUN_DIRECTORIES[CHECKPOINTS_DIR].fullmatch(name):
             if is_checkpoint_file(checkpoints / name):
-                return f"checkpoints/{name}"
+                return f"{CHECKPOINTS_DIR}/{name}"
     exports = [name for name in (INFERENCE_DIR, CTRANSLATE2_DIR) if _has_own_export(run_dir, (name,))]
     return f"{exports[0]}/" if exports else None
 
@@ -98,7 +87,7 @@ def files_not_a_runs(run_dir: Path, is_run: bool, names: tuple[str, ...] = tuple
                 continue
             relative = path.relative_to(run_dir).as_posix()
             own = path.parent == directory and not path.is_symlink() and pattern.fullmatch(path.name)
-            if own and name == "checkpoints" and path.suffix == ".pt":
+            if own and name == CHECKPOINTS_DIR and path.suffix == ".pt":
                 own = is_checkpoint_file(path)
             if not own or not is_run:
                 found.append(relative)
@@ -144,11 +133,6 @@ def clear_earlier_run(run_dir: Path) -> list[str]:
             (run_dir / name).unlink()
             removed.append(name)
     return removed
-
-
-# What a run directory holds before any training: Hydra's config and log, the lock, the marker.
-STARTUP_FILES = {".hydra", "train.log", ".lock", RUN_MARKER}
-LOCK_FREE_STARTUP_FILES = {".hydra", "train.log"}  # ... and that no run has locked yet
 
 
 def holds_only_startup_files(run_dir: Path, allowed: set[str] = STARTUP_FILES) -> bool:

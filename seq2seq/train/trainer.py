@@ -26,16 +26,17 @@ import torch
 from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
+from seq2seq.artifacts.checkpoint import (
+    TrainingState,
+    Vocabulary,
+    find_model_file,
+    load_training_state,
+    save_training_state,
+)
 from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
 from seq2seq.artifacts.model_files import read_model_file
-from seq2seq.checkpoint import (
-    FORMAT,
-    Checkpoint,
-    Vocabulary,
-    atomic_save,
-    find_model_file,
-    load_checkpoint,
-)
+from seq2seq.artifacts.path_kind import PathKind, path_kind
+from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, RunDir
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
@@ -43,9 +44,7 @@ from seq2seq.data.prefetch import Prefetcher
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.model.transformer import build_model
-from seq2seq.path_kind import PathKind, path_kind
 from seq2seq.precision import PrecisionChoice, choose_precision
-from seq2seq.run_files import find_checkpoint
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import (
@@ -165,7 +164,7 @@ class Trainer:
         self.samples: list[tuple[str, str, str]] = []  # (source, reference, translation) shown in TensorBoard
         self.stop_requested = False
         self.stop_signal: int | None = None  # SIGINT or SIGTERM: the command then exits with 128 + it
-        self.checkpoint_dir = run_dir / "checkpoints"
+        self.files = RunDir(run_dir)  # where its checkpoints go
         # On a CPU whose OpenMP threads spin long (the run started on an idle machine): one thread while
         # other work runs (cpu_sharing.py). Not in a deterministic run, whose sums must not depend on load.
         self.sharing = (
@@ -276,52 +275,51 @@ class Trainer:
             "tokenizer": self.tokenizer_fingerprint,  # translation checks that the tokenizer beside it is this one
         }
 
-    def state_dict(self, rng: list[dict[str, Any]] | None = None) -> Checkpoint:
+    def training_state(self, rng: list[dict[str, Any]] | None = None) -> TrainingState:
         """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
-        return {
-            "format": FORMAT,
-            "model": self.model.state_dict(),
-            "config": {**as_dict(self.cfg), "precision": self.precision},  # a resume computes as the run did
-            "vocab": self.state_dict_vocab(),
-            "step": self.step,
-            "data": self.stream.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": rng if rng is not None else [rng_state()],
-            "best": self.best,
-            "validations_since_best": self.validations_since_best,
-            "skipped_updates": self.skipped_updates,
-            "metrics": self.last_metrics,
-            "elapsed_seconds": self.elapsed_minutes() * 60.0,
-            "validation_minutes": self.validation_minutes,
-            "precision_choice": {"asked": self.precision_asked, "reason": self.precision_choice.reason},
-        }
+        return TrainingState(
+            model=self.model.state_dict(),
+            config={**as_dict(self.cfg), "precision": self.precision},  # a resume computes as the run did
+            vocab=self.state_dict_vocab(),
+            step=self.step,
+            data=self.stream.state_dict(),
+            optimizer=self.optimizer.state_dict(),
+            scaler=self.scaler.state_dict(),
+            rng=rng if rng is not None else [rng_state()],
+            best=self.best,
+            validations_since_best=self.validations_since_best,
+            skipped_updates=self.skipped_updates,
+            metrics=self.last_metrics,
+            elapsed_seconds=self.elapsed_minutes() * 60.0,
+            validation_minutes=self.validation_minutes,
+            precision_choice={"asked": self.precision_asked, "reason": self.precision_choice.reason},
+        )
 
-    def restore(self, payload: dict[str, Any]) -> None:
-        """Continue exactly where `payload` (a checkpoint of this run) left off."""
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
-        if self.scaler.is_enabled() and not payload["scaler"]:  # the run was not fp16 until now
+    def restore(self, state: TrainingState) -> None:
+        """Continue exactly where `state` (a checkpoint of this run) left off."""
+        self.model.load_state_dict(state.model)
+        self.optimizer.load_state_dict(state.optimizer)
+        if self.scaler.is_enabled() and not state.scaler:  # the run was not fp16 until now
             log.warning("the checkpoint has no grad scaler state (not trained with fp16): starting a fresh one")
         else:
-            self.scaler.load_state_dict(payload["scaler"])
-        self.stream.load_state_dict(payload["data"])
-        self.step = payload["step"]
-        self.best = payload["best"]
-        self.validations_since_best = payload["validations_since_best"]
-        self.skipped_updates = payload["skipped_updates"]
-        self.last_metrics = payload["metrics"]
-        self.elapsed_before = payload.get("elapsed_seconds", 0.0)  # absent from checkpoints before it was kept
-        self.validation_minutes = payload.get("validation_minutes", 0.0)
-        self._restore_rng(payload["rng"])
-        self._describe_resumed_precision(payload)
+            self.scaler.load_state_dict(state.scaler)
+        self.stream.load_state_dict(state.data)
+        self.step = state.step
+        self.best = state.best
+        self.validations_since_best = state.validations_since_best
+        self.skipped_updates = state.skipped_updates
+        self.last_metrics = state.metrics
+        self.elapsed_before = state.elapsed_seconds
+        self.validation_minutes = state.validation_minutes
+        self._restore_rng(state.rng)
+        self._describe_resumed_precision(state)
 
-    def _describe_resumed_precision(self, payload: dict[str, Any]) -> None:
+    def _describe_resumed_precision(self, state: TrainingState) -> None:
         """A resumed run computes in the precision its config recorded, which for precision=auto is what
         auto chose at the run's start: the log says so, not "as asked" (no one asked for it)."""
-        if self.precision != payload["config"]["precision"]:
+        if self.precision != state.config["precision"]:
             return  # changed on the resume's command line: chosen now, as logged
-        saved = payload.get("precision_choice")  # absent from checkpoints written before it was kept
+        saved = state.precision_choice
         if saved is None:
             reason = "as the run's checkpoint recorded it"
         elif saved["asked"] != self.precision:
@@ -331,9 +329,8 @@ class Trainer:
             return
         self.precision_choice = dataclasses.replace(self.precision_choice, reason=f"resumed; {reason}")
 
-    def _restore_rng(self, states: list[dict[str, Any]] | dict[str, Any]) -> None:
+    def _restore_rng(self, states: list[dict[str, Any]]) -> None:
         """Each rank continues its own random streams (dropout masks differ between ranks)."""
-        states = [states] if isinstance(states, dict) else states  # checkpoints from before per-rank states
         rank, world_size = self.dist.rank, self.dist.world_size
         if len(states) != world_size:
             log.warning(
@@ -563,8 +560,8 @@ class Trainer:
 
     def _last_good_checkpoint(self, capital: bool = False) -> str:
         """Where to go on from, for the message that stops the run: never a directory that is not there."""
-        if (self.checkpoint_dir / "last.pt").is_file():
-            return f"{'T' if capital else 't'}he last good checkpoint is in {self.checkpoint_dir}"
+        if self.files.checkpoint("last").is_file():
+            return f"{'T' if capital else 't'}he last good checkpoint is in {self.files.checkpoints}"
         return f"{'N' if capital else 'n'}o checkpoint was saved yet (the first save is at update {min(self.cfg.save_every, self.cfg.valid_every)})"
 
     def _count_oom_skip(self, sentences: int, tokens: int) -> None:
@@ -612,13 +609,13 @@ class Trainer:
         self.check_updates()  # the skips counted, and a run of non-finite updates stopped, before saving
         states = self.dist.gather(rng_state())
         if self.dist.is_main:
-            payload = self.state_dict(states)
+            state = self.training_state(states)
             # last.pt goes last: a process killed part-way through leaves the previous last.pt, so a
             # resume replays this update and writes the best and periodic checkpoints it owed.
             for name in sorted(names, key=lambda n: n == "last"):
-                atomic_save(payload, self.checkpoint_dir / f"{name}.pt")
-            if any(n.startswith("step_") for n in names):
-                periodic = sorted(self.checkpoint_dir.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+                save_training_state(state, self.files.checkpoint(name))
+            if any(RunDir.step_of(name) is not None for name in names):
+                periodic = self.files.periodic_checkpoints()
                 for old in periodic[: max(len(periodic) - self.cfg.keep_checkpoints, 0)]:
                     old.unlink(missing_ok=True)
         self.dist.wait_for_main()
@@ -702,7 +699,7 @@ class Trainer:
             if step % cfg.valid_every == 0:
                 self.validate_and_save(dashboard)
             elif step % cfg.save_every == 0:
-                self.save("last", f"step_{step}")
+                self.save("last", RunDir.step_name(step))
         return reason
 
     def _train_scalars(self, window: TrainWindow) -> dict[str, float]:
@@ -775,7 +772,8 @@ class Trainer:
                 "  (new best)" if better else "",
             )
             self._show_validation(dashboard, metrics)
-            names = ["last"] + (["best"] if better else []) + ([f"step_{step}"] if step % cfg.save_every == 0 else [])
+            periodic = [RunDir.step_name(step)] if step % cfg.save_every == 0 else []
+            names = ["last"] + (["best"] if better else []) + periodic
         self.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
         self.validations_since_best, names = self.dist.broadcast((self.validations_since_best, names))
         self.save(*names)  # every rank: each one's RNG state goes into the checkpoint
@@ -804,7 +802,7 @@ def weights_file_of(init_from: str) -> Path:
         return find_model_file(path)
     except UserError:
         raise UserError(
-            f"init_from={init_from}: a directory with no model in it (give a run directory with checkpoints/, "
+            f"init_from={init_from}: a directory with no model in it (give a run directory with {CHECKPOINTS_DIR}/, "
             "a checkpoint .pt, a model.safetensors or its directory, or a Marian model's directory)"
         ) from None
 
@@ -816,8 +814,8 @@ def choose_run_precision(cfg: DictConfig, device: torch.device, dist: DistContex
     return dataclasses.replace(choice, precision=dist.broadcast(choice.precision))
 
 
-def resume_payload(run_dir: Path) -> dict[str, Any]:
-    return load_checkpoint(find_checkpoint(run_dir, prefer=("last",)))
+def resume_state(run_dir: Path) -> TrainingState:
+    return load_training_state(RunDir(run_dir).find_checkpoint(prefer=("last",)))
 
 
 def install_stop_handlers(trainer: Trainer) -> None:

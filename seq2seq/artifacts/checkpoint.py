@@ -2,12 +2,13 @@
 
 A checkpoint is a dict of tensors and plain Python values only, so it loads with
 `torch.load(weights_only=True)`: loading never runs code from the file. It carries the resolved
-config, so a checkpoint (with its tokenizer) is all translation needs.
+config, so a checkpoint (with its tokenizer) is all translation needs. A training checkpoint is a
+`TrainingState` written as such a dict; `upgrade` brings a payload that older code wrote to today's
+layout, once, as it is read, so no reader keeps a default for a key older files lack.
 """
 
 # No `from __future__ import annotations` here: the payload types below are read at run time
-# (`__required_keys__`, `__optional_keys__`), which needs their annotations evaluated.
-import contextlib
+# (`__required_keys__`, `dataclasses.fields`), which needs their annotations evaluated.
 import dataclasses
 import errno
 import os
@@ -20,23 +21,21 @@ from typing import Any, NotRequired, TypedDict
 
 import torch
 
+from seq2seq.artifacts.freshness import why_stale
+from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE
+from seq2seq.artifacts.run_dir import RunDir, temporary_affixes
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
-from seq2seq.path_kind import WEIGHTS_FILE
-from seq2seq.run_files import INFERENCE_DIR, find_checkpoint, why_stale
 
 FORMAT = 1
-# A weights-only export (`seq2seq-export format=safetensors`): the file, and the JSON beside it.
-WEIGHTS_CONFIG, WEIGHTS_FORMAT = "config.json", "seq2seq-weights-1"  # WEIGHTS_FILE: seq2seq.path_kind
 SPECIAL_TOKENS = len(SPECIALS)
 
 
 # ---- what a checkpoint holds ------------------------------------------------------------------
-# Plain dicts at run time (torch.load(weights_only=True) reads nothing else); these types name their
-# keys once, for the code that writes them (Trainer.state_dict), reads them (load_checkpoint,
-# read_model_file, load_weights, Trainer.restore) and keeps some of them (averaging). NotRequired:
-# a key that files written before it was kept lack.
+# Plain dicts on disk (torch.load(weights_only=True) reads nothing else). A training checkpoint is
+# written and read as a TrainingState; the model payload that every model file gives (a checkpoint, a
+# weights export, an imported Marian model) is a dict whose keys ModelPayload names.
 
 
 class Vocabulary(TypedDict):
@@ -66,21 +65,41 @@ class PrecisionRecord(TypedDict):
     reason: str  # why it computes in config["precision"]
 
 
-class Checkpoint(ModelPayload):
-    """A training checkpoint: the model, and everything a run needs to continue bit-for-bit."""
+@dataclasses.dataclass
+class TrainingState:
+    """A training checkpoint: the model, and everything a run needs to continue bit-for-bit. The file
+    holds it as a dict of its fields (and "format"), in this order."""
 
+    model: dict[str, torch.Tensor]  # the model's state_dict
+    config: dict[str, Any]  # the run's resolved config, with the precision it computes in
+    vocab: Vocabulary
+    step: int  # updates made
     data: dict[str, Any]  # the batch stream's (epoch, position)
     optimizer: dict[str, Any]  # with the learning-rate schedule's state
     scaler: dict[str, Any]  # the fp16 grad scaler's; empty when it is off
-    rng: list[dict[str, Any]]  # every rank's random state, in rank order (older checkpoints: one dict)
+    rng: list[dict[str, Any]]  # every rank's random state, in rank order
     best: dict[str, float] | None  # {"value", "step"} of best_metric; None before the first validation
     validations_since_best: int
     skipped_updates: int
     metrics: dict[str, float]  # of the latest validation
-    # Absent from checkpoints written before they were kept; a resume of one goes on without them.
-    elapsed_seconds: NotRequired[float]  # training time over every segment of the run
-    validation_minutes: NotRequired[float]  # the latest validation's duration, kept back from max_minutes
-    precision_choice: NotRequired[PrecisionRecord]
+    elapsed_seconds: float  # training time over every segment of the run
+    validation_minutes: float  # the latest validation's duration, kept back from max_minutes
+    precision_choice: PrecisionRecord | None  # None: the checkpoint predates the record
+
+    def to_payload(self) -> dict[str, Any]:
+        """The dict the file holds (its values shared, not copied: a model's tensors are large)."""
+        return {"format": FORMAT, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any], where: Path) -> "TrainingState":
+        """A checkpoint's payload (as `load_checkpoint` gives it: upgraded) as a TrainingState; one line
+        naming the file and the key when it lacks a part of the training state (an averaged checkpoint)."""
+        for field in dataclasses.fields(cls):
+            if field.name not in payload:
+                raise UserError(
+                    f"{where}: has no {field.name} (not a training checkpoint: a run cannot resume from it)"
+                )
+        return cls(**{f.name: payload[f.name] for f in dataclasses.fields(cls)})
 
 
 class AveragedCheckpoint(ModelPayload):
@@ -92,6 +111,33 @@ class AveragedCheckpoint(ModelPayload):
     averaged_steps: list[int]  # their updates, in the same order
 
 
+def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
+    """A training checkpoint's payload as today's code writes it, from one that older code wrote (the
+    format stayed 1: each change only added what older files lack). Returns a new dict; `payload` and
+    what it holds are left as they were. A payload without training state (an averaged checkpoint, a
+    model export's) is returned as it is; a part of another shape than any version wrote is left for
+    `TrainingState.from_payload` and the Trainer to refuse."""
+    if "optimizer" not in payload:
+        return payload
+    upgraded = dict(payload)
+    rng = payload.get("rng")
+    if isinstance(rng, dict):  # before each rank's random state was kept: the one process's
+        rng = [rng]
+    if isinstance(rng, list) and all(isinstance(state, dict) and isinstance(state.get("numpy"), dict) for state in rng):
+        # Before numpy's cached normal draw was kept: none cached.
+        upgraded["rng"] = [{**s, "numpy": {"has_gauss": 0, "cached_gaussian": 0.0, **s["numpy"]}} for s in rng]
+    optimizer = payload["optimizer"]
+    if isinstance(optimizer, dict) and "updates" not in optimizer and isinstance(optimizer.get("state"), dict):
+        # A torch.optim Adam/AdamW state dict (before the optimizer was ours): its updates are its steps.
+        updates = max((int(s["step"]) for s in optimizer["state"].values()), default=0)
+        upgraded["optimizer"] = {**optimizer, "updates": updates}
+    # Before the run's clock and the precision record were kept: a resume starts them afresh.
+    upgraded.setdefault("elapsed_seconds", 0.0)
+    upgraded.setdefault("validation_minutes", 0.0)
+    upgraded.setdefault("precision_choice", None)
+    return upgraded
+
+
 def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`: a crash or a
     full disk at any moment leaves either the old file or the new one, never half of one."""
@@ -99,7 +145,8 @@ def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
     try:
         # Inside the try: a read-only directory is the same one-line error as a failed write.
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        prefix, suffix = temporary_affixes(path)
+        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
@@ -135,18 +182,6 @@ def _is_disk_full(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and "inline_container" in str(err)
 
 
-def remove_stale_temporaries(directory: Path) -> int:
-    """Deletes the .NAME.pt.*.tmp files of saves that a killed process never finished; returns their
-    total size. Call it only while holding the run directory's lock (no save can be under way)."""
-    removed = 0
-    for tmp in directory.glob(".*.pt.*.tmp"):
-        with contextlib.suppress(OSError):
-            size = tmp.stat().st_size
-            tmp.unlink()
-            removed += size
-    return removed
-
-
 def _fsync_directory(directory: Path) -> None:
     """Make the rename itself durable (POSIX); not possible on every platform."""
     try:
@@ -161,10 +196,11 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """A checkpoint file's payload, read without running code from it. Checked here: its format and
-    that it has weights; its model payload where a model is built from it (`read_model_file`), its
-    training state where a run resumes from it. An averaged checkpoint has no training state."""
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint file's payload, read without running code from it and upgraded to today's layout
+    (`upgrade`). Checked here: its format and that it has weights; its model payload where a model is
+    built from it (`read_model_file`), its training state where a run resumes from it
+    (`load_training_state`). An averaged checkpoint has no training state."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint file")
@@ -174,7 +210,16 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise UserError(f"{path}: not a readable checkpoint (truncated or corrupt): {_load_failure(err)}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
         raise UserError(f"{path}: not a seq2seq checkpoint (format {FORMAT})")
-    return payload
+    return upgrade(payload)
+
+
+def load_training_state(path: str | Path) -> TrainingState:
+    """What a run resumes from: a training checkpoint, read and upgraded."""
+    return TrainingState.from_payload(load_checkpoint(path), Path(path))
+
+
+def save_training_state(state: TrainingState, path: Path) -> None:
+    atomic_save(state.to_payload(), path)
 
 
 def _load_failure(err: BaseException) -> str:
@@ -209,8 +254,9 @@ def find_model_file(run_dir: str | Path) -> Path:
     end (`<run>/model/model.safetensors`, a quarter of the checkpoint's size: no optimiser moments),
     unless it was made from another checkpoint than the run's best (a resumed run that was stopped
     before its end); else best.pt, else last.pt."""
-    checkpoint = find_checkpoint(run_dir)
-    weights = Path(run_dir) / INFERENCE_DIR / WEIGHTS_FILE
+    run = RunDir(run_dir)
+    checkpoint = run.find_checkpoint()
+    weights = run.model / WEIGHTS_FILE
     return (
         weights if weights.is_file() and why_stale(weights.parent / WEIGHTS_CONFIG, checkpoint) is None else checkpoint
     )
@@ -280,8 +326,8 @@ def model_from_checkpoint(payload: ModelPayload) -> Transformer:
 
 def _check_weights(state: dict[str, torch.Tensor], model_cfg: ModelConfig, vocab: dict[str, int], path: Path) -> None:
     """Names and shapes against the model the config describes. Built on the CPU, not on "meta": there
-    its weight initialisers go through torch's decompositions, which import torch._dynamo (2.1 s of a
-    2-core EPYC's start-up, measured with cProfile); the CPU build costs ~0.1 s. Its random initialisation
+    its weight initialisers go through torch's decompositions, which import torch._dynamo (seconds of
+    start-up; the CPU build costs a small part of that: docs/performance.md). Its random initialisation
     must not move the caller's random state (init_from= then trains exactly as from the checkpoint)."""
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise UserError(f"{path}: its weights are not a dict of tensors")

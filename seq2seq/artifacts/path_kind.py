@@ -12,8 +12,11 @@ import enum
 import json
 from pathlib import Path
 
-WEIGHTS_FILE = "model.safetensors"  # `seq2seq-export format=safetensors`: the weights, config.json beside them
+WEIGHTS_FILE = "model.safetensors"  # `seq2seq-export format=safetensors`: the weights, WEIGHTS_CONFIG beside them
+# The JSON beside a weights export, and the format it names (which tells it from a Hugging Face config.json).
+WEIGHTS_CONFIG, WEIGHTS_FORMAT = "config.json", "seq2seq-weights-1"
 CTRANSLATE2_FILE = "model.bin"  # `seq2seq-export format=ctranslate2` (and CTranslate2's converters) write it
+DECODING_FILE = "seq2seq.json"  # in our CTranslate2 export, beside model.bin: max_positions and its checkpoint
 HUGGINGFACE_CONFIG = "config.json"  # transformers' model config: it has a model_type (ours has a "format")
 
 

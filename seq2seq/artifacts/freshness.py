@@ -1,4 +1,4 @@
-"""Where a run directory keeps what translation reads, found without importing torch (the
+"""Whether an export was made from a checkpoint as it is now, told without importing torch (the
 CTranslate2 path of `seq2seq-translate` starts in well under a second because it never does)."""
 
 from __future__ import annotations
@@ -7,23 +7,6 @@ import hashlib
 import json
 import zipfile
 from pathlib import Path
-
-from seq2seq.config import UserError
-
-INFERENCE_DIR = "model"  # <run>/model/: the weights-only export training writes at its end
-CTRANSLATE2_DIR = "ctranslate2"  # <run>/ctranslate2/: its CTranslate2 export (with ctranslate2 installed)
-DECODING_FILE = "seq2seq.json"  # in a CTranslate2 export, beside model.bin: max_positions and its checkpoint
-
-
-def find_checkpoint(run_dir: str | Path, prefer: tuple[str, ...] = ("best", "last")) -> Path:
-    directory = Path(run_dir)
-    if not directory.is_dir():
-        raise UserError(f"{directory}: no such run directory")
-    for name in prefer:
-        candidate = directory / "checkpoints" / f"{name}.pt"
-        if candidate.is_file():
-            return candidate
-    raise UserError(f"{directory}: has no checkpoint (looked for checkpoints/{{{','.join(prefer)}}}.pt)")
 
 
 def checkpoint_fingerprint(checkpoint: Path) -> str | None:
