@@ -800,6 +800,8 @@ def test_a_multilingual_model_serves_every_direction_with_its_tag(multilingual_r
             french = cli(tmp_path, english, run=run, beam=2, src_lang="en", tgt_lang="fr")
             pivot = client.post("/translate", json={"q": lines["de"], "source": "de", "target": "fr"})
             assert pivot.json()["translatedText"] == french
+            attention = client.post("/v1/attention", json={"q": lines["en"][0], "source": "en", "target": "fr"})
+            assert attention.json()["source"][0] == ">>fr<<"  # what the model read, its tag first
             missing = client.post("/translate", json={"q": "en1", "source": "en"})
             assert missing.status_code == 400
             assert missing.json()["error"] == "missing 'target': this server translates en -> de, en -> fr, de -> en"

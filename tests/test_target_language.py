@@ -183,3 +183,12 @@ def test_huggingface_export_takes_a_source_tag_and_refuses_a_decoder_start_one(
         batch = tokenizer([f">>{lang}<<{line}" for line in LINES], return_tensors="pt", padding=True)
         theirs = tokenizer.batch_decode(model.generate(**batch, num_beams=1), skip_special_tokens=True)
         assert theirs == load(str(multilingual_run.path), engine="torch", tgt_lang=lang, **SETTINGS).translate(LINES)
+
+
+def test_attention_shows_the_source_tag_the_model_read(multilingual_run):
+    from seq2seq.inference.attention_plots import translate_with_attention
+
+    translator = load(str(multilingual_run.path), engine="torch", tgt_lang="fr", **SETTINGS)
+    (sample,) = translate_with_attention(translator, LINES[:1])
+    assert sample.source == [">>fr<<", *translator.tokenizers.src_tokens(LINES[0]), "</s>"]
+    assert sample.weights["cross"][-1].shape[-1] == len(translator.encode(LINES[:1])[0])  # (heads, rows, source)

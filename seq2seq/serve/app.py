@@ -133,8 +133,11 @@ def create_app(
         batcher = model.batcher
         if not batcher.engines.has_torch_weights():
             raise BadRequest(f"no attention maps: {model.info.model} has no PyTorch weights (serve run=<run dir>)")
-        ((best, *_),) = await service.decode(request, batcher, texts, direction.settings(default_settings(model.base)))
-        data = await batcher.run_alone(lambda engines: cross_attention(engines, texts[0], best.tokens))
+        settings = direction.settings(default_settings(model.base))
+        ((best, *_),) = await service.decode(request, batcher, texts, settings)
+        data = await batcher.run_alone(
+            lambda engines: cross_attention(engines, texts[0], best.tokens, settings.src_lang, settings.tgt_lang)
+        )
         return JSONResponse({"translatedText": best.text, **data})
 
     async def health(request: Request) -> Response:
