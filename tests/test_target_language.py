@@ -118,6 +118,16 @@ def test_seq2seq_translate_takes_tgt_lang(multilingual_run, tmp_path):
     assert language_share(expected, "fr") >= 0.9
 
 
+def test_the_command_without_tgt_lang_leaves_the_output_file_as_it_was(multilingual_run, tmp_path):
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("en1 en2\n")
+    output.write_text("the user's earlier translations\n")
+    settings = dict(input=str(source), output=str(output), run=str(multilingual_run.path), **SETTINGS)
+    with pytest.raises(UserError, match=r"^tgt_lang: the model is multilingual"):
+        translate(OmegaConf.structured(TranslateConfig(**settings)))
+    assert output.read_text() == "the user's earlier translations\n"
+
+
 def test_the_command_line_without_tgt_lang_is_one_line_of_error(multilingual_run, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "seq2seq.cli.translate", f"run={multilingual_run.path}", "device=cpu"],

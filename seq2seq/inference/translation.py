@@ -17,6 +17,7 @@ from seq2seq.data.tokenizer import Tokenizers
 
 if TYPE_CHECKING:
     from seq2seq.inference.sampling import SamplingRule  # its module imports torch
+    from seq2seq.inference.target_language import ModelLanguages
 
 T = TypeVar("T")
 
@@ -35,6 +36,7 @@ class TranslatorAPI(Protocol):
     kind: Literal["torch", "ctranslate2"]  # which engine it is (the value of seq2seq-translate's engine=)
     tokenizers: Tokenizers
     max_positions: int  # the longest source or target, </s> included, that the model takes
+    languages: ModelLanguages  # its languages; a multilingual model's tags
 
     # A str is one line (and gets one result back); any other iterable of str is lines.
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]: ...
