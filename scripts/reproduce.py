@@ -12,7 +12,9 @@ config, exactly as training read them.
    the higher BLEU on the *validation* split, then the length penalty for it the same way (the test set
    never chooses anything);
 3. translates the test split (Multi30k: test_2016_flickr) with beam search and scores it with sacreBLEU (cased and
-   case-insensitive, with signatures) and chrF;
+   case-insensitive, with signatures) and chrF; a multilingual run (data.directions) each direction's, with
+   its tag (the checkpoint and length penalty chosen on the mean of the directions' validation BLEU), and
+   with --zero-shot de-fr,... directions it was not trained on too;
 4. prints the JSON and writes it, with a plot of the validation curve, into the run directory; with
    --publish, also results/<name>.{json,md,png}, results/table.md and the table in docs/results.md.
    Only Multi30k runs enter the table: a run on the built-in task checks the pipeline, it is no result.
@@ -39,6 +41,7 @@ from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.cli.average import average_files
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
+from seq2seq.data.directions import Direction, configured_directions, direction_config
 from seq2seq.inference.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,10 +83,24 @@ def train(args: argparse.Namespace, run_dir: Path) -> tuple[float, list[float]]:
     return time.monotonic() - start, loads
 
 
-def translate_lines(checkpoint: Path, run_dir: Path, lines: list[str], beam: int, length_penalty: float) -> list[str]:
+def translate_directions(
+    checkpoint: Path, run_dir: Path, splits: dict, split: str, beam: int, length_penalty: float
+) -> dict[str, list[str]]:
+    """The translations of `split`'s sources of each direction of `splits` (held_out_splits), by direction,
+    each asked of the model in its target language (a one-direction run's: untagged, as always)."""
     cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
     translator = Translator.from_config(cfg)
-    return translator.translate(lines)
+    multilingual = translator.languages.tags is not None
+    return {
+        name: (translator.with_languages(*name.split("-")) if multilingual else translator).translate(pairs[split][0])
+        for name, pairs in splits.items()
+    }
+
+
+def mean_bleu(hypotheses: dict[str, list[str]], splits: dict, split: str) -> float:
+    """Corpus BLEU of each direction's `split`, averaged over the directions (one direction: its BLEU)."""
+    each = [sacrebleu.corpus_bleu(hypotheses[name], [splits[name][split][1]]).score for name in hypotheses]
+    return round(sum(each) / len(each), 2)
 
 
 def average_of_the_end(run_dir: Path, last_step: int, count: int = 5) -> Path | None:
@@ -155,13 +172,24 @@ def training_minutes(log: str) -> float:
     return round(sum(float(m) for m in STOPPED_LINE.findall(log)), 1)
 
 
-def held_out_splits(saved_data_config: dict) -> dict[str, tuple[list[str], list[str]]]:
-    """The validation and test pairs of the run, read through its own data config (not the training split)."""
+def held_out_splits(saved_data_config: dict, zero_shot: tuple[str, ...] = ()) -> dict[str, dict]:
+    """By direction ("en-de"; a one-direction run's "src_lang-tgt_lang"): its validation and test pairs,
+    read through the run's own data config (not the training split); a multilingual run's each through
+    its direction's config, as training read them. `zero_shot`: directions the run was not trained on,
+    scored on their test split alone (they choose nothing)."""
     cfg = OmegaConf.merge(OmegaConf.structured(DataConfig), saved_data_config)
-    splits = {split: iter_split(cfg, split) for split in ("valid", "test")}
-    if splits["test"] is None:
-        raise SystemExit(f"error: data.kind={cfg.kind} of this run has no test split to score")
-    return {split: unzip(pairs) for split, pairs in splits.items()}
+    trained = configured_directions(cfg)
+    directions = {d.name: (direction_config(cfg, d), ("valid", "test")) for d in trained}
+    directions.update({name: (direction_config(cfg, Direction(*name.split("-"))), ("test",)) for name in zero_shot})
+    if not trained:
+        directions = {f"{cfg.src_lang}-{cfg.tgt_lang}": (cfg, ("valid", "test"))}
+    held_out = {}
+    for name, (one, wanted) in directions.items():
+        splits = {split: iter_split(one, split) for split in wanted}
+        if splits["test"] is None:
+            raise SystemExit(f"error: data.kind={cfg.kind} of this run has no test split to score ({name})")
+        held_out[name] = {split: unzip(pairs) for split, pairs in splits.items()}
+    return held_out
 
 
 TABLE_HEADER = (
@@ -171,6 +199,23 @@ TABLE_HEADER = (
 )
 TABLE_START, TABLE_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
 TABLE_DATA = "multi30k"  # the table's corpus; results on other data (the built-in task) stay out of it
+
+
+def table_rows(result: dict) -> str:
+    """One row per direction: a multilingual run's rows name theirs, "(zero-shot)" for an untrained one."""
+    if "test_by_direction" not in result:
+        return table_row(result)
+    zero_shot = set(result.get("zero_shot", ()))
+    return "".join(
+        table_row(
+            {
+                **result,
+                "test": test,
+                "experiment": f"{result['experiment']} ({name}{', zero-shot' if name in zero_shot else ''})",
+            }
+        )
+        for name, test in result["test_by_direction"].items()
+    )
 
 
 def table_row(result: dict) -> str:
@@ -215,7 +260,8 @@ def result_name(experiment: str, minutes: float | None, hardware_class: str) -> 
 
 def in_table(result: dict) -> bool:
     """A Multi30k result with test scores (results from before the "data" field were all Multi30k)."""
-    return "test" in result and result.get("data", TABLE_DATA) == TABLE_DATA
+    scored = "test" in result or "test_by_direction" in result
+    return scored and result.get("data", TABLE_DATA) == TABLE_DATA
 
 
 def publish(result: dict, results: Path, page: Path | None) -> None:
@@ -223,10 +269,10 @@ def publish(result: dict, results: Path, page: Path | None) -> None:
     which also replaces the table between the markers in `page` (if it has them)."""
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{result['name']}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (results / f"{result['name']}.md").write_text(TABLE_HEADER + table_row(result))
+    (results / f"{result['name']}.md").write_text(TABLE_HEADER + table_rows(result))
     plot_curve(result, results / f"{result['name']}.png")
     everything = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
-    table = TABLE_HEADER + "".join(table_row(r) for r in everything if in_table(r))
+    table = TABLE_HEADER + "".join(table_rows(r) for r in everything if in_table(r))
     (results / "table.md").write_text(table)
     if page is not None and page.exists():
         text = page.read_text()
@@ -268,6 +314,11 @@ def main() -> None:
     parser.add_argument("--page", default=str(ROOT / "docs" / "results.md"), help="whose results table to rewrite")
     parser.add_argument("--skip-training", action="store_true", help="reuse the run in --run-dir")
     parser.add_argument("--average", type=int, help="checkpoints averaged (default: the run's keep_checkpoints)")
+    parser.add_argument(
+        "--zero-shot",
+        default="",
+        help="a multilingual run: directions it was not trained on to score too, e.g. de-fr,fr-de",
+    )
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_intermixed_args()
     budget = f"_{args.minutes:g}min" if args.minutes else ""
@@ -276,8 +327,11 @@ def main() -> None:
     train_seconds, loads = (0.0, []) if args.skip_training else train(args, run_dir)
     log = (run_dir / "train.log").read_text()
     last = load_checkpoint(run_dir / "checkpoints" / "last.pt")
-    src, tgt = last["config"]["data"]["src_lang"], last["config"]["data"]["tgt_lang"]
-    splits = held_out_splits(last["config"]["data"])
+    zero_shot = tuple(name for name in args.zero_shot.split(",") if name)
+    if zero_shot and not last["config"]["data"].get("directions"):
+        raise SystemExit("error: --zero-shot: the run has one direction (data.directions is not set)")
+    splits = held_out_splits(last["config"]["data"], zero_shot)
+    trained = {name: pairs for name, pairs in splits.items() if name not in zero_shot}
     # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
     # the final checkpoints; beam search on the validation split chooses among them.
     candidates = [run_dir / "checkpoints" / "best.pt"]
@@ -287,11 +341,11 @@ def main() -> None:
     window = args.average or last["config"]["keep_checkpoints"]
     if window > 1 and (averaged := average_of_the_end(run_dir, last["step"], window)):
         candidates.append(averaged)
-    valid_src, valid_ref = splits["valid"]
 
     def valid_score(checkpoint: Path, length_penalty: float) -> float:
-        hypotheses = translate_lines(checkpoint, run_dir, valid_src, args.beam, length_penalty)
-        return round(sacrebleu.corpus_bleu(hypotheses, [valid_ref]).score, 2)
+        """Validation BLEU (a multilingual run's: the mean of its directions')."""
+        hypotheses = translate_directions(checkpoint, run_dir, trained, "valid", args.beam, length_penalty)
+        return mean_bleu(hypotheses, trained, "valid")
 
     # The checkpoint first (at length penalty 1.0), then the length penalty for it: two small
     # searches on the validation split instead of their product.
@@ -301,9 +355,10 @@ def main() -> None:
     valid_bleu_by_penalty = {p: valid_bleu[chosen.name] if p == 1.0 else valid_score(chosen, p) for p in penalties}
     length_penalty = max(penalties, key=lambda p: (valid_bleu_by_penalty[p], p == 1.0))  # ties keep 1.0
 
-    test_src, test_ref = splits["test"]
     start = time.monotonic()
-    hypotheses = translate_lines(chosen, run_dir, test_src, args.beam, length_penalty)
+    hypotheses = translate_directions(chosen, run_dir, splits, "test", args.beam, length_penalty)
+    test = {name: scores(hypotheses[name], pairs["test"][1]) for name, pairs in splits.items()}
+    multilingual = bool(last["config"]["data"].get("directions"))
     machine = machine_info()
     chosen_precision = PRECISION_LINE.findall(log)
     device = str(last["config"]["device"])
@@ -313,7 +368,7 @@ def main() -> None:
         "experiment": args.experiment,
         "device": device,
         "hardware": hardware_class,
-        "direction": f"{src}-{tgt}",
+        "direction": ",".join(trained),
         "budget_minutes": args.minutes or last["config"]["max_minutes"],
         "train_minutes": training_minutes(log),
         "train_command_minutes": round(train_seconds / 60, 1) if train_seconds else None,  # with start-up
@@ -331,7 +386,11 @@ def main() -> None:
         "beam": args.beam,
         "length_penalty": length_penalty,
         "valid_bleu_by_length_penalty": {f"{p:g}": b for p, b in valid_bleu_by_penalty.items()},
-        "test": scores(hypotheses, test_ref),
+        **(
+            {"test_by_direction": test, "zero_shot": list(zero_shot)}
+            if multilingual
+            else {"test": test[next(iter(test))]}
+        ),
         "test_translate_seconds": round(time.monotonic() - start, 1),
         "config_hash": hashlib.sha256(json.dumps(last["config"], sort_keys=True).encode()).hexdigest()[:12],
         # What the training process ran on, as it logged it (this process is not preloaded with tcmalloc).
@@ -344,7 +403,8 @@ def main() -> None:
     else:
         (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
         plot_curve(result, run_dir / "result.png")
-    (run_dir / "test.hyp").write_text("\n".join(hypotheses) + "\n")
+    for name, lines in hypotheses.items():  # test.hyp; a multilingual run's test.en-de.hyp, ...
+        (run_dir / (f"test.{name}.hyp" if multilingual else "test.hyp")).write_text("\n".join(lines) + "\n")
     json.dump(result, sys.stdout, indent=2)
     print()
 

@@ -266,6 +266,12 @@ class TranslateConfig:
     top_p: float = setting(1.0, "sampling: only the most likely tokens up to this probability mass, in (0, 1]")
     seed: int = setting(0, "sampling: the same seed, input and batch_size give the same samples; in [0, 2^32 - 1]")
     prefix: bool = setting(False, 'input lines are "source<TAB>target prefix": each translation starts with its prefix')
+    tgt_lang: str | None = setting(
+        None, "a multilingual model (data.directions): the language to write, e.g. fr (its tag is added)"
+    )
+    src_lang: str | None = setting(
+        None, "the input's language: a direction the model was not trained on is then warned of (zero-shot)"
+    )
     engine: str = setting(
         "auto", "auto (the run's ctranslate2/ export where it decodes as PyTorch) | torch | ctranslate2"
     )
@@ -358,7 +364,9 @@ class ServeConfig:
     )
     drain_seconds: float = setting(20.0, "after SIGTERM: longest in-flight requests have; still waiting: 503")
     api_keys_file: str | None = setting(None, "one key per line; then every request needs one of them (else 403)")
-    source_lang: str | None = setting(None, "language codes of /languages; null: the run's data.src_lang")
+    source_lang: str | None = setting(
+        None, "language codes of /languages; null: the run's data.src_lang (a multilingual run: its directions)"
+    )
     target_lang: str | None = setting(None, "null: the run's data.tgt_lang")
     debug: bool = setting(False, "show tracebacks instead of one-line errors; log each batch")
 

@@ -8,6 +8,7 @@ import logging
 import random
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,85 @@ def sentencepiece_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     overrides = [*SENTENCEPIECE_TRAIN, f"data.cache_dir={root / 'cache'}"]
     train(compose_config("train", overrides), root / "run", overrides=overrides)
     return root / "run"
+
+
+# A multilingual run (data.directions) that learns in seconds to write a sentence's digits in the
+# language its tag asks for: en3 en1 -> de3 de1 (en-de), fr3 fr1 (en-fr); de3 de1 -> en3 en1 (de-en).
+# So a translation shows which language it was asked for: de-fr was never trained (zero-shot).
+MULTILINGUAL_DIRECTIONS = ["en-de", "en-fr", "de-en"]
+MULTILINGUAL_TRAIN = [
+    *TINY_TRAIN,
+    "data=parallel_files",
+    f"data.directions=[{','.join(MULTILINGUAL_DIRECTIONS)}]",
+    "data.vocab_size=320",
+    "max_steps=100",
+    "valid_every=50",
+    "save_every=50",
+    "optim.lr=3e-3",
+    "optim.warmup=20",
+]
+
+
+def digit_sentence(lang: str, seed: int) -> str:
+    """3-6 words of `lang`: its code and a digit, e.g. "de3 de0 de7"."""
+    rng = random.Random(seed)
+    return " ".join(f"{lang}{d}" for d in (rng.randrange(10) for _ in range(3 + seed % 4)))
+
+
+def write_multilingual_corpus(root: Path, valid_lines: int = 6) -> list[str]:
+    """train and valid files of MULTILINGUAL_DIRECTIONS (and test files of every pair of en/de/fr),
+    as data.train_src=...{src}-{tgt}.{src} overrides."""
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = [f"{a}-{b}" for a in ("en", "de", "fr") for b in ("en", "de", "fr") if a != b]
+    for name in pairs:
+        src, tgt = name.split("-")
+        for split, count, offset in (("train", 300, 0), ("valid", valid_lines, 10_000), ("test", valid_lines, 20_000)):
+            if split != "test" and name not in MULTILINGUAL_DIRECTIONS:
+                continue
+            for lang in (src, tgt):
+                lines = [digit_sentence(lang, offset + i) for i in range(count)]
+                (root / f"{split}.{name}.{lang}").write_text("\n".join(lines) + "\n")
+    return [
+        f"data.{split}_{side}='{root}/{split}.{{src}}-{{tgt}}.{{{side}}}'"  # quoted: Hydra reads {...} as a dict
+        for split in ("train", "valid", "test")
+        for side in ("src", "tgt")
+    ]
+
+
+def multilingual_overrides(root: Path, *extra: str) -> list[str]:
+    return [
+        *MULTILINGUAL_TRAIN,
+        *write_multilingual_corpus(root / "corpus"),
+        f"data.cache_dir={root / 'cache'}",
+        *extra,
+    ]
+
+
+@dataclass
+class TrainedRun:
+    path: Path  # the run directory
+    cfg: DictConfig  # the config it was trained with
+    summary: dict  # what train() returned
+    lines: list[str]  # its "seq2seq.train" log messages
+    corpus: Path  # its files: {split}.{src}-{tgt}.{lang}
+
+
+def train_multilingual(root: Path, *extra: str) -> TrainedRun:
+    cfg = compose_config("train", multilingual_overrides(root, *extra))
+    summary, lines = train_logging(cfg, root / "run")
+    return TrainedRun(root / "run", cfg, summary, lines, root / "corpus")
+
+
+@pytest.fixture(scope="session")
+def multilingual_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """MULTILINGUAL_TRAIN (tags as source prefixes), trained once per session."""
+    return train_multilingual(tmp_path_factory.mktemp("multilingual"))
+
+
+@pytest.fixture(scope="session")
+def decoder_start_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """MULTILINGUAL_TRAIN with data.lang_tag=decoder_start, trained once per session."""
+    return train_multilingual(tmp_path_factory.mktemp("multilingual_decoder_start"), "data.lang_tag=decoder_start")
 
 
 def train_logging(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,44 @@ def test_the_average_ends_with_last_pt_when_training_stopped_after_the_newest_pe
     assert averaged[-1][1] == tmp_path / "checkpoints" / "averaged.pt"
     script.average_of_the_end(tmp_path, last_step=1200)  # last.pt is step_1200.pt: not twice
     assert files() == ["step_800.pt", "step_900.pt", "step_1000.pt", "step_1100.pt", "step_1200.pt"]
+
+
+def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
+    multilingual_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--skip-training on a copy of a tiny multilingual run: each direction's test split translated into
+    its language and scored alone, a zero-shot direction too; one table row per direction."""
+    run = tmp_path / "run"
+    shutil.copytree(multilingual_run.path, run)
+    (run / "train.log").write_text("[2026-11-27 10:00:00,000] validation at update 100: loss 1.0 BLEU 9.0\n")
+    (tmp_path / "README.md").write_text(README)
+    script = load_script("reproduce")
+    monkeypatch.setattr(sys, "argv", [
+        "reproduce.py", "multilingual", "--run-dir", str(run), "--skip-training", "--beam", "2",
+        "--zero-shot", "de-fr", "--publish", "--results", str(tmp_path / "results"), "--page", str(tmp_path / "README.md"),
+    ])  # fmt: skip
+    monkeypatch.setattr(script, "plot_curve", lambda result, path: None)  # matplotlib costs seconds
+    script.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["direction"] == "en-de,en-fr,de-en" and result["zero_shot"] == ["de-fr"] and "test" not in result
+    assert list(result["test_by_direction"]) == ["en-de", "en-fr", "de-en", "de-fr"]
+    corpus = multilingual_run.corpus
+    for name, test in result["test_by_direction"].items():
+        src, tgt = name.split("-")
+        references = read_lines(corpus / f"test.{name}.{tgt}")
+        hypotheses = (run / f"test.{name}.hyp").read_text().splitlines()
+        assert len(hypotheses) == len(references)
+        assert test["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
+        words = " ".join(hypotheses).split()
+        if name != "de-fr":  # the tiny model's zero-shot output is English: its tag is not enough to learn from
+            assert sum(w[:2] == tgt for w in words) / len(words) >= 0.9, (name, hypotheses)  # the tag asked for tgt
+    table = (tmp_path / "results" / "table.md").read_text()
+    # Not in the table: the data is not Multi30k; the result's own .md has a row per direction.
+    rows = (tmp_path / "results" / f"{result['name']}.md").read_text().splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| multilingual (en-de)",
+        "| multilingual (en-fr)",
+        "| multilingual (de-en)",
+        "| multilingual (de-fr, zero-shot)",
+    ]
+    assert table.count("\n") == 2

@@ -763,3 +763,47 @@ def test_a_sentencepiece_run_serves_what_seq2seq_translate_writes(sentencepiece_
         assert running.stop() == 0
     assert served == cli(tmp_path, SENTENCEPIECE_LINES, run=str(sentencepiece_run))
     assert "engine: CTranslate2" in "\n".join(running.log)
+
+
+def test_a_multilingual_model_serves_every_direction_with_its_tag(multilingual_run, tmp_path) -> None:
+    """In process: /languages lists the model's directions (and de -> fr through en, a pivot), and
+    /translate and /v1/translate route by source and target, decoding as seq2seq-translate tgt_lang=."""
+    from starlette.testclient import TestClient
+
+    from seq2seq.config import ServeConfig
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.requests import Limits
+    from seq2seq.serve.server import _load
+
+    run = str(multilingual_run.path)
+    served = _load(OmegaConf.structured(ServeConfig(run=run, beam=2, precision="fp32", device="cpu", threads=1)))
+    lines = {"en": ["en1 en2 en3", "en7 en7 en0 en4"], "de": ["de5 de1 de2"]}
+    try:
+        assert served.info.directions == ("en-de", "en-fr", "de-en")
+        with TestClient(create_app([served], Limits(16, 200, 8), None)) as client:
+            assert client.get("/languages").json() == [
+                {"code": "en", "name": "English", "targets": ["de", "fr"]},
+                {"code": "de", "name": "German", "targets": ["en", "fr"]},
+                {"code": "fr", "name": "French", "targets": []},
+            ]
+            for source, target in (("en", "de"), ("en", "fr"), ("de", "en")):
+                expected = cli(tmp_path, lines[source], run=run, beam=2, src_lang=source, tgt_lang=target)
+                assert [t[:2] for t in " ".join(expected).split()].count(target) >= len(
+                    " ".join(expected).split()
+                ) * 0.9
+                answer = client.post("/translate", json={"q": lines[source], "source": source, "target": target})
+                assert answer.status_code == 200 and answer.json()["translatedText"] == expected, (source, target)
+                native = client.post("/v1/translate", json={"q": lines[source], "source": source, "target": target})
+                assert native.json()["translatedText"] == expected
+            # de -> fr: through English, each step with its own tag.
+            english = cli(tmp_path, lines["de"], run=run, beam=2, src_lang="de", tgt_lang="en")
+            french = cli(tmp_path, english, run=run, beam=2, src_lang="en", tgt_lang="fr")
+            pivot = client.post("/translate", json={"q": lines["de"], "source": "de", "target": "fr"})
+            assert pivot.json()["translatedText"] == french
+            attention = client.post("/v1/attention", json={"q": lines["en"][0], "source": "en", "target": "fr"})
+            assert attention.json()["source"][0] == ">>fr<<"  # what the model read, its tag first
+            missing = client.post("/translate", json={"q": "en1", "source": "en"})
+            assert missing.status_code == 400
+            assert missing.json()["error"] == "missing 'target': this server translates en -> de, en -> fr, de -> en"
+    finally:
+        served.batcher.stop()

@@ -393,6 +393,8 @@ def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_di
         "step": load_checkpoint(best)["step"],
         "source_checkpoint": str(best),
         "checkpoint_fingerprint": checkpoint_fingerprint(best),
+        # The languages and tag convention (one direction: no tag; tests/test_target_language.py has tags).
+        "data": {"src_lang": "src", "tgt_lang": "tgt", "directions": None, "lang_tag": "source_prefix"},
     }
     for settings in (dict(beam=1), dict(beam=1, prefix=True)):
         lines = [f"{line}\tk j" if line and settings.get("prefix") else line for line in LINES]

@@ -66,6 +66,12 @@ def argos_writer(
 ) -> Callable[[Path], None]:
     """Checks everything up front; the returned function writes the package file `output`.
     `model_writer` builds (and checks) the CTranslate2 model without pad and returns its writer."""
+    directions = payload.get("config", {}).get("data", {}).get("directions")
+    if directions:  # an Argos package is one pair, and Argos puts nothing before the source
+        raise UserError(
+            f"{path}: format=argos writes one language pair, and this run has data.directions={list(directions)}; "
+            "export format=ctranslate2 (seq2seq-translate tgt_lang=) or format=huggingface"
+        )
     if not isinstance(tokenizers, SentencePieceTokenizers):
         raise UserError(
             f"{path}: format=argos needs a SentencePiece tokenizer and this run's is byte-level; "

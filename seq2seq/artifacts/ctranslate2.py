@@ -8,7 +8,8 @@ built-in one), the sqrt(d_model) embedding scale, post- or pre-norm (with the fi
 stack), the activation, tied and shared embeddings (stored once, as aliases), LayerNorm epsilon, and
 the special tokens: source = tokens + "</s>", the decoder starts from "<s>". Beside the model,
 seq2seq.json (DECODING_FILE) records max_positions, the options under which CTranslate2 writes
-seq2seq-translate's lines, and the checkpoint it was made from.
+seq2seq-translate's lines, the languages and where a multilingual model's tag goes ("data":
+src_lang/tgt_lang, or directions and lang_tag), and the checkpoint it was made from.
 
 Reading (the engine's side) imports no torch: only the writer does, when it runs.
 """
@@ -23,6 +24,7 @@ from typing import Any
 from seq2seq.artifacts.freshness import checkpoint_record
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
+from seq2seq.data.directions import language_record
 from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizers
 
 
@@ -146,6 +148,8 @@ def ctranslate2_writer(
     decoding = {
         "max_positions": model_cfg.max_positions,
         "ctranslate2_options": ctranslate2_options(model_cfg.max_positions, suppressed),
+        # The languages and tag convention (data.directions, data.lang_tag): the engine tags as PyTorch does.
+        "data": language_record(payload["config"].get("data", {})),
         **checkpoint_record(path, payload.get("step", -1)),
     }
 
@@ -204,6 +208,17 @@ def read_max_positions(decoding: Path) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 2:
         raise UserError(f"{decoding}: max_positions={value!r}: must be an integer of at least 2")
     return value
+
+
+def read_languages(decoding: Path) -> dict[str, Any] | None:
+    """The data config keys (directions.LANGUAGE_KEYS) an export recorded; None for one made before."""
+    if not decoding.is_file():
+        return None
+    try:
+        recorded = json.loads(decoding.read_text(encoding="utf-8")).get("data")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as err:
+        raise UserError(f"{decoding}: not a readable seq2seq export record ({type(err).__name__}: {err})") from err
+    return recorded if isinstance(recorded, dict) else None
 
 
 def check_vocabularies(directory: Path, tokenizers: Tokenizers) -> None:

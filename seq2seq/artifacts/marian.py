@@ -31,6 +31,7 @@ import torch
 from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
+from seq2seq.data.directions import DECODER_START
 from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, Tokenizers, decoder_start_id
 from seq2seq.model.embedding import sinusoidal_table
@@ -311,6 +312,12 @@ def huggingface_writer(
         raise UserError(f"{path}: model.positions={cfg.positions}: MarianMTModel has sinusoidal positions only")
     if cfg.decoder_start == "pad" and not isinstance(tokenizers, SentencePieceTokenizers):
         raise UserError(f"{path}: model.decoder_start=pad needs a Marian model's SentencePiece tokenizers")
+    data = payload.get("config", {}).get("data", {})
+    if data.get("directions") and data.get("lang_tag") == DECODER_START:
+        raise UserError(
+            f"{path}: data.lang_tag=decoder_start has no Marian convention (MarianTokenizer reads the >>xx<< tag "
+            "at the start of the source); export format=ctranslate2, or train with data.lang_tag=source_prefix"
+        )
     state = dict(payload["model"])
     if cfg.sinusoid_layout == "interleaved":
         state = split_layout(state, cfg)
@@ -447,7 +454,10 @@ def model_card(payload: dict[str, Any], run: str | None, sentencepiece: bool = F
     has no translation or text2text-generation pipeline; `generate` is how the model is used."""
     config = payload.get("config", {})
     data = config.get("data", {})
+    directions = list(data.get("directions") or [])
     languages = [data[k] for k in ("src_lang", "tgt_lang") if data.get(k) not in (None, "src", "tgt")]
+    if directions:  # a multilingual model: every language of its directions
+        languages = sorted({lang for d in directions for lang in d.split("-")})
     lines = ["---", "library_name: transformers", "tags: [translation, marian, seq2seq]"]
     if languages:
         lines.append(f"language: [{', '.join(languages)}]")
@@ -457,6 +467,13 @@ def model_card(payload: dict[str, Any], run: str | None, sentencepiece: bool = F
         f"- data: {data.get('kind', '?')} ({data.get('src_lang', '?')} -> {data.get('tgt_lang', '?')}), "
         f"{source or 'built-in task'}"
     )
+    if directions:
+        # A byte-level tokenizer would read a space after the tag as part of the first word ("Ġword").
+        spelling = "`>>de<< A sentence.`" if sentencepiece else "`>>de<<A sentence.` (no space after the tag)"
+        lines.append(
+            f"- directions: {', '.join(directions)} (multilingual: start each source with the target "
+            f"language's tag, as OPUS-MT's models: {spelling})"
+        )
     if config.get("init_from"):
         lines.append(f"- fine-tuned from: {_file_name(config['init_from'])}")
     tokenizer = data.get("tokenizer")

@@ -1,6 +1,6 @@
 """The weights-only export: <dir>/model.safetensors (the weights, no optimiser state; reading it runs
-no code) and config.json beside it (model config, vocabulary sizes, special-token ids, the checkpoint it
-was made from). Training writes one into <run>/model/; `seq2seq-export format=safetensors` anywhere.
+no code) and config.json beside it (model config, vocabulary sizes, special-token ids, the languages and
+tag convention of data.directions, the checkpoint it was made from). Training writes one into <run>/model/; `seq2seq-export format=safetensors` anywhere.
 Its writer and its reader, together.
 """
 
@@ -18,6 +18,7 @@ from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, _check_vocab_entr
 from seq2seq.artifacts.freshness import checkpoint_record
 from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE, WEIGHTS_FORMAT
 from seq2seq.config import ModelConfig, UserError
+from seq2seq.data.directions import language_record
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -58,6 +59,7 @@ def safetensors_writer(payload: dict[str, Any], model_cfg: ModelConfig, path: Pa
             "unk_id": UNK_ID,
         },
         "tied": [list(pair) for pair in aliases],
+        "data": language_record(payload["config"].get("data", {})),  # languages and tags: translation's tgt_lang
         **checkpoint_record(path, payload.get("step", -1)),  # which checkpoint: translation checks it is current
     }
 
@@ -101,6 +103,7 @@ def load_weights(path: str | Path) -> ModelPayload:
         if stored in state:
             state[alias] = state[stored]
     _check_weights(state, checked_model, vocab, path)
+    languages = {"data": config["data"]} if isinstance(config.get("data"), dict) else {}  # an older export: none
     return ModelPayload(
-        format=FORMAT, model=state, config={"model": model_cfg}, vocab=vocab, step=config.get("step", -1)
+        format=FORMAT, model=state, config={"model": model_cfg, **languages}, vocab=vocab, step=config.get("step", -1)
     )

@@ -47,6 +47,16 @@ def language_tag(lang: str) -> str:
     return f">>{lang}<<"
 
 
+# The data config keys that say a model's languages and tag convention: what an export records, so
+# that a model decoded without its checkpoint (weights, CTranslate2) tags as the checkpoint would.
+LANGUAGE_KEYS = ("src_lang", "tgt_lang", "directions", "lang_tag")
+
+
+def language_record(data: dict[str, Any]) -> dict[str, Any]:
+    """LANGUAGE_KEYS of a checkpoint's config["data"], for an export's record."""
+    return {key: _comparable(data[key]) if key == "directions" else data[key] for key in LANGUAGE_KEYS if key in data}
+
+
 def configured_directions(cfg: Any) -> list[Direction]:
     """data.directions as Directions, in the order given; empty for a single-direction run."""
     return [Direction(*parse_direction(entry)) for entry in (cfg.directions or [])]

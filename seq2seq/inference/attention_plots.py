@@ -81,13 +81,18 @@ def teacher_forced_attention(
 def sentence_attention(translator: Translator, source: str, out_ids: list[int]) -> SentenceAttention:
     """Weights and labels for `source` translated as `out_ids` (Translation.tokens)."""
     tokenizers = translator.tokenizers
-    # Cut as Translator.encode does, so the plot shows the source the model actually read.
+    # As Translator.encode reads it (a source_prefix tag first, cut to the model's positions), so the
+    # plot shows the source the model actually read.
     keep = translator.max_positions - 1
-    src_ids = [*tokenizers.encode_src([source])[0][:keep], EOS_ID]
+    tag = [tokenizers.src.id_to_token(i) for i in translator.languages.source_tag(translator.tgt_lang)]
+    src_ids = [
+        *[*translator.languages.source_tag(translator.tgt_lang), *tokenizers.encode_src([source])[0]][:keep],
+        EOS_ID,
+    ]
     pieces = tokenizers.tgt_tokens(out_ids)
     return SentenceAttention(
         weights=teacher_forced_attention(translator.model, src_ids, out_ids),
-        source=[*tokenizers.src_tokens(source)[:keep], EOS],
+        source=[*[*tag, *tokenizers.src_tokens(source)][:keep], EOS],
         decoder_input=[BOS if translator.start_id == BOS_ID else PAD, *pieces],
         output=[*pieces, EOS],
     )

@@ -108,6 +108,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     refuse_writing_over_inputs(cfg)
     _refuse_closed_standard_streams(cfg)
     translator = load_engine(cfg)
+    translator.languages.required_target(cfg.tgt_lang)  # a multilingual model's: before output= is emptied
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)
     hypotheses: list[str] = []

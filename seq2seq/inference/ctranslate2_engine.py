@@ -16,19 +16,21 @@ whose search may have reached their own (`_decode_at_largest_budget`); an immedi
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_max_positions
+from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_languages, read_max_positions
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.run_export import checked_export, given_export, int8_export
+from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
     as_lines,
@@ -145,6 +147,9 @@ class CTranslate2Translator:
         self.suppressed = [[t] for t in (PAD, BOS) if self.tokenizers.tgt.token_to_id(t) is not None]
         check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
         self.max_positions = read_max_positions(directory / DECODING_FILE)
+        self.languages = ModelLanguages.of(read_languages(directory / DECODING_FILE), self.tokenizers)
+        self.languages.check(cfg.src_lang, cfg.tgt_lang)
+        self.src_lang, self.tgt_lang = cfg.src_lang, cfg.tgt_lang
         self.cfg = cfg
         gpus = cuda_device_count()
         try:  # the message PyTorch's engine gives; engine=auto then tries PyTorch, which may see a GPU
@@ -170,6 +175,16 @@ class CTranslate2Translator:
             ctranslate2.set_random_seed(cfg.seed)
         log.info("loaded %s (CTranslate2 %s, %s)", directory, ctranslate2.__version__, self.engine.compute_type)
 
+    def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> CTranslate2Translator:
+        """As `Translator.with_languages`: the same loaded model translating src_lang -> tgt_lang."""
+        self.languages.check(src_lang, tgt_lang)
+        other = copy.copy(self)
+        other.src_lang, other.tgt_lang = src_lang, tgt_lang
+        return other
+
+    def _tags(self, ids: list[int]) -> list[str]:
+        return [self.tokenizers.src.id_to_token(i) for i in ids]
+
     def _check_it_decodes_on_cuda(self, directory: Path, version: str) -> None:
         """One token decoded now: a CTranslate2 wheel built for another CUDA than the machine's loads,
         then fails at its first translation ("Library libcublas.so.12 is not found"; seen on an H100
@@ -192,7 +207,8 @@ class CTranslate2Translator:
         """The line's tokens, cut to the model's positions (</s> included) as `Translator.encode` cuts them,
         with its warning: CTranslate2 itself would cut them silently (max_input_length)."""
         tokens = self.tokenizers.src.encode(line, add_special_tokens=False).tokens
-        return fit_source(tokens, self.max_positions, number, log)
+        tag = self._tags(self.languages.source_tag(self.tgt_lang))  # data.lang_tag=source_prefix
+        return fit_source([*tag, *tokens], self.max_positions, number, log)
 
     def translate_nbest(
         self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
@@ -207,7 +223,10 @@ class CTranslate2Translator:
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
         sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
-        forced = {i: tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [] for i in todo}
+        tag = [tok.tgt.id_to_token(i) for i in self.languages.forced_tag(self.tgt_lang)]  # decoder_start
+        forced = {
+            i: [*tag, *(tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [])] for i in todo
+        }
         for i in todo:
             check_prefix_fits(len(forced[i]), self.max_positions, first_line_number + i)
         budgets = {
@@ -229,10 +248,10 @@ class CTranslate2Translator:
             for i in only_eos:
                 results[i] = [Translation("", 0.0, [])]
         rows = [i for i in todo if i not in only_eos]
-        if rows and not prefixes and not cfg.sampling and cfg.beam > 1 and cfg.length_penalty != 0:
+        if rows and not prefixes and not tag and not cfg.sampling and cfg.beam > 1 and cfg.length_penalty != 0:
             outputs = self._decode_at_largest_budget(rows, sources, budgets, options)
         else:
-            outputs = self._decode_by_budget(rows, sources, forced if prefixes else None, budgets, options)
+            outputs = self._decode_by_budget(rows, sources, forced if prefixes or tag else None, budgets, options)
         for i, output in outputs.items():
             hypotheses, scores = output.hypotheses[: cfg.nbest], output.scores[: cfg.nbest]
             ids = [[tok.tgt.token_to_id(t) for t in hyp if t != EOS] for hyp in hypotheses]

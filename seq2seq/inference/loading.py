@@ -41,11 +41,12 @@ def check_precision(precision: str, device: torch.device) -> None:
 
 def load_model(
     run: str | None, checkpoints: list[str] | None, precision: str, device: torch.device, beam: int
-) -> tuple[Transformer | Ensemble, Tokenizers]:
+) -> tuple[Transformer | Ensemble, Tokenizers, dict[str, Any] | None]:
     """The model of `checkpoints` (training checkpoints or weights exports; several: an ensemble), else
     of `run` (the weights-only model/ that training writes at its end, else best.pt, else last.pt), and
     its tokenizer, on `device` in what `precision` comes to there. `beam` is checked against the target
-    vocabulary before anything is logged: a bad setting is one line of error, not log lines and an error."""
+    vocabulary before anything is logged: a bad setting is one line of error, not log lines and an error.
+    The third value is the model's data config (its languages and tags: ModelLanguages.of), if it has one."""
     loaded = [_read(Path(p)) for p in checkpoints] if checkpoints else [_read_from_run(run, find_model_file(run))]
     tokenizers = load_tokenizers(loaded[0][0], run)
     for path, _ in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
@@ -60,7 +61,8 @@ def load_model(
     check_beam_fits(beam, tokenizers.tgt.get_vocab_size())
     for path, payload in loaded:
         log.info("loaded %s (update %d)", path, payload.get("step", -1))
-    return (models[0] if len(models) == 1 else Ensemble(models)), tokenizers
+    data = loaded[0][1]["config"].get("data")
+    return (models[0] if len(models) == 1 else Ensemble(models)), tokenizers, data
 
 
 def _read(path: Path) -> tuple[Path, dict[str, Any]]:

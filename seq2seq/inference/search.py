@@ -61,19 +61,23 @@ def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:
         log_probs[rows, eos] = 0.0
 
 
-def force_prefix(log_probs: torch.Tensor, forced: torch.Tensor | None, sentences: torch.Tensor, step: int) -> None:
+def force_prefix(
+    log_probs: torch.Tensor, forced: torch.Tensor | None, sentences: torch.Tensor, step: int, given: int = 0
+) -> None:
     """A forced target prefix: rows whose sentence still has a prefix token at `step` may only output
     it, with the model's log-probability (so a hypothesis's score stays log P of all its tokens).
     forced: (B, P) token ids per original sentence, -1 after each prefix's end; sentences: (R,) the
-    original sentence of each row."""
+    original sentence of each row. The first `given` steps are given, not predicted, and cost nothing:
+    a decoder_start language tag, which training never asks the model to predict (CTranslate2 leaves
+    a target_prefix's log-probabilities out of its score alike)."""
     if forced is None or step >= forced.size(1):
         return
     tokens = forced[sentences, step]  # (R,)
     rows = tokens >= 0
     if bool(rows.any()):
         wanted = tokens[rows, None]
-        only = torch.full_like(log_probs[rows], NEG_INF).scatter_(1, wanted, log_probs[rows].gather(1, wanted))
-        log_probs[rows] = only
+        kept = log_probs[rows].gather(1, wanted) if step >= given else torch.zeros_like(wanted, dtype=log_probs.dtype)
+        log_probs[rows] = torch.full_like(log_probs[rows], NEG_INF).scatter_(1, wanted, kept)
 
 
 @torch.inference_mode()
@@ -88,12 +92,14 @@ def greedy_search(
     forced: torch.Tensor | None = None,
     sampling: SamplingRule | None = None,
     generator: torch.Generator | None = None,
+    given: int = 0,
 ) -> list[Hypothesis]:
     """src: (B, S) ids -> the most likely next token at every step, for each sentence; with a
     `sampling` rule, a token drawn from the model's (filtered) distribution instead (`generator`
     seeds it). The tokens do not depend on `length_penalty`: it only sets the hypotheses' `score`,
     which is the model's own log-probability either way (not the tempered one). `forced`: a target
-    prefix per sentence (see `force_prefix`). Sentences leave the batch as they finish, in steps of
+    prefix per sentence (see `force_prefix`; `given`: its first steps that cost nothing). Sentences
+    leave the batch as they finish, in steps of
     `row_multiple` (see `rows_to_keep`)."""
     batch = src.size(0)
     state = model.start_decoding(src)
@@ -106,7 +112,7 @@ def greedy_search(
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, tokens, state, bos)  # (B_alive, V)
         _only_eos(log_probs, max_len[alive] <= step + 1, eos)
-        force_prefix(log_probs, forced, alive, step)
+        force_prefix(log_probs, forced, alive, step, given)
         if sampling is None:
             best, tokens = log_probs.max(dim=-1)
         else:
@@ -145,6 +151,7 @@ def beam_search(
     nbest: int = 1,
     row_multiple: int = 1,
     forced: torch.Tensor | None = None,
+    given: int = 0,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
     hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
@@ -164,7 +171,7 @@ def beam_search(
         _only_eos(log_probs, at_limit.repeat_interleave(beams.rows), eos)
         if forced is not None:
             sentence_of_row = torch.tensor(beams.alive, device=src.device).repeat_interleave(beams.rows)
-            force_prefix(log_probs, forced, sentence_of_row, step)
+            force_prefix(log_probs, forced, sentence_of_row, step, given)
         cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)

@@ -17,6 +17,7 @@ from seq2seq.data.tokenizer import Tokenizers
 
 if TYPE_CHECKING:
     from seq2seq.inference.sampling import SamplingRule  # its module imports torch
+    from seq2seq.inference.target_language import ModelLanguages
 
 T = TypeVar("T")
 
@@ -25,7 +26,7 @@ T = TypeVar("T")
 class Translation:
     text: str
     score: float  # log P(output + EOS) / (tokens + 1) ** length_penalty (a line cut at its budget: no EOS); 0.0 for an empty line
-    tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix included)
+    tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix, and a decoder_start tag, included)
 
 
 class TranslatorAPI(Protocol):
@@ -35,6 +36,7 @@ class TranslatorAPI(Protocol):
     kind: Literal["torch", "ctranslate2"]  # which engine it is (the value of seq2seq-translate's engine=)
     tokenizers: Tokenizers
     max_positions: int  # the longest source or target, </s> included, that the model takes
+    languages: ModelLanguages  # its languages; a multilingual model's tags
 
     # A str is one line (and gets one result back); any other iterable of str is lines.
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]: ...
@@ -42,6 +44,9 @@ class TranslatorAPI(Protocol):
     def translate_nbest(
         self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
     ) -> list[list[Translation]] | list[Translation]: ...
+
+    # The same loaded model translating src_lang -> tgt_lang (a multilingual model's tag: target_language).
+    def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> TranslatorAPI: ...
 
 
 ENGINE_NAMES = {"torch": "PyTorch", "ctranslate2": "CTranslate2"}  # for the log
@@ -62,6 +67,8 @@ def decoding_config(
     threads: int | None = TranslateConfig.threads,
     sampling: SamplingRule | None = None,
     seed: int = TranslateConfig.seed,
+    tgt_lang: str | None = TranslateConfig.tgt_lang,
+    src_lang: str | None = TranslateConfig.src_lang,
 ) -> TranslateConfig:
     """The translate config of the Python API's `load(path, **settings)`, checked before any model is
     read: seq2seq-translate's keys, with its defaults (TranslateConfig's).
@@ -78,6 +85,8 @@ def decoding_config(
     precision: auto (fp32 for decoding), fp32, bf16, fp16 on a GPU, or int8 (CTranslate2's).
     device: auto, cpu, cuda, cuda:N. threads: of either engine (null: one per core).
     sampling: sample instead of searching (see SamplingRule), seeded by `seed`.
+    tgt_lang: the language a multilingual model writes (required for one); src_lang: the input's,
+        for the zero-shot warning. A one-direction model takes its own codes and refuses others.
     Bad settings raise `seq2seq.config.UserError` with a one-line message naming the key (a setting of
     the wrong type is also a TypeError, a bad value also a ValueError).
     """
@@ -99,6 +108,8 @@ def decoding_config(
         threads=threads,
         sampling=sampling is not None,
         seed=seed,
+        tgt_lang=tgt_lang,
+        src_lang=src_lang,
         **rule,
     )
     validate_translate(cfg)

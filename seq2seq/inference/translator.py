@@ -10,6 +10,7 @@ validation during training are built, so all three decode the same way. No Hydra
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
     as_lines,
@@ -59,7 +61,12 @@ class Translator:
         *,
         sampling: SamplingRule | None = None,
         seed: int = TranslateConfig.seed,
+        languages: ModelLanguages | None = None,
+        src_lang: str | None = TranslateConfig.src_lang,
+        tgt_lang: str | None = TranslateConfig.tgt_lang,
     ) -> None:
+        """`languages`: what the model knows of languages (a multilingual one's tags); `tgt_lang` (and
+        `src_lang`, for the zero-shot warning): the direction to translate (`with_languages`)."""
         self.model = model
         self.tokenizers = tokenizers
         self.device = device
@@ -77,6 +84,17 @@ class Translator:
         self.max_positions = model.max_positions if isinstance(model, Ensemble) else model.cfg.max_positions
         first = model.members[0] if isinstance(model, Ensemble) else model
         self.start_id = decoder_start_id(first.cfg.decoder_start)  # also banned from the output, with pad
+        self.languages = languages or ModelLanguages(None)
+        self.languages.check(src_lang, tgt_lang)
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+
+    def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> Translator:
+        """This translator (the same model, nothing copied but settings) translating src_lang -> tgt_lang:
+        how validation and the server translate each direction of a multilingual model."""
+        self.languages.check(src_lang, tgt_lang)
+        other = copy.copy(self)
+        other.src_lang, other.tgt_lang = src_lang, tgt_lang
+        return other
 
     @classmethod
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> Translator:
@@ -89,7 +107,7 @@ class Translator:
         checkpoints = str(cfg.checkpoint).split(",") if cfg.checkpoint else None
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
-        model, tokenizers = load_model(cfg.run, checkpoints, cfg.precision, device, cfg.beam)
+        model, tokenizers, data = load_model(cfg.run, checkpoints, cfg.precision, device, cfg.beam)
         return cls(
             model,
             tokenizers,
@@ -102,6 +120,9 @@ class Translator:
             batch_size=cfg.batch_size,
             sampling=sampling,
             seed=cfg.seed,
+            languages=ModelLanguages.of(data, tokenizers),
+            src_lang=cfg.src_lang,
+            tgt_lang=cfg.tgt_lang,
         )
 
     @classmethod
@@ -116,18 +137,22 @@ class Translator:
         return cls.from_config(decoding_config(path, engine="torch", **settings))
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
-        """Source ids + EOS, cut to the model's positions with a warning that names the line (by
-        `line_numbers`, one per line; 1, 2, ... without them)."""
+        """Source ids + EOS (after the target language's tag under data.lang_tag=source_prefix), cut to
+        the model's positions with a warning that names the line (by `line_numbers`, one per line; 1, 2,
+        ... without them)."""
         numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
+        tag = self.languages.source_tag(self.tgt_lang)
         return [
-            [*fit_source(ids, self.max_positions, number, log), EOS_ID]
+            [*fit_source([*tag, *ids], self.max_positions, number, log), EOS_ID]
             for number, ids in zip(numbers, self.tokenizers.encode_src(lines), strict=True)
         ]
 
     def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
-        """Target ids of each forced prefix; one that leaves no room for EOS within the model's
-        positions is an error naming its line (as in `encode`)."""
-        encoded = self.tokenizers.encode_tgt(prefixes)
+        """Target ids of each forced prefix (after the target language's tag under
+        data.lang_tag=decoder_start); one that leaves no room for EOS within the model's positions is an
+        error naming its line (as in `encode`)."""
+        tag = self.languages.forced_tag(self.tgt_lang)
+        encoded = [[*tag, *ids] for ids in self.tokenizers.encode_tgt(prefixes)]
         numbers = line_numbers if line_numbers is not None else range(1, len(prefixes) + 1)
         for number, ids in zip(numbers, encoded, strict=True):
             check_prefix_fits(len(ids), self.max_positions, number)
@@ -152,15 +177,18 @@ class Translator:
         # A half-precision model on a CPU runs on oneDNN kernels built per matrix shape: let the batch
         # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
+        given = len(self.languages.forced_tag(self.tgt_lang))  # a decoder_start tag: given, not predicted
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
                 self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.length_penalty, multiple,
-                repeat(forced), self.sampling, self.generator,
+                repeat(forced), self.sampling, self.generator, given,
             )  # fmt: skip
             return [hyps[i : i + self.nbest] for i in range(0, len(hyps), self.nbest)]
         if self.beam == 1:
-            hyps = greedy_search(self.model, src, self.start_id, EOS_ID, max_len, self.length_penalty, multiple, forced)
+            hyps = greedy_search(
+                self.model, src, self.start_id, EOS_ID, max_len, self.length_penalty, multiple, forced, given=given
+            )
             return [[h] for h in hyps]
         return beam_search(
             self.model,
@@ -173,6 +201,7 @@ class Translator:
             self.nbest,
             multiple,
             forced,
+            given,
         )
 
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]:
@@ -201,7 +230,8 @@ class Translator:
         numbers = [first_line_number + i for i in todo]  # a skipped empty line keeps its number
         encoded = dict(zip(todo, self.encode([lines[i] for i in todo], numbers), strict=True))
         forced = None
-        if prefixes is not None:
+        if prefixes is not None or self.languages.forced_tag(self.tgt_lang):
+            prefixes = prefixes if prefixes is not None else [""] * len(lines)
             forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], numbers), strict=True))
         # Longest first: similar lengths share a batch (little padding), and the slowest batch shows up early.
         todo.sort(key=lambda i: len(encoded[i]), reverse=True)

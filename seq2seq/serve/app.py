@@ -43,8 +43,9 @@ log = logging.getLogger("seq2seq.serve")
 class ServerInfo:
     model: str  # the run (or checkpoint) the server decodes with, as given
     engine: str  # "PyTorch" or "CTranslate2"
-    source: str  # language codes
+    source: str  # language codes (a multilingual model's: its first direction's)
     target: str
+    directions: tuple[str, ...] = ()  # a multilingual model's, "en-de", ...; () for one direction
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,14 @@ class Served:
     info: ServerInfo
 
 
+def _models(served: Served) -> list[Model]:
+    """The routes a served model gives: its pair, or each direction of a multilingual model."""
+    info = served.info
+    if not info.directions:
+        return [Model(info.model, info.source, info.target, served.batcher)]
+    return [Model(info.model, *name.split("-"), served.batcher, tagged=True) for name in info.directions]
+
+
 def create_app(
     served: list[Served],
     limits: Limits,
@@ -78,20 +87,21 @@ def create_app(
     info = first.info
     defaults = default_settings(first.base)
     service = Service([model.batcher for model in served], limits, keys)
-    languages = Languages([Model(m.info.model, m.info.source, m.info.target, m.batcher) for m in served])
+    languages = Languages([model for m in served for model in _models(m)])
     by_batcher = {id(model.batcher): model for model in served}
     files_dir = web.files_dir or _temporary_folder()
     libre = LibreTranslate(service, languages, defaults, files_dir, web.max_file_bytes)
 
-    def one_model(body: dict[str, Any], what: str) -> Served:
-        """/v1's routes decode with one model (n-best scores, prefixes and attention are one model's)."""
-        if len(served) == 1 and "source" not in body and "target" not in body:
-            return first
-        route = languages.route_of({"target": first.info.target, **body})
+    def one_route(body: dict[str, Any], what: str) -> tuple[Served, Model]:
+        """/v1's routes decode with one model (n-best scores, prefixes and attention are one model's):
+        the model a request goes to, and which of its directions."""
+        if len(languages.models) == 1 and "source" not in body and "target" not in body:
+            return first, languages.models[0]
+        route = languages.route_of({"target": first.info.target, **body} if not first.info.directions else body)
         if len(route.models) > 1:
             raise BadRequest(f"{route.source} -> {route.target} goes through {route.models[0].target}: "
                              f"{what} decodes with one model; use /translate")  # fmt: skip
-        return by_batcher[id(route.models[0].decoder)]
+        return by_batcher[id(route.models[0].decoder)], route.models[0]
 
     async def native(request: Request) -> Response:
         body = await service.params(request, NATIVE_KEYS)
@@ -101,14 +111,14 @@ def create_app(
                 raise BadRequest(
                     f"{f'q[{index}]' if listed else 'q'} holds a newline: /v1/translate takes one line a string"
                 )
-        model = one_model(body, "/v1/translate")
+        model, direction = one_route(body, "/v1/translate")
         prefixes = _prefixes(body, len(texts), listed)
         vocabulary = model.batcher.engines.tokenizers.tgt.get_vocab_size()
         try:
             settings = settings_from_request(body, model.base, vocabulary, prefixes is not None, limits.max_beam)
         except UserError as err:
             raise BadRequest(str(err)) from err
-        results = await service.decode(request, model.batcher, texts, settings, prefixes)
+        results = await service.decode(request, model.batcher, texts, direction.settings(settings), prefixes)
         nbest = [[{"text": t.text, "score": t.score} for t in hyps] for hyps in results]
         translated = [hyps[0].text for hyps in results]
         answer = {"translatedText": translated, "nbest": nbest}
@@ -119,12 +129,15 @@ def create_app(
         texts, listed = lines_of(body, "q", limits)
         if listed or "\n" in texts[0] or not texts[0].strip():
             raise BadRequest("'q' must be one non-empty line")
-        model = one_model(body, "/v1/attention")
+        model, direction = one_route(body, "/v1/attention")
         batcher = model.batcher
         if not batcher.engines.has_torch_weights():
             raise BadRequest(f"no attention maps: {model.info.model} has no PyTorch weights (serve run=<run dir>)")
-        ((best, *_),) = await service.decode(request, batcher, texts, default_settings(model.base))
-        data = await batcher.run_alone(lambda engines: cross_attention(engines, texts[0], best.tokens))
+        settings = direction.settings(default_settings(model.base))
+        ((best, *_),) = await service.decode(request, batcher, texts, settings)
+        data = await batcher.run_alone(
+            lambda engines: cross_attention(engines, texts[0], best.tokens, settings.src_lang, settings.tgt_lang)
+        )
         return JSONResponse({"translatedText": best.text, **data})
 
     async def health(request: Request) -> Response:

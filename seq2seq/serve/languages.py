@@ -9,6 +9,7 @@ it can only answer a language the server has.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -44,12 +45,19 @@ class Route:
 
 @dataclass(frozen=True)
 class Model:
-    """One served model: its name (the run, as given), its pair, and whatever decodes it (a Batcher)."""
+    """One served model: its name (the run, as given), its pair, and whatever decodes it (a Batcher).
+    A multilingual model is one Model per direction, all with its decoder: `tagged`, each asks for its
+    target language (its requests' settings carry source and target as src_lang and tgt_lang)."""
 
     name: str
     source: str
     target: str
     decoder: Any
+    tagged: bool = False
+
+    def settings(self, settings: Any) -> Any:
+        """A request's decoding settings for this model: a tagged one's with its direction."""
+        return dataclasses.replace(settings, src_lang=self.source, tgt_lang=self.target) if self.tagged else settings
 
 
 class Languages:

@@ -76,7 +76,7 @@ def serve(cfg: Any) -> None:
     server = _Server(config)
     server.on_exit = lambda: [batcher.drain(cfg.drain_seconds) for batcher in batchers]
     # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
-    models = ", ".join(f"{m.info.model} ({m.info.engine}, {m.info.source} -> {m.info.target})" for m in served)
+    models = ", ".join(f"{m.info.model} ({m.info.engine}, {_pairs(m.info)})" for m in served)
     server.ready_message = f"serving {models} on http://{address[0]}:{address[1]}"
     try:
         server.run(sockets=[listener])
@@ -91,8 +91,18 @@ def _load(cfg: Any) -> Served:
     base = serve_translate_config(cfg)
     batcher = Batcher(lambda: Engines(base), base, cfg.max_batch_tokens, cfg.max_wait_ms)
     batcher.start()  # loads the model on the worker thread, the only one that runs PyTorch
+    tags = batcher.engines.main.languages.tags
+    if tags is not None:  # a multilingual model: each direction it was trained on, by its tag
+        source, target = tags.directions[0].split("-")
+        info = ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target, tags.directions)
+        return Served(batcher, base, info)
     source, target = languages(cfg)
     return Served(batcher, base, ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target))
+
+
+def _pairs(info: ServerInfo) -> str:
+    directions = info.directions or (f"{info.source}-{info.target}",)
+    return ", ".join(name.replace("-", " -> ") for name in directions)
 
 
 def _with_run(cfg: Any, run: str) -> Any:

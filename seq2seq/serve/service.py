@@ -100,9 +100,10 @@ class Service:
         decoded: list[Any] = []
         if sentences:
             for model in route.models[:-1]:
-                first = default_settings(model.decoder.base)  # the server's search, one translation
+                first = model.settings(default_settings(model.decoder.base))  # the server's search, one translation
                 sentences = [best.text for best, *_ in await self.decode(request, model.decoder, sentences, first)]
-            decoded = await self.decode(request, route.models[-1].decoder, sentences, settings)
+            last = route.models[-1]
+            decoded = await self.decode(request, last.decoder, sentences, last.settings(settings))
         answers, start = [], 0
         for plan in plans:
             per_line = []

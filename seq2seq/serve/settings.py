@@ -36,6 +36,10 @@ class Settings:
     top_p: float = TranslateConfig.top_p
     seed: int = TranslateConfig.seed
     prefix: bool = TranslateConfig.prefix
+    # A multilingual model's direction (serve.languages.Model.settings): requests for other targets
+    # are other batches, each decoded with its tag.
+    src_lang: str | None = TranslateConfig.src_lang
+    tgt_lang: str | None = TranslateConfig.tgt_lang
 
 
 def default_settings(cfg: TranslateConfig) -> Settings:
@@ -85,6 +89,8 @@ def configure(engine: TranslatorAPI, settings: Settings, base: TranslateConfig) 
     """Sets the server's engine (a `Translator` or a `CTranslate2Translator`) to decode with
     `settings`; only the worker thread that owns the engine calls it."""
     cfg = dataclasses.replace(base, **dataclasses.asdict(settings))
+    # The direction was checked against the model when the server listed it (serve.languages).
+    engine.src_lang, engine.tgt_lang = cfg.src_lang, cfg.tgt_lang
     if engine.kind == "torch":  # PyTorch's Translator keeps its settings as attributes
         import torch
 

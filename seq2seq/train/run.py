@@ -36,6 +36,7 @@ from seq2seq.config import (
     validate_recipes,
     validate_train,
 )
+from seq2seq.data.directions import check_same_directions
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -91,6 +92,7 @@ def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any])
         raise UserError(
             f"resume: the model config differs from the checkpoint's in {cfg.resume}; use init_from=<checkpoint>"
         )
+    check_same_directions(saved["data"], merged.data)  # a multilingual run keeps its directions and tags
     return merged
 
 

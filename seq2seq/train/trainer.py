@@ -43,12 +43,18 @@ from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.prefetch import Prefetcher
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
-from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
 from seq2seq.precision import PrecisionChoice, choose_precision
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.distributed import DistContext
-from seq2seq.train.evaluate import score_translations, validation_loss, validation_translations
+from seq2seq.train.evaluate import (
+    describe_directions,
+    score_directions,
+    translated_sentences,
+    validation_loss,
+    validation_translations,
+    validation_translator,
+)
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
 from seq2seq.train.rng import rng_state, set_rng_state
@@ -145,7 +151,7 @@ class Trainer:
         self.precision = self.precision_choice.precision  # fp32 | bf16 | fp16; the checkpoint's config records it
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
         self.stream = self._batch_stream(cfg, data, device, dist)
-        self.translator = Translator(self.model, tok, device, beam=1, batch_size=64)
+        self.translator = validation_translator(self.model, data, device)
         self.step = 0
         self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric
         self.validations_since_best = 0
@@ -247,7 +253,7 @@ class Trainer:
         translates, plus the loss pass (a forward pass, about a third of an update, per update's worth
         of tokens). An untrained model's translations run to their length limit, so this errs long."""
         valid, limit = self.data.valid, self.cfg.valid_max_sentences
-        translated = min(len(valid), limit) if limit else len(valid)
+        translated = translated_sentences(valid, limit)
         probe = valid.src_text[: min(probe_sentences, translated)]
         start = self.clock()
         self.translator.translate(probe)
@@ -578,11 +584,11 @@ class Trainer:
     # ---- validation ---------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
         metrics = validation_loss(self.objective, self.data.valid, self.cfg.batch_tokens, self.device, self.autocast)
-        sources, hypotheses, references = validation_translations(
-            self.translator, self.data.valid, self.cfg.valid_max_sentences
-        )
-        metrics.update(score_translations(hypotheses, references))
+        results = validation_translations(self.translator, self.data.valid, self.cfg.valid_max_sentences)
+        metrics.update(score_directions(results))
         self.last_metrics = metrics
+        # The first direction's: the one self.translator translates (the attention images use it).
+        sources, hypotheses, references = next(iter(results.values()))
         self.samples = list(zip(sources, references, hypotheses, strict=True))[:3]
         return metrics
 
@@ -755,13 +761,14 @@ class Trainer:
             else:
                 self.validations_since_best += 1
             log.info(
-                "validation at update %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f exact %.1f%%%s",
+                "validation at update %d: loss %.3f ppl %.2f BLEU %.2f chrF %.2f exact %.1f%%%s%s",
                 step,
                 metrics["loss"],
                 metrics["ppl"],
                 metrics["bleu"],
                 metrics["chrf"],
                 metrics["accuracy"],
+                describe_directions(metrics),
                 "  (new best)" if better else "",
             )
             self._show_validation(dashboard, metrics)

@@ -1,0 +1,107 @@
+"""Which language a translator writes: what a loaded model knows of languages (`ModelLanguages`), the
+tgt_lang= and src_lang= a translation asks for checked against it, and the tag that asks for it.
+
+Both engines ask this module, so both tag alike: under data.lang_tag=source_prefix the tag is the
+source's first token, under decoder_start the first token forced after the decoder's start (a forced
+prefix, scored as any forced token, in both engines). A one-direction model has no tag: tgt_lang= (and
+src_lang=) may name its own languages, so one script can pass them to every model, and anything else is
+refused. No torch here: the CTranslate2 engine uses it too.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from seq2seq.config import DataConfig, UserError
+from seq2seq.data.directions import LanguageTags, language_tags
+
+log = logging.getLogger("seq2seq.translate")
+UNNAMED = (None, "src", "tgt")  # DataConfig's placeholders: a run that never named its languages
+
+
+@dataclass(frozen=True)
+class ModelLanguages:
+    """`tags`: a multilingual model's (None for one direction); `src_lang`, `tgt_lang`: a one-direction
+    model's data.src_lang and data.tgt_lang (None where the run did not name them)."""
+
+    tags: LanguageTags | None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+
+    @classmethod
+    def of(cls, data: dict[str, Any] | None, tokenizers: Any) -> ModelLanguages:
+        """From a checkpoint's (or export record's) config["data"] and the model's tokenizers."""
+        if not data:
+            return cls(None)
+        known = {k: v for k, v in data.items() if k in DataConfig.__dataclass_fields__}
+        tags = language_tags(known, tokenizers)
+        if tags is not None:
+            return cls(tags)
+        named = lambda key: None if data.get(key) in UNNAMED else data[key]  # noqa: E731
+        return cls(None, named("src_lang"), named("tgt_lang"))
+
+    @property
+    def directions(self) -> list[str]:
+        """The directions the model was trained on, "src-tgt" (a one-direction model's where named)."""
+        if self.tags is not None:
+            return list(self.tags.directions)
+        return [f"{self.src_lang}-{self.tgt_lang}"] if self.src_lang and self.tgt_lang else []
+
+    def languages(self) -> set[str]:
+        """Every language the model was trained to read or write."""
+        return {lang for d in self.directions for lang in d.split("-")}
+
+    def check(self, src_lang: str | None, tgt_lang: str | None) -> None:
+        """A translation's languages against the model: an unknown one is an error naming its key; a
+        direction a multilingual model was not trained on is translated zero-shot, with a warning."""
+        if self.tags is None:
+            for key, asked, own in (("src_lang", src_lang, self.src_lang), ("tgt_lang", tgt_lang, self.tgt_lang)):
+                if asked is not None and own is not None and asked != own:
+                    raise UserError(
+                        f"{key}={asked}: the model translates {self.src_lang}-{self.tgt_lang} only (one direction, "
+                        "trained without data.directions)"
+                    )
+            return
+        if tgt_lang is not None:
+            self.tags.tag_id(tgt_lang)  # the error that names the languages the model writes
+        if src_lang is not None and src_lang not in self.languages():
+            raise UserError(
+                f"src_lang={src_lang}: the model reads {', '.join(sorted(self.languages()))} (its data.directions: "
+                f"{', '.join(self.tags.directions)})"
+            )
+        if src_lang is not None and tgt_lang is not None and not self.tags.is_trained(src_lang, tgt_lang):
+            log.warning(
+                "%s-%s is not one of the model's directions (%s): translating it zero-shot",
+                src_lang,
+                tgt_lang,
+                ", ".join(self.tags.directions),
+            )
+
+    def required_target(self, tgt_lang: str | None) -> str | None:
+        """tgt_lang, which a multilingual model needs: its absence is an error naming the key."""
+        if self.tags is not None and tgt_lang is None:
+            raise UserError(
+                f"tgt_lang: the model is multilingual; name the language to write, one of "
+                f"{', '.join(sorted(self.tags.ids))} (e.g. tgt_lang={sorted(self.tags.ids)[0]})"
+            )
+        return tgt_lang
+
+    def source_tag(self, tgt_lang: str | None) -> list[int]:
+        """The ids put before a source: the tag under source_prefix."""
+        if self.tags is None:
+            return []
+        return self.tags.source_ids([], self.required_target(tgt_lang))
+
+    def forced_tag(self, tgt_lang: str | None) -> list[int]:
+        """The ids forced first in the output: the tag under decoder_start."""
+        if self.tags is None:
+            return []
+        return self.tags.target_prefix(self.required_target(tgt_lang))
+
+    def record(self) -> dict[str, Any]:
+        """What an export records so that its engine tags as this model does (seq2seq.json's "data")."""
+        if self.tags is None:
+            return {"src_lang": self.src_lang or "src", "tgt_lang": self.tgt_lang or "tgt"}
+        return {"directions": list(self.tags.directions), "lang_tag": self.tags.placement}

@@ -1,0 +1,204 @@
+"""Translating with a multilingual model (seq2seq.inference.target_language): tgt_lang= adds the tag as
+the run's convention says, on both engines and every way in (the API, seq2seq-translate); without it,
+with an unknown language, or with a direction never trained: one line of error or warning."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+from conftest import digit_sentence
+from omegaconf import OmegaConf
+
+from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
+from seq2seq.config import TranslateConfig, UserError
+from seq2seq.data.directions import DECODER_START, SOURCE_PREFIX, LanguageTags
+from seq2seq.inference.command import translate
+from seq2seq.inference.load import load
+from seq2seq.inference.target_language import ModelLanguages
+
+LINES = [digit_sentence("en", 30_000 + i) for i in range(8)]
+SETTINGS = dict(beam=1, device="cpu", precision="fp32")
+
+
+def language_share(lines: list[str], lang: str) -> float:
+    words = " ".join(lines).split()
+    return sum(w[:2] == lang for w in words) / max(len(words), 1)
+
+
+@pytest.fixture(scope="module", params=[SOURCE_PREFIX, DECODER_START])
+def run(request, multilingual_run, decoder_start_run):
+    return multilingual_run if request.param == SOURCE_PREFIX else decoder_start_run
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_tgt_lang_makes_the_model_write_that_language_on_both_engines(run, engine):
+    by_language = {lang: load(str(run.path), engine=engine, tgt_lang=lang, **SETTINGS) for lang in ("de", "fr")}
+    outputs = {lang: translator.translate(LINES) for lang, translator in by_language.items()}
+    for lang, lines in outputs.items():
+        assert language_share(lines, lang) >= 0.9, (lang, lines)
+    # The same loaded model asked for another language (what validation and the server do).
+    assert by_language["de"].with_languages("en", "fr").translate(LINES) == outputs["fr"]
+
+
+def test_both_engines_write_the_same_lines_and_scores(run):
+    torch_lines = [n[0] for n in load(str(run.path), engine="torch", tgt_lang="fr", **SETTINGS).translate_nbest(LINES)]
+    ct2 = load(str(run.path), engine="ctranslate2", tgt_lang="fr", **SETTINGS)
+    ct2_lines = [n[0] for n in ct2.translate_nbest(LINES)]
+    assert [t.text for t in torch_lines] == [t.text for t in ct2_lines]
+    assert [t.tokens for t in torch_lines] == [t.tokens for t in ct2_lines]
+    assert [t.score for t in torch_lines] == pytest.approx(
+        [t.score for t in ct2_lines], abs=0.01
+    )  # as tests/test_export.py
+
+
+def test_the_tag_goes_where_the_run_put_it(run):
+    """Independent of the translator: the tag's id from the tokenizer, where data.lang_tag says."""
+    translator = load(str(run.path), engine="torch", tgt_lang="fr", **SETTINGS)
+    tag = translator.tokenizers.src.token_to_id(">>fr<<")
+    body = translator.tokenizers.encode_src(LINES[:1])[0]
+    prefixed = run.cfg.data.lang_tag == SOURCE_PREFIX
+    assert translator.encode(LINES[:1]) == [[tag, *body, 2] if prefixed else [*body, 2]]
+    assert translator.encode_prefixes([""]) == [[] if prefixed else [translator.tokenizers.tgt.token_to_id(">>fr<<")]]
+    record = json.loads((run.path / CTRANSLATE2_DIR / DECODING_FILE).read_text())["data"]
+    assert record == {
+        "src_lang": "src",
+        "tgt_lang": "tgt",
+        "directions": ["en-de", "en-fr", "de-en"],
+        "lang_tag": run.cfg.data.lang_tag,
+    }
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_multilingual_model_without_tgt_lang_names_the_key_and_its_languages(multilingual_run, engine):
+    translator = load(str(multilingual_run.path), engine=engine, **SETTINGS)
+    with pytest.raises(UserError, match=r"^tgt_lang: the model is multilingual; .* one of de, en, fr"):
+        translator.translate(LINES)
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"tgt_lang": "cs"},
+            r"^tgt_lang=cs: the model writes de, en, fr \(its data.directions: en-de, en-fr, de-en\)$",
+        ),
+        ({"tgt_lang": "de", "src_lang": "cs"}, r"^src_lang=cs: the model reads de, en, fr"),
+    ],
+)
+def test_an_unknown_language_is_one_line_naming_the_key(multilingual_run, engine, settings, message):
+    with pytest.raises(UserError, match=message):
+        load(str(multilingual_run.path), engine=engine, **SETTINGS, **settings)
+
+
+def test_an_untrained_direction_is_translated_zero_shot_with_a_warning(multilingual_run, caplog):
+    with caplog.at_level(logging.WARNING, "seq2seq.translate"):
+        translator = load(str(multilingual_run.path), engine="torch", src_lang="de", tgt_lang="fr", **SETTINGS)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "de-fr is not one of the model's directions (en-de, en-fr, de-en): translating it zero-shot"
+    ]
+    assert translator.translate([digit_sentence("de", 1)]) != ""  # translated, not refused
+    caplog.clear()
+    load(str(multilingual_run.path), engine="torch", src_lang="en", tgt_lang="fr", **SETTINGS)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]  # a trained direction: no warning
+
+
+def test_seq2seq_translate_takes_tgt_lang(multilingual_run, tmp_path):
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("".join(line + "\n" for line in LINES))
+    settings = dict(input=str(source), output=str(output), run=str(multilingual_run.path), **SETTINGS)
+    translate(OmegaConf.structured(TranslateConfig(tgt_lang="fr", **settings)))
+    expected = load(str(multilingual_run.path), tgt_lang="fr", **SETTINGS).translate(LINES)
+    assert output.read_text().splitlines() == expected
+    assert language_share(expected, "fr") >= 0.9
+
+
+def test_the_command_without_tgt_lang_leaves_the_output_file_as_it_was(multilingual_run, tmp_path):
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("en1 en2\n")
+    output.write_text("the user's earlier translations\n")
+    settings = dict(input=str(source), output=str(output), run=str(multilingual_run.path), **SETTINGS)
+    with pytest.raises(UserError, match=r"^tgt_lang: the model is multilingual"):
+        translate(OmegaConf.structured(TranslateConfig(**settings)))
+    assert output.read_text() == "the user's earlier translations\n"
+
+
+def test_the_command_line_without_tgt_lang_is_one_line_of_error(multilingual_run, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli.translate", f"run={multilingual_run.path}", "device=cpu"],
+        input="en1 en2\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith("error: tgt_lang: the model is multilingual")
+
+
+def test_a_one_direction_model_takes_its_own_languages_and_refuses_others():
+    languages = ModelLanguages.of({"src_lang": "en", "tgt_lang": "de"}, tokenizers=None)
+    assert languages == ModelLanguages(None, "en", "de")
+    languages.check("en", "de")
+    languages.check(None, None)
+    assert languages.source_tag("de") == [] and languages.forced_tag(None) == []  # no tag, ever
+    with pytest.raises(UserError, match=r"^tgt_lang=fr: the model translates en-de only"):
+        languages.check("en", "fr")
+    with pytest.raises(UserError, match=r"^src_lang=cs: the model translates en-de only"):
+        languages.check("cs", None)
+    ModelLanguages.of({"src_lang": "src", "tgt_lang": "tgt"}, None).check("en", "fr")  # unnamed: not refused
+
+
+def test_the_tag_ids_follow_the_placement():
+    tags = LanguageTags(DECODER_START, ("en-de", "en-fr"), {"de": 4, "fr": 5})
+    languages = ModelLanguages(tags)
+    assert languages.forced_tag("fr") == [5] and languages.source_tag("fr") == []
+    prefixed = ModelLanguages(LanguageTags(SOURCE_PREFIX, ("en-de", "en-fr"), {"de": 4, "fr": 5}))
+    assert prefixed.source_tag("de") == [4] and prefixed.forced_tag("de") == []
+
+
+# ---- exports that cannot carry the convention say so; one that can says how ------------------------
+
+
+def test_argos_refuses_a_multilingual_run_naming_the_key(multilingual_run, tmp_path):
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
+
+    with pytest.raises(UserError, match=r"format=argos writes one language pair, .* data\.directions=\['en-de'"):
+        export(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "m.argosmodel"), format="argos"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_huggingface_export_takes_a_source_tag_and_refuses_a_decoder_start_one(
+    multilingual_run, decoder_start_run, tmp_path
+):
+    pytest.importorskip("transformers")
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
+
+    with pytest.raises(UserError, match=r"data\.lang_tag=decoder_start has no Marian convention"):
+        export(ExportConfig(run=str(decoder_start_run.path), output=str(tmp_path / "hf1"), format="huggingface"))
+    output = export(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "hf"), format="huggingface"))[0]
+    card = (output / "README.md").read_text()
+    assert "language: [de, en, fr]" in card and "- directions: en-de, en-fr, de-en (multilingual" in card
+    # transformers, given the tag as the card spells it, writes what seq2seq-translate tgt_lang= writes.
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(output), AutoModelForSeq2SeqLM.from_pretrained(output)
+    for lang in ("de", "fr"):
+        batch = tokenizer([f">>{lang}<<{line}" for line in LINES], return_tensors="pt", padding=True)
+        theirs = tokenizer.batch_decode(model.generate(**batch, num_beams=1), skip_special_tokens=True)
+        assert theirs == load(str(multilingual_run.path), engine="torch", tgt_lang=lang, **SETTINGS).translate(LINES)
+
+
+def test_attention_shows_the_source_tag_the_model_read(multilingual_run):
+    from seq2seq.inference.attention_plots import translate_with_attention
+
+    translator = load(str(multilingual_run.path), engine="torch", tgt_lang="fr", **SETTINGS)
+    (sample,) = translate_with_attention(translator, LINES[:1])
+    assert sample.source == [">>fr<<", *translator.tokenizers.src_tokens(LINES[0]), "</s>"]
+    assert sample.weights["cross"][-1].shape[-1] == len(translator.encode(LINES[:1])[0])  # (heads, rows, source)
