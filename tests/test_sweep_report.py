@@ -18,7 +18,8 @@ VALIDATION = re.compile(r"validation at update (\d+): loss ([\d.]+) .* BLEU ([\d
 def test_sweep_report_reads_every_run_of_a_sweep(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     subprocess.run(
-        ["seq2seq-train", "-m", "max_steps=4", "valid_every=2", "model.dropout=0.0,0.2", f"hydra.sweep.dir={sweep}"],
+        ["seq2seq-train", "-m", "max_steps=4", "valid_every=2", "model=tiny", "data.task_train_size=500",
+         "data.task_valid_size=50", "attention_images=false", "model.dropout=0.0,0.2", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path, check=True, capture_output=True,
     )  # fmt: skip
     plot = tmp_path / "curves.png"
