@@ -346,6 +346,23 @@ def test_two_models_serve_each_pair_and_pivot_as_seq2seq_translate_twice(run_dir
     assert f"en -> fr: through de ({first}, then {second})" in log and "en -> fr through de" in log
 
 
+def test_an_export_served_away_from_its_run_names_the_languages_it_records(run_dir: Path, tmp_path: Path) -> None:
+    """A CTranslate2 export copied out of its run has no .hydra/ beside it; its seq2seq.json records the
+    languages it was trained on, and /languages lists those (it listed src -> tgt)."""
+    exported = tmp_path / "en-de"
+    shutil.copytree(run_dir / "ctranslate2", exported)
+    record = json.loads((exported / "seq2seq.json").read_text())
+    record["data"] = {**record.get("data", {}), "src_lang": "en", "tgt_lang": "de"}
+    (exported / "seq2seq.json").write_text(json.dumps(record))
+    running = started(f"checkpoint={exported}")
+    try:
+        client = libretranslatepy.LibreTranslateAPI(running.url)
+        assert [(lang["code"], lang["targets"]) for lang in client.languages()] == [("en", ["de"]), ("de", [])]
+        assert client.translate("a b c d", "en", "de") == cli(tmp_path, ["a b c d"], checkpoint=str(exported))[0]
+    finally:
+        assert running.stop() == 0
+
+
 def test_native_api_gives_what_the_command_gives(server: Server, run_dir: Path, tmp_path) -> None:
     """n-best lists with scores, prefixes and seeded samples: the lines (and scores, to the 4 decimals
     the command prints) seq2seq-translate writes with the same settings, on the engine it picks."""

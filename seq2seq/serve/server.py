@@ -96,7 +96,8 @@ def _load(cfg: Any) -> Served:
         source, target = tags.directions[0].split("-")
         info = ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target, tags.directions)
         return Served(batcher, base, info)
-    source, target = languages(cfg)
+    model = batcher.engines.main.languages
+    source, target = languages(cfg, model.src_lang, model.tgt_lang)
     return Served(batcher, base, ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target))
 
 
@@ -191,11 +192,15 @@ def read_keys(path: Path) -> list[str]:
     return keys
 
 
-def languages(cfg: Any) -> tuple[str, str]:
-    """source_lang/target_lang, else the data.src_lang/tgt_lang of the run's .hydra/config.yaml."""
+def languages(cfg: Any, recorded_source: str | None = None, recorded_target: str | None = None) -> tuple[str, str]:
+    """source_lang/target_lang, else the languages the model itself records (its checkpoint's or
+    export's data.src_lang/tgt_lang: a model served from anywhere, each of several models its own), else
+    the data.src_lang/tgt_lang of the run's .hydra/config.yaml."""
     source, target = cfg.source_lang, cfg.target_lang
     if source and target:
         return source, target
+    if recorded_source and recorded_target:
+        return source or recorded_source, target or recorded_target
     candidates = []
     if cfg.run:
         candidates.append(Path(cfg.run))
