@@ -57,3 +57,15 @@ def test_config_errors_answer_before_torch_and_importing_the_package_does_nothin
     ]
     assert report["heavy"] == []
     assert not (tmp_path / "run").exists()
+
+
+def test_probing_the_inference_package_for_other_names_prepares_nothing() -> None:
+    code = (
+        "import os, sys; before = dict(os.environ); import seq2seq.inference as api; "
+        "assert not hasattr(api, '__wrapped__'); "
+        "print(sorted(k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k)))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

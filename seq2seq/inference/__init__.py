@@ -20,6 +20,8 @@ def __getattr__(name: str) -> Any:
     """The API's names, imported on first use: importing a module of this package (e.g. the
     CTranslate2 path of seq2seq-translate) must not import torch, which takes seconds. The first use
     prepares the process as the commands do (seq2seq/startup.py), before torch or ctranslate2 load."""
+    if name not in __all__:  # a probe (hasattr, introspection) prepares nothing
+        raise AttributeError(f"module 'seq2seq.inference' has no attribute {name!r}")
     from seq2seq.startup import prepare_process
 
     prepare_process()
@@ -31,8 +33,6 @@ def __getattr__(name: str) -> Any:
         from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 
         return CTranslate2Translator
-    if name in ("Translation", "Translator"):
-        from seq2seq.inference import translator
+    from seq2seq.inference import translator  # Translation, Translator
 
-        return getattr(translator, name)
-    raise AttributeError(f"module 'seq2seq.inference' has no attribute {name!r}")
+    return getattr(translator, name)
