@@ -42,6 +42,7 @@ from seq2seq.cli.average import average_files
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
 from seq2seq.data.directions import Direction, configured_directions, direction_config
+from seq2seq.inference.translation import one_line
 from seq2seq.inference.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -91,8 +92,14 @@ def translate_directions(
     cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
     translator = Translator.from_config(cfg)
     multilingual = translator.languages.tags is not None
+    # One line each, as seq2seq-translate writes them: test.hyp holds what was scored, line for line.
     return {
-        name: (translator.with_languages(*name.split("-")) if multilingual else translator).translate(pairs[split][0])
+        name: [
+            one_line(text)
+            for text in (translator.with_languages(*name.split("-")) if multilingual else translator).translate(
+                pairs[split][0]
+            )
+        ]
         for name, pairs in splits.items()
     }
 

@@ -251,6 +251,14 @@ def test_text_html_and_subtitle_files_come_back_in_their_format(served) -> None:
         (1, 1.0, 2.5, "AB CD\nEF"), (2, 3.0, 4.0, "GH")]  # fmt: skip
 
 
+def test_a_translation_with_a_line_break_keeps_a_text_file_line_for_line(tmp_path: Path) -> None:
+    """A model can write any byte, "\n" and "\x85" included: a .txt file still gets one line per line."""
+    model, _ = served_model("en", "de", change=lambda line: line.replace(" ", "\n").replace("f", "\x85"))
+    app = create_app([model], Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
+    with TestClient(app) as client:
+        assert _translated_file(client, "notes.txt", b"ab cd\r\nef\n") == b"ab cd\r\ne \n"
+
+
 def test_a_word_file_comes_back_as_word_with_its_tables(served) -> None:
     docx = pytest.importorskip("docx")
     client, _ = served

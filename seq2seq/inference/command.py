@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.load import load_engine
-from seq2seq.inference.translation import Translation
+from seq2seq.inference.translation import Translation, one_line
 
 log = logging.getLogger("seq2seq.translate")
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
@@ -84,17 +84,10 @@ def _write(sink: IO[str], text: str, name: str) -> None:
         raise UserError(f"{where}: cannot write the translations ({err.strerror or err})") from err
 
 
-# The vocabulary has a token for every byte, "\n" and "\r" included, so a model can output them; written
-# as they are they would split a translation over two lines ("\r" too, for universal-newline readers).
-# Python's str.splitlines() also breaks at these (a sampled translation met \x1c and \x85 in testing).
-_SPLITLINES_BREAKS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"
-_LINE_BREAKS = str.maketrans(_SPLITLINES_BREAKS, " " * len(_SPLITLINES_BREAKS))
-
-
 def _format(index: int, nbest: list[Translation], n: int) -> str:
     if n == 1:
-        return nbest[0].text.translate(_LINE_BREAKS) + "\n"
-    return "".join(f"{index} ||| {t.text.translate(_LINE_BREAKS)} ||| {t.score:.4f}\n" for t in nbest)
+        return one_line(nbest[0].text) + "\n"
+    return "".join(f"{index} ||| {one_line(t.text)} ||| {t.score:.4f}\n" for t in nbest)
 
 
 def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:

@@ -51,6 +51,18 @@ class TranslatorAPI(Protocol):
 
 ENGINE_NAMES = {"torch": "PyTorch", "ctranslate2": "CTranslate2"}  # for the log
 
+# The vocabulary has a token for every byte, "\n" and "\r" included, so a model can output them; written
+# as they are they would split a translation over two lines ("\r" too, for universal-newline readers).
+# Python's str.splitlines() also breaks at these (a sampled translation met \x1c and \x85 in testing).
+_SPLITLINES_BREAKS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAKS = str.maketrans(_SPLITLINES_BREAKS, " " * len(_SPLITLINES_BREAKS))
+
+
+def one_line(text: str) -> str:
+    """`text` with every character that any line reader breaks at turned into a space: what is written
+    where one translation must stay one line (a file of translations, one per source line)."""
+    return text.translate(_LINE_BREAKS)
+
 
 def decoding_config(
     path: str | Path | Sequence[str | Path],

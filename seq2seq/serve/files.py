@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from seq2seq.inference.translation import one_line
 from seq2seq.serve.html_text import HtmlDocument
 from seq2seq.serve.requests import BadRequest
 
@@ -48,7 +49,7 @@ def _text(name: str, data: bytes) -> FileTexts:
     ends = [line[len(body) :] for line, body in zip(lines, bodies, strict=True)]
 
     def render(translations: list[str]) -> bytes:
-        return "".join(t + end for t, end in zip(translations, ends, strict=True)).encode("utf-8")
+        return "".join(one_line(t) + end for t, end in zip(translations, ends, strict=True)).encode("utf-8")
 
     return FileTexts(bodies, render)
 
