@@ -92,12 +92,12 @@ def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
         "2",
         *overrides,
         "data.task_test_size=30",
-        "max_steps=24",
-        "valid_every=8",
-        "save_every=8",
+        "max_steps=12",
+        "valid_every=4",
+        "save_every=4",
     )
-    assert result["steps"] == 24
-    assert [update for update, _, _ in result["valid_bleu_curve"]] == [8, 16, 24]
+    assert result["steps"] == 12
+    assert [update for update, _, _ in result["valid_bleu_curve"]] == [4, 8, 12]
     minutes = [m for _, m, _ in result["valid_bleu_curve"]]
     assert minutes == sorted(minutes) and 0 < minutes[-1] < 5
     assert result["beam"] == 2 and result["direction"] == "src-tgt"
