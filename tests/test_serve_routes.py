@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -394,3 +395,47 @@ def test_html_alternatives_are_empty_and_its_size_bounded(tmp_path: Path) -> Non
                             "detectedLanguage": {"confidence": 100.0, "language": "en"}}  # fmt: skip
     assert large.status_code == 413 and large.json() == {
         "error": "'q' has 108 characters of HTML, more than max_file_bytes=100"}  # fmt: skip
+
+
+def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every PyTorch operation of a server with two models runs on one thread, so that they share one
+    OpenMP pool (with a worker per model, two models kept 0.37 of the CLI's rate: engine_thread.py)."""
+    from types import SimpleNamespace
+
+    from conftest import compose_config
+
+    import seq2seq.serve.server as server
+    from seq2seq.serve.engine_thread import EngineThread
+
+    threads: list[tuple[str, int]] = []  # (what ran, on which thread)
+
+    class Recording(UpperEngines):
+        def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[Translation]]:
+            threads.append(("decode", threading.get_ident()))
+            return super().translate_nbest(lines, prefixes)
+
+    def load(base: TranslateConfig) -> Recording:
+        threads.append(("load", threading.get_ident()))
+        engines = Recording()
+        target = "fr" if "fr" in base.run else "de"
+        engines.main = SimpleNamespace(languages=SimpleNamespace(tags=None, src_lang="en", tgt_lang=target))
+        engines.name = "PyTorch"
+        return engines
+
+    monkeypatch.setattr(server, "Engines", load)
+    engine_thread = EngineThread()
+    served = [server._load(compose_config("serve", [f"run={run}"]), engine_thread) for run in ("en-de", "en-fr")]
+    app = create_app(served, Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
+    with TestClient(app) as client:
+
+        def ask(target: str) -> str:
+            answer = client.post("/translate", json={"q": f"to {target}", "source": "en", "target": target})
+            return answer.json()["translatedText"]
+
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(ask, ["de", "fr"] * 4)) == ["TO DE", "TO FR"] * 4
+    for model in served:
+        model.batcher.stop()
+    engine_thread.stop()
+    assert [what for what, _ in threads[:2]] == ["load", "load"] and len(threads) >= 4
+    assert {thread for _, thread in threads} == {engine_thread._thread.ident}

@@ -3,8 +3,9 @@
 
 settings.py (a request's decoding settings, validated by the config's rules and the server's bounds,
 and how the engine is set to them), engines.py (which engine decodes them, by seq2seq-translate's
-rules), attention.py (the page's heat map), batcher.py (one worker thread owning a model's engines:
-concurrent requests gathered into one length-sorted batch), requests.py (parameters from the query,
+rules), attention.py (the page's heat map), batcher.py (a model's concurrent requests
+gathered into one length-sorted batch), engine_thread.py (the one thread that runs every model's
+PyTorch work), requests.py (parameters from the query,
 a form or JSON, checked: the 400/413 answers), languages.py (language names, routes to a model or
 through a pivot, detection), sentences.py (sentence splitting), html_text.py (HTML's text nodes),
 files.py (.txt, .html, .srt, .docx in and out), service.py (what the routes share: parameters, the

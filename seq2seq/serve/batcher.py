@@ -1,5 +1,5 @@
-"""Dynamic batching: one worker thread owns the loaded engine; the requests that arrive while it is
-busy, or within `max_wait_ms` of the oldest waiting one (or of the engine becoming free), are
+"""Dynamic batching: one thread per model gathers its batches; the requests that arrive while the engine
+is busy, or within `max_wait_ms` of the oldest waiting one (or of the engine becoming free), are
 decoded as one batch. It waits only while a request the server has received is not yet in the queue,
 or while the clients it has just answered have not sent their next request (a client that sends one
 line at a time comes back at once: without waiting for it, 32 such clients split into two groups
@@ -13,10 +13,8 @@ n-best, ...) wait for a batch of their own; a sampled request is always decoded 
 A batch that fails is decoded again request by request, so a line that breaks the model fails only
 the request that sent it.
 
-The worker thread also loads the engines, so every PyTorch operation of the server runs on that one
-thread. GNU OpenMP gives each thread that starts parallel work a pool of its own, and with two pools
-on the cores a decoder step ran much slower (docs/performance.md, "Serving"). Between batches it
-checks whether other work has come to the machine (seq2seq/cpu_sharing.py, SharingWatch).
+The engines are loaded and run on the server's one engine thread (engine_thread.py), which every
+model's batcher shares, so that all PyTorch work of the server is one OpenMP pool.
 """
 
 from __future__ import annotations
@@ -31,9 +29,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from seq2seq import cpu_sharing
 from seq2seq.config import TranslateConfig
 from seq2seq.inference.translation import Translation
+from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
 from seq2seq.serve.settings import Settings, configure
 
@@ -80,13 +78,21 @@ class Job:
 
 
 class Batcher:
-    """The worker: `submit` from the event loop, `start` and `stop` around the server's life."""
+    """The worker: `submit` from the event loop, `start` and `stop` around the server's life. Without an
+    `engine_thread` (one model) it starts one of its own, and stops it when it stops."""
 
     def __init__(
-        self, load_engines: Callable[[], Engines], base: TranslateConfig, max_batch_tokens: int, max_wait_ms: float
+        self,
+        load_engines: Callable[[], Engines],
+        base: TranslateConfig,
+        max_batch_tokens: int,
+        max_wait_ms: float,
+        engine_thread: EngineThread | None = None,
     ) -> None:
         self._load_engines = load_engines
-        self.engines: Engines  # set by start(), on the worker thread
+        self._owns_engine_thread = engine_thread is None
+        self._engine_thread = engine_thread  # None: start() starts one of its own
+        self.engines: Engines  # set by start(), loaded on the engine thread
         self.base = base
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000
@@ -98,7 +104,7 @@ class Batcher:
         self._free_since = 0.0  # when the engine finished its last batch
         self._answered = 0  # requests that batch answered ...
         self._returned = 0  # ... and requests queued since then
-        self._thread = threading.Thread(target=self._run, name="seq2seq-serve-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="seq2seq-serve-batcher", daemon=True)
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
         self.stats = Stats()
@@ -106,10 +112,14 @@ class Batcher:
     def start(self) -> None:
         """Starts the worker, which loads the engines; returns once they are loaded, or raises what
         loading raised (a bad model path is the server's one-line error at start)."""
+        if self._engine_thread is None:
+            self._engine_thread = EngineThread()
         self._thread.start()
         self._loaded.wait()
         if self._load_error is not None:
             self._thread.join()
+            if self._owns_engine_thread:
+                self._engine_thread.stop()
             raise self._load_error
 
     def drain(self, seconds: float) -> None:
@@ -127,6 +137,8 @@ class Batcher:
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("stopped while a batch nobody waits for was still decoding")
+        if self._owns_engine_thread and self._engine_thread is not None:
+            self._engine_thread.stop()
 
     @contextlib.contextmanager
     def receiving(self) -> Iterator[None]:
@@ -168,10 +180,7 @@ class Batcher:
 
     def _run(self) -> None:
         try:
-            self.engines = self._load_engines()
-            # Before the server says it is ready: with a CTranslate2 engine this imports torch, which
-            # takes seconds, and a first request would have waited for it.
-            sharing = _watch_for_sharing()
+            self.engines = self._engine_thread.load(self._load_engines)
         except BaseException as err:  # noqa: BLE001  (start() raises it on the caller's thread)
             self._load_error = err
             return
@@ -186,8 +195,6 @@ class Batcher:
             self._decode(batch)
             with self._wake:
                 self._free_since = time.monotonic()
-            if sharing is not None and (change := sharing.check()):
-                log.info(change)
 
     def _gather(self) -> list[Job] | None:
         """The next batch: the oldest job and those with its settings that fit max_batch_tokens,
@@ -227,7 +234,8 @@ class Batcher:
             return
         start = time.monotonic()
         try:
-            results = self._translate([line for job in live for line in job.lines], live)
+            lines = [line for job in live for line in job.lines]
+            results = self._engine_thread.call(lambda: self._translate(lines, live))
         except Exception:  # noqa: BLE001  (one request's line broke the batch: find whose, fail it alone)
             for job in live:
                 self._decode_alone(job)
@@ -253,24 +261,16 @@ class Batcher:
 
     def _decode_alone(self, job: Job) -> None:
         try:
-            job.finish(self._translate(job.lines, [job]))
+            job.finish(self._engine_thread.call(lambda: self._translate(job.lines, [job])))
         except Exception as err:  # noqa: BLE001  (reported to that request only)
             log.warning("a request failed: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
             job.finish(error=err)
 
     def _run_work(self, job: Job) -> None:
         try:
-            job.finish(job.work(self.engines))
+            job.finish(self._engine_thread.call(lambda: job.work(self.engines)))
         except Exception as err:  # noqa: BLE001
             job.finish(error=err)
-
-
-def _watch_for_sharing() -> cpu_sharing.SharingWatch | None:
-    """On the worker thread, which runs every PyTorch operation of the server (OpenMP's thread count
-    is a per-thread setting): one thread while other work runs, where the threads spin long."""
-    import torch  # loaded already, with the engines
-
-    return cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads)
 
 
 class Stats:

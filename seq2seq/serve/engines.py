@@ -4,7 +4,7 @@ The engine for the server's own settings (what /translate uses) is loaded at sta
 request whose settings seq2seq-translate would decode with PyTorch (n-best lists, sampling, a prefix in
 beam search, on a server whose engine is the CTranslate2 export) is decoded with PyTorch, loaded the
 first time such a request comes, so that it gets the lines and scores the command writes; the page's
-attention maps need PyTorch too. Only the batcher's worker thread uses the engines.
+attention maps need PyTorch too. Only the server's engine thread (engine_thread.py) uses the engines.
 """
 
 from __future__ import annotations

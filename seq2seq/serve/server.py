@@ -25,6 +25,7 @@ import uvicorn
 from seq2seq.config import UserError, serve_translate_config, validate_serve
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app
 from seq2seq.serve.batcher import Batcher
+from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
 from seq2seq.serve.requests import Limits
 
@@ -39,12 +40,14 @@ def serve(cfg: Any) -> None:
     validate_serve(cfg)
     keys = read_keys(Path(cfg.api_keys_file)) if cfg.api_keys_file else None
     listener = bind(cfg.host, cfg.port)
-    served = [_load(cfg)]  # the first model: run= (or checkpoint=), with source_lang/target_lang
+    engine_thread = EngineThread()  # every model's PyTorch work, on one thread (engine_thread.py)
+    served = [_load(cfg, engine_thread)]  # the first model: run= (or checkpoint=), with source_lang/target_lang
     try:
-        for run in cfg.runs:  # each further model has its own batcher, hence its own worker and engines
-            served.append(_load(_with_run(cfg, str(run))))
+        for run in cfg.runs:  # each further model has its own batcher and engines, on the same engine thread
+            served.append(_load(_with_run(cfg, str(run)), engine_thread))
     except BaseException:
         _stop([model.batcher for model in served])
+        engine_thread.stop()
         raise
     batchers = [model.batcher for model in served]
     address = listener.getsockname()
@@ -82,15 +85,17 @@ def serve(cfg: Any) -> None:
         server.run(sockets=[listener])
     finally:
         _stop(batchers)  # already stopped by the lifespan, unless uvicorn failed first
+        engine_thread.stop()
         files.cleanup()
     if not server.started:
         raise UserError("the server did not start (see the log above)")
 
 
-def _load(cfg: Any) -> Served:
+def _load(cfg: Any, engine_thread: EngineThread | None = None) -> Served:
+    """One model's batcher, started: its engines loaded on `engine_thread` (None: one of its own)."""
     base = serve_translate_config(cfg)
-    batcher = Batcher(lambda: Engines(base), base, cfg.max_batch_tokens, cfg.max_wait_ms)
-    batcher.start()  # loads the model on the worker thread, the only one that runs PyTorch
+    batcher = Batcher(lambda: Engines(base), base, cfg.max_batch_tokens, cfg.max_wait_ms, engine_thread)
+    batcher.start()  # loads the model on the engine thread, the only one that runs PyTorch
     tags = batcher.engines.main.languages.tags
     if tags is not None:  # a multilingual model: each direction it was trained on, by its tag
         source, target = tags.directions[0].split("-")

@@ -1,0 +1,76 @@
+"""The one thread that runs every PyTorch operation of the server, for all of its models.
+
+GNU OpenMP gives each thread that starts parallel work a pool of its own, whose threads spin a while
+after each parallel region. With one worker thread per model, two PyTorch models on one server had two
+pools spinning on the same cores, and each model's decoder steps waited for the other's spinning threads
+(docs/performance.md, "Serving": two models kept 0.37 of the CLI's rate; a lock that let one worker
+decode at a time, with its two pools, did worse). So every model's batcher gathers its own batches on a
+thread of its own, and hands the work to this thread: loading, decoding, attention maps, in the order
+asked. One model costs one hand-over per batch.
+
+Between calls it checks whether other work has come to the machine (seq2seq/cpu_sharing.py,
+SharingWatch): OpenMP's thread count is a setting of the thread that starts the parallel work, this one.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from seq2seq import cpu_sharing
+
+log = logging.getLogger("seq2seq.serve")
+T = TypeVar("T")
+
+
+class EngineThread:
+    """`call(work)` runs `work()` on the thread and returns what it returned (or raises what it raised)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future, bool] | None] = queue.SimpleQueue()
+        self._sharing: cpu_sharing.SharingWatch | None = None
+        self._watching = False  # the sharing watch has been set up (it may be None: nothing to watch)
+        self._thread = threading.Thread(target=self._run, name="seq2seq-serve-engine", daemon=True)
+        self._thread.start()
+
+    def call(self, work: Callable[[], T], between_batches: bool = True) -> T:
+        """`between_batches`: whether to check for other work on the machine after it (not after a load)."""
+        done: Future = Future()
+        self._calls.put((work, done, between_batches))
+        return done.result()
+
+    def load(self, load: Callable[[], T]) -> T:
+        """`call(load)`, then the sharing watch set up on the thread once: after the first model, so that
+        torch (which a CTranslate2 engine imports only then, in seconds) is loaded before the server
+        says it is ready, not during a first request."""
+        return self.call(lambda: self._watch(load()), between_batches=False)
+
+    def stop(self) -> None:
+        """Ends the thread after the calls already asked (it is a daemon: a call still running when the
+        process exits does not hold it)."""
+        self._calls.put(None)
+
+    def _watch(self, loaded: T) -> T:
+        if not self._watching:
+            import torch  # a CTranslate2 engine did not import it: now, before the server says it is ready
+
+            self._sharing = cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads)
+            self._watching = True
+        return loaded
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            work, done, between_batches = item
+            try:
+                result = work()
+            except BaseException as err:  # noqa: BLE001  (raised again on the caller's thread)
+                done.set_exception(err)
+                continue
+            # Before the caller goes on, so that what it logs comes before what the caller does next.
+            if between_batches and self._sharing is not None and (change := self._sharing.check()):
+                log.info(change)
+            done.set_result(result)
