@@ -12,7 +12,7 @@ config, exactly as training read them.
    the higher BLEU on the *validation* split, then the length penalty for it the same way (the test set
    never chooses anything);
 3. translates the test split (Multi30k: test_2016_flickr) with beam search and scores it with sacreBLEU (cased and
-   case-insensitive, with signatures) and chrF; a multilingual run (data.directions) each direction's, with
+   case-insensitive, with signatures), chrF, and BLEU on lowercased Moses-tokenized text (the papers' figure); a multilingual run (data.directions) each direction's, with
    its tag (the checkpoint and length penalty chosen on the mean of the directions' validation BLEU), and
    with --zero-shot de-fr,... directions it was not trained on too;
 4. prints the JSON and writes it, with a plot of the validation curve, into the run directory; with
@@ -104,6 +104,37 @@ def translate_directions(
     }
 
 
+def pivot_languages(zero_shot: tuple[str, ...], trained: list[str]) -> dict[str, str]:
+    """For each zero-shot direction x-y, a language p with x-p and p-y among the trained directions (the
+    first in their order): the way a translation can go instead, through p."""
+    pivots = {}
+    for name in zero_shot:
+        source, target = name.split("-")
+        through = [
+            d.split("-")[1] for d in trained if d.startswith(f"{source}-") and f"{d.split('-')[1]}-{target}" in trained
+        ]
+        if through:
+            pivots[name] = through[0]
+    return pivots
+
+
+def translate_pivots(
+    checkpoint: Path, run_dir: Path, splits: dict, pivots: dict[str, str], beam: int, length_penalty: float
+) -> dict[str, list[str]]:
+    """Each zero-shot direction's test sources translated into its pivot language, then those
+    translations into its target, with the same model and settings as every direction."""
+    if not pivots:
+        return {}
+    cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
+    translator = Translator.from_config(cfg)
+    translated = {}
+    for name, pivot in pivots.items():
+        source, target = name.split("-")
+        middle = [one_line(t) for t in translator.with_languages(source, pivot).translate(splits[name]["test"][0])]
+        translated[name] = [one_line(t) for t in translator.with_languages(pivot, target).translate(middle)]
+    return translated
+
+
 def mean_bleu(hypotheses: dict[str, list[str]], splits: dict, split: str) -> float:
     """Corpus BLEU of each direction's `split`, averaged over the directions (one direction: its BLEU)."""
     each = [sacrebleu.corpus_bleu(hypotheses[name], [splits[name][split][1]]).score for name in hypotheses]
@@ -124,13 +155,33 @@ def average_of_the_end(run_dir: Path, last_step: int, count: int = 5) -> Path | 
         return average_files(files, directory / "averaged.pt")
 
 
-def scores(hypotheses: list[str], references: list[str]) -> dict[str, object]:
+def moses_lowercase_bleu(hypotheses: list[str], references: list[str], language: str) -> tuple[float, str]:
+    """BLEU as the Multi30k papers report it (fairseq's scorer, multi-bleu.perl -lc): both sides through
+    the Moses tokenizer (sacremoses, the Python port of tokenizer.perl, for `language`), then lowercased,
+    and scored on those tokens as they stand (sacreBLEU with tokenize=none). Its score and a signature."""
+    import sacremoses
+
+    moses = sacremoses.MosesTokenizer(lang=language)
+
+    def tokenized(line: str) -> str:
+        return moses.tokenize(line, escape=False, return_str=True)
+
+    bleu = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)  # lowercased after tokenizing, as -lc
+    score = bleu.corpus_score([tokenized(h) for h in hypotheses], [[tokenized(r) for r in references]]).score
+    return round(score, 2), f"sacremoses {sacremoses.__version__} tokenizer (lang {language}); {bleu.get_signature()}"
+
+
+def scores(hypotheses: list[str], references: list[str], language: str) -> dict[str, object]:
+    """`language`: the target's, for the Moses tokenizer (a code it has no rules for gets its generic ones)."""
     cased, lowercase, chrf = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True), sacrebleu.CHRF()
+    moses, moses_signature = moses_lowercase_bleu(hypotheses, references, language)
     return {
         "bleu": round(cased.corpus_score(hypotheses, [references]).score, 2),
         "bleu_signature": str(cased.get_signature()),
         "bleu_lowercase": round(lowercase.corpus_score(hypotheses, [references]).score, 2),
         "bleu_lowercase_signature": str(lowercase.get_signature()),
+        "bleu_moses_lowercase": moses,
+        "bleu_moses_lowercase_signature": moses_signature,
         "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
         "chrf_signature": str(chrf.get_signature()),
     }
@@ -200,9 +251,9 @@ def held_out_splits(saved_data_config: dict, zero_shot: tuple[str, ...] = ()) ->
 
 
 TABLE_HEADER = (
-    "| experiment | CPU class or GPU | precision | training | test BLEU (cased) | test BLEU (lowercase) | chrF "
-    "| checkpoint | load during training | machine | config |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    "| experiment | CPU class or GPU | precision | training | test BLEU (cased) | test BLEU (lowercase) "
+    "| test BLEU (lowercase, Moses-tokenized) | chrF | checkpoint | load during training | machine | config |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 )
 TABLE_START, TABLE_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
 TABLE_DATA = "multi30k"  # the table's corpus; results on other data (the built-in task) stay out of it
@@ -213,15 +264,14 @@ def table_rows(result: dict) -> str:
     if "test_by_direction" not in result:
         return table_row(result)
     zero_shot = set(result.get("zero_shot", ()))
-    return "".join(
-        table_row(
-            {
-                **result,
-                "test": test,
-                "experiment": f"{result['experiment']} ({name}{', zero-shot' if name in zero_shot else ''})",
-            }
-        )
+    rows = {
+        f"{name}{', zero-shot' if name in zero_shot else ''}": test
         for name, test in result["test_by_direction"].items()
+    }
+    rows.update({f"{name}, pivot through {test['pivot']}": test for name, test in result.get("test_pivot", {}).items()})
+    return "".join(
+        table_row({**result, "test": test, "experiment": f"{result['experiment']} ({label})"})
+        for label, test in rows.items()
     )
 
 
@@ -236,7 +286,7 @@ def table_row(result: dict) -> str:
     return (
         f"| {result['experiment']} | {hardware(result)} | {result['precision']} | "
         f"{result['train_minutes']:g} min, {result['steps']} updates{recipe} | {test['bleu']} | {test['bleu_lowercase']} | "
-        f"{test['chrf']} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
+        f"{test.get('bleu_moses_lowercase', 'not scored')} | {test['chrf']} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
         f"{load_text} | "
         f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"
     )
@@ -364,7 +414,14 @@ def main() -> None:
 
     start = time.monotonic()
     hypotheses = translate_directions(chosen, run_dir, splits, "test", args.beam, length_penalty)
-    test = {name: scores(hypotheses[name], pairs["test"][1]) for name, pairs in splits.items()}
+    test = {name: scores(hypotheses[name], pairs["test"][1], name.split("-")[1]) for name, pairs in splits.items()}
+    # Zero-shot against the way there is without it: through a language the model was trained on both ways.
+    pivots = pivot_languages(zero_shot, list(trained))
+    through = translate_pivots(chosen, run_dir, splits, pivots, args.beam, length_penalty)
+    test_pivot = {
+        name: {"pivot": pivots[name], **scores(lines, splits[name]["test"][1], name.split("-")[1])}
+        for name, lines in through.items()
+    }
     multilingual = bool(last["config"]["data"].get("directions"))
     machine = machine_info()
     chosen_precision = PRECISION_LINE.findall(log)
@@ -394,7 +451,7 @@ def main() -> None:
         "length_penalty": length_penalty,
         "valid_bleu_by_length_penalty": {f"{p:g}": b for p, b in valid_bleu_by_penalty.items()},
         **(
-            {"test_by_direction": test, "zero_shot": list(zero_shot)}
+            {"test_by_direction": test, "zero_shot": list(zero_shot), "test_pivot": test_pivot}
             if multilingual
             else {"test": test[next(iter(test))]}
         ),
@@ -412,6 +469,8 @@ def main() -> None:
         plot_curve(result, run_dir / "result.png")
     for name, lines in hypotheses.items():  # test.hyp; a multilingual run's test.en-de.hyp, ...
         (run_dir / (f"test.{name}.hyp" if multilingual else "test.hyp")).write_text("\n".join(lines) + "\n")
+    for name, lines in through.items():  # test.de-fr.pivot-en.hyp
+        (run_dir / f"test.{name}.pivot-{pivots[name]}.hyp").write_text("\n".join(lines) + "\n")
     json.dump(result, sys.stdout, indent=2)
     print()
 

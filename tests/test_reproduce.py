@@ -56,6 +56,8 @@ def check_scores(tmp_path: Path, result: dict, references: list[str]) -> None:
     assert result["test"]["bleu_lowercase"] == pytest.approx(expected_lowercase, abs=0.006)
     assert result["test"]["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score, abs=0.006)
     assert "case:lc" in result["test"]["bleu_lowercase_signature"]
+    assert "sacremoses" in result["test"]["bleu_moses_lowercase_signature"]
+    assert 0 <= result["test"]["bleu_moses_lowercase"] <= 100
     # The test set chooses nothing: the checkpoint is the one with the higher validation BLEU.
     by_checkpoint = result["valid_bleu_by_checkpoint"]
     assert {"best.pt", "averaged.pt"} <= set(by_checkpoint) <= {"best.pt", "last.pt", "averaged.pt"}
@@ -168,6 +170,24 @@ def test_reproduce_multi30k_in_two_minutes(tmp_path: Path) -> None:
     check_published(tmp_path, result, read_lines(multi30k_file(MULTI30K, MULTI30K_SPLITS["test"], "de")))
 
 
+def test_the_papers_bleu_is_on_lowercased_moses_tokens() -> None:
+    """The column the Multi30k papers can be set beside: both sides cut as Moses' tokenizer.perl cuts
+    them (written out by hand here), lowercased, scored on those tokens. sacreBLEU's 13a cuts "Mr." and
+    keeps "don't" whole, so its lowercase score differs."""
+    script = load_script("reproduce")
+    hypotheses = ["Don't go, Mr. Smith!", "A man in a RED shirt."]
+    references = ["Do not go, Mr Smith!", "A man in a red shirt..."]
+    by_hand = (
+        ["don 't go , mr. smith !", "a man in a red shirt ."],
+        ["do not go , mr smith !", "a man in a red shirt ..."],
+    )
+    expected = sacrebleu.corpus_bleu(by_hand[0], [by_hand[1]], tokenize="none").score
+    scores = script.scores(hypotheses, references, "en")
+    assert scores["bleu_moses_lowercase"] == pytest.approx(expected, abs=0.006)
+    assert "case:lc|eff:no|tok:none" in scores["bleu_moses_lowercase_signature"]
+    assert abs(scores["bleu_lowercase"] - expected) > 1  # 13a's tokens are not Moses'
+
+
 def test_the_average_ends_with_last_pt_when_training_stopped_after_the_newest_periodic_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,7 +209,8 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
     multilingual_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """--skip-training on a copy of a tiny multilingual run: each direction's test split translated into
-    its language and scored alone, a zero-shot direction too; one table row per direction."""
+    its language and scored alone, a zero-shot direction too, and that one again through the language
+    it was trained on both ways (de -> en -> fr); one table row per direction and per pivot."""
     run = tmp_path / "run"
     shutil.copytree(multilingual_run.path, run)
     (run / "train.log").write_text("[2026-11-27 10:00:00,000] validation at update 100: loss 1.0 BLEU 9.0\n")
@@ -214,6 +235,13 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
         words = " ".join(hypotheses).split()
         if name != "de-fr":  # the tiny model's zero-shot output is English: its tag is not enough to learn from
             assert sum(w[:2] == tgt for w in words) / len(words) >= 0.9, (name, hypotheses)  # the tag asked for tgt
+    pivot = result["test_pivot"]["de-fr"]
+    assert list(result["test_pivot"]) == ["de-fr"] and pivot["pivot"] == "en"
+    references = read_lines(corpus / "test.de-fr.fr")
+    hypotheses = (run / "test.de-fr.pivot-en.hyp").read_text().splitlines()
+    assert pivot["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
+    words = " ".join(hypotheses).split()
+    assert sum(w[:2] == "fr" for w in words) / len(words) >= 0.9, hypotheses  # French, where zero-shot was not
     table = (tmp_path / "results" / "table.md").read_text()
     # Not in the table: the data is not Multi30k; the result's own .md has a row per direction.
     rows = (tmp_path / "results" / f"{result['name']}.md").read_text().splitlines()[2:]
@@ -222,5 +250,6 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
         "| multilingual (en-fr)",
         "| multilingual (de-en)",
         "| multilingual (de-fr, zero-shot)",
+        "| multilingual (de-fr, pivot through en)",
     ]
     assert table.count("\n") == 2
