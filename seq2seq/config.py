@@ -295,6 +295,8 @@ class ExportConfig:
     quantization: str | None = setting(
         None, "ctranslate2 and argos only: int8, int8_float32, float16, bfloat16, ... (null: fp32)"
     )
+    src_lang: str | None = setting(None, "argos only: with tgt_lang, the direction of a multilingual run to package")
+    tgt_lang: str | None = setting(None, "argos only: the direction of a multilingual run to package (one per package)")
     debug: bool = setting(False, "show tracebacks instead of one-line errors")
 
 
@@ -308,6 +310,12 @@ def validate_export(cfg: Any) -> None:
         raise UserError(f"config error: format={cfg.format!r}: must be one of {', '.join(EXPORT_FORMATS)}")
     if cfg.format == "argos" and not str(cfg.output).endswith(".argosmodel"):
         raise UserError(f"config error: output={cfg.output!r}: an Argos package's name ends in .argosmodel")
+    for key in ("src_lang", "tgt_lang"):
+        if getattr(cfg, key, None) is not None and cfg.format != "argos":
+            raise UserError(
+                f"config error: {key}={getattr(cfg, key)}: only for format=argos (a package is one pair; "
+                "the other formats hold every direction)"
+            )
     if cfg.quantization is not None:
         if cfg.format not in ("ctranslate2", "argos"):
             raise UserError(f"config error: quantization={cfg.quantization!r}: only for format=ctranslate2 or argos")

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SENTENCEPIECE_LINES, TINY_TRAIN, compose_config
+from conftest import SENTENCEPIECE_LINES, TINY_TRAIN, TrainedRun, compose_config, train_multilingual
 
 from seq2seq.artifacts.export import export
-from seq2seq.config import ExportConfig, UserError
+from seq2seq.config import ExportConfig, UserError, validate_export
+from seq2seq.data.corpus import read_lines
 from seq2seq.inference.translator import Translator
 from seq2seq.train.run import train
 
@@ -65,6 +66,49 @@ def test_the_package_installs_and_translates_as_translate(
     expected = ours.translate(SENTENCEPIECE_LINES)
     same = sum(a == b for a, b in zip(theirs, expected, strict=True))
     assert same == len(expected) if precision == "fp32" else same >= len(expected) * 0.8, (same, precision)
+
+
+def test_each_direction_of_a_multilingual_model_is_a_package_that_writes_its_language(
+    tmp_path: Path, argos: Any
+) -> None:
+    """A run with the tag as the decoder's first token (data.lang_tag=decoder_start): tgt_lang=de and
+    tgt_lang=fr give two packages of one model; Argos installs both and gives each its tag (its
+    target_prefix), and each line equals seq2seq-translate's for that direction."""
+    package, translate = argos
+    run = train_multilingual(tmp_path / "ml", "data.lang_tag=decoder_start", "data.tokenizer=sentencepiece")
+    for target in ("de", "fr"):
+        output = tmp_path / f"en_{target}.argosmodel"
+        export(ExportConfig(run=str(run.path), output=str(output), format="argos", tgt_lang=target))
+        package.install_from_path(output)
+    installed = {(p.from_code, p.to_code): p for p in package.get_installed_packages()}
+    assert sorted(installed) == [("en", "de"), ("en", "fr")]
+    assert installed["en", "fr"].target_prefix == ">>fr<<"
+    ours = Translator.load(run.path, beam=4, length_penalty=0.2, precision="fp32", device="cpu")
+    lines = read_lines(run.corpus / "test.en-de.en")
+    for target in ("de", "fr"):
+        theirs = [translate.translate(line, "en", target) for line in lines]
+        expected = ours.with_languages("en", target).translate(lines)
+        # CTranslate2 in Argos writes at least one token (its min_decoding_length=1): an empty line of ours
+        # is a line of theirs. Every other line is the same.
+        assert sum(line != "" for line in expected) >= len(lines) - 2, expected
+        assert [t for t, e in zip(theirs, expected, strict=True) if e] == [e for e in expected if e]
+        words = " ".join(theirs).split()
+        assert sum(word[:2] == target for word in words) / len(words) >= 0.9, theirs  # the tag reached the model
+
+
+def test_a_multilingual_package_needs_the_decoder_tag_and_a_direction(
+    multilingual_run: TrainedRun, decoder_start_run: TrainedRun, tmp_path: Path
+) -> None:
+    output = str(tmp_path / "m.argosmodel")
+    with pytest.raises(UserError, match=r"source tags \(data\.lang_tag=source_prefix\).*data\.lang_tag=decoder_start"):
+        export(ExportConfig(run=str(multilingual_run.path), output=output, format="argos", tgt_lang="de"))
+    with pytest.raises(UserError, match=r"one language pair; give tgt_lang= .*: en-de, en-fr, de-en$"):
+        export(ExportConfig(run=str(decoder_start_run.path), output=output, format="argos"))
+    with pytest.raises(UserError, match=r"tgt_lang=cs is not one of them$"):
+        export(ExportConfig(run=str(decoder_start_run.path), output=output, format="argos", tgt_lang="cs"))
+    with pytest.raises(UserError, match=r"^config error: tgt_lang=de: only for format=argos"):
+        validate_export(ExportConfig(run="r", output=str(tmp_path / "ct2"), format="ctranslate2", tgt_lang="de"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_byte_level_run_is_refused_naming_the_setting(tmp_path: Path) -> None:

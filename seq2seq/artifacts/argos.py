@@ -7,6 +7,12 @@ SentencePiece model that encodes the source and decodes the output: a joint voca
 optional README.md. It passes the source pieces to CTranslate2 with no option that bans a token, so
 the model is written without pad (CTranslate2's Marian converter does the same); CTranslate2 appends
 </s> to the source, as the model's config.json asks.
+
+A package is one language pair. Of a multilingual model it is one of its directions, chosen by
+tgt_lang (and src_lang): Argos puts nothing before the source, but it gives CTranslate2 the package's
+`target_prefix`, so a model that takes its tag as the decoder's first token (data.lang_tag=decoder_start)
+gets it. Argos decodes that tag with the package's sentencepiece.model and strips its text, so the tags
+are added to that model as user-defined pieces.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import UserError
+from seq2seq.data.directions import language_tag
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 
 SUFFIX = ".argosmodel"
@@ -31,9 +38,7 @@ def package_code(src_lang: str, tgt_lang: str) -> str:
     return f"translate-{src_lang}_{tgt_lang}"
 
 
-def metadata(payload: dict[str, Any]) -> dict[str, Any]:
-    data = payload.get("config", {}).get("data", {})
-    src, tgt = data.get("src_lang", "src"), data.get("tgt_lang", "tgt")
+def metadata(payload: dict[str, Any], src: str, tgt: str, target_prefix: str | None) -> dict[str, Any]:
     return {
         "package_version": f"1.{payload.get('step', 0)}",  # a later export of a longer run is newer
         "argos_version": ARGOS_VERSION,
@@ -43,7 +48,54 @@ def metadata(payload: dict[str, Any]) -> dict[str, Any]:
         "from_name": src,
         "to_code": tgt,
         "to_name": tgt,
+        **({"target_prefix": target_prefix} if target_prefix else {}),
     }
+
+
+def package_direction(
+    payload: dict[str, Any], path: Path, src_lang: str | None, tgt_lang: str | None
+) -> tuple[str, str, str | None]:
+    """The package's (source, target, target_prefix): the run's pair, or the direction of a
+    multilingual run that tgt_lang (and src_lang) choose, with its tag."""
+    data = payload.get("config", {}).get("data", {})
+    directions = list(data.get("directions") or [])
+    if not directions:
+        src, tgt = data.get("src_lang", "src"), data.get("tgt_lang", "tgt")
+        for key, asked, recorded in (("src_lang", src_lang, src), ("tgt_lang", tgt_lang, tgt)):
+            if asked is not None and asked != recorded:
+                raise UserError(f"{path}: {key}={asked}, and this run translates {src} -> {tgt} only")
+        return src, tgt, None
+    if data.get("lang_tag") != "decoder_start":
+        raise UserError(
+            f"{path}: Argos puts nothing before the source, so this run's source tags (data.lang_tag="
+            f"{data.get('lang_tag')}) cannot reach the model; train with data.lang_tag=decoder_start for "
+            "Argos packages, or export format=ctranslate2 (seq2seq-translate tgt_lang=)"
+        )
+    chosen = [d for d in directions if d.split("-")[1] == tgt_lang and src_lang in (None, d.split("-")[0])]
+    if len(chosen) != 1:
+        asked = f"tgt_lang={tgt_lang}" + (f" src_lang={src_lang}" if src_lang else "")
+        why = "give src_lang= too" if len(chosen) > 1 else f"{asked} is not one of them"
+        raise UserError(
+            f"{path}: an Argos package is one of this run's directions ({', '.join(directions)}); {why}"
+            if tgt_lang is not None
+            else f"{path}: an Argos package is one language pair; give tgt_lang= (and src_lang=) of one of "
+            f"this run's directions: {', '.join(directions)}"
+        )
+    src, tgt = chosen[0].split("-")
+    return src, tgt, language_tag(tgt)
+
+
+def with_user_defined_pieces(model: bytes, pieces: list[str]) -> bytes:
+    """A SentencePiece model with `pieces` added at its end as user-defined symbols (decoded as their
+    own text): what the tags must be for Argos to strip them from the output."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    for text in pieces:
+        piece = proto.pieces.add()
+        piece.piece, piece.score, piece.type = text, 0.0, sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+    return proto.SerializeToString()
 
 
 def readme(meta: dict[str, Any], payload: dict[str, Any]) -> str:
@@ -62,16 +114,16 @@ def readme(meta: dict[str, Any], payload: dict[str, Any]) -> str:
 
 
 def argos_writer(
-    payload: dict[str, Any], tokenizers: Any, path: Path, model_writer: Callable[[], Callable[[Path], None]]
+    payload: dict[str, Any],
+    tokenizers: Any,
+    path: Path,
+    model_writer: Callable[[], Callable[[Path], None]],
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
 ) -> Callable[[Path], None]:
     """Checks everything up front; the returned function writes the package file `output`.
     `model_writer` builds (and checks) the CTranslate2 model without pad and returns its writer."""
-    directions = payload.get("config", {}).get("data", {}).get("directions")
-    if directions:  # an Argos package is one pair, and Argos puts nothing before the source
-        raise UserError(
-            f"{path}: format=argos writes one language pair, and this run has data.directions={list(directions)}; "
-            "export format=ctranslate2 (seq2seq-translate tgt_lang=) or format=huggingface"
-        )
+    src, tgt, target_prefix = package_direction(payload, path, src_lang, tgt_lang)
     if not isinstance(tokenizers, SentencePieceTokenizers):
         raise UserError(
             f"{path}: format=argos needs a SentencePiece tokenizer and this run's is byte-level; "
@@ -82,7 +134,10 @@ def argos_writer(
             f"{path}: format=argos takes one sentencepiece.model for both languages; train with data.joint_vocab=true"
         )
     write_model = model_writer()
-    meta = metadata(payload)
+    meta = metadata(payload, src, tgt, target_prefix)
+    spm = tokenizers.src.spm_path.read_bytes()
+    if target_prefix is not None:  # the vocabulary's tags (CTranslate2 and Argos match pieces by their text)
+        spm = with_user_defined_pieces(spm, sorted(tokenizers.tgt.language_codes))
     folder = f"{meta['code']}-{meta['package_version'].replace('.', '_')}"
 
     def write(output: Path) -> None:
@@ -100,7 +155,7 @@ def argos_writer(
             (root / "model").mkdir(parents=True)
             write_model(root / "model")
             (root / "model" / DECODING_FILE).unlink(missing_ok=True)  # seq2seq's record: names this machine's paths
-            (root / "sentencepiece.model").write_bytes(tokenizers.src.spm_path.read_bytes())
+            (root / "sentencepiece.model").write_bytes(spm)
             (root / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             (root / "README.md").write_text(readme(meta, payload), encoding="utf-8")
             archive = Path(staging) / output.name

@@ -52,7 +52,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
         model = functools.partial(
             ctranslate2_writer, payload, model_cfg, tokenizers, path, cfg.quantization, without_pad=True
         )
-        argos_writer(payload, tokenizers, path, model)(output)
+        argos_writer(payload, tokenizers, path, model, cfg.src_lang, cfg.tgt_lang)(output)
         return output, model_cfg
     else:
         write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
