@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config
+from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config, train_multilingual
 
 from seq2seq.artifacts.checkpoint import atomic_save, model_from_checkpoint
 from seq2seq.artifacts.export import export
 from seq2seq.artifacts.marian import load_pretrained
 from seq2seq.config import DataConfig, ExportConfig, TranslateConfig, UserError
 from seq2seq.data.builtin import reverse_task
+from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID
 from seq2seq.inference.translator import Translator
 from seq2seq.train.run import train
@@ -390,6 +391,27 @@ def test_plain_generate_writes_translates_lines(sentencepiece_run: Path, sentenc
     for line, hypothesis, text, within in zip(SENTENCEPIECE_LINES, hypotheses, theirs, ended, strict=True):
         if within:
             assert text == hypothesis.text, line
+
+
+def test_a_multilingual_export_takes_opus_mt_tags_in_marian_tokenizer(tmp_path: Path) -> None:
+    """A multilingual SentencePiece run (the tag starts the source: data.lang_tag's default) exported as
+    Marian: `>>fr<< text` through MarianTokenizer and plain `generate` writes what seq2seq-translate
+    tgt_lang=fr writes, in that language, for each target."""
+    run = train_multilingual(tmp_path / "ml", "data.tokenizer=sentencepiece")
+    output = tmp_path / "hf"
+    export(ExportConfig(run=str(run.path), output=str(output), format="huggingface"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(output))
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(output)).eval()
+    translator = Translator.load(run.path, precision="fp32", device="cpu")
+    lines = read_lines(run.corpus / "test.en-de.en")
+    for target in ("de", "fr"):
+        batch = tokenizer([f">>{target}<< {line}" for line in lines], return_tensors="pt", padding=True)
+        assert (batch.input_ids[:, 0] == tokenizer.convert_tokens_to_ids(f">>{target}<<")).all()  # one token
+        with torch.no_grad():
+            theirs = tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)
+        assert theirs == translator.with_languages("en", target).translate(lines)
+        words = " ".join(theirs).split()
+        assert sum(word[:2] == target for word in words) / len(words) >= 0.9, theirs
 
 
 @pytest.mark.parametrize("beam", [1, 4])
