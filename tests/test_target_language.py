@@ -164,11 +164,14 @@ def test_the_tag_ids_follow_the_placement():
 # ---- exports that cannot carry the convention say so; one that can says how ------------------------
 
 
-def test_argos_refuses_a_multilingual_run_naming_the_key(multilingual_run, tmp_path):
+def test_argos_refuses_a_source_tagged_run_naming_the_key(multilingual_run, tmp_path):
+    """Argos puts nothing before the source: a package of a multilingual model needs the decoder's tag."""
     from seq2seq.artifacts.export import export
     from seq2seq.config import ExportConfig
 
-    with pytest.raises(UserError, match=r"format=argos writes one language pair, .* data\.directions=\['en-de'"):
+    with pytest.raises(
+        UserError, match=r"\(data\.lang_tag=source_prefix\) cannot reach the model; train with data\.lang_tag"
+    ):
         export(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "m.argosmodel"), format="argos"))
     assert list(tmp_path.iterdir()) == []
 
