@@ -6,7 +6,8 @@ and how fast batches come once it trains. Prints one JSON object.
 
 1. preparation (tokenizer training, tokenizing, the Arrow cache), as seq2seq-train does it on first use:
    seconds, pairs per second, and the process's peak RSS (a corpus that does not fit in memory must
-   still train: peak memory should not grow with the corpus);
+   still train: peak memory should not grow with the corpus), split into its two kinds: anonymous memory
+   (what the process holds) and file pages (the memory-mapped Arrow files, which the kernel can drop);
 2. a second start on the cache: seconds to the prepared data;
 3. batches: the training stream (EpochBatches: token buckets, collate) for --seconds, on this thread:
    target tokens per second delivered, and batches per second.
@@ -18,6 +19,7 @@ import argparse
 import json
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +35,38 @@ from machine import machine_info  # noqa: E402
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class MemoryPeaks:
+    """The highest RssAnon and RssFile of this process (/proc/self/status, Linux), sampled every 50 ms
+    while in use: ru_maxrss counts both together, and only anonymous memory is held."""
+
+    def __init__(self) -> None:
+        self.peaks = {"RssAnon": 0, "RssFile": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> MemoryPeaks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+
+    def _read(self) -> None:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in self.peaks:
+                self.peaks[key] = max(self.peaks[key], int(value.split()[0]))  # kB
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            self._read()
+
+    def report(self) -> dict[str, float]:
+        return {f"peak_{key.lower()}_mb": round(kb / 1024, 1) for key, kb in self.peaks.items()}
 
 
 def main() -> None:
@@ -61,7 +95,8 @@ def main() -> None:
         cfg = compose("train", overrides=overrides)
     rss_at_start = peak_rss_mb()
     start = time.perf_counter()
-    data = prepare_data(cfg.data)
+    with MemoryPeaks() as preparing:
+        data = prepare_data(cfg.data)
     prepare_seconds = time.perf_counter() - start
     rss_after_prepare = peak_rss_mb()
     start = time.perf_counter()
@@ -84,6 +119,7 @@ def main() -> None:
         "cached_start_seconds": round(cached_seconds, 2),
         "peak_rss_mb_at_start": round(rss_at_start, 1),
         "peak_rss_mb_after_prepare": round(rss_after_prepare, 1),
+        "preparing": preparing.report(),  # peak_rssanon_mb (held) and peak_rssfile_mb (mapped files)
         "batch_tokens": args.batch_tokens,
         "stream_tgt_tokens_per_s": round(tokens / stream_seconds),
         "stream_batches_per_s": round(batches / stream_seconds, 1),
