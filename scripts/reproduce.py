@@ -84,13 +84,14 @@ def train(args: argparse.Namespace, run_dir: Path) -> tuple[float, list[float]]:
     return time.monotonic() - start, loads
 
 
-def translate_directions(
-    checkpoint: Path, run_dir: Path, splits: dict, split: str, beam: int, length_penalty: float
-) -> dict[str, list[str]]:
+def load_translator(checkpoint: Path, run_dir: Path, beam: int, length_penalty: float) -> Translator:
+    cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
+    return Translator.from_config(cfg)
+
+
+def translate_directions(translator: Translator, splits: dict, split: str) -> dict[str, list[str]]:
     """The translations of `split`'s sources of each direction of `splits` (held_out_splits), by direction,
     each asked of the model in its target language (a one-direction run's: untagged, as always)."""
-    cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
-    translator = Translator.from_config(cfg)
     multilingual = translator.languages.tags is not None
     # One line each, as seq2seq-translate writes them: test.hyp holds what was scored, line for line.
     return {
@@ -118,15 +119,9 @@ def pivot_languages(zero_shot: tuple[str, ...], trained: list[str]) -> dict[str,
     return pivots
 
 
-def translate_pivots(
-    checkpoint: Path, run_dir: Path, splits: dict, pivots: dict[str, str], beam: int, length_penalty: float
-) -> dict[str, list[str]]:
+def translate_pivots(translator: Translator, splits: dict, pivots: dict[str, str]) -> dict[str, list[str]]:
     """Each zero-shot direction's test sources translated into its pivot language, then those
     translations into its target, with the same model and settings as every direction."""
-    if not pivots:
-        return {}
-    cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
-    translator = Translator.from_config(cfg)
     translated = {}
     for name, pivot in pivots.items():
         source, target = name.split("-")
@@ -401,7 +396,8 @@ def main() -> None:
 
     def valid_score(checkpoint: Path, length_penalty: float) -> float:
         """Validation BLEU (a multilingual run's: the mean of its directions')."""
-        hypotheses = translate_directions(checkpoint, run_dir, trained, "valid", args.beam, length_penalty)
+        translator = load_translator(checkpoint, run_dir, args.beam, length_penalty)
+        hypotheses = translate_directions(translator, trained, "valid")
         return mean_bleu(hypotheses, trained, "valid")
 
     # The checkpoint first (at length penalty 1.0), then the length penalty for it: two small
@@ -413,11 +409,12 @@ def main() -> None:
     length_penalty = max(penalties, key=lambda p: (valid_bleu_by_penalty[p], p == 1.0))  # ties keep 1.0
 
     start = time.monotonic()
-    hypotheses = translate_directions(chosen, run_dir, splits, "test", args.beam, length_penalty)
+    translator = load_translator(chosen, run_dir, args.beam, length_penalty)  # the test split's, and the pivots'
+    hypotheses = translate_directions(translator, splits, "test")
     test = {name: scores(hypotheses[name], pairs["test"][1], name.split("-")[1]) for name, pairs in splits.items()}
     # Zero-shot against the way there is without it: through a language the model was trained on both ways.
     pivots = pivot_languages(zero_shot, list(trained))
-    through = translate_pivots(chosen, run_dir, splits, pivots, args.beam, length_penalty)
+    through = translate_pivots(translator, splits, pivots)
     test_pivot = {
         name: {"pivot": pivots[name], **scores(lines, splits[name]["test"][1], name.split("-")[1])}
         for name, lines in through.items()

@@ -311,7 +311,7 @@ def validate_export(cfg: Any) -> None:
     if cfg.format == "argos" and not str(cfg.output).endswith(".argosmodel"):
         raise UserError(f"config error: output={cfg.output!r}: an Argos package's name ends in .argosmodel")
     for key in ("src_lang", "tgt_lang"):
-        if getattr(cfg, key, None) is not None and cfg.format != "argos":
+        if getattr(cfg, key) is not None and cfg.format != "argos":
             raise UserError(
                 f"config error: {key}={getattr(cfg, key)}: only for format=argos (a package is one pair; "
                 "the other formats hold every direction)"

@@ -436,6 +436,6 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
             assert list(pool.map(ask, ["de", "fr"] * 4)) == ["TO DE", "TO FR"] * 4
     for model in served:
         model.batcher.stop()
-    engine_thread.stop()
     assert [what for what, _ in threads[:2]] == ["load", "load"] and len(threads) >= 4
-    assert {thread for _, thread in threads} == {engine_thread._thread.ident}
+    assert {thread for _, thread in threads} == {engine_thread.call(threading.get_ident)}
+    engine_thread.stop()

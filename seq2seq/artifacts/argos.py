@@ -71,15 +71,19 @@ def package_direction(
             f"{data.get('lang_tag')}) cannot reach the model; train with data.lang_tag=decoder_start for "
             "Argos packages, or export format=ctranslate2 (seq2seq-translate tgt_lang=)"
         )
-    chosen = [d for d in directions if d.split("-")[1] == tgt_lang and src_lang in (None, d.split("-")[0])]
-    if len(chosen) != 1:
-        asked = f"tgt_lang={tgt_lang}" + (f" src_lang={src_lang}" if src_lang else "")
-        why = "give src_lang= too" if len(chosen) > 1 else f"{asked} is not one of them"
+    listed = ", ".join(directions)
+    if tgt_lang is None:
         raise UserError(
-            f"{path}: an Argos package is one of this run's directions ({', '.join(directions)}); {why}"
-            if tgt_lang is not None
-            else f"{path}: an Argos package is one language pair; give tgt_lang= (and src_lang=) of one of "
-            f"this run's directions: {', '.join(directions)}"
+            f"{path}: an Argos package is one language pair; give tgt_lang= (and src_lang=) of one of "
+            f"this run's directions: {listed}"
+        )
+    chosen = [d for d in directions if d.split("-")[1] == tgt_lang and src_lang in (None, d.split("-")[0])]
+    if len(chosen) > 1:
+        raise UserError(f"{path}: an Argos package is one of this run's directions ({listed}); give src_lang= too")
+    if not chosen:
+        asked = f"tgt_lang={tgt_lang}" + (f" src_lang={src_lang}" if src_lang else "")
+        raise UserError(
+            f"{path}: an Argos package is one of this run's directions ({listed}); {asked} is not one of them"
         )
     src, tgt = chosen[0].split("-")
     return src, tgt, language_tag(tgt)
