@@ -39,6 +39,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -312,6 +313,7 @@ def runs_report(args: argparse.Namespace) -> None:
         try:
             rows.append(one_run(args, model, int(tokens), peaks))
         except Exception as err:  # one failing size (out of memory) must not lose the others' rows
+            traceback.print_exc()  # to stderr: the JSON row keeps only the message
             rows.append({"model": model, "batch_tokens": int(tokens), "error": f"{type(err).__name__}: {err}"[:500]})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     report = {

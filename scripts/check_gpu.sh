@@ -51,12 +51,12 @@ speed() {
     timeout 60 python scripts/bench_train.py "${common[@]}" --precision fp16 --runs base:32768 \
         >"$out/bench_train_gpu_fp16.json" 2>"$out/bench_train_gpu_fp16.log"
     note "bench fp16: rc=$?"
-    timeout 110 python scripts/bench_train.py "${common[@]}" --precision bf16 --compile --runs small:8192 \
+    timeout 100 python scripts/bench_train.py "${common[@]}" --precision bf16 --compile --runs small:8192 \
         >"$out/bench_train_gpu_compile.json" 2>"$out/bench_train_gpu_compile.log"
     note "bench bf16 compile: rc=$?"
     python scripts/gpu_summary.py "$out"/bench_train_gpu_*.json | tee -a "$summary"
     # The GPU's own tests, with their tracebacks: a suite stopped by a time limit prints none.
-    timeout 200 python -m pytest -q --tb=short -p no:cacheprovider tests/test_cuda.py tests/test_precision_compile.py \
+    timeout 150 python -m pytest -q --tb=short -p no:cacheprovider tests/test_cuda.py tests/test_precision_compile.py \
         tests/test_device.py tests/test_device_queue.py >"$out/cuda_tests.log" 2>&1
     note "CUDA tests: rc=$? $(tail -n 1 "$out/cuda_tests.log")"
     grep -E "^(FAILED|ERROR)" "$out/cuda_tests.log" | tee -a "$summary"

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import pickle
 import random
 import re
 from pathlib import Path
@@ -110,6 +111,25 @@ def test_prepare_data_tokenizes_and_filters(cfg):
     assert 0 < lengths.min() and lengths.max() <= MAX_TOKENS
     assert all(values.dtype.name == "int32" for values in data.train.src.values)
     assert data.tokenizers.joint and cache_entries(cfg) == [cache_key(cfg)]
+
+
+def test_preparing_data_never_needs_datasets_to_pickle_a_table(cfg, monkeypatch):
+    """On an H100 machine (Python 3.12, pyarrow 26, dill 0.4.1) `datasets.Dataset.from_dict` failed:
+    it names every new dataset by pickling its table with dill, which raised PicklingError on pyarrow's
+    MonthDayNano, and no data could be prepared. Our caches are our own files, so nothing needs that
+    name: here the pickling fails as it did there, and the data must still be prepared, text intact."""
+    import pyarrow as pa
+    from datasets.utils._dill import Pickler
+
+    def fails_as_on_that_machine(pickler, table):
+        raise pickle.PicklingError("Can't pickle <class 'MonthDayNano'>: it's not found as builtins.MonthDayNano")
+
+    monkeypatch.setitem(Pickler.dispatch, pa.Table, fails_as_on_that_machine)
+    _, _, kept = make_pairs()
+    data = prepare_data(cfg)
+    assert decoded(data, "train", "tgt") == [t for _, t in kept]
+    assert data.valid.src_text == [s for s, _ in VALID] and data.valid.tgt_text == [t for _, t in VALID]
+    assert decoded(data, "valid", "tgt") == [t for _, t in VALID]
 
 
 def test_a_megabyte_line_without_spaces_is_dropped_before_tokenization(cfg, monkeypatch):

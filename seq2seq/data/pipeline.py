@@ -245,9 +245,22 @@ def _tokenize(
     if tagging is not None:
         columns["src_ids"], columns["tgt_ids"], columns[DIRECTION] = tagging(columns["src_ids"], columns["tgt_ids"])
         features[DIRECTION] = datasets.Value("int16")
-    return datasets.Dataset.from_dict(
-        {"src_text": sources, "tgt_text": targets, **columns}, features=datasets.Features(features)
-    )
+    return _in_memory({"src_text": sources, "tgt_text": targets, **columns}, datasets.Features(features))
+
+
+def _in_memory(columns: dict, features: datasets.Features) -> datasets.Dataset:
+    """`datasets.Dataset.from_dict` without its fingerprint. from_dict names each new dataset by
+    pickling its table with dill, which fails on some Python and pyarrow versions (a PicklingError on
+    pyarrow's MonthDayNano stopped all training on a GPU machine: docs/performance.md "GPU"). Nothing
+    reads that name, since our splits' caches are files we name ourselves, so a random one does."""
+    import datasets
+    import pyarrow as pa
+    from datasets.fingerprint import generate_random_fingerprint
+    from datasets.table import InMemoryTable
+
+    table = InMemoryTable(pa.Table.from_pydict(columns, schema=features.arrow_schema))
+    info = datasets.DatasetInfo(features=features)
+    return datasets.Dataset(table, info=info, fingerprint=generate_random_fingerprint())
 
 
 def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.Dataset, output: Path) -> tuple:
