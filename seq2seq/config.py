@@ -213,6 +213,11 @@ class TrainConfig:
     )
     deterministic: bool = setting(False, "torch.use_deterministic_algorithms, for bitwise-reproducible runs")
     compile: bool = setting(False, "wrap the model in torch.compile")
+    compile_mode: str = setting(
+        "default",
+        "torch.compile's mode with compile=true: default | reduce-overhead (CUDA graphs: the compiled forward and "
+        "backward replayed in one launch each, per batch shape) | max-autotune",
+    )
     # torchrun: how long a rank waits in a collective for the others before the run stops (a hung peer) ...
     dist_timeout_minutes: float = 10.0
     # ... and how long the others wait while rank 0 works alone: tokenizer training, tokenizing, validation.
@@ -427,6 +432,9 @@ def _check_seed(key: str, seed: int) -> None:
     _check(0 <= seed <= MAX_SEED, key, seed, f"must be in [0, {MAX_SEED}] (what numpy and CTranslate2 take)")
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+
+
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
     _check(value in allowed, key, value, f"must be one of {', '.join(allowed)}")
 
@@ -602,6 +610,7 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints, "must be >= 0")
     _choice("best_metric", cfg.best_metric, ("bleu", "chrf", "loss", "accuracy"))
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
+    _choice("compile_mode", cfg.compile_mode, COMPILE_MODES)
     _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
     for key in ("dist_timeout_minutes", "dist_wait_minutes"):  # a timedelta of infinite minutes overflows
         _check(

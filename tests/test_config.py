@@ -341,6 +341,7 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
             r"optim\.schedule='linear_to_zero': decays to zero at the end of the budget: set max_minutes or max_steps",
         ),
         ({"precision": "fp8"}, r"precision='fp8': must be one of auto, fp32, bf16, fp16"),
+        ({"compile_mode": "fast"}, r"compile_mode='fast': must be one of default, reduce-overhead, max-autotune"),
         # Silently raised to the byte alphabet's 260; now says so.
         ({"data__vocab_size": 200}, r"data\.vocab_size=200: must be at least 260 \(every byte-level vocabulary"),
         (

@@ -100,6 +100,16 @@ def test_teacher_forced_loss_matches_cross_entropy_on_full_logits(monkeypatch, c
         torch.testing.assert_close(ours[name], param.grad, msg=lambda report, name=name: f"{name}: {report}")
 
 
+def test_a_gpu_computes_the_loss_in_fewer_larger_chunks() -> None:
+    """Each chunk is ~50 operators (kernel launches); on a GPU chunks are bounded by bytes, not rows.
+    Their sum is the same for any chunking (the test above, at 3 rows and at 1024)."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert loss_module.chunk_rows(8000, cpu) == loss_module.chunk_rows(64000, cpu) == 1024
+    assert loss_module.chunk_rows(8000, gpu) == 256 * 2**20 // (4 * 8000) == 8388  # 28k target tokens: 4 chunks
+    assert loss_module.chunk_rows(32000, gpu) == 2097
+    assert loss_module.chunk_rows(500_000, gpu) == 1024  # never fewer rows than on a CPU
+
+
 def test_teacher_forced_loss_under_bf16_autocast_stays_close() -> None:
     model = tiny_model()
     src, tgt_in, tgt_out = _teacher_forced_batch()

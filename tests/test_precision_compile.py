@@ -53,6 +53,15 @@ def test_one_eager_process_trains_the_objective_itself(tmp_path: Path) -> None:
     assert trainer.training_objective is trainer.objective
 
 
+@pytest.mark.parametrize(("setting", "mode"), [("default", None), ("reduce-overhead", "reduce-overhead")])
+def test_compile_mode_reaches_torch_compile(tmp_path: Path, monkeypatch, setting: str, mode: str | None) -> None:
+    """compile_mode is torch.compile's `mode`; "default" leaves it unset, as torch.compile's own default."""
+    asked: list[dict] = []
+    monkeypatch.setattr(torch, "compile", lambda module, **options: asked.append(options) or module)
+    make_trainer(tmp_path, torch.device("cpu"), ["compile=true", f"compile_mode={setting}"])
+    assert asked == [{"dynamic": True, "mode": mode}]
+
+
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 

@@ -20,6 +20,17 @@ from torch import nn
 from seq2seq.model.transformer import Transformer
 
 CHUNK_ROWS = 1024  # rows of logits alive at once: 1024 x 8k x 4 bytes = 32 MB
+# On a GPU each chunk's ~50 operators (forward and back) are kernel launches, and the host issuing them
+# is what limits training there (docs/performance.md "GPU"), so chunks are as large as this many bytes
+# of fp32 logits allow: 8,388 rows at an 8k vocabulary, two chunks for a 16k-token batch, not sixteen.
+GPU_CHUNK_BYTES = 256 * 2**20
+
+
+def chunk_rows(vocab: int, device: torch.device) -> int:
+    """Rows of logits computed at once on `device`."""
+    if device.type != "cuda":
+        return CHUNK_ROWS
+    return max(CHUNK_ROWS, GPU_CHUNK_BYTES // (4 * vocab))
 
 
 def label_smoothed_loss(
@@ -78,8 +89,9 @@ class ProjectedSmoothedLoss(torch.autograd.Function):
         lse = torch.empty(h.size(0), dtype=torch.float32, device=h.device)
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         nll = torch.zeros((), dtype=torch.float32, device=h.device)
-        for start in range(0, h.size(0), CHUNK_ROWS):
-            rows = slice(start, start + CHUNK_ROWS)
+        step = chunk_rows(w.size(0), h.device)
+        for start in range(0, h.size(0), step):
+            rows = slice(start, start + step)
             logits = _add(h[rows] @ w.t(), bias)  # (n, V), fp32
             lse[rows] = torch.logsumexp(logits, dim=-1)
             chunk_nll = lse[rows] - logits.gather(1, target[rows, None]).squeeze(1)
@@ -98,8 +110,9 @@ class ProjectedSmoothedLoss(torch.autograd.Function):
         eps, vocab = ctx.smoothing, weight.size(0)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        for start in range(0, h.size(0), CHUNK_ROWS):
-            rows = slice(start, start + CHUNK_ROWS)
+        step = chunk_rows(vocab, h.device)
+        for start in range(0, h.size(0), step):
+            rows = slice(start, start + step)
             grad = _add(h[rows] @ w.t(), bias).sub_(lse[rows, None]).exp_()  # softmax, recomputed
             grad.sub_(eps / vocab)
             grad.scatter_add_(1, target[rows, None], torch.full_like(lse[rows, None], -(1.0 - eps)))

@@ -202,7 +202,8 @@ class Trainer:
             module = torch.nn.parallel.DistributedDataParallel(objective, device_ids=ids)
         if self.cfg.compile:
             objective.run_loss_eagerly()
-            module = torch.compile(module, dynamic=True)
+            mode = None if self.cfg.compile_mode == "default" else self.cfg.compile_mode
+            module = torch.compile(module, dynamic=True, mode=mode)
         return module
 
     def minutes_since_start(self) -> float:
