@@ -134,8 +134,16 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     totals = {"tgt": 0.0, "src": 0.0, "padded_tgt": 0.0, "padded_src": 0.0}
     start = time.perf_counter()
     used: list[np.ndarray] = []  # each update's sentences (1 rank, no accumulation), whatever the epoch
+    waited = [0.0]  # seconds the update loop spent getting its batches (on a GPU, from the prefetcher)
     next_update = trainer.stream.next_update
-    trainer.stream.next_update = lambda *args: _recorded(next_update(*args), used)
+
+    def timed_next_update(*args: int) -> list:
+        asked = time.perf_counter()
+        batches = next_update(*args)
+        waited[0] += time.perf_counter() - asked
+        return _recorded(batches, used)
+
+    trainer.stream.next_update = timed_next_update
     for _ in range(steps):
         metrics = trainer.train_step()
         trainer.notice_other_work()  # as training does: a job that arrived after the start (--compete)
@@ -148,8 +156,11 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
         totals["padded_src"] += len(batch_indices) * padded_width(src_len.max() + 1, multiple)
     synchronize(str(trainer.device))
     seconds = time.perf_counter() - start
+    trainer.stream.next_update = next_update
     return {
         "seconds_per_update": seconds / steps,
+        "batch_wait_seconds_per_update": waited[0] / steps,
+        "batch_make_seconds_per_update": batch_make_seconds(trainer, steps),
         "tgt_tokens_per_s": totals["tgt"] / seconds,
         "src_tokens_per_s": totals["src"] / seconds,
         "real_tgt_tokens_per_batch": totals["tgt"] / steps,
@@ -159,6 +170,25 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
         "first_update_s": first_step_done - start_first,
         "_flops": flops_per_update(trainer.model, totals["src"] / steps, totals["tgt"] / steps),
     }
+
+
+def batch_make_seconds(trainer: Trainer, updates: int) -> float:
+    """What making one update's batches costs the host (collating, and on a GPU pinning and starting
+    the copies), on this thread: work the prefetcher's thread does beside the update loop, and shares
+    the interpreter's lock with it. Made from a copy of the stream, so training resumes where it was."""
+    stream = getattr(trainer.stream, "stream", trainer.stream)  # under the prefetcher: the stream itself
+    ahead = getattr(trainer.stream, "_ahead", None)
+    if ahead is not None:
+        ahead.result()  # the prefetcher's thread is done with the stream
+    state = stream.state_dict()
+    start = time.perf_counter()
+    for _ in range(updates):
+        for batch in stream.next_update(1, 0, trainer.cfg.accum_steps):
+            batch.to(trainer.device)
+    synchronize(str(trainer.device))
+    seconds = (time.perf_counter() - start) / updates
+    stream.load_state_dict(state)
+    return seconds
 
 
 def counts(trainer: Trainer, updates: int = 3) -> dict[str, float]:
@@ -171,7 +201,7 @@ def counts(trainer: Trainer, updates: int = 3) -> dict[str, float]:
     }
     if trainer.device.type == "cuda":
         result.update(gpu_time_per_update(step, max(updates, 5)))
-    return {k: round(v, 4) for k, v in result.items()}
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}
 
 
 def epoch_shapes(trainer: Trainer) -> list[dict]:
@@ -243,6 +273,7 @@ def main() -> None:
         default="",
         help="comma-separated model:batch_tokens pairs measured in this one process, e.g. small:8192,base:32768",
     )
+    parser.add_argument("--report", default="", help="with --runs: also write the report here, after every row")
     parser.add_argument("--scaling", default="", help="comma-separated batch sizes in tokens, e.g. 1024,2048,4096,8192")
     parser.add_argument("--run-dir", default="/tmp/seq2seq-bench-train")
     parser.add_argument("--system-malloc", action="store_true", help="the C library's malloc, not tcmalloc (an A/B)")
@@ -316,7 +347,20 @@ def runs_report(args: argparse.Namespace) -> None:
             traceback.print_exc()  # to stderr: the JSON row keeps only the message
             rows.append({"model": model, "batch_tokens": int(tokens), "error": f"{type(err).__name__}: {err}"[:500]})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    report = {
+        if args.report:  # after every row: a process stopped by a time limit keeps the rows it finished
+            write_report(Path(args.report), runs_summary(args, peaks, rows))
+    json.dump(runs_summary(args, peaks, rows), sys.stdout, indent=2)
+    print()
+
+
+def write_report(path: Path, report: dict) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(report, indent=2) + "\n")
+    partial.replace(path)
+
+
+def runs_summary(args: argparse.Namespace, peaks: tuple[float, float], rows: list[dict]) -> dict:
+    return {
         "precision_asked": args.precision,
         "compile": args.compile,
         "overrides": args.set,
@@ -327,8 +371,6 @@ def runs_report(args: argparse.Namespace) -> None:
         "device": args.device,
         "machine": machine_info(),
     }
-    json.dump(report, sys.stdout, indent=2)
-    print()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 # summary comes last.
 #
 #   bash scripts/check_gpu.sh smoke  [MULTI30K_DIR] [OUT_DIR]   # 0. about 1 minute: does it run at all
-#   bash scripts/check_gpu.sh speed  [MULTI30K_DIR] [OUT_DIR]   # 1. about 5 minutes, 9 at most
+#   bash scripts/check_gpu.sh speed  [MULTI30K_DIR] [OUT_DIR]   # 1. about 6 minutes, 8 at most
+#   bash scripts/check_gpu.sh compile [MULTI30K_DIR] [OUT_DIR]  # 1b. 5 minutes at most
 #   bash scripts/check_gpu.sh result [MULTI30K_DIR] [OUT_DIR]   # 2. MINUTES (default 10) + about 2
 #   bash scripts/check_gpu.sh extra  [MULTI30K_DIR] [OUT_DIR]   # 3-4. about 5 minutes, after 2
 #   (defaults: ../shared/data/multi30k outputs/check_gpu)
@@ -13,8 +14,11 @@
 # loan ended that way with no figure at all). Start a loan with `smoke`.
 # 0. smoke: the small model for a few updates (bench_train.py) and tests/test_device_queue.py
 # 1. speed: scripts/bench_train.py on the GPU, bf16: small, base and big at 8k and 32k-token batches in
-#    one process (tokens/s, MFU, GPU busy fraction, kernels and host read-backs per update); fp16 with
-#    its grad scaler, and compile=true, once each -> bench_*.json; then the CUDA tests -> cuda_tests.log
+#    one process (tokens/s, MFU, GPU busy fraction, kernels and host read-backs per update, the host's
+#    busiest operators, batch making); fp16 with its grad scaler once -> bench_*.json; then the CUDA
+#    tests -> cuda_tests.log
+# 1b. compile: the small model with compile=true (compiling outlasted 100 s on the H100's host);
+#    COMPILE_MODE=reduce-overhead for CUDA graphs
 # 2. a result: scripts/reproduce.py multi30k_en_de_gpu for MINUTES minutes -> reproduce.json
 #    (PUBLISH=1 adds --publish: results/ and docs/results.md get its row)
 # 3. torchrun --nproc_per_node=1 on NCCL: a run stopped at update 20 and resumed equals one that was
@@ -24,7 +28,7 @@
 # Needs the dev extra and a CUDA build of torch. A step that fails is reported and the others still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: check_gpu.sh smoke|speed|result|extra [MULTI30K_DIR] [OUT_DIR]}
+part=${1:?usage: check_gpu.sh smoke|speed|compile|result|extra [MULTI30K_DIR] [OUT_DIR]}
 data=$(realpath "${2:-../shared/data/multi30k}")
 out=$(realpath -m "${3:-outputs/check_gpu}")
 minutes=${MINUTES:-10}
@@ -35,7 +39,8 @@ note() { echo "$*" | tee -a "$summary"; }
 
 smoke() {
     timeout 120 python scripts/bench_train.py --device cuda --data-dir "$data" --threads 4 --warmup 2 --steps 5 \
-        --precision bf16 --set log_every=5 --runs small:8192 >"$out/bench_train_gpu_smoke.json" 2>"$out/bench_train_gpu_smoke.log"
+        --precision bf16 --set log_every=5 --runs small:8192 --report "$out/bench_train_gpu_smoke.json" \
+        >/dev/null 2>"$out/bench_train_gpu_smoke.log"
     note "bench smoke: rc=$?"
     python scripts/gpu_summary.py "$out/bench_train_gpu_smoke.json" | tee -a "$summary"
     timeout 60 python -m pytest -q --tb=short -p no:cacheprovider tests/test_device_queue.py >"$out/smoke_tests.log" 2>&1
@@ -44,22 +49,30 @@ smoke() {
 
 speed() {
     local common=(--device cuda --data-dir "$data" --threads 4 --warmup 5 --steps 20 --set log_every=20)
-    timeout 150 python scripts/bench_train.py "${common[@]}" --precision bf16 \
-        --runs small:8192,small:32768,base:8192,base:32768,big:8192,big:32768 \
-        >"$out/bench_train_gpu_bf16.json" 2>"$out/bench_train_gpu_bf16.log"
+    # --report rewrites the JSON after every row, so a process stopped at its limit keeps its rows.
+    # The targets' rows first (2026-11-27 on an H100: about 35 s a row for small and base, with the
+    # profiler's passes; big did not finish inside 150 s after four rows).
+    timeout 240 python scripts/bench_train.py "${common[@]}" --precision bf16 \
+        --runs small:8192,base:32768,small:32768,base:8192,big:32768,big:8192 \
+        --report "$out/bench_train_gpu_bf16.json" >/dev/null 2>"$out/bench_train_gpu_bf16.log"
     note "bench bf16: rc=$?"
     timeout 60 python scripts/bench_train.py "${common[@]}" --precision fp16 --runs base:32768 \
-        >"$out/bench_train_gpu_fp16.json" 2>"$out/bench_train_gpu_fp16.log"
+        --report "$out/bench_train_gpu_fp16.json" >/dev/null 2>"$out/bench_train_gpu_fp16.log"
     note "bench fp16: rc=$?"
-    timeout 100 python scripts/bench_train.py "${common[@]}" --precision bf16 --compile --runs small:8192 \
-        >"$out/bench_train_gpu_compile.json" 2>"$out/bench_train_gpu_compile.log"
-    note "bench bf16 compile: rc=$?"
     python scripts/gpu_summary.py "$out"/bench_train_gpu_*.json | tee -a "$summary"
     # The GPU's own tests, with their tracebacks: a suite stopped by a time limit prints none.
     timeout 150 python -m pytest -q --tb=short -p no:cacheprovider tests/test_cuda.py tests/test_precision_compile.py \
         tests/test_device.py tests/test_device_queue.py >"$out/cuda_tests.log" 2>&1
     note "CUDA tests: rc=$? $(tail -n 1 "$out/cuda_tests.log")"
     grep -E "^(FAILED|ERROR)" "$out/cuda_tests.log" | tee -a "$summary"
+}
+
+compile() {
+    timeout 280 python scripts/bench_train.py --device cuda --data-dir "$data" --threads 4 --warmup 5 --steps 20 \
+        --set log_every=20 --set compile_mode="${COMPILE_MODE:-default}" --precision bf16 --compile --runs small:8192 \
+        --report "$out/bench_train_gpu_compile.json" >/dev/null 2>"$out/bench_train_gpu_compile.log"
+    note "bench bf16 compile: rc=$?"
+    python scripts/gpu_summary.py "$out/bench_train_gpu_compile.json" | tee -a "$summary"
 }
 
 result() {

@@ -19,7 +19,10 @@ BENCH_KEYS = (
     "cuda_synchronizations_per_update",
     "host_syncs_per_update",
     "first_update_s",
+    "batch_wait_seconds_per_update",
+    "batch_make_seconds_per_update",
     "peak_gpu_memory_mb",
+    "host_top_self_cpu_us_per_update",
 )
 
 
