@@ -175,7 +175,8 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
 def batch_make_seconds(trainer: Trainer, updates: int) -> float:
     """What making one update's batches costs the host (collating, and on a GPU pinning and starting
     the copies), on this thread: work the prefetcher's thread does beside the update loop, and shares
-    the interpreter's lock with it. Made from a copy of the stream, so training resumes where it was."""
+    the interpreter's lock with it. The stream's position is saved first and restored after, so
+    training resumes where it was."""
     stream = getattr(trainer.stream, "stream", trainer.stream)  # under the prefetcher: the stream itself
     ahead = getattr(trainer.stream, "_ahead", None)
     if ahead is not None:
