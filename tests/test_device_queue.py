@@ -6,6 +6,7 @@ scripts/bench_train.py adds CUDA's own count of synchronisations."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config
 from script_module import load_script
@@ -37,6 +38,35 @@ def test_updates_between_log_points_read_nothing_back(tmp_path):
     assert syncing == []  # no boolean mask (its size), no .item() on the way
     assert dict(conversions) == {("tolist", "cpu"): 1}  # check_updates: one transfer for four updates
     assert trainer.pending == [] and [r.step for r in trainer.read_back][-4:] == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("clip_norm", [0.0, 1e-3])
+def test_clipping_is_torchs_and_dispatches_nothing_per_parameter(tmp_path, clip_norm):
+    """The gradient norm and the clipped gradients are bitwise torch.nn.utils.clip_grad_norm_'s, and
+    the host dispatches no operator per parameter to get them (torch's own moves each parameter's norm
+    to the first one's device: one `aten::to` each)."""
+    cfg = compose_config("train", [*TINY_TRAIN, f"optim.clip_norm={clip_norm}", f"data.cache_dir={tmp_path / 'cache'}"])
+    trainer = Trainer(cfg, tmp_path / "run", prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    batch = collate(trainer.data.train, np.arange(8), cfg.model.max_positions)
+    loss, _ = trainer.objective(batch.src, batch.tgt_in, batch.tgt_out)
+    loss.backward()
+    params = [p for p in trainer.model.parameters() if p.grad is not None]
+    reference = [p.detach().clone().requires_grad_() for p in params]
+    for copy, param in zip(reference, params, strict=True):
+        copy.grad = param.grad.clone()
+    if clip_norm > 0:
+        expected_norm = torch.nn.utils.clip_grad_norm_(reference, clip_norm, foreach=True)
+    else:
+        expected_norm = torch.nn.utils.get_total_norm([c.grad for c in reference], foreach=True)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        norm = trainer._unscale_and_clip()
+    assert torch.equal(norm, expected_norm)
+    for copy, param in zip(reference, params, strict=True):
+        assert torch.equal(param.grad, copy.grad)
+    if clip_norm > 0:  # it did clip: the clipped gradients' norm is the limit
+        assert float(torch.nn.utils.get_total_norm([p.grad for p in params])) == pytest.approx(clip_norm, rel=1e-4)
+    top = [e.name for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
+    assert len(params) > 20 and len(top) < 10, top
 
 
 def test_batches_padded_to_a_multiple_come_in_fewer_shapes_and_lose_no_token(tmp_path):
