@@ -65,8 +65,9 @@ def test_clipping_is_torchs_and_dispatches_nothing_per_parameter(tmp_path, clip_
         assert torch.equal(param.grad, copy.grad)
     if clip_norm > 0:  # it did clip: the clipped gradients' norm is the limit
         assert float(torch.nn.utils.get_total_norm([p.grad for p in params])) == pytest.approx(clip_norm, rel=1e-4)
+    # A fixed handful of operators however many parameters there are (torch's own: one more per parameter).
     top = [e.name for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
-    assert len(params) > 20 and len(top) < 10, top
+    assert len(top) < len(params) / 4, top
 
 
 def test_batches_padded_to_a_multiple_come_in_fewer_shapes_and_lose_no_token(tmp_path):

@@ -486,14 +486,13 @@ class Trainer:
         """The gradients back to their true scale, clipped to optim.clip_norm; returns their norm
         before clipping (inf or nan when they are not finite), as a device scalar."""
         self.scaler.unscale_(self.optimizer)
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        # torch.nn.utils.clip_grad_norm_'s arithmetic (foreach), without its `.to(first_device)` of
-        # every per-tensor norm: one operator per parameter for the host to dispatch each update,
-        # moving nothing, since a model's gradients are all on one device.
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        clip = self.cfg.optim.clip_norm
-        if clip > 0:
-            torch._foreach_mul_(grads, torch.clamp(clip / (norm + 1e-6), max=1.0))
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        # torch.nn.utils.get_total_norm's sum, without its `.to(first_device)` of every per-tensor
+        # norm: one operator per parameter for the host to dispatch each update, moving nothing,
+        # since a model's gradients are all on one device.
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params])))
+        if self.cfg.optim.clip_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.optim.clip_norm, norm, foreach=True)
         return norm
 
     def _not_finite_on_any_rank(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
