@@ -16,11 +16,12 @@ import torch
 import torch.multiprocessing as mp
 from conftest import compose_config
 from numerics import assert_close, reordered_sum_tolerance
+from omegaconf import DictConfig
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from seq2seq.data.batching import collate
 from seq2seq.data.pipeline import prepare_data
-from seq2seq.train.distributed import cleanup_distributed, init_distributed
+from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
 from seq2seq.train.trainer import Trainer
 
 OVERRIDES = [
@@ -40,45 +41,53 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def one_update(rank: int, world_size: int, port: int, plan: list[list[np.ndarray]], cache: str, out: str) -> None:
-    """Runs one optimiser update on this rank with the micro-batches `plan[rank]` and saves the
-    parameters (rank 0) together with how many gradient all-reduces DDP made."""
+def updates(
+    rank: int, world_size: int, port: int, plans: list[list[list[np.ndarray]]], cache: str, outs: list[str]
+) -> None:
+    """For each plan, runs one optimiser update on this rank with the micro-batches `plan[rank]` and
+    saves the parameters (rank 0) with how many gradient all-reduces DDP made. The plans share one
+    process group: a spawn costs seconds."""
     os.environ.update(
         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world_size)}
     )
     os.environ["SEQ2SEQ_CACHE"] = cache
     torch.set_num_threads(1)
-    cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(plan[rank])}"])
     dist = init_distributed(torch.device("cpu"))
     try:
-        data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
-        torch.manual_seed(0)  # the same initial weights on every rank
-        trainer = Trainer(cfg, Path(out).parent, data, torch.device("cpu"), dist)
-        allreduces = []
-        if dist.enabled:
-
-            def counting_hook(state, bucket):  # DDP checks annotations at run time; string ones fail
-                allreduces.append(bucket.index())
-                return allreduce_hook(state, bucket)
-
-            trainer.training_objective.register_comm_hook(None, counting_hook)
-        batches = [collate(data.train, indices, cfg.model.max_positions) for indices in plan[rank]]
-        trainer.stream.next_update = lambda *_args: batches
-        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-        grads = record_gradients_at_the_update(trainer)
-        assert trainer.train_step() is not None
-        (update,) = trainer.check_updates()  # every rank: the read-back sums over ranks
-        if dist.is_main:
-            params, tokens = trainer.model.state_dict(), update.src_tokens + update.tgt_tokens
-            torch.save(
-                {"params": params, "before": before, "grads": grads, "tokens": tokens, "allreduces": len(allreduces)},
-                out,
-            )
+        for plan, out in zip(plans, outs, strict=True):
+            one_update(rank, plan, out, dist)
         # Both ranks leave the group together: rank 1 tearing gloo down while rank 0 was still saving
         # aborted rank 1 once in CI ("terminate called without an active exception").
         dist.barrier()
     finally:
         cleanup_distributed()
+
+
+def one_update(rank: int, plan: list[list[np.ndarray]], out: str, dist: DistContext) -> None:
+    cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(plan[rank])}"])
+    data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
+    torch.manual_seed(0)  # the same initial weights on every rank
+    trainer = Trainer(cfg, Path(out).parent, data, torch.device("cpu"), dist)
+    allreduces = []
+    if dist.enabled:
+
+        def counting_hook(state, bucket):  # DDP checks annotations at run time; string ones fail
+            allreduces.append(bucket.index())
+            return allreduce_hook(state, bucket)
+
+        trainer.training_objective.register_comm_hook(None, counting_hook)
+    batches = [collate(data.train, indices, cfg.model.max_positions) for indices in plan[rank]]
+    trainer.stream.next_update = lambda *_args: batches
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    grads = record_gradients_at_the_update(trainer)
+    assert trainer.train_step() is not None
+    (update,) = trainer.check_updates()  # every rank: the read-back sums over ranks
+    if dist.is_main:
+        params, tokens = trainer.model.state_dict(), update.src_tokens + update.tgt_tokens
+        torch.save(
+            {"params": params, "before": before, "grads": grads, "tokens": tokens, "allreduces": len(allreduces)},
+            out,
+        )
 
 
 def record_gradients_at_the_update(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -94,14 +103,15 @@ def record_gradients_at_the_update(trainer: Trainer) -> dict[str, torch.Tensor]:
     return grads
 
 
-def run(world_size: int, plan: list[list[np.ndarray]], tmp_path: Path, name: str) -> dict:
-    out = tmp_path / f"{name}.pt"
-    cache = str(tmp_path / "cache")
+def run(world_size: int, plans: dict[str, list[list[np.ndarray]]], tmp_path: Path) -> dict[str, dict]:
+    """Each named plan's update on `world_size` ranks, all in one spawn."""
+    outs = [str(tmp_path / f"{name}.pt") for name in plans]
+    args = (world_size, free_port() if world_size > 1 else 0, list(plans.values()), str(tmp_path / "cache"), outs)
     if world_size == 1:
-        one_update(0, 1, 0, plan, cache, str(out))
+        updates(0, *args)
     else:
-        mp.spawn(one_update, args=(world_size, free_port(), plan, cache, str(out)), nprocs=world_size, join=True)
-    return torch.load(out, weights_only=True)
+        mp.spawn(updates, args=args, nprocs=world_size, join=True)
+    return {name: torch.load(out, weights_only=True) for name, out in zip(plans, outs, strict=True)}
 
 
 @pytest.fixture(autouse=True)
@@ -110,45 +120,44 @@ def _single_process_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(key, raising=False)
 
 
-def gradient_tolerance(grad: torch.Tensor, cfg_tokens: int) -> float:
+def gradient_tolerance(grad: torch.Tensor, tokens: int, model: DictConfig) -> float:
     """How far one element of a gradient may move when its sums are taken in another order: each is a
     sum over the update's tokens (split between ranks and added by the all-reduce, or taken in one
     GEMM), at the end of a backward chain through every layer's dot products of up to ffn_dim terms."""
-    model = compose_config("train", OVERRIDES).model
-    terms = cfg_tokens + (model.encoder_layers + model.decoder_layers) * model.ffn_dim
+    terms = tokens + (model.encoder_layers + model.decoder_layers) * model.ffn_dim
     return reordered_sum_tolerance(terms, float(grad.abs().max()))
 
 
 @pytest.fixture(scope="module")
-def ddp_one_micro_batch(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """One update on two ranks, each with one micro-batch: two tests compare with it (a spawn costs seconds)."""
-    return run(2, [[HALF_A], [HALF_B]], tmp_path_factory.mktemp("ddp"), "ddp")
+def ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Two updates on two ranks, one spawn for both (a spawn costs seconds): each rank with one
+    micro-batch, and each with two."""
+    plans = {"one": [[HALF_A], [HALF_B]], "two": [[HALF_A[:6], HALF_A[6:]], [HALF_B[:6], HALF_B[6:]]]}
+    return run(2, plans, tmp_path_factory.mktemp("ddp"))
 
 
-def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path, ddp_one_micro_batch: dict) -> None:
+def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path, ddp: dict[str, dict]) -> None:
     """The all-reduced gradient of two ranks is the gradient of one process over both halves, and the
     gradient accumulated over two micro-batches, up to the order of the sums. Gradients, not updated
     weights, are compared: Adam's first step is lr * g / (|g| + eps), which turns a rounding-level
     difference in a near-zero gradient into a weight difference of up to 2 * lr."""
     both = np.concatenate([HALF_A, HALF_B])
-    ddp = ddp_one_micro_batch
-    single_big_batch = run(1, [[both]], tmp_path, "big")
-    accumulated = run(1, [[HALF_A, HALF_B]], tmp_path, "accum")
-    tokens = ddp["tokens"]
+    one = run(1, {"big": [[both]], "accum": [[HALF_A, HALF_B]]}, tmp_path)
+    single_big_batch, accumulated, two_ranks = one["big"], one["accum"], ddp["one"]
+    tokens = two_ranks["tokens"]
     assert tokens == single_big_batch["tokens"] == accumulated["tokens"]
-    for name, grad in ddp["grads"].items():
-        atol = gradient_tolerance(grad, tokens)
+    model = compose_config("train", OVERRIDES).model  # composed once: a composition takes a quarter second
+    for name, grad in two_ranks["grads"].items():
+        atol = gradient_tolerance(grad, tokens, model)
         assert_close(grad, single_big_batch["grads"][name], f"{name} (DDP vs one batch)", atol=atol)
         assert_close(grad, accumulated["grads"][name], f"{name} (DDP vs accumulation)", atol=atol)
-    moved = [not torch.equal(ddp["params"][name], before) for name, before in ddp["before"].items()]
+    moved = [not torch.equal(two_ranks["params"][name], before) for name, before in two_ranks["before"].items()]
     assert all(moved), "the update was not applied to every parameter"
 
 
-def test_accumulation_under_ddp_all_reduces_only_on_the_update(tmp_path: Path, ddp_one_micro_batch: dict) -> None:
-    one_micro_batch = ddp_one_micro_batch
-    two_micro_batches = run(2, [[HALF_A[:6], HALF_A[6:]], [HALF_B[:6], HALF_B[6:]]], tmp_path, "two")
-    assert one_micro_batch["allreduces"] > 0
-    assert two_micro_batches["allreduces"] == one_micro_batch["allreduces"]  # no_sync on the first micro-batch
+def test_accumulation_under_ddp_all_reduces_only_on_the_update(ddp: dict[str, dict]) -> None:
+    assert ddp["one"]["allreduces"] > 0
+    assert ddp["two"]["allreduces"] == ddp["one"]["allreduces"]  # no_sync on the first micro-batch
 
 
 def test_torchrun_trains_validates_and_checkpoints_once(tmp_path: Path) -> None:
@@ -265,8 +274,8 @@ def test_a_slow_rank_zero_does_not_time_the_others_out(tmp_path: Path) -> None:
 
 
 def hung_rank_one_run(rank: int, port: int, run_dir: str, cache: str, errors: str) -> None:
-    """train() on two ranks; rank 1 stops answering at update 2 (sleeps past the 3-second
-    dist_timeout_minutes, then leaves). What rank 0 raises is written to `errors`."""
+    """train() on two ranks; rank 1 stops answering at update 2 (past the 3-second
+    dist_timeout_minutes, until rank 0 has written what it raised to `errors`), then leaves."""
     import time
 
     import seq2seq.train.run as run
@@ -279,8 +288,10 @@ def hung_rank_one_run(rank: int, port: int, run_dir: str, cache: str, errors: st
         train_step = LoopTrainer.train_step
 
         def hang_at_update_two(self):
-            if self.step == 2:
-                time.sleep(6)
+            if self.step == 2:  # silent until rank 0 has given up on it (30 s at most), then gone
+                deadline = time.monotonic() + 30
+                while not Path(errors).exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 os._exit(0)
             return train_step(self)
 
