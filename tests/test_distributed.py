@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -55,7 +56,7 @@ def updates(
     dist = init_distributed(torch.device("cpu"))
     try:
         for plan, out in zip(plans, outs, strict=True):
-            one_update(rank, plan, out, dist)
+            one_update(plan[rank], out, dist)
         # Both ranks leave the group together: rank 1 tearing gloo down while rank 0 was still saving
         # aborted rank 1 once in CI ("terminate called without an active exception").
         dist.barrier()
@@ -63,8 +64,8 @@ def updates(
         cleanup_distributed()
 
 
-def one_update(rank: int, plan: list[list[np.ndarray]], out: str, dist: DistContext) -> None:
-    cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(plan[rank])}"])
+def one_update(micro_batches: list[np.ndarray], out: str, dist: DistContext) -> None:
+    cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(micro_batches)}"])
     data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
     torch.manual_seed(0)  # the same initial weights on every rank
     trainer = Trainer(cfg, Path(out).parent, data, torch.device("cpu"), dist)
@@ -76,7 +77,7 @@ def one_update(rank: int, plan: list[list[np.ndarray]], out: str, dist: DistCont
             return allreduce_hook(state, bucket)
 
         trainer.training_objective.register_comm_hook(None, counting_hook)
-    batches = [collate(data.train, indices, cfg.model.max_positions) for indices in plan[rank]]
+    batches = [collate(data.train, indices, cfg.model.max_positions) for indices in micro_batches]
     trainer.stream.next_update = lambda *_args: batches
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     grads = record_gradients_at_the_update(trainer)
@@ -108,7 +109,8 @@ def run(world_size: int, plans: dict[str, list[list[np.ndarray]]], tmp_path: Pat
     outs = [str(tmp_path / f"{name}.pt") for name in plans]
     args = (world_size, free_port() if world_size > 1 else 0, list(plans.values()), str(tmp_path / "cache"), outs)
     if world_size == 1:
-        updates(0, *args)
+        with mock.patch.dict(os.environ):  # the rank's variables and cache stay out of later tests
+            updates(0, *args)
     else:
         mp.spawn(updates, args=args, nprocs=world_size, join=True)
     return {name: torch.load(out, weights_only=True) for name, out in zip(plans, outs, strict=True)}
