@@ -5,15 +5,18 @@ from __future__ import annotations
 import importlib
 import io
 import logging
+import os
 import random
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
+from script_module import load_script
 
 import seq2seq.cli.train  # noqa: F401  (registers the config schema and resolvers)
 
@@ -32,7 +35,45 @@ TINY_TRAIN = [
     "attention_images=false",  # drawing costs seconds; tests/test_dashboards.py turns it on
 ]
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+CLONE = Path(__file__).resolve().parents[1]
+MULTI30K_SETTING = "SEQ2SEQ_TEST_MULTI30K"
+
+
+def multi30k_candidates(environ: Mapping[str, str], clone: Path) -> list[Path]:
+    """Where the Multi30k tests look for the corpus, in order (docs/contributing.md): the folder
+    $SEQ2SEQ_TEST_MULTI30K names, alone, when it is set; else data/multi30k in the clone (where the README
+    fetches it), then ../shared/data/multi30k beside the clone."""
+    if environ.get(MULTI30K_SETTING):
+        return [Path(environ[MULTI30K_SETTING]).expanduser().resolve()]
+    return [clone / "data" / "multi30k", clone.parent / "shared" / "data" / "multi30k"]
+
+
+def find_multi30k(candidates: list[Path]) -> Path | None:
+    """The first folder holding every file scripts/get_multi30k.py fetches: a folder a failed or
+    interrupted fetch left half full is passed over, not read by tests that would then fail."""
+    names = load_script("get_multi30k").file_names()
+    return next((folder for folder in candidates if all((folder / name).is_file() for name in names)), None)
+
+
+MULTI30K_SEARCHED = multi30k_candidates(os.environ, CLONE)
+MULTI30K = find_multi30k(MULTI30K_SEARCHED)  # None where absent: those tests skip with MULTI30K_MISSING
+MULTI30K_MISSING = (
+    f"Multi30k not found in {' or '.join(map(str, MULTI30K_SEARCHED))} "
+    f"(set {MULTI30K_SETTING}=<folder>; docs/contributing.md)"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(MULTI30K_SETTING) and MULTI30K is None:  # asked for by name: never a silent skip
+        raise pytest.UsageError(
+            f"{MULTI30K_SETTING}={os.environ[MULTI30K_SETTING]}: not a complete Multi30k folder; "
+            f"fetch it with: python scripts/get_multi30k.py {MULTI30K_SEARCHED[0]}"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"multi30k: {MULTI30K or MULTI30K_MISSING}"
+
 
 # A run with data.tokenizer=sentencepiece that learns enough in seconds that most lines end with </s>
 # (reversal of up to 6 letters of 6): what the exports of tests/test_huggingface.py and

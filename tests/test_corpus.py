@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import MULTI30K, MULTI30K_MISSING
 
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.builtin import reverse_task
@@ -24,8 +25,6 @@ from seq2seq.data.corpus import (
     require_pairs,
     unzip,
 )
-
-MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 
 
 def read_splits(cfg: DataConfig) -> dict[str, Pairs]:
@@ -184,8 +183,8 @@ def _count_lines(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def multi30k() -> dict:
-    if not (MULTI30K / "train.en.gz").is_file():
-        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    if MULTI30K is None:
+        pytest.skip(MULTI30K_MISSING)
     return read_splits(DataConfig(kind="multi30k", dir=str(MULTI30K), src_lang="en", tgt_lang="de"))
 
 
@@ -201,8 +200,8 @@ def test_multi30k_en_de(multi30k):
 
 
 def test_multi30k_missing_language_names_data_dir():
-    if not MULTI30K.is_dir():
-        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    if MULTI30K is None:
+        pytest.skip(MULTI30K_MISSING)
     cfg = DataConfig(kind="multi30k", dir=str(MULTI30K), src_lang="en", tgt_lang="xx")
     with pytest.raises(UserError, match=rf"^{re.escape(str(MULTI30K))}: no train\.xx or train\.xx\.gz \(data\.dir"):
         read_splits(cfg)
