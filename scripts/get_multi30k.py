@@ -4,7 +4,8 @@
 
 The train, val and test_2016_flickr splits in English, German, French and Czech (12 files, about 5 MB), from
 the Multi30k repository on GitHub (multi30k/dataset, data/task1/raw/), each checked against its SHA-256.
-Files already there with the right contents are kept; nothing else in the folder is touched. Standard
+Files already there with the right contents are kept; nothing else in the folder is touched, and a
+failed fetch leaves the folder as it was. Standard
 library only, so it runs before the project is installed.
 
 The data is for non-commercial research and education; cite Elliott et al. (2016), "Multi30K: Multilingual
@@ -14,8 +15,10 @@ English-German Image Descriptions", and Elliott et al. (2017) for French.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 import urllib.request
@@ -53,30 +56,57 @@ def sha256(data: bytes) -> str:
 
 
 def fetch(folder: Path, opener=urllib.request.urlopen) -> list[str]:
-    """Download the files missing from `folder` (or whose contents differ); returns the names written."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in file_names():
-        target = folder / name
-        if target.is_file() and sha256(target.read_bytes()) == SHA256[name]:
-            continue
-        try:
-            with opener(BASE_URL + name, timeout=60) as response:
-                data = response.read()
-        except OSError as err:  # urllib's URLError and HTTPError are OSErrors
-            raise SystemExit(f"error: cannot fetch {BASE_URL + name}: {getattr(err, 'reason', err)}") from None
-        if sha256(data) != SHA256[name]:
-            raise SystemExit(f"error: {BASE_URL + name}: unexpected contents (SHA-256 {sha256(data)}); nothing written")
-        # Through a temporary file in the same folder: an interrupted download never leaves a truncated .gz
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{name}.", delete=False) as tmp:
-            try:
-                tmp.write(data)
-            except BaseException:
-                os.unlink(tmp.name)
-                raise
-        os.replace(tmp.name, target)
-        written.append(name)
-    return written
+    """Download the files missing from `folder` (or whose contents differ); returns the names written.
+
+    They are downloaded into a temporary folder beside `folder` and moved in once every one has arrived
+    and been checked, so a failed or interrupted fetch leaves `folder` as it was (a new folder, and the
+    parents made for it, are not left behind empty: the next training would say it has no train.en)."""
+    missing = [name for name in file_names() if not _is_right(folder / name)]
+    if not missing:
+        return []
+    made = [parent for parent in reversed(folder.parents) if not parent.exists()]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.partial-"))
+    try:
+        for name in missing:
+            (staging / name).write_bytes(download(name, opener))
+        if folder.exists():  # the user's folder: only our files go into it
+            for name in missing:
+                os.replace(staging / name, folder / name)
+        else:  # a new folder appears whole, in one rename
+            staging.chmod(0o777 & ~_umask())  # mkdtemp made it private
+            staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for parent in reversed(made):  # innermost first; only if still empty (rmdir refuses otherwise)
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return missing
+
+
+def _is_right(path: Path) -> bool:
+    return path.is_file() and sha256(path.read_bytes()) == SHA256[path.name]
+
+
+def download(name: str, opener) -> bytes:
+    """The file's bytes, checked against its SHA-256; a one-line SystemExit where they cannot be had."""
+    try:
+        with opener(BASE_URL + name, timeout=60) as response:
+            data = response.read()
+    except OSError as err:  # urllib's URLError and HTTPError are OSErrors
+        raise SystemExit(f"error: cannot fetch {BASE_URL + name}: {getattr(err, 'reason', err)}") from None
+    if sha256(data) != SHA256[name]:
+        raise SystemExit(f"error: {BASE_URL + name}: unexpected contents (SHA-256 {sha256(data)}); nothing written")
+    return data
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def main(argv: list[str] | None = None) -> None:

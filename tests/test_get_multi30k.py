@@ -78,3 +78,58 @@ def test_an_unreachable_host_is_a_one_line_error_naming_the_url(tmp_path):
     message = str(caught.value)
     assert message.startswith(f"error: cannot fetch {get_multi30k.BASE_URL}train.en.gz: ") and "\n" not in message
     assert list(tmp_path.iterdir()) == []
+
+
+def fake_mirror(monkeypatch: pytest.MonkeyPatch, fail_at: str, error: BaseException):
+    """An urlopen stand-in serving made-up files (their SHA-256s put in the script's table) until it is
+    asked for `fail_at`, which raises `error`: a download that breaks part way, without network."""
+    contents = {name: f"{name} contents\n".encode() for name in get_multi30k.file_names()}
+    monkeypatch.setattr(get_multi30k, "SHA256", {name: get_multi30k.sha256(data) for name, data in contents.items()})
+
+    def opener(url: str, timeout: float) -> io.BytesIO:
+        name = url.rsplit("/", 1)[1]
+        if name == fail_at:
+            raise error
+        return io.BytesIO(contents[name])
+
+    return opener
+
+
+@pytest.mark.parametrize(
+    "error", [urllib.error.URLError(TimeoutError("timed out")), KeyboardInterrupt()], ids=["network", "ctrl-c"]
+)
+def test_a_failed_fetch_leaves_no_folder_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error) -> None:
+    """The README's `get_multi30k.py data/multi30k` on a clone without data/: a download that fails on
+    its fifth file left an empty data/multi30k, and the next training said it had no train.en."""
+    (tmp_path / "clone").mkdir()
+    folder = tmp_path / "clone" / "data" / "multi30k"
+    with pytest.raises((SystemExit, KeyboardInterrupt)):
+        get_multi30k.fetch(folder, opener=fake_mirror(monkeypatch, get_multi30k.file_names()[4], error))
+    assert list((tmp_path / "clone").iterdir()) == []  # neither data/ nor data/multi30k, nor a temporary folder
+
+
+def test_a_failed_fetch_into_the_user_s_folder_leaves_it_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "multi30k"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    names = get_multi30k.file_names()
+    opener = fake_mirror(monkeypatch, names[7], urllib.error.URLError("no route"))
+    with pytest.raises(SystemExit, match=rf"cannot fetch .*{names[7]}: no route"):
+        get_multi30k.fetch(folder, opener=opener)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["multi30k"]
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"] and (folder / "notes.txt").read_text() == "mine"
+
+
+def test_a_complete_fetch_moves_every_file_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opener = fake_mirror(monkeypatch, "none", OSError())
+    folder = tmp_path / "data" / "multi30k"
+    assert sorted(get_multi30k.fetch(folder, opener=opener)) == sorted(get_multi30k.file_names())
+    assert sorted(p.name for p in folder.iterdir()) == sorted(get_multi30k.file_names())
+    assert [p.name for p in tmp_path.iterdir()] == ["data"] and [p.name for p in (tmp_path / "data").iterdir()] == [
+        "multi30k"
+    ]
+    assert all(get_multi30k.sha256(p.read_bytes()) == get_multi30k.SHA256[p.name] for p in folder.iterdir())
+    mode = folder.stat().st_mode & 0o777
+    assert mode == (tmp_path / "data").stat().st_mode & 0o777  # as mkdir makes a folder, not mkdtemp's 0700
