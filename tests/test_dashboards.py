@@ -493,3 +493,41 @@ def test_attention_images_stay_within_their_share_of_the_training_time(tmp_path,
         assert orders[0][0] == "cross"  # the most telling kind first
     finally:
         dashboard.close()
+
+
+def test_a_held_loss_says_which_update_it_is_of(tmp_path, monkeypatch):
+    """The first hour: `loss=9.486, lr=4.00e-05` on every line from update 1 to 18 while the count moved,
+    as if the run were frozen. The loss and lr are read back every log_every updates only (a GPU sync);
+    a line drawn after that says which update they are of."""
+    import seq2seq.train.dashboard as module
+    import seq2seq.train.progress_lines as lines_module
+
+    clock = [0.0]
+    monkeypatch.setattr(lines_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    file = io.StringIO()
+    dashboard = module.Dashboard(tmp_path, 0, 100, True, stream=file)
+    shown = {}
+    for step in range(1, 41):
+        clock[0] = 31.0 * step  # a slow CPU update: every update draws a line
+        if step in (1, 20):  # the trainer's read-backs (log_every=20, and update 1)
+            loss, lr = 9.486 - step / 10, step * 4e-5
+            dashboard.scalars(step, {"train/loss": loss, "train/lr": lr, "train/ppl": 1.0})
+            shown = {"loss": f"{loss:.3f}", "lr": f"{lr:.2e}"}  # what the trainer passes
+        dashboard.progress(1, **shown, tok_s="100")
+    dashboard.close()
+    lines = file.getvalue().splitlines()
+    figures = [line.split("updates/s, ")[1] for line in lines]
+    assert figures[0] == "loss=9.386, lr=4.00e-05, tok_s=100"
+    assert figures[17] == "loss=9.386 (update 1), lr=4.00e-05, tok_s=100"  # update 18
+    assert figures[19] == "loss=7.486, lr=8.00e-04, tok_s=100"
+    assert figures[39] == "loss=7.486 (update 20), lr=8.00e-04, tok_s=100"
+    # Without the trainer passing them, the figures are the dashboard's own.
+    bare = module.Dashboard(tmp_path, 0, 100, True, stream=io.StringIO())
+    bare.scalars(1, {"train/loss": 2.0, "train/lr": 1e-3})
+    clock[0] += 100
+    bare.progress(1, tok_s="5")
+    clock[0] += 100
+    bare.progress(1, tok_s="5")
+    assert bare.lines.stream.getvalue().splitlines()[1].endswith("loss=2.000 (update 1), lr=1.00e-03, tok_s=5")
+    bare.close()

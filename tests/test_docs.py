@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import re
 import shlex
 import string
@@ -273,3 +274,23 @@ def test_the_readme_links_lead_somewhere() -> None:
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
         if not target.startswith("http"):
             assert (ROOT / target).exists(), target
+
+
+def test_the_progress_line_in_train_md_is_one_the_dashboard_writes(tmp_path, monkeypatch) -> None:
+    """The example plain progress line of docs/train.md, drawn by the Dashboard from the same figures:
+    update 31 of 2,000, one update a second, update 1's loss and lr held since the read-back at update 1."""
+    import seq2seq.train.dashboard as module
+
+    text = " ".join((DOCS / "train.md").read_text().split())
+    (documented,) = re.findall(r"`(update 31/2000 [^`]*)`", text)
+    figures = dict(re.findall(r"(loss|lr)=([^,]+)", documented)) | {"tok_s": documented.rsplit("tok_s=", 1)[1]}
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    file = io.StringIO()
+    dashboard = module.Dashboard(tmp_path, 0, 2000, True, stream=file)
+    dashboard.scalars(1, {"train/loss": float(figures["loss"].split()[0]), "train/lr": float(figures["lr"])})
+    for step in range(1, 32):
+        clock[0] = float(step)
+        dashboard.progress(1, tok_s=figures["tok_s"])
+    dashboard.close()
+    assert file.getvalue().splitlines()[-1] == documented

@@ -65,10 +65,13 @@ class Dashboard:
         self.start_step, self.step, self.started = start_step, start_step, self.clock()
         self.attention_share, self.attention_seconds, self.attention_draws = attention_share, 0.0, 0
         self.attention_images = 0
+        self.train_figures: tuple[int, float, float | None] | None = None  # (update, loss, lr) last read back
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, step)
+        if "train/loss" in values:  # the progress shows these, with the update they are of
+            self.train_figures = (step, values["train/loss"], values.get("train/lr"))
 
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.writer.add_text(tag, markdown, step)
@@ -99,7 +102,12 @@ class Dashboard:
 
     def progress(self, steps: int, **postfix: Any) -> None:
         """Called after every update. The postfix is set before the bar moves, so the line drawn shows
-        this update's figures (not those of the previous refresh)."""
+        this update's figures (not those of the previous refresh). The loss and learning rate are the
+        latest train scalars', read back every log_every updates only (a host sync on a GPU): where they
+        are of an earlier update, the line says which, so a figure held for many updates does not look
+        like a frozen run. They replace a `loss` or `lr` the caller passes."""
+        train = self._train_postfix(self.step + steps)
+        postfix = {**train, **{key: value for key, value in postfix.items() if key not in train}}
         if postfix:
             self.bar.set_postfix(postfix, refresh=False)
         self.step += steps  # tqdm's own count stays put when the bar is disabled
@@ -108,6 +116,13 @@ class Dashboard:
         self.bar.update(steps)
         if self.lines is not None:
             self.lines.update(self.step, self.bar.total, postfix)
+
+    def _train_postfix(self, step: int) -> dict[str, str]:
+        if self.train_figures is None:
+            return {}
+        at, loss, lr = self.train_figures
+        age = "" if at == step else f" (update {at})"
+        return {"loss": f"{loss:.3f}{age}", **({"lr": f"{lr:.2e}"} if lr is not None else {})}
 
     def _total_by_deadline(self, step: int) -> int | None:
         now = self.clock()
