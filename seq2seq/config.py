@@ -233,7 +233,7 @@ class TrainConfig:
     )
     progress: bool = setting(True, "show progress: a tqdm bar on a terminal, else a plain line every 30 s")
     attention_images: bool = setting(
-        True, "attention heatmaps of one validation sentence in TensorBoard, every kind and layer"
+        True, "attention heatmaps of one validation sentence in TensorBoard, each kind's last layer first"
     )
     attention_images_share: float = setting(0.01, "images stop while drawing them has cost this share of training time")
     debug: bool = setting(False, "show tracebacks instead of one-line errors")

@@ -531,3 +531,41 @@ def test_a_held_loss_says_which_update_it_is_of(tmp_path, monkeypatch):
     bare.progress(1, tok_s="5")
     assert bare.lines.stream.getvalue().splitlines()[1].endswith("loss=2.000 (update 1), lr=1.00e-03, tok_s=5")
     bare.close()
+
+
+def test_a_budget_of_three_images_draws_one_of_every_kind(tmp_path, monkeypatch):
+    """multi30k_quick's one validation drew 3 images under the 1% budget, all cross-attention (layers
+    1-3): decoder_self never appeared. Each kind's last layer comes first (a 2-layer encoder's layer 2
+    beside the decoder's layer 3), then the layer before each."""
+    import torch
+
+    import seq2seq.inference.attention_plots as plots
+    from seq2seq.train.dashboard import Dashboard
+
+    clock = [0.0]
+
+    def render(figure):  # each image costs a second of the run's clock
+        clock[0] += 1.0
+        return np.zeros((4, 4, 3), dtype=np.uint8)
+
+    monkeypatch.setattr(plots, "render", render)
+    monkeypatch.setattr(plots, "draw_attention", lambda weights, columns, rows, title: title)
+    layers = {"encoder": 2, "decoder_self": 3, "cross": 3}
+    sample = plots.SentenceAttention({k: [torch.zeros(1, 2, 2)] * n for k, n in layers.items()}, [], [], [])
+    monkeypatch.setattr(plots, "translate_with_attention", lambda translator, sources: [sample])
+    dashboard = Dashboard(tmp_path, 0, 10, progress=False, attention_share=0.01, clock=lambda: clock[0])
+    drawn = []
+    monkeypatch.setattr(dashboard.writer, "add_image", lambda tag, *args, **kwargs: drawn.append(tag))
+    try:
+        assert dashboard.attention(1, None, ["a"], training_seconds=300.0) == 3  # 3 s allowed
+        assert drawn == [
+            "attention/cross/layer_3/sample_1",
+            "attention/encoder/layer_2/sample_1",
+            "attention/decoder_self/layer_3/sample_1",
+        ]
+        assert dashboard.attention(2, None, ["a"], training_seconds=10_000.0) == 8  # all: 3 + 3 + 2 layers
+        assert sorted(drawn[3:]) == sorted(
+            f"attention/{k}/layer_{n}/sample_1" for k in layers for n in range(1, layers[k] + 1)
+        )
+    finally:
+        dashboard.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import json
+import os
 import re
 import shlex
 import string
@@ -294,3 +296,73 @@ def test_the_progress_line_in_train_md_is_one_the_dashboard_writes(tmp_path, mon
         dashboard.progress(1, tok_s=figures["tok_s"])
     dashboard.close()
     assert file.getvalue().splitlines()[-1] == documented
+
+
+def test_a_link_to_a_file_the_site_leaves_out_fails_the_strict_build(tmp_path) -> None:
+    """performance.md linked a results/ JSON that exclude_docs keeps out of the site: mkdocs reported the
+    dead link at INFO and `mkdocs build --strict` passed. With the repository's hook it is a warning."""
+    pytest.importorskip("mkdocs")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("# Home\n\n[the figures](bench.json)\n")
+    (tmp_path / "docs" / "bench.json").write_text("{}\n")
+    config = {"site_name": "t", "docs_dir": "docs", "exclude_docs": "bench.json\n"}
+    config["hooks"] = [str(ROOT / "scripts" / "mkdocs_links.py")]
+    (tmp_path / "mkdocs.yml").write_text(json.dumps(config))  # JSON is YAML
+    build = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")]
+    failed = subprocess.run(
+        build, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    )
+    assert failed.returncode == 1, failed.stderr
+    assert "WARNING -  Doc file 'index.md' contains a link to 'bench.json' which is excluded" in failed.stderr
+    config["exclude_docs"] = "other.json\n"
+    (tmp_path / "mkdocs.yml").write_text(json.dumps(config))
+    built = subprocess.run(
+        build, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    )
+    assert built.returncode == 0, built.stderr
+
+
+def _log_formats() -> list[re.Pattern]:
+    """Every message the package logs, as a regex: the literal text of each log call's format string
+    (printf-style or an f-string) and of each string a function returns (messages logged as "%s"), its
+    fields as wildcards."""
+    import ast
+
+    field = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(?:\d+|\*)?(?:\.\d+)?[sdifgeEr]")
+
+    def pattern(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts = field.split(node.value.replace("%%", "\0"))
+            return ".*?".join(re.escape(p).replace("\0", "%") for p in parts)
+        if isinstance(node, ast.JoinedStr):
+            return "".join(re.escape(v.value) if isinstance(v, ast.Constant) else ".*?" for v in node.values)
+        return None
+
+    found = []
+    for path in (ROOT / "seq2seq").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                text = pattern(node.args[0]) if node.func.attr in ("info", "warning", "error") else None
+            elif isinstance(node, ast.Return) and node.value is not None:  # a message logged with "%s"
+                text = pattern(node.value)
+            if text and len(text.replace(".*?", "")) >= 3:  # not "%s", which would match any line
+                found.append(re.compile(text, re.DOTALL))
+    return found
+
+
+@pytest.mark.parametrize("name", ["train.md", "first-run.md", "../README.md"])
+def test_the_logs_shown_in_the_docs_are_in_the_form_the_code_logs(name: str) -> None:
+    """Each line of an excerpted run log (`<!-- ... log -->` blocks) is one the code writes today: the
+    quick run's excerpt had lines a change to the code no longer wrote, and an overrun of max_minutes
+    the code no longer makes."""
+    formats = _log_formats()
+    logs = re.findall(r"<!-- [a-z ]*log -->\n```\n(.*?)```", (DOCS / name).read_text(), re.DOTALL)
+    assert logs
+    for line in "".join(logs).splitlines():
+        if line != "...":
+            assert any(f.fullmatch(line) for f in formats), f"{name}: no log call writes {line!r}"
+    for used, minutes in re.findall(
+        r"stopped: used max_minutes=([\d.]+) after \d+ updates in ([\d.]+) minutes", "".join(logs)
+    ):
+        assert float(minutes) <= float(used)  # the README: max_minutes holds

@@ -241,16 +241,23 @@ def _quiet_glyphs() -> Iterator[None]:
 def attention_images(
     samples: list[SentenceAttention], kinds: tuple[str, ...] = KINDS
 ) -> Iterator[tuple[str, np.ndarray]]:
-    """(tag, image) for every kind (in the order given), layer and sample: attention/<kind>/layer_<l>/sample_<i>,
-    heads tiled. Drawn one at a time as the caller asks for them."""
+    """(tag, image) for every kind, layer and sample: attention/<kind>/layer_<l>/sample_<i>, heads tiled.
+    Drawn one at a time as the caller asks for them, each kind's last layer first (the one whose output
+    is used), then each kind's layer before it: a caller that stops after a few images (training's
+    drawing budget) has one of every kind, where kind by kind it had only cross-attention."""
     for number, sample in enumerate(samples, start=1):
-        for kind in kinds:
-            columns, rows = sample.axes(kind)
-            for layer, weights in enumerate(sample.weights.get(kind, []), start=1):
+        depth = max(len(sample.weights.get(kind, [])) for kind in kinds)
+        for back in range(depth):  # encoder and decoder may differ in depth: counted from each one's last
+            for kind in kinds:
+                layers = sample.weights.get(kind, [])
+                if back >= len(layers):
+                    continue
+                layer = len(layers) - back
+                columns, rows = sample.axes(kind)
                 title = f"{kind} attention, layer {layer}, sample {number}"
                 yield (
                     f"attention/{kind}/layer_{layer}/sample_{number}",
-                    render(draw_attention(weights, columns, rows, title)),
+                    render(draw_attention(layers[layer - 1], columns, rows, title)),
                 )
 
 
