@@ -184,6 +184,19 @@ def test_the_install_page_lists_every_extra_with_what_it_pulls() -> None:
         assert _requirement_names(requirements) <= named, extra
 
 
+def test_no_extra_repeats_a_core_dependency_and_the_pages_agree_where_sentencepiece_comes_from() -> None:
+    # install.md said the huggingface extra brings sentencepiece, huggingface.md that seq2seq itself
+    # does: pyproject listed it in both places.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = _requirement_names(project["dependencies"])
+    for extra, requirements in project["optional-dependencies"].items():
+        assert not core & _requirement_names(requirements), extra
+    assert "sentencepiece" in core
+    for page in ("install.md", "huggingface.md"):
+        text = " ".join((DOCS / page).read_text().split())
+        assert re.search(r"sentencepiece.{0,60}(core dependency|dependency of seq2seq itself|included)", text), page
+
+
 def _layout_sections() -> dict[str, str]:
     """docs/code-layout.md's tree: the text of each `name/` or `name.py` entry under seq2seq/."""
     tree = blocks((DOCS / "code-layout.md").read_text(), "")[0].split("seq2seq/\n", 1)[1]
