@@ -26,8 +26,8 @@ pytest.importorskip("argostranslate", reason="needs `pip install seq2seq[argos]`
 @pytest.fixture
 def argos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """argostranslate with its data, config and package directories under tmp_path: its settings
-    module reads them from the environment when imported, so it is imported afresh here. Its
-    sentence splitter (MiniSBD) downloads a model on first use: one sentence per line instead."""
+    module reads them from the environment when imported, so it is imported afresh here. Its sentence
+    splitter is the package's own (minisbd/), as on a user's machine."""
     for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     monkeypatch.setenv("ARGOS_PACKAGES_DIR", str(tmp_path / "packages"))
@@ -35,8 +35,6 @@ def argos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.delitem(sys.modules, module)
     package = importlib.import_module("argostranslate.package")
     translate = importlib.import_module("argostranslate.translate")
-    sbd = importlib.import_module("argostranslate.sbd")
-    monkeypatch.setattr(sbd.MiniSBDSentencizer, "split_sentences", lambda self, text: [text])
     assert package.get_installed_packages() == []  # nothing of the user's is seen (or touched)
     return package, translate
 
@@ -137,3 +135,46 @@ def test_the_command_says_how_to_install_the_package(
     command = shlex.split(printed[1].removeprefix("install with: ").removesuffix(" (docs/export.md)"))
     assert command == ["python", "-c", f'import argostranslate.package as p; p.install_from_path("{output}")']
     assert zipfile.is_zipfile(output)
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """No network: a connection or a URL opened raises as on a machine without one; returns what was tried."""
+    import socket
+    import urllib.request
+
+    tried: list[str] = []
+
+    def refuse(*args: object, **kwargs: object):
+        tried.append(repr(args[:2]))
+        raise OSError(101, "Network is unreachable (the test is offline)")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(urllib.request, "urlretrieve", refuse)
+    return tried
+
+
+def test_the_package_translates_offline_with_its_own_sentence_splitter(
+    sentencepiece_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: list[str]
+) -> None:
+    """argostranslate 1.11 downloaded its sentence splitter's model (MiniSBD) on first use: offline,
+    `translate` ended in a URLError. The package carries minisbd/<source>.onnx, which Argos uses instead,
+    and which splits as seq2seq-translate does: one line, one sentence, whatever its full stops."""
+    for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.setenv("ARGOS_PACKAGES_DIR", str(tmp_path / "packages"))
+    monkeypatch.setenv("ARGOS_COMPUTE_TYPE", "float32")
+    for module in [m for m in sys.modules if m == "argostranslate" or m.startswith("argostranslate.")]:
+        monkeypatch.delitem(sys.modules, module)
+    package = importlib.import_module("argostranslate.package")
+    translate = importlib.import_module("argostranslate.translate")
+    output = tmp_path / "model.argosmodel"
+    export(ExportConfig(run=str(sentencepiece_run), output=str(output), format="argos"))
+    package.install_from_path(output)
+    lines = [*SENTENCEPIECE_LINES[:6], "a b c. d e f. a b"]  # the last: three sentences by punctuation
+    theirs = [translate.translate(line, "src", "tgt") for line in lines]
+    ours = Translator.load(sentencepiece_run, beam=4, length_penalty=0.2, precision="fp32", device="cpu")
+    assert theirs == ours.translate(lines) and offline == []
+    assert any(t.strip() for t in theirs)

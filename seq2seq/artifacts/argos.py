@@ -3,7 +3,8 @@
 
 What Argos reads (argostranslate/package.py and translate.py): a zip holding one directory with
 metadata.json (the language codes and names), model/ (a CTranslate2 model), sentencepiece.model (one
-SentencePiece model that encodes the source and decodes the output: a joint vocabulary) and an
+SentencePiece model that encodes the source and decodes the output: a joint vocabulary), minisbd/
+(the sentence splitter Argos would otherwise download on first use: argos_splitter.py) and an
 optional README.md. It passes the source pieces to CTranslate2 with no option that bans a token, so
 the model is written without pad (CTranslate2's Marian converter does the same); CTranslate2 appends
 </s> to the source, as the model's config.json asks.
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.argos_splitter import folder_file, line_splitter
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import UserError
 from seq2seq.data.directions import language_tag
@@ -138,6 +140,7 @@ def argos_writer(
             f"{path}: format=argos takes one sentencepiece.model for both languages; train with data.joint_vocab=true"
         )
     write_model = model_writer()
+    splitter = line_splitter(src)
     meta = metadata(payload, src, tgt, target_prefix)
     spm = tokenizers.src.spm_path.read_bytes()
     if target_prefix is not None:  # the vocabulary's tags (CTranslate2 and Argos match pieces by their text)
@@ -160,6 +163,8 @@ def argos_writer(
             write_model(root / "model")
             (root / "model" / DECODING_FILE).unlink(missing_ok=True)  # seq2seq's record: names this machine's paths
             (root / "sentencepiece.model").write_bytes(spm)
+            (root / folder_file(src)).parent.mkdir()
+            (root / folder_file(src)).write_bytes(splitter)  # Argos's splitter, without its download
             (root / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             (root / "README.md").write_text(readme(meta, payload), encoding="utf-8")
             archive = Path(staging) / output.name
