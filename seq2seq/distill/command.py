@@ -54,8 +54,8 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
     student = student_config(teacher, cfg.student, corpus, train, output / "data", "test" in held_out)
     resumed = claim_output(output)
     with held(output, "a distillation"), _logging(output / "distill.log"):
-        log.info("%s %s", "resuming" if resumed else "distilling into", output)
         check_settings(output, settings(cfg, teacher, data, train))
+        log.info("%s %s", "resuming" if resumed else "distilling into", output)
         state = read_json(output / STATE) if (output / STATE).is_file() else {"seconds": {}}
         if (output / RESULT).is_file():
             log.info("finished earlier: %s", output / RESULT)
