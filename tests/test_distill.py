@@ -172,6 +172,7 @@ def test_a_killed_translation_resumes_without_translating_a_finished_line_again(
     progress = translate_cached(again, sources, killed, chunk_lines=25)
     assert again.lines == len(sources) - 50 and again.calls == 3
     assert progress.finished and progress.lines == len(sources)
+    assert progress.bytes == (killed / TRANSLATIONS).stat().st_size  # the count a second kill would cut back to
     assert (killed / TRANSLATIONS).read_bytes() == (whole / TRANSLATIONS).read_bytes()
     assert [row[0] for row in read_translations(killed, len(sources))] == [
         one_line(t) for t in engine.translate(sources)
@@ -284,3 +285,33 @@ def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(mult
     student = student_config(teacher_, "tiny", corpus, [], tmp_path / "data", "test" in held_out)
     assert list(student.data.directions) == list(multilingual_run.cfg.data.directions)
     assert student.data.train_tgt == str(tmp_path / "data" / "distilled" / "train.{src}-{tgt}.{tgt}")
+
+
+def test_an_ensemble_teacher_translates_as_seq2seq_translate_decodes_it(teacher, tmp_path):
+    from seq2seq.distill import report
+
+    checkpoints = [str(teacher / "checkpoints" / "step_4.pt"), str(teacher / "checkpoints" / "step_8.pt")]
+    taught = read_teacher(",".join(checkpoints))
+    assert not taught.is_run and taught.weights == [Path(c) for c in checkpoints]
+    corpus = corpus_config(taught, [])
+    cfg = DistillConfig(teacher=",".join(checkpoints), output=str(tmp_path), cache=str(tmp_path / "c"), threads=1)
+    command.distilled_corpus(cfg, taught, corpus, command.read_held_out(corpus), tmp_path / "data")
+    sources = training_sources()
+    expected = [one_line(t) for t in load(checkpoints, beam=5).translate(sources) if t.strip()]
+    assert (tmp_path / "data" / "distilled" / "train.src-tgt.tgt").read_text().splitlines() == expected
+    measured = report.speed(taught.paths, "src-tgt", sources[:4], [1])
+    assert measured["default"]["1"] > 0 and "precision=int8" in measured["int8"]["unavailable"]
+
+
+def test_a_sentencepiece_teacher_gets_a_sentencepiece_student(sentencepiece_run, tmp_path, capsys):
+    output = tmp_path / "out"
+    argv = [f"teacher={sentencepiece_run}", f"output={output}", "student=tiny", "threads=1", "speed_lines=4"]
+    status, out, err = distill_main(
+        [*argv, f"cache={tmp_path / 'c'}", "train.max_steps=4", "speed_threads=[1]"], capsys
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["student"]["steps"] == 4 and result["student"]["lines_per_second"] > 0
+    from seq2seq.data.sentencepiece import has_sentencepiece_files
+
+    assert has_sentencepiece_files(output / "student")

@@ -74,6 +74,7 @@ def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, ch
         path = folder / TRANSLATIONS
         with path.open("ab") as out:
             out.truncate(progress.bytes)  # what a killed run appended after its last count
+            out.seek(progress.bytes)  # so that tell() counts from the cut (appends go to the end anyway)
             bar = tqdm(total=len(sources), initial=progress.lines, unit="line", desc="teacher", disable=None)
             for start in range(progress.lines, len(sources), chunk_lines):
                 chunk = sources[start : start + chunk_lines]
