@@ -308,6 +308,7 @@ def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
     [
         ("seq2seq-train", "max_step=5", "max_step: unknown key; did you mean max_steps?"),
         ("seq2seq-translate", "beams=3", "beams: unknown key; did you mean beam?"),
+        ("seq2seq-distill", "beams=3", "beams: unknown key; did you mean beam?"),
     ],
 )
 def test_console_scripts_report_errors_in_one_line(tmp_path: Path, command: str, override: str, expected: str) -> None:
