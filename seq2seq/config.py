@@ -375,6 +375,9 @@ class DistillConfig:
     baseline: bool = setting(
         False, "also train the student on the original references for as many updates (does distillation pay?)"
     )
+    check_language: bool = setting(
+        True, "refuse training sources that py3langid reads as another language than the teacher's source"
+    )
     speed_lines: int = setting(1000, "test lines each speed measurement decodes, the same for teacher and student")
     speed_threads: list[int] = field(
         default_factory=lambda: [1, 2], metadata={"help": "the thread counts decoding speed is measured on"}

@@ -17,7 +17,7 @@ import sacrebleu
 from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.cli.distill import main
-from seq2seq.config import DataConfig, DistillConfig, UserError
+from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
 from seq2seq.data.builtin import reverse_task
 from seq2seq.distill import command
 from seq2seq.distill.selection import select
@@ -316,3 +316,37 @@ def test_a_sentencepiece_teacher_gets_a_sentencepiece_student(sentencepiece_run,
     from seq2seq.data.sentencepiece import has_sentencepiece_files
 
     assert has_sentencepiece_files(output / "student")
+
+
+GERMAN = [
+    "Ein Mann mit einem roten Hut sitzt auf einer Bank im Park.",
+    "Zwei Kinder spielen am Strand mit einem großen Ball.",
+    "Eine Frau liest ein Buch, während ihr Hund neben ihr schläft.",
+    "Die Arbeiter bauen eine neue Brücke über den Fluss.",
+]
+ENGLISH = [
+    "A man in a red hat is sitting on a bench in the park.",
+    "Two children are playing on the beach with a big ball.",
+    "A woman is reading a book while her dog sleeps beside her.",
+    "The workers are building a new bridge over the river.",
+]
+
+
+def test_a_corpus_that_reads_as_another_language_than_the_teachers_source_is_refused(tmp_path):
+    pytest.importorskip("py3langid")
+    from seq2seq.distill.source_language import check_source_language
+
+    for name, lines in (("de", GERMAN), ("en", ENGLISH)):
+        (tmp_path / f"train.{name}").write_text("\n".join(lines * 5) + "\n")
+    corpus = DataConfig(
+        kind="parallel_files",
+        src_lang="en",
+        tgt_lang="de",
+        train_src=str(tmp_path / "train.de"),  # the German side given as the English one
+        train_tgt=str(tmp_path / "train.en"),
+        valid_src=str(tmp_path / "train.de"),
+        valid_tgt=str(tmp_path / "train.en"),
+    )
+    with pytest.raises(UserError, match=r"en-de training sources read as de \(py3langid, \d+% sure"):
+        check_source_language(corpus)
+    check_source_language(DataConfig(**{**as_dict(corpus), "train_src": str(tmp_path / "train.en")}))

@@ -33,6 +33,7 @@ from seq2seq.distill import report
 from seq2seq.distill.files import held, read_json, write_json, write_lines
 from seq2seq.distill.output import check_settings, claim_output
 from seq2seq.distill.selection import select
+from seq2seq.distill.source_language import check_source_language
 from seq2seq.distill.student import LOG_FORMAT, baseline_config, student_config, train_once, with_files
 from seq2seq.distill.teacher import Teacher, corpus_config, directions, read_teacher
 from seq2seq.distill.translations import cache_key, read_translations, translate_cached
@@ -51,6 +52,8 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
     corpus = corpus_config(teacher, data)
     output = Path(cfg.output).resolve()
     held_out = read_held_out(corpus)  # before anything is written: a corpus that cannot be read is one line
+    if cfg.check_language:
+        check_source_language(corpus)
     student = student_config(teacher, cfg.student, corpus, train, output / "data", "test" in held_out)
     resumed = claim_output(output)
     with held(output, "a distillation"), _logging(output / "distill.log"):
