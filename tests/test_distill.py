@@ -123,7 +123,7 @@ def test_a_finished_output_is_not_redone_and_other_settings_are_refused(distille
     assert status == 2 and "beam=5" in err and "beam" in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_killed_student_resumes_from_its_last_checkpoint(distilled, capsys, tmp_path):
+def test_a_killed_student_resumes_and_a_baseline_trains_on_the_references(distilled, capsys, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(distilled.output, copy)
     (copy / "result.json").unlink()
@@ -131,10 +131,19 @@ def test_a_killed_student_resumes_from_its_last_checkpoint(distilled, capsys, tm
     argv = [a if not a.startswith("output=") else f"output={copy}" for a in distilled.argv]
     settings = json.loads((copy / "settings.json").read_text())
     assert settings["teacher"] == [str(Path(distilled.argv[0].removeprefix("teacher=")).resolve())]
-    status, out, err = distill_main(argv, capsys)
+    status, out, err = distill_main([*argv, "baseline=true"], capsys)
     assert status == 0, err
     assert "student: resuming" in err and "distilled corpus made earlier" in err
-    assert json.loads(out)["student"]["steps"] == 4
+    result = json.loads(out)
+    assert result["student"]["steps"] == 4
+    # baseline=true, given only now: the same student on the original references, as many updates.
+    assert result["baseline"]["steps"] == 4 and isinstance(result["baseline"]["bleu_lowercase"], float)
+    corpus = reverse_task(DataConfig(task_train_size=120, task_valid_size=12, task_test_size=16))
+    assert (copy / "data" / "original" / "train.src-tgt.tgt").read_text().splitlines() == corpus["train"][1]
+    from seq2seq.artifacts.checkpoint import load_checkpoint
+
+    trained = load_checkpoint(copy / "baseline" / "checkpoints" / "last.pt")["config"]["data"]
+    assert trained["train_tgt"] == str(copy / "data" / "original" / "train.src-tgt.tgt")
 
 
 class CountingEngine:

@@ -60,9 +60,10 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
         check_settings(output, settings(cfg, teacher, data, train))
         log.info("%s %s", "resuming" if resumed else "distilling into", output)
         state = read_json(output / STATE) if (output / STATE).is_file() else {"seconds": {}}
-        if (output / RESULT).is_file():
+        done = read_json(output / RESULT) if (output / RESULT).is_file() else None
+        if done is not None and (not cfg.baseline or "baseline" in done):  # baseline=true may come on a rerun
             log.info("finished earlier: %s", output / RESULT)
-            return read_json(output / RESULT)
+            return done
         with _timed(state, "teacher_and_selection", output):
             selection = distilled_corpus(cfg, teacher, corpus, held_out, output / "data")
         with _timed(state, "student", output):
@@ -72,6 +73,7 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
         baseline = None
         if cfg.baseline:
             with _timed(state, "baseline", output):
+                original_training_pairs(corpus, output / "data")
                 config = baseline_config(
                     with_files(student, output / "data", "original", "test" in held_out), summary["step"]
                 )
@@ -129,9 +131,6 @@ def distilled_corpus(
         name = f"train.{direction.name}"
         write_lines(root / "distilled" / f"{name}.{direction.src}", kept.sources)
         write_lines(root / "distilled" / f"{name}.{direction.tgt}", kept.targets)
-        if cfg.baseline:
-            write_lines(root / "original" / f"{name}.{direction.src}", sources)
-            write_lines(root / "original" / f"{name}.{direction.tgt}", references)
         lines_per_second = progress.lines / progress.seconds if progress.seconds else None
         selection[direction.name] = {
             "lines": len(sources),
@@ -158,6 +157,14 @@ def distilled_corpus(
             write_lines(root / "original" / f"{split}.{name}.{tgt}", references)
     write_json(root / SELECTION, selection)
     return selection
+
+
+def original_training_pairs(corpus: DataConfig, root: Path) -> None:
+    """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun)."""
+    for direction, one in directions(corpus):
+        sources, references = unzip(iter_split(one, "train"))
+        write_lines(root / "original" / f"train.{direction.name}.{direction.src}", sources)
+        write_lines(root / "original" / f"train.{direction.name}.{direction.tgt}", references)
 
 
 def load_teacher(cfg: Any, teacher: Teacher) -> TranslatorAPI:
