@@ -459,3 +459,13 @@ def test_ctrl_c_reaching_a_command_is_one_line_and_status_130(capsys, debug: boo
         exit_on_interrupt(interrupted, debug=False)
     assert info.value.code == 130 and capsys.readouterr().err == "interrupted\n"
     assert exit_on_interrupt(lambda: 7, debug=False) == 7
+
+
+@pytest.mark.parametrize("command", ["seq2seq-average", "seq2seq-distill"])
+def test_key_help_read_in_part_ends_quietly(command: str, tmp_path: Path) -> None:
+    """`--help | head -1`: the reader closes the pipe before the rest is written, which is no error."""
+    done = subprocess.run(
+        f"{BIN / command} --help | head -1", shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.startswith(f"usage: {command} ")
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr
