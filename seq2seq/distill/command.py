@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
 from seq2seq.data.corpus import iter_split, require_pairs, unzip
+from seq2seq.data.directions import Direction
 from seq2seq.distill import report
 from seq2seq.distill.files import held, read_json, write_json, write_lines
 from seq2seq.distill.output import check_settings, claim_output
@@ -122,34 +123,10 @@ def distilled_corpus(
     for folder in ("distilled", "original"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     engine = load_teacher(cfg, teacher)
-    selection = {}
-    for direction, one in directions(corpus):
-        sources, references = unzip(iter_split(one, "train"))
-        require_pairs(one, "train", len(sources))
-        nbests, progress, folder = teacher_translations(cfg, teacher, engine, direction.name, sources)
-        kept = select(sources, nbests, references, cfg.select, cfg.min_score)
-        name = f"train.{direction.name}"
-        write_lines(root / "distilled" / f"{name}.{direction.src}", kept.sources)
-        write_lines(root / "distilled" / f"{name}.{direction.tgt}", kept.targets)
-        lines_per_second = progress.lines / progress.seconds if progress.seconds else None
-        selection[direction.name] = {
-            "lines": len(sources),
-            "kept": len(kept.sources),
-            "dropped_empty": kept.dropped_empty,
-            "dropped_low_score": kept.dropped_low_score,
-            "teacher_seconds": round(progress.seconds, 1),
-            "teacher_lines_per_second": round(lines_per_second, 1) if lines_per_second else None,
-            "translations": str(folder),
-        }
-        log.info(
-            "%s: %d of %d lines kept (%d empty, %d below min_score=%g)",
-            direction.name,
-            len(kept.sources),
-            len(sources),
-            kept.dropped_empty,
-            kept.dropped_low_score,
-            cfg.min_score,
-        )
+    selection = {
+        direction.name: distil_direction(cfg, teacher, engine, direction, one, root / "distilled")
+        for direction, one in directions(corpus)
+    }
     for split, by_direction in held_out.items():
         for name, (sources, references) in by_direction.items():
             src, tgt = name.split("-")
@@ -157,6 +134,32 @@ def distilled_corpus(
             write_lines(root / "original" / f"{split}.{name}.{tgt}", references)
     write_json(root / SELECTION, selection)
     return selection
+
+
+def distil_direction(
+    cfg: Any, teacher: Teacher, engine: TranslatorAPI, direction: Direction, one: DataConfig, folder: Path
+) -> dict[str, Any]:
+    """One direction's training pairs, translated by the teacher, a target chosen per line and bad lines
+    dropped, written as train.<src>-<tgt>.<lang> in `folder`; returns its entry of selection.json."""
+    sources, references = unzip(iter_split(one, "train"))
+    require_pairs(one, "train", len(sources))
+    nbests, progress, cached = teacher_translations(cfg, teacher, engine, direction.name, sources)
+    kept = select(sources, nbests, references, cfg.select, cfg.min_score)
+    write_lines(folder / f"train.{direction.name}.{direction.src}", kept.sources)
+    write_lines(folder / f"train.{direction.name}.{direction.tgt}", kept.targets)
+    log.info(
+        "%s: %d of %d lines kept (%d empty, %d below min_score=%g)",
+        *(direction.name, len(kept.sources), len(sources), kept.dropped_empty, kept.dropped_low_score, cfg.min_score),
+    )
+    return {
+        "lines": len(sources),
+        "kept": len(kept.sources),
+        "dropped_empty": kept.dropped_empty,
+        "dropped_low_score": kept.dropped_low_score,
+        "teacher_seconds": round(progress.seconds, 1),
+        "teacher_lines_per_second": round(progress.lines / progress.seconds, 1) if progress.seconds else None,
+        "translations": str(cached),
+    }
 
 
 def original_training_pairs(corpus: DataConfig, root: Path) -> None:
