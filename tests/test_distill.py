@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import sacrebleu
 from conftest import TINY_TRAIN, compose_config
+from script_module import load_script
 
 from seq2seq.cli.distill import main
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
@@ -359,3 +360,26 @@ def test_a_corpus_that_reads_as_another_language_than_the_teachers_source_is_ref
     with pytest.raises(UserError, match=r"en-de training sources read as de \(py3langid, \d+% sure"):
         check_source_language(corpus)
     check_source_language(DataConfig(**{**as_dict(corpus), "train_src": str(tmp_path / "train.en")}))
+
+
+def test_a_published_result_is_a_row_each_for_teacher_and_student(distilled, tmp_path):
+    script = load_script("publish_distill")
+    result = json.loads((distilled.output / "result.json").read_text())
+    result["load_average_during_speed"] = [0.1, 0.2]  # as on an idle machine
+    page = tmp_path / "results.md"
+    page.write_text(f"# Results\n\n{script.TABLE_START}\nold\n{script.TABLE_END}\n\nafter\n")
+    path = script.publish(result, tmp_path / "results", page)
+    assert json.loads(path.read_text()) == result and path.name.startswith("distill_src-tgt.")
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| src-tgt |")]
+    assert [row.split(" | ")[2] for row in rows] == ["teacher", "student (distilled)"]
+    teacher_cells = rows[0].split(" | ")
+    assert teacher_cells[4] == str(result["teacher"]["bleu_lowercase"])
+    assert (
+        teacher_cells[7]
+        == f"{result['teacher']['speed']['default']['1']} / {result['teacher']['speed']['default']['2']}"
+    )
+    assert "old" not in page.read_text() and page.read_text().endswith("after\n")
+    assert not script.loaded(result)
+    assert script.loaded({**result, "load_average_during_speed": [0.1, result["machine"]["cores"]]})
+    # reproduce.py's table of training runs leaves these files out
+    assert not load_script("reproduce").in_table(result)

@@ -64,9 +64,24 @@ def student_config(
         key = getattr(err, "full_key", None) or "train"
         raise UserError(f"train.{key}: {str(err).strip().splitlines()[0]}") from err
     cfg = with_files(cfg, root, "distilled", has_test)
+    warn_if_not_smaller(cfg.model, saved.get("model", {}), preset)
     validate_train(cfg)
     validate_recipes(cfg)
     return cfg
+
+
+def warn_if_not_smaller(student: Any, teacher: dict[str, Any], preset: str) -> None:
+    """A student no smaller than its teacher in any dimension decodes no faster: allowed (self-distillation
+    is a use), but said, since the recipe a teacher trained with may be narrower than a preset."""
+    sizes = ("d_model", "ffn_dim", "encoder_layers", "decoder_layers")
+    if teacher and all(student[k] >= teacher.get(k, 0) for k in sizes):
+        log.warning(
+            "student=%s (%s) is no smaller than the teacher (%s): it will not decode faster; a smaller preset, or "
+            "train.model.d_model=...",
+            preset,
+            ", ".join(f"{k}={student[k]}" for k in sizes),
+            ", ".join(f"{k}={teacher.get(k)}" for k in sizes),
+        )
 
 
 def with_files(cfg: DictConfig, root: Path, train_folder: str, has_test: bool) -> DictConfig:
