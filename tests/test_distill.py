@@ -383,3 +383,17 @@ def test_a_published_result_is_a_row_each_for_teacher_and_student(distilled, tmp
     assert script.loaded({**result, "load_average_during_speed": [0.1, result["machine"]["cores"]]})
     # reproduce.py's table of training runs leaves these files out
     assert not load_script("reproduce").in_table(result)
+
+
+def test_a_student_no_smaller_than_its_teacher_is_pointed_out(teacher, tmp_path, caplog):
+    from seq2seq.distill.student import student_config
+
+    taught = read_teacher(str(teacher))
+    corpus = corpus_config(taught, [])
+    with caplog.at_level(logging.WARNING, logger="seq2seq.distill"):
+        student_config(taught, "tiny", corpus, [], tmp_path, True)
+    assert "student=tiny (d_model=64, ffn_dim=256" in caplog.text and "no smaller than the teacher" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="seq2seq.distill"):
+        cfg = student_config(taught, "tiny", corpus, ["model.d_model=32"], tmp_path, True)
+    assert cfg.model.d_model == 32 and "no smaller" not in caplog.text
