@@ -247,6 +247,7 @@ class TranslateConfig:
     checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
     input: str = setting("-", "file to translate, one sentence per line; - reads stdin")
     output: str = setting("-", "where translations go; - writes stdout")
+    replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
     reference: str | None = setting(None, "reference translations: print sacreBLEU and chrF to stderr")
     beam: int = setting(5, "beam size; 1 is greedy search")
     length_penalty: float = setting(1.0, "alpha in score / length^alpha; 0 favours short outputs")
@@ -337,6 +338,7 @@ class AverageConfig:
     last: int = setting(5, "with run=: how many of the newest periodic checkpoints")
     output: str | None = setting(None, "default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file")
     force: bool = setting(False, "average even when the checkpoints reach back into the first half of the run")
+    replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
 
 
 def _translate_key(key: str, help: str | None = None) -> Any:

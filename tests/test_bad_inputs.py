@@ -558,3 +558,41 @@ def test_any_unicode_gives_one_output_line_per_input_line(run_dir, tmp_path):
                 assert translation == b"", (line, translation)
 
     check()
+
+
+def test_output_onto_a_file_translate_did_not_write_is_refused(run_dir, tmp_path):
+    # output= emptied any file that was not the model's or the input: the one rule of every writer
+    # (seq2seq/artifacts/replacing.py) holds here as in seq2seq-average (issue 62).
+    (tmp_path / "input.txt").write_text("a b c\n")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    args = [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={notes}"]
+    with pytest.raises(UserError) as info:
+        translate(compose_config("translate", args))
+    assert str(info.value) == (
+        f"output={notes}: already exists and is a file seq2seq-translate did not write; give output= a new file, "
+        "or add replace_output=true to replace exactly this file"
+    )
+    assert notes.read_text() == "my notes\n"
+    translate(compose_config("translate", [*args, "replace_output=true"]))
+    assert notes.read_text().count("\n") == 1 and notes.read_text() != "my notes\n"
+    translate(compose_config("translate", args))  # now its own output: written again without the flag
+    notes.write_text("edited since\n")
+    with pytest.raises(UserError, match="already exists"):
+        translate(compose_config("translate", args))
+
+
+def test_a_killed_translations_file_is_its_own_to_write_again(run_dir, tmp_path, monkeypatch):
+    import seq2seq.inference.command as command
+
+    (tmp_path / "input.txt").write_text("a b c\n")
+    output = tmp_path / "out.txt"
+    args = [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={output}"]
+
+    def killed(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(command, "_write", killed)
+        translate(compose_config("translate", args))
+    assert translate(compose_config("translate", args))["lines"] == 1

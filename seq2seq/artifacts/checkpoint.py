@@ -249,6 +249,16 @@ def is_checkpoint_file(path: Path, training: bool = False) -> bool:
     return own and (not training or "optimizer" in payload)
 
 
+def is_averaged_checkpoint(path: Path) -> bool:
+    """Whether `path` is an average `seq2seq-average` wrote (it records what it averaged), told as
+    `is_checkpoint_file` tells a checkpoint: without reading the tensors."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # anything unreadable as a checkpoint is not one, whatever torch raises for it
+        return False
+    return isinstance(payload, dict) and payload.get("format") == FORMAT and "averaged_from" in payload
+
+
 def find_model_file(run_dir: str | Path) -> Path:
     """What translation loads from a run directory: the weights-only file that training writes at its
     end (`<run>/model/model.safetensors`, a quarter of the checkpoint's size: no optimiser moments),

@@ -21,12 +21,14 @@ from typing import IO, Any
 
 from omegaconf import DictConfig
 
+from seq2seq.artifacts.replacing import check_replaceable, record
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.load import load_engine
 from seq2seq.inference.translation import Translation, one_line
 
 log = logging.getLogger("seq2seq.translate")
+COMMAND = "seq2seq-translate"
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
 FIRST_CHUNK_LINES = 16  # the first chunk: its translations are out in a fraction of a second
 
@@ -65,10 +67,14 @@ def _lines_of(source: IO[bytes], name: str) -> Iterator[bytes]:
 
 
 def _open_output(path: str) -> IO[str]:
+    """Opens output= for writing; the ledger notes it as this command's from the moment it is emptied,
+    so a killed translation's file may be written again without replace_output=true."""
     try:
-        return open(path, "w", encoding="utf-8")  # noqa: SIM115
+        sink = open(path, "w", encoding="utf-8")  # noqa: SIM115
     except OSError as err:
         raise UserError(f"{path}: cannot write the translations ({err.strerror or err})") from err
+    record(Path(path), COMMAND, complete=False)
+    return sink
 
 
 def _write(sink: IO[str], text: str, name: str) -> None:
@@ -99,6 +105,8 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
 def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     refuse_writing_over_inputs(cfg)
+    if cfg.output != "-":  # the one rule of every writer: replace only what this command wrote
+        check_replaceable(Path(cfg.output), "output", COMMAND, cfg.replace_output)
     _refuse_closed_standard_streams(cfg)
     translator = load_engine(cfg)
     translator.languages.required_target(cfg.tgt_lang)  # a multilingual model's: before output= is emptied
@@ -125,6 +133,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
         if sink is not sys.stdout:
             with contextlib.suppress(OSError):  # every chunk was flushed; a failed write is already reported
                 sink.close()
+            record(Path(cfg.output), COMMAND)
     seconds = time.monotonic() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
     result: dict[str, Any] = {"lines": lines, "seconds": seconds}
