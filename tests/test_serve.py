@@ -385,15 +385,21 @@ def test_native_api_gives_what_the_command_gives(server: Server, run_dir: Path, 
 
 
 def test_the_server_refuses_to_start_in_one_line(run_dir: Path, tmp_path: Path) -> None:
+    """Each refusal names what is wrong; no case needs a fixed port to be free (port 5000 taken by a
+    LibreTranslate beside it failed the suite). Where the model is missing and the port the server would
+    use is taken, the model is named: it is what the user typed wrong."""
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
+    taken = f"port={busy.getsockname()[1]}"
     cases = [
-        ([f"run={tmp_path / 'nothing'}"], "nothing"),
-        ([f"run={run_dir}", f"port={busy.getsockname()[1]}"], "already in use"),
-        ([f"run={run_dir}", "prot=5000"], "prot: unknown key; did you mean port?"),
-        ([f"run={run_dir}", "max_wait_ms=-1"], "config error: max_wait_ms=-1"),
-        ([f"run={run_dir}", f"api_keys_file={tmp_path / 'no-keys'}"], "api_keys_file="),
+        ([f"run={tmp_path / 'nothing'}", taken], f"{tmp_path / 'nothing'}: no such run directory"),
+        ([f"run={run_dir}", f"run={tmp_path / 'other'}", taken], f"{tmp_path / 'other'}: no such run directory"),
+        ([f"checkpoint={tmp_path / 'no.pt'}", taken], f"{tmp_path / 'no.pt'}: no such checkpoint file"),
+        ([f"run={run_dir}", taken], "already in use"),
+        ([f"run={run_dir}", "prot=0"], "prot: unknown key; did you mean port?"),
+        ([f"run={run_dir}", "max_wait_ms=-1", taken], "config error: max_wait_ms=-1"),
+        ([f"run={run_dir}", f"api_keys_file={tmp_path / 'no-keys'}", taken], "api_keys_file="),
     ]
     try:
         for args, expected in cases:
