@@ -155,6 +155,7 @@ HOSTILE = [  # (raw body, path, status, what the error names): each was a 500 be
     (b'{"q": "ab", "sampling": true, "seed": 1e30}', "/v1/translate", 400, "seed=1000000000000000019884624838656"),
     (b'{"q": "ab", "sampling": true, "temperature": 1e999}', "/v1/translate", 400, "temperature=inf"),
     (b'{"q": "ab", "alternatives": 100000}', "/translate", 400, "alternatives parameter must be <= 7; alter"),
+    (b'{"q": "ab", "source": ["en"]}', "/translate", 400, "source parameter must be a language code, not list"),
     (b'{"q": "ab", "beam": 100}', "/v1/translate", 400, "beam=100: must be at most max_beam=8"),
     (b'{"q": "ab", "sampling": true, "nbest": 100}', "/v1/translate", 400, "nbest=100: must be at most"),
 ]
