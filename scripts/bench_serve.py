@@ -329,7 +329,7 @@ def main() -> None:
     for engine in args.engines.split(","):
         cli, cli_lines = cli_rate(args, engine, lines)
         server = Server([*settings(args, engine), *args.server_args.split()])
-        health = httpx.get(server.url + "/health").json()
+        health = httpx.get(server.url + "/v1/info").json()  # the model, its engine and languages
         rows = []
         try:
             for count in [int(c) for c in args.clients.split(",")]:
