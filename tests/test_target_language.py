@@ -205,3 +205,125 @@ def test_attention_shows_the_source_tag_the_model_read(multilingual_run):
     (sample,) = translate_with_attention(translator, LINES[:1])
     assert sample.source == [">>fr<<", *translator.tokenizers.src_tokens(LINES[0]), "</s>"]
     assert sample.weights["cross"][-1].shape[-1] == len(translator.encode(LINES[:1])[0])  # (heads, rows, source)
+
+
+# ---- one rule for a tag on both engines: given, not predicted (issue 62.7) --------------------------
+
+TAG_LINES = [digit_sentence("en", 40_000 + i) for i in range(12)]
+TAG_SEARCHES = [(1, 1.0), (5, 1.0), (5, 0.6), (4, 0.0)]  # (beam, length_penalty)
+
+
+def random_tagged_model(root, lang_tag: str, seed: int, eos_bias: float):
+    """An untrained SentencePiece en->de/fr model with the tag where `lang_tag` puts it: its checkpoint
+    and its CTranslate2 export. Untrained on purpose: its lines run long and it often ranks </s> high
+    right after a decoder_start tag, the case the rule has to decide (the review's `Uneeee…e` / "")."""
+    import dataclasses
+
+    import torch
+
+    from seq2seq.artifacts.checkpoint import atomic_save
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig, ModelConfig
+    from seq2seq.data.sentencepiece_training import train_sentencepiece
+    from seq2seq.data.tokenizer import EOS_ID
+    from seq2seq.model.transformer import build_model
+
+    ckpt = root / "ckpt"
+    sources = [digit_sentence("en", i) for i in range(200)]
+    targets = [digit_sentence(lang, i) for lang in ("de", "fr") for i in range(100)]
+    tokenizers = train_sentencepiece(sources, targets, "unigram", 320, True, ckpt, tags=[">>de<<", ">>fr<<"])
+    cfg = ModelConfig(
+        d_model=32, heads=4, ffn_dim=64, encoder_layers=1, decoder_layers=2, max_positions=64, dropout=0.0,
+        decoder_start="pad", output_bias=True,
+    )  # fmt: skip
+    sizes = tokenizers.src.get_vocab_size(), tokenizers.tgt.get_vocab_size()
+    torch.manual_seed(seed)
+    model = build_model(cfg, *sizes, 0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.3)
+        model.output_bias[EOS_ID] = eos_bias  # </s> near the top of the first predicted token's candidates
+    data = {"kind": "parallel_files", "tokenizer": "sentencepiece", "directions": ["en-de", "en-fr"]}
+    payload = {
+        "format": 1,
+        "model": model.state_dict(),
+        "config": {"model": dataclasses.asdict(cfg), "data": {**data, "lang_tag": lang_tag}},
+        "vocab": {"src_size": sizes[0], "tgt_size": sizes[1], "pad_id": 0},
+        "step": 0,
+    }
+    atomic_save(payload, ckpt / "model.pt")
+    export(ExportConfig(checkpoint=str(ckpt / "model.pt"), output=str(root / "ct2"), format="ctranslate2"))
+    return ckpt / "model.pt", root / "ct2"
+
+
+@pytest.fixture(scope="module", params=[SOURCE_PREFIX, DECODER_START])
+def random_model(request, tmp_path_factory):
+    return request.param, *random_tagged_model(
+        tmp_path_factory.mktemp(request.param), request.param, seed=2, eos_bias=5.0
+    )
+
+
+def teacher_forced_score(model, src: list[int], tokens: list[int], given: int, alpha: float, cut: bool) -> float:
+    """A hypothesis's score computed apart from both searches: the model's log-probabilities of its
+    tokens and </s> given the ones before (one forward pass), the `given` tag left out of the sum and
+    of the length; a line cut at its budget has no </s>. Pad and <s> are banned without renormalising
+    (`Hypothesis`), but a Marian-style model never has pad in its softmax (`Transformer.decode_step`)."""
+    import torch
+
+    from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+
+    with torch.no_grad():
+        logits = model(torch.tensor([src]), torch.tensor([[PAD_ID, *tokens]]))  # a Marian decoder starts at pad
+    logits[..., PAD_ID] = float("-inf")  # a Marian vocabulary has no pad: no output, out of the softmax
+    log_probs = torch.log_softmax(logits[0].double(), dim=-1)
+    targets = tokens if cut else [*tokens, EOS_ID]
+    terms = log_probs[torch.arange(len(targets)), torch.tensor(targets)][given:]
+    total = float(terms.sum())
+    return total / len(terms) ** alpha if alpha and len(terms) else total
+
+
+def eos_ranks_after_the_tag(model, sources: list[list[int]], tag: int) -> list[int]:
+    """Where </s> ranks among the first predicted token's candidates, per line (0: the best)."""
+    import torch
+
+    from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+
+    ranks = []
+    with torch.no_grad():
+        for src in sources:
+            log_probs = model(torch.tensor([src]), torch.tensor([[PAD_ID, tag]]))[0, -1]
+            log_probs[PAD_ID] = float("-inf")
+            ranks.append(int((log_probs > log_probs[EOS_ID]).sum()))
+    return ranks
+
+
+@pytest.mark.parametrize(("beam", "length_penalty"), TAG_SEARCHES)
+def test_both_engines_write_and_score_a_tagged_model_alike(random_model, beam, length_penalty):
+    """Regression (62.7): on a decoder_start model CTranslate2 wrote `Uneeee…e` where PyTorch wrote an
+    empty line, which its n-best ranked first: PyTorch counted the given tag in the length it divides
+    by (halving an empty line's penalty) and let </s> ranked below the best end the line right after
+    the tag, where CTranslate2 does not. Now both follow one rule (seq2seq.inference.search.Hypothesis):
+    the same n-best lines, each scored as computed here apart from either search."""
+    from seq2seq.data.tokenizer import EOS_ID
+    from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+    from seq2seq.inference.translation import output_budget
+    from seq2seq.inference.translator import Translator
+
+    lang_tag, checkpoint, exported = random_model
+    settings = dict(SETTINGS, beam=beam, nbest=min(beam, 3), length_penalty=length_penalty, tgt_lang="fr")
+    ours = Translator.load(checkpoint, **settings)
+    theirs = CTranslate2Translator.load(exported, **settings).translate_nbest(TAG_LINES)
+    tag = ours.tokenizers.src.token_to_id(">>fr<<")
+    decoder_start = lang_tag == DECODER_START
+    bodies = [[*([] if decoder_start else [tag]), *ids, EOS_ID] for ids in ours.tokenizers.encode_src(TAG_LINES)]
+    if decoder_start and beam > 1:  # the lines must hold the case the rule decides
+        assert any(0 < rank < beam for rank in eos_ranks_after_the_tag(ours.model, bodies, tag))
+    for line, src, mine, other in zip(TAG_LINES, bodies, ours.translate_nbest(TAG_LINES), theirs, strict=True):
+        assert [t.text for t in mine] == [t.text for t in other], line
+        assert [t.tokens for t in mine] == [t.tokens for t in other], line
+        budget = output_budget(len(src) - 1, int(decoder_start), 1.5, 10, 64)
+        for hypothesis in [*mine, *other]:
+            assert hypothesis.tokens[:1] == [tag] if decoder_start else tag not in hypothesis.tokens
+            cut = len(hypothesis.tokens) == budget - 1
+            expected = teacher_forced_score(ours.model, src, hypothesis.tokens, int(decoder_start), length_penalty, cut)
+            assert hypothesis.score == pytest.approx(expected, abs=1e-4), (line, hypothesis)

@@ -248,16 +248,35 @@ class CTranslate2Translator:
             for i in only_eos:
                 results[i] = [Translation("", 0.0, [])]
         rows = [i for i in todo if i not in only_eos]
+        if tag and cfg.length_penalty and cfg.beam > 1 and not cfg.sampling:
+            options["num_hypotheses"] = cfg.beam  # every finished hypothesis, ranked again by ours
         if rows and not prefixes and not tag and not cfg.sampling and cfg.beam > 1 and cfg.length_penalty != 0:
             outputs = self._decode_at_largest_budget(rows, sources, budgets, options)
         else:
             outputs = self._decode_by_budget(rows, sources, forced if prefixes or tag else None, budgets, options)
         for i, output in outputs.items():
-            hypotheses, scores = output.hypotheses[: cfg.nbest], output.scores[: cfg.nbest]
-            ids = [[tok.tgt.token_to_id(t) for t in hyp if t != EOS] for hyp in hypotheses]
-            texts = tok.decode_tgt(ids)
-            results[i] = [Translation(t, s, h) for t, s, h in zip(texts, scores, ids, strict=True)]
+            results[i] = self._translations(output, budgets[i], len(tag))
         return results
+
+    def _translations(self, output: Any, budget: int, given: int) -> list[Translation]:
+        """A line's `nbest` best translations of CTranslate2's `output` (decoded with max_decoding_length
+        = `budget` - 1), scored and ranked as `seq2seq.inference.search.Hypothesis` says.
+
+        Why they are scored again: with a target_prefix CTranslate2 leaves the prefix's log-probabilities
+        out (as ours leaves out the `given` tag) but counts its tokens in the length it divides by; a
+        decoder_start tag is given, not predicted, so ours does not. CTranslate2's ranking only orders
+        the finished hypotheses: it returns all of them (num_hypotheses=beam) and they are ranked here."""
+        alpha, scored = self.cfg.length_penalty, []
+        for hyp, score in zip(output.hypotheses, output.scores, strict=True):
+            ids = [self.tokenizers.tgt.token_to_id(t) for t in hyp if t != EOS]
+            if given and alpha:
+                length = len(ids) + (0 if len(ids) >= budget - 1 else 1)  # CTranslate2's: EOS, unless cut
+                log_prob = score * length**alpha
+                score = log_prob / (length - given) ** alpha if length > given else log_prob
+            scored.append((score, ids))
+        scored = sorted(scored, key=lambda pair: pair[0], reverse=True)[: self.cfg.nbest]
+        texts = self.tokenizers.decode_tgt([ids for _, ids in scored])
+        return [Translation(text, score, ids) for text, (score, ids) in zip(texts, scored, strict=True)]
 
     def _decode_by_budget(
         self,

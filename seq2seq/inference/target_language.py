@@ -2,8 +2,9 @@
 tgt_lang= and src_lang= a translation asks for checked against it, and the tag that asks for it.
 
 Both engines ask this module, so both tag alike: under data.lang_tag=source_prefix the tag is the
-source's first token, under decoder_start the first token forced after the decoder's start (a forced
-prefix, scored as any forced token, in both engines). A one-direction model has no tag: tgt_lang= (and
+source's first token, under decoder_start the first token forced after the decoder's start: given, not
+predicted, so it counts in neither a hypothesis's score nor its length, in both engines
+(seq2seq.inference.search.Hypothesis). A one-direction model has no tag: tgt_lang= (and
 src_lang=) may name its own languages, so one script can pass them to every model, and anything else is
 refused. No torch here: the CTranslate2 engine uses it too.
 """

@@ -25,7 +25,7 @@ T = TypeVar("T")
 @dataclass
 class Translation:
     text: str
-    score: float  # log P(output + EOS) / (tokens + 1) ** length_penalty (a line cut at its budget: no EOS); 0.0 for an empty line
+    score: float  # log P(output + EOS) / (predicted tokens + 1) ** length_penalty (search.Hypothesis); 0.0 for an empty line
     tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix, and a decoder_start tag, included)
 
 
