@@ -87,7 +87,9 @@ def check(wheels: Path, data: Path, machine_packages: set[str]) -> list[str]:
         names.setdefault(name, []).append(wheel.name)
         if not any(t.interpreter in ("py3", "cp312", "py312") and _runs_there(t.platform) for t in tags):
             problems.append(f"{wheel.name}: not for CPython {PYTHON_VERSION} on Linux x86-64")
-    problems += [f"{name}: {len(files)} versions ({', '.join(files)})" for name, files in names.items() if len(files) > 1]
+    problems += [
+        f"{name}: {len(files)} versions ({', '.join(files)})" for name, files in names.items() if len(files) > 1
+    ]
     have = set(names) | machine_packages
     for wheel in sorted(wheels.glob("*.whl")):
         for requirement in requirements(wheel):
