@@ -640,6 +640,26 @@ def test_a_client_that_goes_away_costs_no_decoding(run_dir: Path) -> None:
     assert any("went away" in line for line in running.log)
 
 
+def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> None:
+    # The engine thread imported torch at start for its sharing watch, whatever the engine: +100 MB
+    # and seconds of start-up for a server that never runs PyTorch (issue 63).
+    code = (
+        "import asyncio, sys\n"
+        "from seq2seq.config import TranslateConfig\n"
+        "from seq2seq.serve.batcher import Batcher\n"
+        "from seq2seq.serve.engines import Engines\n"
+        "from seq2seq.serve.settings import Settings\n"
+        f"base = TranslateConfig(checkpoint={str(run_dir / 'ctranslate2')!r})\n"
+        "batcher = Batcher(lambda: Engines(base), base, 1024, 1)\n"
+        "batcher.start()\n"
+        "lines = asyncio.run(batcher.translate(['a b c'], Settings(beam=5)))\n"
+        "batcher.stop()\n"
+        "print(batcher.engines.main_kind, len(lines), 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["ctranslate2", "1", "False"], done.stdout + done.stderr
+
+
 def test_the_server_never_imports_training() -> None:
     code = (
         "import sys, seq2seq.serve.server, seq2seq.cli.serve\n"
@@ -705,6 +725,8 @@ def test_the_worker_narrows_to_one_thread_when_other_work_arrives(monkeypatch, c
     """A server that started on an idle machine spins its OpenMP threads long; when other work comes,
     the worker (the thread whose thread count decoding uses) goes to one thread between batches."""
     import asyncio
+
+    import torch  # noqa: F401  (a PyTorch engine's server: the watch narrows PyTorch's threads)
 
     from seq2seq import cpu_sharing
     from seq2seq.serve.batcher import Batcher
