@@ -23,7 +23,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_languages, read_max_positions
+from seq2seq.artifacts.ctranslate2 import (
+    check_vocabularies,
+    read_languages,
+    read_max_positions,
+    unreadable_model,
+)
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
@@ -167,8 +172,10 @@ class CTranslate2Translator:
                 inter_threads=inter_threads,
                 intra_threads=intra_threads,
             )
-        except (RuntimeError, ValueError) as err:
-            raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
+        except (RuntimeError, ValueError, IndexError) as err:  # IndexError: a model.bin zeroed at its start
+            if device == "cuda" and "cuda" in str(err).lower():  # the GPU's libraries, not the file
+                raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
+            raise unreadable_model(directory, err, ctranslate2.__version__) from err
         if device == "cuda":
             self._check_it_decodes_on_cuda(directory, ctranslate2.__version__)
         if cfg.sampling:
