@@ -38,9 +38,9 @@ from seq2seq.inference.run_export import checked_export, given_export, int8_expo
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
-    as_lines,
     check_beam_fits,
     check_prefix_fits,
+    checked_input,
     decoding_config,
     fit_source,
     output_budget,
@@ -105,6 +105,7 @@ class CTranslate2Translator:
     """
 
     kind = "ctranslate2"  # the engine it is (TranslatorAPI.kind)
+    one_line_items = False  # as Translator's: the Python API's loaders set it
 
     @classmethod
     def load(cls, path: str | Path, **settings: Any) -> CTranslate2Translator:
@@ -117,7 +118,9 @@ class CTranslate2Translator:
             samples than PyTorch's from the same seed). Bad files or settings raise
             `seq2seq.config.UserError`, one line.
         """
-        return cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
+        translator = cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
+        translator.one_line_items = True
+        return translator
 
     @classmethod
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> CTranslate2Translator:
@@ -222,10 +225,7 @@ class CTranslate2Translator:
     ) -> list[list[Translation]] | list[Translation]:
         if isinstance(lines, str):  # one line: its n-best list
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
-        lines = as_lines(lines)
-        prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
-        if prefixes is not None and len(prefixes) != len(lines):
-            raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
+        lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
