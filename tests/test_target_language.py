@@ -140,6 +140,49 @@ def test_the_command_line_without_tgt_lang_is_one_line_of_error(multilingual_run
     assert done.stderr.strip().splitlines()[-1].startswith("error: tgt_lang: the model is multilingual")
 
 
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_tag_in_the_text_never_beats_tgt_lang(run, engine, caplog):
+    # printf '>>fr<< A man.\n' | seq2seq-translate tgt_lang=de wrote French, without a word.
+    translator = load(str(run.path), engine=engine, tgt_lang="de", **SETTINGS)
+    expected = translator.translate(LINES[:3])
+    assert language_share(expected, "de") >= 0.9
+    tagged = [f">>fr<< {LINES[0]}", f">>de<<{LINES[1]}", f"  >>fr<<  {LINES[2]}"]
+    with caplog.at_level(logging.WARNING, "seq2seq.translate"):
+        assert translator.translate(tagged) == expected
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"input line {n} starts with the tag >>fr<< but tgt_lang=de: translating into de (the tag removed)"
+        for n in (1, 3)
+    ]  # a tag that asks for tgt_lang itself is removed without a warning
+
+
+def test_only_a_leading_tag_of_the_models_languages_is_removed(caplog):
+    tags = ModelLanguages(LanguageTags(SOURCE_PREFIX, ("en-de", "en-fr"), {"de": 4, "fr": 5}))
+    with caplog.at_level(logging.WARNING, "seq2seq.translate"):
+        assert tags.untagged(">>fr<< A man.", "de", 7) == "A man."
+        assert tags.untagged(">>de<< A man.", "de", 8) == "A man."
+        assert tags.untagged("A >>fr<< man.", "de", 9) == "A >>fr<< man."  # text, not a tag
+        assert tags.untagged(">>es<< A man.", "de", 10) == ">>es<< A man."  # no tag of this model
+        assert tags.untagged(">>fr<<", "de", 11) == ""
+    assert [r.getMessage() for r in caplog.records] == [
+        f"input line {n} starts with the tag >>fr<< but tgt_lang=de: translating into de (the tag removed)"
+        for n in (7, 11)
+    ]
+    # A one-direction model has no tags: an OPUS-MT multilingual Marian model reads the user's own.
+    assert ModelLanguages(None).untagged(">>fra<< A man.", None, 1) == ">>fra<< A man."
+
+
+def test_the_command_removes_the_tag_too(multilingual_run, tmp_path, caplog):
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text(f">>fr<< {LINES[0]}\n{LINES[1]}\n")
+    settings = dict(input=str(source), output=str(output), run=str(multilingual_run.path), **SETTINGS)
+    with caplog.at_level(logging.WARNING, "seq2seq.translate"):
+        translate(OmegaConf.structured(TranslateConfig(tgt_lang="de", **settings)))
+    assert output.read_text().splitlines() == load(str(multilingual_run.path), tgt_lang="de", **SETTINGS).translate(
+        LINES[:2]
+    )
+    assert "input line 1 starts with the tag >>fr<< but tgt_lang=de" in caplog.text
+
+
 def test_a_one_direction_model_takes_its_own_languages_and_refuses_others():
     languages = ModelLanguages.of({"src_lang": "en", "tgt_lang": "de"}, tokenizers=None)
     assert languages == ModelLanguages(None, "en", "de")

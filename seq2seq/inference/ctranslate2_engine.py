@@ -216,7 +216,8 @@ class CTranslate2Translator:
     def _source_tokens(self, line: str, number: int) -> list[str]:
         """The line's tokens, cut to the model's positions (</s> included) as `Translator.encode` cuts them,
         with its warning: CTranslate2 itself would cut them silently (max_input_length)."""
-        tokens = self.tokenizers.src.encode(line, add_special_tokens=False).tokens
+        text = self.languages.untagged(line, self.tgt_lang, number)  # tgt_lang's tag, not one in the text
+        tokens = self.tokenizers.src.encode(text, add_special_tokens=False).tokens
         tag = self._tags(self.languages.source_tag(self.tgt_lang))  # data.lang_tag=source_prefix
         return fit_source([*tag, *tokens], self.max_positions, number, log)
 

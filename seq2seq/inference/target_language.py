@@ -11,6 +11,7 @@ refused. No torch here: the CTranslate2 engine uses it too.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from seq2seq.config import DataConfig, UserError
 from seq2seq.data.directions import LanguageTags, language_tags
 
 log = logging.getLogger("seq2seq.translate")
+_LEADING_TAG = re.compile(r"\s*(>>([^<>\s]+)<<)\s*")  # data.directions.language_tag's spelling, and the space after
 UNNAMED = (None, "src", "tgt")  # DataConfig's placeholders: a run that never named its languages
 
 
@@ -87,6 +89,24 @@ class ModelLanguages:
                 f"{', '.join(sorted(self.tags.ids))} (e.g. tgt_lang={sorted(self.tags.ids)[0]})"
             )
         return tgt_lang
+
+    def untagged(self, line: str, tgt_lang: str | None, number: int) -> str:
+        """A source line without a tag of the model's written at its start (">>fr<< A man.", as OPUS-MT's
+        users write them): tgt_lang= chooses the language, and the engine puts its tag where the run
+        put it. Left in, a SentencePiece tokenizer reads it as the tag itself, after tgt_lang's, and the
+        model wrote French under tgt_lang=de. A tag of another language than tgt_lang's is warned of,
+        naming the line; a tag elsewhere in the line, or of a language the model has no tag for, is text."""
+        if self.tags is None or not (found := _LEADING_TAG.match(line)) or found.group(2) not in self.tags.ids:
+            return line
+        if found.group(2) != tgt_lang:
+            log.warning(
+                "input line %d starts with the tag %s but tgt_lang=%s: translating into %s (the tag removed)",
+                number,
+                found.group(1),
+                tgt_lang,
+                tgt_lang,
+            )
+        return line[found.end() :]
 
     def source_tag(self, tgt_lang: str | None) -> list[int]:
         """The ids put before a source: the tag under source_prefix."""

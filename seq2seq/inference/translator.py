@@ -143,14 +143,16 @@ class Translator:
         return translator
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
-        """Source ids + EOS (after the target language's tag under data.lang_tag=source_prefix), cut to
+        """Source ids + EOS (after the target language's tag under data.lang_tag=source_prefix; a tag the
+        line starts with removed: ModelLanguages.untagged), cut to
         the model's positions with a warning that names the line (by `line_numbers`, one per line; 1, 2,
         ... without them)."""
-        numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
+        numbers = list(line_numbers if line_numbers is not None else range(1, len(lines) + 1))
         tag = self.languages.source_tag(self.tgt_lang)
+        texts = [self.languages.untagged(line, self.tgt_lang, n) for line, n in zip(lines, numbers, strict=True)]
         return [
             [*fit_source([*tag, *ids], self.max_positions, number, log), EOS_ID]
-            for number, ids in zip(numbers, self.tokenizers.encode_src(lines), strict=True)
+            for number, ids in zip(numbers, self.tokenizers.encode_src(texts), strict=True)
         ]
 
     def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
