@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import digit_sentence
@@ -15,11 +17,11 @@ from omegaconf import OmegaConf
 
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
-from seq2seq.config import TranslateConfig, UserError
+from seq2seq.config import DataConfig, TranslateConfig, UserError
 from seq2seq.data.directions import DECODER_START, SOURCE_PREFIX, LanguageTags
 from seq2seq.inference.command import translate
 from seq2seq.inference.load import load
-from seq2seq.inference.target_language import ModelLanguages
+from seq2seq.inference.target_language import ModelLanguages, translate_command
 
 LINES = [digit_sentence("en", 30_000 + i) for i in range(8)]
 SETTINGS = dict(beam=1, device="cpu", precision="fp32")
@@ -181,6 +183,38 @@ def test_the_command_removes_the_tag_too(multilingual_run, tmp_path, caplog):
         LINES[:2]
     )
     assert "input line 1 starts with the tag >>fr<< but tgt_lang=de" in caplog.text
+
+
+def test_the_translate_command_of_a_multilingual_model_names_tgt_lang_and_its_languages():
+    data = {"directions": ["en-de", "en-fr", "de-en"], "lang_tag": "source_prefix"}
+    assert translate_command("run", "runs/my run", data) == (
+        "seq2seq-translate run='runs/my run' tgt_lang=de < input.txt > output.txt  # tgt_lang= one of de, en, fr"
+    )
+    one_direction = DataConfig(src_lang="en", tgt_lang="de")
+    assert (
+        translate_command("checkpoint", "m", one_direction) == "seq2seq-translate checkpoint=m < input.txt > output.txt"
+    )
+    assert translate_command("run", "r", None) == "seq2seq-translate run=r < input.txt > output.txt"
+
+
+def test_the_printed_translate_commands_of_a_multilingual_model_work(multilingual_run, tmp_path, capsys):
+    # The training summary and seq2seq-export printed `seq2seq-translate run=...` without tgt_lang=, which
+    # answers "tgt_lang: the model is multilingual; name the language".
+    from seq2seq.cli.export import main as export_main
+
+    export_main([f"run={multilingual_run.path}", f"output={tmp_path / 'ct2'}", "format=ctranslate2"])
+    printed = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("translate with: "))
+    commands = {
+        "summary": translate_command("run", multilingual_run.path, multilingual_run.cfg.data),
+        "export": printed.removeprefix("translate with: "),
+    }
+    assert commands["export"].startswith(f"seq2seq-translate checkpoint={tmp_path / 'ct2'} tgt_lang=de ")
+    (tmp_path / "input.txt").write_text("".join(line + "\n" for line in LINES))
+    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for name, command in commands.items():
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=environment, capture_output=True, text=True)
+        assert done.returncode == 0, (name, done.stderr)
+        assert language_share((tmp_path / "output.txt").read_text().splitlines(), "de") >= 0.9, name
 
 
 def test_a_one_direction_model_takes_its_own_languages_and_refuses_others():

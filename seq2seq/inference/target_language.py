@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from seq2seq.config import DataConfig, UserError
+from seq2seq.config import DataConfig, UserError, parse_direction
 from seq2seq.data.directions import LanguageTags, language_tags
 
 log = logging.getLogger("seq2seq.translate")
@@ -125,3 +128,18 @@ class ModelLanguages:
         if self.tags is None:
             return {"src_lang": self.src_lang or "src", "tgt_lang": self.tgt_lang or "tgt"}
         return {"directions": list(self.tags.directions), "lang_tag": self.tags.placement}
+
+
+def translate_command(key: str, path: str | Path, data: Any) -> str:
+    """The seq2seq-translate command line that translates with a model (`key`=`path`: run= or
+    checkpoint=), as the training summary and seq2seq-export print it to be pasted into a shell. A
+    multilingual model's has tgt_lang= (its first direction's target: without one the command fails)
+    and, after a shell comment, the languages tgt_lang= may take. `data`: the model's data config (a
+    DataConfig, its DictConfig, or a checkpoint's or export record's dict); None for one direction."""
+    command = f"seq2seq-translate {key}={shlex.quote(str(path))}"
+    listed = data.get("directions") if isinstance(data, Mapping) else getattr(data, "directions", None)
+    directions = [parse_direction(entry) for entry in listed or []]
+    if not directions:
+        return f"{command} < input.txt > output.txt"
+    languages = ", ".join(sorted({tgt for _, tgt in directions}))
+    return f"{command} tgt_lang={directions[0][1]} < input.txt > output.txt  # tgt_lang= one of {languages}"
