@@ -40,7 +40,7 @@ class PathKind(enum.Enum):
 def path_kind(path: str | Path) -> PathKind:
     path = Path(path)
     if path.is_dir():
-        if _is_argos_folder(path) or (path / CTRANSLATE2_FILE).is_file() and _is_argos_folder(path.parent):
+        if _is_argos_folder(path) or ((path / CTRANSLATE2_FILE).is_file() and _is_argos_folder(path.parent)):
             return PathKind.ARGOS
         if (path / CTRANSLATE2_FILE).is_file():
             return PathKind.CTRANSLATE2

@@ -62,7 +62,7 @@ def int8_export(cfg: Any, load: Callable[[str], TranslatorAPI]) -> str:
 
 def why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
     """None when the run's CTranslate2 export can decode this request (as PyTorch would, with
-    `same_lines`); else why not."""
+    `same_lines`); else why not. An Argos package given is an error at once: neither engine reads one."""
     if cfg.checkpoint and path_kind(str(cfg.checkpoint)) is PathKind.ARGOS:
         raise argos_package_error(cfg.checkpoint)
     if cfg.checkpoint or not cfg.run:
