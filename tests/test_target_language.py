@@ -282,3 +282,6 @@ def test_attention_shows_the_source_tag_the_model_read(multilingual_run):
     (sample,) = translate_with_attention(translator, LINES[:1])
     assert sample.source == [">>fr<<", *translator.tokenizers.src_tokens(LINES[0]), "</s>"]
     assert sample.weights["cross"][-1].shape[-1] == len(translator.encode(LINES[:1])[0])  # (heads, rows, source)
+    # A tag written in the line is not what the model read: the plot leaves it out, as the engines do.
+    (tagged,) = translate_with_attention(translator, [f">>de<< {LINES[0]}"])
+    assert tagged.source == sample.source and tagged.output == sample.output

@@ -22,7 +22,7 @@ from seq2seq.config import DataConfig, UserError, parse_direction
 from seq2seq.data.directions import LanguageTags, language_tags
 
 log = logging.getLogger("seq2seq.translate")
-_LEADING_TAG = re.compile(r"\s*(>>([^<>\s]+)<<)\s*")  # data.directions.language_tag's spelling, and the space after
+_LEADING_TAG = re.compile(r"\s*>>([^<>\s]+)<<\s*")  # data.directions.language_tag's spelling, and the space after
 UNNAMED = (None, "src", "tgt")  # DataConfig's placeholders: a run that never named its languages
 
 
@@ -99,17 +99,23 @@ class ModelLanguages:
         put it. Left in, a SentencePiece tokenizer reads it as the tag itself, after tgt_lang's, and the
         model wrote French under tgt_lang=de. A tag of another language than tgt_lang's is warned of,
         naming the line; a tag elsewhere in the line, or of a language the model has no tag for, is text."""
-        if self.tags is None or not (found := _LEADING_TAG.match(line)) or found.group(2) not in self.tags.ids:
-            return line
-        if found.group(2) != tgt_lang:
+        written, text = self.split_tag(line)
+        if written is not None and written != tgt_lang:
             log.warning(
                 "input line %d starts with the tag %s but tgt_lang=%s: translating into %s (the tag removed)",
                 number,
-                found.group(1),
+                f">>{written}<<",
                 tgt_lang,
                 tgt_lang,
             )
-        return line[found.end() :]
+        return text
+
+    def split_tag(self, line: str) -> tuple[str | None, str]:
+        """(the language of a tag of the model's that `line` starts with, or None; the line without it)."""
+        found = _LEADING_TAG.match(line) if self.tags is not None else None
+        if found is None or found.group(1) not in self.tags.ids:
+            return None, line
+        return found.group(1), line[found.end() :]
 
     def source_tag(self, tgt_lang: str | None) -> list[int]:
         """The ids put before a source: the tag under source_prefix."""
