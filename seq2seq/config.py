@@ -244,7 +244,9 @@ class TranslateConfig:
     run: str | None = setting(
         None, "run directory (the weights written at the end of training, else best.pt, else last.pt)"
     )
-    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    checkpoint: str | None = setting(
+        None, "or a checkpoint file, with its tokenizer file(s) beside it or in its run dir"
+    )
     input: str = setting("-", "file to translate, one sentence per line; - reads stdin")
     output: str = setting("-", "where translations go; - writes stdout")
     replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
@@ -292,7 +294,9 @@ CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "i
 @dataclass
 class ExportConfig:
     run: str | None = setting(None, "run directory (uses checkpoints/best.pt, else last.pt)")
-    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    checkpoint: str | None = setting(
+        None, "or a checkpoint file, with its tokenizer file(s) beside it or in its run dir"
+    )
     output: str | None = setting(None, "directory to create (must not exist)")
     format: str = setting(
         "safetensors",

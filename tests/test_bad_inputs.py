@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import unicodedata
 import zipfile
 from pathlib import Path
@@ -232,6 +233,36 @@ def translate_file(run: Path, tmp_path: Path, data: bytes, *extra: str) -> tuple
 def test_empty_input_file_gives_empty_output(run_dir, tmp_path):
     result, output = translate_file(run_dir, tmp_path, b"")
     assert result["lines"] == 0 and output == b""
+
+
+def test_input_from_a_pipe_a_fifo_or_a_device_is_read_and_a_directory_refused(run_dir, tmp_path):
+    # input=/dev/stdin, input=<(...) (a pipe, /dev/fd/N) and input=/dev/null were "is not a file".
+    lines = b"a b c\nd e f\n"
+    _, expected = translate_file(run_dir, tmp_path, lines)
+    assert expected.count(b"\n") == 2
+
+    def translated(source: str) -> tuple[dict, bytes]:
+        target = tmp_path / "from-stream.txt"
+        cfg = compose_config("translate", [f"run={run_dir}", f"input={source}", f"output={target}", "beam=1"])
+        return translate(cfg), target.read_bytes()
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, lines)  # fits the pipe's buffer: no writer thread needed
+    os.close(write_end)
+    try:
+        assert translated(f"/dev/fd/{read_end}")[1] == expected  # what bash's <(...) gives
+    finally:
+        os.close(read_end)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(lines))  # opening blocks until read
+    writer.start()
+    assert translated(str(fifo))[1] == expected
+    writer.join()
+    assert translated("/dev/null") == ({"lines": 0, "seconds": pytest.approx(0, abs=60)}, b"")
+    with pytest.raises(UserError) as info:
+        translated(str(tmp_path))
+    assert str(info.value) == f"{tmp_path}: is a directory; give input= a file of lines (or - for standard input)"
 
 
 @pytest.mark.parametrize("data", [b"\n", b"\n\n\n\n\n", b"\r\n\r\n\r\n", b"  \n\t\n"])

@@ -142,6 +142,28 @@ def test_both_engines_write_the_same_lines(sentencepiece_run: Path, beam: int) -
     assert sum(line != "" for line in ours) >= len(ours) // 2  # a model that writes something
 
 
+def test_a_copied_checkpoint_without_its_tokenizer_names_the_files_it_needs(
+    sentencepiece_run: Path, tmp_path: Path
+) -> None:
+    # It said "no tokenizer.json beside it", a file this model never had.
+    import shutil
+
+    copy = tmp_path / "elsewhere" / "model.pt"
+    copy.parent.mkdir()
+    shutil.copyfile(sentencepiece_run / "checkpoints" / "best.pt", copy)
+    with pytest.raises(UserError) as info:
+        Translator.load(copy, precision="fp32", device="cpu")
+    assert str(info.value) == (
+        f"{copy}: its tokenizer is not beside it or in its run directory: source.spm, target.spm and vocab.json "
+        "(data.tokenizer=sentencepiece); copy them from the run that trained it"
+    )
+    for name in ("source.spm", "target.spm", "vocab.json"):  # the files named are the files it needs
+        shutil.copyfile(sentencepiece_run / name, copy.parent / name)
+    settings = dict(beam=1, precision="fp32", device="cpu")
+    expected = Translator.load(sentencepiece_run, **settings).translate(SENTENCEPIECE_LINES[:4])
+    assert Translator.load(copy, **settings).translate(SENTENCEPIECE_LINES[:4]) == expected
+
+
 def test_resume_reads_the_runs_tokenizer(sentencepiece_run: Path, tmp_path: Path) -> None:
     """A resumed run tokenizes with the files in its directory, not with a tokenizer trained again."""
     import shutil

@@ -22,7 +22,7 @@ from typing import Any, NotRequired, TypedDict
 import torch
 
 from seq2seq.artifacts.freshness import why_stale
-from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE
+from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE, PathKind, argos_package_error, path_kind
 from seq2seq.artifacts.run_dir import RunDir, temporary_affixes
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
@@ -202,6 +202,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     built from it (`read_model_file`), its training state where a run resumes from it
     (`load_training_state`). An averaged checkpoint has no training state."""
     path = Path(path)
+    if path_kind(path) is PathKind.ARGOS:  # a zip too: torch.load would call it a corrupt checkpoint
+        raise argos_package_error(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint file")
     try:

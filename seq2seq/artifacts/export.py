@@ -38,7 +38,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
         raise UserError(f"{output}: already exists; give output= a new directory")
     path = Path(cfg.checkpoint) if cfg.checkpoint else RunDir(cfg.run).find_checkpoint()
     payload = load_checkpoint(path)
-    tokenizers = load_tokenizers(path, cfg.run)
+    tokenizers = load_tokenizers(path, cfg.run, payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
     if cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
@@ -86,7 +86,7 @@ def write_run_exports(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, Pa
     remove_stale_export_directories(run_dir)
     path = RunDir(run_dir).find_checkpoint()
     payload = load_checkpoint(path)
-    tokenizers = load_tokenizers(path, str(run_dir))
+    tokenizers = load_tokenizers(path, str(run_dir), payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     written: dict[str, Path | UserError] = {}
     for name, fmt in RUN_EXPORTS.items():

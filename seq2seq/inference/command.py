@@ -117,7 +117,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     plot = _attention_plotter(translator, cfg.attention)
     try:
         first_chunk = min(cfg.batch_size, FIRST_CHUNK_LINES)
-        chunks = _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), first_chunk, cfg.input)
+        chunks = _read_chunks(source, _is_terminal(source), first_chunk, cfg.input)
         for chunk in chunks:
             sources, prefixes = split_prefixes(chunk) if cfg.prefix else (chunk, None)
             results = translator.translate_nbest(sources, prefixes, first_line_number=lines + 1)
@@ -142,6 +142,15 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.attention:
         log.info("cross-attention heatmaps of the non-empty lines are in %s", cfg.attention)
     return result
+
+
+def _is_terminal(source: IO[bytes]) -> bool:
+    """Whether a person types the input (stdin, or input=/dev/stdin, or input=/dev/tty): then each
+    line is translated as it is entered."""
+    try:
+        return source.isatty()
+    except (OSError, ValueError):  # a closed or unusual stream: read it as a file
+        return False
 
 
 def _refuse_closed_standard_streams(cfg: DictConfig) -> None:
@@ -212,11 +221,23 @@ def _attention_plotter(translator: Any, directory: str | None) -> Callable[[list
 
 
 def _open_input(path: str) -> IO[bytes]:
-    if not Path(path).is_file():
-        raise UserError(f"{path}: no such input file" if not Path(path).exists() else f"{path}: is not a file")
+    """A file, or anything else that reads as a stream of lines: a pipe or FIFO (input=/dev/stdin, the
+    shell's input=<(...), i.e. /dev/fd/N), a character device (input=/dev/null: no lines). A directory
+    is refused: it has no lines to read."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such input file") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the input ({err.strerror or err})") from err
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{path}: is a directory; give input= a file of lines (or - for standard input)")
     import gzip
 
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    try:
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the input ({err.strerror or err})") from err
 
 
 def _score(hypotheses: list[str], reference_path: str) -> dict[str, float]:

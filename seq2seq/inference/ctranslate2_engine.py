@@ -23,7 +23,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_languages, read_max_positions
+from seq2seq.artifacts.ctranslate2 import (
+    check_vocabularies,
+    read_languages,
+    read_max_positions,
+    unreadable_model,
+)
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
@@ -33,9 +38,9 @@ from seq2seq.inference.run_export import checked_export, given_export, int8_expo
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
-    as_lines,
     check_beam_fits,
     check_prefix_fits,
+    checked_input,
     decoding_config,
     fit_source,
     output_budget,
@@ -100,6 +105,7 @@ class CTranslate2Translator:
     """
 
     kind = "ctranslate2"  # the engine it is (TranslatorAPI.kind)
+    one_line_items = False  # as Translator's: the Python API's loaders set it
 
     @classmethod
     def load(cls, path: str | Path, **settings: Any) -> CTranslate2Translator:
@@ -112,7 +118,9 @@ class CTranslate2Translator:
             samples than PyTorch's from the same seed). Bad files or settings raise
             `seq2seq.config.UserError`, one line.
         """
-        return cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
+        translator = cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
+        translator.one_line_items = True
+        return translator
 
     @classmethod
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> CTranslate2Translator:
@@ -167,8 +175,10 @@ class CTranslate2Translator:
                 inter_threads=inter_threads,
                 intra_threads=intra_threads,
             )
-        except (RuntimeError, ValueError) as err:
-            raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
+        except (RuntimeError, ValueError, IndexError) as err:  # IndexError: a model.bin zeroed at its start
+            if device == "cuda" and "cuda" in str(err).lower():  # the GPU's libraries, not the file
+                raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
+            raise unreadable_model(directory, err, ctranslate2.__version__) from err
         if device == "cuda":
             self._check_it_decodes_on_cuda(directory, ctranslate2.__version__)
         if cfg.sampling:
@@ -206,7 +216,8 @@ class CTranslate2Translator:
     def _source_tokens(self, line: str, number: int) -> list[str]:
         """The line's tokens, cut to the model's positions (</s> included) as `Translator.encode` cuts them,
         with its warning: CTranslate2 itself would cut them silently (max_input_length)."""
-        tokens = self.tokenizers.src.encode(line, add_special_tokens=False).tokens
+        text = self.languages.untagged(line, self.tgt_lang, number)  # tgt_lang's tag, not one in the text
+        tokens = self.tokenizers.src.encode(text, add_special_tokens=False).tokens
         tag = self._tags(self.languages.source_tag(self.tgt_lang))  # data.lang_tag=source_prefix
         return fit_source([*tag, *tokens], self.max_positions, number, log)
 
@@ -215,10 +226,7 @@ class CTranslate2Translator:
     ) -> list[list[Translation]] | list[Translation]:
         if isinstance(lines, str):  # one line: its n-best list
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
-        lines = as_lines(lines)
-        prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
-        if prefixes is not None and len(prefixes) != len(lines):
-            raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
+        lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
