@@ -20,7 +20,7 @@ from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import DataConfig, TranslateConfig, UserError
 from seq2seq.data.directions import DECODER_START, SOURCE_PREFIX, LanguageTags
 from seq2seq.inference.command import translate
-from seq2seq.inference.load import load
+from seq2seq.inference.engine_loader import load
 from seq2seq.inference.target_language import ModelLanguages, translate_command
 
 LINES = [digit_sentence("en", 30_000 + i) for i in range(8)]

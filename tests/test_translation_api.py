@@ -142,7 +142,7 @@ def line_breaks() -> list[str]:
 @pytest.mark.parametrize("way_in", ["Translator.load", "CTranslate2Translator.load", "load"])
 def test_an_item_with_a_line_break_is_refused_naming_it(run_dir: Path, way_in: str) -> None:
     # translate(["a b\nc d", "e f"]) gave one translation of both lines of the first item.
-    from seq2seq.inference.load import load
+    from seq2seq.inference.engine_loader import load
 
     if way_in == "CTranslate2Translator.load":
         pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
@@ -266,9 +266,9 @@ def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
 
 
 def test_load_decodes_with_the_engine_the_command_picks(run_dir: Path, tmp_path: Path) -> None:
-    """`seq2seq.inference.load.load`: the run's CTranslate2 export where it writes PyTorch's lines,
+    """`seq2seq.inference.load`: the run's CTranslate2 export where it writes PyTorch's lines,
     PyTorch where the settings need it, the same lines as seq2seq-translate either way."""
-    from seq2seq.inference.load import load
+    from seq2seq.inference.engine_loader import load
 
     fast = load(run_dir, beam=3, precision="fp32", device="cpu")
     nbest = load(run_dir, beam=3, nbest=2, precision="fp32", device="cpu")

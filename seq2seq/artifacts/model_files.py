@@ -1,5 +1,5 @@
 """A model's files read as one: a training checkpoint or a weights export (see safetensors.py) as a
-checkpoint-shaped payload, and the tokenizer that belongs to it. What decoding (seq2seq.inference.load),
+checkpoint-shaped payload, and the tokenizer that belongs to it. What decoding (seq2seq.inference.engine_loader),
 seq2seq-export, averaging and init_from= read a model with.
 """
 

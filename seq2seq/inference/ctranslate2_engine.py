@@ -47,6 +47,7 @@ from seq2seq.inference.translation import (
     replaced,
     to_translate,
 )
+from seq2seq.startup import prepare_process
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -64,6 +65,7 @@ class EngineUnavailable(UserError):
 def cuda_device_count() -> int:
     """GPUs as CTranslate2 counts them (0 without the package): how engine=auto and device=auto decide
     without importing torch."""
+    prepare_process()  # before ctranslate2 loads, as the commands do
     try:
         import ctranslate2
     except ImportError:
@@ -139,6 +141,7 @@ class CTranslate2Translator:
     def __init__(self, cfg: Any, directory: str | Path) -> None:
         """`cfg`: a TranslateConfig (its run= and checkpoint= are not read); `directory`: the model."""
         directory = Path(directory)
+        prepare_process()  # before ctranslate2 loads, whichever way this class was reached
         try:
             import ctranslate2
         except ImportError as err:

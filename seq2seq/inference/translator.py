@@ -16,6 +16,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from seq2seq.startup import prepare_process
+
+# Before torch loads, whichever way this class was reached (seq2seq.inference or this module): the
+# settings oneDNN and OpenMP read once, as the commands set them.
+prepare_process()
+
 import torch
 from omegaconf import DictConfig
 
@@ -103,7 +109,7 @@ class Translator:
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> Translator:
         """The Translator that `cfg` describes: run= or checkpoint= (several, comma-separated: an
         ensemble), device, precision, threads, search or sampling settings, batch size. The PyTorch
-        engine of `seq2seq.inference.load` (seq2seq-translate, seq2seq-serve) and of `load`."""
+        engine of `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
         device = pick_device(cfg.device)
         check_precision(cfg.precision, device)
         sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
@@ -133,7 +139,7 @@ class Translator:
         """Loads a model once for translating many lists of lines, on PyTorch. `path` and the keyword
         settings (beam, nbest, length_penalty, max_len_a, max_len_b, batch_size, precision, device,
         threads, sampling, seed) are those of `seq2seq.inference.translation.decoding_config`, with
-        seq2seq-translate's defaults; `seq2seq.inference.load.load` takes the same and picks the engine.
+        seq2seq-translate's defaults; `seq2seq.inference.load` takes the same and picks the engine.
         Each item it translates must be one line: one with a line break is refused (check_one_line).
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key
         (a setting of the wrong type is also a TypeError, a bad value also a ValueError).
