@@ -147,7 +147,7 @@ def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         prefix, suffix = temporary_affixes(path)
         fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
             handle.flush()
@@ -168,7 +168,8 @@ def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask, for files made with mkstemp (0600) that should be ordinary files."""
     mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
     os.umask(mask)
     return mask

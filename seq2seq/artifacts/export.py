@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from seq2seq.artifacts.checkpoint import check_vocabulary, load_checkpoint, model_config_of
+from seq2seq.artifacts.checkpoint import check_vocabulary, current_umask, load_checkpoint, model_config_of
 from seq2seq.artifacts.ctranslate2 import ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
@@ -139,7 +139,7 @@ def _write_directory(output: Path, write: Callable[[Path], None], replace: bool 
     except OSError as err:
         raise UserError(f"{output}: cannot create the output directory ({err.strerror or err})") from err
     try:
-        mask = _umask()
+        mask = current_umask()
         write(staging)
         for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
             os.chmod(file, 0o666 & ~mask)
@@ -164,8 +164,3 @@ def _write_directory(output: Path, write: Callable[[Path], None], replace: bool 
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

@@ -346,10 +346,8 @@ class CTranslate2Translator:
         batches of at most batch_size lines; with `small_batches` on a CPU, of at most 32 lines, and
         split so that every worker (inter_threads) gets work: two batches each where they keep 8 lines.
 
-        Why: in one call of test2016's 1,000 lines (2-core AMX, d128x4 en-de export, beam 5, fp32),
-        batches of 128 / 64 / 32 / 16 / 8 lines decoded 454 / 518 / 547 / 539 / 498 lines/s (two rounds'
-        mean); a server's shuffled 32-line batch in batches of 16 / 8 (one / two per worker) 403 / 444,
-        an 8-line one in batches of 4 / 2 319 / 275."""
+        Why: mid-sized batches decoded fastest, and a server's small batch is fastest split so that each
+        worker gets one or two (the figures: docs/performance.md, "Serving")."""
         batch_size = self.cfg.batch_size
         if small_batches and self.engine.device == "cpu":
             per_worker = -(-len(rows) // self.engine.num_translators)
