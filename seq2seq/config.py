@@ -244,9 +244,12 @@ class TranslateConfig:
     run: str | None = setting(
         None, "run directory (the weights written at the end of training, else best.pt, else last.pt)"
     )
-    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    checkpoint: str | None = setting(
+        None, "or a checkpoint file, with its tokenizer file(s) beside it or in its run dir"
+    )
     input: str = setting("-", "file to translate, one sentence per line; - reads stdin")
     output: str = setting("-", "where translations go; - writes stdout")
+    replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
     reference: str | None = setting(None, "reference translations: print sacreBLEU and chrF to stderr")
     beam: int = setting(5, "beam size; 1 is greedy search")
     length_penalty: float = setting(1.0, "alpha in score / length^alpha; 0 favours short outputs")
@@ -291,7 +294,9 @@ CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "i
 @dataclass
 class ExportConfig:
     run: str | None = setting(None, "run directory (uses checkpoints/best.pt, else last.pt)")
-    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    checkpoint: str | None = setting(
+        None, "or a checkpoint file, with its tokenizer file(s) beside it or in its run dir"
+    )
     output: str | None = setting(None, "directory to create (must not exist)")
     format: str = setting(
         "safetensors",
@@ -337,6 +342,7 @@ class AverageConfig:
     last: int = setting(5, "with run=: how many of the newest periodic checkpoints")
     output: str | None = setting(None, "default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file")
     force: bool = setting(False, "average even when the checkpoints reach back into the first half of the run")
+    replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
 
 
 # How seq2seq-distill picks each line's target among the teacher's n-best: nothing (the teacher's best), or

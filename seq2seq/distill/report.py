@@ -20,7 +20,7 @@ from typing import Any
 import sacrebleu
 
 from seq2seq.config import UserError
-from seq2seq.inference.load import load
+from seq2seq.inference.engine_loader import load
 from seq2seq.inference.translation import one_line
 
 log = logging.getLogger("seq2seq.distill")
