@@ -48,6 +48,7 @@ from seq2seq.train.distributed import (
     lost_peer,
     lost_peer_message,
 )
+from seq2seq.train.init_from import init_weights_from
 from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.run_outputs import (
@@ -249,7 +250,7 @@ def _build_trainer(
             f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
         )
     elif cfg.init_from:
-        trainer.init_weights_from(cfg.init_from)
+        init_weights_from(trainer.model, cfg.init_from, cfg, trainer.state_dict_vocab())
         log.info("initialised weights from %s", cfg.init_from)
     return trainer
 

@@ -26,17 +26,8 @@ import torch
 from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
-from seq2seq.artifacts.checkpoint import (
-    TrainingState,
-    Vocabulary,
-    find_model_file,
-    load_training_state,
-    save_training_state,
-)
-from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
-from seq2seq.artifacts.model_files import read_model_file
-from seq2seq.artifacts.path_kind import PathKind, path_kind
-from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, RunDir
+from seq2seq.artifacts.checkpoint import TrainingState, Vocabulary, load_training_state, save_training_state
+from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import UserError, as_dict
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
@@ -347,29 +338,6 @@ class Trainer:
             random.seed(seed)
             np.random.seed(seed)
             torch.manual_seed(seed)
-
-    def init_weights_from(self, path: str) -> None:
-        """Fine-tuning: weights only; optimiser, schedule and data start fresh. `path`: a training
-        checkpoint or a weights-only export (model.safetensors or its directory)."""
-        if is_huggingface_model(path):  # a Marian model: run.py has already taken its config and tokenizers
-            payload, _ = load_pretrained(path)
-            payload["config"]["model"].update({k: self.cfg.model[k] for k in TRAINING_ONLY_KEYS})
-        else:
-            _, payload = read_model_file(weights_file_of(path))
-        if payload["config"]["model"] != as_dict(self.cfg.model):
-            raise UserError(f"init_from={path}: its model config differs from model.* of this run")
-        theirs, ours = payload["vocab"], self.state_dict_vocab()
-        if (theirs["src_size"], theirs["tgt_size"]) != (ours["src_size"], ours["tgt_size"]):
-            raise UserError(
-                f"init_from={path}: its vocabularies have {theirs['src_size']}/{theirs['tgt_size']} entries, this "
-                f"run's tokenizer {ours['src_size']}/{ours['tgt_size']}: its embeddings cannot be used"
-            )
-        if theirs.get("tokenizer") not in (None, ours["tokenizer"]):
-            log.warning(
-                "init_from=%s was trained with another tokenizer of the same size: its embeddings mean other tokens",
-                path,
-            )
-        self.model.load_state_dict(payload["model"])
 
     # ---- one update -------------------------------------------------------------------------
     # train_step reads as its parts: gradients (with the out-of-memory retry), the grad scaler's
@@ -795,21 +763,6 @@ class Trainer:
         if cfg.attention_images:
             sources = [source for source, _, _ in self.samples[:ATTENTION_SENTENCES]]
             dashboard.attention(step, self.translator, sources, self.elapsed_minutes() * 60.0)
-
-
-def weights_file_of(init_from: str) -> Path:
-    """What init_from= names, as a file: a run directory means its model (what translation loads
-    from it); a directory with no model in it is one line, not "no such checkpoint file"."""
-    path = Path(init_from)
-    if path_kind(path) is not PathKind.RUN:
-        return path
-    try:
-        return find_model_file(path)
-    except UserError:
-        raise UserError(
-            f"init_from={init_from}: a directory with no model in it (give a run directory with {CHECKPOINTS_DIR}/, "
-            "a checkpoint .pt, a model.safetensors or its directory, or a Marian model's directory)"
-        ) from None
 
 
 def choose_run_precision(cfg: DictConfig, device: torch.device, dist: DistContext) -> PrecisionChoice:
