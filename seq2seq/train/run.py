@@ -52,7 +52,9 @@ from seq2seq.train.init_from import init_weights_from
 from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.run_outputs import (
+    BeforeStart,
     check_new_run_directory,
+    check_writable,
     clear_earlier_run,
     files_not_a_runs,
     holds_only_startup_files,
@@ -142,20 +144,29 @@ def log_summary(trainer: Trainer) -> None:
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, RunDir(run_dir).tb)
 
 
-def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = None) -> dict[str, Any]:
+def train(
+    cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = None, before: BeforeStart | None = None
+) -> dict[str, Any]:
     """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path).
 
     The steps, in order: the run's config (a resumed run's own, or a Marian model's architecture); the
     device and the process group; the run directory (agreed by the ranks, checked writable, locked,
     cleared of an interrupted run's leftovers); the Trainer (data, recipe, precision, weights); its fit;
-    the summary and exports."""
+    the summary and exports. A start that fails takes back what it added to the run directory: `before`
+    is the directory as it stood before the start (seq2seq-train notes it before Hydra writes there)."""
     run_dir, overrides = Path(run_dir), overrides or []
-    cfg, payload = _run_config(cfg, overrides)
+    before = before or BeforeStart.of(run_dir)
     # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
     # made by Hydra just now), and writable (the lock is written there). From code, train() checks it.
     claimed = holds_run_directory(run_dir)
-    if not cfg.resume and not claimed:
-        check_new_run_directory(run_dir, cfg.overwrite)
+    try:
+        cfg, payload = _run_config(cfg, overrides)
+        if not cfg.resume and not claimed:
+            check_new_run_directory(run_dir, cfg.overwrite)
+    except BaseException:
+        if claimed:
+            before.take_back()
+        raise
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
@@ -167,10 +178,17 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
             start = Trainer.clock()
             if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
                 if not claimed:
-                    _check_writable(run_dir)
+                    check_writable(run_dir)
+                    run_dir.mkdir(parents=True, exist_ok=True)
                 held.enter_context(run_directory_lock(run_dir))
-                _clear_leftovers(cfg, run_dir)
-            trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
+            try:
+                if dist.is_main:
+                    _clear_leftovers(cfg, run_dir)
+                trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
+            except BaseException:
+                if dist.is_main:  # holding the lock: no other run writes there
+                    before.take_back()
+                raise
             if dist.is_main:
                 log_summary(trainer)
             reason = trainer.run()
@@ -293,16 +311,6 @@ def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
     if chosen != run_dir and holds_only_startup_files(run_dir, LOCK_FREE_STARTUP_FILES):
         shutil.rmtree(run_dir, ignore_errors=True)
     return chosen
-
-
-def _check_writable(run_dir: Path) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
 
 
 def _remove_stale_exports(run_dir: Path) -> int:
