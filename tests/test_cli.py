@@ -299,6 +299,23 @@ def test_a_start_refused_for_its_init_from_takes_back_what_it_made(
         assert (run / "notes.txt").read_text() == "mine"
 
 
+def test_train_validates_its_config_once(tmp_path: Path, run_main, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The command checked the composed config before Hydra ran, then train() checked it again.
+    import seq2seq.cli.train as command
+    import seq2seq.config as config
+    import seq2seq.train.run as run
+
+    calls = []
+    for name in ("validate_train", "validate_recipes"):
+        real = getattr(config, name)
+        counting = lambda cfg, real=real, name=name: calls.append(name) or real(cfg)  # noqa: E731
+        monkeypatch.setattr(command, name, counting)
+        monkeypatch.setattr(run, name, counting)
+    result = run_main(["seq2seq-train", *TINY_RUN, "max_steps=1", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert calls == ["validate_train", "validate_recipes"]
+
+
 @pytest.mark.parametrize(("override", "key"), [("model.d_modle=64", "d_modle"), ("model=huge", "huge")])
 def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, run_main, override: str, key: str) -> None:
     result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)

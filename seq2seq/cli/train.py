@@ -65,8 +65,9 @@ def main() -> None:
     # Before Hydra: it would add a `+key` and run without reading it, or answer a typo in six lines;
     # and it creates the run directory (.hydra/, train.log) first, with a traceback when it cannot.
     def check() -> None:
+        global _config_checked
         check_override_keys(sys.argv[1:], TrainConfig, GROUPS)
-        check_composed_config(sys.argv[1:])
+        _config_checked = check_composed_config(sys.argv[1:])
         prepare_process()  # the config is good: the work starts, and torch is imported from here on
         check_run_directory(sys.argv[1:])
 
@@ -82,6 +83,7 @@ def main() -> None:
 # or None: a failed start takes back what is new since, while this process holds the directory's lock.
 _before_start: BeforeStart | None = None
 _task_ran = False  # Hydra called _hydra_main: from there a failed start is train()'s to take back
+_config_checked = False  # check_composed_config checked the config Hydra composes: train() need not
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
@@ -103,7 +105,7 @@ def _hydra_main(cfg: DictConfig) -> None:
             raise
         from seq2seq.train.run import train  # torch: only once the config is known to be good
 
-        return train(cfg, run_dir, list(runtime.overrides.task), before=before)  # checks the run's config
+        return train(cfg, run_dir, list(runtime.overrides.task), before=before, checked=_config_checked)
 
     debug = "debug=true" in sys.argv  # cfg.debug itself may be what does not resolve
     summary = exit_on_interrupt(lambda: report_errors(run, debug or cfg.debug), debug)
@@ -111,11 +113,12 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(summary["exit_status"])
 
 
-def check_composed_config(argv: list[str]) -> None:
+def check_composed_config(argv: list[str]) -> bool:
     """The config Hydra will compose from this command line, checked as train() checks it, before the
-    run directory exists and before torch is imported. Left to train(): a resumed run's config (its
-    checkpoint's) and a run from init_from= (a Marian model brings model.*), and what this cannot
-    compose as Hydra will (a sweep, another config file, Hydra's own flags: Hydra reports those)."""
+    run directory exists and before torch is imported; whether it was (then train() does not check it
+    again). Left to train(): a resumed run's config (its checkpoint's) and a run from init_from= (a
+    Marian model brings model.*), and what this cannot compose as Hydra will (a sweep, another config
+    file, Hydra's own flags: Hydra reports those)."""
     from hydra import compose, initialize_config_module
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -123,19 +126,20 @@ def check_composed_config(argv: list[str]) -> None:
     args, overrides = parse_command_line(argv)
     flags = ("cfg", "info", "multirun", "shell_completion", "config_path", "config_name", "config_dir")
     if any(getattr(args, flag, None) for flag in (*flags, "experimental_rerun")):
-        return
+        return False
     values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
     if values.get("resume") or values.get("init_from"):
-        return
+        return False
     keys = [a for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/", "hydra="))]
     try:
         with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
             cfg = compose("train", overrides=keys)
     except (HydraException, OmegaConfBaseException):
-        return  # Hydra says what is wrong, as it would without this check
+        return False  # Hydra says what is wrong, as it would without this check
     check_resolves(cfg)
     validate_train(cfg)
     validate_recipes(cfg)
+    return True
 
 
 def check_run_directory(argv: list[str]) -> None:

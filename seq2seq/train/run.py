@@ -145,7 +145,11 @@ def log_summary(trainer: Trainer) -> None:
 
 
 def train(
-    cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = None, before: BeforeStart | None = None
+    cfg: DictConfig,
+    run_dir: Path | str,
+    overrides: list[str] | None = None,
+    before: BeforeStart | None = None,
+    checked: bool = False,
 ) -> dict[str, Any]:
     """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path).
 
@@ -153,14 +157,15 @@ def train(
     device and the process group; the run directory (agreed by the ranks, checked writable, locked,
     cleared of an interrupted run's leftovers); the Trainer (data, recipe, precision, weights); its fit;
     the summary and exports. A start that fails takes back what it added to the run directory: `before`
-    is the directory as it stood before the start (seq2seq-train notes it before Hydra writes there)."""
+    is the directory as it stood before the start (seq2seq-train notes it before Hydra writes there).
+    `checked`: the caller validated `cfg` (seq2seq-train does, before torch loads), so it is not again."""
     run_dir, overrides = Path(run_dir), overrides or []
     before = before or BeforeStart.of(run_dir)
     # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
     # made by Hydra just now), and writable (the lock is written there). From code, train() checks it.
     claimed = holds_run_directory(run_dir)
     try:
-        cfg, payload = _run_config(cfg, overrides)
+        cfg, payload = _run_config(cfg, overrides, checked)
         if not cfg.resume and not claimed:
             check_new_run_directory(run_dir, cfg.overwrite)
     except BaseException:
@@ -201,19 +206,21 @@ def train(
         cleanup_distributed()
 
 
-def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, TrainingState | None]:
-    """The config this run trains with, checked, and the training state it resumes from (or None)."""
+def _run_config(cfg: DictConfig, overrides: list[str], checked: bool) -> tuple[DictConfig, TrainingState | None]:
+    """The config this run trains with, validated once, and the training state it resumes from (or
+    None). A resumed run's config and a Marian model's architecture are new here: validated here."""
     cfg, payload = copy.deepcopy(cfg), None  # edited below (a Marian model's architecture, ...): ours now
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
         payload = resume_state(Path(cfg.resume))
-        cfg = resumed_config(cfg, overrides, payload.config)
+        cfg, checked = resumed_config(cfg, overrides, payload.config), False
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
-        cfg = pretrained_config(cfg, overrides)
+        cfg, checked = pretrained_config(cfg, overrides), False
     elif cfg.data.tokenizer == "sentencepiece":
-        cfg = sentencepiece_config(cfg, overrides)
-    validate_train(cfg)
-    validate_recipes(cfg)
+        cfg = sentencepiece_config(cfg, overrides)  # decoder_start=pad: a valid choice, whatever was checked
+    if not checked:
+        validate_train(cfg)
+        validate_recipes(cfg)
     return cfg, payload
 
 
