@@ -11,20 +11,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import random
 import re
 import shlex
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
-from seq2seq.artifacts.checkpoint import TrainingState
+from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pretrained_model_config
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
@@ -51,6 +49,7 @@ from seq2seq.train.distributed import (
 from seq2seq.train.init_from import init_weights_from
 from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.recipe import choose_recipe
+from seq2seq.train.rng import seed_everything
 from seq2seq.train.run_outputs import (
     BeforeStart,
     check_new_run_directory,
@@ -59,21 +58,11 @@ from seq2seq.train.run_outputs import (
     files_not_a_runs,
     holds_only_startup_files,
 )
-from seq2seq.train.trainer import (
-    STOPPED_BY_SIGNAL,
-    Trainer,
-    choose_run_precision,
-    resume_state,
-)
+from seq2seq.train.run_precision import choose_run_precision
+from seq2seq.train.trainer import STOPPED_BY_SIGNAL, Trainer
 
 log = logging.getLogger("seq2seq.train")
 GROUPS = TRAIN_GROUPS
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
 
 
 def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any]) -> DictConfig:
@@ -212,7 +201,7 @@ def _run_config(cfg: DictConfig, overrides: list[str], checked: bool) -> tuple[D
     cfg, payload = copy.deepcopy(cfg), None  # edited below (a Marian model's architecture, ...): ours now
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
-        payload = resume_state(Path(cfg.resume))
+        payload = load_training_state(RunDir(cfg.resume).find_checkpoint(prefer=("last",)))
         cfg, checked = resumed_config(cfg, overrides, payload.config), False
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
         cfg, checked = pretrained_config(cfg, overrides), False
@@ -261,7 +250,7 @@ def _build_trainer(
     if dist.is_main:
         data.tokenizers.save(run_dir)
     if payload is None:  # a resumed run's config holds the recipe it chose
-        cfg = choose_recipe(cfg, overrides, run_dir, data, device, dist)
+        cfg = choose_recipe(cfg, overrides, data, device, dist, Trainer.clock)
     precision = choose_run_precision(cfg, device, dist)
     trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
     if payload is not None:
@@ -271,7 +260,7 @@ def _build_trainer(
             cfg.resume,
             trainer.step,
             trainer.stream.epoch,
-            trainer.elapsed_before / 60.0,
+            trainer.budget.elapsed_before / 60.0,
             f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
         )
     elif cfg.init_from:
@@ -366,12 +355,16 @@ def _write_inference_exports(run_dir: Path) -> None:
 
 def _finish(trainer: Trainer, reason: str, run_dir: Path) -> dict[str, Any]:
     cfg = trainer.cfg
-    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": trainer.minutes_since_start()}
+    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": trainer.budget.minutes_since_start()}
     summary.update(best=trainer.best, metrics=trainer.last_metrics, run_dir=str(run_dir))
     if trainer.stop_signal is not None:  # the shell's convention: 130 after Ctrl-C, 143 after SIGTERM
         summary["exit_status"] = 128 + trainer.stop_signal
     if trainer.dist.is_main:
-        resumed = f" ({trainer.elapsed_minutes():.1f} minutes of training in all)" if trainer.elapsed_before else ""
+        resumed = (
+            f" ({trainer.budget.elapsed_minutes():.1f} minutes of training in all)"
+            if trainer.budget.elapsed_before
+            else ""
+        )
         log.info("stopped: %s after %d updates in %.1f minutes%s", reason, trainer.step, summary["minutes"], resumed)
         if reason == STOPPED_BY_SIGNAL:  # out now: the exports are written when the resumed run ends
             log.info("exports for translation not written (stopped by signal); translation reads the checkpoint")
