@@ -264,7 +264,7 @@ def _build_trainer(
             f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
         )
     elif cfg.init_from:
-        init_weights_from(trainer.model, cfg.init_from, cfg, trainer.state_dict_vocab())
+        init_weights_from(trainer.model, cfg.init_from, cfg, trainer.vocab)
         log.info("initialised weights from %s", cfg.init_from)
     return trainer
 

@@ -1,13 +1,10 @@
 """The training loop: updates, validation, checkpoints, and exact resume.
 
-The Trainer owns a run's state from the moment run.py hands it over: the loop and its stop rules, the
-run's clock (`Trainer.clock`: the budget, the schedule and the dashboard read it), the step, best and
-patience, the final validation and save (`run`). It reads the config and never edits it. What it
-composes: the update (update.py), the time budget (budget.py), what it shows (reporting.py).
-
-Everything a run needs to continue bit-for-bit lives in the checkpoint: model, optimiser, schedule,
-grad scaler, update count, the data stream's (epoch, position) and every RNG. A checkpoint is taken
-between updates only, so a run resumed from it replays exactly what the uninterrupted run did.
+The Trainer owns a run once run.py hands it over: the loop and its stop rules, the run's clock, the
+step, best and patience, the final validation and save (`run`); it reads the config, never edits it.
+It composes the update (update.py), the time budget (budget.py) and what it shows (reporting.py).
+Everything a run needs to continue bit-for-bit lives in its checkpoints, taken between updates only,
+so a run resumed from one replays exactly what the uninterrupted run did.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from omegaconf import DictConfig
 from seq2seq import cpu_sharing
 from seq2seq.artifacts.checkpoint import TrainingState, Vocabulary, save_training_state
 from seq2seq.artifacts.run_dir import RunDir
-from seq2seq.config import UserError, as_dict
+from seq2seq.config import as_dict
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.precision import PrecisionChoice
@@ -35,18 +32,18 @@ from seq2seq.train.evaluate import score_directions, validation_loss, validation
 from seq2seq.train.reporting import Report, TrainWindow
 from seq2seq.train.rng import restore_rank_state, rng_state
 from seq2seq.train.run_precision import choose_run_precision, resumed_precision
-from seq2seq.train.update import PendingUpdate, Update, UpdateResult, training_batches, training_model
+from seq2seq.train.update import (
+    NonFiniteLoss,
+    PendingUpdate,
+    RepeatedOutOfMemory,
+    Update,
+    UpdateResult,
+    training_batches,
+    training_model,
+)
 
 log = logging.getLogger(__name__)
 STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
-
-
-class NonFiniteLoss(UserError):
-    """Too many updates in a row had a NaN/inf loss or gradient."""
-
-
-class RepeatedOutOfMemory(UserError):
-    """Too many updates in a row ran out of memory even with their batches split in two."""
 
 
 class Trainer:
@@ -89,30 +86,21 @@ class Trainer:
         self.stop_requested = False
         self.stop_signal: int | None = None  # SIGINT or SIGTERM: the command then exits with 128 + it
         self.files = RunDir(run_dir)  # where its checkpoints go
+        tok = data.tokenizers  # what every checkpoint records of them: translation checks the files beside it
+        sizes = {"src_size": tok.src.get_vocab_size(), "tgt_size": tok.tgt.get_vocab_size(), "pad_id": PAD_ID}
+        self.vocab: Vocabulary = {**sizes, "tokenizer": tok.fingerprint()}
         # On a CPU whose OpenMP threads spin long (the run started on an idle machine): one thread while
         # other work runs (cpu_sharing.py). Not in a deterministic run, whose sums must not depend on load.
-        self.sharing = (
-            cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads)
-            if device.type == "cpu" and not cfg.deterministic
-            else None
-        )
-        self.tokenizer_fingerprint = data.tokenizers.fingerprint()
+        cpu = device.type == "cpu" and not cfg.deterministic
+        self.sharing = cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads) if cpu else None
 
     # ---- the checkpoint: what the run is, and how it goes on ------------------------------------
-    def state_dict_vocab(self) -> Vocabulary:
-        return {
-            "src_size": self.data.tokenizers.src.get_vocab_size(),
-            "tgt_size": self.data.tokenizers.tgt.get_vocab_size(),
-            "pad_id": PAD_ID,
-            "tokenizer": self.tokenizer_fingerprint,  # translation checks that the tokenizer beside it is this one
-        }
-
     def training_state(self, rng: list[dict[str, Any]] | None = None) -> TrainingState:
         """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
         return TrainingState(
             model=self.model.state_dict(),
             config={**as_dict(self.cfg), "precision": self.precision},  # a resume computes as the run did
-            vocab=self.state_dict_vocab(),
+            vocab=self.vocab,
             step=self.step,
             data=self.stream.state_dict(),
             optimizer=self.optimizer.state_dict(),
@@ -165,8 +153,7 @@ class Trainer:
     def check_updates(self) -> list[UpdateResult]:
         """The updates since the last check, read back in one transfer. Logs each skip; raises
         NonFiniteLoss once max_skipped_updates non-finite updates came in a row (the grad scaler's own
-        skips, a finite loss with overflowing fp16 gradients, lower its scale and end by themselves, so
-        they do not count toward it)."""
+        skips, a finite loss with overflowing fp16 gradients, end by themselves: they do not count)."""
         pending, self.pending = self.pending, []
         results = self.update.read_back(pending)
         self.read_back += results
@@ -213,9 +200,9 @@ class Trainer:
 
     # ---- validation, best and patience, checkpoints -----------------------------------------------
     def validate(self) -> dict[str, float]:
-        autocast = self.update.autocast
-        metrics = validation_loss(self.objective, self.data.valid, self.cfg.batch_tokens, self.device, autocast)
-        results = validation_translations(self.translator, self.data.valid, self.cfg.valid_max_sentences)
+        valid, autocast = self.data.valid, self.update.autocast
+        metrics = validation_loss(self.objective, valid, self.cfg.batch_tokens, self.device, autocast)
+        results = validation_translations(self.translator, valid, self.cfg.valid_max_sentences)
         metrics.update(score_directions(results))
         self.last_metrics = metrics
         # The first direction's: the one self.translator translates (the attention images use it).

@@ -34,6 +34,14 @@ from seq2seq.train.optim import build_optimizer
 log = logging.getLogger(__name__)
 
 
+class NonFiniteLoss(UserError):
+    """Too many updates in a row had a NaN/inf loss or gradient (the Trainer counts what `read_back` tells)."""
+
+
+class RepeatedOutOfMemory(UserError):
+    """Too many updates in a row ran out of memory even with their batches split in two (the Trainer counts)."""
+
+
 @dataclasses.dataclass
 class PendingUpdate:
     """An update made but not yet read back: its numbers stay on the device until `read_back`."""
