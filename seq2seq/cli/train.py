@@ -11,6 +11,7 @@ from seq2seq.allocator import relaunch_with_tcmalloc
 if __name__ == "__main__":  # `python -m seq2seq.cli.train` (torchrun): the console script does it in launch.py
     relaunch_with_tcmalloc("seq2seq-train", __name__)  # before torch is imported: see seq2seq/allocator.py
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -97,12 +98,8 @@ def _hydra_main(cfg: DictConfig) -> None:
     def run() -> dict:
         if _first_rank():  # before any work; a run started in the same second into the same directory stops here
             claim_run_directory(run_dir)
-        try:
+        with before.taken_back_on_failure(holds=True) if before is not None else contextlib.nullcontext():
             check_resolves(cfg)  # what check_composed_config could not compose (a sweep, --config-name)
-        except UserError:
-            if before is not None:
-                before.take_back()
-            raise
         from seq2seq.train.run import train  # torch: only once the config is known to be good
 
         return train(cfg, run_dir, list(runtime.overrides.task), before=before, checked=_config_checked)

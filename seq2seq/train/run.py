@@ -153,14 +153,10 @@ def train(
     # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
     # made by Hydra just now), and writable (the lock is written there). From code, train() checks it.
     claimed = holds_run_directory(run_dir)
-    try:
+    with before.taken_back_on_failure(claimed):
         cfg, payload = _run_config(cfg, overrides, checked)
         if not cfg.resume and not claimed:
             check_new_run_directory(run_dir, cfg.overwrite)
-    except BaseException:
-        if claimed:
-            before.take_back()
-        raise
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
@@ -175,14 +171,10 @@ def train(
                     check_writable(run_dir)
                     run_dir.mkdir(parents=True, exist_ok=True)
                 held.enter_context(run_directory_lock(run_dir))
-            try:
+            with before.taken_back_on_failure(dist.is_main):  # rank 0 holds the lock: no other run writes there
                 if dist.is_main:
                     _clear_leftovers(cfg, run_dir)
                 trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
-            except BaseException:
-                if dist.is_main:  # holding the lock: no other run writes there
-                    before.take_back()
-                raise
             if dist.is_main:
                 log_summary(trainer)
             reason = trainer.run()

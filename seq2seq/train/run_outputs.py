@@ -13,12 +13,14 @@ nothing else: `BeforeStart` is the directory as it stood before the start wrote 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from seq2seq.artifacts.checkpoint import is_checkpoint_file
@@ -192,6 +194,17 @@ class BeforeStart:
         if self.existing in run_dir.parents:
             return dataclasses.replace(self, run_dir=run_dir, hydra=frozenset())
         return BeforeStart.of(run_dir)  # elsewhere (Hydra resolved an interpolation): as it stands now
+
+    @contextlib.contextmanager
+    def taken_back_on_failure(self, holds: bool) -> Iterator[None]:
+        """A failure in the body takes back what the start added, where this process `holds` the
+        directory (its lock): otherwise the directory may be another run's."""
+        try:
+            yield
+        except BaseException:
+            if holds:
+                self.take_back()
+            raise
 
     def take_back(self) -> None:
         """Removes what the start added; the caller holds the directory's lock (no other run writes there)."""
