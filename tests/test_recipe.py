@@ -77,10 +77,16 @@ def test_a_fast_machine_gets_the_larger_recipe_without_timing_the_rest(tmp_path,
         original(self, cfg, *args, **kwargs)
 
     monkeypatch.setattr(update.Update, "__init__", counting_init)
+    trainers = []
+    trainer_init = loop.Trainer.__init__
+    monkeypatch.setattr(
+        loop.Trainer, "__init__", lambda self, *a, **k: trainers.append(1) or trainer_init(self, *a, **k)
+    )
     _, lines = train_logging(recipe_config(minutes), tmp_path / "run")
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
     assert saved["recipe"] == "wide" and saved["model"]["d_model"] == 64
     assert timed == [64, 64]  # the probe, then the run itself: narrow was never built
+    assert len(trainers) == 1  # the probe times an update without a throwaway Trainer around it
     assert any("recipe wide sets nothing" in line for line in lines)
 
 
