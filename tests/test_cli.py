@@ -299,6 +299,19 @@ def test_a_start_refused_for_its_init_from_takes_back_what_it_made(
         assert (run / "notes.txt").read_text() == "mine"
 
 
+def test_a_refused_resume_leaves_the_run_as_it_was(trained_run: Path, tmp_path: Path, run_main) -> None:
+    # Hydra's .hydra/resumed-<time>/ of the refused start stayed in the run; train.log (the run's own,
+    # which Hydra appends to) stays, with the error at its end.
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    result = run_main(["seq2seq-train", f"resume={run}", "max_steps=0"], tmp_path)
+    assert result.returncode == 2 and "max_steps=0: must be positive or null" in result.stderr
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+
+
 def test_train_validates_its_config_once(tmp_path: Path, run_main, monkeypatch: pytest.MonkeyPatch) -> None:
     # The command checked the composed config before Hydra ran, then train() checked it again.
     import seq2seq.cli.train as command

@@ -161,8 +161,8 @@ def check_run_directory(argv: list[str]) -> None:
             raise UserError(f"resume={resume}: has no {run.relative(run.checkpoint('last'))} to resume from")
         check_writable(Path(resume))
         if _first_rank():
-            claim_run_directory(Path(resume))  # before Hydra writes .hydra/ and train.log into it
             _before_start = BeforeStart.of(Path(resume))
+            claim_run_directory(Path(resume))  # before Hydra writes .hydra/ and train.log into it
         log = Path(resume) / "train.log"  # Hydra appends to it before any of our code runs
         if log.exists() and not os.access(log, os.W_OK):
             raise UserError(f"{log}: not writable, so the resumed run cannot log")
