@@ -408,3 +408,10 @@ def test_both_engines_write_and_score_a_tagged_model_alike(random_model, beam, l
             cut = len(hypothesis.tokens) == budget - 1
             expected = teacher_forced_score(ours.model, src, hypothesis.tokens, int(decoder_start), length_penalty, cut)
             assert hypothesis.score == pytest.approx(expected, abs=1e-4), (line, hypothesis)
+
+
+def test_the_training_summary_of_a_multilingual_run_says_which_tgt_lang(multilingual_run):
+    # It printed `seq2seq-translate run=R < input.txt > output.txt`, which a multilingual model refuses
+    # ("the model is multilingual; name the language"): issue 66, item 5.
+    (line,) = [line for line in multilingual_run.lines if line.startswith("translate with:")]
+    assert " tgt_lang=" in line.split("#")[0] and line.endswith("# tgt_lang= one of de, en, fr")

@@ -38,6 +38,7 @@ from seq2seq.data.directions import check_same_directions
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
+from seq2seq.inference.target_language import translate_command
 from seq2seq.precision import log_choice
 from seq2seq.train.distributed import (
     DistContext,
@@ -383,7 +384,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path) -> dict[str, Any]:
                 log.info("target reached: %s (target %g) at update %d", last, cfg.target, trainer.step)
             else:
                 log.warning("target NOT reached: %s at the last validation, target %g (%s)", last, cfg.target, reason)
-        log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", shlex.quote(str(run_dir)))
+        log.info("translate with:  %s", translate_command("run", run_dir, cfg.data))
         if reason == STOPPED_BY_SIGNAL:
             log.info("resume with:     seq2seq-train %s", hydra_argument("resume", str(run_dir)))
     return summary
