@@ -137,7 +137,7 @@ def one_line_ms(args: argparse.Namespace, engine: str, lines: list[str]) -> floa
     from omegaconf import OmegaConf
 
     from seq2seq.config import TranslateConfig
-    from seq2seq.inference.load import load_engine
+    from seq2seq.inference.engine_loader import load_engine
 
     values = dict(item.split("=", 1) for item in settings(args, engine))
     translator = load_engine(OmegaConf.merge(OmegaConf.structured(TranslateConfig), values))
@@ -329,7 +329,7 @@ def main() -> None:
     for engine in args.engines.split(","):
         cli, cli_lines = cli_rate(args, engine, lines)
         server = Server([*settings(args, engine), *args.server_args.split()])
-        health = httpx.get(server.url + "/health").json()
+        health = httpx.get(server.url + "/v1/info").json()  # the model, its engine and languages
         rows = []
         try:
             for count in [int(c) for c in args.clients.split(",")]:

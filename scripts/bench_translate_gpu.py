@@ -61,10 +61,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=128, help="lines decoded untimed first")
     parser.add_argument("--device", default="cuda", help="cuda (what it is for) or cpu (to check the script)")
+    parser.add_argument("--lines", type=int, help="only the first N lines (check_gpu.sh's dry run)")
+    parser.add_argument("--report", help="also write the report here, rewritten after every row")
     args = parser.parse_args()
-    source, reference = list(read_lines(args.input)), list(read_lines(args.reference))
+    source, reference = list(read_lines(args.input))[: args.lines], list(read_lines(args.reference))[: args.lines]
+    gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else None
+    report = {"gpu": gpu, "device": args.device, "run": args.run, "rows": [], "machine": machine_info()}
 
-    rows, baseline = [], None
+    rows, baseline = report["rows"], None
     for engine, precision in ROWS:
         row: dict[str, object] = {"engine": engine, "precision": precision, "beam": args.beam}
         try:
@@ -85,8 +89,8 @@ def main() -> None:
         )
         rows.append(row)
         del translator
-    gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else None
-    report = {"gpu": gpu, "device": args.device, "run": args.run, "rows": rows, "machine": machine_info()}
+        if args.report:  # a process stopped at a loan's limit keeps the rows it measured
+            Path(args.report).write_text(json.dumps(report, indent=2))
     json.dump(report, sys.stdout, indent=2)
     print()
 

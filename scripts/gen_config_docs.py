@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from seq2seq.cli.common import described_fields, group_options
-from seq2seq.config import AverageConfig, ExportConfig, ServeConfig, TrainConfig, TranslateConfig
+from seq2seq.config import AverageConfig, DistillConfig, ExportConfig, ServeConfig, TrainConfig, TranslateConfig
 from seq2seq.train.run import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +30,12 @@ COMMANDS = [
     ("seq2seq-serve", ServeConfig, "Its decoding keys are seq2seq-translate's, with the same defaults."),
     ("seq2seq-export", ExportConfig, ""),
     ("seq2seq-average", AverageConfig, ""),
+    (
+        "seq2seq-distill",
+        DistillConfig,
+        "Beside these, `data.KEY=VALUE` (seq2seq-train's data keys, over the teacher's) and `train.KEY=VALUE` "
+        "(its training keys, over the teacher's): [docs/distill.md](distill.md).",
+    ),
 ]
 
 

@@ -1,7 +1,7 @@
 """The short lines scripts/check_gpu.sh prints of its JSON reports (the whole reports stay beside them).
 
 python scripts/gpu_summary.py outputs/check_gpu/bench_train_gpu_bf16.json ...
-python scripts/gpu_summary.py --ddp outputs/check_gpu      # the torchrun resume check
+python scripts/gpu_summary.py --ddp /tmp/check_gpu_runs outputs/check_gpu/ddp.log   # the torchrun resume check
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def summarise(path: Path) -> None:
         print({k: v for k, v in report.items() if k not in ("validation_curve", "machine", "candidates")})
 
 
-def ddp_check(out: Path) -> None:
+def ddp_check(out: Path, log_file: Path) -> None:
     """Whether the resumed torchrun run ended with the uninterrupted one's weights, bit for bit."""
     import torch
 
@@ -52,7 +52,7 @@ def ddp_check(out: Path) -> None:
 
     a, b = (load_checkpoint(out / name / "checkpoints" / "last.pt") for name in ("ddp_straight", "ddp_resumed"))
     same = all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
-    log = (out / "ddp.log").read_text()
+    log = log_file.read_text()
     print(
         f"steps {a['step']}/{b['step']}, resumed: {'resumed ' in log}, nccl: {'nccl backend' in log}, "
         f"bitwise equal: {same}"
@@ -61,7 +61,7 @@ def ddp_check(out: Path) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--ddp":
-        ddp_check(Path(sys.argv[2]))
+        ddp_check(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
         for name in sys.argv[1:]:
             summarise(Path(name))

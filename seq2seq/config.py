@@ -244,9 +244,12 @@ class TranslateConfig:
     run: str | None = setting(
         None, "run directory (the weights written at the end of training, else best.pt, else last.pt)"
     )
-    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    checkpoint: str | None = setting(
+        None, "or a checkpoint file, with its tokenizer file(s) beside it or in its run dir"
+    )
     input: str = setting("-", "file to translate, one sentence per line; - reads stdin")
     output: str = setting("-", "where translations go; - writes stdout")
+    replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
     reference: str | None = setting(None, "reference translations: print sacreBLEU and chrF to stderr")
     beam: int = setting(5, "beam size; 1 is greedy search")
     length_penalty: float = setting(1.0, "alpha in score / length^alpha; 0 favours short outputs")
@@ -291,7 +294,9 @@ CT2_QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "i
 @dataclass
 class ExportConfig:
     run: str | None = setting(None, "run directory (uses checkpoints/best.pt, else last.pt)")
-    checkpoint: str | None = setting(None, "or a checkpoint file, with tokenizer.json beside it or in its run dir")
+    checkpoint: str | None = setting(
+        None, "or a checkpoint file, with its tokenizer file(s) beside it or in its run dir"
+    )
     output: str | None = setting(None, "directory to create (must not exist)")
     format: str = setting(
         "safetensors",
@@ -337,6 +342,72 @@ class AverageConfig:
     last: int = setting(5, "with run=: how many of the newest periodic checkpoints")
     output: str | None = setting(None, "default: <run>/checkpoints/averaged.pt, or averaged.pt beside the first file")
     force: bool = setting(False, "average even when the checkpoints reach back into the first half of the run")
+    replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
+
+
+# How seq2seq-distill picks each line's target among the teacher's n-best: nothing (the teacher's best), or
+# the hypothesis closest to the line's reference by sacreBLEU's sentence chrF or BLEU (seq2seq/distill/selection.py).
+DISTILL_SELECT = ("none", "chrf", "bleu")
+
+
+@dataclass
+class DistillConfig:
+    teacher: str | None = setting(
+        None, "a run directory, or checkpoints of one run comma-separated (an ensemble): the model that translates"
+    )
+    output: str | None = setting(
+        None, "a new folder for the distilled corpus, the student and result.json; one this command made resumes"
+    )
+    student: str = setting("small", "the student's model preset: configs/model/<name>.yaml")
+    beam: int = setting(5, "the teacher's beam size as it translates the training corpus")
+    nbest: int = setting(1, "hypotheses per line the teacher keeps for select=; 1: its best alone")
+    select: str = setting(
+        "none", "none | chrf | bleu: each line's hypothesis with the highest sentence score against its reference"
+    )
+    min_score: float = setting(
+        0.0,
+        "drop a training line whose kept hypothesis scores below this against its reference (select's metric;"
+        " chrf under select=none), 0-100; 0 keeps every line",
+    )
+    length_penalty: float = setting(1.0, "the teacher's length penalty")
+    batch_size: int = setting(128, "sentences the teacher decodes together")
+    chunk_lines: int = setting(
+        1000, "lines translated between two saves of the progress: a killed run loses at most these"
+    )
+    threads: int | None = setting(None, "the teacher's threads while it translates; null: one per core")
+    cache: str | None = setting(
+        None, "where the teacher's translations are kept by teacher + corpus + settings; null: $SEQ2SEQ_CACHE/distill"
+    )
+    baseline: bool = setting(
+        False, "also train the student on the original references for as many updates (does distillation pay?)"
+    )
+    check_language: bool = setting(
+        True, "refuse training sources that py3langid reads as another language than the teacher's source"
+    )
+    speed_lines: int = setting(1000, "test lines each speed measurement decodes, the same for teacher and student")
+    speed_threads: list[int] = field(
+        default_factory=lambda: [1, 2], metadata={"help": "the thread counts decoding speed is measured on"}
+    )
+    debug: bool = setting(False, "show tracebacks instead of one-line errors")
+
+
+def validate_distill(cfg: Any) -> None:
+    """What the key=value types cannot say; the teacher, the corpus and the student's training settings
+    are checked against each other by seq2seq.distill before anything is translated."""
+    _check(cfg.teacher is not None, "teacher", None, "give teacher=<run directory> (or checkpoints of one run, a,b)")
+    _check(cfg.output is not None, "output", None, "give output=<a new folder>")
+    _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
+    _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
+    _choice("select", cfg.select, DISTILL_SELECT)
+    _check(cfg.nbest == 1 or cfg.select != "none", "nbest", cfg.nbest, "needs select=chrf or select=bleu to choose")
+    _check(0.0 <= cfg.min_score <= 100.0, "min_score", cfg.min_score, "must be in [0, 100]")
+    _check(_finite(cfg.length_penalty), "length_penalty", cfg.length_penalty, "must be finite")
+    _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
+    _check(cfg.chunk_lines > 0, "chunk_lines", cfg.chunk_lines, "must be positive")
+    _check(cfg.threads is None or cfg.threads > 0, "threads", cfg.threads, "must be positive or null")
+    _check(cfg.speed_lines > 0, "speed_lines", cfg.speed_lines, "must be positive")
+    threads = list(cfg.speed_threads)
+    _check(bool(threads) and all(t > 0 for t in threads), "speed_threads", threads, "must list positive counts")
 
 
 def _translate_key(key: str, help: str | None = None) -> Any:

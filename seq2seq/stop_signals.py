@@ -1,12 +1,14 @@
 """SIGTERM and SIGHUP end a Python process without running any cleanup: a half-written cache build,
-export or checkpoint would stay on disk forever. Around such writes they raise instead."""
+export or checkpoint would stay on disk forever. Around such writes they raise instead. Training
+stops on them at its own pace: `stop_on_signals`."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -31,3 +33,19 @@ def stop_signals_raise() -> Iterator[None]:
 
 def _exit_on_signal(number: int, frame: object) -> None:
     raise SystemExit(128 + number)
+
+
+def stop_on_signals(request_stop: Callable[[int], None]) -> None:
+    """Ctrl-C and SIGTERM call `request_stop(signal)`, which asks the work to stop where it can (training:
+    after the update, with a save). Where it raises KeyboardInterrupt (a second Ctrl-C) the signal's
+    default comes back, so a third one ends the process at once."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        try:
+            request_stop(signum)
+        except KeyboardInterrupt:
+            signal.signal(signum, signal.SIG_DFL)
+            raise
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

@@ -252,3 +252,82 @@ def test_sigterm_while_saving_the_average_leaves_no_temporary_file(tmp_path, mon
         signal.signal(signal.SIGTERM, previous)
     assert info.value.code == 128 + signal.SIGTERM
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_100.pt", "step_200.pt"]
+
+
+def make_run(root: Path, name: str) -> Path:
+    """A run directory as training leaves it: its marker, checkpoints, tokenizer, log and exports."""
+    from seq2seq.artifacts.run_dir import MARKER_TEXT, RUN_MARKER
+
+    run_dir = root / name
+    for step, value in [(100, 1.0), (200, 2.0), (300, 4.0)]:
+        save(run_dir, f"step_{step}", step, value)
+    (run_dir / RUN_MARKER).write_text(MARKER_TEXT)
+    (run_dir / "tokenizer.json").write_text('{"model": "a tokenizer"}')
+    (run_dir / "train.log").write_text("update 300\n")
+    (run_dir / "model").mkdir()
+    (run_dir / "model" / "model.safetensors").write_bytes(b"weights")
+    (run_dir / "ctranslate2").mkdir()
+    (run_dir / "ctranslate2" / "model.bin").write_bytes(b"ctranslate2 model")
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "target, extra",
+    [
+        ("A/tokenizer.json", ["force=true"]),  # force= is about the first half of a run, nothing else
+        ("A/model/model.safetensors", []),
+        ("A/train.log", []),
+        ("work/in.txt", []),  # a user's own file, in no run
+        ("B/ctranslate2/model.bin", []),  # another run's export
+    ],
+)
+def test_output_onto_a_file_the_command_did_not_write_is_refused(tmp_path, target, extra):
+    # Each of these was overwritten with the average, exit status 0 (issue 62, items 1-5).
+    run_a, _ = make_run(tmp_path, "A"), make_run(tmp_path, "B")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "in.txt").write_text("a user's text\n")
+    output = tmp_path / target
+    before = output.read_bytes()
+    with pytest.raises(UserError) as info:
+        main([f"run={run_a}", "last=2", f"output={output}", *extra])
+    message = str(info.value)
+    assert message.startswith(f"output={output}: already exists and is ") and "replace_output=true" in message
+    in_a_run = target.startswith(("A/", "B/"))
+    assert ("a file of the run" in message) == in_a_run
+    assert output.read_bytes() == before
+    assert not (run_a / "checkpoints" / "averaged.pt").exists()
+
+
+def test_replace_output_replaces_exactly_the_file_named(tmp_path):
+    run_a = make_run(tmp_path, "A")
+    mine = tmp_path / "mine.pt"
+    mine.write_text("not a checkpoint")
+    assert main([f"run={run_a}", "last=2", f"output={mine}", "replace_output=true"]) == mine
+    assert torch.equal(load_checkpoint(mine)["model"]["w"], torch.full((2, 3), 3.0))
+    # Not even with replace_output=true: the checkpoint a run resumes from.
+    with pytest.raises(UserError, match="is a training checkpoint"):
+        main([f"run={run_a}", "last=2", f"output={run_a / 'checkpoints' / 'step_100.pt'}", "replace_output=true"])
+
+
+def test_an_average_this_command_wrote_is_replaced_until_someone_changes_it(tmp_path, monkeypatch):
+    run_a = make_run(tmp_path, "A")
+    output = tmp_path / "out.pt"
+    main([f"run={run_a}", "last=2", f"output={output}"])
+    main([f"run={run_a}", "last=3", f"output={output}", "force=true"])  # its own output: replaced without a flag
+    assert load_checkpoint(output)["averaged_steps"] == [100, 200, 300]
+    # The ledger forgotten (another machine, a cleared cache): an average is still recognised as one.
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "other-cache"))
+    main([f"run={run_a}", "last=2", f"output={output}"])
+    # Someone put their own file there since: refused.
+    output.write_text("notes")
+    with pytest.raises(UserError, match="already exists"):
+        main([f"run={run_a}", "last=2", f"output={output}"])
+    assert output.read_text() == "notes"
+
+
+def test_output_onto_a_directory_is_one_line(tmp_path):
+    run_a = make_run(tmp_path, "A")
+    (tmp_path / "work").mkdir()
+    with pytest.raises(UserError) as info:
+        main([f"run={run_a}", "last=2", f"output={tmp_path / 'work'}"])
+    assert str(info.value) == f"output={tmp_path / 'work'}: is a directory; give output= a file"

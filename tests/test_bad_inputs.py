@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import unicodedata
 import zipfile
 from pathlib import Path
@@ -232,6 +233,36 @@ def translate_file(run: Path, tmp_path: Path, data: bytes, *extra: str) -> tuple
 def test_empty_input_file_gives_empty_output(run_dir, tmp_path):
     result, output = translate_file(run_dir, tmp_path, b"")
     assert result["lines"] == 0 and output == b""
+
+
+def test_input_from_a_pipe_a_fifo_or_a_device_is_read_and_a_directory_refused(run_dir, tmp_path):
+    # input=/dev/stdin, input=<(...) (a pipe, /dev/fd/N) and input=/dev/null were "is not a file".
+    lines = b"a b c\nd e f\n"
+    _, expected = translate_file(run_dir, tmp_path, lines)
+    assert expected.count(b"\n") == 2
+
+    def translated(source: str) -> tuple[dict, bytes]:
+        target = tmp_path / "from-stream.txt"
+        cfg = compose_config("translate", [f"run={run_dir}", f"input={source}", f"output={target}", "beam=1"])
+        return translate(cfg), target.read_bytes()
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, lines)  # fits the pipe's buffer: no writer thread needed
+    os.close(write_end)
+    try:
+        assert translated(f"/dev/fd/{read_end}")[1] == expected  # what bash's <(...) gives
+    finally:
+        os.close(read_end)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(lines))  # opening blocks until read
+    writer.start()
+    assert translated(str(fifo))[1] == expected
+    writer.join()
+    assert translated("/dev/null") == ({"lines": 0, "seconds": pytest.approx(0, abs=60)}, b"")
+    with pytest.raises(UserError) as info:
+        translated(str(tmp_path))
+    assert str(info.value) == f"{tmp_path}: is a directory; give input= a file of lines (or - for standard input)"
 
 
 @pytest.mark.parametrize("data", [b"\n", b"\n\n\n\n\n", b"\r\n\r\n\r\n", b"  \n\t\n"])
@@ -558,3 +589,41 @@ def test_any_unicode_gives_one_output_line_per_input_line(run_dir, tmp_path):
                 assert translation == b"", (line, translation)
 
     check()
+
+
+def test_output_onto_a_file_translate_did_not_write_is_refused(run_dir, tmp_path):
+    # output= emptied any file that was not the model's or the input: the one rule of every writer
+    # (seq2seq/artifacts/replacing.py) holds here as in seq2seq-average (issue 62).
+    (tmp_path / "input.txt").write_text("a b c\n")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    args = [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={notes}"]
+    with pytest.raises(UserError) as info:
+        translate(compose_config("translate", args))
+    assert str(info.value) == (
+        f"output={notes}: already exists and is a file seq2seq-translate did not write; give output= a new file, "
+        "or add replace_output=true to replace exactly this file"
+    )
+    assert notes.read_text() == "my notes\n"
+    translate(compose_config("translate", [*args, "replace_output=true"]))
+    assert notes.read_text().count("\n") == 1 and notes.read_text() != "my notes\n"
+    translate(compose_config("translate", args))  # now its own output: written again without the flag
+    notes.write_text("edited since\n")
+    with pytest.raises(UserError, match="already exists"):
+        translate(compose_config("translate", args))
+
+
+def test_a_killed_translations_file_is_its_own_to_write_again(run_dir, tmp_path, monkeypatch):
+    import seq2seq.inference.command as command
+
+    (tmp_path / "input.txt").write_text("a b c\n")
+    output = tmp_path / "out.txt"
+    args = [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={output}"]
+
+    def killed(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(command, "_write", killed)
+        translate(compose_config("translate", args))
+    assert translate(compose_config("translate", args))["lines"] == 1

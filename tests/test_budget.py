@@ -15,6 +15,7 @@ import pytest
 from conftest import TINY_TRAIN, compose_config, train_logging
 
 import seq2seq.train.trainer as loop
+import seq2seq.train.update as update
 from seq2seq.inference.translator import Translator
 
 UPDATE_SECONDS = 7.0  # an update beside another job on a slow CPU
@@ -33,7 +34,7 @@ class FakeClock:
 def slow_machine(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     clock = FakeClock()
     monkeypatch.setattr(loop.Trainer, "clock", staticmethod(clock))
-    apply_update, translate = loop.Trainer._apply_update, Translator.translate
+    apply_update, translate = update.Update._apply, Translator.translate
 
     def slow_update(self, *args):
         clock.now += UPDATE_SECONDS
@@ -43,7 +44,7 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
         clock.now += SECONDS_PER_SENTENCE * len(sources)
         return translate(self, sources, *args, **kwargs)
 
-    monkeypatch.setattr(loop.Trainer, "_apply_update", slow_update)
+    monkeypatch.setattr(update.Update, "_apply", slow_update)
     monkeypatch.setattr(Translator, "translate", slow_translate)
     return clock
 

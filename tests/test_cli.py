@@ -273,6 +273,62 @@ def test_a_start_that_fails_on_its_data_leaves_no_run_directory_it_created(
         assert (run / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("where", ["new", "given", "hydra"])
+@pytest.mark.parametrize("weights", ["not-a-model", "other-shape"])
+def test_a_start_refused_for_its_init_from_takes_back_what_it_made(
+    trained_run: Path, tmp_path: Path, run_main, where: str, weights: str
+) -> None:
+    # It left .hydra/, train.log, .seq2seq-run, .lock and tokenizer.json behind (and outputs/.lock).
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "README.md").write_text("# notes\n")
+    run = work / "outputs" / "run"
+    if where == "given":  # a directory the user had: left with what it held, and only that
+        run.mkdir(parents=True)
+        (run / "notes.txt").write_text("mine")
+    before = sorted(str(p.relative_to(work)) for p in work.rglob("*"))
+    init_from = [f"init_from={work / 'README.md'}"] if weights == "not-a-model" else [f"init_from={trained_run}"]
+    shape = ["model.d_model=32"] if weights == "other-shape" else []
+    args = [*TINY_RUN, *init_from, *shape] + ([f"hydra.run.dir={run}"] if where != "hydra" else [])
+    result = run_main(["seq2seq-train", *args], work)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert ("model.d_model: 64 in init_from, 32 here" if shape else "README.md: not a readable") in result.stderr
+    after = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.relative_to(work).parts[0] != "cache")
+    assert after == before
+    if where == "given":
+        assert (run / "notes.txt").read_text() == "mine"
+
+
+def test_a_refused_resume_leaves_the_run_as_it_was(trained_run: Path, tmp_path: Path, run_main) -> None:
+    # Hydra's .hydra/resumed-<time>/ of the refused start stayed in the run; train.log (the run's own,
+    # which Hydra appends to) stays, with the error at its end.
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    result = run_main(["seq2seq-train", f"resume={run}", "max_steps=0"], tmp_path)
+    assert result.returncode == 2 and "max_steps=0: must be positive or null" in result.stderr
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+
+
+def test_train_validates_its_config_once(tmp_path: Path, run_main, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The command checked the composed config before Hydra ran, then train() checked it again.
+    import seq2seq.cli.train as command
+    import seq2seq.config as config
+    import seq2seq.train.run as run
+
+    calls = []
+    for name in ("validate_train", "validate_recipes"):
+        real = getattr(config, name)
+        counting = lambda cfg, real=real, name=name: calls.append(name) or real(cfg)  # noqa: E731
+        monkeypatch.setattr(command, name, counting)
+        monkeypatch.setattr(run, name, counting)
+    result = run_main(["seq2seq-train", *TINY_RUN, "max_steps=1", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert calls == ["validate_train", "validate_recipes"]
+
+
 @pytest.mark.parametrize(("override", "key"), [("model.d_modle=64", "d_modle"), ("model=huge", "huge")])
 def test_train_rejects_unknown_keys_groups_and_types(tmp_path: Path, run_main, override: str, key: str) -> None:
     result = run_main(["seq2seq-train", override, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
@@ -308,6 +364,7 @@ def test_unknown_keys_are_refused_in_one_line_with_or_without_plus(
     [
         ("seq2seq-train", "max_step=5", "max_step: unknown key; did you mean max_steps?"),
         ("seq2seq-translate", "beams=3", "beams: unknown key; did you mean beam?"),
+        ("seq2seq-distill", "beams=3", "beams: unknown key; did you mean beam?"),
     ],
 )
 def test_console_scripts_report_errors_in_one_line(tmp_path: Path, command: str, override: str, expected: str) -> None:
@@ -458,3 +515,13 @@ def test_ctrl_c_reaching_a_command_is_one_line_and_status_130(capsys, debug: boo
         exit_on_interrupt(interrupted, debug=False)
     assert info.value.code == 130 and capsys.readouterr().err == "interrupted\n"
     assert exit_on_interrupt(lambda: 7, debug=False) == 7
+
+
+@pytest.mark.parametrize("command", ["seq2seq-average", "seq2seq-distill"])
+def test_key_help_read_in_part_ends_quietly(command: str, tmp_path: Path) -> None:
+    """`--help | head -1`: the reader closes the pipe before the rest is written, which is no error."""
+    done = subprocess.run(
+        f"{BIN / command} --help | head -1", shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.startswith(f"usage: {command} ")
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr

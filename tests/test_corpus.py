@@ -143,8 +143,17 @@ def test_iter_parallel_names_both_files_and_counts(tmp_path):
 
 
 def test_iter_tsv(tmp_path):
-    path = write(tmp_path / "x.tsv", "a b\tA B\nc\td\te\n\t\n")
-    assert unzip(iter_tsv(path)) == (["a b", "c", ""], ["A B", "d\te", ""])  # split at the first tab only
+    path = write(tmp_path / "x.tsv", "a b\tA B\nc\td e\n\t\n")
+    assert unzip(iter_tsv(path)) == (["a b", "c", ""], ["A B", "d e", ""])
+
+
+@pytest.mark.parametrize(("line", "columns"), [("c\td\tEXTRA", 3), ("c\td\t", 3), ("c\t\t\td", 4)])
+def test_iter_tsv_refuses_a_third_column_naming_file_and_line(tmp_path, line, columns):
+    """A third column (an id, a score) would otherwise be trained into the target: 62.11."""
+    path = write(tmp_path / "train.tsv", f"a\tA\nb\tB\n{line}\nd\tD\n")
+    message = f"{path}:3: {columns} tab-separated columns; data=tsv takes 2 (source, target)"
+    with pytest.raises(UserError, match=rf"^{re.escape(message)}$"):
+        list(iter_tsv(path))
 
 
 def test_iter_tsv_line_without_tab_names_file_and_line(tmp_path):

@@ -33,7 +33,7 @@ def _reserved_peak(trainer, batches) -> tuple[int, tuple[float, float]]:
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    sums = trainer._accumulate(batches, float(sum(b.tgt_tokens for b in batches)))
+    sums = trainer.update._accumulate(batches, float(sum(b.tgt_tokens for b in batches)), 1)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_reserved(), sums
 
@@ -64,11 +64,11 @@ def test_a_real_out_of_memory_is_survived_by_splitting_the_batch(tmp_path: Path)
         warnings: list[str] = []
         handler = logging.Handler(logging.WARNING)
         handler.emit = lambda record: warnings.append(record.getMessage())
-        logging.getLogger("seq2seq.train.trainer").addHandler(handler)
+        logging.getLogger("seq2seq.train.update").addHandler(handler)
         try:
-            sums = trainer._gradients([batch])
+            sums = trainer.update._gradients([batch], 1)
         finally:
-            logging.getLogger("seq2seq.train.trainer").removeHandler(handler)
+            logging.getLogger("seq2seq.train.update").removeHandler(handler)
         assert sums is not None
         assert any("ran out of memory" in w and "retrying it in 2 micro-batches" in w for w in warnings), warnings
         # The halves sum each gradient element over their own tokens first, then add the two sums.
@@ -92,7 +92,7 @@ def test_training_attention_runs_no_cudnn_kernel(tmp_path: Path) -> None:
 
     trainer = make_trainer(tmp_path, CUDA, ["precision=bf16"])
     batch = collate(trainer.data.train, np.arange(16), trainer.cfg.model.max_positions).to(CUDA)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiled, trainer.autocast():
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiled, trainer.update.autocast():
         loss, _ = trainer.objective(batch.src, batch.tgt_in, batch.tgt_out)
         loss.backward()
         torch.cuda.synchronize()

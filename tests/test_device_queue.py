@@ -59,7 +59,7 @@ def test_clipping_is_torchs_and_dispatches_nothing_per_parameter(tmp_path, clip_
     else:
         expected_norm = torch.nn.utils.get_total_norm([c.grad for c in reference], foreach=True)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        norm = trainer._unscale_and_clip()
+        norm = trainer.update._unscale_and_clip()
     assert torch.equal(norm, expected_norm)
     for copy, param in zip(reference, params, strict=True):
         assert torch.equal(param.grad, copy.grad)

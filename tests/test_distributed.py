@@ -76,7 +76,7 @@ def one_update(micro_batches: list[np.ndarray], out: str, dist: DistContext) -> 
             allreduces.append(bucket.index())
             return allreduce_hook(state, bucket)
 
-        trainer.training_objective.register_comm_hook(None, counting_hook)
+        trainer.update.training_objective.register_comm_hook(None, counting_hook)
     batches = [collate(data.train, indices, cfg.model.max_positions) for indices in micro_batches]
     trainer.stream.next_update = lambda *_args: batches
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}

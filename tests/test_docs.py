@@ -26,7 +26,15 @@ from seq2seq.cli.average import key_values
 from seq2seq.cli.common import check_override_keys, parse_key_values
 from seq2seq.cli.export import main as export_main
 from seq2seq.cli.translate import wants_hydra
-from seq2seq.config import AverageConfig, DataConfig, ExportConfig, ServeConfig, TrainConfig, TranslateConfig
+from seq2seq.config import (
+    AverageConfig,
+    DataConfig,
+    DistillConfig,
+    ExportConfig,
+    ServeConfig,
+    TrainConfig,
+    TranslateConfig,
+)
 from seq2seq.train.run import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +67,9 @@ def _leaves(schema: type, prefix: str = "") -> list[tuple[str, object]]:
     return leaves
 
 
-@pytest.mark.parametrize("schema", [TrainConfig, TranslateConfig, ServeConfig, ExportConfig, AverageConfig])
+@pytest.mark.parametrize(
+    "schema", [TrainConfig, TranslateConfig, ServeConfig, ExportConfig, AverageConfig, DistillConfig]
+)
 def test_the_key_reference_has_every_key_with_its_default(schema: type) -> None:
     text = (DOCS / "configure-reference.md").read_text()
     for key, default in _leaves(schema):
@@ -102,6 +112,11 @@ def accept(argv: list[str]) -> None:
         parse_key_values(key_values(arguments), AverageConfig)
     elif command == "seq2seq-serve":
         check_override_keys(arguments, ServeConfig)
+    elif command == "seq2seq-distill":  # its own keys; data.* and train.* are seq2seq-train's
+        parse_key_values([a for a in arguments if not a.startswith(("data.", "train."))], DistillConfig)
+        parse_key_values(
+            [a.removeprefix("train.") for a in arguments if a.startswith(("data.", "train."))], TrainConfig
+        )
     else:
         raise AssertionError(f"unknown command {command}")
 
@@ -116,7 +131,8 @@ def test_the_command_lines_are_found() -> None:
     everything = "\n".join(p.read_text() for p in [README, *PAGES])
     commands = {argv[0] for argv in command_lines(everything)}
     assert commands == {
-        "seq2seq-train", "seq2seq.cli.train", "seq2seq-translate", "seq2seq-export", "seq2seq-average", "seq2seq-serve"
+        "seq2seq-train", "seq2seq.cli.train", "seq2seq-translate", "seq2seq-export", "seq2seq-average", "seq2seq-serve",
+        "seq2seq-distill",
     }  # fmt: skip
 
 

@@ -289,7 +289,7 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     from conftest import TINY_TRAIN, compose_config
 
     from seq2seq.inference.ctranslate2_engine import EngineUnavailable
-    from seq2seq.inference.load import load_engine
+    from seq2seq.inference.engine_loader import load_engine
     from seq2seq.train.run import train
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))

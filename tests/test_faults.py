@@ -16,7 +16,6 @@ import torch
 from conftest import TINY_TRAIN, compose_config
 from numerics import assert_equal
 
-import seq2seq.train.trainer as loop
 from seq2seq.artifacts.checkpoint import load_checkpoint, model_from_checkpoint
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, collate, split_batch
@@ -24,10 +23,11 @@ from seq2seq.data.pipeline import PreparedData, prepare_data
 from seq2seq.precision import PrecisionChoice
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.loss import TeacherForcedLoss
+from seq2seq.train.reporting import Report
 from seq2seq.train.run import train
 from seq2seq.train.trainer import NonFiniteLoss, RepeatedOutOfMemory, Trainer
 
-LOOP_LOGGER = "seq2seq.train.trainer"
+LOOP_LOGGER = "seq2seq.train"  # the loop (trainer.py) and its update (update.py)
 FAULT_TRAIN = [
     *TINY_TRAIN,
     "data.task_train_size=200",
@@ -69,7 +69,7 @@ def assert_same_parameters(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOOP_LOGGER and r.levelno == logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name.startswith(LOOP_LOGGER) and r.levelno == logging.WARNING]
 
 
 # --- non-finite loss or gradient -----------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_a_validation_whose_loss_is_nan_is_never_the_best(setup, tmp_path, caplo
             parameter.fill_(float("nan"))
     trainer.step = 4
     with caplog.at_level(logging.INFO, logger=LOOP_LOGGER):
-        trainer.validate_and_save(None)
+        trainer.validate_and_save(Report())
     assert np.isnan(trainer.last_metrics["loss"])
     assert trainer.best is None and trainer.validations_since_best == 1
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
@@ -382,7 +382,7 @@ def test_out_of_memory_under_ddp_is_an_error_not_a_split(setup, tmp_path):
     _, data = setup
     batch = batch_of(data, np.arange(0, 4))
     trainer = make_trainer(setup, tmp_path, [batch])
-    trainer.dist = TwoRanks(rank=1, world_size=2, joined=True)
+    trainer.dist = trainer.update.dist = TwoRanks(rank=1, world_size=2, joined=True)
     seen = run_out_of_memory(trainer, lambda src: True)
     with pytest.raises(UserError) as info:
         trainer.train_step()
@@ -398,14 +398,14 @@ def test_out_of_memory_under_ddp_is_an_error_not_a_split(setup, tmp_path):
 
 
 def fp16_trainer(setup: tuple, tmp_path: Path, batches: list[Batch], monkeypatch: pytest.MonkeyPatch) -> Trainer:
-    """make_trainer with precision=fp16 (a grad scaler, whose logic runs on a CPU too): the precision
-    choice, which refuses fp16 on a CPU, is told to accept it."""
+    """make_trainer with precision=fp16 (a grad scaler, whose logic runs on a CPU too): given as the
+    run's precision, past the precision choice, which refuses fp16 on a CPU."""
     cfg, data = setup
     cfg = cfg.copy()
     cfg.precision = "fp16"
-    monkeypatch.setattr(loop, "choose_precision", lambda *_args: PrecisionChoice("fp16", "test on a CPU"))
     torch.manual_seed(0)
-    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    fp16 = PrecisionChoice("fp16", "test on a CPU")
+    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext(), precision=fp16)
     trainer.stream.next_update = lambda *_args: list(batches)
     assert trainer.scaler.is_enabled()
     return trainer

@@ -21,6 +21,8 @@ ROOT = "seq2seq"  # the package's own __init__: a docstring (a command prepares 
 # everything in it.
 LAYERS: list[tuple[str, ...]] = [
     ("seq2seq.cli",),  # the console scripts' entry points: parse, then call one function of a layer below
+    # seq2seq-distill: a chain over both wings (the teacher decodes, the student trains), a command of its own.
+    ("seq2seq.distill",),
     ("seq2seq.serve",),  # the HTTP server, over inference (never training)
     # Training (and checkpoint averaging, a tool of the training side): validation decodes with
     # inference's Translator, so it decodes as seq2seq-translate does, and a run's end writes its exports.

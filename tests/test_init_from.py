@@ -28,16 +28,16 @@ def test_a_run_directory_starts_a_new_run_from_its_model(first_run: Path, tmp_pa
     cache = first_run.parent / "cache"
     cfg = compose_config("train", [*TRAIN, "max_steps=1", f"data.cache_dir={cache}", f"init_from={first_run}"])
     seen = {}
-    import seq2seq.train.trainer as loop
+    import seq2seq.train.run as run
 
-    real = loop.Trainer.init_weights_from
+    real = run.init_weights_from
 
-    def recording(self, path):
-        real(self, path)
-        seen.update({k: v.clone() for k, v in self.model.state_dict().items()})
+    def recording(model, *args):
+        real(model, *args)
+        seen.update({k: v.clone() for k, v in model.state_dict().items()})
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop.Trainer, "init_weights_from", recording)
+        patch.setattr(run, "init_weights_from", recording)
         train(cfg, tmp_path / "second")
     best = load_checkpoint(first_run / "checkpoints" / "best.pt")["model"]
     assert seen.keys() == best.keys() and all(torch.equal(seen[k], best[k]) for k in best)
@@ -50,3 +50,19 @@ def test_a_directory_without_a_model_is_one_line(first_run: Path, tmp_path: Path
     with pytest.raises(UserError) as info:
         train(cfg, tmp_path / "run")
     assert str(info.value).startswith(f"init_from={empty}: a directory with no model in it")
+
+
+def test_a_model_of_another_shape_names_each_key_that_differs(first_run: Path, tmp_path: Path) -> None:
+    # It said "its model config differs from model.* of this run" and left the user to guess which key.
+    cache = first_run.parent / "cache"
+    overrides = ["model.d_model=32", "model.ffn_dim=64", f"data.cache_dir={cache}", f"init_from={first_run}"]
+    cfg = compose_config("train", [*TRAIN, *overrides])
+    theirs = load_checkpoint(first_run / "checkpoints" / "best.pt")["config"]["model"]
+    with pytest.raises(UserError) as info:
+        train(cfg, tmp_path / "run")
+    expected = [
+        f"model.{key}: {theirs[key]} in init_from, {value} here" for key, value in [("d_model", 32), ("ffn_dim", 64)]
+    ]
+    assert str(info.value) == (
+        f"init_from={first_run}: its model config differs from model.* of this run: {'; '.join(expected)}"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,50 @@ def test_pytorch_translation_names_a_model_it_does_not_read(tmp_path: Path, file
         with pytest.raises(UserError, match=f"^{re.escape(str(model))}: {says}") as info:
             Translator.load(path, device="cpu")
         assert "\n" not in str(info.value)
+
+
+def argos_package(path: Path) -> Path:
+    """A zip laid out as seq2seq-export format=argos (and every Argos package) lays it out; names only."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name in ("metadata.json", "sentencepiece.model", "README.md", "model/model.bin", "model/config.json"):
+            archive.writestr(f"translate-en_de-1_0/{name}", "")
+    return path
+
+
+def test_an_argos_package_is_told_by_its_name_or_its_files(tmp_path: Path) -> None:
+    package = argos_package(tmp_path / "en_de.argosmodel")
+    renamed = argos_package(tmp_path / "en_de.zip")
+    with zipfile.ZipFile(package) as archive:
+        archive.extractall(tmp_path / "unzipped")
+    folder = tmp_path / "unzipped" / "translate-en_de-1_0"
+    for path in (package, renamed, folder, folder / "model"):
+        assert path_kind(path) is PathKind.ARGOS, path
+    assert path_kind(tmp_path / "missing.argosmodel") is PathKind.CHECKPOINT  # "no such checkpoint file"
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as archive:
+        archive.writestr("archive/data.pkl", "")  # what torch.save writes: a zip of other names
+    assert path_kind(tmp_path / "other.zip") is PathKind.CHECKPOINT
+
+
+def test_an_argos_package_given_as_a_model_says_what_it_is_and_how_to_use_one(tmp_path: Path) -> None:
+    # It was "not a readable checkpoint (truncated or corrupt): Expected hasRecord("version") ...".
+    from seq2seq.artifacts.checkpoint import load_checkpoint
+    from seq2seq.inference import CTranslate2Translator
+    from seq2seq.inference.engine_loader import load
+
+    package = argos_package(tmp_path / "en_de.argosmodel")
+    expected = (
+        f"{package}: an Argos Translate package, which Argos Translate and LibreTranslate read, not seq2seq; "
+        "translate with the run or checkpoint it was exported from (seq2seq-translate run=<run dir>), or install "
+        "it into Argos Translate: python -c 'import argostranslate.package as p; "
+        f'p.install_from_path("{package}")\''
+    )
+    readers = [
+        lambda: Translator.load(package, device="cpu"),
+        lambda: CTranslate2Translator.load(package, device="cpu"),
+        lambda: load(package, device="cpu"),  # engine=auto, as seq2seq-translate checkpoint=
+        lambda: load_checkpoint(package),  # what seq2seq-export, seq2seq-average and init_from= read with
+    ]
+    for read in readers:
+        with pytest.raises(UserError) as info:
+            read()
+        assert str(info.value) == expected

@@ -38,6 +38,8 @@ def make_pairs() -> tuple[list[tuple[str, str]], dict[str, int], list[tuple[str,
     pairs += [("a b", "", "dropped_empty")] * 2
     pairs += [("", "", "dropped_empty")]
     pairs += [(" ".join(["a"] * 80), "", "dropped_empty")]  # empty is checked before length
+    # whitespace alone is empty too: a byte-level tokenizer makes a token of it, a "length ratio" drop before
+    pairs += [("a b c d", " ", "dropped_empty"), ("\u3000 ", "x y", "dropped_empty"), ("a b", "\t", "dropped_empty")]
     for _ in range(4):  # >= 60 pre-tokens, so > 50 tokens, on the source side; ratio irrelevant
         pairs.append((_words(rng, 60), _words(rng, 5), "dropped_too_long"))
     pairs.append((_words(rng, 3), " ".join(["b"] * 51), "dropped_too_long"))

@@ -40,7 +40,7 @@ def make_trainer(tmp_path: Path, device: torch.device, overrides: list[str]) -> 
 def loss_and_grads(module: torch.nn.Module, trainer: Trainer, device: torch.device) -> tuple[float, dict]:
     batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions).to(device)
     trainer.model.zero_grad(set_to_none=True)
-    with trainer.autocast():
+    with trainer.update.autocast():
         loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
     (loss / batch.tgt_tokens).backward()
     grads = {name: p.grad.detach().float().clone() for name, p in trainer.model.named_parameters()}
@@ -50,7 +50,7 @@ def loss_and_grads(module: torch.nn.Module, trainer: Trainer, device: torch.devi
 def test_one_eager_process_trains_the_objective_itself(tmp_path: Path) -> None:
     """Without torchrun or compile=true there is no wrapper: training and validation run one module."""
     trainer = make_trainer(tmp_path, torch.device("cpu"), [])
-    assert trainer.training_objective is trainer.objective
+    assert trainer.update.training_objective is trainer.objective
 
 
 @pytest.mark.parametrize(("setting", "mode"), [("default", None), ("reduce-overhead", "reduce-overhead")])
@@ -83,10 +83,10 @@ def test_compiled_objective_gives_the_eager_loss_and_gradients(
     monkeypatch.setattr(torch, "compile", lambda module, **options: compile_module(module, backend=backend, **options))
     where = torch.device(device)
     trainer = make_trainer(tmp_path, where, ["compile=true", "precision=fp32"])
-    assert trainer.training_objective is not trainer.objective  # the trainer really runs a compiled module
-    assert hasattr(trainer.training_objective, "_orig_mod")
+    assert trainer.update.training_objective is not trainer.objective  # the trainer really runs a compiled module
+    assert hasattr(trainer.update.training_objective, "_orig_mod")
     eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, where)
-    compiled_loss, compiled_grads = loss_and_grads(trainer.training_objective, trainer, where)
+    compiled_loss, compiled_grads = loss_and_grads(trainer.update.training_objective, trainer, where)
     # Inductor fuses the kernels (C++ on a CPU, Triton on a GPU), sums in its own order and vector width,
     # and brings its own exp and log: the same function up to reordered float32 sums. The loss sums every target token's
     # log-softmax over the vocabulary; a gradient element sums over the batch's tokens at the end of a
@@ -116,8 +116,8 @@ def test_mixed_precision_update_on_cuda(tmp_path: Path, precision: str) -> None:
 
     trainer = make_trainer(tmp_path / precision, cuda, [f"precision={precision}"])
     batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions).to(cuda)
-    with trainer.autocast():
-        loss, _ = trainer.training_objective(batch.src, batch.tgt_in, batch.tgt_out)
+    with trainer.update.autocast():
+        loss, _ = trainer.update.training_objective(batch.src, batch.tgt_in, batch.tgt_out)
     assert loss.dtype == torch.float32  # the softmax and loss are taken in fp32
     assert float(loss) == pytest.approx(reference_loss, rel=0.02)
 

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from test_budget import FakeClock
 
 import seq2seq.train.trainer as loop
+import seq2seq.train.update as update
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError, validate_recipes
 from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user
@@ -23,13 +24,13 @@ SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate 
 def paced_machine(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     clock = FakeClock()
     monkeypatch.setattr(loop.Trainer, "clock", staticmethod(clock))
-    apply_update = loop.Trainer._apply_update
+    apply_update = update.Update._apply
 
     def paced_update(self, *args):
         clock.now += SECONDS_PER_UPDATE[self.cfg.model.d_model]
         apply_update(self, *args)
 
-    monkeypatch.setattr(loop.Trainer, "_apply_update", paced_update)
+    monkeypatch.setattr(update.Update, "_apply", paced_update)
     return clock
 
 
@@ -69,17 +70,23 @@ def test_a_fast_machine_gets_the_larger_recipe_without_timing_the_rest(tmp_path,
     minutes = 3.0  # wide: 21 updates: enough
     assert updates_in(minutes, 7.0) >= 20
     timed = []
-    original = loop.Trainer.__init__
+    original = update.Update.__init__
 
     def counting_init(self, cfg, *args, **kwargs):
         timed.append(cfg.model.d_model)
         original(self, cfg, *args, **kwargs)
 
-    monkeypatch.setattr(loop.Trainer, "__init__", counting_init)
+    monkeypatch.setattr(update.Update, "__init__", counting_init)
+    trainers = []
+    trainer_init = loop.Trainer.__init__
+    monkeypatch.setattr(
+        loop.Trainer, "__init__", lambda self, *a, **k: trainers.append(1) or trainer_init(self, *a, **k)
+    )
     _, lines = train_logging(recipe_config(minutes), tmp_path / "run")
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
     assert saved["recipe"] == "wide" and saved["model"]["d_model"] == 64
     assert timed == [64, 64]  # the probe, then the run itself: narrow was never built
+    assert len(trainers) == 1  # the probe times an update without a throwaway Trainer around it
     assert any("recipe wide sets nothing" in line for line in lines)
 
 

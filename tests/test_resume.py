@@ -223,7 +223,7 @@ def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog
         trainer.restore(TrainingState.from_payload(upgrade(payload), tmp_path))
         assert torch.equal(torch.rand(4), expected)
     torch.manual_seed(99)
-    with caplog.at_level("WARNING", logger="seq2seq.train.trainer"):
+    with caplog.at_level("WARNING", logger="seq2seq.train"):
         trainer.restore(dataclasses.replace(state, rng=[state.rng[0], rng_state()]))  # saved by 2 ranks
     assert torch.equal(torch.rand(4), expected)  # rank 0 takes rank 0's
     assert "the random state of 2 rank(s), this run has 1" in caplog.text
@@ -251,10 +251,10 @@ def test_time_driven_schedule_reads_the_run_clock(tmp_path: Path) -> None:
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.lr=1e-3", "optim.warmup=1", "max_minutes=1"]
     cfg = compose_config("train", [*overrides, "max_steps=null"])
     trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
-    trainer.started = time.monotonic() - 30.0
-    assert trainer.budget_used(5) == pytest.approx(0.5, abs=0.01)
+    trainer.budget.started = time.monotonic() - 30.0
+    assert trainer.budget.used(5) == pytest.approx(0.5, abs=0.01)
     assert trainer.optimizer.lr_at(5) == pytest.approx(0.5e-3, rel=0.02)
-    trainer.elapsed_before = 30.0  # and as much again before a restart: the budget is spent
+    trainer.budget.elapsed_before = 30.0  # and as much again before a restart: the budget is spent
     assert trainer.optimizer.lr_at(5) == 0.0
 
 
@@ -386,12 +386,12 @@ def test_the_final_validation_is_kept_inside_max_minutes(tmp_path: Path) -> None
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.warmup=1", "max_minutes=1", "max_steps=null"]
     cfg = compose_config("train", overrides)
     trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
-    trainer.started = time.monotonic() - 45.0  # 0.75 of the 1-minute budget spent
+    trainer.budget.started = time.monotonic() - 45.0  # 0.75 of the 1-minute budget spent
     assert trainer.stop_reason() is None
-    trainer.validation_minutes = 0.1
-    assert trainer.budget_used(5) == pytest.approx(0.75 / 0.9, abs=0.01)
+    trainer.budget.validation_minutes = 0.1
+    assert trainer.budget.used(5) == pytest.approx(0.75 / 0.9, abs=0.01)
     assert trainer.stop_reason() is None
-    trainer.validation_minutes = 0.3  # a validation takes longer than what is left
+    trainer.budget.validation_minutes = 0.3  # a validation takes longer than what is left
     assert trainer.stop_reason() == "used max_minutes=1.0"
     assert trainer.optimizer.lr_at(5) == 0.0
 

@@ -215,7 +215,7 @@ def test_a_run_directory_the_command_checked_and_claimed_is_not_checked_again(tm
 
     checks: list[str] = []
     monkeypatch.setattr(run, "check_new_run_directory", lambda *args: checks.append("new"))
-    monkeypatch.setattr(run, "_check_writable", lambda *args: checks.append("writable"))
+    monkeypatch.setattr(run, "check_writable", lambda *args: checks.append("writable"))
     claimed = tmp_path / "claimed"
     check_run_directory([f"hydra.run.dir={claimed}"])
     train(compose_config("train", SMALL_RUN), claimed)

@@ -368,3 +368,20 @@ def test_beam_search_decodes_one_row_per_sentence_at_the_first_step(monkeypatch:
     monkeypatch.setattr(model, "decode_step", lambda tokens, state: rows.append(len(tokens)) or step(tokens, state))
     beam_search(model, src, BOS_ID, EOS_ID, budgets(src, 1.5, 6, 64), 3)
     assert rows[:2] == [src.size(0), 3 * src.size(0)]  # what the search finds: the exhaustive tests above
+
+
+@pytest.mark.parametrize("length_penalty", [0.0, 0.6, 1.0])
+def test_a_given_tag_counts_neither_in_the_score_nor_in_the_length(length_penalty: float) -> None:
+    """A decoder_start tag is given, not predicted (62.7): an empty output right after it scores as an
+    empty output of an untagged model, log P(</s>) / 1, and a longer one by its predicted tokens + 1."""
+    tag = 7
+    assert Hypothesis.scored([tag], -2.0, length_penalty, given=1).score == -2.0
+    assert (
+        Hypothesis.scored([tag], -2.0, length_penalty, given=1).score
+        == Hypothesis.scored([], -2.0, length_penalty).score
+    )
+    assert Hypothesis.scored([tag, 5, 6], -3.0, length_penalty, given=1).score == pytest.approx(
+        -3.0 / 3**length_penalty
+    )
+    cut = Hypothesis.scored([tag, 5, 6], -3.0, length_penalty, cut=True, given=1)  # no </s>: 2 predicted tokens
+    assert cut.score == pytest.approx(-3.0 / 2**length_penalty)

@@ -142,6 +142,28 @@ def test_both_engines_write_the_same_lines(sentencepiece_run: Path, beam: int) -
     assert sum(line != "" for line in ours) >= len(ours) // 2  # a model that writes something
 
 
+def test_a_copied_checkpoint_without_its_tokenizer_names_the_files_it_needs(
+    sentencepiece_run: Path, tmp_path: Path
+) -> None:
+    # It said "no tokenizer.json beside it", a file this model never had.
+    import shutil
+
+    copy = tmp_path / "elsewhere" / "model.pt"
+    copy.parent.mkdir()
+    shutil.copyfile(sentencepiece_run / "checkpoints" / "best.pt", copy)
+    with pytest.raises(UserError) as info:
+        Translator.load(copy, precision="fp32", device="cpu")
+    assert str(info.value) == (
+        f"{copy}: its tokenizer is not beside it or in its run directory: source.spm, target.spm and vocab.json "
+        "(data.tokenizer=sentencepiece); copy them from the run that trained it"
+    )
+    for name in ("source.spm", "target.spm", "vocab.json"):  # the files named are the files it needs
+        shutil.copyfile(sentencepiece_run / name, copy.parent / name)
+    settings = dict(beam=1, precision="fp32", device="cpu")
+    expected = Translator.load(sentencepiece_run, **settings).translate(SENTENCEPIECE_LINES[:4])
+    assert Translator.load(copy, **settings).translate(SENTENCEPIECE_LINES[:4]) == expected
+
+
 def test_resume_reads_the_runs_tokenizer(sentencepiece_run: Path, tmp_path: Path) -> None:
     """A resumed run tokenizes with the files in its directory, not with a tokenizer trained again."""
     import shutil
@@ -163,3 +185,85 @@ def test_a_vocabulary_too_small_for_the_characters_is_one_line(tmp_path: Path) -
     with pytest.raises(UserError, match=r"^data\.tokenizer=sentencepiece, data\.vocab_size=262: .*vocab_size") as error:
         train_sentencepiece(lines, lines, "unigram", 262, True, tmp_path)
     assert "\n" not in str(error.value)
+
+
+# ---- what normalisation does to text, as docs/train.md states it (issue 62.10) -----------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "train.md"
+NORMALISATION_MARKER = "<!-- sentencepiece-normalisation: input | output -->"
+# nmt_nfkc's differences from NFKC, as docs/train.md lists them (code point ranges, inclusive).
+DROPPED = [(0x01, 0x08), (0x0B, 0x0B), (0x0E, 0x1F), (0x7F, 0x7F), (0x8F, 0x8F), (0x9F, 0x9F)]
+TO_SPACE = [
+    (0x09, 0x0A), (0x0C, 0x0D), (0x061C, 0x061C), (0x1680, 0x1680), (0x200B, 0x200C), (0x200E, 0x200F),
+    (0x2028, 0x2029), (0x2581, 0x2581), (0xFEFF, 0xFEFF), (0xFFFD, 0xFFFD),
+]  # fmt: skip
+KEPT = [(0xFF5E, 0xFF5E)]
+
+
+def documented_examples() -> list[tuple[str, str]]:
+    """The (text, what the model reads and writes) rows of docs/train.md's table, escapes decoded."""
+    lines = DOCS.read_text(encoding="utf-8").split(NORMALISATION_MARKER, 1)[1].strip().splitlines()
+    rows = []
+    for line in lines[2:]:  # after the header and its rule
+        if not line.startswith("|"):
+            break
+        text, output = (cell.strip().strip("`") for cell in line.strip("|").split("|")[:2])
+        rows.append(
+            tuple(value.encode("ascii", "backslashreplace").decode("unicode_escape") for value in (text, output))
+        )
+    return rows
+
+
+def test_the_documented_examples_read_and_write_as_the_docs_say(trained: tuple[str, Path]) -> None:
+    """Regression (62.10): docs/train.md said byte fallback brings any character back as itself, and
+    SentencePiece normalised tab, zero-width space, BOM, NFKC forms and double spaces away."""
+    _, directory = trained
+    tokenizers = Tokenizers.load(directory)
+    examples = documented_examples()
+    assert len(examples) >= 8
+    for text, expected in examples:
+        ids = tokenizers.encode_tgt([text])[0]
+        assert 3 not in ids, text  # UNK
+        assert tokenizers.decode_tgt([ids]) == [expected], text
+
+
+def _in(ranges: list[tuple[int, int]], code: int) -> bool:
+    return any(low <= code <= high for low, high in ranges)
+
+
+def test_the_documented_rule_is_all_that_normalisation_does(trained: tuple[str, Path]) -> None:
+    """Every assigned character of the Basic Multilingual Plane (in Python's Unicode version; the
+    sentencepiece library's may be newer) between two letters, normalised by the trained model, equals
+    the rule docs/train.md states: NFKC, but the listed characters dropped, made a space or kept, then
+    runs of spaces made one, up to canonical equivalence. And the docs name each listed range."""
+    import re
+    import unicodedata
+
+    _, directory = trained
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(directory / "source.spm"))
+    wrong = []
+    for code in range(1, 0x10000):
+        char = chr(code)
+        if unicodedata.category(char) in ("Cn", "Cs"):
+            continue
+        mapped = "" if _in(DROPPED, code) else " " if _in(TO_SPACE, code) else char
+        expected = f"a{char}b" if _in(KEPT, code) else re.sub(" +", " ", unicodedata.normalize("NFKC", f"a{mapped}b"))
+        got = processor.normalize(f"a{char}b").replace("\u2581", " ").removeprefix(" ")  # its dummy prefix
+        if unicodedata.normalize("NFC", got) != expected:  # U+0344 after a letter stays decomposed
+            wrong.append(f"U+{code:04X}: {got!r} != {expected!r}")
+    assert wrong == []
+    prose = " ".join(DOCS.read_text(encoding="utf-8").split())
+    for low, high in [*DROPPED, *TO_SPACE, *KEPT]:
+        if low == high:
+            assert f"U+{low:04X}" in prose or low < 0x20, low
+    assert "U+0001–U+0008" in prose and "U+000E–U+001F" in prose
+
+
+def test_training_says_how_it_normalises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    src, tgt = corpus()
+    with caplog.at_level("INFO", "seq2seq.data.sentencepiece_training"):
+        train_sentencepiece(src[:200], tgt[:200], "unigram", 400, True, tmp_path)
+    assert [r.getMessage() for r in caplog.records if "nmt_nfkc" in r.getMessage()] != []
+    proto = model_pb2.ModelProto()
+    proto.ParseFromString((tmp_path / "source.spm").read_bytes())
+    assert proto.normalizer_spec.name == "nmt_nfkc" and proto.normalizer_spec.remove_extra_whitespaces

@@ -9,9 +9,11 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import threading
@@ -27,7 +29,7 @@ httpx = pytest.importorskip("httpx", reason="the server's tests need the dev ext
 pytest.importorskip("uvicorn", reason="seq2seq-serve needs: pip install -e '.[serve]'")
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="the dev extra installs the LibreTranslate client")
 
-from seq2seq.config import TranslateConfig  # noqa: E402
+from seq2seq.config import DataConfig, TranslateConfig  # noqa: E402
 from seq2seq.inference.command import translate  # noqa: E402
 
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
@@ -35,6 +37,7 @@ SETTINGS = ["precision=fp32", "device=cpu", "threads=1"]  # the same for the ser
 LINES = ["a b c d", "e f g", "h i j k l", "", "m n", "b a", "q r s t a b", "c c c", "t s r q p o n"]
 KEY = "k3y-0f-the-t3st"
 JSON_TYPE = {"content-type": "application/json"}
+DEMO_RUN = "outputs/2026-11-23/17-33-29"  # the run README.md's demo log prints
 DOCS_IMAGE = Path(__file__).resolve().parents[1] / "docs" / "img" / "serve.png"
 
 
@@ -139,14 +142,14 @@ def test_the_libretranslate_client_with_a_key_on_pytorch(keyed_server: Server, r
 
 
 def test_an_api_key_is_required_compared_and_never_logged(keyed_server: Server) -> None:
-    for body in (
-        {"q": "a b"},
-        {"q": "a b", "api_key": "wrong"},
-        {"q": "a b", "api_key": KEY[:-1]},
-        {"q": "a b", "api_key": 7},
+    for body, error in (  # LibreTranslate's texts
+        ({"q": "a b"}, "Please contact the server operator to get an API key"),
+        ({"q": "a b", "api_key": "wrong"}, "Invalid API key"),
+        ({"q": "a b", "api_key": KEY[:-1]}, "Invalid API key"),
+        ({"q": "a b", "api_key": 7}, "Invalid API key"),
     ):
         answer = keyed_server.post("/translate", body)
-        assert answer.status_code == 403 and answer.json() == {"error": "a valid api_key is required"}
+        assert answer.status_code == 403 and answer.json() == {"error": error}
     assert keyed_server.post("/translate", {"q": "a b", "api_key": "another-key"}).status_code == 200
     form = httpx.post(keyed_server.url + "/translate", data={"q": "a b", "api_key": KEY}, timeout=60)
     assert form.status_code == 200 and isinstance(form.json()["translatedText"], str)
@@ -175,21 +178,26 @@ TOO_MANY = {"q": ["a"] * 17}
 BAD_INPUTS = [  # (body, status, what the error names); the server allows 16 lines of 40 characters
     (b'{"q": "a b", ', 400, "malformed JSON"),
     (b'["a b"]', 400, "JSON object"),
-    ({"source": "src"}, 400, "missing 'q'"),
+    ({"source": "src"}, 400, "Invalid request: missing q parameter"),
     ({"q": ["a b", 3]}, 400, "q[1] is int"),
     ({"q": None}, 400, "'q' is NoneType"),
     ({"q": []}, 400, "empty list"),
-    (TOO_MANY, 413, "17 lines, more than max_request_lines=16"),
+    (TOO_MANY, 413, "Invalid request: request (17) exceeds text limit (16); 'q' has 17 lines, more than max_r"),
     ({"q": "a\n" * 16 + "b"}, 413, "17 lines"),
     ({"q": ["a", "b " * 30]}, 413, "q[1] has 60 characters, more than max_line_chars=40"),
-    ({"q": "a", "source": "fr"}, 400, "source='fr': this server translates src -> tgt"),
-    ({"q": "a", "target": "de"}, 400, "target='de'"),
-    ({"q": "a", "format": "xml"}, 400, "format='xml': must be 'text' or 'html'"),
-    ({"q": "a", "alternatives": -1}, 400, "alternatives=-1"),
+    ({"q": "a", "source": "fr"}, 400, "fr is not supported"),
+    ({"q": "a", "target": "de"}, 400, "de is not supported"),
+    ({"q": "a", "target": "src"}, 400, "src (src) is not available as a target language; this server translates src"),
+    ({"q": "a", "format": "xml"}, 400, "xml format is not supported; format is 'text' or 'html'"),
+    ({"q": "a", "alternatives": -1}, 400, "Invalid request: alternatives parameter must be >= 0"),
     # Issue 49: each of these was a 500 (or, for alternatives, a beam of 100001 that held every client).
     (b'{"q": "a \\ud800 b"}', 400, "'q' holds a lone surrogate (U+D800)"),
     (b'{"q": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "malformed JSON: nested too deeply"),
-    ({"q": "a", "alternatives": 100000}, 400, "alternatives=100000: must be at most 31 (max_beam=32)"),
+    (
+        {"q": "a", "alternatives": 100000},
+        400,
+        "alternatives parameter must be <= 31; alternatives=100000 (max_beam=32)",
+    ),
 ]
 NATIVE_BAD_INPUTS = [  # /v1/translate: the config's own one-line messages
     ({"q": "a", "beam": 0}, "config error: beam=0: must be positive"),
@@ -385,15 +393,21 @@ def test_native_api_gives_what_the_command_gives(server: Server, run_dir: Path, 
 
 
 def test_the_server_refuses_to_start_in_one_line(run_dir: Path, tmp_path: Path) -> None:
+    """Each refusal names what is wrong; no case needs a fixed port to be free (port 5000 taken by a
+    LibreTranslate beside it failed the suite). Where the model is missing and the port the server would
+    use is taken, the model is named: it is what the user typed wrong."""
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
+    taken = f"port={busy.getsockname()[1]}"
     cases = [
-        ([f"run={tmp_path / 'nothing'}"], "nothing"),
-        ([f"run={run_dir}", f"port={busy.getsockname()[1]}"], "already in use"),
-        ([f"run={run_dir}", "prot=5000"], "prot: unknown key; did you mean port?"),
-        ([f"run={run_dir}", "max_wait_ms=-1"], "config error: max_wait_ms=-1"),
-        ([f"run={run_dir}", f"api_keys_file={tmp_path / 'no-keys'}"], "api_keys_file="),
+        ([f"run={tmp_path / 'nothing'}", taken], f"{tmp_path / 'nothing'}: no such run directory"),
+        ([f"run={run_dir}", f"run={tmp_path / 'other'}", taken], f"{tmp_path / 'other'}: no such run directory"),
+        ([f"checkpoint={tmp_path / 'no.pt'}", taken], f"{tmp_path / 'no.pt'}: no such checkpoint file"),
+        ([f"run={run_dir}", taken], "already in use"),
+        ([f"run={run_dir}", "prot=0"], "prot: unknown key; did you mean port?"),
+        ([f"run={run_dir}", "max_wait_ms=-1", taken], "config error: max_wait_ms=-1"),
+        ([f"run={run_dir}", f"api_keys_file={tmp_path / 'no-keys'}", taken], "api_keys_file="),
     ]
     try:
         for args, expected in cases:
@@ -626,6 +640,26 @@ def test_a_client_that_goes_away_costs_no_decoding(run_dir: Path) -> None:
     assert any("went away" in line for line in running.log)
 
 
+def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> None:
+    # The engine thread imported torch at start for its sharing watch, whatever the engine: +100 MB
+    # and seconds of start-up for a server that never runs PyTorch (issue 63).
+    code = (
+        "import asyncio, sys\n"
+        "from seq2seq.config import TranslateConfig\n"
+        "from seq2seq.serve.batcher import Batcher\n"
+        "from seq2seq.serve.engines import Engines\n"
+        "from seq2seq.serve.settings import Settings\n"
+        f"base = TranslateConfig(checkpoint={str(run_dir / 'ctranslate2')!r})\n"
+        "batcher = Batcher(lambda: Engines(base), base, 1024, 1)\n"
+        "batcher.start()\n"
+        "lines = asyncio.run(batcher.translate(['a b c'], Settings(beam=5)))\n"
+        "batcher.stop()\n"
+        "print(batcher.engines.main_kind, len(lines), 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["ctranslate2", "1", "False"], done.stdout + done.stderr
+
+
 def test_the_server_never_imports_training() -> None:
     code = (
         "import sys, seq2seq.serve.server, seq2seq.cli.serve\n"
@@ -691,6 +725,8 @@ def test_the_worker_narrows_to_one_thread_when_other_work_arrives(monkeypatch, c
     """A server that started on an idle machine spins its OpenMP threads long; when other work comes,
     the worker (the thread whose thread count decoding uses) goes to one thread between batches."""
     import asyncio
+
+    import torch  # noqa: F401  (a PyTorch engine's server: the watch narrows PyTorch's threads)
 
     from seq2seq import cpu_sharing
     from seq2seq.serve.batcher import Batcher
@@ -821,6 +857,37 @@ def test_a_multilingual_model_serves_every_direction_with_its_tag(multilingual_r
             assert attention.json()["source"][0] == ">>fr<<"  # what the model read, its tag first
             missing = client.post("/translate", json={"q": "en1", "source": "en"})
             assert missing.status_code == 400
-            assert missing.json()["error"] == "missing 'target': this server translates en -> de, en -> fr, de -> en"
+            assert missing.json()["error"] == (
+                "Invalid request: missing target parameter; this server translates en -> de, en -> fr, de -> en"
+            )
     finally:
         served.batcher.stop()
+
+
+def test_the_readme_serve_example_runs_as_printed(run_dir: Path, tmp_path: Path) -> None:
+    """README.md's serve block, as a user types it: the server command (its run the demo's, here a tiny
+    model of the same built-in task, on a free port) and the curl request, sent as curl sends it. It
+    asked the demo run for en -> de, which it does not translate ("this server translates src -> tgt")."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (block,) = re.findall(r"<!-- serve example -->\n```bash\n(.*?)```", readme, re.DOTALL)
+    serve_line, curl_line, shown = block.strip().splitlines()
+    serve = shlex.split(serve_line, comments=True)
+    assert f"seq2seq-translate run={DEMO_RUN} " in readme.split("<!-- serve example -->")[0], "the demo's run"
+    assert serve[0] == "seq2seq-serve" and serve[1] == f"run={DEMO_RUN}"
+    curl = shlex.split(curl_line)
+    assert curl[:2] == ["curl", "-s"] and curl[3] == "-H" and curl[5] == "-d"
+    address, header, body = curl[2], curl[4], curl[6]
+    port = re.fullmatch(r"localhost:(\d+)/translate", address).group(1)
+    assert serve[2:] == [f"port={port}"], "the request goes where the server listens"
+    running = started(f"run={run_dir}")  # the README's arguments, its run and port made this test's
+    try:
+        name, value = (part.strip() for part in header.split(":", 1))
+        answer = running.http.post(running.url + "/translate", content=body.encode(), headers={name: value})
+    finally:
+        assert running.stop() == 0
+    assert answer.status_code == 200, answer.text
+    expected = json.loads(shown)  # what the README shows the demo run answer: its keys and their types
+    assert {key: type(value) for key, value in answer.json().items()} == {k: type(v) for k, v in expected.items()}
+    request = json.loads(body)
+    assert (request["source"], request["target"]) == (DataConfig.src_lang, DataConfig.tgt_lang)
+    assert set(request["q"].split()) <= set(string.ascii_lowercase[: DataConfig.task_alphabet])

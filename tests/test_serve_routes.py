@@ -14,6 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 pytest.importorskip("starlette", reason="seq2seq-serve needs: pip install -e '.[serve]'")
 from starlette.testclient import TestClient  # noqa: E402
@@ -151,7 +154,8 @@ HOSTILE = [  # (raw body, path, status, what the error names): each was a 500 be
     (b'{"q": "ab", "length_penalty": NaN}', "/v1/translate", 400, "length_penalty=nan: must be a finite"),
     (b'{"q": "ab", "sampling": true, "seed": 1e30}', "/v1/translate", 400, "seed=1000000000000000019884624838656"),
     (b'{"q": "ab", "sampling": true, "temperature": 1e999}', "/v1/translate", 400, "temperature=inf"),
-    (b'{"q": "ab", "alternatives": 100000}', "/translate", 400, "alternatives=100000: must be at most 7"),
+    (b'{"q": "ab", "alternatives": 100000}', "/translate", 400, "alternatives parameter must be <= 7; alter"),
+    (b'{"q": "ab", "source": ["en"]}', "/translate", 400, "source parameter must be a language code, not list"),
     (b'{"q": "ab", "beam": 100}', "/v1/translate", 400, "beam=100: must be at most max_beam=8"),
     (b'{"q": "ab", "sampling": true, "nbest": 100}', "/v1/translate", 400, "nbest=100: must be at most"),
 ]
@@ -168,7 +172,9 @@ def test_hostile_values_are_400_naming_the_key(served, raw: bytes, path: str, st
 def test_a_form_number_in_other_digits_is_400(served) -> None:
     client, _ = served
     answer = client.post("/translate", data={"q": "ab", "alternatives": "²"})  # '²'.isdigit() is True
-    assert answer.status_code == 400 and answer.json()["error"] == "alternatives='²': must be an integer >= 0"
+    assert answer.status_code == 400 and answer.json()["error"] == (
+        "Invalid request: alternatives parameter is not a number; alternatives='²': must be an integer >= 0"
+    )
 
 
 def test_the_line_limit_is_per_line(served) -> None:
@@ -177,7 +183,9 @@ def test_the_line_limit_is_per_line(served) -> None:
     three = "\n".join(["ab " * 10] * 3)
     assert client.post("/translate", json={"q": three}).status_code == 200
     long = client.post("/translate", json={"q": "ab\n" + "x" * 41})
-    assert long.status_code == 413 and long.json()["error"] == "q line 2 has 41 characters, more than max_line_chars=40"
+    assert long.status_code == 413 and long.json()["error"] == (
+        "Invalid request: request (41) exceeds text limit (40); q line 2 has 41 characters, more than max_line_chars=40"
+    )
 
 
 def test_sentences_are_split_before_decoding_and_joined_after(served) -> None:
@@ -196,6 +204,51 @@ def test_html_keeps_tags_and_attributes_and_translates_text(served) -> None:
                 '<script>var ab = 1;</script><code>ab</code><p translate="no">ab</p><img src="a.png" alt="ab"><br></div>')  # fmt: skip
     assert answer.status_code == 200 and answer.json()["translatedText"] == expected
     assert engines.decoded == ["Ab cd.", "Ef", "gh & ij"]
+
+
+HTML_KEPT = [  # (document, what comes back): what is not translated comes back byte for byte
+    # An unclosed script kept its tag and lost its text; CDATA lost its markers and was translated.
+    ("<p>A man.</p><script>alert(1)", "<p>A MAN.</p><script>alert(1)"),
+    ("<![CDATA[A man.]]><p>x</p>", "<![CDATA[A man.]]><p>X</p>"),
+    ("<p>ab</p><style>p > a { content: '&amp;' }", "<p>AB</p><style>p > a { content: '&amp;' }"),
+    # Entities in code were rewritten (&nbsp; a raw character, &#60; as &lt;, &quot; as ").
+    ("<code>a &lt; b&nbsp;c &#60; &quot;d&quot;</code> ef", "<code>a &lt; b&nbsp;c &#60; &quot;d&quot;</code> EF"),
+    ('<script type="x">if (a < b && c) f("</p>")</script>', '<script type="x">if (a < b && c) f("</p>")</script>'),
+    # LibreTranslate's other untranslated elements; attributes as written, upper case and all.
+    (
+        "<TIME>ab</TIME> <address>cd</address> <P CLASS=x>ef</P>",
+        "<TIME>ab</TIME> <address>cd</address> <P CLASS=x>EF</P>",
+    ),
+    # <pre> is translated, as LibreTranslate does, line by line with its indentation kept.
+    ("<pre>  ab cd\n    ef\n</pre>", "<pre>  AB CD\n    EF\n</pre>"),
+    ("<td>&nbsp;</td><p>a&amp;b <!-- c --> d</p>", "<td>&nbsp;</td><p>A&amp;B <!-- c --> D</p>"),
+]
+
+
+@pytest.mark.parametrize(("document", "expected"), HTML_KEPT, ids=[d for d, _ in HTML_KEPT])
+def test_html_left_alone_is_kept_byte_for_byte(served, document: str, expected: str) -> None:
+    client, _ = served
+    answer = client.post("/translate", json={"q": document, "format": "html"})
+    assert answer.status_code == 200 and answer.json()["translatedText"] == expected
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="<>/!-[]?=\"'abpcodeCDATAscriptyl \n", max_size=40))
+def test_html_texts_are_replaced_where_they_stand_and_nothing_else(document: str) -> None:
+    """Any markup, broken too: each text given back as it was read leaves the document as it was. With
+    no entities in the alphabet, a text is its source but for `<` and `>` escaped and, outside <pre>,
+    its runs of whitespace read as one space."""
+    import html
+    import re
+
+    from seq2seq.serve.html_text import HtmlDocument
+
+    parsed = HtmlDocument(document)
+
+    def spaced(text: str) -> str:
+        return re.sub(r"\s+", " ", text)
+
+    assert spaced(html.unescape(parsed.render(parsed.texts))) == spaced(document)
 
 
 def test_detect_is_restricted_to_the_servers_languages(tmp_path: Path) -> None:
@@ -242,7 +295,7 @@ def test_text_html_and_subtitle_files_come_back_in_their_format(served) -> None:
     page = b"<html><body><h1 id=t>ab</h1><p>cd <i>ef</i></p></body></html>"
     assert (
         _translated_file(client, "page.html", page)
-        == b'<html><body><h1 id="t">AB</h1><p>CD <i>EF</i></p></body></html>'
+        == b"<html><body><h1 id=t>AB</h1><p>CD <i>EF</i></p></body></html>"  # the markup as written
     )
     import srt
 
@@ -280,8 +333,8 @@ def test_a_word_file_comes_back_as_word_with_its_tables(served) -> None:
 def test_files_that_cannot_be_translated_are_refused_in_one_line(served) -> None:
     client, _ = served
     cases = [
-        (("x.pdf", b"%PDF"), 400, "the format .pdf is not supported"),
-        (("x.txt", b""), 400, "file 'x.txt' is empty"),
+        (("x.pdf", b"%PDF"), 400, "Invalid request: file format not supported; file 'x.pdf': the format .pdf is"),
+        (("x.txt", b""), 400, "Invalid request: empty file ('x.txt')"),
         (("x.txt", b"\xff\xfe\x00"), 400, "not UTF-8 text"),
         (("x.docx", b"not a zip"), 400, "not a Word (.docx) document"),
         (("x.txt", b"x" * 41), 413, "more than max_line_chars=40"),
@@ -345,6 +398,7 @@ def test_several_models_each_pair_and_a_pivot_through_a_common_language(tmp_path
             backwards = client.post("/translate", json={"q": "ab", "source": "fr", "target": "en"})
             native = client.post("/v1/translate", json={"q": "ab", "source": "en", "target": "fr"})
             health = client.get("/health").json()
+            info = client.get("/v1/info").json()
     finally:
         english_german.batcher.stop()
         german_french.batcher.stop()
@@ -357,11 +411,15 @@ def test_several_models_each_pair_and_a_pivot_through_a_common_language(tmp_path
         {"code": "fr", "name": "French", "targets": []},
     ]
     assert no_target.status_code == 400 and no_target.json()["error"] == (
-        "missing 'target': this server translates en -> de, de -> fr"
+        "Invalid request: missing target parameter; this server translates en -> de, de -> fr"
     )
-    assert backwards.json() == {"error": "target='en': this server translates en -> de, de -> fr"}
+    assert backwards.json() == {
+        "error": "English (en) is not available as a target language from French (fr); "
+        "this server translates en -> de, de -> fr"
+    }
     assert native.status_code == 400 and "decodes with one model" in native.json()["error"]
-    assert [m["source"] + m["target"] for m in health["models"]] == ["ende", "defr"]
+    assert health == {"status": "ok"}, "LibreTranslate's exactly: the rest is /v1/info's"
+    assert [m["source"] + m["target"] for m in info["models"]] == ["ende", "defr"]
     assert english_german.batcher is not german_french.batcher
 
 
@@ -394,7 +452,8 @@ def test_html_alternatives_are_empty_and_its_size_bounded(tmp_path: Path) -> Non
     assert small.json() == {"translatedText": "<p>AB</p>", "alternatives": [],
                             "detectedLanguage": {"confidence": 100.0, "language": "en"}}  # fmt: skip
     assert large.status_code == 413 and large.json() == {
-        "error": "'q' has 108 characters of HTML, more than max_file_bytes=100"}  # fmt: skip
+        "error": "Invalid request: request (108) exceeds text limit (100); "
+                 "'q' has 108 characters of HTML, more than max_file_bytes=100"}  # fmt: skip
 
 
 def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -439,3 +498,28 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
     assert [what for what, _ in threads[:2]] == ["load", "load"] and len(threads) >= 4
     assert {thread for _, thread in threads} == {engine_thread.call(threading.get_ident)}
     engine_thread.stop()
+
+
+def test_two_models_of_one_direction_say_which_serves_it(tmp_path: Path, caplog) -> None:
+    """`run=S run=M`, both en -> de: S (the first) serves it, M's is never used; start-up says so once,
+    naming both, and the errors list each direction once (they said "en -> de, en -> de, en -> fr")."""
+    first, first_engines = served_model("en", "de")
+    second, second_engines = served_model("en", "de", change=lambda line: line[::-1])
+    second = Served(second.batcher, second.base, ServerInfo("other-en-de", "CTranslate2", "en", "de"))
+    french, _ = served_model("en", "fr")
+    with caplog.at_level(logging.INFO, logger="seq2seq.serve"):
+        app = create_app([first, second, french], Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
+    try:
+        with TestClient(app) as client:
+            answer = client.post("/translate", json={"q": "ab", "source": "en", "target": "de"}).json()
+            missing = client.post("/translate", json={"q": "ab"}).json()
+    finally:
+        for model in (first, second, french):
+            model.batcher.stop()
+    assert answer == {"translatedText": "AB"} and second_engines.decoded == [] and first_engines.decoded == ["ab"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "en -> de: served by en-de; other-en-de's en -> de is not used (the first run= of a direction serves it)"
+    ]
+    assert "en -> fr: en-fr" in caplog.text and "en -> de: en-de" in caplog.text
+    assert missing == {"error": "Invalid request: missing target parameter; this server translates en -> de, en -> fr"}

@@ -24,6 +24,7 @@ commands = {
     "seq2seq-serve": (launch.serve, ["run=r", "port=70000"]),
     "seq2seq-average": (average.main, ["run=r", "last=0"]),
     "seq2seq-export": (export.main, ["run=r", "output=o", "format=onnx"]),
+    "seq2seq-distill": (launch.distill, ["teacher=t", "output=RUN", "beam=0"]),
 }
 status = {}
 for name, (main, argv) in commands.items():
@@ -46,7 +47,8 @@ def test_config_errors_answer_before_torch_and_importing_the_package_does_nothin
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["imported"] == {"seq2seq": []} and report["changed"] == {"seq2seq": []}
     assert report["status"] == dict.fromkeys(
-        ["seq2seq-train", "seq2seq-translate", "seq2seq-serve", "seq2seq-average", "seq2seq-export"], 2
+        ["seq2seq-train", "seq2seq-translate", "seq2seq-serve", "seq2seq-average", "seq2seq-export", "seq2seq-distill"],
+        2,
     )
     assert done.stderr.splitlines() == [
         "error: config error: max_steps=0: must be positive or null",
@@ -54,6 +56,7 @@ def test_config_errors_answer_before_torch_and_importing_the_package_does_nothin
         "error: config error: port=70000: must be in [0, 65535] (0 picks a free port)",
         "error: last=0: must be at least 1",
         "error: config error: format='onnx': must be one of safetensors, ctranslate2, huggingface, argos",
+        "error: config error: beam=0: must be positive",
     ]
     assert report["heavy"] == []
     assert not (tmp_path / "run").exists()

@@ -4,6 +4,7 @@ sampling behave as their definitions say, and bad input is one line naming the k
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import json
@@ -132,6 +133,48 @@ def test_a_str_is_one_line_and_any_iterable_is_lines(run_dir: Path, engine: str)
         assert isinstance(info.value, UserError) and "\n" not in str(info.value)
 
 
+@functools.cache
+def line_breaks() -> list[str]:
+    """Every character str.splitlines breaks at, found by asking it of each code point."""
+    return [chr(c) for c in range(0x110000) if len(f"a{chr(c)}b".splitlines()) == 2]
+
+
+@pytest.mark.parametrize("way_in", ["Translator.load", "CTranslate2Translator.load", "load"])
+def test_an_item_with_a_line_break_is_refused_naming_it(run_dir: Path, way_in: str) -> None:
+    # translate(["a b\nc d", "e f"]) gave one translation of both lines of the first item.
+    from seq2seq.inference.engine_loader import load
+
+    if way_in == "CTranslate2Translator.load":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+        from seq2seq.inference import CTranslate2Translator
+
+        translator = CTranslate2Translator.load(run_dir, beam=2)
+    else:
+        loader = Translator.load if way_in == "Translator.load" else load
+        translator = loader(run_dir, beam=2, precision="fp32", device="cpu")
+    assert {"\n", "\r", "\u2028", "\x85"} <= set(line_breaks())
+    for character in line_breaks():
+        message = (
+            f"lines[1]: contains a line break (U+{ord(character):04X}); give one line per item, "
+            "or split it first (str.splitlines)"
+        )
+        for call in (translator.translate, translator.translate_nbest):
+            with pytest.raises(ValueError, match=f"^{re.escape(message)}$") as info:
+                call(["e f", f"a b{character}c d"])
+            assert isinstance(info.value, UserError)
+    with pytest.raises(ValueError, match=r"^lines\[0\]: contains a line break \(U\+000D\)"):
+        translator.translate("a b\r\n")  # a str is one line too
+    with pytest.raises(ValueError, match=r"^prefixes\[0\]: contains a line break \(U\+000A\)"):
+        translator.translate(["a b"], ["K\nL"])
+    assert translator.translate(["a b c d"]) == [translator.translate("a b c d")]  # one line: as before
+
+
+def test_the_command_still_reads_a_line_break_inside_a_line_as_text(run_dir: Path, tmp_path: Path) -> None:
+    """seq2seq-translate splits at \\n alone (the file's lines); the engine it loads keeps the rest as text."""
+    lines = ["a b\rc d", "e\u2028f", "g h"]
+    assert len(command(tmp_path, lines, run=str(run_dir), beam=1)) == 3
+
+
 @pytest.mark.parametrize(
     ("settings", "error", "message"),
     [
@@ -223,9 +266,9 @@ def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
 
 
 def test_load_decodes_with_the_engine_the_command_picks(run_dir: Path, tmp_path: Path) -> None:
-    """`seq2seq.inference.load.load`: the run's CTranslate2 export where it writes PyTorch's lines,
+    """`seq2seq.inference.load`: the run's CTranslate2 export where it writes PyTorch's lines,
     PyTorch where the settings need it, the same lines as seq2seq-translate either way."""
-    from seq2seq.inference.load import load
+    from seq2seq.inference.engine_loader import load
 
     fast = load(run_dir, beam=3, precision="fp32", device="cpu")
     nbest = load(run_dir, beam=3, nbest=2, precision="fp32", device="cpu")

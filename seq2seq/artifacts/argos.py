@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.argos_splitter import folder_file, line_splitter
-from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.path_kind import ARGOS_METADATA, ARGOS_SPM, ARGOS_SUFFIX, DECODING_FILE
 from seq2seq.config import UserError
 from seq2seq.data.directions import language_tag
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 
-SUFFIX = ".argosmodel"
+SUFFIX = ARGOS_SUFFIX
 ARGOS_VERSION = "1.9"  # the package layout this writes: Argos 1.9 and later read it
 
 
@@ -162,10 +162,10 @@ def argos_writer(
             (root / "model").mkdir(parents=True)
             write_model(root / "model")
             (root / "model" / DECODING_FILE).unlink(missing_ok=True)  # seq2seq's record: names this machine's paths
-            (root / "sentencepiece.model").write_bytes(spm)
+            (root / ARGOS_SPM).write_bytes(spm)
             (root / folder_file(src)).parent.mkdir()
             (root / folder_file(src)).write_bytes(splitter)  # Argos's splitter, without its download
-            (root / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            (root / ARGOS_METADATA).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             (root / "README.md").write_text(readme(meta, payload), encoding="utf-8")
             archive = Path(staging) / output.name
             with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:

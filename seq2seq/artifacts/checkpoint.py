@@ -22,7 +22,7 @@ from typing import Any, NotRequired, TypedDict
 import torch
 
 from seq2seq.artifacts.freshness import why_stale
-from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE
+from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE, PathKind, argos_package_error, path_kind
 from seq2seq.artifacts.run_dir import RunDir, temporary_affixes
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
@@ -147,7 +147,7 @@ def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         prefix, suffix = temporary_affixes(path)
         fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
             handle.flush()
@@ -168,7 +168,8 @@ def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask, for files made with mkstemp (0600) that should be ordinary files."""
     mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
     os.umask(mask)
     return mask
@@ -202,6 +203,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     built from it (`read_model_file`), its training state where a run resumes from it
     (`load_training_state`). An averaged checkpoint has no training state."""
     path = Path(path)
+    if path_kind(path) is PathKind.ARGOS:  # a zip too: torch.load would call it a corrupt checkpoint
+        raise argos_package_error(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint file")
     try:
@@ -247,6 +250,16 @@ def is_checkpoint_file(path: Path, training: bool = False) -> bool:
         return False
     own = isinstance(payload, dict) and payload.get("format") == FORMAT and "model" in payload
     return own and (not training or "optimizer" in payload)
+
+
+def is_averaged_checkpoint(path: Path) -> bool:
+    """Whether `path` is an average `seq2seq-average` wrote (it records what it averaged), told as
+    `is_checkpoint_file` tells a checkpoint: without reading the tensors."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # anything unreadable as a checkpoint is not one, whatever torch raises for it
+        return False
+    return isinstance(payload, dict) and payload.get("format") == FORMAT and "averaged_from" in payload
 
 
 def find_model_file(run_dir: str | Path) -> Path:

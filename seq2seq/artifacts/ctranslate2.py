@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.freshness import checkpoint_record
-from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, RunDir
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
 from seq2seq.data.directions import language_record
 from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizers
@@ -238,3 +239,53 @@ def check_vocabularies(directory: Path, tokenizers: Tokenizers) -> None:
                 f"{path}: its tokens are not the tokenizer's beside it, in the same order (the export was altered "
                 "or mixed with another's)"
             )
+
+
+def unreadable_model(directory: Path, error: Exception, version: str) -> UserError:
+    """The error for a model.bin CTranslate2 cannot load, said as for a damaged safetensors file: the
+    file looks damaged, and what decodes instead (the checkpoint it was made from, on PyTorch, or a new
+    export of it). Only a binary version a little above CTranslate2's own (6 in 4.x) is taken for a
+    newer CTranslate2's file: one overwritten at its start reads as "binary version v1651663207",
+    which CTranslate2 calls "a later version"."""
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    run = directory.parent if directory.name == CTRANSLATE2_DIR and RunDir(directory.parent).has_checkpoints() else None
+    source = _recorded_checkpoint(directory / DECODING_FILE)
+    if run is not None:
+        decode, export = f"seq2seq-translate run={run} engine=torch", f"seq2seq-export run={run}"
+    elif source is not None:
+        decode, export = f"seq2seq-translate checkpoint={source}", f"seq2seq-export checkpoint={source}"
+    else:
+        decode, export = "the checkpoint it was exported from (engine=torch)", "seq2seq-export checkpoint=<its .pt>"
+    instead = f"translate with {decode}, or export it again: {export} format=ctranslate2 output=<new dir>"
+    model = directory / CTRANSLATE2_FILE
+    binary_version = _binary_version(model)
+    if "binary version" in detail and binary_version is not None and binary_version <= LATEST_PLAUSIBLE_VERSION:
+        return UserError(
+            f"{model}: written by a CTranslate2 later than this {version} (binary version {binary_version}): "
+            f"pip install -U ctranslate2, or {instead}"
+        )
+    if binary_version is not None and binary_version > LATEST_PLAUSIBLE_VERSION:
+        detail = f"it starts with binary version {binary_version}, which no CTranslate2 writes"
+    return UserError(f"{model}: the file looks damaged (truncated or overwritten): {detail}; {instead}")
+
+
+LATEST_PLAUSIBLE_VERSION = 100  # model.bin's binary version went from 1 to 6 in CTranslate2 1.0-4.x
+
+
+def _binary_version(model: Path) -> int | None:
+    """model.bin's first 4 bytes: the format's version, a little-endian uint32."""
+    try:
+        with open(model, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return None
+    return int.from_bytes(head, "little") if len(head) == 4 else None
+
+
+def _recorded_checkpoint(decoding: Path) -> str | None:
+    """The checkpoint an export records it was made from, where that file is still there."""
+    try:
+        source = json.loads(decoding.read_text(encoding="utf-8")).get("source_checkpoint")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return source if isinstance(source, str) and Path(source).is_file() else None

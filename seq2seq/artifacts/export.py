@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from seq2seq.artifacts.checkpoint import check_vocabulary, load_checkpoint, model_config_of
+from seq2seq.artifacts.checkpoint import check_vocabulary, current_umask, load_checkpoint, model_config_of
 from seq2seq.artifacts.ctranslate2 import ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
@@ -38,7 +38,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
         raise UserError(f"{output}: already exists; give output= a new directory")
     path = Path(cfg.checkpoint) if cfg.checkpoint else RunDir(cfg.run).find_checkpoint()
     payload = load_checkpoint(path)
-    tokenizers = load_tokenizers(path, cfg.run)
+    tokenizers = load_tokenizers(path, cfg.run, payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
     if cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
@@ -86,7 +86,7 @@ def write_run_exports(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, Pa
     remove_stale_export_directories(run_dir)
     path = RunDir(run_dir).find_checkpoint()
     payload = load_checkpoint(path)
-    tokenizers = load_tokenizers(path, str(run_dir))
+    tokenizers = load_tokenizers(path, str(run_dir), payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     written: dict[str, Path | UserError] = {}
     for name, fmt in RUN_EXPORTS.items():
@@ -139,7 +139,7 @@ def _write_directory(output: Path, write: Callable[[Path], None], replace: bool 
     except OSError as err:
         raise UserError(f"{output}: cannot create the output directory ({err.strerror or err})") from err
     try:
-        mask = _umask()
+        mask = current_umask()
         write(staging)
         for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
             os.chmod(file, 0o666 & ~mask)
@@ -163,9 +163,3 @@ def _write_directory(output: Path, write: Callable[[Path], None], replace: bool 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

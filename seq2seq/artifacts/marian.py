@@ -257,7 +257,7 @@ def split_layout(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, 
 
 def read_pretrained(directory: Path, cfg: ModelConfig, tokenizers: SentencePieceTokenizers) -> ModelPayload:
     """A checkpoint-shaped payload of the Marian model in `directory`, for `model_from_checkpoint`
-    and `Trainer.init_weights_from`."""
+    and `seq2seq.train.init_from`."""
     transformers = transformers_module()
     try:
         hf_model = transformers.MarianMTModel.from_pretrained(str(directory))

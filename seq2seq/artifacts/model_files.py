@@ -1,11 +1,12 @@
 """A model's files read as one: a training checkpoint or a weights export (see safetensors.py) as a
-checkpoint-shaped payload, and the tokenizer that belongs to it. What decoding (seq2seq.inference.load),
+checkpoint-shaped payload, and the tokenizer that belongs to it. What decoding (seq2seq.inference.engine_loader),
 seq2seq-export, averaging and init_from= read a model with.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from seq2seq.artifacts.checkpoint import (
     ModelPayload,
@@ -17,7 +18,8 @@ from seq2seq.artifacts.checkpoint import (
 from seq2seq.artifacts.path_kind import WEIGHTS_FILE, PathKind, path_kind
 from seq2seq.artifacts.safetensors import load_weights
 from seq2seq.config import UserError
-from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
+from seq2seq.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, Tokenizers
 
 
 def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
@@ -48,12 +50,29 @@ def check_same_tokenizer(
         )
 
 
-def load_tokenizers(checkpoint: Path, run: str | None) -> Tokenizers:
-    """The tokenizer lives in the run directory; a checkpoint copied elsewhere may carry it beside itself."""
+def load_tokenizers(checkpoint: Path, run: str | None, data: dict[str, Any] | None = None) -> Tokenizers:
+    """The tokenizer lives in the run directory; a checkpoint copied elsewhere may carry it beside itself.
+    `data`: the model's data config (its payload's config["data"]), whose tokenizer keys say which files
+    a missing tokenizer is (a SentencePiece run's are not tokenizer.json)."""
     candidates = [checkpoint.parent, checkpoint.parent.parent] + ([Path(run)] if run else [])
     for directory in candidates:
         try:
             return Tokenizers.load(directory)
         except FileNotFoundError:
             continue
-    raise UserError(f"{checkpoint}: no tokenizer.json beside it or in its run directory")
+    raise UserError(
+        f"{checkpoint}: its tokenizer is not beside it or in its run directory: {_tokenizer_files(data)}; "
+        "copy them from the run that trained it"
+    )
+
+
+def _tokenizer_files(data: dict[str, Any] | None) -> str:
+    """The files a model's tokenizer is saved as, by what its run recorded (data.tokenizer, data.joint_vocab)."""
+    if not isinstance(data, dict) or "tokenizer" not in data:  # a model that does not say: either kind
+        return f"{JOINT_FILE} (or {SOURCE_SPM}, {TARGET_SPM} and {VOCAB})"
+    joint = data.get("joint_vocab", True)
+    if data["tokenizer"] == "sentencepiece":
+        names = [SOURCE_SPM, TARGET_SPM, VOCAB] + ([] if joint else [TARGET_VOCAB])
+        return f"{', '.join(names[:-1])} and {names[-1]} (data.tokenizer=sentencepiece)"
+    names = [JOINT_FILE] if joint else [SRC_FILE, TGT_FILE]
+    return f"{' and '.join(names)} (data.tokenizer={data['tokenizer']})"

@@ -120,6 +120,12 @@ class RunDir:
         found = [(step, p) for p in self.checkpoints.glob(PERIODIC_GLOB) if (step := self.step_of(p)) is not None]
         return [path for _, path in sorted(found)]
 
+    def prune_periodic(self, keep: int) -> None:
+        """Removes all but the newest `keep` periodic checkpoints (keep_checkpoints)."""
+        periodic = self.periodic_checkpoints()
+        for old in periodic[: max(len(periodic) - keep, 0)]:
+            old.unlink(missing_ok=True)
+
     def has_checkpoints(self) -> bool:
         return self.checkpoints.is_dir()
 

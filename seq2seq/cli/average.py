@@ -19,6 +19,7 @@ from seq2seq.cli.common import parse_key_values, print_key_help, report_errors, 
 from seq2seq.config import AverageConfig, UserError
 from seq2seq.stop_signals import stop_signals_raise
 
+COMMAND = "seq2seq-average"
 USAGE = "run=<run dir> [last=5] [output=...] | checkpoints=a.pt,b.pt [output=...]"
 
 
@@ -53,14 +54,16 @@ def key_values(argv: list[str]) -> list[str]:
     return translated
 
 
-def average_files(paths: list[Path], output: Path) -> Path:
+def average_files(paths: list[Path], output: Path, replace_output: bool = False) -> Path:
     """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
     from seq2seq.artifacts.checkpoint import atomic_save
+    from seq2seq.artifacts.replacing import record
     from seq2seq.averaging import average
 
-    refuse_replacing(paths, output)
+    refuse_replacing(paths, output, replace_output)
     result = average(paths)
     atomic_save(result, output)
+    record(output, COMMAND)
     steps = result["averaged_steps"]
     print(
         f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} "
@@ -72,12 +75,16 @@ def average_files(paths: list[Path], output: Path) -> Path:
     return output
 
 
-def refuse_replacing(paths: list[Path], output: Path) -> None:
+def refuse_replacing(paths: list[Path], output: Path, replace_output: bool) -> None:
     """The average replaces `output` whole: never one of the checkpoints averaged, nor a checkpoint a run
-    resumes from (best.pt, last.pt, step_N.pt: the run's own, which the average would stand in for)."""
-    from seq2seq.artifacts.checkpoint import is_checkpoint_file
+    resumes from (best.pt, last.pt, step_N.pt: the run's own, which the average would stand in for, even
+    with replace_output=true); any other existing file only by the rule every writer follows
+    (seq2seq/artifacts/replacing.py): an average this command wrote, or replace_output=true."""
+    from seq2seq.artifacts.checkpoint import is_averaged_checkpoint, is_checkpoint_file
+    from seq2seq.artifacts.replacing import check_replaceable
 
     if not output.is_file():
+        check_replaceable(output, "output", COMMAND, replace_output)  # a directory is refused
         return
     for path in paths:
         if os.path.samefile(path, output):
@@ -87,6 +94,7 @@ def refuse_replacing(paths: list[Path], output: Path) -> None:
             f"output={output}: is a training checkpoint (a run resumes and translates from it); "
             "give output= another file"
         )
+    check_replaceable(output, "output", COMMAND, replace_output, own_kind=is_averaged_checkpoint)
 
 
 def run(cfg: AverageConfig) -> Path:
@@ -106,14 +114,16 @@ def run(cfg: AverageConfig) -> Path:
         missing = [p for p in paths if not p.is_file()]
         if missing:
             raise UserError(f"checkpoints: {missing[0]}: no such file")
-        return average_files(paths, Path(cfg.output) if cfg.output else paths[0].with_name("averaged.pt"))
+        return average_files(
+            paths, Path(cfg.output) if cfg.output else paths[0].with_name("averaged.pt"), cfg.replace_output
+        )
     run_dir = Path(cfg.run)
     if not run_dir.is_dir():
         raise UserError(f"run={run_dir}: no such run directory")
     paths = periodic_checkpoints(run_dir, cfg.last)
     end_of_run(run_dir, paths, cfg.force)
     run = RunDir(run_dir)
-    output = average_files(paths, Path(cfg.output) if cfg.output else run.checkpoint("averaged"))
+    output = average_files(paths, Path(cfg.output) if cfg.output else run.checkpoint("averaged"), cfg.replace_output)
     newest = max(RunDir.step_of(p) for p in paths)
     if (newer := newer_last(run_dir, newest)) is not None:
         print(

@@ -230,7 +230,10 @@ def print_key_help(command: str, usage: str, schema: type) -> None:
     for f, (key, comment) in zip(dataclasses.fields(schema), described_fields(schema), strict=True):
         shown = "null" if f.default is None else str(f.default).lower() if isinstance(f.default, bool) else f.default
         lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
-    print("\n".join(lines), flush=True)
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `--help | head`, as print_help
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (nothing left to flush at exit)
 
 
 def described_fields(schema: type, prefix: str = "") -> list[tuple[str, str]]:

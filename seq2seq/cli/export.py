@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from typing import Any
 
 USAGE = """\
 usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface|argos]
@@ -69,9 +70,26 @@ def _run(argv: list[str]) -> None:
         return
     # A command to paste into a shell, for either format: seq2seq-translate decodes a CTranslate2
     # export with CTranslate2 itself (docs/export.md shows the calls for CTranslate2 alone).
-    print(f"translate with: seq2seq-translate checkpoint={shlex.quote(str(output))} < input.txt > output.txt")
+    from seq2seq.inference.target_language import translate_command
+
+    print(f"translate with: {translate_command('checkpoint', output, _recorded_data(output))}")
     if cfg.format == "ctranslate2":
         print(f"model.max_positions={model_cfg.max_positions} (CTranslate2 alone: max_input_length)")
+
+
+def _recorded_data(output: Any) -> dict | None:
+    """The languages an export recorded (its "data": a multilingual model's directions), from the
+    CTranslate2 export's seq2seq.json or the weights export's config.json."""
+    from seq2seq.artifacts.path_kind import DECODING_FILE, WEIGHTS_CONFIG
+
+    for name in (DECODING_FILE, WEIGHTS_CONFIG):
+        try:
+            data = json.loads((output / name).read_text(encoding="utf-8")).get("data")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
 
 
 def parse_arguments(argv: list[str]) -> object:

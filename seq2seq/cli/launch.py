@@ -35,3 +35,11 @@ def serve() -> None:
     from seq2seq.cli.serve import main
 
     main()
+
+
+def distill() -> None:
+    """`seq2seq-distill`"""
+    relaunch_with_tcmalloc("seq2seq-distill", __name__)
+    from seq2seq.cli.distill import main
+
+    main()

@@ -71,11 +71,15 @@ def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[
 
 
 def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
+    """Exactly two columns a line: a third column (an id, a score, a misplaced tab) would otherwise be
+    trained into the target without a word, so it is refused where it is."""
     for number, line in enumerate(iter_lines(path), start=1):
-        if "\t" not in line:
+        columns = line.split("\t")
+        if len(columns) == 1:
             raise UserError(f"{path}:{number}: expected 'source<TAB>target', found no tab")
-        src, tgt = line.split("\t", 1)
-        yield src, tgt
+        if len(columns) > 2:
+            raise UserError(f"{path}:{number}: {len(columns)} tab-separated columns; data=tsv takes 2 (source, target)")
+        yield columns[0], columns[1]
 
 
 def iter_jsonl(path: str | Path, src_key: str, tgt_key: str) -> Iterator[tuple[str, str]]:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import datasets  # imported where a cache is built: start-up time that a cached run does not need
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 3  # bump when the cached layout or tokenization changes
+CACHE_VERSION = 4  # bump when the cached layout, tokenization or filtering changes (4: blank sides, TSV columns)
 
 
 @dataclass
@@ -191,16 +191,18 @@ def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> 
 MAX_CHARS_PER_TOKEN = 16
 
 
-def drop_overlong(pairs: Iterable[tuple], max_tokens: int, dropped: dict[str, int]) -> Iterator[tuple]:
-    """The pairs whose sides are short enough to tokenize; the others are counted in `dropped` under
-    the reason `keep_pair` would give them (an empty side first, as there). A pair is (source,
-    target) or, with data.directions, (source, target, direction)."""
+def drop_by_text(pairs: Iterable[tuple], max_tokens: int, dropped: dict[str, int]) -> Iterator[tuple]:
+    """The pairs worth tokenizing; the others are counted in `dropped` under the reason `keep_pair`
+    would give them (an empty side first, as there). A side of whitespace alone is empty: a byte-level
+    tokenizer makes a token of a lone space, which `keep_pair` would then count as a length ratio. A
+    pair is (source, target) or, with data.directions, (source, target, direction)."""
     limit = max_tokens * MAX_CHARS_PER_TOKEN
     for pair in pairs:
         src, tgt = pair[0], pair[1]
-        if len(src) > limit or len(tgt) > limit:
-            reason = "dropped_empty" if not src or not tgt else "dropped_too_long"
-            dropped[reason] += 1
+        if not src.strip() or not tgt.strip():
+            dropped["dropped_empty"] += 1
+        elif len(src) > limit or len(tgt) > limit:
+            dropped["dropped_too_long"] += 1
         else:
             yield pair
 
@@ -322,11 +324,11 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
         if multilingual:
             check_readable_per_direction(cfg)
             read: dict[str, int] = {}
-            directed = drop_overlong(iter_directed_pairs(cfg, "train", read), cfg.max_tokens, early)
+            directed = drop_by_text(iter_directed_pairs(cfg, "train", read), cfg.max_tokens, early)
             written = _write_text(directed, staging / "work" / "raw.arrow", DIRECTED_TEXT_SCHEMA)
             require_every_direction(cfg, "train", read)
         else:
-            train_pairs = drop_overlong(iter_split(cfg, "train"), cfg.max_tokens, early)
+            train_pairs = drop_by_text(iter_split(cfg, "train"), cfg.max_tokens, early)
             # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
             if cfg.streaming:
                 train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)

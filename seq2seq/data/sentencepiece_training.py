@@ -8,14 +8,17 @@ last, as OPUS-MT's do (CTranslate2's converter drops that last entry: Marian dec
 and `target_vocab.json` beside it when each side has its own. `SentencePieceTokenizers` then reads
 them as it reads a pretrained Marian model's: nothing downstream tells the two apart.
 
-Byte fallback keeps the byte-level tokenizer's guarantee: a character the training split never had
-becomes byte pieces and decodes back to itself, never <unk>.
+Text is normalised first, as OPUS-MT's SentencePiece models normalise it (`NORMALIZATION`, exactly
+which characters in docs/train.md): a translation reads, and its output is, the normalised text. Byte
+fallback keeps the rest of the byte-level tokenizer's guarantee: a character the training split never
+had, once normalised, becomes byte pieces and decodes back to itself, never <unk>.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,8 +37,19 @@ from seq2seq.data.sentencepiece import (
     import_sentencepiece,
 )
 
+log = logging.getLogger(__name__)
 # The most sentences SentencePiece reads (a uniform sample of a larger split): its trainer keeps them in memory.
 MAX_TRAINING_SENTENCES = 2_000_000
+# SentencePiece's default and OPUS-MT's, what Marian users expect: NFKC plus whitespace and control
+# character rules, then runs of spaces made one and the ends trimmed. `identity` would keep text as it
+# is, at the cost of vocabulary entries for the variants; the rule travels inside the .spm files, so
+# every reader of them (transformers, CTranslate2's converter, Argos) normalises alike.
+NORMALIZATION = "nmt_nfkc"
+NORMALIZATION_NOTE = (
+    "SentencePiece normalises text as OPUS-MT does (nmt_nfkc): NFKC (ﬁ -> fi, ① -> 1, NBSP -> space), "
+    "control characters dropped, tab, CR, zero-width space and BOM to a space, runs of spaces made one, "
+    "the ends trimmed; translations read and write the text so (docs/train.md, 'What happens to the data')"
+)
 
 
 def train_model(texts: Iterable[str], model_type: str, vocab_size: int) -> bytes:
@@ -56,6 +70,8 @@ def train_model(texts: Iterable[str], model_type: str, vocab_size: int) -> bytes
             eos_piece=EOS,
             unk_piece=UNK,
             byte_fallback=True,
+            normalization_rule_name=NORMALIZATION,
+            remove_extra_whitespaces=True,
             hard_vocab_limit=False,  # a small corpus gets the pieces it has, not an error
             input_sentence_size=MAX_TRAINING_SENTENCES,
             shuffle_input_sentence=True,
@@ -91,6 +107,7 @@ def train_sentencepiece(
 ) -> SentencePieceTokenizers:
     """Trains and writes the tokenizer files into `directory`; each iterable is read once. `tags`: the
     language tags of data.directions, in every vocabulary."""
+    log.info(NORMALIZATION_NOTE)
     directory.mkdir(parents=True, exist_ok=True)
     if joint:
         shared = train_model(_chain(src_texts, tgt_texts), model_type, vocab_size)

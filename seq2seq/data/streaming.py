@@ -18,7 +18,7 @@ import numpy as np
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
 from seq2seq.data.corpus import iter_split
-from seq2seq.data.pipeline import Split, TokenColumn, drop_overlong, keep_pair
+from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
 from seq2seq.data.tokenizer import BOS_ID, Tokenizers
 
 
@@ -70,8 +70,8 @@ class StreamingBatches:
         """Reads, tokenizes and batches the next buffer; False at the end of the corpus."""
         while read := list(islice(self._pairs, self.cfg.stream_buffer_pairs)):
             self.buffer += 1
-            overlong = {"dropped_empty": 0, "dropped_too_long": 0}
-            pairs = list(drop_overlong(read, self.cfg.max_tokens, overlong))  # before the slow tokenizer
+            early = {"dropped_empty": 0, "dropped_too_long": 0}
+            pairs = list(drop_by_text(read, self.cfg.max_tokens, early))  # before the slow tokenizer
             self.dropped += len(read) - len(pairs)
             sources = self.tokenizers.encode_src([s for s, _ in pairs])
             targets = self.tokenizers.encode_tgt([t for _, t in pairs])

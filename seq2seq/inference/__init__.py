@@ -1,7 +1,7 @@
 """Inference: decoding, everything that turns a trained model into translations. Never imports
 `seq2seq.train`; the files models travel in are `seq2seq.artifacts`'.
 
-load.py (the one way in: a model and the decoding settings -> an engine), engine.py (which engine
+engine_loader.py (`load`, the one way in: a model and the decoding settings -> an engine), engine.py (which engine
 seq2seq-translate picks) with engine_probe.py (timing them), translator.py (PyTorch's engine, the
 Translator of the Python API: lines in, translations out) with loading.py (its model + tokenizer),
 translation.py (what both engines return and share), search.py (greedy, beam and sampled decoding,
@@ -13,18 +13,20 @@ request), command.py (`seq2seq-translate`'s work: files, chunks, scoring), atten
 
 from typing import Any
 
-__all__ = ["CTranslate2Translator", "SamplingRule", "Translation", "Translator"]
+__all__ = ["CTranslate2Translator", "SamplingRule", "Translation", "Translator", "load"]
 
 
 def __getattr__(name: str) -> Any:
     """The API's names, imported on first use: importing a module of this package (e.g. the
-    CTranslate2 path of seq2seq-translate) must not import torch, which takes seconds. The first use
-    prepares the process as the commands do (seq2seq/startup.py), before torch or ctranslate2 load."""
-    if name not in __all__:  # a probe (hasattr, introspection) prepares nothing
+    CTranslate2 path of seq2seq-translate) must not import torch, which takes seconds. The engines'
+    modules prepare the process as the commands do (seq2seq/startup.py) before torch or ctranslate2
+    load, however they are reached."""
+    if name not in __all__:  # a probe (hasattr, introspection) loads nothing
         raise AttributeError(f"module 'seq2seq.inference' has no attribute {name!r}")
-    from seq2seq.startup import prepare_process
+    if name == "load":  # the one way in: engine=auto picks CTranslate2 or PyTorch as the commands do
+        from seq2seq.inference.engine_loader import load
 
-    prepare_process()
+        return load
     if name == "SamplingRule":
         from seq2seq.inference.sampling import SamplingRule
 

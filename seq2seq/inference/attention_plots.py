@@ -81,8 +81,9 @@ def teacher_forced_attention(
 def sentence_attention(translator: Translator, source: str, out_ids: list[int]) -> SentenceAttention:
     """Weights and labels for `source` translated as `out_ids` (Translation.tokens)."""
     tokenizers = translator.tokenizers
-    # As Translator.encode reads it (a source_prefix tag first, cut to the model's positions), so the
-    # plot shows the source the model actually read.
+    # As Translator.encode reads it (a tag written at its start removed, a source_prefix tag first, cut
+    # to the model's positions), so the plot shows the source the model actually read.
+    source = translator.languages.split_tag(source)[1]
     keep = translator.max_positions - 1
     tag = [tokenizers.src.id_to_token(i) for i in translator.languages.source_tag(translator.tgt_lang)]
     src_ids = [

@@ -21,12 +21,14 @@ from typing import IO, Any
 
 from omegaconf import DictConfig
 
+from seq2seq.artifacts.replacing import check_replaceable, record
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
-from seq2seq.inference.load import load_engine
+from seq2seq.inference.engine_loader import load_engine
 from seq2seq.inference.translation import Translation, one_line
 
 log = logging.getLogger("seq2seq.translate")
+COMMAND = "seq2seq-translate"
 CHUNK_LINES = 1000  # lines translated per chunk when reading a file or a pipe
 FIRST_CHUNK_LINES = 16  # the first chunk: its translations are out in a fraction of a second
 
@@ -65,10 +67,14 @@ def _lines_of(source: IO[bytes], name: str) -> Iterator[bytes]:
 
 
 def _open_output(path: str) -> IO[str]:
+    """Opens output= for writing; the ledger notes it as this command's from the moment it is emptied,
+    so a killed translation's file may be written again without replace_output=true."""
     try:
-        return open(path, "w", encoding="utf-8")  # noqa: SIM115
+        sink = open(path, "w", encoding="utf-8")  # noqa: SIM115
     except OSError as err:
         raise UserError(f"{path}: cannot write the translations ({err.strerror or err})") from err
+    record(Path(path), COMMAND, complete=False)
+    return sink
 
 
 def _write(sink: IO[str], text: str, name: str) -> None:
@@ -99,6 +105,8 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
 def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     refuse_writing_over_inputs(cfg)
+    if cfg.output != "-":  # the one rule of every writer: replace only what this command wrote
+        check_replaceable(Path(cfg.output), "output", COMMAND, cfg.replace_output)
     _refuse_closed_standard_streams(cfg)
     translator = load_engine(cfg)
     translator.languages.required_target(cfg.tgt_lang)  # a multilingual model's: before output= is emptied
@@ -109,7 +117,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     plot = _attention_plotter(translator, cfg.attention)
     try:
         first_chunk = min(cfg.batch_size, FIRST_CHUNK_LINES)
-        chunks = _read_chunks(source, cfg.input == "-" and sys.stdin.isatty(), first_chunk, cfg.input)
+        chunks = _read_chunks(source, _is_terminal(source), first_chunk, cfg.input)
         for chunk in chunks:
             sources, prefixes = split_prefixes(chunk) if cfg.prefix else (chunk, None)
             results = translator.translate_nbest(sources, prefixes, first_line_number=lines + 1)
@@ -125,6 +133,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
         if sink is not sys.stdout:
             with contextlib.suppress(OSError):  # every chunk was flushed; a failed write is already reported
                 sink.close()
+            record(Path(cfg.output), COMMAND)
     seconds = time.monotonic() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
     result: dict[str, Any] = {"lines": lines, "seconds": seconds}
@@ -133,6 +142,15 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.attention:
         log.info("cross-attention heatmaps of the non-empty lines are in %s", cfg.attention)
     return result
+
+
+def _is_terminal(source: IO[bytes]) -> bool:
+    """Whether a person types the input (stdin, or input=/dev/stdin, or input=/dev/tty): then each
+    line is translated as it is entered."""
+    try:
+        return source.isatty()
+    except (OSError, ValueError):  # a closed or unusual stream: read it as a file
+        return False
 
 
 def _refuse_closed_standard_streams(cfg: DictConfig) -> None:
@@ -203,11 +221,23 @@ def _attention_plotter(translator: Any, directory: str | None) -> Callable[[list
 
 
 def _open_input(path: str) -> IO[bytes]:
-    if not Path(path).is_file():
-        raise UserError(f"{path}: no such input file" if not Path(path).exists() else f"{path}: is not a file")
+    """A file, or anything else that reads as a stream of lines: a pipe or FIFO (input=/dev/stdin, the
+    shell's input=<(...), i.e. /dev/fd/N), a character device (input=/dev/null: no lines). A directory
+    is refused: it has no lines to read."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such input file") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the input ({err.strerror or err})") from err
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{path}: is a directory; give input= a file of lines (or - for standard input)")
     import gzip
 
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    try:
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the input ({err.strerror or err})") from err
 
 
 def _score(hypotheses: list[str], reference_path: str) -> dict[str, float]:

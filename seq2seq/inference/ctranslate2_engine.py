@@ -23,7 +23,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.artifacts.ctranslate2 import check_vocabularies, read_languages, read_max_positions
+from seq2seq.artifacts.ctranslate2 import (
+    check_vocabularies,
+    read_languages,
+    read_max_positions,
+    unreadable_model,
+)
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
@@ -33,15 +38,16 @@ from seq2seq.inference.run_export import checked_export, given_export, int8_expo
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
-    as_lines,
     check_beam_fits,
     check_prefix_fits,
+    checked_input,
     decoding_config,
     fit_source,
     output_budget,
     replaced,
     to_translate,
 )
+from seq2seq.startup import prepare_process
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -59,6 +65,7 @@ class EngineUnavailable(UserError):
 def cuda_device_count() -> int:
     """GPUs as CTranslate2 counts them (0 without the package): how engine=auto and device=auto decide
     without importing torch."""
+    prepare_process()  # before ctranslate2 loads, as the commands do
     try:
         import ctranslate2
     except ImportError:
@@ -100,6 +107,7 @@ class CTranslate2Translator:
     """
 
     kind = "ctranslate2"  # the engine it is (TranslatorAPI.kind)
+    one_line_items = False  # as Translator's: the Python API's loaders set it
 
     @classmethod
     def load(cls, path: str | Path, **settings: Any) -> CTranslate2Translator:
@@ -112,7 +120,9 @@ class CTranslate2Translator:
             samples than PyTorch's from the same seed). Bad files or settings raise
             `seq2seq.config.UserError`, one line.
         """
-        return cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
+        translator = cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
+        translator.one_line_items = True
+        return translator
 
     @classmethod
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> CTranslate2Translator:
@@ -131,6 +141,7 @@ class CTranslate2Translator:
     def __init__(self, cfg: Any, directory: str | Path) -> None:
         """`cfg`: a TranslateConfig (its run= and checkpoint= are not read); `directory`: the model."""
         directory = Path(directory)
+        prepare_process()  # before ctranslate2 loads, whichever way this class was reached
         try:
             import ctranslate2
         except ImportError as err:
@@ -167,8 +178,10 @@ class CTranslate2Translator:
                 inter_threads=inter_threads,
                 intra_threads=intra_threads,
             )
-        except (RuntimeError, ValueError) as err:
-            raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
+        except (RuntimeError, ValueError, IndexError) as err:  # IndexError: a model.bin zeroed at its start
+            if device == "cuda" and "cuda" in str(err).lower():  # the GPU's libraries, not the file
+                raise UserError(f"{directory}: CTranslate2 cannot load it: {str(err).splitlines()[0]}") from err
+            raise unreadable_model(directory, err, ctranslate2.__version__) from err
         if device == "cuda":
             self._check_it_decodes_on_cuda(directory, ctranslate2.__version__)
         if cfg.sampling:
@@ -206,7 +219,8 @@ class CTranslate2Translator:
     def _source_tokens(self, line: str, number: int) -> list[str]:
         """The line's tokens, cut to the model's positions (</s> included) as `Translator.encode` cuts them,
         with its warning: CTranslate2 itself would cut them silently (max_input_length)."""
-        tokens = self.tokenizers.src.encode(line, add_special_tokens=False).tokens
+        text = self.languages.untagged(line, self.tgt_lang, number)  # tgt_lang's tag, not one in the text
+        tokens = self.tokenizers.src.encode(text, add_special_tokens=False).tokens
         tag = self._tags(self.languages.source_tag(self.tgt_lang))  # data.lang_tag=source_prefix
         return fit_source([*tag, *tokens], self.max_positions, number, log)
 
@@ -215,10 +229,7 @@ class CTranslate2Translator:
     ) -> list[list[Translation]] | list[Translation]:
         if isinstance(lines, str):  # one line: its n-best list
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
-        lines = as_lines(lines)
-        prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
-        if prefixes is not None and len(prefixes) != len(lines):
-            raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
+        lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
         cfg, tok = self.cfg, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
@@ -248,16 +259,35 @@ class CTranslate2Translator:
             for i in only_eos:
                 results[i] = [Translation("", 0.0, [])]
         rows = [i for i in todo if i not in only_eos]
+        if tag and cfg.length_penalty and cfg.beam > 1 and not cfg.sampling:
+            options["num_hypotheses"] = cfg.beam  # every finished hypothesis, ranked again by ours
         if rows and not prefixes and not tag and not cfg.sampling and cfg.beam > 1 and cfg.length_penalty != 0:
             outputs = self._decode_at_largest_budget(rows, sources, budgets, options)
         else:
             outputs = self._decode_by_budget(rows, sources, forced if prefixes or tag else None, budgets, options)
         for i, output in outputs.items():
-            hypotheses, scores = output.hypotheses[: cfg.nbest], output.scores[: cfg.nbest]
-            ids = [[tok.tgt.token_to_id(t) for t in hyp if t != EOS] for hyp in hypotheses]
-            texts = tok.decode_tgt(ids)
-            results[i] = [Translation(t, s, h) for t, s, h in zip(texts, scores, ids, strict=True)]
+            results[i] = self._translations(output, budgets[i], len(tag))
         return results
+
+    def _translations(self, output: Any, budget: int, given: int) -> list[Translation]:
+        """A line's `nbest` best translations of CTranslate2's `output` (decoded with max_decoding_length
+        = `budget` - 1), scored and ranked as `seq2seq.inference.search.Hypothesis` says.
+
+        Why they are scored again: with a target_prefix CTranslate2 leaves the prefix's log-probabilities
+        out (as ours leaves out the `given` tag) but counts its tokens in the length it divides by; a
+        decoder_start tag is given, not predicted, so ours does not. CTranslate2's ranking only orders
+        the finished hypotheses: it returns all of them (num_hypotheses=beam) and they are ranked here."""
+        alpha, scored = self.cfg.length_penalty, []
+        for hyp, score in zip(output.hypotheses, output.scores, strict=True):
+            ids = [self.tokenizers.tgt.token_to_id(t) for t in hyp if t != EOS]
+            if given and alpha:
+                length = len(ids) + (0 if len(ids) >= budget - 1 else 1)  # CTranslate2's: EOS, unless cut
+                log_prob = score * length**alpha
+                score = log_prob / (length - given) ** alpha if length > given else log_prob
+            scored.append((score, ids))
+        scored = sorted(scored, key=lambda pair: pair[0], reverse=True)[: self.cfg.nbest]
+        texts = self.tokenizers.decode_tgt([ids for _, ids in scored])
+        return [Translation(text, score, ids) for text, (score, ids) in zip(texts, scored, strict=True)]
 
     def _decode_by_budget(
         self,
@@ -316,10 +346,8 @@ class CTranslate2Translator:
         batches of at most batch_size lines; with `small_batches` on a CPU, of at most 32 lines, and
         split so that every worker (inter_threads) gets work: two batches each where they keep 8 lines.
 
-        Why: in one call of test2016's 1,000 lines (2-core AMX, d128x4 en-de export, beam 5, fp32),
-        batches of 128 / 64 / 32 / 16 / 8 lines decoded 454 / 518 / 547 / 539 / 498 lines/s (two rounds'
-        mean); a server's shuffled 32-line batch in batches of 16 / 8 (one / two per worker) 403 / 444,
-        an 8-line one in batches of 4 / 2 319 / 275."""
+        Why: mid-sized batches decoded fastest, and a server's small batch is fastest split so that each
+        worker gets one or two (the figures: docs/performance.md, "Serving")."""
         batch_size = self.cfg.batch_size
         if small_batches and self.engine.device == "cpu":
             per_worker = -(-len(rows) // self.engine.num_translators)

@@ -1,6 +1,6 @@
 """Loading a model for PyTorch decoding: a run's weights, a training checkpoint, a `seq2seq-export` weights
 file (several: an ensemble) or a Hugging Face Marian directory, with its tokenizer, in the precision
-asked for. `Translator.from_config` builds its Translator on it (seq2seq.inference.load)."""
+asked for. `Translator.from_config` builds its Translator on it (seq2seq.inference.engine_loader)."""
 
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def load_model(
     vocabulary before anything is logged: a bad setting is one line of error, not log lines and an error.
     The third value is the model's data config (its languages and tags: ModelLanguages.of), if it has one."""
     loaded = [_read(Path(p)) for p in checkpoints] if checkpoints else [_read_from_run(run, find_model_file(run))]
-    tokenizers = load_tokenizers(loaded[0][0], run)
-    for path, _ in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
-        check_same_tokenizer(load_tokenizers(path, run), tokenizers, path, loaded[0][0])
+    tokenizers = load_tokenizers(loaded[0][0], run, loaded[0][1]["config"].get("data"))
+    for path, payload in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
+        check_same_tokenizer(load_tokenizers(path, run, payload["config"].get("data")), tokenizers, path, loaded[0][0])
     for path, payload in loaded:
         check_vocabulary(payload, tokenizers, path)
     shape = loaded[0][1]["config"]["model"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.freshness import why_stale
-from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, PathKind, path_kind
+from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, PathKind, argos_package_error, path_kind
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.inference import engine_probe
@@ -62,7 +62,9 @@ def int8_export(cfg: Any, load: Callable[[str], TranslatorAPI]) -> str:
 
 def why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
     """None when the run's CTranslate2 export can decode this request (as PyTorch would, with
-    `same_lines`); else why not."""
+    `same_lines`); else why not. An Argos package given is an error at once: neither engine reads one."""
+    if cfg.checkpoint and path_kind(str(cfg.checkpoint)) is PathKind.ARGOS:
+        raise argos_package_error(cfg.checkpoint)
     if cfg.checkpoint or not cfg.run:
         return "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
     if cfg.attention:

@@ -26,10 +26,13 @@ class Hypothesis:
 
     log_prob: log P(tokens + EOS | source), the sum of the model's log-probabilities of each output
         token and of the final EOS (pad and BOS are banned without renormalising the rest); for a
-        line cut at its output budget, of its tokens alone (see `_only_eos`).
-    score: what hypotheses are ranked by, log_prob / (len(tokens) + 1) ** length_penalty (EOS
-        counted; a cut line has no EOS: len(tokens)); with length_penalty 0 it is log_prob itself.
-        -inf for a sentence without output.
+        line cut at its output budget, of its tokens alone (see `_only_eos`). A given token (a
+        decoder_start language tag: see `force_prefix`) adds nothing.
+    score: what hypotheses are ranked by, log_prob / length ** length_penalty, where length counts
+        the predicted tokens and the EOS: len(tokens) - given + 1 (a cut line has no EOS). The tag is
+        given, not predicted, so it counts in neither (as fairseq's language token as BOS): an empty
+        output after it scores as an empty output of an untagged model, log P(EOS) / 1. With
+        length_penalty 0 the score is log_prob itself; -inf for a sentence without output.
     """
 
     tokens: list[int]  # without BOS and EOS
@@ -37,9 +40,12 @@ class Hypothesis:
     score: float
 
     @classmethod
-    def scored(cls, tokens: list[int], log_prob: float, length_penalty: float, cut: bool = False) -> Hypothesis:
-        """`cut`: the line reached its output budget and ends without EOS (see `_only_eos`)."""
-        length = len(tokens) + (0 if cut else 1)
+    def scored(
+        cls, tokens: list[int], log_prob: float, length_penalty: float, cut: bool = False, given: int = 0
+    ) -> Hypothesis:
+        """`cut`: the line reached its output budget and ends without EOS (see `_only_eos`); `given`:
+        how many of the first tokens were given, not predicted (a decoder_start tag)."""
+        length = len(tokens) - given + (0 if cut else 1)
         return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty and length else log_prob)
 
 
@@ -125,7 +131,7 @@ def greedy_search(
                 continue
             if token == eos:
                 cut = limits[index] <= step + 1
-                results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty, cut)
+                results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty, cut, given)
             else:
                 outputs[index].append(token)
                 live.append(row)
@@ -158,12 +164,14 @@ def beam_search(
     finished (so beam=1 is exactly greedy); a sentence is done when `sentence_done` says so.
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
     `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
-    live prefix, as at the start."""
+    live prefix, as at the start, and right after it only the best candidate may end the line
+    (`end_after_prefix_from_the_best_only`)."""
     # The first step decodes one row per sentence (its k beams would all be BOS), the next ones k:
     # `beams.rows` decoder rows per sentence, B*rows in all.
     state = model.start_decoding(src)
     beams = Beams(src.size(0), beam, bos, src.device)
     limit = max_len.tolist()
+    prefix_length = (forced >= 0).sum(dim=1) if forced is not None else None  # (B,)
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*rows, V)
         cut = [limit[i] <= step + 1 for i in beams.alive]  # sentences at their budget: EOS is the cut
@@ -175,8 +183,13 @@ def beam_search(
         cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
+        if prefix_length is not None:
+            lengths = prefix_length[torch.tensor(beams.alive, device=src.device)]
+            end_after_prefix_from_the_best_only(
+                cand_scores, cand_token, (lengths == step) & (lengths > 0), eos, model.pad_id
+            )
         is_eos = cand_token == eos
-        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, cut)
+        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, cut, given)
         state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos), group=beam)
         best_live = beams.best_live()
         done = [
@@ -192,6 +205,22 @@ def beam_search(
             beams.keep(keep, state.rows_of(keep))
             state.select_sentences(keep)
     return beams.results(nbest)
+
+
+def end_after_prefix_from_the_best_only(
+    cand_scores: torch.Tensor, cand_token: torch.Tensor, rows: torch.Tensor, eos: int, dead_token: int
+) -> None:
+    """CTranslate2's rule for the first step after a forced prefix (its issue #277), so that both
+    engines search alike: only a sentence's best candidate may end the line there. A lower-ranked EOS
+    would finish an empty (or prefix-only) line from a secondary beam before the beam has spread, and
+    with a length penalty such short lines win. That EOS becomes a dead candidate (score -inf, token
+    `dead_token`: pad, as CTranslate2's id 0) that keeps its rank, so it takes one live beam's place, as
+    there. cand_scores, cand_token: (B, 2k), best first; rows: (B,) bool, the sentences at that step."""
+    lower = (cand_token == eos) & rows[:, None]
+    lower[:, 0] = False
+    if bool(lower.any()):
+        cand_scores.masked_fill_(lower, NEG_INF)
+        cand_token.masked_fill_(lower, dead_token)
 
 
 def _pad_candidates(
@@ -255,10 +284,11 @@ class Beams:
         is_eos: torch.Tensor,
         length_penalty: float,
         cut: list[bool],
+        given: int = 0,
     ) -> None:
         """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
         (not those of sentences already done, which only pad the batch). `cut[row]`: that sentence
-        is at its output budget, so its EOS is the cut (see `_only_eos`)."""
+        is at its output budget, so its EOS is the cut (see `_only_eos`); `given`: see `Hypothesis`."""
         for row, rank in is_eos[:, : self.beam].nonzero().tolist():
             if self.alive[row] in self.closed:
                 continue
@@ -266,14 +296,18 @@ class Beams:
             if log_prob == NEG_INF:
                 continue
             tokens = self.prefixes[row * self.rows + int(cand_beam[row, rank]), 1:].tolist()
-            self.finished[self.alive[row]].append(Hypothesis.scored(tokens, log_prob, length_penalty, cut[row]))
+            hypothesis = Hypothesis.scored(tokens, log_prob, length_penalty, cut[row], given)
+            self.finished[self.alive[row]].append(hypothesis)
 
     def extend(
         self, cand_scores: torch.Tensor, cand_beam: torch.Tensor, cand_token: torch.Tensor, is_eos: torch.Tensor
     ) -> torch.Tensor:
-        """The best `beam` candidates that do not end here continue (`beam` rows per sentence from
-        now on). Returns each new row's parent row among the previous step's rows."""
-        live_scores, live_rank = cand_scores.masked_fill(is_eos, NEG_INF).topk(self.beam, dim=-1)
+        """The first `beam` candidates in rank order that do not end here continue (`beam` rows per
+        sentence from now on): the best ones, and a dead candidate keeps its place among them, as in
+        CTranslate2 (see `end_after_prefix_from_the_best_only`). Returns each new row's parent row
+        among the previous step's rows."""
+        live_rank = is_eos.to(torch.uint8).argsort(dim=-1, stable=True)[:, : self.beam]  # (B, k): non-EOS first
+        live_scores = cand_scores.gather(1, live_rank).masked_fill(is_eos.gather(1, live_rank), NEG_INF)
         parent = (
             cand_beam.gather(1, live_rank) + torch.arange(len(self.alive), device=cand_beam.device)[:, None] * self.rows
         )

@@ -2,8 +2,9 @@
 tgt_lang= and src_lang= a translation asks for checked against it, and the tag that asks for it.
 
 Both engines ask this module, so both tag alike: under data.lang_tag=source_prefix the tag is the
-source's first token, under decoder_start the first token forced after the decoder's start (a forced
-prefix, scored as any forced token, in both engines). A one-direction model has no tag: tgt_lang= (and
+source's first token, under decoder_start the first token forced after the decoder's start: given, not
+predicted, so it counts in neither a hypothesis's score nor its length, in both engines
+(seq2seq.inference.search.Hypothesis). A one-direction model has no tag: tgt_lang= (and
 src_lang=) may name its own languages, so one script can pass them to every model, and anything else is
 refused. No torch here: the CTranslate2 engine uses it too.
 """
@@ -11,13 +12,18 @@ refused. No torch here: the CTranslate2 engine uses it too.
 from __future__ import annotations
 
 import logging
+import re
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from seq2seq.config import DataConfig, UserError
+from seq2seq.config import DataConfig, UserError, parse_direction
 from seq2seq.data.directions import LanguageTags, language_tags
 
 log = logging.getLogger("seq2seq.translate")
+_LEADING_TAG = re.compile(r"\s*>>([^<>\s]+)<<\s*")  # data.directions.language_tag's spelling, and the space after
 UNNAMED = (None, "src", "tgt")  # DataConfig's placeholders: a run that never named its languages
 
 
@@ -88,6 +94,30 @@ class ModelLanguages:
             )
         return tgt_lang
 
+    def untagged(self, line: str, tgt_lang: str | None, number: int) -> str:
+        """A source line without a tag of the model's written at its start (">>fr<< A man.", as OPUS-MT's
+        users write them): tgt_lang= chooses the language, and the engine puts its tag where the run
+        put it. Left in, a SentencePiece tokenizer reads it as the tag itself, after tgt_lang's, and the
+        model wrote French under tgt_lang=de. A tag of another language than tgt_lang's is warned of,
+        naming the line; a tag elsewhere in the line, or of a language the model has no tag for, is text."""
+        written, text = self.split_tag(line)
+        if written is not None and written != tgt_lang:
+            log.warning(
+                "input line %d starts with the tag %s but tgt_lang=%s: translating into %s (the tag removed)",
+                number,
+                f">>{written}<<",
+                tgt_lang,
+                tgt_lang,
+            )
+        return text
+
+    def split_tag(self, line: str) -> tuple[str | None, str]:
+        """(the language of a tag of the model's that `line` starts with, or None; the line without it)."""
+        found = _LEADING_TAG.match(line) if self.tags is not None else None
+        if found is None or found.group(1) not in self.tags.ids:
+            return None, line
+        return found.group(1), line[found.end() :]
+
     def source_tag(self, tgt_lang: str | None) -> list[int]:
         """The ids put before a source: the tag under source_prefix."""
         if self.tags is None:
@@ -105,3 +135,18 @@ class ModelLanguages:
         if self.tags is None:
             return {"src_lang": self.src_lang or "src", "tgt_lang": self.tgt_lang or "tgt"}
         return {"directions": list(self.tags.directions), "lang_tag": self.tags.placement}
+
+
+def translate_command(key: str, path: str | Path, data: Any) -> str:
+    """The seq2seq-translate command line that translates with a model (`key`=`path`: run= or
+    checkpoint=), as the training summary and seq2seq-export print it to be pasted into a shell. A
+    multilingual model's has tgt_lang= (its first direction's target: without one the command fails)
+    and, after a shell comment, the languages tgt_lang= may take. `data`: the model's data config (a
+    DataConfig, its DictConfig, or a checkpoint's or export record's dict); None for one direction."""
+    command = f"seq2seq-translate {key}={shlex.quote(str(path))}"
+    listed = data.get("directions") if isinstance(data, Mapping) else getattr(data, "directions", None)
+    directions = [parse_direction(entry) for entry in listed or []]
+    if not directions:
+        return f"{command} < input.txt > output.txt"
+    languages = ", ".join(sorted({tgt for _, tgt in directions}))
+    return f"{command} tgt_lang={directions[0][1]} < input.txt > output.txt  # tgt_lang= one of {languages}"

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from seq2seq.artifacts.path_kind import PathKind, path_kind
-from seq2seq.config import ConfigTypeError, TranslateConfig, UserError, validate_translate
+from seq2seq.config import ConfigTypeError, ConfigValueError, TranslateConfig, UserError, validate_translate
 from seq2seq.data.tokenizer import Tokenizers
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ T = TypeVar("T")
 @dataclass
 class Translation:
     text: str
-    score: float  # log P(output + EOS) / (tokens + 1) ** length_penalty (a line cut at its budget: no EOS); 0.0 for an empty line
+    score: float  # log P(output + EOS) / (predicted tokens + 1) ** length_penalty (search.Hypothesis); 0.0 for an empty line
     tokens: list[int]  # target token ids, without BOS and EOS (a forced prefix, and a decoder_start tag, included)
 
 
@@ -37,6 +38,8 @@ class TranslatorAPI(Protocol):
     tokenizers: Tokenizers
     max_positions: int  # the longest source or target, </s> included, that the model takes
     languages: ModelLanguages  # its languages; a multilingual model's tags
+    # True when the Python API's loaders made it: an item with a line break is refused (check_one_line).
+    one_line_items: bool
 
     # A str is one line (and gets one result back); any other iterable of str is lines.
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]: ...
@@ -154,6 +157,36 @@ def as_lines(lines: Any, name: str = "lines") -> list[str]:
         if not isinstance(item, str):
             raise ConfigTypeError(f"{name}[{number}]: must be a str, not {type(item).__name__}")
     return items
+
+
+def checked_input(lines: Any, prefixes: Any, one_line_items: bool) -> tuple[list[str], list[str] | None]:
+    """What both engines' translate_nbest take, as lists of str (`as_lines`), a prefix per line, and
+    with `one_line_items` (the Python API's loaders) no line break in any (`check_one_line`)."""
+    lines = as_lines(lines)
+    prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
+    if prefixes is not None and len(prefixes) != len(lines):
+        raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
+    if one_line_items:
+        check_one_line(lines)
+        check_one_line(prefixes or [], "prefixes")
+    return lines, prefixes
+
+
+def check_one_line(items: list[str], name: str = "lines") -> None:
+    """The Python API's rule: each item is one line, translated to one line. An item with a line break
+    (any character str.splitlines breaks at: \\n, \\r, U+2028, ...) is refused, naming it: the model
+    would translate its lines as one, and splitting it here would return more translations than the
+    caller's items, which it zips against. seq2seq-translate and seq2seq-serve split their input at
+    \\n themselves and pass any other such character on as text (their loaders leave this off)."""
+    for index, item in enumerate(items):
+        if found := _A_LINE_BREAK.search(item):
+            raise ConfigValueError(
+                f"{name}[{index}]: contains a line break (U+{ord(found.group()):04X}); give one line per item, "
+                "or split it first (str.splitlines)"
+            )
+
+
+_A_LINE_BREAK = re.compile(f"[{re.escape(_SPLITLINES_BREAKS)}]")
 
 
 def to_translate(lines: list[str], prefixes: list[str] | None) -> list[int]:

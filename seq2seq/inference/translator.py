@@ -16,6 +16,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from seq2seq.startup import prepare_process
+
+# Before torch loads, whichever way this class was reached (seq2seq.inference or this module): the
+# settings oneDNN and OpenMP read once, as the commands set them.
+prepare_process()
+
 import torch
 from omegaconf import DictConfig
 
@@ -29,8 +35,8 @@ from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
-    as_lines,
     check_prefix_fits,
+    checked_input,
     decoding_config,
     fit_source,
     output_budget,
@@ -46,6 +52,9 @@ class Translator:
     `from_config` builds one from a translate config, `load` from a path and keyword settings."""
 
     kind = "torch"  # the engine it is (TranslatorAPI.kind)
+    # The Python API's loaders set it: each item one line, one with a line break refused (check_one_line).
+    # The commands' and validation's lines were split at \n already: another break character in one is text.
+    one_line_items = False
 
     def __init__(
         self,
@@ -100,7 +109,7 @@ class Translator:
     def from_config(cls, cfg: TranslateConfig | DictConfig) -> Translator:
         """The Translator that `cfg` describes: run= or checkpoint= (several, comma-separated: an
         ensemble), device, precision, threads, search or sampling settings, batch size. The PyTorch
-        engine of `seq2seq.inference.load` (seq2seq-translate, seq2seq-serve) and of `load`."""
+        engine of `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
         device = pick_device(cfg.device)
         check_precision(cfg.precision, device)
         sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
@@ -130,21 +139,26 @@ class Translator:
         """Loads a model once for translating many lists of lines, on PyTorch. `path` and the keyword
         settings (beam, nbest, length_penalty, max_len_a, max_len_b, batch_size, precision, device,
         threads, sampling, seed) are those of `seq2seq.inference.translation.decoding_config`, with
-        seq2seq-translate's defaults; `seq2seq.inference.load.load` takes the same and picks the engine.
+        seq2seq-translate's defaults; `seq2seq.inference.load` takes the same and picks the engine.
+        Each item it translates must be one line: one with a line break is refused (check_one_line).
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key
         (a setting of the wrong type is also a TypeError, a bad value also a ValueError).
         """
-        return cls.from_config(decoding_config(path, engine="torch", **settings))
+        translator = cls.from_config(decoding_config(path, engine="torch", **settings))
+        translator.one_line_items = True
+        return translator
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
-        """Source ids + EOS (after the target language's tag under data.lang_tag=source_prefix), cut to
+        """Source ids + EOS (after the target language's tag under data.lang_tag=source_prefix; a tag the
+        line starts with removed: ModelLanguages.untagged), cut to
         the model's positions with a warning that names the line (by `line_numbers`, one per line; 1, 2,
         ... without them)."""
-        numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
+        numbers = list(line_numbers if line_numbers is not None else range(1, len(lines) + 1))
         tag = self.languages.source_tag(self.tgt_lang)
+        texts = [self.languages.untagged(line, self.tgt_lang, n) for line, n in zip(lines, numbers, strict=True)]
         return [
             [*fit_source([*tag, *ids], self.max_positions, number, log), EOS_ID]
-            for number, ids in zip(numbers, self.tokenizers.encode_src(lines), strict=True)
+            for number, ids in zip(numbers, self.tokenizers.encode_src(texts), strict=True)
         ]
 
     def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
@@ -220,10 +234,7 @@ class Translator:
         with its prefix. `first_line_number` numbers the lines in warnings and errors."""
         if isinstance(lines, str):
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
-        lines = as_lines(lines)
-        prefixes = None if prefixes is None else as_lines(prefixes, "prefixes")
-        if prefixes is not None and len(prefixes) != len(lines):
-            raise ValueError(f"{len(lines)} lines but {len(prefixes)} prefixes")
+        lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
         self.model.eval()
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)

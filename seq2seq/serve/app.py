@@ -1,5 +1,6 @@
-"""The Starlette app: LibreTranslate's routes (libretranslate.py), `GET /health`, the native
-`POST /v1/translate` and `POST /v1/attention`, and the page at `GET /`.
+"""The Starlette app: LibreTranslate's routes (libretranslate.py), `GET /health` (LibreTranslate's
+`{"status": "ok"}`), the native `GET /v1/info`, `POST /v1/translate` and `POST /v1/attention`, and the
+page at `GET /`.
 
 Every answer to a bad request is JSON `{"error": "<one line>"}` with 400, 413 (too much), 403 (no
 valid API key), 404 (no such route), 405 (a method the route does not take) or 503 (shutting down);
@@ -140,9 +141,12 @@ def create_app(
         )
         return JSONResponse({"translatedText": best.text, **data})
 
-    async def health(request: Request) -> Response:
+    async def health(request: Request) -> Response:  # exactly LibreTranslate's: clients compare it whole
+        return JSONResponse({"status": "ok"})
+
+    async def server_info(request: Request) -> Response:
         models = [m.info.__dict__ for m in served]
-        return JSONResponse({"status": "ok", **info.__dict__, "models": models, "api_key_required": keys is not None})
+        return JSONResponse({**info.__dict__, "models": models, "api_key_required": keys is not None})
 
     async def api_spec(request: Request) -> Response:
         return JSONResponse(spec(importlib.metadata.version("seq2seq")))
@@ -160,6 +164,7 @@ def create_app(
     routes = [
         Route("/", home),
         Route("/health", health),
+        Route("/v1/info", server_info),
         Route("/spec", api_spec),
         Route("/languages", libre.languages_list),
         Route("/frontend/settings", libre.frontend_settings),
@@ -230,7 +235,7 @@ def _answering_errors(handler: Callable[[Request], Any], service: Service) -> Ca
         except Exception as err:  # noqa: BLE001
             message = str(err).splitlines()[0] if str(err) else type(err).__name__
             log.warning("request failed: %s", message)
-            return JSONResponse({"error": f"translation failed: {message}"}, status_code=500)
+            return JSONResponse({"error": f"Cannot translate text: {message}"}, status_code=500)  # LibreTranslate's
 
     return guarded
 

@@ -3,18 +3,19 @@
 GNU OpenMP gives each thread that starts parallel work a pool of its own, whose threads spin a while
 after each parallel region; with one worker thread per model, two PyTorch models on one server had two
 pools on the same cores. So every model's batcher gathers its own batches on a thread of its own and
-hands the work to this thread: loading, decoding, attention maps, in the order asked. It lifted two
-PyTorch models from 0.33 to 0.39 of the CLI's rate; the rest is the smaller batches each model gets
-(docs/performance.md, "Serving"). One model costs one hand-over per batch.
+hands the work to this thread: loading, decoding, attention maps, in the order asked (what it gained:
+docs/performance.md, "Serving"). One model costs one hand-over per batch.
 
 Between calls it checks whether other work has come to the machine (seq2seq/cpu_sharing.py,
 SharingWatch): OpenMP's thread count is a setting of the thread that starts the parallel work, this one.
+It imports no torch itself: a server of CTranslate2 models alone never loads PyTorch.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -43,9 +44,7 @@ class EngineThread:
         return done.result()
 
     def load(self, load: Callable[[], T]) -> T:
-        """`call(load)`, then the sharing watch set up on the thread once: after the first model, so that
-        torch (which a CTranslate2 engine imports only then, in seconds) is loaded before the server
-        says it is ready, not during a first request."""
+        """`call(load)`; the sharing watch is set up on the thread once PyTorch is there (see `_watch`)."""
         return self.call(lambda: self._watch(load()), between_batches=False)
 
     def stop(self) -> None:
@@ -53,19 +52,23 @@ class EngineThread:
         process exits does not hold it)."""
         self._calls.put(None)
 
-    def _watch(self, loaded: T) -> T:
-        if not self._watching:
-            import torch  # a CTranslate2 engine did not import it: now, before the server says it is ready
+    def _watch(self, result: T) -> T:
+        """Sets up the sharing watch once a PyTorch engine has imported torch: the thread count it
+        narrows is PyTorch's (a CTranslate2 engine fixes its threads when it loads). A server of
+        CTranslate2 models alone never imports torch; one whose PyTorch engine loads on a later request
+        starts watching then."""
+        if not self._watching and "torch" in sys.modules:
+            import torch
 
             self._sharing = cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads)
             self._watching = True
-        return loaded
+        return result
 
     def _run(self) -> None:
         while (item := self._calls.get()) is not None:
             work, done, between_batches = item
             try:
-                result = work()
+                result = self._watch(work())
             except BaseException as err:  # noqa: BLE001  (raised again on the caller's thread)
                 done.set_exception(err)
                 continue

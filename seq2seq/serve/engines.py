@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.engine import choose_engine
-from seq2seq.inference.load import load_engine
+from seq2seq.inference.engine_loader import load_engine
 from seq2seq.inference.run_export import given_export
 from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI
 from seq2seq.serve.settings import Settings

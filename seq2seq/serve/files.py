@@ -30,9 +30,10 @@ def read(name: str, data: bytes) -> FileTexts:
     suffix = PurePath(name).suffix.lower()
     readers = {".txt": _text, ".html": _html, ".htm": _html, ".srt": _srt, ".docx": _docx}
     if suffix not in readers:
-        raise BadRequest(f"file {name!r}: the format {suffix or '(none)'} is not supported ({', '.join(FORMATS)})")
+        raise BadRequest(f"Invalid request: file format not supported; file {name!r}: the format "
+                         f"{suffix or '(none)'} is not supported ({', '.join(FORMATS)})")  # fmt: skip
     if not data:
-        raise BadRequest(f"file {name!r} is empty")
+        raise BadRequest(f"Invalid request: empty file ({name!r})")
     return readers[suffix](name, data)
 
 

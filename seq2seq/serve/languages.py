@@ -67,8 +67,15 @@ class Languages:
     def __init__(self, models: list[Model]) -> None:
         self.models = models
         self.routes: dict[tuple[str, str], list[Model]] = {}
-        for model in models:  # the first model of a pair serves it
-            self.routes.setdefault((model.source, model.target), [model])
+        for model in models:  # the first model of a pair serves it; a later one's is never used: said once
+            served = self.routes.setdefault((model.source, model.target), [model])[0]
+            if served is not model:
+                log.warning("%s -> %s: served by %s; %s's %s -> %s is not used (the first run= of a direction "
+                            "serves it)", model.source, model.target, served.name, model.name, model.source,
+                            model.target)  # fmt: skip
+        if len({model.name for model in models}) > 1:  # several runs: which one answers each direction
+            for (source, target), (model,) in self.routes.items():
+                log.info("%s -> %s: %s", source, target, model.name)
         for first in models:
             for second in models:
                 pair = (first.source, second.target)
@@ -79,7 +86,8 @@ class Languages:
         self.detector = Detector(self.codes)
 
     def described(self) -> str:
-        return ", ".join(f"{m.source} -> {m.target}" for m in self.models)
+        """The directions the models translate, each once (two runs may both translate en -> de)."""
+        return ", ".join(f"{s} -> {t}" for s, t in dict.fromkeys((m.source, m.target) for m in self.models))
 
     def listing(self) -> list[dict[str, Any]]:
         """LibreTranslate's /languages: each language, its name and the targets it translates into."""
@@ -90,25 +98,38 @@ class Languages:
 
     def route_of(self, body: dict[str, Any]) -> Route:
         """The source, target and models (one, or two through a pivot) a request asks for. `source`
-        may be "auto": the one source that goes to the target, or the language detected among them."""
-        target = body.get("target") or (self.models[0].target if len(self.models) == 1 else None)
+        may be "auto": the one source that goes to the target, or the language detected among them.
+        The errors begin with LibreTranslate's texts (clients show them, some match on them)."""
+        source = _code(body, "source") or "auto"
+        target = _code(body, "target") or (self.models[0].target if len(self.models) == 1 else None)
+        if source != "auto" and source not in self.codes:
+            raise BadRequest(f"{source} is not supported")
         if target is None:
-            raise BadRequest(f"missing 'target': this server translates {self.described()}")
+            raise BadRequest(f"Invalid request: missing target parameter; this server translates {self.described()}")
+        if target not in self.codes:
+            raise BadRequest(f"{target} is not supported")
         sources = [s for s, t in self.routes if t == target]
-        if not sources:
-            raise BadRequest(f"target={target!r}: this server translates {self.described()}")
-        source, detected = body.get("source") or "auto", None
-        if source == "auto":  # one source for the target is that one; else the detected one among them
+        detected = None
+        if source == "auto" and sources:  # one source for the target is that one; else the detected one
             detected = {"confidence": 100.0, "language": sources[0]}
             if len(sources) > 1:
                 detected = self.detector.rank(_text_of(body), sources)[0]
             source = detected["language"]
         if (source, target) not in self.routes:
-            raise BadRequest(f"source={source!r}: this server translates {self.described()}")
+            whence = f" from {name_of(source)} ({source})" if source != "auto" else ""
+            raise BadRequest(f"{name_of(target)} ({target}) is not available as a target language{whence}; "
+                             f"this server translates {self.described()}")  # fmt: skip
         models = self.routes[(source, target)]
         if len(models) > 1:
             log.debug("%s -> %s through %s", source, target, models[0].target)
         return Route(source, target, models, detected)
+
+
+def _code(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"Invalid request: {key} parameter must be a language code, not {type(value).__name__}")
+    return value
 
 
 def _text_of(body: dict[str, Any]) -> str:

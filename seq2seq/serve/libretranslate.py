@@ -42,7 +42,8 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 def check_html_size(documents: list[str], max_bytes: int) -> None:
     size = sum(len(document) for document in documents)
     if size > max_bytes:
-        raise BadRequest(f"'q' has {size} characters of HTML, more than max_file_bytes={max_bytes}", 413)
+        raise BadRequest(f"Invalid request: request ({size}) exceeds text limit ({max_bytes}); 'q' has {size} "
+                         f"characters of HTML, more than max_file_bytes={max_bytes}", 413)  # fmt: skip
 
 
 class LibreTranslate:
@@ -56,14 +57,14 @@ class LibreTranslate:
     async def translate(self, request: Request) -> Response:
         service = self.service
         body = await service.params(request, None)
+        texts, listed = texts_of(body, "q")  # in LibreTranslate's order: q, alternatives, limits, languages
+        alternatives = alternatives_of(body, service.limits)
         fmt = check_format(body)
-        texts, listed = texts_of(body, "q")
         if fmt == "text":  # an HTML document's limits are its text's (markup is not decoded)
             check_limits(texts, "q", listed, service.limits)
         else:  # the markup is parsed whole: bounded as a file is
             check_html_size(texts, self.max_file_bytes)
         route = self.languages.route_of(body)
-        alternatives = alternatives_of(body, service.limits)
         settings = self.defaults
         if alternatives and fmt == "text":  # n-best: the beam must hold them (none for HTML, as there)
             beam = max(self.defaults.beam, alternatives + 1)
@@ -122,14 +123,14 @@ class LibreTranslate:
 
     async def translate_file(self, request: Request) -> Response:
         if request.headers.get("content-type", "").split(";")[0].strip().lower() != "multipart/form-data":
-            raise BadRequest("send the file as multipart/form-data, in the field 'file'")
+            raise BadRequest("Invalid request: missing file parameter; send it as multipart/form-data")
         form = await request.form()
         params = {key: value for key, value in form.multi_items() if isinstance(value, str)}
         params |= {key: value for key, value in request.query_params.items() if key not in params}
         self.service.check_key(params)
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
-            raise BadRequest("missing 'file': the file to translate, as a multipart upload")
+            raise BadRequest("Invalid request: missing file parameter; the file to translate, as a multipart upload")
         data = await upload.read(self.max_file_bytes + 1)
         if len(data) > self.max_file_bytes:
             raise BadRequest(f"the file has more than max_file_bytes={self.max_file_bytes} bytes", 413)
@@ -150,8 +151,10 @@ class LibreTranslate:
         for index, text in enumerate(texts):
             for line in text.split("\n"):
                 if len(line) > limits.max_line_chars:
-                    raise BadRequest(f"text {index + 1} of the file has a line of {len(line)} characters, "
-                                     f"more than max_line_chars={limits.max_line_chars}", 413)  # fmt: skip
+                    raise BadRequest(f"Invalid request: request ({len(line)}) exceeds text limit "
+                                     f"({limits.max_line_chars}); text {index + 1} of the file has a line of "
+                                     f"{len(line)} characters, more than max_line_chars={limits.max_line_chars}",
+                                     413)  # fmt: skip
         out: list[str] = []
         step = limits.max_request_lines
         for start in range(0, len(texts), step):

@@ -39,11 +39,11 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadRequest(f"malformed JSON: {err}") from err
+        raise BadRequest(f"Invalid JSON format: malformed JSON: {err}") from err
     except RecursionError as err:  # nesting deeper than the parser's recursion
-        raise BadRequest("malformed JSON: nested too deeply") from err
+        raise BadRequest("Invalid JSON format: malformed JSON: nested too deeply") from err
     if not isinstance(body, dict):
-        raise BadRequest(f"the body must be a JSON object, not {type(body).__name__}")
+        raise BadRequest(f"Invalid JSON format: the body must be a JSON object, not {type(body).__name__}")
     return body
 
 
@@ -108,8 +108,8 @@ def lines_of(body: dict[str, Any], key: str, limits: Limits) -> tuple[list[str],
 
 
 def texts_of(body: dict[str, Any], key: str) -> tuple[list[str], bool]:
-    if key not in body:
-        raise BadRequest(f"missing {key!r}: the text to translate, a string or a list of strings")
+    if key not in body:  # LibreTranslate's text
+        raise BadRequest(f"Invalid request: missing {key} parameter")
     value = body[key]
     if isinstance(value, str):
         return [value], False
@@ -127,21 +127,26 @@ def check_limits(texts: list[str], key: str, listed: bool, limits: Limits) -> No
     """Each line of each text counts against max_request_lines, and alone against max_line_chars."""
     count = sum(text.count("\n") + 1 for text in texts)
     if count > limits.max_request_lines:
-        raise BadRequest(f"{key!r} has {count} lines, more than max_request_lines={limits.max_request_lines}", 413)
+        raise BadRequest(f"{_too_much(count, limits.max_request_lines)}{key!r} has {count} lines, "
+                         f"more than max_request_lines={limits.max_request_lines}", 413)  # fmt: skip
     for index, text in enumerate(texts):
         for number, line in enumerate(text.split("\n")):
             if len(line) > limits.max_line_chars:
                 where = f"{key}[{index}]" if listed else key
                 where += f" line {number + 1}" if "\n" in text else ""
-                raise BadRequest(
-                    f"{where} has {len(line)} characters, more than max_line_chars={limits.max_line_chars}", 413
-                )
+                raise BadRequest(f"{_too_much(len(line), limits.max_line_chars)}{where} has {len(line)} "
+                                 f"characters, more than max_line_chars={limits.max_line_chars}", 413)  # fmt: skip
+
+
+def _too_much(size: int, limit: int) -> str:
+    """LibreTranslate's words for a request over a limit, before ours (which limit, and where)."""
+    return f"Invalid request: request ({size}) exceeds text limit ({limit}); "
 
 
 def check_format(body: dict[str, Any]) -> str:
     fmt = body.get("format") or "text"
     if fmt not in ("text", "html"):
-        raise BadRequest(f"format={fmt!r}: must be 'text' or 'html'")
+        raise BadRequest(f"{fmt} format is not supported; format is 'text' or 'html'")
     return fmt
 
 
@@ -154,10 +159,14 @@ def alternatives_of(body: dict[str, Any], limits: Limits) -> int:
     value = body.get("alternatives", 0)
     if isinstance(value, str) and _DIGITS.fullmatch(value):  # a form or query sends numbers as text
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise BadRequest(f"alternatives={value!r}: must be an integer >= 0")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadRequest(f"Invalid request: alternatives parameter is not a number; alternatives={value!r}: "
+                         "must be an integer >= 0")  # fmt: skip
+    if value < 0:
+        raise BadRequest(f"Invalid request: alternatives parameter must be >= 0; alternatives={value}")
     if value + 1 > limits.max_beam:
-        raise BadRequest(f"alternatives={value}: must be at most {limits.max_beam - 1} (max_beam={limits.max_beam})")
+        raise BadRequest(f"Invalid request: alternatives parameter must be <= {limits.max_beam - 1}; "
+                         f"alternatives={value} (max_beam={limits.max_beam})")  # fmt: skip
     return value
 
 

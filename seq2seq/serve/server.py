@@ -39,6 +39,7 @@ ANSWER_SECONDS = 5
 def serve(cfg: Any) -> None:
     validate_serve(cfg)
     keys = read_keys(Path(cfg.api_keys_file)) if cfg.api_keys_file else None
+    check_models_exist(cfg)  # a model not there is what the user typed wrong, not the port it would use
     listener = bind(cfg.host, cfg.port)
     engine_thread = EngineThread()  # every model's PyTorch work, on one thread (engine_thread.py)
     served = [_load(cfg, engine_thread)]  # the first model: run= (or checkpoint=), with source_lang/target_lang
@@ -183,6 +184,17 @@ def bind(host: str, port: int) -> socket.socket:
         raise UserError(f"config error: host={host!r} port={port}: cannot bind ({err.strerror or err})") from err
     listener.set_inheritable(True)
     return listener
+
+
+def check_models_exist(cfg: Any) -> None:
+    """Each model named is there, with the loader's own one-line errors: checked before the port is
+    bound, so that a run typed wrong is what the user hears of, not the default port being taken."""
+    for run in [cfg.run, *cfg.runs] if cfg.run else cfg.runs:
+        if not Path(str(run)).is_dir():
+            raise UserError(f"{Path(str(run))}: no such run directory")
+    for part in str(cfg.checkpoint or "").split(","):
+        if part and not Path(part).exists():
+            raise UserError(f"{part}: no such checkpoint file")
 
 
 def read_keys(path: Path) -> list[str]:

@@ -70,13 +70,15 @@ class Service:
         if self.keys is None:
             return
         given = params.get("api_key")
+        if not given:  # LibreTranslate's texts (its 400 here is 403 here: no key is no access either)
+            raise BadRequest("Please contact the server operator to get an API key", 403)
         given = given.encode() if isinstance(given, str) else b""
         # Every key is compared, in constant time, so the answer's timing tells nothing about any key.
         matched = False
         for key in self.keys:
             matched |= hmac.compare_digest(given, key.encode())
         if not matched:
-            raise BadRequest("a valid api_key is required", 403)
+            raise BadRequest("Invalid API key", 403)
 
     async def decode(
         self,

@@ -19,7 +19,6 @@ import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -30,7 +29,8 @@ from seq2seq.config import parse_overrides
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.rng import rng_state, set_rng_state
-from seq2seq.train.trainer import Trainer
+from seq2seq.train.run_precision import choose_run_precision
+from seq2seq.train.update import Update, training_batches, training_model
 
 log = logging.getLogger(__name__)
 
@@ -79,38 +79,45 @@ def set_by_user(key: str, user_keys: set[str]) -> bool:
     return any(".".join(parts[:n]) in user_keys for n in range(1, len(parts) + 1))
 
 
-def seconds_per_update(
-    cfg: DictConfig, run_dir: Path, data: PreparedData, device: torch.device, clock: Callable[[], float]
-) -> float:
-    """A few real updates of a throwaway Trainer built from `cfg`: the machine's pace for that recipe,
-    under whatever load it has now. Leaves every random generator as it found it."""
+def seconds_per_update(cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float]) -> float:
+    """A few real updates of the model `cfg` builds, made as the Trainer makes them (update.py), with
+    no Trainer around them: the machine's pace for that recipe, under whatever load it has now. Leaves
+    every random generator as it found it."""
     probe = copy.deepcopy(cfg)
     probe.compile = False  # compiling would cost more than the probe measures; it speeds all recipes alike
     state = rng_state()
     try:
-        trainer = Trainer(probe, run_dir, data, device, DistContext())
-        trainer.train_step()
-        trainer.check_updates()
+        dist = DistContext()
+        model = training_model(probe, data, device)
+        precision = choose_run_precision(probe, device, dist).precision
+        update = Update(probe, model, device, dist, precision, _at_the_start)
+        batches = training_batches(probe, data, device, dist)
+        made = [update(batches.next_update(1, 0, probe.accum_steps), 1)]
+        update.read_back([m for m in made if m is not None])  # the first allocates and warms caches: untimed
         start = clock()
-        for _ in range(TIMED_UPDATES):
-            trainer.train_step()
-        trainer.check_updates()  # waits for the device: a GPU finishes its updates after the host queued them
+        made = [update(batches.next_update(1, 0, probe.accum_steps), 2 + i) for i in range(TIMED_UPDATES)]
+        update.read_back([m for m in made if m is not None])  # waits for the device, which finishes later
         return (clock() - start) / TIMED_UPDATES
     finally:
         set_rng_state(state)
 
 
+def _at_the_start(step: int) -> float:
+    """The schedule's budget for the probe's updates: at its start (their learning rate times nothing)."""
+    return 0.0
+
+
 def choose_recipe(
     cfg: DictConfig,
     overrides: Sequence[str],
-    run_dir: Path,
     data: PreparedData,
     device: torch.device,
     dist: DistContext,
+    clock: Callable[[], float],
 ) -> DictConfig:
     """The config to train with: auto becomes a measured choice, a name applies that recipe, fixed
-    leaves the config as it is. Rank 0 measures and decides; every rank applies its choice. `cfg`
-    itself is left as it was."""
+    leaves the config as it is. Rank 0 measures on `clock` (the run's) and decides; every rank applies
+    its choice. `cfg` itself is left as it was."""
     if cfg.recipe == FIXED:
         return cfg
     user_keys = user_override_keys(overrides)
@@ -126,7 +133,7 @@ def choose_recipe(
         for recipe in cfg.recipes:
             candidate = copy.deepcopy(cfg)
             apply_recipe(candidate, recipe.name, user_keys)
-            estimates.append(_estimate(candidate, run_dir, data, device, Trainer.clock))
+            estimates.append(_estimate(candidate, data, device, clock))
             if estimates[-1].updates >= recipe.min_updates:
                 break  # the first that makes its minimum wins: the smaller ones need not be timed
         choice = cfg.recipes[len(estimates) - 1].name  # the one that made its minimum, else the last
@@ -145,14 +152,12 @@ def choose_recipe(
     return chosen
 
 
-def _estimate(
-    cfg: DictConfig, run_dir: Path, data: PreparedData, device: torch.device, clock: Callable[[], float]
-) -> Estimate:
+def _estimate(cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float]) -> Estimate:
     """How many updates `cfg` will make: max_steps where no time budget is set, else the budget's
     share for updates over the measured time of one, whichever is fewer."""
     if not cfg.max_minutes:
         return Estimate(cfg.recipe, None, cfg.max_steps or UNLIMITED)
-    seconds = seconds_per_update(cfg, run_dir, data, device, clock)
+    seconds = seconds_per_update(cfg, data, device, clock)
     updates = int(cfg.max_minutes * 60.0 * UPDATE_SHARE / max(seconds, 1e-9))
     return Estimate(cfg.recipe, seconds, min(updates, cfg.max_steps) if cfg.max_steps else updates)
 

@@ -3,11 +3,20 @@ order), saved in each checkpoint so that a resumed run draws exactly what the un
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
 import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
 
 
 def rng_state() -> dict[str, Any]:
@@ -36,3 +45,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def restore_rank_state(states: list[dict[str, Any]], rank: int, world_size: int, seed: int) -> None:
+    """A resumed rank continues its own random streams (dropout masks differ between ranks); a rank the
+    checkpoint has none for starts from `seed` (seed + rank + update)."""
+    if len(states) != world_size:
+        log.warning(
+            "the checkpoint has the random state of %d rank(s), this run has %d: ranks without one start "
+            "from seed+rank+update, so the run is not bit-exact from here",
+            len(states),
+            world_size,
+        )
+    if rank < len(states):
+        set_rng_state(states[rank])
+    else:
+        seed_everything(seed)

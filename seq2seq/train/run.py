@@ -11,20 +11,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import random
 import re
 import shlex
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
-from seq2seq.artifacts.checkpoint import TrainingState
+from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pretrained_model_config
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
@@ -40,6 +38,7 @@ from seq2seq.data.directions import check_same_directions
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
+from seq2seq.inference.target_language import translate_command
 from seq2seq.precision import log_choice
 from seq2seq.train.distributed import (
     DistContext,
@@ -48,29 +47,23 @@ from seq2seq.train.distributed import (
     lost_peer,
     lost_peer_message,
 )
+from seq2seq.train.init_from import init_weights_from
 from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.recipe import choose_recipe
+from seq2seq.train.rng import seed_everything
 from seq2seq.train.run_outputs import (
+    BeforeStart,
     check_new_run_directory,
+    check_writable,
     clear_earlier_run,
     files_not_a_runs,
     holds_only_startup_files,
 )
-from seq2seq.train.trainer import (
-    STOPPED_BY_SIGNAL,
-    Trainer,
-    choose_run_precision,
-    resume_state,
-)
+from seq2seq.train.run_precision import choose_run_precision
+from seq2seq.train.trainer import STOPPED_BY_SIGNAL, Trainer
 
 log = logging.getLogger("seq2seq.train")
 GROUPS = TRAIN_GROUPS
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
 
 
 def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any]) -> DictConfig:
@@ -141,20 +134,30 @@ def log_summary(trainer: Trainer) -> None:
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, RunDir(run_dir).tb)
 
 
-def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = None) -> dict[str, Any]:
+def train(
+    cfg: DictConfig,
+    run_dir: Path | str,
+    overrides: list[str] | None = None,
+    before: BeforeStart | None = None,
+    checked: bool = False,
+) -> dict[str, Any]:
     """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path).
 
     The steps, in order: the run's config (a resumed run's own, or a Marian model's architecture); the
     device and the process group; the run directory (agreed by the ranks, checked writable, locked,
     cleared of an interrupted run's leftovers); the Trainer (data, recipe, precision, weights); its fit;
-    the summary and exports."""
+    the summary and exports. A start that fails takes back what it added to the run directory: `before`
+    is the directory as it stood before the start (seq2seq-train notes it before Hydra writes there).
+    `checked`: the caller validated `cfg` (seq2seq-train does, before torch loads), so it is not again."""
     run_dir, overrides = Path(run_dir), overrides or []
-    cfg, payload = _run_config(cfg, overrides)
+    before = before or BeforeStart.of(run_dir)
     # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
     # made by Hydra just now), and writable (the lock is written there). From code, train() checks it.
     claimed = holds_run_directory(run_dir)
-    if not cfg.resume and not claimed:
-        check_new_run_directory(run_dir, cfg.overwrite)
+    with before.taken_back_on_failure(claimed):
+        cfg, payload = _run_config(cfg, overrides, checked)
+        if not cfg.resume and not claimed:
+            check_new_run_directory(run_dir, cfg.overwrite)
     device = pick_device(cfg.device)
     dist = init_distributed(device, cfg.dist_timeout_minutes, cfg.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
@@ -166,10 +169,13 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
             start = Trainer.clock()
             if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
                 if not claimed:
-                    _check_writable(run_dir)
+                    check_writable(run_dir)
+                    run_dir.mkdir(parents=True, exist_ok=True)
                 held.enter_context(run_directory_lock(run_dir))
-                _clear_leftovers(cfg, run_dir)
-            trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
+            with before.taken_back_on_failure(dist.is_main):  # rank 0 holds the lock: no other run writes there
+                if dist.is_main:
+                    _clear_leftovers(cfg, run_dir)
+                trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
             if dist.is_main:
                 log_summary(trainer)
             reason = trainer.run()
@@ -182,19 +188,21 @@ def train(cfg: DictConfig, run_dir: Path | str, overrides: list[str] | None = No
         cleanup_distributed()
 
 
-def _run_config(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, TrainingState | None]:
-    """The config this run trains with, checked, and the training state it resumes from (or None)."""
+def _run_config(cfg: DictConfig, overrides: list[str], checked: bool) -> tuple[DictConfig, TrainingState | None]:
+    """The config this run trains with, validated once, and the training state it resumes from (or
+    None). A resumed run's config and a Marian model's architecture are new here: validated here."""
     cfg, payload = copy.deepcopy(cfg), None  # edited below (a Marian model's architecture, ...): ours now
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
-        payload = resume_state(Path(cfg.resume))
-        cfg = resumed_config(cfg, overrides, payload.config)
+        payload = load_training_state(RunDir(cfg.resume).find_checkpoint(prefer=("last",)))
+        cfg, checked = resumed_config(cfg, overrides, payload.config), False
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
-        cfg = pretrained_config(cfg, overrides)
+        cfg, checked = pretrained_config(cfg, overrides), False
     elif cfg.data.tokenizer == "sentencepiece":
-        cfg = sentencepiece_config(cfg, overrides)
-    validate_train(cfg)
-    validate_recipes(cfg)
+        cfg = sentencepiece_config(cfg, overrides)  # decoder_start=pad: a valid choice, whatever was checked
+    if not checked:
+        validate_train(cfg)
+        validate_recipes(cfg)
     return cfg, payload
 
 
@@ -235,7 +243,7 @@ def _build_trainer(
     if dist.is_main:
         data.tokenizers.save(run_dir)
     if payload is None:  # a resumed run's config holds the recipe it chose
-        cfg = choose_recipe(cfg, overrides, run_dir, data, device, dist)
+        cfg = choose_recipe(cfg, overrides, data, device, dist, Trainer.clock)
     precision = choose_run_precision(cfg, device, dist)
     trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
     if payload is not None:
@@ -245,11 +253,11 @@ def _build_trainer(
             cfg.resume,
             trainer.step,
             trainer.stream.epoch,
-            trainer.elapsed_before / 60.0,
+            trainer.budget.elapsed_before / 60.0,
             f"; max_minutes={cfg.max_minutes} counts them" if cfg.max_minutes else "",
         )
     elif cfg.init_from:
-        trainer.init_weights_from(cfg.init_from)
+        init_weights_from(trainer.model, cfg.init_from, cfg, trainer.vocab)
         log.info("initialised weights from %s", cfg.init_from)
     return trainer
 
@@ -292,16 +300,6 @@ def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
     if chosen != run_dir and holds_only_startup_files(run_dir, LOCK_FREE_STARTUP_FILES):
         shutil.rmtree(run_dir, ignore_errors=True)
     return chosen
-
-
-def _check_writable(run_dir: Path) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
 
 
 def _remove_stale_exports(run_dir: Path) -> int:
@@ -350,12 +348,16 @@ def _write_inference_exports(run_dir: Path) -> None:
 
 def _finish(trainer: Trainer, reason: str, run_dir: Path) -> dict[str, Any]:
     cfg = trainer.cfg
-    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": trainer.minutes_since_start()}
+    summary: dict[str, Any] = {"reason": reason, "step": trainer.step, "minutes": trainer.budget.minutes_since_start()}
     summary.update(best=trainer.best, metrics=trainer.last_metrics, run_dir=str(run_dir))
     if trainer.stop_signal is not None:  # the shell's convention: 130 after Ctrl-C, 143 after SIGTERM
         summary["exit_status"] = 128 + trainer.stop_signal
     if trainer.dist.is_main:
-        resumed = f" ({trainer.elapsed_minutes():.1f} minutes of training in all)" if trainer.elapsed_before else ""
+        resumed = (
+            f" ({trainer.budget.elapsed_minutes():.1f} minutes of training in all)"
+            if trainer.budget.elapsed_before
+            else ""
+        )
         log.info("stopped: %s after %d updates in %.1f minutes%s", reason, trainer.step, summary["minutes"], resumed)
         if reason == STOPPED_BY_SIGNAL:  # out now: the exports are written when the resumed run ends
             log.info("exports for translation not written (stopped by signal); translation reads the checkpoint")
@@ -382,7 +384,7 @@ def _finish(trainer: Trainer, reason: str, run_dir: Path) -> dict[str, Any]:
                 log.info("target reached: %s (target %g) at update %d", last, cfg.target, trainer.step)
             else:
                 log.warning("target NOT reached: %s at the last validation, target %g (%s)", last, cfg.target, reason)
-        log.info("translate with:  seq2seq-translate run=%s < input.txt > output.txt", shlex.quote(str(run_dir)))
+        log.info("translate with:  %s", translate_command("run", run_dir, cfg.data))
         if reason == STOPPED_BY_SIGNAL:
             log.info("resume with:     seq2seq-train %s", hydra_argument("resume", str(run_dir)))
     return summary

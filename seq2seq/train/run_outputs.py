@@ -6,12 +6,21 @@ Within the names a run writes (checkpoints/, model/, ctranslate2/, tb/, the toke
 file must be one a run writes: overwrite=true removes exactly those, and a file of any other name
 there (a user's model/my_model.py) stops the new run before anything is removed, named. Files
 elsewhere in the directory (notes, .hydra/, train.log) are never touched.
+
+A start that fails (a bad init_from=, unreadable data) takes back what it added to the directory and
+nothing else: `BeforeStart` is the directory as it stood before the start wrote into it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
+import logging
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from seq2seq.artifacts.checkpoint import is_checkpoint_file
@@ -143,3 +152,102 @@ def holds_only_startup_files(run_dir: Path, allowed: set[str] = STARTUP_FILES) -
     except OSError:
         return False
     return entries <= allowed and all(p.suffix == ".yaml" and p.is_file() for p in hydra)
+
+
+def check_writable(run_dir: Path) -> None:
+    """The run directory, or the nearest directory above it that exists, takes a new file: checked
+    before any work and before anything is made, in one line, so that a bad output directory costs
+    nothing. The reason is the system's, as making the directory would give it."""
+    try:
+        existing = next(p for p in [run_dir, *run_dir.parents] if p.exists() or p == Path(p.anchor))
+        if not existing.is_dir():  # mkdir's own answers: the name is taken, or a file stands on the path
+            code = errno.EEXIST if existing == run_dir else errno.ENOTDIR
+            raise OSError(code, os.strerror(code))
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise UserError(f"{run_dir}: the run directory is not writable ({err.strerror or err})") from err
+
+
+@dataclasses.dataclass(frozen=True)
+class BeforeStart:
+    """A run directory as it stood before this process's start wrote into it: a failed start takes back
+    what is new since (Hydra's .hydra/ and train.log, the marker, the lock, the tokenizer files, the
+    directory itself and the parents made for it), never a file or directory that was there."""
+
+    run_dir: Path
+    existing: Path  # run_dir itself, or the nearest directory above it that was there
+    names: frozenset[str]  # what `existing` held
+    hydra: frozenset[str]  # what run_dir/.hydra held
+
+    @classmethod
+    def of(cls, run_dir: Path) -> BeforeStart:
+        run_dir = Path(run_dir).absolute()
+        existing = next(p for p in [run_dir, *run_dir.parents] if os.path.isdir(p) or p == Path(p.anchor))
+        return cls(run_dir, existing, _names(existing), _names(run_dir / ".hydra"))
+
+    def named(self, run_dir: Path) -> BeforeStart:
+        """The same moment, for a run directory Hydra named below this one since (a time-stamped one)."""
+        run_dir = Path(run_dir).absolute()
+        if run_dir == self.run_dir:
+            return self
+        if self.existing in run_dir.parents:
+            return dataclasses.replace(self, run_dir=run_dir, hydra=frozenset())
+        return BeforeStart.of(run_dir)  # elsewhere (Hydra resolved an interpolation): as it stands now
+
+    @contextlib.contextmanager
+    def taken_back_on_failure(self, holds: bool) -> Iterator[None]:
+        """A failure in the body takes back what the start added, where this process `holds` the
+        directory (its lock): otherwise the directory may be another run's."""
+        try:
+            yield
+        except BaseException:
+            if holds:
+                self.take_back()
+            raise
+
+    def take_back(self) -> None:
+        """Removes what the start added; the caller holds the directory's lock (no other run writes there)."""
+        if self.existing != self.run_dir:
+            _close_log_files_under(self.run_dir)
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            top = self.existing / self.run_dir.relative_to(self.existing).parts[0]
+            if top.name not in self.names:  # the parents made for it go too, each one once empty
+                for parent in self.run_dir.parents:
+                    if parent == self.existing or not _remove_if_empty(parent):
+                        break
+            return
+        new = [self.run_dir / n for n in _names(self.run_dir) - self.names]
+        if ".hydra" in self.names:  # Hydra's own files of this start (a resumed run's .hydra/resumed-*)
+            new += [self.run_dir / ".hydra" / n for n in _names(self.run_dir / ".hydra") - self.hydra]
+        for path in new:
+            _close_log_files_under(path)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _names(directory: Path) -> frozenset[str]:
+    try:
+        return frozenset(p.name for p in directory.iterdir())
+    except OSError:
+        return frozenset()
+
+
+def _remove_if_empty(directory: Path) -> bool:
+    try:
+        directory.rmdir()
+    except OSError:
+        return False
+    return True
+
+
+def _close_log_files_under(path: Path) -> None:
+    """Hydra's log handler on train.log goes before its file does: nothing more is written there."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        target = Path(handler.baseFilename)
+        if target == path or path in target.parents:
+            root.removeHandler(handler)
+            handler.close()

@@ -33,8 +33,11 @@ log = logging.getLogger("seq2seq.translate")
 
 def load(path: str | Path | Sequence[str | Path], **settings: Any) -> TranslatorAPI:
     """The engine seq2seq-translate decodes `path` with, set to `settings`: the keyword arguments of
-    `seq2seq.inference.translation.decoding_config` (engine=auto unless given), with its defaults."""
-    return load_engine(decoding_config(path, **settings))
+    `seq2seq.inference.translation.decoding_config` (engine=auto unless given), with its defaults. Each
+    item it translates must be one line, as for `Translator.load`."""
+    engine = load_engine(decoding_config(path, **settings))
+    engine.one_line_items = True
+    return engine
 
 
 def load_engine(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:

@@ -1,0 +1,281 @@
+"""`distill(cfg)`: seq2seq-distill's work, step by step, each step's result kept in the output folder so
+that a rerun of the same command after a kill goes on from where it stopped.
+
+    <output>/.seq2seq-distill      the marker: this command made the folder
+    <output>/settings.json         what decides the contents (a rerun must give the same)
+    <output>/distill.log           everything logged, every run appended
+    <output>/data/distilled/       train.<src>-<tgt>.<lang>: the sources and the teacher's kept targets
+    <output>/data/original/        valid.* and test.* (and train.* with baseline=true): the references
+    <output>/data/selection.json   per direction: lines, kept, dropped and why, the translations' cache
+    <output>/student/, baseline/   run directories (seq2seq-translate run=<output>/student)
+    <output>/result.json           teacher against student (report.py)
+
+The teacher's translations themselves live in the cache (translations.py), by teacher + corpus +
+settings: another student of the same teacher and corpus reuses them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
+from seq2seq.data.corpus import iter_split, require_pairs, unzip
+from seq2seq.data.directions import Direction
+from seq2seq.distill import report
+from seq2seq.distill.files import held, read_json, write_json, write_lines
+from seq2seq.distill.output import check_settings, claim_output
+from seq2seq.distill.selection import select
+from seq2seq.distill.source_language import check_source_language
+from seq2seq.distill.student import LOG_FORMAT, baseline_config, student_config, train_once, with_files
+from seq2seq.distill.teacher import Teacher, corpus_config, directions, read_teacher
+from seq2seq.distill.translations import cache_key, read_translations, translate_cached
+from seq2seq.inference.engine_loader import load
+from seq2seq.inference.translation import TranslatorAPI
+
+log = logging.getLogger("seq2seq.distill")
+SELECTION, RESULT, STATE = "selection.json", "result.json", "state.json"
+
+
+def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) -> dict[str, Any]:
+    """The whole command: `data` are its data.KEY=VALUE arguments, `train` its train.KEY=VALUE ones
+    (without "train."). Returns result.json's contents, or {"exit_status": N} when a signal stopped
+    the student's training (rerun to resume)."""
+    teacher = read_teacher(cfg.teacher)
+    corpus = corpus_config(teacher, data)
+    output = Path(cfg.output).resolve()
+    held_out = read_held_out(corpus)  # before anything is written: a corpus that cannot be read is one line
+    if cfg.check_language:
+        check_source_language(corpus)
+    student = student_config(teacher, cfg.student, corpus, train, output / "data", "test" in held_out)
+    resumed = claim_output(output)
+    with held(output, "a distillation"), _logging(output / "distill.log"):
+        check_settings(output, settings(cfg, teacher, data, train))
+        log.info("%s %s", "resuming" if resumed else "distilling into", output)
+        state = read_json(output / STATE) if (output / STATE).is_file() else {"seconds": {}}
+        done = read_json(output / RESULT) if (output / RESULT).is_file() else None
+        if done is not None and (not cfg.baseline or "baseline" in done):  # baseline=true may come on a rerun
+            log.info("finished earlier: %s", output / RESULT)
+            return done
+        with _timed(state, "teacher_and_selection", output):
+            selection = distilled_corpus(cfg, teacher, corpus, held_out, output / "data")
+        with _timed(state, "student", output):
+            summary = train_once(student, output / "student", "student")
+        if summary.get("exit_status"):
+            return summary
+        baseline = None
+        if cfg.baseline:
+            with _timed(state, "baseline", output):
+                original_training_pairs(corpus, output / "data")
+                config = baseline_config(
+                    with_files(student, output / "data", "original", "test" in held_out), summary["step"]
+                )
+                baseline = train_once(config, output / "baseline", "baseline (original references)")
+            if baseline.get("exit_status"):
+                return baseline
+        with _timed(state, "report", output):
+            result = compare(cfg, teacher, output, held_out, selection, summary, baseline)
+        result["seconds"] = state["seconds"]
+        write_json(output / RESULT, result)
+        log.info("teacher against student: %s", output / RESULT)
+        return result
+
+
+def settings(cfg: Any, teacher: Teacher, data: list[str], train: list[str]) -> dict[str, Any]:
+    """What decides an output folder's contents (output.check_settings)."""
+    keys = ("student", "beam", "nbest", "select", "min_score", "length_penalty")
+    return {"teacher": teacher.paths, **{k: getattr(cfg, k) for k in keys}, "data": list(data), "train": list(train)}
+
+
+def read_held_out(corpus: DataConfig) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
+    """{"valid": {direction: (sources, references)}, "test": ...}: the original pairs the student is
+    validated and tested on (no "test" when the corpus has no test split)."""
+    found: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
+    for split in ("valid", "test"):
+        for direction, one in directions(corpus):
+            pairs = iter_split(one, split)
+            if pairs is None:
+                if split == "valid":
+                    raise UserError(f"data.kind={one.kind}: the corpus has no validation split ({direction.name})")
+                break
+            sources, references = unzip(pairs)
+            require_pairs(one, split, len(sources))
+            found.setdefault(split, {})[direction.name] = (sources, references)
+    return found
+
+
+def distilled_corpus(
+    cfg: Any, teacher: Teacher, corpus: DataConfig, held_out: dict[str, Any], root: Path
+) -> dict[str, Any]:
+    """Step 1 and 2 for every direction, and the original held-out pairs beside them: the files the
+    student reads. Done once: selection.json says it is."""
+    if (root / SELECTION).is_file():
+        log.info("distilled corpus made earlier: %s", root / "distilled")
+        return read_json(root / SELECTION)
+    for folder in ("distilled", "original"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    engine = load_teacher(cfg, teacher)
+    selection = {
+        direction.name: distil_direction(cfg, teacher, engine, direction, one, root / "distilled")
+        for direction, one in directions(corpus)
+    }
+    for split, by_direction in held_out.items():
+        for name, (sources, references) in by_direction.items():
+            src, tgt = name.split("-")
+            write_lines(root / "original" / f"{split}.{name}.{src}", sources)
+            write_lines(root / "original" / f"{split}.{name}.{tgt}", references)
+    write_json(root / SELECTION, selection)
+    return selection
+
+
+def distil_direction(
+    cfg: Any, teacher: Teacher, engine: TranslatorAPI, direction: Direction, one: DataConfig, folder: Path
+) -> dict[str, Any]:
+    """One direction's training pairs, translated by the teacher, a target chosen per line and bad lines
+    dropped, written as train.<src>-<tgt>.<lang> in `folder`; returns its entry of selection.json."""
+    sources, references = unzip(iter_split(one, "train"))
+    require_pairs(one, "train", len(sources))
+    nbests, progress, cached = teacher_translations(cfg, teacher, engine, direction.name, sources)
+    kept = select(sources, nbests, references, cfg.select, cfg.min_score)
+    write_lines(folder / f"train.{direction.name}.{direction.src}", kept.sources)
+    write_lines(folder / f"train.{direction.name}.{direction.tgt}", kept.targets)
+    log.info(
+        "%s: %d of %d lines kept (%d empty, %d below min_score=%g)",
+        *(direction.name, len(kept.sources), len(sources), kept.dropped_empty, kept.dropped_low_score, cfg.min_score),
+    )
+    return {
+        "lines": len(sources),
+        "kept": len(kept.sources),
+        "dropped_empty": kept.dropped_empty,
+        "dropped_low_score": kept.dropped_low_score,
+        "teacher_seconds": round(progress.seconds, 1),
+        "teacher_lines_per_second": round(progress.lines / progress.seconds, 1) if progress.seconds else None,
+        "translations": str(cached),
+    }
+
+
+def original_training_pairs(corpus: DataConfig, root: Path) -> None:
+    """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun)."""
+    for direction, one in directions(corpus):
+        sources, references = unzip(iter_split(one, "train"))
+        write_lines(root / "original" / f"train.{direction.name}.{direction.src}", sources)
+        write_lines(root / "original" / f"train.{direction.name}.{direction.tgt}", references)
+
+
+def load_teacher(cfg: Any, teacher: Teacher) -> TranslatorAPI:
+    """The teacher as seq2seq-translate would load it with these settings (the default engine)."""
+    return load(
+        report.model_path(teacher.paths),
+        beam=cfg.beam,
+        nbest=cfg.nbest,
+        length_penalty=cfg.length_penalty,
+        batch_size=cfg.batch_size,
+        threads=cfg.threads,
+    )
+
+
+def teacher_translations(
+    cfg: Any, teacher: Teacher, engine: TranslatorAPI, direction: str, sources: list[str]
+) -> tuple[list[list[str]], Any, Path]:
+    """The teacher's n-best lists of one direction's sources, from the cache or translated into it."""
+    decoding = {
+        "beam": cfg.beam,
+        "nbest": cfg.nbest,
+        "length_penalty": cfg.length_penalty,
+        "engine": engine.kind,
+        "direction": direction,
+    }
+    key, parts = cache_key(teacher.weights, sources, decoding)
+    folder = cache_root(cfg) / key
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "key.json").is_file():
+        write_json(folder / "key.json", parts)
+    progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, cfg.chunk_lines)
+    return read_translations(folder, len(sources)), progress, folder
+
+
+def cache_root(cfg: Any) -> Path:
+    if cfg.cache:
+        return Path(cfg.cache)
+    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / "distill"
+
+
+def compare(
+    cfg: Any,
+    teacher: Teacher,
+    output: Path,
+    held_out: dict[str, Any],
+    selection: dict[str, Any],
+    summary: dict[str, Any],
+    baseline: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """result.json: teacher and student side by side (and the baseline's scores, with baseline=true)."""
+    split = "test" if "test" in held_out else "valid"
+    pairs = held_out[split]
+    threads = list(cfg.speed_threads)
+    load_before = round(os.getloadavg()[0], 2)
+    result: dict[str, Any] = {
+        "name": f"distill_{'_'.join(pairs)}",
+        "experiment": "distill",
+        "direction": ",".join(pairs),
+        "split": split,
+        "settings": {**as_dict(cfg), "teacher": teacher.paths},
+        "corpus": selection,
+        "teacher": report.model_report(teacher.paths, pairs, cfg.speed_lines, threads),
+        "student": {
+            **report.model_report([str(output / "student")], pairs, cfg.speed_lines, threads),
+            "run": str(output / "student"),
+            "steps": summary["step"],
+            "train_minutes": round(summary["minutes"], 2),
+        },
+    }
+    if baseline is not None:
+        engine_scores = report.test_scores([str(output / "baseline")], pairs, 2 if 2 in threads else max(threads))
+        result["baseline"] = {**engine_scores, "run": str(output / "baseline"), "steps": baseline["step"]}
+    teacher_speed, student_speed = result["teacher"]["lines_per_second"], result["student"]["lines_per_second"]
+    result["speedup"] = round(student_speed / teacher_speed, 2) if teacher_speed and student_speed else None
+    result["bleu_lowercase_gap"] = round(result["teacher"]["bleu_lowercase"] - result["student"]["bleu_lowercase"], 2)
+    result["speed_lines"] = min(cfg.speed_lines, len(next(iter(pairs.values()))[0]))
+    result["load_average_during_speed"] = [load_before, round(os.getloadavg()[0], 2)]
+    result["machine"] = report.machine()
+    result["name"] += f".{result['machine']['cpu_capability'].lower().replace(' ', '_')}"
+    return result
+
+
+@contextlib.contextmanager
+def _timed(state: dict[str, Any], step: str, output: Path) -> Iterator[None]:
+    """Adds the step's wall-clock seconds in this run to state.json (a resumed step's add up)."""
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds = state["seconds"]
+        seconds[step] = round(seconds.get(step, 0.0) + time.monotonic() - began, 1)
+        write_json(output / STATE, state)
+
+
+@contextlib.contextmanager
+def _logging(path: Path) -> Iterator[None]:
+    """Every seq2seq logger's INFO and above into `path` and onto stderr for the command's life."""
+    logger = logging.getLogger("seq2seq")
+    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8"), logging.StreamHandler(sys.stderr)]
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+        logger.setLevel(level)

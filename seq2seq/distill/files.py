@@ -1,0 +1,70 @@
+"""Small crash-safe file operations the distillation's state rests on: a JSON file replaced whole,
+and a folder held by one process at a time."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config import UserError
+
+LOCK_FILE = ".lock"
+
+
+def write_json(path: Path, value: Any) -> None:
+    """`path` holds the old JSON or the new one, never a part: written beside it, fsynced, renamed."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("w", encoding="utf-8") as file:
+        json.dump(value, file, indent=2, ensure_ascii=False)
+        file.write("\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    fsync_directory(path.parent)
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    """A text file of `lines`, replaced whole as write_json replaces JSON."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("w", encoding="utf-8", newline="\n") as file:
+        file.write("".join(f"{line}\n" for line in lines))
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(
+            f"{path}: unreadable ({err}); it is this command's state: remove the folder to start over"
+        ) from err
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def held(folder: Path, what: str) -> Iterator[None]:
+    """The folder's lock for the block: a second seq2seq-distill writing there is refused in one line.
+    The kernel drops the lock however the process ends, so a killed run never blocks the next."""
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{folder}: another seq2seq-distill is writing {what} there; wait for it") from None
+        yield
+    finally:
+        os.close(fd)

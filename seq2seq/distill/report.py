@@ -1,0 +1,141 @@
+"""Teacher against student: test scores, parameters, and decoding speed on the same sentences.
+
+Scores as scripts/reproduce.py computes them (sacreBLEU cased and lowercase, chrF, and BLEU on
+lowercased Moses-tokenized text where sacremoses is installed), from the default engine at beam 5.
+Speed: the same test lines decoded by each model with the default engine (a run's CTranslate2 export
+where it has one) and with int8 (CTranslate2's), on each of speed_threads, in lines per second. The
+machine's load average is recorded beside the timings: a figure taken on a shared machine is not one
+to publish.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+
+from seq2seq.config import UserError
+from seq2seq.inference.engine_loader import load
+from seq2seq.inference.translation import one_line
+
+log = logging.getLogger("seq2seq.distill")
+BEAM = 5
+ENGINES = {"default": "auto", "int8": "int8"}  # what speed["..."] names -> the precision= decoding with it
+
+
+def scores(hypotheses: list[str], references: list[str], language: str) -> dict[str, Any]:
+    cased, lowercase, chrf = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True), sacrebleu.CHRF()
+    result = {
+        "bleu": round(cased.corpus_score(hypotheses, [references]).score, 2),
+        "bleu_lowercase": round(lowercase.corpus_score(hypotheses, [references]).score, 2),
+        "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
+        "bleu_moses_lowercase": None,
+    }
+    if importlib.util.find_spec("sacremoses") is not None:  # the dev extra: the Multi30k papers' figure
+        import sacremoses
+
+        moses = sacremoses.MosesTokenizer(lang=language)
+        tokens = [moses.tokenize(line, escape=False, return_str=True) for line in [*hypotheses, *references]]
+        moses_bleu = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
+        score = moses_bleu.corpus_score(tokens[: len(hypotheses)], [tokens[len(hypotheses) :]]).score
+        result["bleu_moses_lowercase"] = round(score, 2)
+    return result
+
+
+def parameters(paths: list[str]) -> int:
+    """The parameters of the model (an ensemble's: all its members'), counted as training logs them."""
+    from seq2seq.artifacts.checkpoint import find_model_file, model_from_checkpoint
+    from seq2seq.artifacts.model_files import read_model_file
+    from seq2seq.artifacts.path_kind import PathKind, path_kind
+
+    total = 0
+    for path in paths:
+        file = find_model_file(path) if path_kind(path) is PathKind.RUN else Path(path)
+        model = model_from_checkpoint(read_model_file(file)[1])
+        total += sum(p.numel() for p in model.parameters())
+    return total
+
+
+def model_path(paths: list[str]) -> str | list[str]:
+    return paths[0] if len(paths) == 1 else paths
+
+
+def test_scores(paths: list[str], held_out: dict[str, tuple[list[str], list[str]]], threads: int) -> dict[str, Any]:
+    """Each direction's test scores (beam 5, the default engine); a model of several directions also
+    gets the mean of theirs as its own."""
+    engine = load(model_path(paths), beam=BEAM, threads=threads)
+    by_direction = {}
+    for name, (sources, references) in held_out.items():
+        translated = engine.with_languages(*name.split("-")).translate(sources)
+        by_direction[name] = scores([one_line(t) for t in translated], references, name.split("-")[1])
+    result: dict[str, Any] = {"engine": engine.kind}
+    if len(by_direction) == 1:
+        return {**result, **next(iter(by_direction.values()))}
+    for key in ("bleu", "bleu_lowercase", "chrf"):
+        result[key] = round(sum(s[key] for s in by_direction.values()) / len(by_direction), 2)
+    return {**result, "test_by_direction": by_direction}
+
+
+def speed(paths: list[str], direction: str, lines: list[str], threads: list[int]) -> dict[str, dict[str, Any]]:
+    """Lines per second decoding `lines` at beam 5, by engine and thread count; an engine that cannot
+    decode this model (int8 without a CTranslate2 export, an ensemble) gets its reason instead."""
+    measured: dict[str, dict[str, Any]] = {}
+    for name, precision in ENGINES.items():
+        measured[name] = {}
+        for count in threads:
+            try:
+                engine = load(model_path(paths), beam=BEAM, threads=count, precision=precision)
+            except UserError as err:
+                measured[name] = {"unavailable": str(err)}
+                break
+            engine = engine.with_languages(*direction.split("-"))
+            engine.translate(lines[:8])  # warm-up: the first batch allocates
+            began = time.perf_counter()
+            engine.translate(lines)
+            measured[name][str(count)] = round(len(lines) / (time.perf_counter() - began), 1)
+    return measured
+
+
+def model_report(
+    paths: list[str], held_out: dict[str, tuple[list[str], list[str]]], speed_lines: int, threads: list[int]
+) -> dict[str, Any]:
+    """A model's entry of result.json: scores, parameters, speed, and `lines_per_second`: the default
+    engine's on 2 threads (the largest measured where 2 was not)."""
+    name, (sources, _) = next(iter(held_out.items()))
+    main_threads = 2 if 2 in threads else max(threads)
+    report = test_scores(paths, held_out, main_threads)
+    report["parameters"] = parameters(paths)
+    report["speed"] = speed(paths, name, sources[:speed_lines], threads)
+    report["lines_per_second"] = report["speed"]["default"].get(str(main_threads))
+    log.info(
+        "%s: test BLEU %.2f (lowercase %.2f), chrF %.2f; %s parameters; %s lines/s (%s engine, %d threads)",
+        paths[0],
+        report["bleu"],
+        report["bleu_lowercase"],
+        report["chrf"],
+        f"{report['parameters']:,}",
+        report["lines_per_second"],
+        report["engine"],
+        main_threads,
+    )
+    return report
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    from seq2seq.cpuinfo import cpu_name
+    from seq2seq.precision import cpu_capability
+
+    return {
+        "cpu": cpu_name(),
+        "cpu_capability": cpu_capability(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "load_average_1min": round(os.getloadavg()[0], 2),
+    }

@@ -1,0 +1,151 @@
+"""The student: its training config, composed from the teacher's, and its training, resumed after a kill.
+
+The student trains as its teacher was trained (the teacher's saved config: optimiser, schedule, budget,
+batch size, precision, stop rules), as a smaller model: the teacher's model settings with the sizes of
+the student= preset (configs/model/<name>.yaml) on top, so dropout, shared embeddings and the like stay
+the teacher's. recipe= is fixed (a recipe's overrides would resize the model). train.KEY=VALUE arguments
+come last. Its data are the teacher's settings over parallel files in the output folder: the distilled
+training pairs, and the original validation and test pairs, so that it is validated and tested
+against the original references.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.resources
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from seq2seq.artifacts.run_dir import RunDir
+from seq2seq.config import DataConfig, ModelConfig, TrainConfig, UserError, validate_recipes, validate_train
+from seq2seq.distill.files import read_json, write_json
+from seq2seq.distill.teacher import Teacher
+
+log = logging.getLogger("seq2seq.distill")
+SUMMARY = "distill-summary.json"  # written into a student's run directory once its training finished
+# train.* keys the command sets itself.
+NOT_OVERRIDABLE = ("data", "resume", "init_from", "overwrite", "recipe", "recipes")
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's: scripts/reproduce.py reads it
+
+
+def model_preset(name: str) -> dict[str, Any]:
+    folder = importlib.resources.files("seq2seq.configs") / "model"
+    options = sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    if name not in options:
+        raise UserError(f"student={name}: no such model preset; choose from {', '.join(options)}")
+    return OmegaConf.to_container(OmegaConf.create((folder / f"{name}.yaml").read_text(encoding="utf-8")))
+
+
+def student_config(
+    teacher: Teacher, preset: str, data: DataConfig, overrides: list[str], root: Path, has_test: bool
+) -> DictConfig:
+    """The student's training config over the files under `root` (see with_files), checked as
+    seq2seq-train checks one (`overrides`: train.KEY=VALUE without the prefix)."""
+    saved = {k: v for k, v in teacher.config.items() if k in TrainConfig.__dataclass_fields__}
+    cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), {k: v for k, v in saved.items() if k != "data"})
+    cfg.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), saved.get("model", {}), model_preset(preset))
+    cfg.data = OmegaConf.structured(data)
+    cfg.recipe, cfg.recipes, cfg.resume, cfg.init_from, cfg.overwrite = "fixed", [], None, None, False
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+")
+        if key.split(".")[0] in NOT_OVERRIDABLE:
+            hint = f"give data.{key.removeprefix('data.')}=" if key.startswith("data.") else "seq2seq-distill sets it"
+            raise UserError(f"train.{key}: cannot be set here ({hint})")
+    try:
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "train"
+        raise UserError(f"train.{key}: {str(err).strip().splitlines()[0]}") from err
+    cfg = with_files(cfg, root, "distilled", has_test)
+    warn_if_not_smaller(cfg.model, saved.get("model", {}), preset)
+    validate_train(cfg)
+    validate_recipes(cfg)
+    return cfg
+
+
+def warn_if_not_smaller(student: Any, teacher: dict[str, Any], preset: str) -> None:
+    """A student no smaller than its teacher in any dimension decodes no faster: allowed (self-distillation
+    is a use), but said, since the recipe a teacher trained with may be narrower than a preset."""
+    sizes = ("d_model", "ffn_dim", "encoder_layers", "decoder_layers")
+    if teacher and all(student[k] >= teacher.get(k, 0) for k in sizes):
+        log.warning(
+            "student=%s (%s) is no smaller than the teacher (%s): it will not decode faster; a smaller preset, or "
+            "train.model.d_model=...",
+            preset,
+            ", ".join(f"{k}={student[k]}" for k in sizes),
+            ", ".join(f"{k}={teacher.get(k)}" for k in sizes),
+        )
+
+
+def with_files(cfg: DictConfig, root: Path, train_folder: str, has_test: bool) -> DictConfig:
+    """`cfg` reading parallel files under `root`: training pairs from `train_folder`, validation and test
+    pairs from original/ (those files are written before training starts)."""
+    cfg = copy.deepcopy(cfg)
+    d = cfg.data
+    d.kind, d.dir, d.hub_name, d.hub_subset, d.train, d.valid, d.test = "parallel_files", *[None] * 6
+    for split in ("train", "valid", "test"):
+        folder = train_folder if split == "train" else "original"
+        for side in ("src", "tgt"):
+            if split == "test" and not has_test:
+                d[f"{split}_{side}"] = None
+                continue
+            if d.directions:  # each direction's files: {src} and {tgt} become its codes
+                name = f"{split}.{{src}}-{{tgt}}.{{{side}}}"
+            else:
+                name = f"{split}.{d.src_lang}-{d.tgt_lang}.{d.src_lang if side == 'src' else d.tgt_lang}"
+            d[f"{split}_{side}"] = str(root / folder / name)
+    return cfg
+
+
+def train_once(cfg: DictConfig, run_dir: Path, what: str) -> dict[str, Any]:
+    """Trains `cfg` into `run_dir` (inside the output folder: ours) and returns its summary: a finished
+    run's as it recorded it, a killed run's resumed from its last checkpoint, else a fresh run."""
+    from seq2seq.train.run import train  # torch: once the command line and config are known to be good
+
+    if (run_dir / SUMMARY).is_file():
+        log.info("%s: trained earlier (%s)", what, run_dir)
+        return read_json(run_dir / SUMMARY)
+    cfg = copy.deepcopy(cfg)
+    if RunDir(run_dir).checkpoint("last").is_file():
+        cfg.resume = str(run_dir)
+        log.info("%s: resuming %s from its last checkpoint", what, run_dir)
+    else:
+        cfg.overwrite = True  # an interrupted start of our own, if anything
+        log.info("%s: training into %s", what, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with _train_log(run_dir):
+        summary = train(cfg, run_dir)
+    summary = json.loads(json.dumps(summary, default=str))
+    if not summary.get("exit_status"):  # stopped by a signal: the rerun resumes it
+        write_json(run_dir / SUMMARY, summary)
+    return summary
+
+
+@contextlib.contextmanager
+def _train_log(run_dir: Path) -> Iterator[None]:
+    """The run's train.log, as seq2seq-train's Hydra writes it (reproduce.py and people read it)."""
+    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setLevel(logging.INFO)
+    logger = logging.getLogger("seq2seq")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def baseline_config(cfg: DictConfig, steps: int) -> DictConfig:
+    """The student's config on the original references for exactly `steps` updates: no clock, target or
+    patience stops it sooner."""
+    cfg = copy.deepcopy(cfg)
+    cfg.max_steps, cfg.max_minutes, cfg.max_epochs, cfg.target, cfg.patience = steps, None, None, None, None
+    return cfg

@@ -1,0 +1,97 @@
+"""The teacher: what it decodes from, the config it was trained with, and the corpus it translates.
+
+The student inherits the teacher's data settings (languages, directions, tokenizer kind, vocabulary
+size, filters): a `data.*` argument may name where the corpus lies (data.dir=, data.train_src=, ...) or
+change a filter, never a language or the tokenizer kind, which would give a student the teacher cannot
+teach (a corpus in another source language, a vocabulary of another kind).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from seq2seq.artifacts.checkpoint import find_model_file, is_checkpoint_file, load_checkpoint
+from seq2seq.artifacts.path_kind import PathKind, path_kind
+from seq2seq.artifacts.run_dir import RunDir
+from seq2seq.config import DataConfig, UserError, as_dict, validate_directions
+from seq2seq.data.directions import Direction, configured_directions, direction_config
+
+# data.* keys that fix what the student reads and writes: they must be the teacher's.
+SAME_AS_TEACHER = ("src_lang", "tgt_lang", "directions", "lang_tag", "tokenizer", "sentencepiece_type")
+
+
+@dataclass(frozen=True)
+class Teacher:
+    paths: list[str]  # what `seq2seq.inference.load` is given: [a run directory] or checkpoints (an ensemble)
+    weights: list[Path]  # the files its weights are read from: the translations' cache key hashes them
+    config: dict[str, Any]  # the training config of its (first) checkpoint
+
+    @property
+    def is_run(self) -> bool:
+        return len(self.paths) == 1 and path_kind(self.paths[0]) is PathKind.RUN
+
+
+def read_teacher(spec: str) -> Teacher:
+    """teacher=<run directory> or teacher=<a.pt>,<b.pt> (an ensemble of one run's checkpoints, as
+    seq2seq-translate's checkpoint= takes them). A CTranslate2 or Marian directory has no training
+    config to give the student its data, so it is refused."""
+    paths = [p for p in str(spec).split(",") if p]
+    if not paths:
+        raise UserError(f"teacher={spec}: names nothing; give a run directory")
+    if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN:
+        checkpoint = RunDir(paths[0]).find_checkpoint()
+        return Teacher(
+            [str(Path(paths[0]).resolve())], [find_model_file(paths[0])], load_checkpoint(checkpoint)["config"]
+        )
+    for path in paths:
+        kind = path_kind(path)
+        if kind is not PathKind.CHECKPOINT or not Path(path).is_file() or not is_checkpoint_file(Path(path)):
+            what = kind.value if Path(path).exists() else "no such file or directory"
+            raise UserError(
+                f"teacher={spec}: {path}: {what}; give a run directory or training checkpoints "
+                "(the student's data and training settings come from the teacher's config)"
+            )
+    resolved = [str(Path(p).resolve()) for p in paths]
+    return Teacher(resolved, [Path(p) for p in resolved], load_checkpoint(paths[0])["config"])
+
+
+def corpus_config(teacher: Teacher, overrides: list[str]) -> DataConfig:
+    """The teacher's data config with the data.* arguments on top: the corpus translated, and the
+    student's data settings. A language or tokenizer other than the teacher's is a one-line error."""
+    saved = {k: v for k, v in teacher.config["data"].items() if k in DataConfig.__dataclass_fields__}
+    base = OmegaConf.merge(OmegaConf.structured(DataConfig), saved)
+    given = [o.removeprefix("data.") for o in overrides]
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(given))
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "data"
+        raise UserError(f"data.{key}: {str(err).strip().splitlines()[0]}") from err
+    for key in SAME_AS_TEACHER:
+        ours, theirs = _plain(merged[key]), _plain(base[key])
+        if ours != theirs:
+            raise UserError(
+                f"data.{key}={ours}: the teacher's is {theirs}; a student learns the teacher's "
+                f"{'tokenizer kind' if 'tokenizer' in key or 'sentencepiece' in key else 'languages'} "
+                "(distil another corpus of the same languages, or train another teacher)"
+            )
+    cfg = DataConfig(**as_dict(merged))
+    validate_directions(cfg)
+    return cfg
+
+
+def directions(cfg: DataConfig) -> list[tuple[Direction, DataConfig]]:
+    """Each direction the corpus has, with its single-direction data config (a run without
+    data.directions: its one, named src_lang-tgt_lang)."""
+    found = configured_directions(cfg)
+    if not found:
+        return [(Direction(cfg.src_lang, cfg.tgt_lang), cfg)]
+    return [(d, direction_config(cfg, d)) for d in found]
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value

@@ -1,0 +1,114 @@
+"""The teacher's translations of one direction's training sources: written a chunk at a time, resumed
+after a kill without translating a finished line again, and kept for reuse by what they depend on.
+
+A folder per cache key (`cache_key`: the teacher's weight files, the source lines and the decoding
+settings) holds translations.jsonl, one JSON list per source line (its n-best texts, best first), and
+progress.json: {"lines", "bytes", "seconds", "finished"}. A chunk is appended and fsynced before
+progress.json (replaced whole) counts it; bytes a killed process appended after the last count are cut
+off before the next chunk goes on. A finished folder is read as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from seq2seq.config import UserError
+from seq2seq.distill.files import held, read_json, write_json
+from seq2seq.inference.translation import TranslatorAPI, one_line
+
+log = logging.getLogger("seq2seq.distill")
+TRANSLATIONS, PROGRESS, KEY = "translations.jsonl", "progress.json", "key.json"
+
+
+@dataclass
+class Progress:
+    lines: int = 0  # source lines whose translations translations.jsonl holds
+    bytes: int = 0  # its length after them
+    seconds: float = 0.0  # the teacher's decoding time so far, summed over the runs that wrote them
+    finished: bool = False
+
+
+def file_digest(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def cache_key(weights: list[Path], sources: list[str], settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The key of a direction's translations and what went into it (kept beside them, for a reader)."""
+    corpus = hashlib.sha256()
+    for line in sources:
+        corpus.update(line.encode("utf-8") + b"\n")
+    parts = {
+        "weights": {str(path): file_digest(path) for path in weights},
+        "sources": corpus.hexdigest(),
+        "lines": len(sources),
+        "settings": settings,
+    }
+    # By content, not by path: the same files elsewhere are the same teacher.
+    identity = {**parts, "weights": sorted(parts["weights"].values())}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24], parts
+
+
+def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, chunk_lines: int) -> Progress:
+    """Fills `folder` with the teacher's translations of `sources`, resuming where an earlier run
+    stopped; returns the finished progress. `folder` must be this key's (see cache_key)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with held(folder, "translations"):
+        progress = Progress(**read_json(folder / PROGRESS)) if (folder / PROGRESS).is_file() else Progress()
+        if progress.finished:
+            log.info("teacher's translations reused from %s (%d lines, finished earlier)", folder, progress.lines)
+            return progress
+        if progress.lines:
+            log.info(
+                "resuming the teacher's translations at line %d of %d (%s)", progress.lines + 1, len(sources), folder
+            )
+        path = folder / TRANSLATIONS
+        with path.open("ab") as out:
+            out.truncate(progress.bytes)  # what a killed run appended after its last count
+            out.seek(progress.bytes)  # so that tell() counts from the cut (appends go to the end anyway)
+            bar = tqdm(total=len(sources), initial=progress.lines, unit="line", desc="teacher", disable=None)
+            for start in range(progress.lines, len(sources), chunk_lines):
+                chunk = sources[start : start + chunk_lines]
+                began = time.perf_counter()
+                results = engine.translate_nbest(chunk, first_line_number=start + 1)
+                seconds = time.perf_counter() - began
+                data = "".join(json.dumps([one_line(t.text) for t in r], ensure_ascii=False) + "\n" for r in results)
+                out.write(data.encode("utf-8"))
+                out.flush()
+                os.fsync(out.fileno())
+                progress = Progress(start + len(chunk), out.tell(), progress.seconds + seconds)
+                write_json(folder / PROGRESS, asdict(progress))
+                bar.update(len(chunk))
+            bar.close()
+        progress.finished = True
+        write_json(folder / PROGRESS, asdict(progress))
+        rate = progress.lines / progress.seconds if progress.seconds else float("inf")
+        log.info("teacher translated %d lines in %.1f s (%.1f lines/s)", progress.lines, progress.seconds, rate)
+        return progress
+
+
+def read_translations(folder: Path, count: int) -> list[list[str]]:
+    """The n-best texts of each of the `count` source lines, from a finished folder."""
+    path = folder / TRANSLATIONS
+    rows = []
+    with path.open(encoding="utf-8") as file:
+        for number, line in enumerate(file, start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UserError(
+                    f"{path}:{number}: not a JSON list ({err.msg}); remove {folder} to translate again"
+                ) from err
+            rows.append(row)
+    if len(rows) != count:
+        raise UserError(f"{path}: {len(rows)} lines for {count} sources; remove {folder} to translate again")
+    return rows

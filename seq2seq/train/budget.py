@@ -1,0 +1,95 @@
+"""A run's time budget: max_minutes counted over its restarts, the share of it a time-driven schedule
+has used, and the part kept back for the final validation, so that the run ends by its deadline.
+
+The Trainer holds one `Budget` and tells it how long updates and validations took; the clock is the
+Trainer's (`Trainer.clock`), handed in, so that every figure is read on the run's one clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from omegaconf import DictConfig
+
+from seq2seq.data.pipeline import PreparedData
+from seq2seq.train.distributed import DistContext
+from seq2seq.train.evaluate import translated_sentences
+
+log = logging.getLogger(__name__)
+
+
+class Budget:
+    def __init__(self, cfg: DictConfig, dist: DistContext, clock: Callable[[], float], started: float) -> None:
+        """`started`: when the run's command started (on `clock`), so that max_minutes counts its set-up."""
+        self.cfg, self.dist, self.clock = cfg, dist, clock
+        self.started = started
+        self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
+        # How long the latest validation (and its saves) took, or an estimate before the first: kept back
+        # from max_minutes, so the final validation ends by the deadline instead of after it.
+        self.validation_minutes = 0.0
+        self.update_seconds = 0.0  # how long the latest update took: the deadline keeps room for one more
+
+    def minutes_since_start(self) -> float:
+        """Minutes since this segment of the run started (its command, set-up included)."""
+        return (self.clock() - self.started) / 60.0
+
+    def elapsed_minutes(self) -> float:
+        """Training time of this run so far, summed over its restarts: what max_minutes counts."""
+        return (self.elapsed_before + self.clock() - self.started) / 60.0
+
+    def used(self, step: int) -> float:
+        """The fraction of the run's budget spent when update `step` starts: of max_steps or of
+        max_minutes, whichever is nearer its end (linear_to_zero reaches zero there)."""
+        used = (step - 1) / self.cfg.max_steps if self.cfg.max_steps else 0.0
+        if self.cfg.max_minutes:
+            fraction = self.elapsed_minutes() / max(self.training_minutes(), 1e-9)
+            if self.dist.enabled:  # one learning rate on every rank, or their weights drift apart
+                fraction = self.dist.sum(fraction) / self.dist.world_size
+            used = max(used, fraction)
+        return min(max(used, 0.0), 1.0)
+
+    def training_minutes(self) -> float:
+        """The part of max_minutes that training may use: all but the final validation's share."""
+        return self.cfg.max_minutes - self.validation_minutes
+
+    def out_of_time(self) -> bool:
+        """Another update would end past the time training may use: stopping now ends the run (final
+        validation included) by max_minutes, where the machine keeps the pace it had."""
+        if self.cfg.max_minutes is None:
+            return False
+        return self.elapsed_minutes() + self.update_seconds / 60.0 >= self.training_minutes()
+
+    def deadline(self) -> float | None:
+        """When max_minutes runs out, on the clock, counting what earlier segments of the run spent."""
+        if not self.cfg.max_minutes:
+            return None
+        return self.clock() + (self.cfg.max_minutes - self.elapsed_minutes()) * 60
+
+    def reserve_for_the_final_validation(self, translate: Callable[[list[str]], object], data: PreparedData) -> None:
+        """With max_minutes and no validation timed yet (after the first update, whose time the
+        estimate uses): keep back an estimate of the final validation's time. Rank 0 validates."""
+        if not self.cfg.max_minutes or self.validation_minutes != 0.0 or not self.dist.is_main:
+            return
+        self.validation_minutes = self.estimate_validation_minutes(translate, data)
+        log.info(
+            "max_minutes=%g: %.1f minutes kept for the final validation (estimated before the first)",
+            self.cfg.max_minutes,
+            self.validation_minutes,
+        )
+
+    def estimate_validation_minutes(
+        self, translate: Callable[[list[str]], object], data: PreparedData, probe_sentences: int = 16
+    ) -> float:
+        """What a validation will take, before the first one has: the greedy translation of
+        `probe_sentences` validation sentences, timed and scaled to the sentences a validation
+        translates, plus the loss pass (a forward pass, about a third of an update, per update's worth
+        of tokens). An untrained model's translations run to their length limit, so this errs long."""
+        valid, limit = data.valid, self.cfg.valid_max_sentences
+        translated = translated_sentences(valid, limit)
+        probe = valid.src_text[: min(probe_sentences, translated)]
+        start = self.clock()
+        translate(probe)
+        translation = (self.clock() - start) * translated / max(len(probe), 1)
+        loss_pass = self.update_seconds / 3.0 * float(valid.tgt.lengths().sum()) / self.cfg.batch_tokens
+        return (translation + loss_pass) / 60.0

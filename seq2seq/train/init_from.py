@@ -1,0 +1,73 @@
+"""init_from=: a new run's weights taken from a trained model (fine-tuning). Weights only: the
+optimiser, the schedule and the data start fresh. What it names: a run directory (its model), a
+training checkpoint, a weights-only export (model.safetensors or its directory), or a Marian model
+(whose architecture and tokenizers run.py has already taken)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from seq2seq.artifacts.checkpoint import Vocabulary, find_model_file
+from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
+from seq2seq.artifacts.model_files import read_model_file
+from seq2seq.artifacts.path_kind import PathKind, path_kind
+from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR
+from seq2seq.config import UserError, as_dict
+
+log = logging.getLogger(__name__)
+
+
+def init_weights_from(model: torch.nn.Module, path: str, cfg: DictConfig, vocab: Vocabulary) -> None:
+    """Loads the weights `path` names into `model`, built from `cfg` for a tokenizer of `vocab`; refused
+    in one line when their architecture or vocabulary sizes differ."""
+    if is_huggingface_model(path):
+        payload, _ = load_pretrained(path)
+        payload["config"]["model"].update({k: cfg.model[k] for k in TRAINING_ONLY_KEYS})
+    else:
+        _, payload = read_model_file(weights_file_of(path))
+    if differences := model_differences(payload["config"]["model"], as_dict(cfg.model)):
+        raise UserError(
+            f"init_from={path}: its model config differs from model.* of this run: {'; '.join(differences)}"
+        )
+    theirs = payload["vocab"]
+    if (theirs["src_size"], theirs["tgt_size"]) != (vocab["src_size"], vocab["tgt_size"]):
+        raise UserError(
+            f"init_from={path}: its vocabularies have {theirs['src_size']}/{theirs['tgt_size']} entries, this "
+            f"run's tokenizer {vocab['src_size']}/{vocab['tgt_size']}: its embeddings cannot be used"
+        )
+    if theirs.get("tokenizer") not in (None, vocab["tokenizer"]):
+        log.warning(
+            "init_from=%s was trained with another tokenizer of the same size: its embeddings mean other tokens",
+            path,
+        )
+    model.load_state_dict(payload["model"])
+
+
+def model_differences(theirs: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+    """Each model.* key whose value differs, with both values (a key one side lacks shows as unset)."""
+    unset = "unset"
+    return [
+        f"model.{key}: {theirs.get(key, unset)} in init_from, {ours.get(key, unset)} here"
+        for key in sorted(theirs.keys() | ours.keys())
+        if theirs.get(key, unset) != ours.get(key, unset)
+    ]
+
+
+def weights_file_of(init_from: str) -> Path:
+    """What init_from= names, as a file: a run directory means its model (what translation loads
+    from it); a directory with no model in it is one line, not "no such checkpoint file"."""
+    path = Path(init_from)
+    if path_kind(path) is not PathKind.RUN:
+        return path
+    try:
+        return find_model_file(path)
+    except UserError:
+        raise UserError(
+            f"init_from={init_from}: a directory with no model in it (give a run directory with {CHECKPOINTS_DIR}/, "
+            "a checkpoint .pt, a model.safetensors or its directory, or a Marian model's directory)"
+        ) from None

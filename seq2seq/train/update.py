@@ -1,0 +1,278 @@
+"""One optimiser update: the model and what updates it (the training objective, the optimiser, the grad
+scaler), and the update itself: gradients (with the out-of-memory retry), the grad scaler's unscaling
+and clipping, and the step, which the device itself skips when the loss or the gradient is not finite.
+
+The Trainer makes its updates with it, and recipe=auto times candidate recipes with it, without a
+Trainer. Nothing in an update reads a value back from the device, so a GPU's queue never drains between
+updates: the losses, norms and skips are read back together (`read_back`) when the Trainer asks.
+Collectives run in the same order on every rank, whatever path the update takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from seq2seq.config import UserError
+from seq2seq.data.batching import Batch, EpochBatches, split_batch
+from seq2seq.data.pipeline import PreparedData
+from seq2seq.data.prefetch import Prefetcher
+from seq2seq.data.streaming import StreamingBatches
+from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
+from seq2seq.model.transformer import build_model
+from seq2seq.train.distributed import DistContext
+from seq2seq.train.loss import TeacherForcedLoss
+from seq2seq.train.optim import build_optimizer
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(UserError):
+    """Too many updates in a row had a NaN/inf loss or gradient (the Trainer counts what `read_back` tells)."""
+
+
+class RepeatedOutOfMemory(UserError):
+    """Too many updates in a row ran out of memory even with their batches split in two (the Trainer counts)."""
+
+
+@dataclasses.dataclass
+class PendingUpdate:
+    """An update made but not yet read back: its numbers stay on the device until `read_back`."""
+
+    step: int
+    values: torch.Tensor  # (3,) on the device: summed loss, summed nll, gradient norm (this rank's sums)
+    tgt_tokens: int  # this rank's
+    src_tokens: int
+
+
+@dataclasses.dataclass
+class UpdateResult:
+    """An update as read back: per-token loss and nll and token counts over all ranks."""
+
+    step: int
+    loss: float
+    nll: float
+    grad_norm: float
+    tgt_tokens: int
+    src_tokens: int
+    skipped: bool  # the loss or the gradient was not finite: the weights did not move
+
+
+def training_batches(cfg: DictConfig, data: PreparedData, device: torch.device, dist: DistContext) -> Any:
+    """The training batches. On a GPU made one update ahead on a thread (on a CPU the thread would
+    take a core from the update). Widths are padded to multiples of 8 where compiled code runs on a
+    GPU (few shapes to compile for); elsewhere padding is compute spent on nothing: Multi30k's
+    short sentences gain about a quarter in tokens (docs/performance.md)."""
+    start = decoder_start_id(cfg.model.decoder_start)
+    multiple = cfg.pad_to_multiple or (8 if device.type == "cuda" and cfg.compile else 1)
+    args = (cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start, multiple)
+    stream = (
+        StreamingBatches(cfg.data, data.tokenizers, *args) if cfg.data.streaming else EpochBatches(data.train, *args)
+    )
+    if device.type == "cuda":
+        return Prefetcher(stream, device, dist.world_size, dist.rank, cfg.accum_steps)
+    return stream
+
+
+def training_model(cfg: DictConfig, data: PreparedData, device: torch.device) -> torch.nn.Module:
+    """The model `cfg` describes, for `data`'s tokenizers, freshly initialised from torch's generator."""
+    tok = data.tokenizers
+    return build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
+
+
+class Update:
+    """`model` and what updates it; one update of it per call."""
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        model: torch.nn.Module,
+        device: torch.device,
+        dist: DistContext,
+        precision: str,
+        budget_used: Callable[[int], float],
+    ) -> None:
+        """`precision`: fp32 | bf16 | fp16; `budget_used`: the schedule's share of the run spent at a step."""
+        self.cfg, self.model, self.device, self.dist, self.precision = cfg, model, device, dist, precision
+        self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing, cfg.rdrop_alpha)  # validation: eval()
+        self.training_objective = self._wrap_for_training(self.objective)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model, budget_used)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+    def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
+        """`objective` as an update calls it: in DistributedDataParallel under torchrun (gradients
+        all-reduced), compiled with compile=true, else itself. Its parameters are the model's."""
+        module: torch.nn.Module = objective
+        if self.dist.enabled:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            module = torch.nn.parallel.DistributedDataParallel(objective, device_ids=ids)
+        if self.cfg.compile:
+            objective.run_loss_eagerly()
+            mode = None if self.cfg.compile_mode == "default" else self.cfg.compile_mode
+            module = torch.compile(module, dynamic=True, mode=mode)
+        return module
+
+    def autocast(self) -> AbstractContextManager:
+        if self.precision == "fp32":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def __call__(self, micro_batches: list[Batch], step: int) -> PendingUpdate | None:
+        """Update number `step` over `micro_batches` (this rank's world_size x accum_steps share). None
+        when it was skipped for lack of memory. An update whose loss or gradient is not finite leaves
+        the weights as they were; its read-back tells."""
+        self.training_objective.train()
+        sums = self._gradients(micro_batches, step)
+        if sums is None:
+            return None
+        loss_sum, nll_sum = sums
+        grad_norm = self._unscale_and_clip()
+        self._apply(self._not_finite_on_any_rank(loss_sum, grad_norm))
+        return PendingUpdate(
+            step,
+            torch.stack([loss_sum, nll_sum, grad_norm.to(loss_sum)]),
+            sum(b.tgt_tokens for b in micro_batches),
+            sum(b.src_tokens for b in micro_batches),
+        )
+
+    # -- gradients, and the out-of-memory retry
+    def _gradients(self, micro_batches: list[Batch], step: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Gradients of the update summed in the parameters' .grad; returns the summed (loss, nll) as
+        device scalars, or None when the update is skipped for lack of memory.
+
+        Out of memory in a single process: the update is redone once from zero gradients with every
+        micro-batch split in two (same sentences, same normalisation, so the same update up to float
+        rounding), and skipped if that runs out of memory too. Under DDP it is an error instead, since
+        a rank that splits makes more backward passes (and all-reduces) than the others wait for."""
+        local_tokens = sum(b.tgt_tokens for b in micro_batches)
+        total_tokens = self._tokens_on_every_rank(local_tokens)
+        sums = self._accumulate(micro_batches, total_tokens, step)
+        if sums is not None:
+            return sums
+        # Retried here, not inside the except clause: until it is left, the exception's traceback
+        # keeps the failed pass's activations alive.
+        self._free_after_oom()
+        halves = [half for batch in micro_batches for half in split_batch(batch)]
+        sentences = sum(len(b.indices) for b in micro_batches)
+        log.warning(
+            "update %d ran out of memory (%d sentences, %d target tokens): retrying it in %d micro-batches",
+            step,
+            sentences,
+            local_tokens,
+            len(halves),
+        )
+        sums = self._accumulate(halves, total_tokens, step)
+        if sums is None:
+            self._free_after_oom()
+            log.warning(
+                "update %d skipped: out of memory even with its batches split in two (%d sentences, %d target tokens)",
+                step,
+                sentences,
+                local_tokens,
+            )
+        return sums
+
+    def _tokens_on_every_rank(self, local_tokens: int) -> float | torch.Tensor:
+        """The update's target tokens over all ranks: a number in one process; under DDP a device
+        tensor all-reduced in the queue (a number would wait for every rank's answer on the host)."""
+        if not self.dist.enabled:
+            return float(local_tokens)
+        return self.dist.sum_on_device(torch.full((), float(local_tokens), device=self.device))
+
+    def _accumulate(
+        self, micro_batches: list[Batch], total_tokens: float | torch.Tensor, step: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Forward and backward over every micro-batch, gradients summed. Returns the summed (loss,
+        nll), or None when one of them ran out of memory (gradients are then partial)."""
+        loss_sum = nll_sum = torch.zeros((), device=self.device)
+        try:
+            for i, batch in enumerate(micro_batches):
+                # DDP: all-reduce gradients only on the last micro-batch of the update.
+                last = i == len(micro_batches) - 1
+                sync = nullcontext() if last or not self.dist.enabled else self.training_objective.no_sync()
+                with sync:
+                    loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
+                loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
+        except torch.OutOfMemoryError as err:  # torch.cuda.OutOfMemoryError is the same class
+            if self.dist.enabled:
+                raise UserError(
+                    f"out of memory at update {step} on rank {self.dist.rank} "
+                    f"({sum(b.tgt_tokens for b in micro_batches)} target tokens); lower batch_tokens "
+                    "(with several processes a batch cannot be split and retried)"
+                ) from err
+            return None
+        return loss_sum, nll_sum
+
+    def _forward_backward(self, batch: Batch, total_tokens: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.autocast():
+            loss, nll = self.training_objective(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions)
+        # Normalise by the tokens of the whole update on all ranks: DDP averages over ranks, so
+        # multiply back by world_size; the gradient is then that of the global mean token loss.
+        # The grad scaler (fp16 only; a no-op otherwise) scales the loss so that small gradients survive.
+        self.scaler.scale(loss * (self.dist.world_size / total_tokens)).backward()
+        return loss.detach().float(), nll.detach().float()
+
+    def _free_after_oom(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)  # the failed pass's partial gradients
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # hand cached blocks back so the smaller batches can be placed
+
+    # -- the grad scaler, clipping and the finiteness check, on the device
+    def _unscale_and_clip(self) -> torch.Tensor:
+        """The gradients back to their true scale, clipped to optim.clip_norm; returns their norm
+        before clipping (inf or nan when they are not finite), as a device scalar."""
+        self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        # torch.nn.utils.get_total_norm's sum, without its `.to(first_device)` of every per-tensor
+        # norm: one operator per parameter for the host to dispatch each update, moving nothing,
+        # since a model's gradients are all on one device.
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params])))
+        if self.cfg.optim.clip_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.optim.clip_norm, norm, foreach=True)
+        return norm
+
+    def _not_finite_on_any_rank(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
+        """1.0 where this rank's or any rank's loss or gradient norm is not finite, else 0.0: one
+        verdict for all ranks (they all make the update or all skip it), kept on the device."""
+        return self.dist.sum_on_device((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
+
+    # -- the update: made, or skipped by the device
+    def _apply(self, not_finite: torch.Tensor) -> None:
+        """Adam skips itself where `not_finite` is set; the grad scaler (fp16) lowers its scale where
+        its own check found overflowing gradients. Either way the update's number is used."""
+        self.optimizer.step(found_inf=not_finite)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # -- reading the updates back: one transfer for all updates since the last
+    def read_back(self, pending: list[PendingUpdate]) -> list[UpdateResult]:
+        """`pending` read back from the device in one transfer (under DDP, summed over ranks first):
+        their loss, nll and gradient norm, and whether each was skipped as not finite."""
+        if not pending:
+            return []
+        values = torch.stack([p.values for p in pending])  # (n, 3): loss sum, nll sum, grad norm
+        tokens = [[p.tgt_tokens, p.src_tokens] for p in pending]
+        if self.dist.enabled:  # loss, nll and tokens summed over ranks; the norm is the same on every rank
+            local = torch.tensor(tokens, dtype=values.dtype, device=values.device)
+            sums = self.dist.sum_on_device(torch.cat([values[:, :2], local], dim=1))
+            values, tokens = torch.cat([sums[:, :2], values[:, 2:]], dim=1), sums[:, 2:].tolist()
+        return [
+            UpdateResult(
+                p.step,
+                loss_sum / max(tgt, 1),
+                nll_sum / max(tgt, 1),
+                grad_norm,
+                int(tgt),
+                int(src),
+                skipped=not (math.isfinite(loss_sum) and math.isfinite(grad_norm)),
+            )
+            for p, (loss_sum, nll_sum, grad_norm), (tgt, src) in zip(pending, values.tolist(), tokens, strict=True)
+        ]

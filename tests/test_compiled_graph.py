@@ -1,0 +1,40 @@
+"""The training objective as a GPU compiles it (compile=true): one graph, no graph break, so the step runs
+as few large kernels and CUDA graphs can capture it whole. Checked on the CPU by taking the GPU's dropout
+path (`F.dropout`; the CPU's cheaper mask uses an in-place `random_` that TorchDynamo cannot trace)."""
+
+from __future__ import annotations
+
+import torch
+import torch._dynamo
+
+import seq2seq.model.dropout as dropout
+from seq2seq.config import ModelConfig
+from seq2seq.model.transformer import Transformer
+from seq2seq.train.loss import TeacherForcedLoss
+
+
+def test_the_gpus_training_objective_compiles_into_one_graph(monkeypatch):
+    monkeypatch.setattr(dropout, "cheap_mask_applies", lambda x: False)  # the GPU's path
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.1)
+    objective = TeacherForcedLoss(Transformer(cfg, 50, 50, pad_id=0), smoothing=0.1)
+    objective.run_loss_eagerly()  # as the Trainer does under compile=true
+    objective.train()
+    src, tgt_in, tgt_out = (torch.randint(1, 50, (3, 8)) for _ in range(3))
+    tgt_out[0, -2:] = 0  # padding, as in a real batch
+    positions = (tgt_out != 0).flatten().nonzero().squeeze(1)
+    explained = torch._dynamo.explain(objective)(src, tgt_in, tgt_out, positions)
+    assert explained.graph_break_count == 0, [reason.reason for reason in explained.break_reasons]
+    assert explained.graph_count == 1
+
+
+def test_the_cpus_mask_is_what_breaks_the_graph(monkeypatch):
+    """The check above would pass vacuously if explain saw no dropout: the CPU's mask must break it."""
+    torch.manual_seed(0)
+    layer = dropout.Dropout(0.1).train()
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return layer(x * 2) + 1
+
+    explained = torch._dynamo.explain(scaled)(torch.ones(4, 4))
+    assert explained.graph_break_count >= 1

@@ -1,0 +1,399 @@
+"""seq2seq-distill (seq2seq/distill/): the whole command on the built-in task, the teacher's translations
+resumed after a kill and reused from the cache, n-best selection against an independent sacreBLEU
+computation, and the bad inputs it refuses in one line without writing anything."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import sacrebleu
+from conftest import TINY_TRAIN, compose_config
+from script_module import load_script
+
+from seq2seq.cli.distill import main
+from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
+from seq2seq.data.builtin import reverse_task
+from seq2seq.distill import command
+from seq2seq.distill.selection import select
+from seq2seq.distill.teacher import corpus_config, read_teacher
+from seq2seq.distill.translations import (
+    PROGRESS,
+    TRANSLATIONS,
+    cache_key,
+    read_translations,
+    translate_cached,
+)
+from seq2seq.inference.engine_loader import load
+from seq2seq.inference.translation import one_line
+
+TEACHER_DATA = ["data.task_train_size=120", "data.task_valid_size=12", "data.task_test_size=16"]
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny run on the built-in task (8 updates): translations of some sort, in seconds."""
+    from seq2seq.train.run import train
+
+    root = tmp_path_factory.mktemp("teacher")
+    overrides = [*TINY_TRAIN, *TEACHER_DATA, f"data.cache_dir={root / 'cache'}"]
+    with pytest.MonkeyPatch.context() as patch:  # module scope: conftest's per-test cache is not set yet
+        patch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))
+        train(compose_config("train", overrides), root / "run", overrides=overrides)
+    return root / "run"
+
+
+def distill_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        main(argv)
+        status = 0
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def distilled(teacher: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """The whole command, once: a tiny student from the teacher."""
+    root = tmp_path_factory.mktemp("distilled")
+    argv = [
+        f"teacher={teacher}",
+        f"output={root / 'out'}",
+        "student=tiny",
+        "threads=1",
+        "chunk_lines=50",
+        "speed_lines=8",
+        f"cache={root / 'cache'}",
+        "train.max_steps=4",
+        "train.progress=false",
+    ]
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:  # module scope: no capsys; main prints the JSON
+        patch.setattr(sys, "stdout", stdout)
+        patch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))
+        main(argv)
+    return SimpleNamespace(root=root, output=root / "out", argv=argv, printed=json.loads(stdout.getvalue()))
+
+
+def test_the_command_distils_trains_and_compares_on_the_built_in_task(distilled, teacher):
+    result = json.loads((distilled.output / "result.json").read_text())
+    assert result == distilled.printed
+    for model in ("teacher", "student"):
+        assert isinstance(result[model]["bleu_lowercase"], float)
+        assert result[model]["lines_per_second"] > 0
+        assert set(result[model]["speed"]) == {"default", "int8"}
+    assert result["student"]["steps"] == 4
+    # The student's training targets are the teacher's translations, as seq2seq-translate gives them.
+    corpus = reverse_task(DataConfig(task_train_size=120, task_valid_size=12, task_test_size=16))
+    sources = corpus["train"][0]
+    translated = load(str(teacher), beam=5).translate(sources)
+    expected = [(s, one_line(t)) for s, t in zip(sources, translated, strict=True) if t.strip()]
+    data = distilled.output / "data"
+    got = list(
+        zip(
+            (data / "distilled" / "train.src-tgt.src").read_text().splitlines(),
+            (data / "distilled" / "train.src-tgt.tgt").read_text().splitlines(),
+            strict=True,
+        )
+    )
+    assert got == expected
+    assert result["corpus"]["src-tgt"]["kept"] == len(expected)
+    assert result["corpus"]["src-tgt"]["dropped_empty"] == len(sources) - len(expected)
+    # ... and it is validated and tested on the original references.
+    assert (data / "original" / "valid.src-tgt.tgt").read_text().splitlines() == corpus["valid"][1]
+    assert (data / "original" / "test.src-tgt.tgt").read_text().splitlines() == corpus["test"][1]
+    references = corpus["test"][1]
+    student = load(str(distilled.output / "student"), beam=5).translate(corpus["test"][0])
+    lowercase = sacrebleu.BLEU(lowercase=True).corpus_score(student, [references]).score
+    assert result["student"]["bleu_lowercase"] == pytest.approx(lowercase, abs=0.01)
+
+
+def test_a_finished_output_is_not_redone_and_other_settings_are_refused(distilled, capsys):
+    status, out, err = distill_main(distilled.argv, capsys)
+    assert status == 0 and json.loads(out) == distilled.printed
+    assert "finished earlier" in err
+    status, _, err = distill_main([*distilled.argv, "beam=4"], capsys)
+    assert status == 2 and "beam=5" in err and "beam" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_killed_student_resumes_and_a_baseline_trains_on_the_references(distilled, capsys, tmp_path):
+    copy = tmp_path / "out"
+    shutil.copytree(distilled.output, copy)
+    (copy / "result.json").unlink()
+    (copy / "student" / "distill-summary.json").unlink()  # as a run killed before it finished leaves it
+    argv = [a if not a.startswith("output=") else f"output={copy}" for a in distilled.argv]
+    settings = json.loads((copy / "settings.json").read_text())
+    assert settings["teacher"] == [str(Path(distilled.argv[0].removeprefix("teacher=")).resolve())]
+    status, out, err = distill_main([*argv, "baseline=true"], capsys)
+    assert status == 0, err
+    assert "student: resuming" in err and "distilled corpus made earlier" in err
+    result = json.loads(out)
+    assert result["student"]["steps"] == 4
+    # baseline=true, given only now: the same student on the original references, as many updates.
+    assert result["baseline"]["steps"] == 4 and isinstance(result["baseline"]["bleu_lowercase"], float)
+    corpus = reverse_task(DataConfig(task_train_size=120, task_valid_size=12, task_test_size=16))
+    assert (copy / "data" / "original" / "train.src-tgt.tgt").read_text().splitlines() == corpus["train"][1]
+    from seq2seq.artifacts.checkpoint import load_checkpoint
+
+    trained = load_checkpoint(copy / "baseline" / "checkpoints" / "last.pt")["config"]["data"]
+    assert trained["train_tgt"] == str(copy / "data" / "original" / "train.src-tgt.tgt")
+
+
+class CountingEngine:
+    """The teacher's engine, counting the lines it is asked to translate; it raises after `fail_after`
+    calls, as a killed process stops."""
+
+    def __init__(self, engine, fail_after: int | None = None) -> None:
+        self.engine, self.fail_after, self.calls, self.lines = engine, fail_after, 0, 0
+
+    def translate_nbest(self, lines, first_line_number=1):
+        if self.fail_after is not None and self.calls == self.fail_after:
+            raise KeyboardInterrupt
+        self.calls += 1
+        self.lines += len(lines)
+        return self.engine.translate_nbest(lines, first_line_number=first_line_number)
+
+
+def training_sources() -> list[str]:
+    return reverse_task(DataConfig(task_train_size=120, task_valid_size=12, task_test_size=16))["train"][0]
+
+
+def test_a_killed_translation_resumes_without_translating_a_finished_line_again(teacher, tmp_path):
+    sources = training_sources()
+    engine = load(str(teacher), beam=5, threads=1)
+    whole = tmp_path / "whole"
+    translate_cached(CountingEngine(engine), sources, whole, chunk_lines=25)
+
+    killed = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):
+        translate_cached(CountingEngine(engine, fail_after=2), sources, killed, chunk_lines=25)
+    assert json.loads((killed / PROGRESS).read_text())["lines"] == 50
+    with (killed / TRANSLATIONS).open("ab") as torn:  # a chunk appended, its count not yet saved
+        torn.write(b'["half a chunk"]\n["the process died here')
+    again = CountingEngine(engine)
+    progress = translate_cached(again, sources, killed, chunk_lines=25)
+    assert again.lines == len(sources) - 50 and again.calls == 3
+    assert progress.finished and progress.lines == len(sources)
+    assert progress.bytes == (killed / TRANSLATIONS).stat().st_size  # the count a second kill would cut back to
+    assert (killed / TRANSLATIONS).read_bytes() == (whole / TRANSLATIONS).read_bytes()
+    assert [row[0] for row in read_translations(killed, len(sources))] == [
+        one_line(t) for t in engine.translate(sources)
+    ]
+
+
+def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teacher, tmp_path, caplog):
+    sources = training_sources()
+    teacher_ = read_teacher(str(teacher))
+    cfg = DistillConfig(teacher=str(teacher), output=str(tmp_path / "out"), cache=str(tmp_path / "cache"), threads=1)
+    first = CountingEngine(load(str(teacher), beam=5, threads=1))
+    first.kind, first.with_languages = "ctranslate2", lambda src, tgt: first
+    command.teacher_translations(cfg, teacher_, first, "src-tgt", sources)
+    second = CountingEngine(None)
+    second.kind, second.with_languages = "ctranslate2", lambda src, tgt: second
+    with caplog.at_level(logging.INFO, logger="seq2seq.distill"):
+        rows, _, _ = command.teacher_translations(cfg, teacher_, second, "src-tgt", sources)
+    assert second.calls == 0 and "reused" in caplog.text
+    assert [r[0] for r in rows] == [one_line(t) for t in first.engine.translate(sources)]
+    key = cache_key(teacher_.weights, sources, {"beam": 5})[0]
+    assert cache_key(teacher_.weights, sources, {"beam": 4})[0] != key
+    assert cache_key(teacher_.weights, sources[:-1], {"beam": 5})[0] != key
+    assert cache_key(teacher_.weights, sources, {"beam": 5})[0] == key
+
+
+@pytest.mark.parametrize("metric", ["chrf", "bleu"])
+def test_nbest_selection_keeps_the_hypothesis_sacrebleu_scores_highest(teacher, metric):
+    corpus = reverse_task(DataConfig(task_train_size=120, task_valid_size=12, task_test_size=16))
+    sources, references = corpus["train"][0][:40], corpus["train"][1][:40]
+    nbests = [[t.text for t in row] for row in load(str(teacher), beam=4, nbest=4).translate_nbest(sources)]
+    score = sacrebleu.sentence_chrf if metric == "chrf" else sacrebleu.sentence_bleu
+    expected = []
+    for source, hypotheses, reference in zip(sources, nbests, references, strict=True):
+        values = [score(h, [reference]).score for h in hypotheses]
+        best = hypotheses[values.index(max(values))]
+        if best.strip():
+            expected.append((source, best, max(values)))
+    kept = select(sources, nbests, references, metric, 0.0)
+    assert list(zip(kept.sources, kept.targets, strict=True)) == [(s, t) for s, t, _ in expected]
+    threshold = sorted(v for _, _, v in expected)[len(expected) // 2]  # drops about half
+    dropped = select(sources, nbests, references, metric, threshold)
+    assert dropped.targets == [t for _, t, v in expected if v >= threshold]
+    assert dropped.dropped_low_score == sum(v < threshold for _, _, v in expected)
+
+
+def test_the_corpus_and_student_must_share_the_teachers_languages_and_tokenizer(teacher):
+    taught = read_teacher(str(teacher))
+    with pytest.raises(UserError, match=r"data.src_lang=en: the teacher's is src"):
+        corpus_config(taught, ["data.src_lang=en"])
+    with pytest.raises(UserError, match=r"data.tokenizer=sentencepiece: the teacher's is bpe"):
+        corpus_config(taught, ["data.tokenizer=sentencepiece"])
+    assert corpus_config(taught, ["data.max_tokens=40"]).max_tokens == 40
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["data.src_lang=fr"], "data.src_lang=fr: the teacher's is src"),
+        (["data.tokenizer=unigram"], "data.tokenizer=unigram: the teacher's is bpe"),
+        (["data.nope=1"], "data.nope"),
+        (["train.data.max_tokens=10"], "train.data.max_tokens: cannot be set here (give data.max_tokens=)"),
+        (["train.max_stepz=3"], "train.max_stepz"),
+        (["student=huge"], "student=huge: no such model preset"),
+        (["nbest=3"], "nbest=3: needs select=chrf or select=bleu"),
+        (["select=ter"], "select='ter': must be one of none, chrf, bleu"),
+        (["bogus=1"], "bogus: unknown key"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(teacher, tmp_path, capsys, extra, message):
+    output = tmp_path / "out"
+    status, _, err = distill_main([f"teacher={teacher}", f"output={output}", *extra], capsys)
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not output.exists()
+
+
+def test_a_teacher_that_is_no_run_is_refused(teacher, tmp_path, capsys):
+    status, _, err = distill_main([f"teacher={teacher / 'ctranslate2'}", f"output={tmp_path / 'o'}"], capsys)
+    assert status == 2 and "a CTranslate2 model; give a run directory" in err
+    status, _, err = distill_main([f"teacher={tmp_path / 'none.pt'}", f"output={tmp_path / 'o'}"], capsys)
+    assert status == 2 and "no such file or directory" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_folder_it_did_not_make_is_left_alone(teacher, tmp_path, capsys):
+    output = tmp_path / "mine"
+    output.mkdir()
+    (output / "notes.txt").write_text("keep me")
+    status, _, err = distill_main([f"teacher={teacher}", f"output={output}"], capsys)
+    assert status == 2 and "holds files seq2seq-distill did not write" in err
+    assert sorted(p.name for p in output.iterdir()) == ["notes.txt"]
+    assert (output / "notes.txt").read_text() == "keep me"
+
+
+def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(multilingual_run, tmp_path):
+    teacher_ = read_teacher(str(multilingual_run.path))
+    corpus = corpus_config(teacher_, [])
+    cfg = DistillConfig(teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"))
+    held_out = command.read_held_out(corpus)
+    selection = command.distilled_corpus(cfg, teacher_, corpus, held_out, tmp_path / "data")
+    assert sorted(selection) == ["de-en", "en-de", "en-fr"]
+    engine = load(str(multilingual_run.path), beam=5)
+    for name in selection:
+        src, tgt = name.split("-")
+        sources = (multilingual_run.corpus / f"train.{name}.{src}").read_text().splitlines()
+        expected = [one_line(t) for t in engine.with_languages(src, tgt).translate(sources) if t.strip()]
+        assert (tmp_path / "data" / "distilled" / f"train.{name}.{tgt}").read_text().splitlines() == expected
+    # The student reads them per direction, with the teacher's directions and tags.
+    from seq2seq.distill.student import student_config
+
+    student = student_config(teacher_, "tiny", corpus, [], tmp_path / "data", "test" in held_out)
+    assert list(student.data.directions) == list(multilingual_run.cfg.data.directions)
+    assert student.data.train_tgt == str(tmp_path / "data" / "distilled" / "train.{src}-{tgt}.{tgt}")
+
+
+def test_an_ensemble_teacher_translates_as_seq2seq_translate_decodes_it(teacher, tmp_path):
+    from seq2seq.distill import report
+
+    checkpoints = [str(teacher / "checkpoints" / "step_4.pt"), str(teacher / "checkpoints" / "step_8.pt")]
+    taught = read_teacher(",".join(checkpoints))
+    assert not taught.is_run and taught.weights == [Path(c) for c in checkpoints]
+    corpus = corpus_config(taught, ["data.task_train_size=30"])  # an ensemble decodes on PyTorch: fewer lines
+    cfg = DistillConfig(teacher=",".join(checkpoints), output=str(tmp_path), cache=str(tmp_path / "c"), threads=1)
+    command.distilled_corpus(cfg, taught, corpus, command.read_held_out(corpus), tmp_path / "data")
+    sources = reverse_task(corpus)["train"][0]
+    assert len(sources) == 30
+    expected = [one_line(t) for t in load(checkpoints, beam=5).translate(sources) if t.strip()]
+    assert (tmp_path / "data" / "distilled" / "train.src-tgt.tgt").read_text().splitlines() == expected
+    measured = report.speed(taught.paths, "src-tgt", sources[:4], [1])
+    assert measured["default"]["1"] > 0 and "precision=int8" in measured["int8"]["unavailable"]
+
+
+def test_a_sentencepiece_teacher_gets_a_sentencepiece_student(sentencepiece_run, tmp_path, capsys):
+    output = tmp_path / "out"
+    argv = [f"teacher={sentencepiece_run}", f"output={output}", "student=tiny", "threads=1", "speed_lines=4"]
+    status, out, err = distill_main(
+        [*argv, f"cache={tmp_path / 'c'}", "train.max_steps=4", "speed_threads=[1]"], capsys
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    assert result["student"]["steps"] == 4 and result["student"]["lines_per_second"] > 0
+    from seq2seq.data.sentencepiece import has_sentencepiece_files
+
+    assert has_sentencepiece_files(output / "student")
+
+
+GERMAN = [
+    "Ein Mann mit einem roten Hut sitzt auf einer Bank im Park.",
+    "Zwei Kinder spielen am Strand mit einem großen Ball.",
+    "Eine Frau liest ein Buch, während ihr Hund neben ihr schläft.",
+    "Die Arbeiter bauen eine neue Brücke über den Fluss.",
+]
+ENGLISH = [
+    "A man in a red hat is sitting on a bench in the park.",
+    "Two children are playing on the beach with a big ball.",
+    "A woman is reading a book while her dog sleeps beside her.",
+    "The workers are building a new bridge over the river.",
+]
+
+
+def test_a_corpus_that_reads_as_another_language_than_the_teachers_source_is_refused(tmp_path):
+    pytest.importorskip("py3langid")
+    from seq2seq.distill.source_language import check_source_language
+
+    for name, lines in (("de", GERMAN), ("en", ENGLISH)):
+        (tmp_path / f"train.{name}").write_text("\n".join(lines * 5) + "\n")
+    corpus = DataConfig(
+        kind="parallel_files",
+        src_lang="en",
+        tgt_lang="de",
+        train_src=str(tmp_path / "train.de"),  # the German side given as the English one
+        train_tgt=str(tmp_path / "train.en"),
+        valid_src=str(tmp_path / "train.de"),
+        valid_tgt=str(tmp_path / "train.en"),
+    )
+    with pytest.raises(UserError, match=r"en-de training sources read as de \(py3langid, \d+% sure"):
+        check_source_language(corpus)
+    check_source_language(DataConfig(**{**as_dict(corpus), "train_src": str(tmp_path / "train.en")}))
+
+
+def test_a_published_result_is_a_row_each_for_teacher_and_student(distilled, tmp_path):
+    script = load_script("publish_distill")
+    result = json.loads((distilled.output / "result.json").read_text())
+    result["load_average_during_speed"] = [0.1, 0.2]  # as on an idle machine
+    page = tmp_path / "results.md"
+    page.write_text(f"# Results\n\n{script.TABLE_START}\nold\n{script.TABLE_END}\n\nafter\n")
+    path = script.publish(result, tmp_path / "results", page)
+    assert json.loads(path.read_text()) == result and path.name.startswith("distill_src-tgt.")
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| src-tgt |")]
+    assert [row.split(" | ")[2] for row in rows] == ["teacher", "student (distilled)"]
+    teacher_cells = rows[0].split(" | ")
+    assert teacher_cells[4] == str(result["teacher"]["bleu_lowercase"])
+    assert (
+        teacher_cells[7]
+        == f"{result['teacher']['speed']['default']['1']} / {result['teacher']['speed']['default']['2']}"
+    )
+    assert "old" not in page.read_text() and page.read_text().endswith("after\n")
+    assert not script.loaded(result)
+    assert script.loaded({**result, "load_average_during_speed": [0.1, result["machine"]["cores"]]})
+    # reproduce.py's table of training runs leaves these files out
+    assert not load_script("reproduce").in_table(result)
+
+
+def test_a_student_no_smaller_than_its_teacher_is_pointed_out(teacher, tmp_path, caplog):
+    from seq2seq.distill.student import student_config
+
+    taught = read_teacher(str(teacher))
+    corpus = corpus_config(taught, [])
+    with caplog.at_level(logging.WARNING, logger="seq2seq.distill"):
+        student_config(taught, "tiny", corpus, [], tmp_path, True)
+    assert "student=tiny (d_model=64, ffn_dim=256" in caplog.text and "no smaller than the teacher" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="seq2seq.distill"):
+        cfg = student_config(taught, "tiny", corpus, ["model.d_model=32"], tmp_path, True)
+    assert cfg.model.d_model == 32 and "no smaller" not in caplog.text
