@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-from conftest import MULTI30K, TINY_TRAIN
+from conftest import MULTI30K, MULTI30K_MISSING, TINY_TRAIN
 from omegaconf import OmegaConf
 from script_module import load_script
 
@@ -152,7 +152,7 @@ def test_only_multi30k_results_enter_the_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+@pytest.mark.skipif(MULTI30K is None, reason=MULTI30K_MISSING)
 def test_reproduce_multi30k_in_two_minutes(tmp_path: Path) -> None:
     result = reproduce(
         tmp_path,
