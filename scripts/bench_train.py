@@ -274,6 +274,7 @@ def main() -> None:
         default="",
         help="comma-separated model:batch_tokens pairs measured in this one process, e.g. small:8192,base:32768",
     )
+    parser.add_argument("--peak-seconds", type=float, default=2.0, help="each matmul ceiling's timing (MFU's scale)")
     parser.add_argument("--report", default="", help="with --runs: also write the report here, after every row")
     parser.add_argument("--scaling", default="", help="comma-separated batch sizes in tokens, e.g. 1024,2048,4096,8192")
     parser.add_argument("--run-dir", default="/tmp/seq2seq-bench-train")
@@ -291,8 +292,8 @@ def main() -> None:
         result = measure(trainer, args.warmup, args.steps)
     on_gpu = torch.device(args.device).type == "cuda"
     size = 8192 if on_gpu else 1024  # a GPU is only full with large products
-    peak = matmul_peak_gflops(size=size, device=args.device)
-    peak_bf16 = matmul_peak_gflops(size=size, dtype=torch.bfloat16, device=args.device)
+    peak = matmul_peak_gflops(args.peak_seconds, size=size, device=args.device)
+    peak_bf16 = matmul_peak_gflops(args.peak_seconds, size=size, dtype=torch.bfloat16, device=args.device)
     achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
     report = {
         "model": args.model,
@@ -336,8 +337,8 @@ def runs_report(args: argparse.Namespace) -> None:
     """--runs: several models and batch sizes in one process (one start-up, one peak measurement)."""
     size = 8192 if torch.device(args.device).type == "cuda" else 1024
     peaks = (
-        matmul_peak_gflops(size=size, device=args.device),
-        matmul_peak_gflops(size=size, dtype=torch.bfloat16, device=args.device),
+        matmul_peak_gflops(args.peak_seconds, size=size, device=args.device),
+        matmul_peak_gflops(args.peak_seconds, size=size, dtype=torch.bfloat16, device=args.device),
     )
     rows = []
     for item in args.runs.split(","):
