@@ -14,6 +14,7 @@ import pytest
 import sacrebleu
 from conftest import MULTI30K, TINY_TRAIN
 from omegaconf import OmegaConf
+from py3langid.langid import MODEL_FILE, LanguageIdentifier
 from script_module import load_script
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
@@ -223,6 +224,8 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
     monkeypatch.setattr(script, "plot_curve", lambda result, path: None)  # matplotlib costs seconds
     script.main()
     result = json.loads(capsys.readouterr().out)
+    langid = LanguageIdentifier.from_model_file(MODEL_FILE)
+    langid.set_languages(["en", "de", "fr"])
     assert result["direction"] == "en-de,en-fr,de-en" and result["zero_shot"] == ["de-fr"] and "test" not in result
     assert list(result["test_by_direction"]) == ["en-de", "en-fr", "de-en", "de-fr"]
     corpus = multilingual_run.corpus
@@ -232,6 +235,9 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
         hypotheses = (run / f"test.{name}.hyp").read_text().splitlines()
         assert len(hypotheses) == len(references)
         assert test["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
+        # The off-target rate: py3langid, restricted to the model's languages, called here directly.
+        off = sum(not h.strip() or langid.classify(h)[0] != tgt for h in hypotheses) / len(hypotheses)
+        assert test["off_target"] == pytest.approx(off, abs=0.0001)
         words = " ".join(hypotheses).split()
         if name != "de-fr":  # the tiny model's zero-shot output is English: its tag is not enough to learn from
             assert sum(w[:2] == tgt for w in words) / len(words) >= 0.9, (name, hypotheses)  # the tag asked for tgt
@@ -239,12 +245,17 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
     assert list(result["test_pivot"]) == ["de-fr"] and pivot["pivot"] == "en"
     references = read_lines(corpus / "test.de-fr.fr")
     hypotheses = (run / "test.de-fr.pivot-en.hyp").read_text().splitlines()
+    off = sum(not h.strip() or langid.classify(h)[0] != "fr" for h in hypotheses) / len(hypotheses)
+    assert pivot["off_target"] == pytest.approx(off, abs=0.0001)
     assert pivot["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
     words = " ".join(hypotheses).split()
     assert sum(w[:2] == "fr" for w in words) / len(words) >= 0.9, hypotheses  # French, where zero-shot was not
     table = (tmp_path / "results" / "table.md").read_text()
     # Not in the table: the data is not Multi30k; the result's own .md has a row per direction.
     rows = (tmp_path / "results" / f"{result['name']}.md").read_text().splitlines()[2:]
+    assert [row.split(" | ")[8] for row in rows] == [
+        f"{100 * t['off_target']:.1f}%" for t in [*result["test_by_direction"].values(), pivot]
+    ]
     assert [row.split(" | ")[0] for row in rows] == [
         "| multilingual (en-de)",
         "| multilingual (en-fr)",
