@@ -366,6 +366,36 @@ def earlier_training_figures(run_dir: Path, steps: int) -> dict:
     return {k: earlier.get(k) for k in TRAINING_FIGURES} if earlier.get("steps") == steps else {}
 
 
+def choose(args: argparse.Namespace, run_dir: Path, last: dict, trained: dict) -> tuple:
+    """The checkpoint and length penalty with the best validation BLEU (beam search): the chosen
+    checkpoint, its length penalty, the averaging window, and the scores that chose them."""
+    # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
+    # the final checkpoints; beam search on the validation split chooses among them.
+    candidates = [run_dir / "checkpoints" / "best.pt"]
+    if load_checkpoint(candidates[0])["step"] != last["step"]:
+        candidates.append(run_dir / "checkpoints" / "last.pt")
+    # The averaging window is the run's: keep_checkpoints periodic checkpoints (a recipe sets it).
+    window = args.average or last["config"]["keep_checkpoints"]
+    if window > 1 and (averaged := average_of_the_end(run_dir, last["step"], window)):
+        candidates.append(averaged)
+
+    def valid_score(checkpoint: Path, length_penalty: float) -> float:
+        """Validation BLEU (a multilingual run's: the mean of its directions')."""
+        translator = load_translator(checkpoint, run_dir, args.beam, length_penalty)
+        hypotheses = translate_directions(translator, trained, "valid")
+        return mean_bleu(hypotheses, trained, "valid")
+
+    # The checkpoint first (at length penalty 1.0), then the length penalty for it: two small
+    # searches on the validation split instead of their product.
+    valid_bleu = {checkpoint.name: valid_score(checkpoint, 1.0) for checkpoint in candidates}
+    chosen = max(candidates, key=lambda c: valid_bleu[c.name])
+    penalties = sorted({float(p) for p in args.length_penalties.split(",")} | {1.0})
+    valid_bleu_by_penalty = {p: valid_bleu[chosen.name] if p == 1.0 else valid_score(chosen, p) for p in penalties}
+    length_penalty = max(penalties, key=lambda p: (valid_bleu_by_penalty[p], p == 1.0))  # ties keep 1.0
+
+    return chosen, length_penalty, window, valid_bleu, valid_bleu_by_penalty
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="a file in configs/experiment/, e.g. multi30k_en_de")
@@ -392,6 +422,11 @@ def main() -> None:
         default="",
         help="a multilingual run: directions it was not trained on to score too, e.g. de-fr,fr-de",
     )
+    parser.add_argument(
+        "--checkpoint",
+        help="score this file of the run's checkpoints/ (e.g. best.pt) at the first of --length-penalties,"
+        " choosing nothing on the validation split",
+    )
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_intermixed_args()
     budget = f"_{args.minutes:g}min" if args.minutes else ""
@@ -405,29 +440,13 @@ def main() -> None:
         raise SystemExit("error: --zero-shot: the run has one direction (data.directions is not set)")
     splits = held_out_splits(last["config"]["data"], zero_shot)
     trained = {name: pairs for name, pairs in splits.items() if name not in zero_shot}
-    # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
-    # the final checkpoints; beam search on the validation split chooses among them.
-    candidates = [run_dir / "checkpoints" / "best.pt"]
-    if load_checkpoint(candidates[0])["step"] != last["step"]:
-        candidates.append(run_dir / "checkpoints" / "last.pt")
-    # The averaging window is the run's: keep_checkpoints periodic checkpoints (a recipe sets it).
-    window = args.average or last["config"]["keep_checkpoints"]
-    if window > 1 and (averaged := average_of_the_end(run_dir, last["step"], window)):
-        candidates.append(averaged)
-
-    def valid_score(checkpoint: Path, length_penalty: float) -> float:
-        """Validation BLEU (a multilingual run's: the mean of its directions')."""
-        translator = load_translator(checkpoint, run_dir, args.beam, length_penalty)
-        hypotheses = translate_directions(translator, trained, "valid")
-        return mean_bleu(hypotheses, trained, "valid")
-
-    # The checkpoint first (at length penalty 1.0), then the length penalty for it: two small
-    # searches on the validation split instead of their product.
-    valid_bleu = {checkpoint.name: valid_score(checkpoint, 1.0) for checkpoint in candidates}
-    chosen = max(candidates, key=lambda c: valid_bleu[c.name])
-    penalties = sorted({float(p) for p in args.length_penalties.split(",")} | {1.0})
-    valid_bleu_by_penalty = {p: valid_bleu[chosen.name] if p == 1.0 else valid_score(chosen, p) for p in penalties}
-    length_penalty = max(penalties, key=lambda p: (valid_bleu_by_penalty[p], p == 1.0))  # ties keep 1.0
+    if args.checkpoint:  # as given: the validation split chooses nothing (a short comparison's arms)
+        chosen, length_penalty = run_dir / "checkpoints" / args.checkpoint, float(args.length_penalties.split(",")[0])
+        if not chosen.is_file():
+            raise SystemExit(f"error: --checkpoint {args.checkpoint}: {chosen} does not exist")
+        window, valid_bleu, valid_bleu_by_penalty = 1, {}, {}
+    else:
+        chosen, length_penalty, window, valid_bleu, valid_bleu_by_penalty = choose(args, run_dir, last, trained)
 
     start = time.monotonic()
     translator = load_translator(chosen, run_dir, args.beam, length_penalty)  # the test split's, and the pivots'

@@ -264,3 +264,29 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
         "| multilingual (de-fr, pivot through en)",
     ]
     assert table.count("\n") == 2
+
+
+def test_a_given_checkpoint_is_scored_without_choosing(
+    multilingual_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--checkpoint best.pt: no validation decode chooses anything (nothing averaged, no length penalty
+    tried); the test split is scored with that file at the first of --length-penalties."""
+    run = tmp_path / "run"
+    shutil.copytree(multilingual_run.path, run)
+    (run / "train.log").write_text("[2026-11-27 10:00:00,000] validation at update 100: loss 1.0 BLEU 9.0\n")
+    script = load_script("reproduce")
+    monkeypatch.setattr(script, "plot_curve", lambda result, path: None)
+    arguments = ["reproduce.py", "multilingual", "--run-dir", str(run), "--skip-training", "--beam", "1"]
+    monkeypatch.setattr(sys, "argv", [*arguments, "--checkpoint", "best.pt", "--length-penalties", "0.6,1.0"])
+    script.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["checkpoint"] == "best.pt" and result["length_penalty"] == 0.6
+    assert result["valid_bleu_by_checkpoint"] == {} and result["valid_bleu_by_length_penalty"] == {}
+    assert not (run / "checkpoints" / "averaged.pt").exists()
+    hypotheses = (run / "test.en-de.hyp").read_text().splitlines()
+    references = read_lines(multilingual_run.corpus / "test.en-de.de")
+    expected = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert result["test_by_direction"]["en-de"]["bleu"] == pytest.approx(expected, abs=0.006)
+    monkeypatch.setattr(sys, "argv", [*arguments, "--checkpoint", "step_9.pt"])
+    with pytest.raises(SystemExit, match=r"--checkpoint step_9\.pt: .*step_9\.pt does not exist"):
+        script.main()
