@@ -14,7 +14,8 @@ config, exactly as training read them.
 3. translates the test split (Multi30k: test_2016_flickr) with beam search and scores it with sacreBLEU (cased and
    case-insensitive, with signatures), chrF, and BLEU on lowercased Moses-tokenized text (the papers' figure); a multilingual run (data.directions) each direction's, with
    its tag (the checkpoint and length penalty chosen on the mean of the directions' validation BLEU), and
-   with --zero-shot de-fr,... directions it was not trained on too;
+   with --zero-shot de-fr,... directions it was not trained on too, with each one's off-target rate (the
+   share of output lines py3langid detects in another of the model's languages than the target);
 4. prints the JSON and writes it, with a plot of the validation curve, into the run directory; with
    --publish, also results/<name>.{json,md,png}, results/table.md and the table in docs/results.md.
    Only Multi30k runs enter the table: a run on the built-in task checks the pipeline, it is no result.
@@ -42,6 +43,7 @@ from seq2seq.cli.average import average_files
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
 from seq2seq.data.directions import Direction, configured_directions, direction_config
+from seq2seq.data.language_id import off_target_rate
 from seq2seq.inference.translation import one_line
 from seq2seq.inference.translator import Translator
 
@@ -166,8 +168,12 @@ def moses_lowercase_bleu(hypotheses: list[str], references: list[str], language:
     return round(score, 2), f"sacremoses {sacremoses.__version__} tokenizer (lang {language}); {bleu.get_signature()}"
 
 
-def scores(hypotheses: list[str], references: list[str], language: str) -> dict[str, object]:
-    """`language`: the target's, for the Moses tokenizer (a code it has no rules for gets its generic ones)."""
+def scores(
+    hypotheses: list[str], references: list[str], language: str, codes: tuple[str, ...] = ()
+) -> dict[str, object]:
+    """`language`: the target's, for the Moses tokenizer (a code it has no rules for gets its generic ones).
+    `codes`: a multilingual model's languages, among which each line's language is detected for the
+    off-target rate (the share of lines not in `language`; None where py3langid cannot tell them apart)."""
     cased, lowercase, chrf = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True), sacrebleu.CHRF()
     moses, moses_signature = moses_lowercase_bleu(hypotheses, references, language)
     return {
@@ -179,7 +185,13 @@ def scores(hypotheses: list[str], references: list[str], language: str) -> dict[
         "bleu_moses_lowercase_signature": moses_signature,
         "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
         "chrf_signature": str(chrf.get_signature()),
+        **({"off_target": off_target(hypotheses, language, codes)} if codes else {}),
     }
+
+
+def off_target(hypotheses: list[str], language: str, codes: tuple[str, ...]) -> float | None:
+    rate = off_target_rate(hypotheses, language, list(codes))
+    return None if rate is None else round(rate, 4)
 
 
 def validation_curve(log: str) -> list[list[float]]:
@@ -247,8 +259,8 @@ def held_out_splits(saved_data_config: dict, zero_shot: tuple[str, ...] = ()) ->
 
 TABLE_HEADER = (
     "| experiment | CPU class or GPU | precision | training | test BLEU (cased) | test BLEU (lowercase) "
-    "| test BLEU (lowercase, Moses-tokenized) | chrF | checkpoint | load during training | machine | config |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    "| test BLEU (lowercase, Moses-tokenized) | chrF | off-target | checkpoint | load during training | machine | config |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
 )
 TABLE_START, TABLE_END = "<!-- results table: written by scripts/reproduce.py -->", "<!-- end of results table -->"
 TABLE_DATA = "multi30k"  # the table's corpus; results on other data (the built-in task) stay out of it
@@ -281,10 +293,19 @@ def table_row(result: dict) -> str:
     return (
         f"| {result['experiment']} | {hardware(result)} | {result['precision']} | "
         f"{result['train_minutes']:g} min, {result['steps']} updates{recipe} | {test['bleu']} | {test['bleu_lowercase']} | "
-        f"{test.get('bleu_moses_lowercase', 'not scored')} | {test['chrf']} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
+        f"{test.get('bleu_moses_lowercase', 'not scored')} | {test['chrf']} | {off_target_text(result, test)} | {result['checkpoint']} (beam {result['beam']}, length penalty {result['length_penalty']:g}) | "
         f"{load_text} | "
         f"{machine['cores']} cores, {machine['cpu']}, torch {machine['torch']} | `{result['config_hash']}` |\n"
     )
+
+
+def off_target_text(result: dict, test: dict) -> str:
+    """The off-target rate in percent: measured on a multilingual run's rows only (one direction's
+    model has no other language to slip into); rows from before the measurement say so."""
+    if "test_by_direction" not in result:
+        return "n/a"
+    rate = test.get("off_target", "not measured")
+    return rate if isinstance(rate, str) else "undetectable" if rate is None else f"{100 * rate:.1f}%"
 
 
 def hardware(result: dict) -> str:
@@ -345,6 +366,36 @@ def earlier_training_figures(run_dir: Path, steps: int) -> dict:
     return {k: earlier.get(k) for k in TRAINING_FIGURES} if earlier.get("steps") == steps else {}
 
 
+def choose(args: argparse.Namespace, run_dir: Path, last: dict, trained: dict) -> tuple:
+    """The checkpoint and length penalty with the best validation BLEU (beam search): the chosen
+    checkpoint, its length penalty, the averaging window, and the scores that chose them."""
+    # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
+    # the final checkpoints; beam search on the validation split chooses among them.
+    candidates = [run_dir / "checkpoints" / "best.pt"]
+    if load_checkpoint(candidates[0])["step"] != last["step"]:
+        candidates.append(run_dir / "checkpoints" / "last.pt")
+    # The averaging window is the run's: keep_checkpoints periodic checkpoints (a recipe sets it).
+    window = args.average or last["config"]["keep_checkpoints"]
+    if window > 1 and (averaged := average_of_the_end(run_dir, last["step"], window)):
+        candidates.append(averaged)
+
+    def valid_score(checkpoint: Path, length_penalty: float) -> float:
+        """Validation BLEU (a multilingual run's: the mean of its directions')."""
+        translator = load_translator(checkpoint, run_dir, args.beam, length_penalty)
+        hypotheses = translate_directions(translator, trained, "valid")
+        return mean_bleu(hypotheses, trained, "valid")
+
+    # The checkpoint first (at length penalty 1.0), then the length penalty for it: two small
+    # searches on the validation split instead of their product.
+    valid_bleu = {checkpoint.name: valid_score(checkpoint, 1.0) for checkpoint in candidates}
+    chosen = max(candidates, key=lambda c: valid_bleu[c.name])
+    penalties = sorted({float(p) for p in args.length_penalties.split(",")} | {1.0})
+    valid_bleu_by_penalty = {p: valid_bleu[chosen.name] if p == 1.0 else valid_score(chosen, p) for p in penalties}
+    length_penalty = max(penalties, key=lambda p: (valid_bleu_by_penalty[p], p == 1.0))  # ties keep 1.0
+
+    return chosen, length_penalty, window, valid_bleu, valid_bleu_by_penalty
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="a file in configs/experiment/, e.g. multi30k_en_de")
@@ -371,6 +422,11 @@ def main() -> None:
         default="",
         help="a multilingual run: directions it was not trained on to score too, e.g. de-fr,fr-de",
     )
+    parser.add_argument(
+        "--checkpoint",
+        help="score this file of the run's checkpoints/ (e.g. best.pt) at the first of --length-penalties,"
+        " choosing nothing on the validation split",
+    )
     parser.add_argument("overrides", nargs="*", help="extra seq2seq-train overrides")
     args = parser.parse_intermixed_args()
     budget = f"_{args.minutes:g}min" if args.minutes else ""
@@ -384,42 +440,30 @@ def main() -> None:
         raise SystemExit("error: --zero-shot: the run has one direction (data.directions is not set)")
     splits = held_out_splits(last["config"]["data"], zero_shot)
     trained = {name: pairs for name, pairs in splits.items() if name not in zero_shot}
-    # best.pt (greedy validation BLEU), last.pt (the end of an annealed schedule), and the average of
-    # the final checkpoints; beam search on the validation split chooses among them.
-    candidates = [run_dir / "checkpoints" / "best.pt"]
-    if load_checkpoint(candidates[0])["step"] != last["step"]:
-        candidates.append(run_dir / "checkpoints" / "last.pt")
-    # The averaging window is the run's: keep_checkpoints periodic checkpoints (a recipe sets it).
-    window = args.average or last["config"]["keep_checkpoints"]
-    if window > 1 and (averaged := average_of_the_end(run_dir, last["step"], window)):
-        candidates.append(averaged)
-
-    def valid_score(checkpoint: Path, length_penalty: float) -> float:
-        """Validation BLEU (a multilingual run's: the mean of its directions')."""
-        translator = load_translator(checkpoint, run_dir, args.beam, length_penalty)
-        hypotheses = translate_directions(translator, trained, "valid")
-        return mean_bleu(hypotheses, trained, "valid")
-
-    # The checkpoint first (at length penalty 1.0), then the length penalty for it: two small
-    # searches on the validation split instead of their product.
-    valid_bleu = {checkpoint.name: valid_score(checkpoint, 1.0) for checkpoint in candidates}
-    chosen = max(candidates, key=lambda c: valid_bleu[c.name])
-    penalties = sorted({float(p) for p in args.length_penalties.split(",")} | {1.0})
-    valid_bleu_by_penalty = {p: valid_bleu[chosen.name] if p == 1.0 else valid_score(chosen, p) for p in penalties}
-    length_penalty = max(penalties, key=lambda p: (valid_bleu_by_penalty[p], p == 1.0))  # ties keep 1.0
+    if args.checkpoint:  # as given: the validation split chooses nothing (a short comparison's arms)
+        chosen, length_penalty = run_dir / "checkpoints" / args.checkpoint, float(args.length_penalties.split(",")[0])
+        if not chosen.is_file():
+            raise SystemExit(f"error: --checkpoint {args.checkpoint}: {chosen} does not exist")
+        window, valid_bleu, valid_bleu_by_penalty = 1, {}, {}
+    else:
+        chosen, length_penalty, window, valid_bleu, valid_bleu_by_penalty = choose(args, run_dir, last, trained)
 
     start = time.monotonic()
     translator = load_translator(chosen, run_dir, args.beam, length_penalty)  # the test split's, and the pivots'
     hypotheses = translate_directions(translator, splits, "test")
-    test = {name: scores(hypotheses[name], pairs["test"][1], name.split("-")[1]) for name, pairs in splits.items()}
+    multilingual = bool(last["config"]["data"].get("directions"))
+    # A multilingual model's languages: its outputs' off-target rate is measured among them.
+    codes = tuple(dict.fromkeys(code for name in trained for code in name.split("-"))) if multilingual else ()
+    test = {
+        name: scores(hypotheses[name], pairs["test"][1], name.split("-")[1], codes) for name, pairs in splits.items()
+    }
     # Zero-shot against the way there is without it: through a language the model was trained on both ways.
     pivots = pivot_languages(zero_shot, list(trained))
     through = translate_pivots(translator, splits, pivots)
     test_pivot = {
-        name: {"pivot": pivots[name], **scores(lines, splits[name]["test"][1], name.split("-")[1])}
+        name: {"pivot": pivots[name], **scores(lines, splits[name]["test"][1], name.split("-")[1], codes)}
         for name, lines in through.items()
     }
-    multilingual = bool(last["config"]["data"].get("directions"))
     machine = machine_info()
     chosen_precision = PRECISION_LINE.findall(log)
     device = str(last["config"]["device"])

@@ -74,6 +74,11 @@ class ModelConfig:
     scale_embedding: bool = setting(True, "multiply token embeddings by sqrt(d_model) (paper §3.4)")
     output_bias: bool = setting(False, "a fixed (untrained) bias on the logits: Marian's final_logits_bias")
     decoder_start: str = setting("bos", "the token every target starts from: bos | pad (Marian)")
+    # Liu et al. 2021 ("Improving Zero-Shot Translation by Disentangling Positional Information"): one
+    # middle encoder layer without it is less tied to the source's word order, which helps zero-shot.
+    encoder_drop_residual_layer: int | None = setting(
+        None, "index (0-based) of the encoder layer whose self-attention has no residual connection; null: none"
+    )
 
 
 @dataclass
@@ -525,6 +530,13 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
     _choice(f"{prefix}.positions", m.positions, ("sinusoidal", "learned"))
     _choice(f"{prefix}.sinusoid_layout", m.sinusoid_layout, ("interleaved", "split"))
     _choice(f"{prefix}.decoder_start", m.decoder_start, ("bos", "pad"))
+    layer = m.encoder_drop_residual_layer
+    _check(
+        layer is None or 0 <= layer < m.encoder_layers,
+        f"{prefix}.encoder_drop_residual_layer",
+        layer,
+        f"must be null or an encoder layer's index, 0 to {prefix}.encoder_layers-1 ({m.encoder_layers - 1})",
+    )
 
 
 def validate_device(device: Any) -> None:

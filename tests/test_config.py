@@ -330,6 +330,11 @@ def with_values(cfg: DictConfig, **values: object) -> DictConfig:
         ({"model__d_model": 100, "model__heads": 8}, r"model\.d_model=100: must be divisible by model\.heads=8"),
         ({"model__dropout": -0.1}, r"model\.dropout=-0\.1: must be in \[0, 1\)"),
         ({"model__activation": "swish"}, r"model\.activation='swish': must be one of relu, gelu"),
+        (
+            {"model__encoder_layers": 4, "model__encoder_drop_residual_layer": 4},
+            r"model\.encoder_drop_residual_layer=4: must be null or an encoder layer's index, 0 to .*\(3\)",
+        ),
+        ({"model__encoder_drop_residual_layer": -1}, r"model\.encoder_drop_residual_layer=-1: must be null or"),
         ({"optim__warmup": 0}, r"optim\.warmup=0: must be positive"),
         ({"max_steps": 0}, r"max_steps=0: must be positive or null"),
         ({"batch_tokens": 65}, r"batch_tokens=65: must hold at least one sentence of data\.max_tokens=64"),

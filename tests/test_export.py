@@ -27,6 +27,7 @@ from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+from seq2seq.inference.engine import choose_engine
 from seq2seq.inference.translation import output_budget
 from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
@@ -577,3 +578,25 @@ def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_
         signal.signal(signal.SIGTERM, previous)
     assert info.value.code == 128 + signal.SIGTERM
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dropped_residual_is_refused_by_ctranslate2_and_decoded_by_pytorch(tmp_path: Path) -> None:
+    """model.encoder_drop_residual_layer: CTranslate2's encoder layer always adds its residual, so its
+    export is refused in one line naming the key; the run still ends with its weights export, which
+    keeps the setting, and engine=auto falls to PyTorch, which translates as the checkpoint does."""
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt", encoder_drop_residual_layer=1)
+    with pytest.raises(UserError, match=r"model\.encoder_drop_residual_layer=1: CTranslate2.*engine=torch$"):
+        export_to(tmp_path / "ct2", "ctranslate2", checkpoint=str(checkpoint))
+    assert leftovers(tmp_path) == ["ckpt"]
+
+    run = tmp_path / "run"
+    summary, lines = train_logging(
+        compose_config("train", [*TINY_TRAIN, "max_steps=2", "model.encoder_drop_residual_layer=1"]), run
+    )
+    assert (run / "model").is_dir() and not (run / "ctranslate2").exists()
+    assert any("encoder_drop_residual_layer=1: CTranslate2" in line for line in lines), lines
+    reloaded = model_from_checkpoint(load_weights(run / "model"))
+    assert [layer.attn_residual.skip for layer in reloaded.encoder_layers] == [True, False]
+    cfg = TranslateConfig(run=str(run), beam=1)
+    assert choose_engine(cfg).engine == "torch"
+    assert ours(run / "model", beam=1) == ours(run / "checkpoints" / "best.pt", beam=1)

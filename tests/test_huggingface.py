@@ -280,6 +280,14 @@ def test_pre_norm_model_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "hf").exists()
 
 
+def test_a_dropped_residual_is_refused(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "model.encoder_drop_residual_layer=0"]), run_dir)
+    with pytest.raises(UserError, match=r"model\.encoder_drop_residual_layer=0: MarianMTModel.*format=safetensors"):
+        export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    assert not (tmp_path / "hf").exists()
+
+
 def test_architecture_override_is_one_line_error(marian: Path, tmp_path: Path) -> None:
     overrides = [f"init_from={marian}", "model.d_model=64"]
     with pytest.raises(UserError, match=r"model\.d_model=64.*cannot change"):

@@ -485,3 +485,43 @@ def test_a_marian_start_is_a_zero_vector_and_pad_is_no_output() -> None:
     assert torch.equal(first, again)
     assert torch.all(first[:, 0] == float("-inf"))
     torch.testing.assert_close(first[:, 1:], without_pad)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_a_dropped_residual_leaves_the_self_attentions_output_alone(norm_first: bool) -> None:
+    """model.encoder_drop_residual_layer (Liu et al. 2021): in that layer the self-attention sublayer's
+    output goes on without `x +`: torch's layer with the same weights, its `_sa_block` computed by hand
+    without the residual, gives it; the layer's output no longer equals the one with the residual."""
+    torch.manual_seed(3)
+    cfg = small_config(norm_first=norm_first)
+    ours, kept = EncoderLayer(cfg, attn_skip=False).eval(), EncoderLayer(cfg).eval()
+    randomize(ours)
+    kept.load_state_dict(ours.state_dict())
+    ref = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
+    copy_self_attention(ours.self_attn, ref.self_attn)
+    copy_linear(ours.ffn.linear1, ref.linear1)
+    copy_linear(ours.ffn.linear2, ref.linear2)
+    copy_norm(ours.attn_residual.norm, ref.norm1)
+    copy_norm(ours.ffn_residual.norm, ref.norm2)
+
+    x = torch.randn(3, 7, D_MODEL)
+    ignore = torch.zeros(3, 7, dtype=torch.bool)
+    ignore[1, 4:] = True
+    with torch.no_grad():
+        if norm_first:
+            h = ref.self_attn(*[ref.norm1(x)] * 3, key_padding_mask=ignore, need_weights=False)[0]
+            expected = h + ref._ff_block(ref.norm2(h))
+        else:
+            h = ref.norm1(ref.self_attn(x, x, x, key_padding_mask=ignore, need_weights=False)[0])
+            expected = ref.norm2(h + ref._ff_block(h))
+        got = ours(x, our_mask(ignore))
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+    assert (got - kept(x, our_mask(ignore))).abs().max() > 0.1  # the residual made a difference
+
+
+def test_the_model_drops_the_residual_in_the_layer_named_only() -> None:
+    model = make_model(encoder_layers=3, encoder_drop_residual_layer=1)
+    assert [layer.attn_residual.skip for layer in model.encoder_layers] == [True, False, True]
+    assert all(layer.ffn_residual.skip for layer in model.encoder_layers)
+    assert all(r.skip for layer in model.decoder_layers for r in (layer.self_residual, layer.cross_residual))
+    assert all(layer.attn_residual.skip for layer in make_model(encoder_layers=3).encoder_layers)

@@ -14,6 +14,7 @@ import pytest
 import sacrebleu
 from conftest import MULTI30K, MULTI30K_MISSING, TINY_TRAIN
 from omegaconf import OmegaConf
+from py3langid.langid import MODEL_FILE, LanguageIdentifier
 from script_module import load_script
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
@@ -223,6 +224,8 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
     monkeypatch.setattr(script, "plot_curve", lambda result, path: None)  # matplotlib costs seconds
     script.main()
     result = json.loads(capsys.readouterr().out)
+    langid = LanguageIdentifier.from_model_file(MODEL_FILE)
+    langid.set_languages(["en", "de", "fr"])
     assert result["direction"] == "en-de,en-fr,de-en" and result["zero_shot"] == ["de-fr"] and "test" not in result
     assert list(result["test_by_direction"]) == ["en-de", "en-fr", "de-en", "de-fr"]
     corpus = multilingual_run.corpus
@@ -232,6 +235,9 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
         hypotheses = (run / f"test.{name}.hyp").read_text().splitlines()
         assert len(hypotheses) == len(references)
         assert test["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
+        # The off-target rate: py3langid, restricted to the model's languages, called here directly.
+        off = sum(not h.strip() or langid.classify(h)[0] != tgt for h in hypotheses) / len(hypotheses)
+        assert test["off_target"] == pytest.approx(off, abs=0.0001)
         words = " ".join(hypotheses).split()
         if name != "de-fr":  # the tiny model's zero-shot output is English: its tag is not enough to learn from
             assert sum(w[:2] == tgt for w in words) / len(words) >= 0.9, (name, hypotheses)  # the tag asked for tgt
@@ -239,12 +245,17 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
     assert list(result["test_pivot"]) == ["de-fr"] and pivot["pivot"] == "en"
     references = read_lines(corpus / "test.de-fr.fr")
     hypotheses = (run / "test.de-fr.pivot-en.hyp").read_text().splitlines()
+    off = sum(not h.strip() or langid.classify(h)[0] != "fr" for h in hypotheses) / len(hypotheses)
+    assert pivot["off_target"] == pytest.approx(off, abs=0.0001)
     assert pivot["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=0.006)
     words = " ".join(hypotheses).split()
     assert sum(w[:2] == "fr" for w in words) / len(words) >= 0.9, hypotheses  # French, where zero-shot was not
     table = (tmp_path / "results" / "table.md").read_text()
     # Not in the table: the data is not Multi30k; the result's own .md has a row per direction.
     rows = (tmp_path / "results" / f"{result['name']}.md").read_text().splitlines()[2:]
+    assert [row.split(" | ")[8] for row in rows] == [
+        f"{100 * t['off_target']:.1f}%" for t in [*result["test_by_direction"].values(), pivot]
+    ]
     assert [row.split(" | ")[0] for row in rows] == [
         "| multilingual (en-de)",
         "| multilingual (en-fr)",
@@ -253,3 +264,29 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
         "| multilingual (de-fr, pivot through en)",
     ]
     assert table.count("\n") == 2
+
+
+def test_a_given_checkpoint_is_scored_without_choosing(
+    multilingual_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--checkpoint best.pt: no validation decode chooses anything (nothing averaged, no length penalty
+    tried); the test split is scored with that file at the first of --length-penalties."""
+    run = tmp_path / "run"
+    shutil.copytree(multilingual_run.path, run)
+    (run / "train.log").write_text("[2026-11-27 10:00:00,000] validation at update 100: loss 1.0 BLEU 9.0\n")
+    script = load_script("reproduce")
+    monkeypatch.setattr(script, "plot_curve", lambda result, path: None)
+    arguments = ["reproduce.py", "multilingual", "--run-dir", str(run), "--skip-training", "--beam", "1"]
+    monkeypatch.setattr(sys, "argv", [*arguments, "--checkpoint", "best.pt", "--length-penalties", "0.6,1.0"])
+    script.main()
+    result = json.loads(capsys.readouterr().out)
+    assert result["checkpoint"] == "best.pt" and result["length_penalty"] == 0.6
+    assert result["valid_bleu_by_checkpoint"] == {} and result["valid_bleu_by_length_penalty"] == {}
+    assert not (run / "checkpoints" / "averaged.pt").exists()
+    hypotheses = (run / "test.en-de.hyp").read_text().splitlines()
+    references = read_lines(multilingual_run.corpus / "test.en-de.de")
+    expected = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert result["test_by_direction"]["en-de"]["bleu"] == pytest.approx(expected, abs=0.006)
+    monkeypatch.setattr(sys, "argv", [*arguments, "--checkpoint", "step_9.pt"])
+    with pytest.raises(SystemExit, match=r"--checkpoint step_9\.pt: .*step_9\.pt does not exist"):
+        script.main()

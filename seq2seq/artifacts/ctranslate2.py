@@ -62,6 +62,11 @@ def ctranslate2_writer(
     }
     if model_cfg.activation not in activations:
         raise UserError(f"{path}: model.activation={model_cfg.activation}: CTranslate2 has no such activation")
+    if model_cfg.encoder_drop_residual_layer is not None:  # its encoder layer always adds the residual
+        raise UserError(
+            f"{path}: model.encoder_drop_residual_layer={model_cfg.encoder_drop_residual_layer}: CTranslate2's "
+            "Transformer has no encoder layer without its residual connection; translate with engine=torch"
+        )
     state = payload["model"]
     from seq2seq.model.embedding import sinusoidal_table  # torch: only the writer needs it
 

@@ -310,6 +310,11 @@ def huggingface_writer(
         )
     if cfg.positions != "sinusoidal":
         raise UserError(f"{path}: model.positions={cfg.positions}: MarianMTModel has sinusoidal positions only")
+    if cfg.encoder_drop_residual_layer is not None:
+        raise UserError(
+            f"{path}: model.encoder_drop_residual_layer={cfg.encoder_drop_residual_layer}: MarianMTModel's encoder "
+            "layers all keep their residual connections; export format=safetensors instead"
+        )
     if cfg.decoder_start == "pad" and not isinstance(tokenizers, SentencePieceTokenizers):
         raise UserError(f"{path}: model.decoder_start=pad needs a Marian model's SentencePiece tokenizers")
     data = payload.get("config", {}).get("data", {})

@@ -36,18 +36,22 @@ class FeedForward(nn.Module):
 
 class Residual(nn.Module):
     """x + Dropout(sublayer(x)) with LayerNorm after (post-norm, the paper) or before (pre-norm,
-    which trains deep stacks without a long warmup)."""
+    which trains deep stacks without a long warmup). skip=False leaves the `x +` out: the sublayer's
+    output alone goes on (model.encoder_drop_residual_layer)."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, skip: bool = True) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first
+        self.skip = skip
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         if self.norm_first:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            out = self.dropout(sublayer(self.norm(x)))
+            return x + out if self.skip else out
+        out = self.dropout(sublayer(x))
+        return self.norm(x + out if self.skip else out)
 
 
 def _record(record: AttentionRecord | None, kind: str, weights: torch.Tensor | None) -> None:
@@ -56,13 +60,15 @@ def _record(record: AttentionRecord | None, kind: str, weights: torch.Tensor | N
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention over the source, then the feed-forward network."""
+    """Self-attention over the source, then the feed-forward network. attn_skip=False: the
+    self-attention's output without the residual connection around it, which frees the layer's output
+    from the source's positions (Liu et al. 2021; model.encoder_drop_residual_layer)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, attn_skip: bool = True) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout, cross=False)
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation, cfg.activation_dropout)
-        self.attn_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.attn_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first, skip=attn_skip)
         self.ffn_residual = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor, record: AttentionRecord | None = None) -> torch.Tensor:

@@ -44,7 +44,9 @@ class Transformer(nn.Module):
         self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned, cfg.sinusoid_layout)
         self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned, cfg.sinusoid_layout)
         self.dropout = Dropout(cfg.dropout)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(cfg, attn_skip=i != cfg.encoder_drop_residual_layer) for i in range(cfg.encoder_layers)
+        )
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # Pre-norm leaves the residual stream un-normalised: one last LayerNorm on each stack.
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()

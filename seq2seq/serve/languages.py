@@ -3,8 +3,8 @@ common language) a request's source and target go to, and what `source: "auto"` 
 a text.
 
 Names come from ISO 639-1 (pycountry); a code that is not one (the built-in task's `src`) is its own
-name. Detection is py3langid's, whose model ships in its wheel, restricted to the server's languages:
-it can only answer a language the server has.
+name. Detection is py3langid's, whose model ships in its wheel, restricted to the server's languages
+(seq2seq/data/language_id.py): it can only answer a language the server has.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from seq2seq.data import language_id
 from seq2seq.serve.requests import BadRequest
 
 log = logging.getLogger("seq2seq.serve")
@@ -150,13 +151,7 @@ class Detector:
     def _load(self) -> Any:
         with self._lock:
             if self._identifier is None:
-                from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-                identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-                known = [code for code in self.codes if code in identifier.nb_classes]
-                if known:
-                    identifier.set_languages(known)
-                self._identifier = identifier if known else False
+                self._identifier = language_id.identifier(self.codes) or False
             return self._identifier
 
     def rank(self, text: str, among: list[str] | None = None) -> list[dict[str, Any]]:
