@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_page import replace_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_START, TABLE_END = (
@@ -71,11 +75,7 @@ def publish(result: dict, results: Path, page: Path | None) -> Path:
     path.write_text(json.dumps(result, indent=2) + "\n")
     text = table(results)
     (results / "distill_table.md").write_text(text)
-    if page is not None and page.is_file():
-        current = page.read_text()
-        if TABLE_START in current and TABLE_END in current:
-            head, rest = current.split(TABLE_START, 1)
-            page.write_text(head + TABLE_START + "\n" + text + rest[rest.index(TABLE_END) :])
+    replace_table(page, TABLE_START, TABLE_END, text)
     return path
 
 

@@ -49,6 +49,7 @@ from seq2seq.inference.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402
+from results_page import replace_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_LINE = re.compile(r"validation at update (\d+): .*?BLEU ([\d.]+)")
@@ -347,11 +348,7 @@ def publish(result: dict, results: Path, page: Path | None) -> None:
     everything = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
     table = TABLE_HEADER + "".join(table_rows(r) for r in everything if in_table(r))
     (results / "table.md").write_text(table)
-    if page is not None and page.exists():
-        text = page.read_text()
-        if TABLE_START in text and TABLE_END in text:
-            head, rest = text.split(TABLE_START, 1)
-            page.write_text(head + TABLE_START + "\n" + table + rest[rest.index(TABLE_END) :])
+    replace_table(page, TABLE_START, TABLE_END, table)
 
 
 TRAINING_FIGURES = ("train_command_minutes", "load_average_during_training", "load_average_during_training_max")

@@ -205,17 +205,22 @@ def test_grouped_decoding_cross_attention_matches_torch() -> None:
 # 2. Encoder and decoder layers against torch.nn.Transformer{Encoder,Decoder}Layer ------------------
 
 
+def copy_encoder_layer(ours: EncoderLayer, ref: nn.TransformerEncoderLayer) -> None:
+    """Our encoder layer's weights into torch's, module by module."""
+    copy_self_attention(ours.self_attn, ref.self_attn)
+    copy_linear(ours.ffn.linear1, ref.linear1)
+    copy_linear(ours.ffn.linear2, ref.linear2)
+    copy_norm(ours.attn_residual.norm, ref.norm1)
+    copy_norm(ours.ffn_residual.norm, ref.norm2)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_torch(norm_first: bool) -> None:
     torch.manual_seed(1)
     ours = EncoderLayer(small_config(norm_first=norm_first)).eval()
     randomize(ours)
     ref = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
-    copy_self_attention(ours.self_attn, ref.self_attn)
-    copy_linear(ours.ffn.linear1, ref.linear1)
-    copy_linear(ours.ffn.linear2, ref.linear2)
-    copy_norm(ours.attn_residual.norm, ref.norm1)
-    copy_norm(ours.ffn_residual.norm, ref.norm2)
+    copy_encoder_layer(ours, ref)
 
     x = torch.randn(3, 7, D_MODEL)
     ignore = torch.zeros(3, 7, dtype=torch.bool)
@@ -498,11 +503,7 @@ def test_a_dropped_residual_leaves_the_self_attentions_output_alone(norm_first: 
     randomize(ours)
     kept.load_state_dict(ours.state_dict())
     ref = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
-    copy_self_attention(ours.self_attn, ref.self_attn)
-    copy_linear(ours.ffn.linear1, ref.linear1)
-    copy_linear(ours.ffn.linear2, ref.linear2)
-    copy_norm(ours.attn_residual.norm, ref.norm1)
-    copy_norm(ours.ffn_residual.norm, ref.norm2)
+    copy_encoder_layer(ours, ref)
 
     x = torch.randn(3, 7, D_MODEL)
     ignore = torch.zeros(3, 7, dtype=torch.bool)
