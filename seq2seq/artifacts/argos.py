@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.argos_splitter import folder_file, line_splitter
+from seq2seq.artifacts.checkpoint import current_umask
 from seq2seq.artifacts.path_kind import ARGOS_METADATA, ARGOS_SPM, ARGOS_SUFFIX, DECODING_FILE
 from seq2seq.config import UserError
 from seq2seq.data.directions import language_tag
@@ -171,15 +172,9 @@ def argos_writer(
             with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
                 for file in sorted(root.rglob("*")):
                     zipped.write(file, file.relative_to(staging))
-            os.chmod(archive, 0o666 & ~_umask())
+            os.chmod(archive, 0o666 & ~current_umask())
             if output.exists():  # appeared while we were writing
                 raise UserError(f"{output}: already exists; give output= a new file")
             os.rename(archive, output)
 
     return write
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
