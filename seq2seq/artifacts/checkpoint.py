@@ -153,7 +153,7 @@ def atomic_save(payload: Mapping[str, Any], path: Path) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
     except BaseException as err:
         if tmp_name is not None:
             Path(tmp_name).unlink(missing_ok=True)
@@ -183,7 +183,7 @@ def _is_disk_full(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and "inline_container" in str(err)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Make the rename itself durable (POSIX); not possible on every platform."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -240,26 +240,22 @@ def _load_failure(err: BaseException) -> str:
     return sentence if sentence and not any(word in sentence for word in unsafe) else type(err).__name__
 
 
-def is_checkpoint_file(path: Path, training: bool = False) -> bool:
-    """Whether `path` is a checkpoint this tool wrote (its format key), with the state a run resumes
-    from if `training`; told without reading its tensors: they are memory-mapped, not loaded, so a
-    large checkpoint costs no more than a small one."""
+def checkpoint_keys(path: Path) -> frozenset[str] | None:
+    """The top-level keys of a checkpoint this tool wrote (its format key), or None for any other file;
+    told without reading its tensors: they are memory-mapped, not loaded, so a large checkpoint costs no
+    more than a small one."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # anything unreadable as a checkpoint is not one, whatever torch raises for it
-        return False
+        return None
     own = isinstance(payload, dict) and payload.get("format") == FORMAT and "model" in payload
-    return own and (not training or "optimizer" in payload)
+    return frozenset(payload) if own else None
 
 
-def is_averaged_checkpoint(path: Path) -> bool:
-    """Whether `path` is an average `seq2seq-average` wrote (it records what it averaged), told as
-    `is_checkpoint_file` tells a checkpoint: without reading the tensors."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # anything unreadable as a checkpoint is not one, whatever torch raises for it
-        return False
-    return isinstance(payload, dict) and payload.get("format") == FORMAT and "averaged_from" in payload
+def is_checkpoint_file(path: Path, training: bool = False) -> bool:
+    """Whether `path` is a checkpoint this tool wrote, with the state a run resumes from if `training`."""
+    keys = checkpoint_keys(path)
+    return keys is not None and (not training or "optimizer" in keys)
 
 
 def find_model_file(run_dir: str | Path) -> Path:

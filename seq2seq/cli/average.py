@@ -80,7 +80,7 @@ def refuse_replacing(paths: list[Path], output: Path, replace_output: bool) -> N
     resumes from (best.pt, last.pt, step_N.pt: the run's own, which the average would stand in for, even
     with replace_output=true); any other existing file only by the rule every writer follows
     (seq2seq/artifacts/replacing.py): an average this command wrote, or replace_output=true."""
-    from seq2seq.artifacts.checkpoint import is_averaged_checkpoint, is_checkpoint_file
+    from seq2seq.artifacts.checkpoint import checkpoint_keys
     from seq2seq.artifacts.replacing import check_replaceable
 
     if not output.is_file():
@@ -89,12 +89,14 @@ def refuse_replacing(paths: list[Path], output: Path, replace_output: bool) -> N
     for path in paths:
         if os.path.samefile(path, output):
             raise UserError(f"output={output}: is {path}, one of the checkpoints averaged; give output= another file")
-    if is_checkpoint_file(output, training=True):
+    keys = checkpoint_keys(output)  # read once: a training checkpoint, or an average (its own kind)
+    if keys is not None and "optimizer" in keys:
         raise UserError(
             f"output={output}: is a training checkpoint (a run resumes and translates from it); "
             "give output= another file"
         )
-    check_replaceable(output, "output", COMMAND, replace_output, own_kind=is_averaged_checkpoint)
+    averaged = keys is not None and "averaged_from" in keys
+    check_replaceable(output, "output", COMMAND, replace_output, own_kind=lambda _: averaged)
 
 
 def run(cfg: AverageConfig) -> Path:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.checkpoint import fsync_directory
 from seq2seq.config import UserError
 
 LOCK_FILE = ".lock"
@@ -45,14 +46,6 @@ def read_json(path: Path) -> Any:
         raise UserError(
             f"{path}: unreadable ({err}); it is this command's state: remove the folder to start over"
         ) from err
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -45,14 +45,14 @@ class EngineThread:
 
     def load(self, load: Callable[[], T]) -> T:
         """`call(load)`; the sharing watch is set up on the thread once PyTorch is there (see `_watch`)."""
-        return self.call(lambda: self._watch(load()), between_batches=False)
+        return self.call(load, between_batches=False)
 
     def stop(self) -> None:
         """Ends the thread after the calls already asked (it is a daemon: a call still running when the
         process exits does not hold it)."""
         self._calls.put(None)
 
-    def _watch(self, result: T) -> T:
+    def _watch(self, result: T) -> T:  # after every call: a PyTorch engine may load on any of them
         """Sets up the sharing watch once a PyTorch engine has imported torch: the thread count it
         narrows is PyTorch's (a CTranslate2 engine fixes its threads when it loads). A server of
         CTranslate2 models alone never imports torch; one whose PyTorch engine loads on a later request
