@@ -55,6 +55,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_LINE = re.compile(r"validation at update (\d+): .*?BLEU ([\d.]+)")
 STOPPED_LINE = re.compile(r"stopped: .* after \d+ updates in ([\d.]+) minutes")
 PRECISION_LINE = re.compile(r"precision: (\w+) \((.*)\)$", re.MULTILINE)
+# recipe=auto's choice with each candidate's precision, pace, spread and expected updates; and its close calls
+RECIPE_LINES = re.compile(r"\] - (recipe: (?:\S+ for |close call: ).*)$", re.MULTILINE)
 ALLOCATOR_LINE = re.compile(r"device: .*, (\w+) allocator$", re.MULTILINE)
 LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]", re.MULTILINE)
 LOAD_SAMPLE_SECONDS = 30
@@ -354,6 +356,21 @@ def publish(result: dict, results: Path, page: Path | None) -> None:
 TRAINING_FIGURES = ("train_command_minutes", "load_average_during_training", "load_average_during_training_max")
 
 
+def recipe_change(published: Path, result: dict) -> str | None:
+    """What differs in recipe or precision from the row published under the same name on this class, if
+    anything: then the two rows were not trained alike, and a score between them compares recipes."""
+    try:
+        earlier = json.loads(published.read_text())
+    except (OSError, ValueError):
+        return None
+    changed = [
+        f"{key} {earlier.get(key)} -> {result[key]}"
+        for key in ("recipe", "precision")
+        if earlier.get(key) != result[key]
+    ]
+    return f"this run trained differently from {published}: {', '.join(changed)}" if changed else None
+
+
 def earlier_training_figures(run_dir: Path, steps: int) -> dict:
     """With --skip-training: what only the training's own reproduce.py could measure (its command's
     minutes, the load average while it trained), from the result.json it left in the run directory,
@@ -476,6 +493,7 @@ def main() -> None:
         "train_command_minutes": round(train_seconds / 60, 1) if train_seconds else None,  # with start-up
         "steps": last["step"],
         "recipe": last["config"].get("recipe"),  # what recipe=auto chose (or fixed); checkpoints before it: None
+        "recipe_choice": RECIPE_LINES.findall(log),  # how recipe=auto chose, as the run logged it
         "averaged_checkpoints": window,
         "precision": last["config"]["precision"],
         "precision_reason": chosen_precision[-1][1] if chosen_precision else None,
@@ -500,6 +518,8 @@ def main() -> None:
     }
     if args.skip_training:
         result.update(earlier_training_figures(run_dir, result["steps"]))
+    if change := recipe_change(Path(args.results) / f"{result['name']}.json", result):
+        print(f"reproduce.py: warning: {change}", file=sys.stderr)
     if args.publish:
         publish(result, Path(args.results), Path(args.page) if args.page else None)
     else:

@@ -33,7 +33,10 @@ BF16_MIN_SPEEDUP = 1.25
 WARN_SLOWDOWN = 2.0
 TIMED_SECONDS = 0.02  # per precision, after one untimed call that builds the kernel
 MIN_CALLS = 3
-ROWS = 64  # tokens in the measured matmul: (ROWS, d_model) @ (d_model, ffn_dim), the FFN's first layer
+# Tokens in the measured matmul: (ROWS, d_model) @ (d_model, ffn_dim), the FFN's first layer. A training
+# batch has thousands; at 64 rows a 128-wide model's matmul is mostly call overhead, where bf16 looked
+# slower than fp32 while its real updates were faster (docs/performance.md, "Choosing the recipe").
+ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ CACHE_NAME = "precision.json"
 
 def _machine_key(d_model: int, ffn_dim: int) -> str:
     parts = [cpuinfo.cpu_name(), cpu_capability(), f"torch {torch.__version__}", f"{torch.get_num_threads()} threads"]
-    return "|".join([*parts, f"{d_model}x{ffn_dim}"])
+    return "|".join([*parts, f"{ROWS}x{d_model}x{ffn_dim}"])  # a measurement of other rows is not reused
 
 
 def cached_matmul_rates(d_model: int, ffn_dim: int) -> MatmulRates:

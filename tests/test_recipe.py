@@ -2,9 +2,13 @@
 updates it needs in max_minutes; the choice is recorded, the user's overrides win, a resume keeps it.
 
 Time is a fake clock that each update advances by a pace that depends on the model's width, so which
-candidate wins is decided by arithmetic here, not by how fast or loaded the test machine is."""
+candidate wins is decided by arithmetic here, not by how fast or loaded the test machine is. The pace is
+the median of TIMED_UPDATES updates (after one untimed), its spread at least MIN_SPREAD; a candidate whose
+expected updates straddle its minimum within the spread is a close call, and a close call goes to the next."""
 
 from __future__ import annotations
+
+import statistics
 
 import pytest
 from conftest import TINY_TRAIN, compose_config, train_logging
@@ -15,19 +19,31 @@ import seq2seq.train.trainer as loop
 import seq2seq.train.update as update
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError, validate_recipes
-from seq2seq.train.recipe import UPDATE_SHARE, apply_recipe, set_by_user
+from seq2seq.train.recipe import MIN_SPREAD, TIMED_UPDATES, UPDATE_SHARE, Pace, apply_recipe, set_by_user
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
 
 
+class PacedMachine(FakeClock):
+    """A fake clock that each update advances by its model's pace; `wide_paces` (if set) are the wide
+    candidate's successive update times instead, the probe's untimed first update included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide_paces: list[float] = []
+
+    def advance(self, d_model: int) -> None:
+        self.now += self.wide_paces.pop(0) if d_model == 64 and self.wide_paces else SECONDS_PER_UPDATE[d_model]
+
+
 @pytest.fixture
-def paced_machine(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    clock = FakeClock()
+def paced_machine(monkeypatch: pytest.MonkeyPatch) -> PacedMachine:
+    clock = PacedMachine()
     monkeypatch.setattr(loop.Trainer, "clock", staticmethod(clock))
     apply_update = update.Update._apply
 
     def paced_update(self, *args):
-        clock.now += SECONDS_PER_UPDATE[self.cfg.model.d_model]
+        clock.advance(self.cfg.model.d_model)
         apply_update(self, *args)
 
     monkeypatch.setattr(update.Update, "_apply", paced_update)
@@ -52,6 +68,15 @@ def updates_in(minutes: float, seconds_per_update: float) -> int:
     return int(minutes * 60 * UPDATE_SHARE / seconds_per_update)
 
 
+def at_the_slow_end(minutes: float, seconds_per_update: float) -> int:
+    """The updates at the slow end of a steady pace's spread (MIN_SPREAD)."""
+    return updates_in(minutes, seconds_per_update * (1 + MIN_SPREAD))
+
+
+def at_the_fast_end(minutes: float, seconds_per_update: float) -> int:
+    return updates_in(minutes, seconds_per_update * (1 - MIN_SPREAD))
+
+
 def test_a_slow_machine_gets_the_smaller_recipe_and_the_run_records_it(tmp_path, paced_machine):
     minutes = 2.0  # wide: 120 * 0.85 / 7 = 14 updates (< 20); narrow: 51
     assert updates_in(minutes, 7.0) < 20
@@ -62,13 +87,15 @@ def test_a_slow_machine_gets_the_smaller_recipe_and_the_run_records_it(tmp_path,
     assert isinstance(saved["model"]["d_model"], int)  # parsed as the command line would, not kept a string
     choice = next(line for line in lines if line.startswith("recipe: "))
     assert f"recipe: narrow for {minutes:g} minutes" in choice
-    assert f"wide ~{updates_in(minutes, 7.0)} updates at 7.00 s/update (wants >= 20)" in choice
-    assert f"narrow ~{updates_in(minutes, 2.0)} updates at 2.00 s/update" in choice
+    wide = f"({at_the_slow_end(minutes, 7.0)}-{at_the_fast_end(minutes, 7.0)}), wants >= 20"
+    assert f"wide in fp32 at 7.00 s/update ±5%: ~{updates_in(minutes, 7.0)} updates {wide}" in choice
+    assert f"narrow in fp32 at 2.00 s/update ±5%: ~{updates_in(minutes, 2.0)} updates" in choice
+    assert "close call" not in "".join(lines)  # 14 updates at most: clearly short of 20
 
 
 def test_a_fast_machine_gets_the_larger_recipe_without_timing_the_rest(tmp_path, paced_machine, monkeypatch):
-    minutes = 3.0  # wide: 21 updates: enough
-    assert updates_in(minutes, 7.0) >= 20
+    minutes = 3.0  # wide: 21 updates, 20 at the slow end of its spread: enough
+    assert at_the_slow_end(minutes, 7.0) >= 20
     timed = []
     original = update.Update.__init__
 
@@ -103,7 +130,7 @@ def test_the_command_line_wins_over_the_recipe(tmp_path, paced_machine):
 
 def test_a_resumed_run_keeps_its_recipe_and_measures_nothing(tmp_path, paced_machine, monkeypatch):
     train_logging(recipe_config(2.0), tmp_path / "run")
-    monkeypatch.setattr("seq2seq.train.recipe.seconds_per_update", pytest.fail)  # any timing fails the test
+    monkeypatch.setattr("seq2seq.train.recipe.measure_pace", pytest.fail)  # any timing fails the test
     resumed = compose_config("train", [*TINY_TRAIN, f"resume={tmp_path / 'run'}", "max_minutes=3"])
     from seq2seq.train.run import train
 
@@ -113,7 +140,7 @@ def test_a_resumed_run_keeps_its_recipe_and_measures_nothing(tmp_path, paced_mac
 
 
 def test_a_named_recipe_is_applied_without_timing(tmp_path, monkeypatch):
-    monkeypatch.setattr("seq2seq.train.recipe.seconds_per_update", pytest.fail)
+    monkeypatch.setattr("seq2seq.train.recipe.measure_pace", pytest.fail)
     cfg = compose_config("train", [*TINY_TRAIN, *CANDIDATES[1:], "recipe=narrow"])
     train_logging(cfg, tmp_path / "run")
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
@@ -123,7 +150,7 @@ def test_a_named_recipe_is_applied_without_timing(tmp_path, monkeypatch):
 def test_train_chooses_the_recipe_on_its_own_copy_of_the_config(tmp_path, monkeypatch):
     """The config given to train() is left as it was: the recipe (and precision=auto) are resolved in
     the run's own config, the one the Trainer reads and the checkpoint records."""
-    monkeypatch.setattr("seq2seq.train.recipe.seconds_per_update", pytest.fail)
+    monkeypatch.setattr("seq2seq.train.recipe.measure_pace", pytest.fail)
     cfg = compose_config("train", [*TINY_TRAIN, *CANDIDATES[1:], "recipe=narrow", "precision=auto"])
     given = OmegaConf.to_container(cfg)
     train_logging(cfg, tmp_path / "run")
@@ -137,6 +164,46 @@ def test_when_no_candidate_makes_its_minimum_the_last_is_taken(tmp_path, paced_m
     # narrow would make 51 updates in 2 minutes, far short of the minimum given it here
     train_logging(recipe_config(2.0, ["recipes.1.min_updates=1000000"]), tmp_path / "run")
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "narrow"
+
+
+def test_a_close_call_goes_to_the_next_candidate_and_the_log_says_so(tmp_path, paced_machine):
+    """At 7 s an update wide makes its 20 updates in 2.8 minutes, but not at the slow end of the
+    measurement's spread: the choice must not hang on that, so narrow is taken, every time."""
+    minutes = 2.8
+    assert updates_in(minutes, 7.0) >= 20 > at_the_slow_end(minutes, 7.0)
+    _, lines = train_logging(recipe_config(minutes), tmp_path / "run")
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "narrow"
+    close = [line for line in lines if "close call" in line]
+    slow, fast = at_the_slow_end(minutes, 7.0), at_the_fast_end(minutes, 7.0)
+    assert close == [
+        f"recipe: close call: wide's {slow}-{fast} updates straddle its minimum 20; "
+        "a close call goes to the next candidate"
+    ]
+
+
+def test_one_update_that_waited_for_a_core_does_not_change_the_choice(tmp_path, paced_machine):
+    """The pace is the median of the timed updates: one update slowed fourfold (the machine was busy
+    for it) leaves wide at 7 s an update, where a mean of the first three would put it at 14."""
+    paced_machine.wide_paces = [50.0, 7.0, 7.0, 30.0, 7.0, 7.0]  # the first, untimed, allocates
+    assert len(paced_machine.wide_paces) == TIMED_UPDATES + 1
+    assert statistics.mean(paced_machine.wide_paces[1:4]) > 14
+    _, lines = train_logging(recipe_config(3.0), tmp_path / "run")
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "wide"
+    assert any("wide in fp32 at 7.00 s/update ±5%" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("times", "median", "spread"),
+    [
+        ([7.0] * 5, 7.0, MIN_SPREAD),  # a steady pace still has the floor's error
+        ([7.0, 7.0, 30.0, 7.0, 7.0], 7.0, MIN_SPREAD),  # one outlier moves neither
+        ([1.0, 2.0, 3.0, 4.0, 5.0], 3.0, (4.0 - 2.0) / 2 / 3.0),  # quartiles 2 and 4 (inclusive method)
+    ],
+)
+def test_the_pace_is_the_median_and_its_spread_half_the_interquartile_range(times, median, spread):
+    pace = Pace.of(times, "bf16")
+    assert (pace.seconds, pace.precision) == (median, "bf16")
+    assert pace.spread == pytest.approx(spread)
 
 
 def test_set_by_user_covers_group_choices():

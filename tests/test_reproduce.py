@@ -290,3 +290,27 @@ def test_a_given_checkpoint_is_scored_without_choosing(
     monkeypatch.setattr(sys, "argv", [*arguments, "--checkpoint", "step_9.pt"])
     with pytest.raises(SystemExit, match=r"--checkpoint step_9\.pt: .*step_9\.pt does not exist"):
         script.main()
+
+
+def test_a_rerun_that_trains_another_recipe_than_the_published_row_says_so(tmp_path: Path) -> None:
+    script = load_script("reproduce")
+    published = tmp_path / "multi30k_en_de_30min.amx.json"
+    published.write_text(json.dumps({"recipe": "d256x3", "precision": "bf16"}))
+    rerun = {"recipe": "d128x4", "precision": "fp32"}
+    assert script.recipe_change(published, rerun) == (
+        f"this run trained differently from {published}: recipe d256x3 -> d128x4, precision bf16 -> fp32"
+    )
+    assert script.recipe_change(published, {"recipe": "d256x3", "precision": "bf16"}) is None
+    assert script.recipe_change(tmp_path / "never_published.json", rerun) is None
+
+
+def test_the_row_keeps_how_the_recipe_was_chosen() -> None:
+    log = (
+        "[2026-11-28 11:41:46,170][seq2seq.train.recipe][INFO] - recipe: d128x4 for 30 minutes on this machine "
+        "(timed in 9.1 s): d256x3 in bf16 at 0.60 s/update ±5%: ~2,550 updates (2,430-2,690), wants >= 3,000\n"
+        "[2026-11-28 11:41:46,171][seq2seq.train.recipe][INFO] - recipe: close call: x's 1-3 updates straddle its "
+        "minimum 2; a close call goes to the next candidate\n"
+        "[2026-11-28 11:41:46,177][seq2seq.train.recipe][INFO] - recipe d128x4 sets model.d_model=128\n"
+    )
+    found = load_script("reproduce").RECIPE_LINES.findall(log)
+    assert [line[:32] for line in found] == ["recipe: d128x4 for 30 minutes on", "recipe: close call: x's 1-3 upda"]

@@ -5,8 +5,14 @@ trains best differs with the number of updates: a model that is still learning a
 to be smaller and faster, one that has long converged wants more regularisation. The experiment lists
 its candidate recipes in order of preference, each with the fewest updates it needs to be the better choice
 (results/sweep.md says where those numbers come from). The run times a few real updates of each
-candidate on this machine, as loaded as it is now, and takes the first that will make its minimum in
-the budget, else the last.
+candidate on this machine, as loaded as it is now, in the precision the candidate would train in, and
+takes the first that will make its minimum in the budget, else the last.
+
+The timing is a measurement with an error, and a choice near a minimum would follow the noise: the
+same command on the same machine picked d256x3 one day and d128x4 the next. So each candidate's pace is
+the median of several timed updates, its spread is reported, and a candidate whose expected updates
+straddle its minimum within that spread (a close call) is not taken: the next one is. Near a minimum the
+two recipes score alike (that is what the minimum marks), so the rule only has to be the same every time.
 
 The choice is the run's config: `choose_recipe` returns a copy of the config given with `recipe` set to
 the recipe's name and its overrides applied (run.py builds the Trainer from it), which the checkpoints
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,16 +44,51 @@ log = logging.getLogger(__name__)
 # The share of max_minutes that goes to updates: the rest is validations, checkpoints and exports.
 # What the measured 60-minute runs spent on them (results/sweep.md, "Choosing the recipe").
 UPDATE_SHARE = 0.85
-# Updates timed per candidate, after one untimed (the first update allocates and warms caches).
-TIMED_UPDATES = 3
+# Updates timed per candidate, after one untimed (the first update allocates and warms caches). The
+# median of five is not moved by one update that waited for a core.
+TIMED_UPDATES = 5
+# The least error an estimate is given: between identical probes on an idle machine the median pace
+# moves by a few percent (docs/performance.md, "Choosing the recipe"), more than one probe's own spread shows.
+MIN_SPREAD = 0.05
 UNLIMITED = 10**12  # the updates of a run with neither max_minutes nor max_steps
 
 
 @dataclass(frozen=True)
+class Pace:
+    """How long a candidate's updates took in the probe, and in which precision they ran."""
+
+    seconds: float  # the median of the timed updates
+    spread: float  # half the interquartile range over the median, at least MIN_SPREAD
+    precision: str
+
+    @classmethod
+    def of(cls, times: Sequence[float], precision: str) -> Pace:
+        median = statistics.median(times)
+        quartiles = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [median] * 3
+        spread = (quartiles[2] - quartiles[0]) / 2.0 / max(median, 1e-12)
+        return cls(median, max(spread, MIN_SPREAD), precision)
+
+
+@dataclass(frozen=True)
 class Estimate:
+    """The updates a candidate will make in the budget: at its median pace, and at either end of the
+    pace's spread. `pace` is None where the budget is in updates, not minutes (nothing to time)."""
+
     name: str
-    seconds_per_update: float | None  # None: not timed (the budget is in updates, not minutes)
+    minimum: int
+    pace: Pace | None
     updates: int
+    fewest: int
+    most: int
+
+    @property
+    def makes_its_minimum(self) -> bool:
+        """Even at the slow end of its spread: a close call does not count."""
+        return self.fewest >= self.minimum
+
+    @property
+    def close_call(self) -> bool:
+        return self.fewest < self.minimum <= self.most
 
 
 def recipe_overrides(cfg: DictConfig, name: str) -> dict[str, str]:
@@ -79,10 +121,10 @@ def set_by_user(key: str, user_keys: set[str]) -> bool:
     return any(".".join(parts[:n]) in user_keys for n in range(1, len(parts) + 1))
 
 
-def seconds_per_update(cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float]) -> float:
+def measure_pace(cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float]) -> Pace:
     """A few real updates of the model `cfg` builds, made as the Trainer makes them (update.py), with
-    no Trainer around them: the machine's pace for that recipe, under whatever load it has now. Leaves
-    every random generator as it found it."""
+    no Trainer around them, each timed: the machine's pace for that recipe, in the precision it would
+    train in, under whatever load it has now. Leaves every random generator as it found it."""
     probe = copy.deepcopy(cfg)
     probe.compile = False  # compiling would cost more than the probe measures; it speeds all recipes alike
     state = rng_state()
@@ -92,12 +134,13 @@ def seconds_per_update(cfg: DictConfig, data: PreparedData, device: torch.device
         precision = choose_run_precision(probe, device, dist).precision
         update = Update(probe, model, device, dist, precision, _at_the_start)
         batches = training_batches(probe, data, device, dist)
-        made = [update(batches.next_update(1, 0, probe.accum_steps), 1)]
-        update.read_back([m for m in made if m is not None])  # the first allocates and warms caches: untimed
-        start = clock()
-        made = [update(batches.next_update(1, 0, probe.accum_steps), 2 + i) for i in range(TIMED_UPDATES)]
-        update.read_back([m for m in made if m is not None])  # waits for the device, which finishes later
-        return (clock() - start) / TIMED_UPDATES
+        times = []
+        for step in range(1, TIMED_UPDATES + 2):
+            start = clock()
+            made = update(batches.next_update(1, 0, probe.accum_steps), step)
+            update.read_back([made] if made is not None else [])  # waits for the device, which finishes later
+            times.append(clock() - start)
+        return Pace.of(times[1:], precision)  # the first allocated and warmed caches: not counted
     finally:
         set_rng_state(state)
 
@@ -129,15 +172,15 @@ def choose_recipe(
     estimates: list[Estimate] = []
     choice = None
     if dist.is_main:
-        minimums = [r.min_updates for r in cfg.recipes]
+        started = clock()
         for recipe in cfg.recipes:
             candidate = copy.deepcopy(cfg)
             apply_recipe(candidate, recipe.name, user_keys)
-            estimates.append(_estimate(candidate, data, device, clock))
-            if estimates[-1].updates >= recipe.min_updates:
+            estimates.append(_estimate(candidate, recipe.min_updates, data, device, clock))
+            if estimates[-1].makes_its_minimum:
                 break  # the first that makes its minimum wins: the smaller ones need not be timed
         choice = cfg.recipes[len(estimates) - 1].name  # the one that made its minimum, else the last
-        _log_choice(cfg, estimates, minimums, choice)
+        _log_choice(cfg, estimates, choice, clock() - started)
     choice = dist.broadcast(choice)
     chosen = copy.deepcopy(cfg)
     applied = apply_recipe(chosen, choice, user_keys)
@@ -152,17 +195,40 @@ def choose_recipe(
     return chosen
 
 
-def _estimate(cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float]) -> Estimate:
+def _estimate(
+    cfg: DictConfig, minimum: int, data: PreparedData, device: torch.device, clock: Callable[[], float]
+) -> Estimate:
     """How many updates `cfg` will make: max_steps where no time budget is set, else the budget's
-    share for updates over the measured time of one, whichever is fewer."""
+    share for updates over the measured pace, whichever is fewer."""
     if not cfg.max_minutes:
-        return Estimate(cfg.recipe, None, cfg.max_steps or UNLIMITED)
-    seconds = seconds_per_update(cfg, data, device, clock)
-    updates = int(cfg.max_minutes * 60.0 * UPDATE_SHARE / max(seconds, 1e-9))
-    return Estimate(cfg.recipe, seconds, min(updates, cfg.max_steps) if cfg.max_steps else updates)
+        steps = cfg.max_steps or UNLIMITED
+        return Estimate(cfg.recipe, minimum, None, steps, steps, steps)
+    pace = measure_pace(cfg, data, device, clock)
+
+    def updates_at(seconds: float) -> int:
+        updates = int(cfg.max_minutes * 60.0 * UPDATE_SHARE / max(seconds, 1e-9))
+        return min(updates, cfg.max_steps) if cfg.max_steps else updates
+
+    slow, fast = pace.seconds * (1.0 + pace.spread), pace.seconds * (1.0 - pace.spread)
+    return Estimate(cfg.recipe, minimum, pace, updates_at(pace.seconds), updates_at(slow), updates_at(fast))
 
 
-def _log_choice(cfg: DictConfig, estimates: Sequence[Estimate], minimums: Sequence[int], choice: str) -> None:
+def describe(estimate: Estimate) -> str:
+    """One candidate in the choice's log line: its precision, pace and spread, and expected updates."""
+    if estimate.updates >= UNLIMITED:
+        updates = "unlimited updates"
+    elif estimate.pace is None:
+        updates = f"{estimate.updates:,} updates"
+    else:
+        updates = f"~{estimate.updates:,} updates ({estimate.fewest:,}-{estimate.most:,})"
+    pace = ""
+    if estimate.pace is not None:
+        p = estimate.pace
+        pace = f" in {p.precision} at {p.seconds:.2f} s/update ±{p.spread:.0%}"
+    return f"{estimate.name}{pace}: {updates}, wants >= {estimate.minimum:,}"
+
+
+def _log_choice(cfg: DictConfig, estimates: Sequence[Estimate], choice: str, probe_seconds: float) -> None:
     budget = (
         f"{cfg.max_minutes:g} minutes"
         if cfg.max_minutes
@@ -170,9 +236,15 @@ def _log_choice(cfg: DictConfig, estimates: Sequence[Estimate], minimums: Sequen
         if cfg.max_steps
         else "no budget"
     )
-    parts = []
-    for estimate, minimum in zip(estimates, minimums, strict=False):
-        pace = f" at {estimate.seconds_per_update:.2f} s/update" if estimate.seconds_per_update else ""
-        updates = "unlimited" if estimate.updates >= UNLIMITED else f"~{estimate.updates:,}"
-        parts.append(f"{estimate.name} {updates} updates{pace} (wants >= {minimum:,})")
-    log.info("recipe: %s for %s on this machine: %s", choice, budget, "; ".join(parts))
+    timed = f" (timed in {probe_seconds:.1f} s)" if any(e.pace for e in estimates) else ""
+    log.info("recipe: %s for %s on this machine%s: %s", choice, budget, timed, "; ".join(map(describe, estimates)))
+    for estimate in estimates:
+        if estimate.close_call and estimate.name != choice:
+            log.info(
+                "recipe: close call: %s's %s-%s updates straddle its minimum %s; a close call goes to the next "
+                "candidate",
+                estimate.name,
+                f"{estimate.fewest:,}",
+                f"{estimate.most:,}",
+                f"{estimate.minimum:,}",
+            )
