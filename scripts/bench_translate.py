@@ -5,7 +5,7 @@
 
 End to end: `seq2seq-translate` in a subprocess, process start to last line written, and the time to
 its first output line, for greedy and beam 5: as a user runs it (`run=`: the run's CTranslate2 export
-where it has one, see seq2seq/inference/engine.py; the row names the engine) and on PyTorch
+where it has one, see seq2seq/inference/engine_choice.py; the row names the engine) and on PyTorch
 (`engine=torch`). In process (PyTorch): sentences/s and output tokens/s for each
 beam size and batch size, decode time per sentence by source-length bucket, BLEU of each output,
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,

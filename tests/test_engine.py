@@ -1,4 +1,4 @@
-"""Which engine seq2seq-translate decodes with (seq2seq/inference/engine.py): the run's CTranslate2
+"""Which engine seq2seq-translate decodes with (seq2seq/inference/engine_choice.py): the run's CTranslate2
 export wherever it decodes as PyTorch would, PyTorch for everything else, a forced engine that cannot
 do what was asked is one line naming the key. The run directories here are small stand-in files: the
 rule reads only names, a checkpoint's zip directory and the record inside the export."""
@@ -17,8 +17,8 @@ from seq2seq.artifacts.freshness import checkpoint_record
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference import ctranslate2_engine, engine, engine_probe, run_export
-from seq2seq.inference.engine import choose_engine
+from seq2seq.inference import ctranslate2_engine, engine_choice, engine_probe, run_export
+from seq2seq.inference.engine_choice import choose_engine
 
 
 def save_zip(path: Path, step: int) -> None:
@@ -159,7 +159,9 @@ def test_int8_decodes_the_runs_export_whatever_the_search(tmp_path: Path) -> Non
     run = make_run(tmp_path / "run")
     for settings in (dict(), dict(beam=4, nbest=2), dict(sampling=True), dict(prefix=True, beam=2)):
         choice = choose_engine(TranslateConfig(run=str(run), precision="int8", **settings))
-        assert choice == engine.EngineChoice("ctranslate2", str(run / "ctranslate2"), "precision=int8 is CTranslate2's")
+        assert choice == engine_choice.EngineChoice(
+            "ctranslate2", str(run / "ctranslate2"), "precision=int8 is CTranslate2's"
+        )
         forced = choose_engine(TranslateConfig(run=str(run), precision="int8", engine="ctranslate2", **settings))
         assert forced == choice
 
@@ -249,12 +251,12 @@ def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
     cfg = TranslateConfig(run=str(tmp_path / "run"), beam=2)
-    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine.probe_loader(cfg))
+    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine_choice.probe_loader(cfg))
     assert set(timing.seconds) == {"ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
     sentences = engine_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
     assert len(sentences) == engine_probe.PROBE_SENTENCES and all(sentences)
     monkeypatch.setattr(engine_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
-    assert engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine.probe_loader(cfg)) == timing
+    assert engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine_choice.probe_loader(cfg)) == timing
 
 
 @pytest.mark.parametrize(

@@ -648,7 +648,7 @@ def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> N
         "from seq2seq.config import TranslateConfig\n"
         "from seq2seq.serve.batcher import Batcher\n"
         "from seq2seq.serve.engines import Engines\n"
-        "from seq2seq.serve.settings import Settings\n"
+        "from seq2seq.inference.settings import DecodingSettings as Settings\n"
         f"base = TranslateConfig(checkpoint={str(run_dir / 'ctranslate2')!r})\n"
         "batcher = Batcher(lambda: Engines(base), base, 1024, 1)\n"
         "batcher.start()\n"
@@ -690,6 +690,9 @@ class _RecordingEngines:
         self.kind(settings)
         return self
 
+    def decoding_with(self, settings: object) -> _RecordingEngines:
+        return self
+
     def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[object]]:
         from seq2seq.inference.translation import Translation
 
@@ -706,8 +709,8 @@ def test_the_engine_is_loaded_and_used_on_the_worker_thread_alone() -> None:
     engine may load one or time both (engine=auto on a bf16 CPU), so that runs there too."""
     import asyncio
 
+    from seq2seq.inference.settings import DecodingSettings as Settings
     from seq2seq.serve.batcher import Batcher
-    from seq2seq.serve.settings import Settings
 
     calls: list[tuple[str, int]] = []
     batcher = Batcher(lambda: _RecordingEngines(calls), TranslateConfig(), max_batch_tokens=64, max_wait_ms=1)
@@ -729,8 +732,8 @@ def test_the_worker_narrows_to_one_thread_when_other_work_arrives(monkeypatch, c
     import torch  # noqa: F401  (a PyTorch engine's server: the watch narrows PyTorch's threads)
 
     from seq2seq import cpu_sharing
+    from seq2seq.inference.settings import DecodingSettings as Settings
     from seq2seq.serve.batcher import Batcher
-    from seq2seq.serve.settings import Settings
 
     set_on: list[tuple[int, int]] = []
     start = time.monotonic()
@@ -773,8 +776,8 @@ def test_clients_that_send_one_line_at_a_time_share_one_batch() -> None:
     each client, not at two groups that take turns with the engine (as they did: 17 of 32 a batch)."""
     import asyncio
 
+    from seq2seq.inference.settings import DecodingSettings as Settings
     from seq2seq.serve.batcher import Batcher
-    from seq2seq.serve.settings import Settings
 
     engines: list[_RecordingEngines] = []
 

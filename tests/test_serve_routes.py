@@ -5,6 +5,8 @@ The real model's answers are compared with seq2seq-translate in tests/test_serve
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import io
 import logging
 import threading
@@ -22,6 +24,7 @@ pytest.importorskip("starlette", reason="seq2seq-serve needs: pip install -e '.[
 from starlette.testclient import TestClient  # noqa: E402
 
 from seq2seq.config import TranslateConfig  # noqa: E402
+from seq2seq.inference.settings import DecodingSettings  # noqa: E402
 from seq2seq.inference.translation import Translation  # noqa: E402
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app  # noqa: E402
 from seq2seq.serve.batcher import Batcher  # noqa: E402
@@ -51,6 +54,12 @@ class UpperEngines:
 
     def for_settings(self, settings: object) -> UpperEngines:
         return self
+
+    def decoding_with(self, settings: DecodingSettings) -> UpperEngines:
+        """A view decoding with `settings`, as the real engines give (the decoded lines shared)."""
+        view = copy.copy(self)
+        view.cfg = dataclasses.replace(self.cfg, **dataclasses.asdict(settings))
+        return view
 
     def has_torch_weights(self) -> bool:
         return False

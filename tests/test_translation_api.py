@@ -250,12 +250,12 @@ def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
     """beam, length_penalty, max_len_a, ... were written again in translator.py (twice),
     ctranslate2_engine.py, sampling.py and serve/settings.py; a Translator built directly decoded
     with beam=1 and batch_size=64 against the command's 5 and 128."""
+    from seq2seq.inference.settings import DecodingSettings
     from seq2seq.inference.translation import decoding_config
-    from seq2seq.serve.settings import Settings
 
     schema = TranslateConfig()
     checked = 0
-    for function in (Translator.__init__, decoding_config, SamplingRule, Settings):
+    for function in (Translator.__init__, decoding_config, SamplingRule, DecodingSettings):
         for name, parameter in inspect.signature(function).parameters.items():
             if parameter.default is not inspect.Parameter.empty and parameter.default is not None:
                 assert parameter.default == getattr(schema, name), (function, name)
@@ -278,6 +278,28 @@ def test_load_decodes_with_the_engine_the_command_picks(run_dir: Path, tmp_path:
     assert fast.translate(LINES) == [best[0].text for best in nbest.translate_nbest(LINES)] == expected
     torch_only = load(run_dir, engine="torch", beam=3, precision="fp32", device="cpu")
     assert torch_only.kind == "torch" and torch_only.translate(LINES) == expected
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_decoding_with_other_settings_is_a_view_that_changes_nothing_shared(run_dir: Path, engine: str) -> None:
+    """The server decodes each batch with its requests' settings on engines that all requests share:
+    `decoding_with` gives what an engine loaded with those settings gives, and the shared engine goes on
+    decoding as it was loaded (the server used to set the settings on it, batch after batch)."""
+    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.settings import DecodingSettings
+
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    shared = load(run_dir, engine=engine, beam=1, precision="fp32", device="cpu")
+    before = [[(t.text, t.score) for t in best] for best in shared.translate_nbest(LINES)]
+    other = DecodingSettings(beam=3, length_penalty=0.6)
+    loaded = load(run_dir, engine=engine, beam=3, length_penalty=0.6, precision="fp32", device="cpu")
+    expected = [[(t.text, t.score) for t in best] for best in loaded.translate_nbest(LINES)]
+    assert [
+        [(t.text, t.score) for t in best] for best in shared.decoding_with(other).translate_nbest(LINES)
+    ] == expected
+    assert expected != before  # the settings decide something here, or the comparison below proves nothing
+    assert [[(t.text, t.score) for t in best] for best in shared.translate_nbest(LINES)] == before
 
 
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])

@@ -17,6 +17,7 @@ whose search may have reached their own (`_decode_at_largest_budget`); an immedi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 from collections.abc import Iterable
@@ -35,6 +36,7 @@ from seq2seq.config import TranslateConfig, UserError, check_cuda_device, valida
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
 from seq2seq.inference.run_export import checked_export, given_export, int8_export
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
@@ -193,6 +195,14 @@ class CTranslate2Translator:
         self.languages.check(src_lang, tgt_lang)
         other = copy.copy(self)
         other.src_lang, other.tgt_lang = src_lang, tgt_lang
+        return other
+
+    def decoding_with(self, settings: DecodingSettings) -> CTranslate2Translator:
+        """As `Translator.decoding_with`: the same loaded model, decoding with `settings` (never sampling
+        here: seq2seq-translate's engine choice gives sampling to PyTorch)."""
+        other = copy.copy(self)
+        other.cfg = dataclasses.replace(self.cfg, **dataclasses.asdict(settings))
+        other.src_lang, other.tgt_lang = settings.src_lang, settings.tgt_lang
         return other
 
     def _tags(self, ids: list[int]) -> list[str]:

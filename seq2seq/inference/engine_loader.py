@@ -4,7 +4,7 @@ The model is named by run= or checkpoint= of a translate config: a run directory
 checkpoint (several, comma-separated: an ensemble), a weights export (<run>/model/ or
 `seq2seq-export format=safetensors`), a CTranslate2 export (<run>/ctranslate2/ or
 `format=ctranslate2`) or a Hugging Face Marian directory. `load_engine` picks the engine by
-seq2seq-translate's rules (`seq2seq.inference.engine.choose_engine`) and returns it: PyTorch's
+seq2seq-translate's rules (`seq2seq.inference.engine_choice.choose_engine`) and returns it: PyTorch's
 `Translator` or `CTranslate2Translator`, each saying which it is in `kind`. seq2seq-translate,
 seq2seq-serve and the Python API's `load` come here; `Translator.load` and `CTranslate2Translator.load`
 are the same with the engine forced, building their translator as this does.
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from seq2seq import cpu_sharing
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
-from seq2seq.inference.engine import EngineChoice, choose_engine
+from seq2seq.inference.engine_choice import EngineChoice, choose_engine
 from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI, decoding_config
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ from seq2seq.data.tokenizer import Tokenizers
 
 if TYPE_CHECKING:
     from seq2seq.inference.sampling import SamplingRule  # its module imports torch
+    from seq2seq.inference.settings import DecodingSettings
     from seq2seq.inference.target_language import ModelLanguages
 
 T = TypeVar("T")
@@ -50,6 +51,9 @@ class TranslatorAPI(Protocol):
 
     # The same loaded model translating src_lang -> tgt_lang (a multilingual model's tag: target_language).
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> TranslatorAPI: ...
+
+    # The same loaded model decoding with other settings, as a view: the engine itself is not changed.
+    def decoding_with(self, settings: DecodingSettings) -> TranslatorAPI: ...
 
 
 ENGINE_NAMES = {"torch": "PyTorch", "ctranslate2": "CTranslate2"}  # for the log

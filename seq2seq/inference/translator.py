@@ -32,6 +32,7 @@ from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
     Translation,
@@ -103,6 +104,20 @@ class Translator:
         self.languages.check(src_lang, tgt_lang)
         other = copy.copy(self)
         other.src_lang, other.tgt_lang = src_lang, tgt_lang
+        return other
+
+    def decoding_with(self, settings: DecodingSettings) -> Translator:
+        """This translator decoding with `settings`: a view that shares the model and changes nothing in
+        this one, which other callers (the server's other requests) go on using as it is. The settings
+        were checked where they were made (serve/settings.py, serve/languages.py)."""
+        other = copy.copy(self)
+        other.beam, other.nbest, other.length_penalty = settings.beam, settings.nbest, settings.length_penalty
+        other.seed, other.src_lang, other.tgt_lang = settings.seed, settings.src_lang, settings.tgt_lang
+        other.sampling = (
+            SamplingRule(settings.temperature, settings.top_k, settings.top_p) if settings.sampling else None
+        )
+        if settings.sampling:  # a generator of its own: the settings' seed alone decides the samples
+            other.generator = torch.Generator(device=self.device).manual_seed(settings.seed)
         return other
 
     @classmethod

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config import TranslateConfig
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.translation import Translation
 from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
-from seq2seq.serve.settings import Settings, configure
 
 log = logging.getLogger("seq2seq.serve")
 _ids = itertools.count()
@@ -49,7 +49,7 @@ class Job:
 
     lines: list[str]
     prefixes: list[str] | None
-    settings: Settings | None
+    settings: DecodingSettings | None
     tokens: int  # source tokens: what counts against max_batch_tokens
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
@@ -154,7 +154,7 @@ class Batcher:
                 self._wake.notify()
 
     async def translate(
-        self, lines: list[str], settings: Settings, prefixes: list[str] | None = None
+        self, lines: list[str], settings: DecodingSettings, prefixes: list[str] | None = None
     ) -> list[list[Translation]]:
         # Which engine decodes `settings` is chosen on the worker (choosing may load or time one): a
         # forced engine that cannot decode them fails the batch, then each of its requests alone.
@@ -166,7 +166,7 @@ class Batcher:
         return await self._submit([], None, None, 0, work)
 
     async def _submit(
-        self, lines: list[str], prefixes: list[str] | None, settings: Settings | None, tokens: int, work: Any
+        self, lines: list[str], prefixes: list[str] | None, settings: DecodingSettings | None, tokens: int, work: Any
     ) -> Any:
         loop = asyncio.get_running_loop()
         job = Job(lines, prefixes, settings, tokens, loop.create_future(), loop, work)
@@ -252,11 +252,9 @@ class Batcher:
         )  # fmt: skip
 
     def _translate(self, lines: list[str], jobs: list[Job]) -> list[list[Translation]]:
-        engine = self.engines.for_settings(jobs[0].settings)
-        configure(engine, jobs[0].settings, self.base)
-        prefixes = None
-        if jobs[0].settings.prefix:
-            prefixes = [prefix for job in jobs for prefix in job.prefixes]
+        settings = jobs[0].settings
+        engine = self.engines.for_settings(settings).decoding_with(settings)  # a view: the engine stays as it is
+        prefixes = [prefix for job in jobs for prefix in job.prefixes] if settings.prefix else None
         return engine.translate_nbest(lines, prefixes)
 
     def _decode_alone(self, job: Job) -> None:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, cast
 
 from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference.engine import choose_engine
+from seq2seq.inference.engine_choice import choose_engine
 from seq2seq.inference.engine_loader import load_engine
 from seq2seq.inference.run_export import given_export
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI
-from seq2seq.serve.settings import Settings
 
 if TYPE_CHECKING:
     from seq2seq.inference.translator import Translator  # its module imports torch
@@ -30,7 +30,7 @@ class Engines:
         self.main = load_engine(base)
         self.main_kind = self.main.kind
         self._torch: Translator | None = cast("Translator", self.main) if self.main_kind == "torch" else None
-        self._kinds: dict[Settings, str] = {}
+        self._kinds: dict[DecodingSettings, str] = {}
 
     @property
     def name(self) -> str:
@@ -40,7 +40,7 @@ class Engines:
     def tokenizers(self) -> Tokenizers:
         return self.main.tokenizers
 
-    def kind(self, settings: Settings) -> str:
+    def kind(self, settings: DecodingSettings) -> str:
         """The engine seq2seq-translate decodes `settings` with; a forced engine that cannot is a
         UserError (e.g. "config error: engine=ctranslate2: sampling=true ...")."""
         if settings not in self._kinds:
@@ -48,7 +48,7 @@ class Engines:
             self._kinds[settings] = choose_engine(cfg).engine
         return self._kinds[settings]
 
-    def for_settings(self, settings: Settings) -> TranslatorAPI:
+    def for_settings(self, settings: DecodingSettings) -> TranslatorAPI:
         return self.main if self.kind(settings) == self.main_kind else self.torch()
 
     def has_torch_weights(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.serve import files
 from seq2seq.serve.html_text import HtmlDocument
 from seq2seq.serve.languages import Languages, Route, name_of
@@ -31,7 +32,6 @@ from seq2seq.serve.requests import (
     unique_alternatives,
 )
 from seq2seq.serve.service import Service
-from seq2seq.serve.settings import Settings
 
 log = logging.getLogger("seq2seq.serve")
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default: how long its page waits after typing to translate
@@ -48,7 +48,7 @@ def check_html_size(documents: list[str], max_bytes: int) -> None:
 
 class LibreTranslate:
     def __init__(
-        self, service: Service, languages: Languages, defaults: Settings, files_dir: Path, max_file_bytes: int
+        self, service: Service, languages: Languages, defaults: DecodingSettings, files_dir: Path, max_file_bytes: int
     ) -> None:
         self.service, self.languages, self.defaults = service, languages, defaults
         self.files_dir, self.max_file_bytes = files_dir, max_file_bytes

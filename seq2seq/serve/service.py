@@ -17,11 +17,12 @@ from typing import Any
 
 from starlette.requests import Request
 
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.languages import Route
 from seq2seq.serve.requests import BadRequest, Limits, check_keys, check_unicode, merged, parse_json
 from seq2seq.serve.sentences import Line, split_line
-from seq2seq.serve.settings import Settings, default_settings
+from seq2seq.serve.settings import default_settings
 
 DISCONNECT_POLL_SECONDS = 0.05  # how often a waiting request checks that its client is still there
 
@@ -85,13 +86,13 @@ class Service:
         request: Request,
         batcher: Batcher,
         lines: list[str],
-        settings: Settings,
+        settings: DecodingSettings,
         prefixes: list[str] | None = None,
     ) -> list[Any]:
         return await self.unless_gone(request, batcher, batcher.translate(lines, settings, prefixes))
 
     async def translate_texts(
-        self, request: Request, texts: list[str], settings: Settings, route: Route, keep_edges: bool = False
+        self, request: Request, texts: list[str], settings: DecodingSettings, route: Route, keep_edges: bool = False
     ) -> list[list[str]]:
         """Each text's translations (as many as settings.nbest, best first): its lines, each line's
         sentences decoded as the model's lines, joined back with the whitespace they had. With

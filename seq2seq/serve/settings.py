@@ -1,5 +1,6 @@
-"""The decoding settings of one request, checked by the rules and with the one-line messages of the
-translate config, and how the server's one engine is set to them for a batch.
+"""The decoding settings of one request (`DecodingSettings`), checked by the rules and with the one-line
+messages of the translate config. The engines take them per batch (`decoding_with`): nothing is set on
+the server's shared engines.
 
 Requests with equal settings are decoded together; a request that samples is decoded alone, with its
 own seed, so that its samples are those `seq2seq-translate` draws for the same lines and seed.
@@ -10,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config import TranslateConfig, UserError, validate_translate
-from seq2seq.inference.translation import TranslatorAPI, check_beam_fits
+from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.translation import check_beam_fits
 
 # What /v1/translate may set, and the TranslateConfig key each one is.
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")
@@ -23,32 +24,14 @@ SEARCH_SIZES = ("beam", "nbest")  # what a request's decoding costs grows with: 
 SEED_RANGE = (0, 2**63 - 1)  # what a generator's seed holds (torch refuses 1e30 with an OverflowError)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """One request's decoding settings; requests with equal Settings share a batch."""
-
-    beam: int
-    nbest: int = TranslateConfig.nbest
-    length_penalty: float = TranslateConfig.length_penalty
-    sampling: bool = TranslateConfig.sampling
-    temperature: float = TranslateConfig.temperature
-    top_k: int = TranslateConfig.top_k
-    top_p: float = TranslateConfig.top_p
-    seed: int = TranslateConfig.seed
-    prefix: bool = TranslateConfig.prefix
-    # A multilingual model's direction (serve.languages.Model.settings): requests for other targets
-    # are other batches, each decoded with its tag.
-    src_lang: str | None = TranslateConfig.src_lang
-    tgt_lang: str | None = TranslateConfig.tgt_lang
-
-
-def default_settings(cfg: TranslateConfig) -> Settings:
-    return Settings(beam=cfg.beam, length_penalty=cfg.length_penalty)
+def default_settings(cfg: TranslateConfig) -> DecodingSettings:
+    """The server's own search: its beam and length penalty, one translation, no sampling."""
+    return DecodingSettings(beam=cfg.beam, length_penalty=cfg.length_penalty)
 
 
 def settings_from_request(
     body: dict[str, Any], base: TranslateConfig, vocabulary: int, prefix: bool, max_beam: int
-) -> Settings:
+) -> DecodingSettings:
     """The settings a /v1/translate body asks for over the server's; a wrong type or value is a
     UserError with the config's one-line message (e.g. "config error: beam=0: must be positive").
     Kept here rather than in the config's validation: the bounds (max_beam, finite numbers from JSON)
@@ -69,7 +52,7 @@ def settings_from_request(
         SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p)
     else:
         check_beam_fits(cfg.beam, vocabulary)
-    return Settings(**{key: values[key] for key in OPTIONS}, prefix=prefix)
+    return DecodingSettings(**{key: values[key] for key in OPTIONS}, prefix=prefix)
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -83,22 +66,3 @@ def _typed(key: str, value: Any) -> Any:
     if not ok:
         raise UserError(f"config error: {key}={value!r}: must be {'a boolean' if kind is bool else kind.__name__}")
     return kind(value)
-
-
-def configure(engine: TranslatorAPI, settings: Settings, base: TranslateConfig) -> None:
-    """Sets the server's engine (a `Translator` or a `CTranslate2Translator`) to decode with
-    `settings`; only the worker thread that owns the engine calls it."""
-    cfg = dataclasses.replace(base, **dataclasses.asdict(settings))
-    # The direction was checked against the model when the server listed it (serve.languages).
-    engine.src_lang, engine.tgt_lang = cfg.src_lang, cfg.tgt_lang
-    if engine.kind == "torch":  # PyTorch's Translator keeps its settings as attributes
-        import torch
-
-        from seq2seq.inference.sampling import SamplingRule
-
-        engine.beam, engine.nbest, engine.length_penalty = cfg.beam, cfg.nbest, cfg.length_penalty
-        engine.sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
-        if cfg.sampling:  # a fresh generator per sampled request: its seed alone decides its samples
-            engine.generator = torch.Generator(device=engine.device).manual_seed(cfg.seed)
-    else:  # CTranslate2Translator reads its config at each call (it never samples here: see engines.py)
-        engine.cfg = cfg

@@ -12,6 +12,7 @@ Two implementations of the same number:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -21,8 +22,11 @@ from seq2seq.model.transformer import Transformer
 
 CHUNK_ROWS = 1024  # rows of logits alive at once: 1024 x 8k x 4 bytes = 32 MB
 # On a GPU each chunk's ~50 operators (forward and back) are kernel launches, and the host issuing them
-# is what limits training there (docs/performance.md "GPU"), so chunks are as large as this many bytes
-# of fp32 logits allow: 8,388 rows at an 8k vocabulary, two chunks for a 16k-token batch, not sixteen.
+# is what limits training there (docs/performance.md "GPU"), so the loss is one chunk wherever memory
+# allows: a chunk's fp32 logits may take this share of the memory free when the loss first runs (its
+# backward holds about three tensors that size, and later batches may be longer than the first), and
+# never less than GPU_CHUNK_BYTES (8,388 rows at an 8k vocabulary).
+GPU_FREE_MEMORY_SHARE = 1 / 16
 GPU_CHUNK_BYTES = 256 * 2**20
 
 
@@ -30,7 +34,15 @@ def chunk_rows(vocab: int, device: torch.device) -> int:
     """Rows of logits computed at once on `device`."""
     if device.type != "cuda":
         return CHUNK_ROWS
-    return max(CHUNK_ROWS, GPU_CHUNK_BYTES // (4 * vocab))
+    budget = max(GPU_CHUNK_BYTES, int(free_gpu_bytes(device.index) * GPU_FREE_MEMORY_SHARE))
+    return max(CHUNK_ROWS, budget // (4 * vocab))
+
+
+@functools.cache
+def free_gpu_bytes(index: int | None) -> int:
+    """The GPU's free memory, read once per process (the loss runs outside the compiled graph, so this
+    driver call is made once, eagerly; the share of it is a bound, not a figure to follow)."""
+    return torch.cuda.mem_get_info(index)[0]
 
 
 def label_smoothed_loss(
