@@ -95,7 +95,9 @@ class DataConfig:
         },
     )
     lang_tag: str = setting(
-        "source_prefix", "directions: source_prefix (>>de<< first source token, OPUS-MT) | decoder_start (mBART/NLLB)"
+        "source_prefix",
+        "directions: source_prefix (>>de<< first source token, OPUS-MT) | decoder_start (mBART/NLLB) | both"
+        " (Wu et al. 2021's T-ENC + T-DEC: for zero-shot)",
     )
     sampling_temperature: float = setting(
         5.0, "directions: direction d drawn with p ~ pairs_d^(1/T), >= 1; 1: as the data is, inf: uniform"
@@ -713,7 +715,7 @@ def validate_train(cfg: Any) -> None:
 # An ISO 639-1 or 639-3 code, optionally with a script or region (zh_Hant, pt_BR): no "-", which
 # separates a direction's two codes, and nothing a file name or a >>tag<< cannot hold.
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
-LANG_TAG_PLACES = ("source_prefix", "decoder_start")
+LANG_TAG_PLACES = ("source_prefix", "decoder_start", "both")
 
 
 def parse_direction(text: Any) -> tuple[str, str]:

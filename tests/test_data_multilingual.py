@@ -186,6 +186,36 @@ def test_decoder_start_tag_is_fed_and_never_predicted(decoder_started):
     assert sum(h.tgt_tokens for h in halves) == batch.tgt_tokens
 
 
+@pytest.fixture(scope="module")
+def both_tagged(tmp_path_factory):
+    root = tmp_path_factory.mktemp("both")
+    cfg = multilingual_cfg(root, lang_tag="both")
+    return cfg, prepare_data(cfg)
+
+
+def test_both_puts_the_tag_first_in_the_source_and_feeds_it_to_the_decoder(both_tagged):
+    """data.lang_tag=both (T-ENC + T-DEC): each source starts with its target language's tag, each
+    target's first id is the same tag, fed after the start token and left out of the loss."""
+    cfg, data = both_tagged
+    tok, split = data.tokenizers, data.train
+    assert data.languages.placement == "both" and split.target_tag
+    rows = np.arange(len(split))
+    batch = collate(split, rows, max_positions=64)
+    for row in rows:
+        direction = split.direction_names[split.directions[row]]
+        tag = tok.tgt.token_to_id(f">>{direction.split('-')[1]}<<")
+        assert tok.src.token_to_id(f">>{direction.split('-')[1]}<<") == tag  # one id on either side
+        src, tgt = split.src[row].tolist(), split.tgt[row].tolist()
+        assert src[0] == tag and tag not in src[1:] and tgt[0] == tag and tag not in tgt[1:]
+        width = len(tgt) + 1
+        assert batch.tgt_in[row, :width].tolist() == [BOS_ID, *tgt]
+        assert batch.tgt_out[row, :width].tolist() == [PAD_ID, *tgt[1:], EOS_ID]
+    tags = language_tags(as_dict(cfg), tok)
+    fr = tok.tgt.token_to_id(">>fr<<")
+    assert tags == data.languages
+    assert (tags.source_ids([9, 10], "fr"), tags.target_prefix("fr")) == ([fr, 9, 10], [fr])
+
+
 def test_tokenizer_learns_each_language_s_text_once(tmp_path):
     """Multi30k-style, one file per language: train.en serves en-de, en-fr and en-cs, and the joint
     vocabulary learns it once, beside de, fr and cs (three copies would weigh English three times)."""

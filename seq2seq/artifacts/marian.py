@@ -31,7 +31,7 @@ import torch
 from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.config import ModelConfig, TranslateConfig, UserError
-from seq2seq.data.directions import DECODER_START
+from seq2seq.data.directions import TARGET_TAGGED
 from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK, Tokenizers, decoder_start_id
 from seq2seq.model.embedding import sinusoidal_table
@@ -318,9 +318,9 @@ def huggingface_writer(
     if cfg.decoder_start == "pad" and not isinstance(tokenizers, SentencePieceTokenizers):
         raise UserError(f"{path}: model.decoder_start=pad needs a Marian model's SentencePiece tokenizers")
     data = payload.get("config", {}).get("data", {})
-    if data.get("directions") and data.get("lang_tag") == DECODER_START:
+    if data.get("directions") and data.get("lang_tag") in TARGET_TAGGED:
         raise UserError(
-            f"{path}: data.lang_tag=decoder_start has no Marian convention (MarianTokenizer reads the >>xx<< tag "
+            f"{path}: data.lang_tag={data.get('lang_tag')} has no Marian convention (MarianTokenizer reads the >>xx<< tag "
             "at the start of the source); export format=ctranslate2, or train with data.lang_tag=source_prefix"
         )
     state = dict(payload["model"])

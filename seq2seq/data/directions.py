@@ -6,7 +6,9 @@ data.tgt_lang) and no tags, exactly as before the key existed. With it, every ta
 tag, `>>de<<` (the OPUS-MT / Marian spelling, which MarianTokenizer, CTranslate2 and Argos take as it
 is), a special token of the joint vocabulary that ordinary text never produces. Where it goes is
 `data.lang_tag`: `source_prefix` (the source's first token, OPUS-MT) or `decoder_start` (the target's
-first token after the decoder's start token, as mBART and NLLB place it; given, never predicted).
+first token after the decoder's start token, as mBART and NLLB place it; given, never predicted) or
+`both` (the two at once, Wu et al. 2021's T-ENC + T-DEC: the encoder's output then carries the target
+language too, which the zero-shot directions need when the decoder's one tag is outweighed by the source).
 
 This module reads no corpus and imports no tokenizer library: it is what translation, export and the
 server ask about a run's convention (`LanguageTags`), given its config and its tokenizers.
@@ -21,7 +23,8 @@ from typing import Any
 
 from seq2seq.config import DataConfig, UserError, as_dict, parse_direction
 
-SOURCE_PREFIX, DECODER_START = "source_prefix", "decoder_start"
+SOURCE_PREFIX, DECODER_START, BOTH = "source_prefix", "decoder_start", "both"
+SOURCE_TAGGED, TARGET_TAGGED = (SOURCE_PREFIX, BOTH), (DECODER_START, BOTH)
 PLACEHOLDERS = ("{src}", "{tgt}")
 # The keys a direction's files or fields are named by: {src} and {tgt} in them become its codes.
 PATH_KEYS = {
@@ -113,8 +116,9 @@ class LanguageTags:
     """A multilingual run's convention, rebuilt from its config and tokenizers (`language_tags`):
     what translation, exports and the server need to ask a model for a target language.
 
-    `placement`: source_prefix | decoder_start. `ids`: target language -> its tag's id in the
-    vocabulary the tag goes into (the source's for source_prefix, the target's for decoder_start).
+    `placement`: source_prefix | decoder_start | both. `ids`: target language -> its tag's id in the
+    vocabulary the tag goes into (the source's for source_prefix, the target's for decoder_start; under
+    both, the two vocabularies give each tag the same id).
     `directions`: the trained ones, "src-tgt"; any other pair whose target has a tag is zero-shot."""
 
     placement: str
@@ -138,13 +142,13 @@ class LanguageTags:
         return f"{src_lang}-{tgt_lang}" in self.directions
 
     def source_ids(self, ids: list[int], tgt_lang: str) -> list[int]:
-        """A source's token ids as the model reads them: with the tag first under source_prefix."""
-        return [self.tag_id(tgt_lang), *ids] if self.placement == SOURCE_PREFIX else list(ids)
+        """A source's token ids as the model reads them: with the tag first under source_prefix and both."""
+        return [self.tag_id(tgt_lang), *ids] if self.placement in SOURCE_TAGGED else list(ids)
 
     def target_prefix(self, tgt_lang: str) -> list[int]:
         """The ids forced after the decoder's start token (CTranslate2's target_prefix): the tag under
-        decoder_start, nothing under source_prefix."""
-        return [self.tag_id(tgt_lang)] if self.placement == DECODER_START else []
+        decoder_start and both, nothing under source_prefix."""
+        return [self.tag_id(tgt_lang)] if self.placement in TARGET_TAGGED else []
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -158,15 +162,22 @@ def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
         cfg = DataConfig(**cfg)
     if not is_multilingual(cfg):
         return None
-    side = tokenizers.src if cfg.lang_tag == SOURCE_PREFIX else tokenizers.tgt
+    sides = {"source_prefix": [tokenizers.src], "decoder_start": [tokenizers.tgt]}.get(
+        cfg.lang_tag, [tokenizers.tgt, tokenizers.src]
+    )
     ids = {}
     for lang in target_languages(configured_directions(cfg)):
-        index = side.token_to_id(language_tag(lang))
-        if index is None:
+        found = {side.token_to_id(language_tag(lang)) for side in sides}
+        if None in found:
             raise UserError(
                 f"data.directions: the tokenizer has no {language_tag(lang)} token (trained without data.directions?)"
             )
-        ids[lang] = index
+        if len(found) > 1:  # both: one id for the tag on either side, as Tokenizers.train gives it
+            raise UserError(
+                f"data.lang_tag=both: {language_tag(lang)} has ids {sorted(found)} in the source and target "
+                "vocabularies; it needs one (train the tokenizers with data.directions)"
+            )
+        ids[lang] = found.pop()
     return LanguageTags(cfg.lang_tag, tuple(d.name for d in configured_directions(cfg)), ids)
 
 

@@ -17,7 +17,8 @@ import pyarrow as pa
 from seq2seq.config import UserError
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs
 from seq2seq.data.directions import (
-    DECODER_START,
+    SOURCE_TAGGED,
+    TARGET_TAGGED,
     Direction,
     configured_directions,
     direction_config,
@@ -119,7 +120,7 @@ def direction_tag_ids(cfg: Any, tokenizers: Any) -> list[int]:
 
 def tag_ids(src: list[int], tgt: list[int], tag: int, placement: str) -> tuple[list[int], list[int]]:
     """A pair's ids with its direction's tag where data.lang_tag puts it."""
-    return (src, [tag, *tgt]) if placement == DECODER_START else ([tag, *src], tgt)
+    return ([tag, *src] if placement in SOURCE_TAGGED else src), ([tag, *tgt] if placement in TARGET_TAGGED else tgt)
 
 
 def tag_directions(
@@ -138,7 +139,7 @@ def attach_directions(data: Any, cfg: Any) -> None:
     for split in (data.train, data.valid):
         if split is not None:
             split.direction_names = names
-            split.target_tag = cfg.lang_tag == DECODER_START
+            split.target_tag = cfg.lang_tag in TARGET_TAGGED
     if data.train is not None:
         data.train.sampling_temperature = float(cfg.sampling_temperature)
     data.languages = language_tags(cfg, data.tokenizers)
