@@ -32,6 +32,12 @@ TABLE_HEADER = (
 
 
 def loaded(result: dict) -> bool:
+    """Whether other work ran around the timings: other processes' running threads counted just before
+    them, where the result has the count (the load average also holds the command's own training winding
+    down and its own timing threads), else the load average."""
+    others = result.get("other_threads_before_speed")
+    if others is not None:
+        return others > result["machine"]["cores"] / 2
     return max(result["load_average_during_speed"]) > result["machine"]["cores"] / 2
 
 

@@ -379,8 +379,14 @@ def test_a_published_result_is_a_row_each_for_teacher_and_student(distilled, tmp
         == f"{result['teacher']['speed']['default']['1']} / {result['teacher']['speed']['default']['2']}"
     )
     assert "old" not in page.read_text() and page.read_text().endswith("after\n")
-    assert not script.loaded(result)
-    assert script.loaded({**result, "load_average_during_speed": [0.1, result["machine"]["cores"]]})
+    assert isinstance(result["other_threads_before_speed"], float) and result["other_threads_before_speed"] >= 0
+    cores = result["machine"]["cores"]
+    counted = {**result, "other_threads_before_speed": 0.0}
+    assert not script.loaded({**counted, "load_average_during_speed": [1.8, 1.6]})  # the command's own work
+    assert script.loaded({**counted, "other_threads_before_speed": float(cores)})  # another job's threads
+    older = {key: value for key, value in result.items() if key != "other_threads_before_speed"}
+    assert not script.loaded(older)  # a result without the count: the load average decides
+    assert script.loaded({**older, "load_average_during_speed": [0.1, cores]})
     # reproduce.py's table of training runs leaves these files out
     assert not load_script("reproduce").in_table(result)
 

@@ -29,6 +29,7 @@ OVERRIDES = [
     "data.task_train_size=64",
     "data.task_valid_size=8",
     "model.dropout=0.0",  # no randomness: the runs must agree to float tolerance
+    "precision=fp32",  # the runs must agree to float tolerance: auto takes bf16 where the CPU has it
     "batch_tokens=512",
     "threads=1",
     "attention_images=false",

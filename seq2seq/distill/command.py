@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from seq2seq import cpu_sharing
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
 from seq2seq.data.corpus import iter_split, require_pairs, unzip
 from seq2seq.data.directions import Direction
@@ -222,6 +223,9 @@ def compare(
     pairs = held_out[split]
     threads = list(cfg.speed_threads)
     load_before = round(os.getloadavg()[0], 2)
+    # Other processes' threads now, before the timings: the load average cannot tell other work from this
+    # command's own training winding down and its own timing threads (publish_distill.py reads this).
+    others = cpu_sharing.others_running()
     result: dict[str, Any] = {
         "name": f"distill_{'_'.join(pairs)}",
         "experiment": "distill",
@@ -245,6 +249,7 @@ def compare(
     result["bleu_lowercase_gap"] = round(result["teacher"]["bleu_lowercase"] - result["student"]["bleu_lowercase"], 2)
     result["speed_lines"] = min(cfg.speed_lines, len(next(iter(pairs.values()))[0]))
     result["load_average_during_speed"] = [load_before, round(os.getloadavg()[0], 2)]
+    result["other_threads_before_speed"] = None if others is None else round(others, 1)
     result["machine"] = report.machine()
     result["name"] += f".{result['machine']['cpu_capability'].lower().replace(' ', '_')}"
     return result
