@@ -134,8 +134,12 @@ def prefixed(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def decoder_started(tmp_path_factory):
-    root = tmp_path_factory.mktemp("decoder_start")
-    cfg = multilingual_cfg(root, lang_tag="decoder_start")
+    return prepared(tmp_path_factory.mktemp("decoder_start"), lang_tag="decoder_start")
+
+
+def prepared(root: Path, **extra):
+    """A multilingual corpus under `root`, its config (with `extra`) and the data prepared from it."""
+    cfg = multilingual_cfg(root, **extra)
     return cfg, prepare_data(cfg)
 
 
@@ -188,9 +192,7 @@ def test_decoder_start_tag_is_fed_and_never_predicted(decoder_started):
 
 @pytest.fixture(scope="module")
 def both_tagged(tmp_path_factory):
-    root = tmp_path_factory.mktemp("both")
-    cfg = multilingual_cfg(root, lang_tag="both")
-    return cfg, prepare_data(cfg)
+    return prepared(tmp_path_factory.mktemp("both"), lang_tag="both")
 
 
 def test_both_puts_the_tag_first_in_the_source_and_feeds_it_to_the_decoder(both_tagged):
