@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import DataConfig, TranslateConfig, UserError
-from seq2seq.data.directions import DECODER_START, SOURCE_PREFIX, LanguageTags
+from seq2seq.data.directions import BOTH, DECODER_START, SOURCE_PREFIX, LanguageTags
 from seq2seq.inference.command import translate
 from seq2seq.inference.engine_loader import load
 from seq2seq.inference.target_language import ModelLanguages, translate_command
@@ -337,7 +337,7 @@ def random_tagged_model(root, lang_tag: str, seed: int, eos_bias: float):
     return ckpt / "model.pt", root / "ct2"
 
 
-@pytest.fixture(scope="module", params=[SOURCE_PREFIX, DECODER_START])
+@pytest.fixture(scope="module", params=[SOURCE_PREFIX, DECODER_START, BOTH])
 def random_model(request, tmp_path_factory):
     return request.param, *random_tagged_model(
         tmp_path_factory.mktemp(request.param), request.param, seed=2, eos_bias=5.0
@@ -395,9 +395,10 @@ def test_both_engines_write_and_score_a_tagged_model_alike(random_model, beam, l
     ours = Translator.load(checkpoint, **settings)
     theirs = CTranslate2Translator.load(exported, **settings).translate_nbest(TAG_LINES)
     tag = ours.tokenizers.src.token_to_id(">>fr<<")
-    decoder_start = lang_tag == DECODER_START
-    bodies = [[*([] if decoder_start else [tag]), *ids, EOS_ID] for ids in ours.tokenizers.encode_src(TAG_LINES)]
-    if decoder_start and beam > 1:  # the lines must hold the case the rule decides
+    decoder_start = lang_tag in (DECODER_START, BOTH)  # the tag given after the decoder's start
+    source_tagged = lang_tag in (SOURCE_PREFIX, BOTH)
+    bodies = [[*([tag] if source_tagged else []), *ids, EOS_ID] for ids in ours.tokenizers.encode_src(TAG_LINES)]
+    if lang_tag == DECODER_START and beam > 1:  # the lines must hold the case the rule decides
         assert any(0 < rank < beam for rank in eos_ranks_after_the_tag(ours.model, bodies, tag))
     for line, src, mine, other in zip(TAG_LINES, bodies, ours.translate_nbest(TAG_LINES), theirs, strict=True):
         assert [t.text for t in mine] == [t.text for t in other], line
