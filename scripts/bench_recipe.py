@@ -16,7 +16,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-CHOICE_LINE = re.compile(r"^recipe: (\S+) for ")
 
 
 def one_choice(experiment: str, data_dir: str, minutes: float, data_cache: str) -> dict:

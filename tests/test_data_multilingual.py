@@ -165,17 +165,30 @@ def test_every_source_starts_with_its_direction_s_tag(prefixed):
             assert len(set(src) & set(tags.ids.values())) == 1  # the tag once, nowhere else
 
 
-def test_decoder_start_tag_is_fed_and_never_predicted(decoder_started):
-    cfg, data = decoder_started
+@pytest.fixture(scope="module")
+def both_tagged(tmp_path_factory):
+    return prepared(tmp_path_factory.mktemp("both"), lang_tag="both")
+
+
+@pytest.mark.parametrize("placement", ["decoder_start", "both"])
+def test_decoder_start_tag_is_fed_and_never_predicted(request, placement):
+    """Under decoder_start, and under both (T-ENC + T-DEC: the source starts with the tag too), each
+    target's first id is its tag, fed after the start token and left out of the loss."""
+    cfg, data = request.getfixturevalue("decoder_started" if placement == "decoder_start" else "both_tagged")
     tok, split = data.tokenizers, data.train
-    assert data.languages.placement == "decoder_start" and split.target_tag
+    assert data.languages.placement == placement and split.target_tag
     rows = np.arange(len(split))
     batch = collate(split, rows, max_positions=64)
     for row in rows:
-        direction = split.direction_names[split.directions[row]]
-        tag = tok.tgt.token_to_id(f">>{direction.split('-')[1]}<<")
+        language = split.direction_names[split.directions[row]].split("-")[1]
+        tag = tok.tgt.token_to_id(f">>{language}<<")
         text = split.tgt[row].tolist()[1:]
-        assert split.tgt[row][0] == tag and split.src[row][0] != tag
+        src = split.src[row].tolist()
+        assert split.tgt[row][0] == tag and tag not in text
+        if placement == "both":  # the tag first in the source, with the target's id
+            assert tok.src.token_to_id(f">>{language}<<") == tag and src[0] == tag and tag not in src[1:]
+        else:
+            assert src[0] != tag
         width = len(text) + 2
         assert batch.tgt_in[row, :width].tolist() == [BOS_ID, tag, *text]
         assert batch.tgt_out[row, :width].tolist() == [PAD_ID, *text, EOS_ID]  # the tag's position has no loss
@@ -188,34 +201,11 @@ def test_decoder_start_tag_is_fed_and_never_predicted(decoder_started):
             text = split.tgt[index].tolist()[1:]
             assert half.tgt_out[row, : len(text) + 2].tolist() == [PAD_ID, *text, EOS_ID]
     assert sum(h.tgt_tokens for h in halves) == batch.tgt_tokens
-
-
-@pytest.fixture(scope="module")
-def both_tagged(tmp_path_factory):
-    return prepared(tmp_path_factory.mktemp("both"), lang_tag="both")
-
-
-def test_both_puts_the_tag_first_in_the_source_and_feeds_it_to_the_decoder(both_tagged):
-    """data.lang_tag=both (T-ENC + T-DEC): each source starts with its target language's tag, each
-    target's first id is the same tag, fed after the start token and left out of the loss."""
-    cfg, data = both_tagged
-    tok, split = data.tokenizers, data.train
-    assert data.languages.placement == "both" and split.target_tag
-    rows = np.arange(len(split))
-    batch = collate(split, rows, max_positions=64)
-    for row in rows:
-        direction = split.direction_names[split.directions[row]]
-        tag = tok.tgt.token_to_id(f">>{direction.split('-')[1]}<<")
-        assert tok.src.token_to_id(f">>{direction.split('-')[1]}<<") == tag  # one id on either side
-        src, tgt = split.src[row].tolist(), split.tgt[row].tolist()
-        assert src[0] == tag and tag not in src[1:] and tgt[0] == tag and tag not in tgt[1:]
-        width = len(tgt) + 1
-        assert batch.tgt_in[row, :width].tolist() == [BOS_ID, *tgt]
-        assert batch.tgt_out[row, :width].tolist() == [PAD_ID, *tgt[1:], EOS_ID]
-    tags = language_tags(as_dict(cfg), tok)
-    fr = tok.tgt.token_to_id(">>fr<<")
-    assert tags == data.languages
-    assert (tags.source_ids([9, 10], "fr"), tags.target_prefix("fr")) == ([fr, 9, 10], [fr])
+    if placement == "both":  # what translation asks of the run: the tag on both sides
+        tags = language_tags(as_dict(cfg), tok)
+        fr = tok.tgt.token_to_id(">>fr<<")
+        assert tags == data.languages
+        assert (tags.source_ids([9, 10], "fr"), tags.target_prefix("fr")) == ([fr, 9, 10], [fr])
 
 
 def test_tokenizer_learns_each_language_s_text_once(tmp_path):

@@ -162,9 +162,8 @@ def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
         cfg = DataConfig(**cfg)
     if not is_multilingual(cfg):
         return None
-    sides = {"source_prefix": [tokenizers.src], "decoder_start": [tokenizers.tgt]}.get(
-        cfg.lang_tag, [tokenizers.tgt, tokenizers.src]
-    )
+    places = ((tokenizers.tgt, TARGET_TAGGED), (tokenizers.src, SOURCE_TAGGED))
+    sides = [side for side, placements in places if cfg.lang_tag in placements]  # where the tag goes
     ids = {}
     for lang in target_languages(configured_directions(cfg)):
         found = {side.token_to_id(language_tag(lang)) for side in sides}

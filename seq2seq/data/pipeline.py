@@ -98,9 +98,8 @@ class Split:
     # data.directions: each row's direction (an index into direction_names); None for one direction.
     directions: np.ndarray | None = None
     direction_names: tuple[str, ...] = ()
-    target_tag: bool = (
-        False  # data.lang_tag=decoder_start or both: each target's first id is its tag (given, not predicted)
-    )
+    # data.lang_tag=decoder_start or both: each target's first id is its tag (given, not predicted)
+    target_tag: bool = False
     sampling_temperature: float | None = None  # the training split's data.sampling_temperature
 
     def __len__(self) -> int:

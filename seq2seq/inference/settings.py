@@ -8,7 +8,7 @@ read them from there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from seq2seq.config import TranslateConfig
 
@@ -29,8 +29,3 @@ class DecodingSettings:
     # A multilingual model's direction: other targets are other batches, each decoded with its tag.
     src_lang: str | None = TranslateConfig.src_lang
     tgt_lang: str | None = TranslateConfig.tgt_lang
-
-    @classmethod
-    def of(cls, cfg: TranslateConfig) -> DecodingSettings:
-        """The settings a translate config decodes with."""
-        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
