@@ -355,6 +355,8 @@ class AverageConfig:
 # How seq2seq-distill picks each line's target among the teacher's n-best: nothing (the teacher's best), or
 # the hypothesis closest to the line's reference by sacreBLEU's sentence chrF or BLEU (seq2seq/distill/selection.py).
 DISTILL_SELECT = ("none", "chrf", "bleu")
+DISTILL_TRAINED_TARGETS = ("teacher", "references")
+STUDENT_AS_TEACHER = "teacher"  # student=teacher: the teacher's own sizes (self-distillation, back-translation)
 
 
 @dataclass
@@ -365,7 +367,20 @@ class DistillConfig:
     output: str | None = setting(
         None, "a new folder for the distilled corpus, the student and result.json; one this command made resumes"
     )
-    student: str = setting("small", "the student's model preset: configs/model/<name>.yaml")
+    student: str = setting(
+        "small", "the student's model preset: configs/model/<name>.yaml, or teacher (the teacher's own sizes)"
+    )
+    trained_targets: str = setting(
+        "teacher",
+        "the student's targets for the teacher's directions: teacher (its translations: distillation) | references",
+    )
+    back_translate: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "directions the teacher was not trained on (zero-shot, e.g. [de-fr,fr-de]) that the student"
+            " learns from back-translated pairs made through a pivot language (docs/distill.md)"
+        },
+    )
     beam: int = setting(5, "the teacher's beam size as it translates the training corpus")
     nbest: int = setting(1, "hypotheses per line the teacher keeps for select=; 1: its best alone")
     select: str = setting(
@@ -408,6 +423,9 @@ def validate_distill(cfg: Any) -> None:
     _choice("select", cfg.select, DISTILL_SELECT)
     _check(cfg.nbest == 1 or cfg.select != "none", "nbest", cfg.nbest, "needs select=chrf or select=bleu to choose")
     _check(0.0 <= cfg.min_score <= 100.0, "min_score", cfg.min_score, "must be in [0, 100]")
+    _choice("trained_targets", cfg.trained_targets, DISTILL_TRAINED_TARGETS)
+    for name in cfg.back_translate:
+        parse_direction(name, "back_translate")
     _check(_finite(cfg.length_penalty), "length_penalty", cfg.length_penalty, "must be finite")
     _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
     _check(cfg.chunk_lines > 0, "chunk_lines", cfg.chunk_lines, "must be positive")
@@ -718,20 +736,20 @@ LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
 LANG_TAG_PLACES = ("source_prefix", "decoder_start", "both")
 
 
-def parse_direction(text: Any) -> tuple[str, str]:
-    """ "en-de" -> ("en", "de"); a malformed entry of data.directions is a one-line error naming it."""
+def parse_direction(text: Any, key: str = "data.directions") -> tuple[str, str]:
+    """ "en-de" -> ("en", "de"); a malformed entry of `key` is a one-line error naming it."""
     src, sep, tgt = str(text).partition("-")
     _check(
         bool(sep) and bool(LANGUAGE_CODE.fullmatch(src)) and bool(LANGUAGE_CODE.fullmatch(tgt)),
-        "data.directions",
+        key,
         text,
         "each entry is src-tgt with language codes of 2-3 lower-case letters (optionally _Script), e.g. en-de",
     )
-    _check(src != tgt, "data.directions", text, "source and target language must differ")
+    _check(src != tgt, key, text, "source and target language must differ")
     for code in (src, tgt):
         base = code.partition("_")[0]
         why = f"{base} is not an ISO 639-1 or 639-3 language code (e.g. de or deu)"
-        _check(_is_iso_639(base), "data.directions", text, why)
+        _check(_is_iso_639(base), key, text, why)
     return src, tgt
 
 

@@ -5,7 +5,10 @@ that a rerun of the same command after a kill goes on from where it stopped.
     <output>/settings.json         what decides the contents (a rerun must give the same)
     <output>/distill.log           everything logged, every run appended
     <output>/data/distilled/       train.<src>-<tgt>.<lang>: the sources and the teacher's kept targets
+                                   (or the references, trained_targets=references), and the
+                                   back-translated pairs of back_translate= (back_translation.py)
     <output>/data/original/        valid.* and test.* (and train.* with baseline=true): the references
+                                   (a back-translated direction's valid.*: made as its train.* is)
     <output>/data/selection.json   per direction: lines, kept, dropped and why, the translations' cache
     <output>/student/, baseline/   run directories (seq2seq-translate run=<output>/student)
     <output>/result.json           teacher against student (report.py)
@@ -17,6 +20,7 @@ settings: another student of the same teacher and corpus reuses them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -28,10 +32,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
-from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
+from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict, validate_directions
 from seq2seq.data.corpus import iter_split, require_pairs, unzip
-from seq2seq.data.directions import Direction
+from seq2seq.data.directions import Direction, direction_config
 from seq2seq.distill import report
+from seq2seq.distill.back_translation import BackTranslated, plan
 from seq2seq.distill.files import held, read_json, write_json, write_lines
 from seq2seq.distill.output import check_settings, claim_output
 from seq2seq.distill.selection import select
@@ -53,10 +58,14 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
     teacher = read_teacher(cfg.teacher)
     corpus = corpus_config(teacher, data)
     output = Path(cfg.output).resolve()
+    planned = plan(list(cfg.back_translate), [d for d, _ in directions(corpus)])
     held_out = read_held_out(corpus)  # before anything is written: a corpus that cannot be read is one line
+    if "test" in held_out:  # a back-translated direction is tested on the corpus's own pairs, where it has them
+        held_out["test"].update(corpus_tests(corpus, planned))
     if cfg.check_language:
         check_source_language(corpus)
-    student = student_config(teacher, cfg.student, corpus, train, output / "data", "test" in held_out)
+    student_corpus = with_back_translated(corpus, planned)
+    student = student_config(teacher, cfg.student, student_corpus, train, output / "data", "test" in held_out)
     resumed = claim_output(output)
     with held(output, "a distillation"), _logging(output / "distill.log"):
         check_settings(output, settings(cfg, teacher, data, train))
@@ -67,7 +76,7 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
             log.info("finished earlier: %s", output / RESULT)
             return done
         with _timed(state, "teacher_and_selection", output):
-            selection = distilled_corpus(cfg, teacher, corpus, held_out, output / "data")
+            selection = distilled_corpus(cfg, teacher, corpus, held_out, output / "data", planned)
         with _timed(state, "student", output):
             summary = train_once(student, output / "student", "student")
         if summary.get("exit_status"):
@@ -75,7 +84,7 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
         baseline = None
         if cfg.baseline:
             with _timed(state, "baseline", output):
-                original_training_pairs(corpus, output / "data")
+                original_training_pairs(corpus, output / "data", planned)
                 config = baseline_config(
                     with_files(student, output / "data", "original", "test" in held_out), summary["step"]
                 )
@@ -92,8 +101,9 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
 
 def settings(cfg: Any, teacher: Teacher, data: list[str], train: list[str]) -> dict[str, Any]:
     """What decides an output folder's contents (output.check_settings)."""
-    keys = ("student", "beam", "nbest", "select", "min_score", "length_penalty")
-    return {"teacher": teacher.paths, **{k: getattr(cfg, k) for k in keys}, "data": list(data), "train": list(train)}
+    keys = ("student", "beam", "nbest", "select", "min_score", "length_penalty", "trained_targets")
+    found = {"teacher": teacher.paths, **{k: getattr(cfg, k) for k in keys}, "data": list(data), "train": list(train)}
+    return {**found, "back_translate": list(cfg.back_translate)}
 
 
 def read_held_out(corpus: DataConfig) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
@@ -113,21 +123,56 @@ def read_held_out(corpus: DataConfig) -> dict[str, dict[str, tuple[list[str], li
     return found
 
 
+def corpus_tests(corpus: DataConfig, planned: list[BackTranslated]) -> dict[str, tuple[list[str], list[str]]]:
+    """The corpus's own test pairs of each back-translated direction that it has (Multi30k: every pair
+    of its languages), to score teacher (zero-shot) and student on."""
+    found = {}
+    for item in planned:
+        one = direction_config(corpus, item.direction)
+        try:
+            pairs = iter_split(one, "test")
+            sources, references = unzip(pairs) if pairs is not None else ([], [])
+        except UserError:  # no such files: the direction is trained, not tested
+            continue
+        if sources:
+            found[item.direction.name] = (sources, references)
+    return found
+
+
+def with_back_translated(corpus: DataConfig, planned: list[BackTranslated]) -> DataConfig:
+    """The student's data settings: the teacher's directions and the back-translated ones."""
+    if not planned:
+        return corpus
+    names = [*corpus.directions, *(item.direction.name for item in planned)]
+    student = dataclasses.replace(corpus, directions=names)
+    validate_directions(student)
+    return student
+
+
 def distilled_corpus(
-    cfg: Any, teacher: Teacher, corpus: DataConfig, held_out: dict[str, Any], root: Path
+    cfg: Any,
+    teacher: Teacher,
+    corpus: DataConfig,
+    held_out: dict[str, Any],
+    root: Path,
+    planned: list[BackTranslated] = (),
 ) -> dict[str, Any]:
-    """Step 1 and 2 for every direction, and the original held-out pairs beside them: the files the
-    student reads. Done once: selection.json says it is."""
+    """Step 1 and 2 for every direction, the back-translated directions, and the original held-out pairs
+    beside them: the files the student reads. Done once: selection.json says it is."""
     if (root / SELECTION).is_file():
         log.info("distilled corpus made earlier: %s", root / "distilled")
         return read_json(root / SELECTION)
     for folder in ("distilled", "original"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     engine = load_teacher(cfg, teacher)
-    selection = {
-        direction.name: distil_direction(cfg, teacher, engine, direction, one, root / "distilled")
-        for direction, one in directions(corpus)
-    }
+    selection = {}
+    for direction, one in directions(corpus):
+        if cfg.trained_targets == "references":
+            selection[direction.name] = references_direction(direction, one, root / "distilled")
+        else:
+            selection[direction.name] = distil_direction(cfg, teacher, engine, direction, one, root / "distilled")
+    for item in planned:
+        selection[item.direction.name] = back_translate_direction(cfg, teacher, engine, corpus, item, root)
     for split, by_direction in held_out.items():
         for name, (sources, references) in by_direction.items():
             src, tgt = name.split("-")
@@ -163,12 +208,60 @@ def distil_direction(
     }
 
 
-def original_training_pairs(corpus: DataConfig, root: Path) -> None:
-    """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun)."""
+def references_direction(direction: Direction, one: DataConfig, folder: Path) -> dict[str, Any]:
+    """trained_targets=references: one direction's training pairs as the corpus has them."""
+    sources, references = unzip(iter_split(one, "train"))
+    require_pairs(one, "train", len(sources))
+    write_lines(folder / f"train.{direction.name}.{direction.src}", sources)
+    write_lines(folder / f"train.{direction.name}.{direction.tgt}", references)
+    log.info("%s: %d pairs with their references (trained_targets=references)", direction.name, len(sources))
+    return {"lines": len(sources), "kept": len(sources), "targets": "references"}
+
+
+def back_translate_direction(
+    cfg: Any, teacher: Teacher, engine: TranslatorAPI, corpus: DataConfig, item: BackTranslated, root: Path
+) -> dict[str, Any]:
+    """One back_translate= direction x-y: the training and validation pairs of p-y with their p side
+    translated into x by the teacher (back_translation.py); a line translated to nothing is dropped.
+    Returns its entry of selection.json."""
+    one = direction_config(corpus, item.pairs_from)
+    entry: dict[str, Any] = {"pivot": item.pivot, "pairs_from": item.pairs_from.name}
+    for split, folder in (("train", "distilled"), ("valid", "original")):
+        sources, references = unzip(iter_split(one, split))
+        require_pairs(one, split, len(sources))
+        nbests, progress, cached = teacher_translations(cfg, teacher, engine, item.translated_by.name, sources)
+        kept = [(best[0], reference) for best, reference in zip(nbests, references, strict=True) if best[0].strip()]
+        name = item.direction.name
+        write_lines(root / folder / f"{split}.{name}.{item.direction.src}", [s for s, _ in kept])
+        write_lines(root / folder / f"{split}.{name}.{item.direction.tgt}", [t for _, t in kept])
+        log.info(
+            "%s (%s): %d of %d %s pairs of %s, their %s side translated into %s (%d empty dropped)",
+            *(name, split, len(kept), len(sources), split, item.pairs_from.name, item.pivot, item.direction.src),
+            len(sources) - len(kept),
+        )
+        if split == "train":
+            entry.update(
+                lines=len(sources),
+                kept=len(kept),
+                dropped_empty=len(sources) - len(kept),
+                teacher_seconds=round(progress.seconds, 1),
+                teacher_lines_per_second=round(progress.lines / progress.seconds, 1) if progress.seconds else None,
+                translations=str(cached),
+            )
+    return entry
+
+
+def original_training_pairs(corpus: DataConfig, root: Path, planned: list[BackTranslated] = ()) -> None:
+    """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun),
+    and the back-translated directions' pairs as the student has them (they have no references)."""
     for direction, one in directions(corpus):
         sources, references = unzip(iter_split(one, "train"))
         write_lines(root / "original" / f"train.{direction.name}.{direction.src}", sources)
         write_lines(root / "original" / f"train.{direction.name}.{direction.tgt}", references)
+    for item in planned:
+        for lang in (item.direction.src, item.direction.tgt):
+            name = f"train.{item.direction.name}.{lang}"
+            write_lines(root / "original" / name, (root / "distilled" / name).read_text(encoding="utf-8").splitlines())
 
 
 def load_teacher(cfg: Any, teacher: Teacher) -> TranslatorAPI:

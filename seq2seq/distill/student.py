@@ -2,8 +2,8 @@
 
 The student trains as its teacher was trained (the teacher's saved config: optimiser, schedule, budget,
 batch size, precision, stop rules), as a smaller model: the teacher's model settings with the sizes of
-the student= preset (configs/model/<name>.yaml) on top, so dropout, shared embeddings and the like stay
-the teacher's. recipe= is fixed (a recipe's overrides would resize the model). train.KEY=VALUE arguments
+the student= preset (configs/model/<name>.yaml) on top (student=teacher: none, the teacher's own), so
+dropout, shared embeddings and the like stay the teacher's. recipe= is fixed (a recipe's overrides would resize the model). train.KEY=VALUE arguments
 come last. Its data are the teacher's settings over parallel files in the output folder: the distilled
 training pairs, and the original validation and test pairs, so that it is validated and tested
 against the original references.
@@ -24,7 +24,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from seq2seq.artifacts.run_dir import RunDir
-from seq2seq.config import DataConfig, ModelConfig, TrainConfig, UserError, validate_recipes, validate_train
+from seq2seq.config import (
+    STUDENT_AS_TEACHER,
+    DataConfig,
+    ModelConfig,
+    TrainConfig,
+    UserError,
+    validate_recipes,
+    validate_train,
+)
 from seq2seq.distill.files import read_json, write_json
 from seq2seq.distill.teacher import Teacher
 
@@ -50,7 +58,8 @@ def student_config(
     seq2seq-train checks one (`overrides`: train.KEY=VALUE without the prefix)."""
     saved = {k: v for k, v in teacher.config.items() if k in TrainConfig.__dataclass_fields__}
     cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), {k: v for k, v in saved.items() if k != "data"})
-    cfg.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), saved.get("model", {}), model_preset(preset))
+    sizes = {} if preset == STUDENT_AS_TEACHER else model_preset(preset)
+    cfg.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), saved.get("model", {}), sizes)
     cfg.data = OmegaConf.structured(data)
     cfg.recipe, cfg.recipes, cfg.resume, cfg.init_from, cfg.overwrite = "fixed", [], None, None, False
     for override in overrides:
@@ -64,7 +73,8 @@ def student_config(
         key = getattr(err, "full_key", None) or "train"
         raise UserError(f"train.{key}: {str(err).strip().splitlines()[0]}") from err
     cfg = with_files(cfg, root, "distilled", has_test)
-    warn_if_not_smaller(cfg.model, saved.get("model", {}), preset)
+    if preset != STUDENT_AS_TEACHER:  # the teacher's own sizes were asked for
+        warn_if_not_smaller(cfg.model, saved.get("model", {}), preset)
     validate_train(cfg)
     validate_recipes(cfg)
     return cfg

@@ -1,0 +1,127 @@
+"""seq2seq-distill back_translate=: a multilingual teacher's zero-shot directions made into training
+pairs through a pivot language, checked line by line against the teacher's own translations of the
+pivot side, and the directions it cannot make refused in one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from seq2seq.cli.distill import main
+from seq2seq.config import DistillConfig, UserError
+from seq2seq.data.directions import Direction
+from seq2seq.distill import command
+from seq2seq.distill.back_translation import BackTranslated, plan
+from seq2seq.distill.student import student_config
+from seq2seq.distill.teacher import corpus_config, read_teacher
+from seq2seq.inference.engine_loader import load
+from seq2seq.inference.translation import one_line
+
+TRAINED = [Direction("en", "de"), Direction("en", "fr"), Direction("de", "en")]  # conftest's MULTILINGUAL_DIRECTIONS
+
+
+def lines(path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_each_direction_gets_a_pivot_with_both_of_its_legs_trained():
+    assert plan(["de-fr", "fr-de"], TRAINED) == [
+        BackTranslated(Direction("de", "fr"), "en"),
+        BackTranslated(Direction("fr", "de"), "en"),
+    ]
+    item = plan(["de-fr"], TRAINED)[0]
+    assert (item.pairs_from.name, item.translated_by.name) == ("en-fr", "en-de")
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["en-de"], "back_translate=en-de: the teacher was trained on it"),
+        (["fr-en"], "back_translate=fr-en: no pivot language p with p-fr and p-en among the teacher's directions"),
+        (["de-fr", "de-fr"], "a direction is listed twice"),
+        (["de_fr"], "back_translate='de_fr': each entry is src-tgt"),
+    ],
+)
+def test_a_direction_that_cannot_be_back_translated_is_one_line(names, message):
+    with pytest.raises(UserError) as err:
+        plan(names, TRAINED)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_targets(multilingual_run, tmp_path):
+    teacher = read_teacher(str(multilingual_run.path))
+    corpus = corpus_config(teacher, [])
+    cfg = DistillConfig(
+        teacher=str(multilingual_run.path),
+        output=str(tmp_path),
+        cache=str(tmp_path / "c"),
+        trained_targets="references",
+        back_translate=["de-fr", "fr-de"],
+    )
+    planned = plan(list(cfg.back_translate), TRAINED)
+    held_out = command.read_held_out(corpus)
+    held_out["test"].update(command.corpus_tests(corpus, planned))
+    root = tmp_path / "data"
+    selection = command.distilled_corpus(cfg, teacher, corpus, held_out, root, planned)
+    assert sorted(selection) == ["de-en", "de-fr", "en-de", "en-fr", "fr-de"]
+    engine = load(str(multilingual_run.path), beam=5)
+    corpus_dir = multilingual_run.corpus
+    for name, pivot_pairs, writer in (("de-fr", "en-fr", ("en", "de")), ("fr-de", "en-de", ("en", "fr"))):
+        src, tgt = name.split("-")
+        for split, folder in (("train", "distilled"), ("valid", "original")):
+            pivot_text = lines(corpus_dir / f"{split}.{pivot_pairs}.en")
+            # Independent of the command: the teacher decoding the pivot side as seq2seq-translate would.
+            written = [one_line(t) for t in engine.with_languages(*writer).translate(pivot_text)]
+            kept = [i for i, text in enumerate(written) if text.strip()]
+            assert lines(root / folder / f"{split}.{name}.{src}") == [written[i] for i in kept]
+            targets = lines(corpus_dir / f"{split}.{pivot_pairs}.{tgt}")
+            assert lines(root / folder / f"{split}.{name}.{tgt}") == [targets[i] for i in kept]
+        # Tested on the corpus's own x-y pairs, never trained or validated on them.
+        for lang in (src, tgt):
+            assert lines(root / "original" / f"test.{name}.{lang}") == lines(corpus_dir / f"test.{name}.{lang}")
+        assert selection[name]["pivot"] == "en" and selection[name]["kept"] == len(
+            lines(root / "distilled" / f"train.{name}.{tgt}")
+        )
+    # trained_targets=references: the trained directions' pairs as the corpus has them.
+    for name in ("en-de", "en-fr", "de-en"):
+        for lang in name.split("-"):
+            assert lines(root / "distilled" / f"train.{name}.{lang}") == lines(corpus_dir / f"train.{name}.{lang}")
+    # The student learns the five, as big as its teacher with student=teacher.
+    student = student_config(
+        teacher, "teacher", command.with_back_translated(corpus, planned), [], root, "test" in held_out
+    )
+    assert list(student.data.directions) == ["en-de", "en-fr", "de-en", "de-fr", "fr-de"]
+    assert student.model.d_model == multilingual_run.cfg.model.d_model
+    assert student.model.encoder_layers == multilingual_run.cfg.model.encoder_layers
+
+
+def test_the_command_trains_a_student_on_back_translated_pairs_and_scores_them(multilingual_run, tmp_path):
+    output = tmp_path / "out"
+    argv = [
+        f"teacher={multilingual_run.path}",
+        f"output={output}",
+        "student=teacher",
+        "trained_targets=references",
+        "back_translate=[de-fr]",
+        "threads=1",
+        "speed_lines=4",
+        "speed_threads=[1]",
+        "check_language=false",  # digit "sentences" in no language
+        f"cache={tmp_path / 'cache'}",
+        "train.max_steps=2",
+        "train.progress=false",
+    ]
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdout", stdout)
+        main(argv)
+    result = json.loads(stdout.getvalue())
+    # The zero-shot direction is scored for both: the teacher zero-shot, the student trained on it.
+    assert "de-fr" in result["teacher"]["test_by_direction"] and "de-fr" in result["student"]["test_by_direction"]
+    assert result["corpus"]["de-fr"]["pivot"] == "en" and result["direction"].endswith(",de-fr")
+    trained = json.loads((output / "student" / "distill-summary.json").read_text())
+    assert trained["step"] == 2
+    assert (output / "data" / "distilled" / "train.de-fr.de").is_file()
