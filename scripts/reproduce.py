@@ -110,11 +110,11 @@ def translate_directions(translator: Translator, splits: dict, split: str) -> di
     }
 
 
-def pivot_languages(zero_shot: tuple[str, ...], trained: list[str]) -> dict[str, str]:
-    """For each zero-shot direction x-y, a language p with x-p and p-y among the trained directions (the
+def pivot_languages(names: tuple[str, ...], trained: list[str]) -> dict[str, str]:
+    """For each direction x-y of `names`, a language p with x-p and p-y among the trained directions (the
     first in their order): the way a translation can go instead, through p."""
     pivots = {}
-    for name in zero_shot:
+    for name in names:
         source, target = name.split("-")
         through = [
             d.split("-")[1] for d in trained if d.startswith(f"{source}-") and f"{d.split('-')[1]}-{target}" in trained
@@ -270,14 +270,13 @@ TABLE_DATA = "multi30k"  # the table's corpus; results on other data (the built-
 
 
 def table_rows(result: dict) -> str:
-    """One row per direction: a multilingual run's rows name theirs, "(zero-shot)" for an untrained one."""
+    """One row per direction: a multilingual run's rows name theirs, "(zero-shot)" for an untrained one,
+    "(back-translated)" for one learnt from back-translated pairs alone."""
     if "test_by_direction" not in result:
         return table_row(result)
-    zero_shot = set(result.get("zero_shot", ()))
-    rows = {
-        f"{name}{', zero-shot' if name in zero_shot else ''}": test
-        for name, test in result["test_by_direction"].items()
-    }
+    zero_shot, back_translated = set(result.get("zero_shot", ())), set(result.get("back_translated", ()))
+    kinds = {**dict.fromkeys(zero_shot, ", zero-shot"), **dict.fromkeys(back_translated, ", back-translated")}
+    rows = {f"{name}{kinds.get(name, '')}": test for name, test in result["test_by_direction"].items()}
     rows.update({f"{name}, pivot through {test['pivot']}": test for name, test in result.get("test_pivot", {}).items()})
     return "".join(
         table_row({**result, "test": test, "experiment": f"{result['experiment']} ({label})"})
@@ -437,6 +436,12 @@ def main() -> None:
         help="a multilingual run: directions it was not trained on to score too, e.g. de-fr,fr-de",
     )
     parser.add_argument(
+        "--back-translated",
+        default="",
+        help="a student of seq2seq-distill back_translate=: the directions it learnt from back-translated pairs"
+        " (e.g. de-fr,fr-de), labelled so and decoded through a pivot language too, as zero-shot ones are",
+    )
+    parser.add_argument(
         "--checkpoint",
         help="score this file of the run's checkpoints/ (e.g. best.pt) at the first of --length-penalties,"
         " choosing nothing on the validation split",
@@ -454,6 +459,9 @@ def main() -> None:
         raise SystemExit("error: --zero-shot: the run has one direction (data.directions is not set)")
     splits = held_out_splits(last["config"]["data"], zero_shot)
     trained = {name: pairs for name, pairs in splits.items() if name not in zero_shot}
+    back_translated = tuple(name for name in args.back_translated.split(",") if name)
+    if unknown := [name for name in back_translated if name not in trained]:
+        raise SystemExit(f"error: --back-translated {','.join(unknown)}: the run was not trained on it")
     if args.checkpoint:  # as given: the validation split chooses nothing (a short comparison's arms)
         chosen, length_penalty = run_dir / "checkpoints" / args.checkpoint, float(args.length_penalties.split(",")[0])
         if not chosen.is_file():
@@ -472,7 +480,7 @@ def main() -> None:
         name: scores(hypotheses[name], pairs["test"][1], name.split("-")[1], codes) for name, pairs in splits.items()
     }
     # Zero-shot against the way there is without it: through a language the model was trained on both ways.
-    pivots = pivot_languages(zero_shot, list(trained))
+    pivots = pivot_languages((*zero_shot, *back_translated), list(trained))
     through = translate_pivots(translator, splits, pivots)
     test_pivot = {
         name: {"pivot": pivots[name], **scores(lines, splits[name]["test"][1], name.split("-")[1], codes)}
@@ -507,7 +515,12 @@ def main() -> None:
         "length_penalty": length_penalty,
         "valid_bleu_by_length_penalty": {f"{p:g}": b for p, b in valid_bleu_by_penalty.items()},
         **(
-            {"test_by_direction": test, "zero_shot": list(zero_shot), "test_pivot": test_pivot}
+            {
+                "test_by_direction": test,
+                "zero_shot": list(zero_shot),
+                "back_translated": list(back_translated),
+                "test_pivot": test_pivot,
+            }
             if multilingual
             else {"test": test[next(iter(test))]}
         ),

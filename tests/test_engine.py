@@ -17,7 +17,7 @@ from seq2seq.artifacts.freshness import checkpoint_record
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference import ctranslate2_engine, engine_choice, engine_probe, run_export
+from seq2seq.inference import ctranslate2_engine, engine_choice, engine_probe, resolved_model
 from seq2seq.inference.engine_choice import choose_engine
 
 
@@ -44,7 +44,7 @@ def make_run(root: Path, stale: bool = False) -> Path:
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """ctranslate2 installed, on a CPU without bf16 instructions (where PyTorch's auto precision is fp32)."""
-    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: True)
+    monkeypatch.setattr(resolved_model, "ctranslate2_installed", lambda: True)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
     # The runs here are empty files: what a measurement would time is given, equal for every engine.
     monkeypatch.setattr(engine_probe, "measure_engines", lambda c, load: engine_probe.Timing(dict.fromkeys(c, 1.0)))
@@ -126,7 +126,7 @@ def test_an_export_that_does_not_record_its_checkpoint_is_not_used(tmp_path: Pat
 
 
 def test_without_the_package_a_run_decodes_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: False)
+    monkeypatch.setattr(resolved_model, "ctranslate2_installed", lambda: False)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
     choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run"))))
     assert choice.engine == "torch" and "pip install 'seq2seq[export]'" in choice.why
@@ -183,7 +183,7 @@ def test_int8_where_ctranslate2_cannot_decode_is_one_line(tmp_path: Path, settin
 
 
 def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_export, "ctranslate2_installed", lambda: False)
+    monkeypatch.setattr(resolved_model, "ctranslate2_installed", lambda: False)
     run = make_run(tmp_path / "run")
     with pytest.raises(UserError, match=r"^config error: precision=int8 .*pip install 'seq2seq\[export\]'"):
         choose_engine(TranslateConfig(run=str(run), precision="int8"))
@@ -319,3 +319,24 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     message = str(raised.value)
     assert "\n" not in message and "cannot decode on the GPU here: Library libcublas.so.12" in message
     assert "engine=torch" in message
+
+
+@pytest.mark.usefixtures("installed")
+def test_once_resolved_the_choice_reads_no_file(tmp_path: Path) -> None:
+    """What run= names is read once (resolve); each request's choice is made on that, as a server makes
+    it per request: removing the run afterwards changes no choice."""
+    run = make_run(tmp_path / "run")
+    files = resolved_model.resolve(TranslateConfig(run=str(run)))
+    assert (files.export, files.export_unfit, files.given_export) == (str(run / "ctranslate2"), None, False)
+    shutil.rmtree(run)
+    for settings, engine in (
+        (dict(), "ctranslate2"),
+        (dict(beam=1, prefix=True), "ctranslate2"),
+        (dict(sampling=True), "torch"),
+        (dict(beam=4, nbest=2), "torch"),
+        (dict(engine="torch"), "torch"),
+        (dict(engine="ctranslate2"), "ctranslate2"),
+    ):
+        assert choose_engine(TranslateConfig(run=str(run), **settings), files).engine == engine, settings
+    # Without the description, the choice reads the disk as it is now: the export is gone.
+    assert choose_engine(TranslateConfig(run=str(run))).engine == "torch"

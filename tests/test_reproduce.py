@@ -266,6 +266,37 @@ def test_a_multilingual_run_is_scored_per_direction_with_its_tags(
     assert table.count("\n") == 2
 
 
+def test_back_translated_directions_are_labelled_and_must_be_trained(
+    multilingual_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--back-translated (a seq2seq-distill back_translate= student): its directions' rows say so, and a
+    direction the run was not trained on is refused before anything is decoded."""
+    script = load_script("reproduce")
+    scored = {"bleu": 1.0, "bleu_lowercase": 1.0, "bleu_moses_lowercase": 1.0, "chrf": 9.0, "off_target": 0.0}
+    result = {
+        "experiment": "bt", "precision": "fp32", "train_minutes": 1, "steps": 2, "checkpoint": "best.pt",
+        "beam": 5, "length_penalty": 1.0, "config_hash": "x", "load_average_during_training": None,
+        "machine": {"cpu": "c", "cpu_capability": "AMX", "cores": 2, "torch": "t", "load_average_1min": 0.1},
+        "test_by_direction": {"en-de": scored, "de-fr": scored, "fr-de": scored},
+        "zero_shot": ["fr-de"], "back_translated": ["de-fr"], "test_pivot": {"de-fr": {**scored, "pivot": "en"}},
+    }  # fmt: skip
+    labels = [row.split(" | ")[0] for row in script.table_rows(result).splitlines()]
+    assert labels == [
+        "| bt (en-de)",
+        "| bt (de-fr, back-translated)",
+        "| bt (fr-de, zero-shot)",
+        "| bt (de-fr, pivot through en)",
+    ]
+    run = tmp_path / "run"
+    shutil.copytree(multilingual_run.path, run)
+    monkeypatch.setattr(sys, "argv", [
+        "reproduce.py", "multilingual", "--run-dir", str(run), "--skip-training", "--back-translated", "de-fr",
+    ])  # fmt: skip
+    with pytest.raises(SystemExit, match="--back-translated de-fr: the run was not trained on it"):
+        script.main()
+    assert not (run / "result.json").exists()
+
+
 def test_a_given_checkpoint_is_scored_without_choosing(
     multilingual_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -1,8 +1,9 @@
 """Inference: decoding, everything that turns a trained model into translations. Never imports
 `seq2seq.train`; the files models travel in are `seq2seq.artifacts`'.
 
-engine_loader.py (`load`, the one way in: a model and the decoding settings -> an engine), engine_choice.py (which
-engine seq2seq-translate picks) with engine_probe.py (timing them), translator.py (PyTorch's engine, the
+engine_loader.py (`load`, the one way in: a model and the decoding settings -> an engine), resolved_model.py
+(what run= and checkpoint= name, read from the disk once), engine_choice.py (which engine seq2seq-translate
+picks, on that description) with engine_probe.py (timing them), translator.py (PyTorch's engine, the
 Translator of the Python API: lines in, translations out) with loading.py (its model + tokenizer),
 translation.py (what both engines return and share), settings.py (DecodingSettings: what may change
 per call, `engine.decoding_with(settings)`), search.py (greedy, beam and sampled decoding,

@@ -35,7 +35,8 @@ from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
-from seq2seq.inference.run_export import checked_export, given_export, int8_export
+from seq2seq.inference.resolved_model import resolve
+from seq2seq.inference.run_export import checked_export, int8_export
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translation import (
@@ -133,12 +134,13 @@ class CTranslate2Translator:
         installed); what the command keeps on PyTorch by default (n-best, sampling) is the caller's
         choice here."""
         validate_translate(cfg)
-        if given_export(cfg):
+        files = resolve(cfg)
+        if files.given_export:
             return cls(cfg, cfg.checkpoint)
         checked = replaced(cfg, nbest=1, sampling=False)
         if cfg.precision == "int8":
-            return cls(cfg, int8_export(checked, functools.partial(export_candidate, checked)))
-        return cls(cfg, checked_export(checked))
+            return cls(cfg, int8_export(checked, files, functools.partial(export_candidate, checked)))
+        return cls(cfg, checked_export(checked, files))
 
     def __init__(self, cfg: Any, directory: str | Path) -> None:
         """`cfg`: a TranslateConfig (its run= and checkpoint= are not read); `directory`: the model."""

@@ -23,19 +23,15 @@ against fp32 once per machine and model, and a warning says so where it is slowe
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from seq2seq.artifacts.freshness import why_stale
-from seq2seq.artifacts.path_kind import DECODING_FILE
-from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.inference.ctranslate2_engine import export_candidate
-from seq2seq.inference.run_export import checked_export, given_export, int8_export, why_not_ctranslate2
+from seq2seq.inference.resolved_model import ResolvedModel, resolve
+from seq2seq.inference.run_export import checked_export, int8_export, why_not_ctranslate2
 from seq2seq.inference.translation import TranslatorAPI
 
 log = logging.getLogger("seq2seq.translate")
@@ -52,38 +48,33 @@ class EngineChoice:
     preferred_only: bool = False
 
 
-def choose_engine(cfg: Any) -> EngineChoice:
-    """The engine and model that `cfg` (a TranslateConfig) decodes with; a forced engine that cannot
-    decode what was asked is a one-line UserError naming the key."""
-    if given_export(cfg):  # a CTranslate2 export given by hand
+def choose_engine(cfg: Any, files: ResolvedModel | None = None) -> EngineChoice:
+    """The engine and model that `cfg` (a TranslateConfig) decodes with, decided on `files` (what its
+    run= and checkpoint= name, resolved once; resolved here when not given) without reading the disk,
+    but for the int8 probe's cached timing. A forced engine that cannot decode what was asked is a
+    one-line UserError naming the key."""
+    files = resolve(cfg) if files is None else files
+    if files.given_export:  # a CTranslate2 export given by hand
         if cfg.engine == "torch":
             raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")
-        _warn_if_stale(Path(cfg.checkpoint))
+        if files.given_export_stale:
+            log.warning("%s: it decodes that model", files.given_export_stale)
         return EngineChoice("ctranslate2", str(cfg.checkpoint), "checkpoint= is a CTranslate2 model")
     if cfg.precision == "int8":
         if cfg.engine == "torch":
             raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
-        return EngineChoice("ctranslate2", int8_export(cfg, probe_loader(cfg)), "precision=int8 is CTranslate2's")
+        model = int8_export(cfg, files, probe_loader(cfg))
+        return EngineChoice("ctranslate2", model, "precision=int8 is CTranslate2's")
     if cfg.engine == "torch":
         return EngineChoice("torch", None, "engine=torch")
     if cfg.engine == "ctranslate2":
-        return EngineChoice("ctranslate2", checked_export(cfg), EXPORT_REASON)
-    unfit = why_not_ctranslate2(cfg)
+        return EngineChoice("ctranslate2", checked_export(cfg, files), EXPORT_REASON)
+    unfit = why_not_ctranslate2(cfg, files)
     if unfit is not None:
         return EngineChoice("torch", None, unfit)
-    return EngineChoice("ctranslate2", str(Path(cfg.run) / CTRANSLATE2_DIR), EXPORT_REASON, preferred_only=True)
+    return EngineChoice("ctranslate2", str(files.export), EXPORT_REASON, preferred_only=True)
 
 
 def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
     """What the engine probe times for a run: its CTranslate2 export, "ctranslate2" (fp32) or "int8"."""
     return lambda candidate: export_candidate(cfg, candidate)
-
-
-def _warn_if_stale(export: Path) -> None:
-    """<run>/ctranslate2 given by hand: say so if the run has a newer checkpoint than the export."""
-    run = RunDir(export.parent)
-    if not run.has_checkpoints():
-        return  # an export kept somewhere else: nothing to compare it with
-    with contextlib.suppress(UserError):
-        if stale := why_stale(export / DECODING_FILE, run.find_checkpoint()):
-            log.warning("%s: it decodes that model", stale)

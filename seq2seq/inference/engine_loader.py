@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from seq2seq import cpu_sharing
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
 from seq2seq.inference.engine_choice import EngineChoice, choose_engine
+from seq2seq.inference.resolved_model import ResolvedModel
 from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI, decoding_config
 
 if TYPE_CHECKING:
@@ -40,11 +41,12 @@ def load(path: str | Path | Sequence[str | Path], **settings: Any) -> Translator
     return engine
 
 
-def load_engine(cfg: DictConfig | TranslateConfig) -> TranslatorAPI:
+def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel | None = None) -> TranslatorAPI:
     """The engine `choose_engine` picks for `cfg`, loaded: CTranslate2 never imports torch (most of
-    PyTorch's start-up; docs/performance.md), PyTorch's `Translator` decodes everything. Where CTranslate2 was only preferred as the
-    faster engine and cannot run here (its CUDA libraries missing), PyTorch decodes instead."""
-    choice = choose_engine(cfg)
+    PyTorch's start-up; docs/performance.md), PyTorch's `Translator` decodes everything. Where
+    CTranslate2 was only preferred as the faster engine and cannot run here (its CUDA libraries
+    missing), PyTorch decodes instead. `files`: what cfg's run= and checkpoint= name, if resolved already."""
+    choice = choose_engine(cfg, files)
     try:
         engine = _load(cfg, choice)
     except EngineUnavailable as err:

@@ -2,48 +2,39 @@
 from the run's checkpoint as it is now, the ctranslate2 package is installed, and, where the lines must
 be PyTorch's, the request is one that CTranslate2 decodes alike. `choose_engine` (seq2seq-translate,
 seq2seq-serve) and `CTranslate2Translator.from_config` (the Python API) both ask here, so they cannot
-disagree. Imports neither torch nor either translator: the probe that times precision=int8 is given
-a function that loads them.
+disagree. What is on the disk was read once, into a ResolvedModel (resolved_model.py); these functions
+read no file but the int8 probe's cached timing. Imports neither torch nor either translator: the
+probe that times precision=int8 is given a function that loads them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from seq2seq.artifacts.freshness import why_stale
-from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, PathKind, argos_package_error, path_kind
-from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.inference import engine_probe
+from seq2seq.inference.resolved_model import ResolvedModel
 from seq2seq.inference.translation import TranslatorAPI
 
 log = logging.getLogger("seq2seq.translate")
 
 
-def given_export(cfg: Any) -> bool:
-    """checkpoint= names one CTranslate2 export (several, comma-separated, are a PyTorch ensemble)."""
-    checkpoint = str(cfg.checkpoint or "")
-    return bool(checkpoint) and "," not in checkpoint and path_kind(checkpoint) is PathKind.CTRANSLATE2
-
-
-def checked_export(cfg: Any) -> str:
+def checked_export(cfg: Any, files: ResolvedModel) -> str:
     """engine=ctranslate2 on a run: its export, or a one-line UserError saying why it cannot decode
     this request as PyTorch would."""
-    unfit = why_not_ctranslate2(cfg)
+    unfit = why_not_ctranslate2(cfg, files)
     if unfit is not None:
         raise UserError(f"config error: engine=ctranslate2: {unfit}")
-    return str(Path(cfg.run) / CTRANSLATE2_DIR)
+    return str(files.export)
 
 
-def int8_export(cfg: Any, load: Callable[[str], TranslatorAPI]) -> str:
+def int8_export(cfg: Any, files: ResolvedModel, load: Callable[[str], TranslatorAPI]) -> str:
     """precision=int8: the run's CTranslate2 export, quantised as it loads, or a one-line UserError; a
     warning where int8 is slower than fp32 on this CPU (timed once with the translators `load` gives
     for "ctranslate2" and "int8", cached)."""
-    unfit = why_not_ctranslate2(cfg, same_lines=False)
+    unfit = why_not_ctranslate2(cfg, files, same_lines=False)
     if unfit is not None:
         raise UserError(f"config error: precision=int8 decodes a run's CTranslate2 export: {unfit}")
     timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), load)
@@ -57,28 +48,21 @@ def int8_export(cfg: Any, load: Callable[[str], TranslatorAPI]) -> str:
             engine_probe.PROBE_SENTENCES,
             engine_probe.cache_file(),
         )
-    return str(Path(cfg.run) / CTRANSLATE2_DIR)
+    return str(files.export)
 
 
-def why_not_ctranslate2(cfg: Any, same_lines: bool = True) -> str | None:
-    """None when the run's CTranslate2 export can decode this request (as PyTorch would, with
-    `same_lines`); else why not. An Argos package given is an error at once: neither engine reads one."""
-    if cfg.checkpoint and path_kind(str(cfg.checkpoint)) is PathKind.ARGOS:
-        raise argos_package_error(cfg.checkpoint)
-    if cfg.checkpoint or not cfg.run:
-        return "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
+def why_not_ctranslate2(cfg: Any, files: ResolvedModel, same_lines: bool = True) -> str | None:
+    """None when the run's CTranslate2 export (as `files` found it) can decode this request (as PyTorch
+    would, with `same_lines`); else why not. Reads no file."""
+    if files.checkpoint or not files.run:
+        return files.export_unfit
     if cfg.attention:
         return "attention= plots PyTorch's attention"
     if same_lines and (reason := _why_other_lines(cfg)):
         return reason
-    export = Path(cfg.run) / CTRANSLATE2_DIR / CTRANSLATE2_FILE
-    if not export.is_file():
-        return f"{export.parent} does not exist (training writes it when ctranslate2 is installed)"
-    if stale := why_stale(export.parent / DECODING_FILE, RunDir(cfg.run).find_checkpoint()):
-        return stale
-    if not ctranslate2_installed():
-        return "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
-    return None
+    if files.export_error is not None:
+        raise files.export_error
+    return files.export_unfit
 
 
 def _why_other_lines(cfg: Any) -> str | None:
@@ -92,7 +76,3 @@ def _why_other_lines(cfg: Any) -> str | None:
     if cfg.precision not in ("auto", "fp32"):
         return f"precision={cfg.precision} (the export is fp32)"
     return None
-
-
-def ctranslate2_installed() -> bool:
-    return importlib.util.find_spec("ctranslate2") is not None

@@ -16,7 +16,7 @@ from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.engine_choice import choose_engine
 from seq2seq.inference.engine_loader import load_engine
-from seq2seq.inference.run_export import given_export
+from seq2seq.inference.resolved_model import resolve
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 class Engines:
     def __init__(self, base: TranslateConfig) -> None:
         self.base = base
-        self.main = load_engine(base)
+        self.files = resolve(base)  # read once: each request's engine is chosen without the disk
+        self.main = load_engine(base, self.files)
         self.main_kind = self.main.kind
         self._torch: Translator | None = cast("Translator", self.main) if self.main_kind == "torch" else None
         self._kinds: dict[DecodingSettings, str] = {}
@@ -45,19 +46,19 @@ class Engines:
         UserError (e.g. "config error: engine=ctranslate2: sampling=true ...")."""
         if settings not in self._kinds:
             cfg = dataclasses.replace(self.base, **dataclasses.asdict(settings))
-            self._kinds[settings] = choose_engine(cfg).engine
+            self._kinds[settings] = choose_engine(cfg, self.files).engine
         return self._kinds[settings]
 
     def for_settings(self, settings: DecodingSettings) -> TranslatorAPI:
         return self.main if self.kind(settings) == self.main_kind else self.torch()
 
     def has_torch_weights(self) -> bool:
-        return not given_export(self.base)
+        return not self.files.given_export
 
     def torch(self) -> Translator:
         """PyTorch's Translator for this model, loaded on first use."""
         if self._torch is None:
             precision = "auto" if self.base.precision == "int8" else self.base.precision  # int8 is CTranslate2's
-            engine = load_engine(dataclasses.replace(self.base, engine="torch", precision=precision))
+            engine = load_engine(dataclasses.replace(self.base, engine="torch", precision=precision), self.files)
             self._torch = cast("Translator", engine)
         return self._torch

@@ -1,0 +1,74 @@
+"""What a translate config's run= and checkpoint= name, read from the disk once: a frozen description
+that the engine choice (engine_choice.py, run_export.py) decides on without reading the disk again, and
+that a server keeps for its life, choosing per request without a file system call.
+
+A bad name fails here, in one line naming the file: an Argos package (neither engine reads one).
+Imports neither torch nor ctranslate2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seq2seq.artifacts.freshness import why_stale
+from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, PathKind, argos_package_error, path_kind
+from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, RunDir
+from seq2seq.config import UserError
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    run: str | None
+    checkpoint: str | None  # as given: a checkpoint, several comma-separated, or an export
+    given_export: bool  # checkpoint= names one CTranslate2 export (several are a PyTorch ensemble)
+    given_export_stale: str | None  # checkpoint=<run>/ctranslate2 made from another checkpoint: why
+    export: str | None  # the run's CTranslate2 export directory (run= alone)
+    # Why the run's export cannot decode this model (missing, stale, the package not installed,
+    # checkpoint= given); None: it can, for the requests CTranslate2 decodes alike (run_export.py).
+    export_unfit: str | None
+    # The run's export exists but its checkpoint could not be read: raised when the export is chosen,
+    # as a choice that needed it always did (engine=torch never reads it).
+    export_error: UserError | None = None
+
+
+def resolve(cfg: Any) -> ResolvedModel:
+    """The description of what `cfg` (a TranslateConfig) names."""
+    checkpoint = str(cfg.checkpoint or "") or None
+    run = str(cfg.run) if cfg.run else None
+    if checkpoint and path_kind(checkpoint) is PathKind.ARGOS:
+        raise argos_package_error(checkpoint)
+    given = bool(checkpoint) and "," not in checkpoint and path_kind(checkpoint) is PathKind.CTRANSLATE2
+    if checkpoint or not run:
+        unfit = "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
+        stale = _given_export_stale(Path(checkpoint)) if given else None
+        return ResolvedModel(run, checkpoint, given, stale, None, unfit)
+    export = Path(run) / CTRANSLATE2_DIR
+    unfit, error = None, None
+    if not (export / CTRANSLATE2_FILE).is_file():
+        unfit = f"{export} does not exist (training writes it when ctranslate2 is installed)"
+    else:
+        try:
+            unfit = why_stale(export / DECODING_FILE, RunDir(run).find_checkpoint())
+        except UserError as err:
+            error = err
+    if unfit is None and error is None and not ctranslate2_installed():
+        unfit = "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
+    return ResolvedModel(run, None, False, None, str(export), unfit, error)
+
+
+def ctranslate2_installed() -> bool:
+    return importlib.util.find_spec("ctranslate2") is not None
+
+
+def _given_export_stale(export: Path) -> str | None:
+    """<run>/ctranslate2 given by hand: why, if the run has a newer checkpoint than the export."""
+    run = RunDir(export.parent)
+    if not run.has_checkpoints():
+        return None  # an export kept somewhere else: nothing to compare it with
+    try:
+        return why_stale(export / DECODING_FILE, run.find_checkpoint())
+    except UserError:
+        return None
