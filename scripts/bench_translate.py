@@ -44,7 +44,7 @@ from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator  # noqa: E402
-from seq2seq.inference.translation import output_budget  # noqa: E402
+from seq2seq.inference.engine_api import output_budget  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -44,7 +44,7 @@ from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
 from seq2seq.data.directions import Direction, configured_directions, direction_config
 from seq2seq.data.language_id import off_target_rate
-from seq2seq.inference.translation import one_line
+from seq2seq.inference.engine_api import one_line
 from seq2seq.inference.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

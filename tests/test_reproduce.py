@@ -289,6 +289,7 @@ def test_back_translated_directions_are_labelled_and_must_be_trained(
     ]
     run = tmp_path / "run"
     shutil.copytree(multilingual_run.path, run)
+    (run / "train.log").write_text("[2026-11-27 10:00:00,000] validation at update 100: loss 1.0 BLEU 9.0\n")
     monkeypatch.setattr(sys, "argv", [
         "reproduce.py", "multilingual", "--run-dir", str(run), "--skip-training", "--back-translated", "de-fr",
     ])  # fmt: skip

@@ -694,7 +694,7 @@ class _RecordingEngines:
         return self
 
     def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[object]]:
-        from seq2seq.inference.translation import Translation
+        from seq2seq.inference.engine_api import Translation
 
         self.calls.append(("decode", threading.get_ident()))
         self.batches.append(len(lines))

@@ -24,8 +24,8 @@ pytest.importorskip("starlette", reason="seq2seq-serve needs: pip install -e '.[
 from starlette.testclient import TestClient  # noqa: E402
 
 from seq2seq.config import TranslateConfig  # noqa: E402
+from seq2seq.inference.engine_api import Translation  # noqa: E402
 from seq2seq.inference.settings import DecodingSettings  # noqa: E402
-from seq2seq.inference.translation import Translation  # noqa: E402
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app  # noqa: E402
 from seq2seq.serve.batcher import Batcher  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402

@@ -387,7 +387,7 @@ def test_both_engines_write_and_score_a_tagged_model_alike(random_model, beam, l
     the same n-best lines, each scored as computed here apart from either search."""
     from seq2seq.data.tokenizer import EOS_ID
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-    from seq2seq.inference.translation import output_budget
+    from seq2seq.inference.engine_api import output_budget
     from seq2seq.inference.translator import Translator
 
     lang_tag, checkpoint, exported = random_model

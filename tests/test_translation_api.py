@@ -236,7 +236,7 @@ def test_device_cuda_without_a_gpu_is_one_message_for_training_and_every_engine(
 
 def test_both_translators_have_the_methods_the_commands_and_the_server_call() -> None:
     from seq2seq.inference import CTranslate2Translator  # the class needs no ctranslate2 until it loads one
-    from seq2seq.inference.translation import TranslatorAPI
+    from seq2seq.inference.engine_api import TranslatorAPI
 
     for translator in (Translator, CTranslate2Translator):
         for method in ("translate", "translate_nbest"):
@@ -250,8 +250,8 @@ def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
     """beam, length_penalty, max_len_a, ... were written again in translator.py (twice),
     ctranslate2_engine.py, sampling.py and serve/settings.py; a Translator built directly decoded
     with beam=1 and batch_size=64 against the command's 5 and 128."""
+    from seq2seq.inference.engine_api import decoding_config
     from seq2seq.inference.settings import DecodingSettings
-    from seq2seq.inference.translation import decoding_config
 
     schema = TranslateConfig()
     checked = 0

@@ -1,5 +1,5 @@
 """`export(cfg)`, the work of `seq2seq-export`: a training checkpoint as files for inference only, in
-one of the formats of this package: safetensors (safetensors.py), ctranslate2 (ctranslate2.py),
+one of the formats of this package: safetensors (safetensors.py), ctranslate2 (ctranslate2_model.py),
 huggingface (a MarianMTModel directory, marian.py) or argos (an .argosmodel package, argos.py).
 `seq2seq-translate checkpoint=<output>` translates a safetensors or ctranslate2 export.
 `write_run_exports` writes what training leaves in a run for translation: model/ and ctranslate2/.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.checkpoint import check_vocabulary, current_umask, load_checkpoint, model_config_of
-from seq2seq.artifacts.ctranslate2 import ctranslate2_writer
+from seq2seq.artifacts.ctranslate2_model import ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer

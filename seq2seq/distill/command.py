@@ -44,8 +44,8 @@ from seq2seq.distill.source_language import check_source_language
 from seq2seq.distill.student import LOG_FORMAT, baseline_config, student_config, train_once, with_files
 from seq2seq.distill.teacher import Teacher, corpus_config, directions, read_teacher
 from seq2seq.distill.translations import cache_key, read_translations, translate_cached
+from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.engine_loader import load
-from seq2seq.inference.translation import TranslatorAPI
 
 log = logging.getLogger("seq2seq.distill")
 SELECTION, RESULT, STATE = "selection.json", "result.json", "state.json"

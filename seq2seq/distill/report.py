@@ -20,8 +20,8 @@ from typing import Any
 import sacrebleu
 
 from seq2seq.config import UserError
+from seq2seq.inference.engine_api import one_line
 from seq2seq.inference.engine_loader import load
-from seq2seq.inference.translation import one_line
 
 log = logging.getLogger("seq2seq.distill")
 BEAM = 5

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from seq2seq.config import UserError
 from seq2seq.distill.files import held, read_json, write_json
-from seq2seq.inference.translation import TranslatorAPI, one_line
+from seq2seq.inference.engine_api import TranslatorAPI, one_line
 
 log = logging.getLogger("seq2seq.distill")
 TRANSLATIONS, PROGRESS, KEY = "translations.jsonl", "progress.json", "key.json"

@@ -24,8 +24,8 @@ from omegaconf import DictConfig
 from seq2seq.artifacts.replacing import check_replaceable, record
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
+from seq2seq.inference.engine_api import Translation, one_line
 from seq2seq.inference.engine_loader import load_engine
-from seq2seq.inference.translation import Translation, one_line
 
 log = logging.getLogger("seq2seq.translate")
 COMMAND = "seq2seq-translate"

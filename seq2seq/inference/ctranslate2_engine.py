@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.artifacts.ctranslate2 import (
+from seq2seq.artifacts.ctranslate2_model import (
     check_vocabularies,
     read_languages,
     read_max_positions,
@@ -35,11 +35,7 @@ from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
-from seq2seq.inference.resolved_model import resolve
-from seq2seq.inference.run_export import checked_export, int8_export
-from seq2seq.inference.settings import DecodingSettings
-from seq2seq.inference.target_language import ModelLanguages
-from seq2seq.inference.translation import (
+from seq2seq.inference.engine_api import (
     Translation,
     check_beam_fits,
     check_prefix_fits,
@@ -50,6 +46,10 @@ from seq2seq.inference.translation import (
     replaced,
     to_translate,
 )
+from seq2seq.inference.export_fitness import checked_export, int8_export
+from seq2seq.inference.resolved_model import resolve
+from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.startup import prepare_process
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class CTranslate2Translator:
 
         path: a run directory (its ctranslate2/, which must be no older than its checkpoint) or a
             `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s
-            (`seq2seq.inference.translation.decoding_config`), with `precision="int8"` (8-bit weights,
+            (`seq2seq.inference.engine_api.decoding_config`), with `precision="int8"` (8-bit weights,
             quantised as the model loads); `sampling` is a `SamplingRule` (CTranslate2's sampler: other
             samples than PyTorch's from the same seed). Bad files or settings raise
             `seq2seq.config.UserError`, one line.

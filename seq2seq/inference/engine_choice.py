@@ -30,9 +30,9 @@ from typing import Any
 
 from seq2seq.config import UserError
 from seq2seq.inference.ctranslate2_engine import export_candidate
+from seq2seq.inference.engine_api import TranslatorAPI
+from seq2seq.inference.export_fitness import checked_export, int8_export, why_not_ctranslate2
 from seq2seq.inference.resolved_model import ResolvedModel, resolve
-from seq2seq.inference.run_export import checked_export, int8_export, why_not_ctranslate2
-from seq2seq.inference.translation import TranslatorAPI
 
 log = logging.getLogger("seq2seq.translate")
 EXPORT_REASON = "the run's CTranslate2 export; engine=torch for PyTorch"

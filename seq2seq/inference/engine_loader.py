@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from seq2seq import cpu_sharing
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
+from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI, decoding_config
 from seq2seq.inference.engine_choice import EngineChoice, choose_engine
 from seq2seq.inference.resolved_model import ResolvedModel
-from seq2seq.inference.translation import ENGINE_NAMES, TranslatorAPI, decoding_config
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,7 +34,7 @@ log = logging.getLogger("seq2seq.translate")
 
 def load(path: str | Path | Sequence[str | Path], **settings: Any) -> TranslatorAPI:
     """The engine seq2seq-translate decodes `path` with, set to `settings`: the keyword arguments of
-    `seq2seq.inference.translation.decoding_config` (engine=auto unless given), with its defaults. Each
+    `seq2seq.inference.engine_api.decoding_config` (engine=auto unless given), with its defaults. Each
     item it translates must be one line, as for `Translator.load`."""
     engine = load_engine(decoding_config(path, **settings))
     engine.one_line_items = True

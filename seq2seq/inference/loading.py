@@ -16,8 +16,8 @@ from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, HUGGINGFACE_CONFIG, WE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.inference.engine_api import check_beam_fits
 from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.translation import check_beam_fits
 from seq2seq.model.transformer import Transformer
 from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
 

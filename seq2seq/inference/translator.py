@@ -28,13 +28,7 @@ from omegaconf import DictConfig
 from seq2seq.config import TranslateConfig, validate_search
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.device import half_precision_on_cpu, pick_device
-from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.loading import check_precision, load_model
-from seq2seq.inference.sampling import SamplingRule
-from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
-from seq2seq.inference.settings import DecodingSettings
-from seq2seq.inference.target_language import ModelLanguages
-from seq2seq.inference.translation import (
+from seq2seq.inference.engine_api import (
     Translation,
     check_prefix_fits,
     checked_input,
@@ -43,6 +37,12 @@ from seq2seq.inference.translation import (
     output_budget,
     to_translate,
 )
+from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.loading import check_precision, load_model
+from seq2seq.inference.sampling import SamplingRule
+from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class Translator:
     def load(cls, path: str | Path | Sequence[str | Path], **settings: Any) -> Translator:
         """Loads a model once for translating many lists of lines, on PyTorch. `path` and the keyword
         settings (beam, nbest, length_penalty, max_len_a, max_len_b, batch_size, precision, device,
-        threads, sampling, seed) are those of `seq2seq.inference.translation.decoding_config`, with
+        threads, sampling, seed) are those of `seq2seq.inference.engine_api.decoding_config`, with
         seq2seq-translate's defaults; `seq2seq.inference.load` takes the same and picks the engine.
         Each item it translates must be one line: one with a line break is refused (check_one_line).
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key

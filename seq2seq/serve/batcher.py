@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config import TranslateConfig
+from seq2seq.inference.engine_api import Translation
 from seq2seq.inference.settings import DecodingSettings
-from seq2seq.inference.translation import Translation
 from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
 

@@ -14,8 +14,8 @@ import typing
 from typing import Any
 
 from seq2seq.config import TranslateConfig, UserError, validate_translate
+from seq2seq.inference.engine_api import check_beam_fits
 from seq2seq.inference.settings import DecodingSettings
-from seq2seq.inference.translation import check_beam_fits
 
 # What /v1/translate may set, and the TranslateConfig key each one is.
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")

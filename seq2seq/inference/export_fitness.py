@@ -15,8 +15,8 @@ from typing import Any
 
 from seq2seq.config import UserError
 from seq2seq.inference import engine_probe
+from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.resolved_model import ResolvedModel
-from seq2seq.inference.translation import TranslatorAPI
 
 log = logging.getLogger("seq2seq.translate")
 
