@@ -8,7 +8,8 @@
 #   big      the training bench, bf16: big at 32k and 8k tokens
 #   compile  the small model compiled (COMPILE_MODE=reduce-overhead for CUDA graphs)
 #   tests    the CUDA tests
-#   result   scripts/reproduce.py multi30k_en_de_gpu for MINUTES (default 3; 7 at most in one 10-minute call)
+#   result   scripts/reproduce.py multi30k_en_de_gpu for MINUTES (default 3; 7 at most in one 10-minute call);
+#            its reproduce.json is published back home by scripts/publish_result.py
 #   extra    torchrun on NCCL stopped and resumed; translation speed of result's run
 #   (defaults: ../shared/data/multi30k outputs/check_gpu)
 #

@@ -298,6 +298,32 @@ def test_back_translated_directions_are_labelled_and_must_be_trained(
     assert not (run / "result.json").exists()
 
 
+def test_a_result_made_elsewhere_is_published_as_publish_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """scripts/publish_result.py: a GPU machine's reproduce.json becomes results/<name>.json and rows of
+    the table; a file that is no result is one line, and writes nothing."""
+    publisher = load_script("publish_result")
+    monkeypatch.setattr(publisher.reproduce, "plot_curve", lambda result, path: path.write_bytes(b"png"))
+    source = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de_gpu_3.5min.nvidia_h100_80gb_hbm3.json"
+    given = tmp_path / "reproduce.json"
+    given.write_text(source.read_text())
+    (tmp_path / "README.md").write_text(README)
+    results = tmp_path / "results"
+    publisher.main([str(given), "--results", str(results), "--page", str(tmp_path / "README.md")])
+    name = json.loads(source.read_text())["name"]
+    assert json.loads((results / f"{name}.json").read_text()) == json.loads(source.read_text())
+    assert capsys.readouterr().out.strip() == str(results / f"{name}.json")
+    row = (results / f"{name}.md").read_text().splitlines()[2]
+    assert row.startswith("| multi30k_en_de_gpu") and row in (results / "table.md").read_text()
+    assert row in (tmp_path / "README.md").read_text() and "old table" not in (tmp_path / "README.md").read_text()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"bleu": 1}')
+    with pytest.raises(SystemExit, match=r"bad.json: not a result of scripts/reproduce.py \(no name, experiment"):
+        publisher.main([str(bad), "--results", str(tmp_path / "other")])
+    assert not (tmp_path / "other").exists()
+
+
 def test_a_given_checkpoint_is_scored_without_choosing(
     multilingual_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
