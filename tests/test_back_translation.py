@@ -122,6 +122,8 @@ def test_the_command_trains_a_student_on_back_translated_pairs_and_scores_them(m
     # The zero-shot direction is scored for both: the teacher zero-shot, the student trained on it.
     assert "de-fr" in result["teacher"]["test_by_direction"] and "de-fr" in result["student"]["test_by_direction"]
     assert result["corpus"]["de-fr"]["pivot"] == "en" and result["direction"].endswith(",de-fr")
+    # A multilingual model's int8 speed is measured too (it was "unavailable": loaded without a language).
+    assert set(result["teacher"]["speed"]["int8"]) == {"1"} and set(result["student"]["speed"]["int8"]) == {"1"}
     trained = json.loads((output / "student" / "distill-summary.json").read_text())
     assert trained["step"] == 2
     assert (output / "data" / "distilled" / "train.de-fr.de").is_file()

@@ -85,15 +85,17 @@ def speed(paths: list[str], direction: str, lines: list[str], threads: list[int]
     """Lines per second decoding `lines` at beam 5, by engine and thread count; an engine that cannot
     decode this model (int8 without a CTranslate2 export, an ensemble) gets its reason instead."""
     measured: dict[str, dict[str, Any]] = {}
+    src, tgt = direction.split("-")
     for name, precision in ENGINES.items():
         measured[name] = {}
         for count in threads:
-            try:
-                engine = load(model_path(paths), beam=BEAM, threads=count, precision=precision)
+            try:  # the languages at load: int8's one-off timing decodes, and a multilingual model needs them
+                engine = load(
+                    model_path(paths), beam=BEAM, threads=count, precision=precision, src_lang=src, tgt_lang=tgt
+                )
             except UserError as err:
                 measured[name] = {"unavailable": str(err)}
                 break
-            engine = engine.with_languages(*direction.split("-"))
             engine.translate(lines[:8])  # warm-up: the first batch allocates
             began = time.perf_counter()
             engine.translate(lines)
