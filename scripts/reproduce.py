@@ -44,6 +44,8 @@ from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
 from seq2seq.data.directions import Direction, configured_directions, direction_config
 from seq2seq.data.language_id import off_target_rate
+from seq2seq.distill.output import MARKER, SETTINGS
+from seq2seq.distill.teacher import read_teacher
 from seq2seq.inference.engine_api import one_line
 from seq2seq.inference.translator import Translator
 
@@ -333,6 +335,17 @@ def result_name(experiment: str, minutes: float | None, hardware_class: str) -> 
     return f"{experiment}{budget}.{re.sub(r'[^a-z0-9-]+', '_', hardware_class.lower())}"
 
 
+def corpus_kind(run_dir: Path, data: dict) -> str:
+    """The corpus a run's held-out pairs are: its data.kind, but a seq2seq-distill student's (it reads
+    its teacher's validation and test pairs, copied into the distillation's folder) is its teacher's, so
+    that its rows stand beside the teacher's in the table."""
+    folder = run_dir.parent
+    if (folder / MARKER).is_file() and (folder / SETTINGS).is_file():
+        teacher = read_teacher(",".join(json.loads((folder / SETTINGS).read_text())["teacher"]))
+        return teacher.config["data"]["kind"]
+    return data["kind"]
+
+
 def in_table(result: dict) -> bool:
     """A Multi30k result with test scores (results from before the "data" field were all Multi30k)."""
     scored = "test" in result or "test_by_direction" in result
@@ -505,7 +518,7 @@ def main() -> None:
         "averaged_checkpoints": window,
         "precision": last["config"]["precision"],
         "precision_reason": chosen_precision[-1][1] if chosen_precision else None,
-        "data": last["config"]["data"]["kind"],
+        "data": corpus_kind(run_dir, last["config"]["data"]),
         "load_average_during_training": round(sum(loads) / len(loads), 2) if loads else None,
         "load_average_during_training_max": max(loads) if loads else None,
         "valid_bleu_curve": validation_curve(log),  # [update, minutes, greedy BLEU]

@@ -403,3 +403,20 @@ def test_a_student_no_smaller_than_its_teacher_is_pointed_out(teacher, tmp_path,
     with caplog.at_level(logging.WARNING, logger="seq2seq.distill"):
         cfg = student_config(taught, "tiny", corpus, ["model.d_model=32"], tmp_path, True)
     assert cfg.model.d_model == 32 and "no smaller" not in caplog.text
+
+
+def test_a_students_rows_belong_with_its_teachers_corpus(distilled, tmp_path):
+    """reproduce.py on a student: it reads its teacher's held-out pairs from files in the distillation's
+    folder (data.kind=parallel_files), and its rows go where the teacher's corpus's go."""
+    script = load_script("reproduce")
+    student = distilled.output / "student"
+    assert load_checkpoint_config(student)["data"]["kind"] == "parallel_files"
+    assert script.corpus_kind(student, {"kind": "parallel_files"}) == "builtin"  # the teacher's
+    (tmp_path / "run").mkdir()  # a run outside any distillation: its own kind
+    assert script.corpus_kind(tmp_path / "run", {"kind": "parallel_files"}) == "parallel_files"
+
+
+def load_checkpoint_config(run: Path) -> dict:
+    from seq2seq.artifacts.checkpoint import load_checkpoint
+
+    return load_checkpoint(run / "checkpoints" / "last.pt")["config"]
