@@ -260,6 +260,25 @@ def test_html_texts_are_replaced_where_they_stand_and_nothing_else(document: str
     assert spaced(html.unescape(parsed.render(parsed.texts))) == spaced(document)
 
 
+@pytest.mark.parametrize(
+    ("document", "texts", "rendered"),
+    [
+        ("<![<", ["<![<"], "&lt;![&lt;"),  # unclosed: text, escaped as text is
+        ("a<![<b>c", ["a", "c"], "a<![<b>c"),
+        ("<p>hi<![ >there</p>", ["hi", "there"], "<p>hi<![ >there</p>"),
+        ("x\ny<![ \n>z", ["x y", "z"], "x y<![ \n>z"),  # the position put back across a line break
+    ],
+)
+def test_a_marked_section_without_a_name_is_a_bogus_comment(document: str, texts: list[str], rendered: str) -> None:
+    """`<![` and no name: Python 3.11's html.parser raised AssertionError (hypothesis found "<![<"); read
+    as a browser reads it, a comment to the next `>`, kept as written, the texts around it in place."""
+    from seq2seq.serve.html_text import HtmlDocument
+
+    parsed = HtmlDocument(document)
+    assert parsed.texts == texts
+    assert parsed.render(texts) == rendered
+
+
 def test_detect_is_restricted_to_the_servers_languages(tmp_path: Path) -> None:
     app, batcher, _ = app_of(tmp_path, source="en", target="fr")
     try:

@@ -125,3 +125,18 @@ class _Texts(HTMLParser):
 
     def unknown_decl(self, data: str) -> None:  # <![CDATA[...]]>: kept as written, never translated
         self._event()
+
+    def parse_marked_section(self, i: int, report: int = 1) -> int:
+        """`<![` not followed by a name ("<![<", "<![ x>") is a bogus comment to the next `>`, as a
+        browser reads it; Python 3.11's parser raised AssertionError ("expected name token") and the
+        request failed. Kept as written, like any comment."""
+        position = self.getpos()
+        try:
+            return super().parse_marked_section(i, report)
+        except AssertionError:
+            self.lineno, self.offset = position  # the failed scan moved it past the "<!["
+            end = self.rawdata.find(">", i + 3)
+            if end < 0:
+                return -1  # not all here yet; at the end, close() keeps the rest as text
+            self.handle_comment(self.rawdata[i + 3 : end])
+            return end + 1
