@@ -85,6 +85,8 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
         assert selection[name]["pivot"] == "en" and selection[name]["kept"] == len(
             lines(root / "distilled" / f"train.{name}.{tgt}")
         )
+        # Translated for this direction (trained_targets=references distils nothing): its own time.
+        assert selection[name]["teacher_seconds"] > 0 and "translations_of" not in selection[name]
     # trained_targets=references: the trained directions' pairs as the corpus has them.
     for name in ("en-de", "en-fr", "de-en"):
         for lang in name.split("-"):
@@ -96,6 +98,23 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
     assert list(student.data.directions) == ["en-de", "en-fr", "de-en", "de-fr", "fr-de"]
     assert student.model.d_model == multilingual_run.cfg.model.d_model
     assert student.model.encoder_layers == multilingual_run.cfg.model.encoder_layers
+
+
+def test_translations_a_distilled_direction_made_are_reused_and_timed_once(multilingual_run, tmp_path):
+    """The corpus is multi-way: en-fr's English is en-de's, so de-fr's sources are the teacher's en -> de
+    translations that distilling en-de made; selection.json names them and counts their time there."""
+    teacher = read_teacher(str(multilingual_run.path))
+    corpus = corpus_config(teacher, [])
+    cfg = DistillConfig(
+        teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), back_translate=["de-fr"]
+    )
+    planned = plan(list(cfg.back_translate), TRAINED)
+    selection = command.distilled_corpus(
+        cfg, teacher, corpus, command.read_held_out(corpus), tmp_path / "data", planned
+    )
+    assert selection["de-fr"]["translations"] == selection["en-de"]["translations"]
+    assert selection["de-fr"]["translations_of"] == "en-de" and selection["de-fr"]["teacher_seconds"] is None
+    assert selection["en-de"]["teacher_seconds"] > 0
 
 
 def test_the_command_trains_a_student_on_back_translated_pairs_and_scores_them(multilingual_run, tmp_path):

@@ -172,7 +172,11 @@ def distilled_corpus(
         else:
             selection[direction.name] = distil_direction(cfg, teacher, engine, direction, one, root / "distilled")
     for item in planned:
-        selection[item.direction.name] = back_translate_direction(cfg, teacher, engine, corpus, item, root)
+        entry = back_translate_direction(cfg, teacher, engine, corpus, item, root)
+        made_for = [name for name, earlier in selection.items() if earlier.get("translations") == entry["translations"]]
+        if made_for:  # a distilled direction's translations, reused: their time is counted there, once
+            entry.update(teacher_seconds=None, teacher_lines_per_second=None, translations_of=made_for[0])
+        selection[item.direction.name] = entry
     for split, by_direction in held_out.items():
         for name, (sources, references) in by_direction.items():
             src, tgt = name.split("-")
