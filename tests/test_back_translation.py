@@ -4,8 +4,10 @@ pivot side, and the directions it cannot make refused in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import shutil
 import sys
 
 import pytest
@@ -115,6 +117,25 @@ def test_translations_a_distilled_direction_made_are_reused_and_timed_once(multi
     assert selection["de-fr"]["translations"] == selection["en-de"]["translations"]
     assert selection["de-fr"]["translations_of"] == "en-de" and selection["de-fr"]["teacher_seconds"] is None
     assert selection["en-de"]["teacher_seconds"] > 0
+
+
+def test_test_pairs_that_are_missing_are_skipped_and_broken_ones_refused(multilingual_run, tmp_path):
+    """A back-translated direction is scored on the corpus's own test pairs where it has them; one without
+    them is trained, not tested; a test file that is there but does not pair up is the usual error."""
+    corpus_dir = tmp_path / "corpus"
+    shutil.copytree(multilingual_run.corpus, corpus_dir)
+    template = str(corpus_dir / "test.{src}-{tgt}.{src}"), str(corpus_dir / "test.{src}-{tgt}.{tgt}")
+    corpus = corpus_config(read_teacher(str(multilingual_run.path)), [])
+    corpus = dataclasses.replace(corpus, test_src=template[0], test_tgt=template[1])
+    planned = plan(["de-fr", "fr-de"], TRAINED)
+    for lang in ("fr", "de"):
+        (corpus_dir / f"test.fr-de.{lang}").unlink()
+    found = command.corpus_tests(corpus, planned)
+    assert list(found) == ["de-fr"] and found["de-fr"][1] == lines(corpus_dir / "test.de-fr.fr")
+    broken = corpus_dir / "test.de-fr.fr"
+    broken.write_text("\n".join(lines(broken)[:-1]) + "\n")
+    with pytest.raises(UserError, match="lines but .* they must pair up"):
+        command.corpus_tests(corpus, planned)
 
 
 def test_the_command_trains_a_student_on_back_translated_pairs_and_scores_them(multilingual_run, tmp_path):

@@ -164,13 +164,14 @@ def iter_split(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]] | None:
 
 def require_pairs(cfg: DataConfig, split: str, count: int) -> None:
     if count == 0:
-        files = _split_files(cfg, split)
+        files = split_files(cfg, split)
         where = f": no pairs in {' and '.join(files)}" if files else ""
         raise UserError(f"the {split} split of data.kind={cfg.kind} is empty{where}")
 
 
-def _split_files(cfg: DataConfig, split: str) -> list[str]:
-    """The files a split is read from, for error messages; empty for generated or hub data."""
+def split_files(cfg: DataConfig, split: str) -> list[str]:
+    """The files a split is read from (error messages; whether a split is there); empty for generated or
+    hub data. Multi30k without a language's file: the UserError multi30k_file gives."""
     if cfg.kind == "parallel_files":
         return [getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")]
     if cfg.kind in ("tsv", "jsonl"):

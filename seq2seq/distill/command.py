@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict, validate_directions
-from seq2seq.data.corpus import iter_split, require_pairs, unzip
+from seq2seq.data.corpus import iter_split, require_pairs, split_files, unzip
 from seq2seq.data.directions import Direction, direction_config
 from seq2seq.distill import report
 from seq2seq.distill.back_translation import BackTranslated, plan
@@ -102,8 +102,14 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
 def settings(cfg: Any, teacher: Teacher, data: list[str], train: list[str]) -> dict[str, Any]:
     """What decides an output folder's contents (output.check_settings)."""
     keys = ("student", "beam", "nbest", "select", "min_score", "length_penalty", "trained_targets")
-    found = {"teacher": teacher.paths, **{k: getattr(cfg, k) for k in keys}, "data": list(data), "train": list(train)}
-    return {**found, "back_translate": list(cfg.back_translate)}
+    chosen = {k: getattr(cfg, k) for k in keys}
+    return {
+        "teacher": teacher.paths,
+        **chosen,
+        "back_translate": list(cfg.back_translate),
+        "data": list(data),
+        "train": list(train),
+    }
 
 
 def read_held_out(corpus: DataConfig) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
@@ -130,10 +136,13 @@ def corpus_tests(corpus: DataConfig, planned: list[BackTranslated]) -> dict[str,
     for item in planned:
         one = direction_config(corpus, item.direction)
         try:
-            pairs = iter_split(one, "test")
-            sources, references = unzip(pairs) if pairs is not None else ([], [])
-        except UserError:  # no such files: the direction is trained, not tested
+            files = split_files(one, "test")
+        except UserError:  # Multi30k without this language's test file
             continue
+        if not all(Path(file).is_file() for file in files):  # no test pairs of it: trained, not tested
+            continue
+        pairs = iter_split(one, "test")  # a file that is there but wrong is the one-line error it always is
+        sources, references = unzip(pairs) if pairs is not None else ([], [])
         if sources:
             found[item.direction.name] = (sources, references)
     return found
@@ -155,7 +164,7 @@ def distilled_corpus(
     corpus: DataConfig,
     held_out: dict[str, Any],
     root: Path,
-    planned: list[BackTranslated] = (),
+    planned: Sequence[BackTranslated] = (),
 ) -> dict[str, Any]:
     """Step 1 and 2 for every direction, the back-translated directions, and the original held-out pairs
     beside them: the files the student reads. Done once: selection.json says it is."""
@@ -179,9 +188,7 @@ def distilled_corpus(
         selection[item.direction.name] = entry
     for split, by_direction in held_out.items():
         for name, (sources, references) in by_direction.items():
-            src, tgt = name.split("-")
-            write_lines(root / "original" / f"{split}.{name}.{src}", sources)
-            write_lines(root / "original" / f"{split}.{name}.{tgt}", references)
+            write_pairs(root / "original", split, Direction(*name.split("-")), sources, references)
     write_json(root / SELECTION, selection)
     return selection
 
@@ -195,8 +202,7 @@ def distil_direction(
     require_pairs(one, "train", len(sources))
     nbests, progress, cached = teacher_translations(cfg, teacher, engine, direction.name, sources)
     kept = select(sources, nbests, references, cfg.select, cfg.min_score)
-    write_lines(folder / f"train.{direction.name}.{direction.src}", kept.sources)
-    write_lines(folder / f"train.{direction.name}.{direction.tgt}", kept.targets)
+    write_pairs(folder, "train", direction, kept.sources, kept.targets)
     log.info(
         "%s: %d of %d lines kept (%d empty, %d below min_score=%g)",
         *(direction.name, len(kept.sources), len(sources), kept.dropped_empty, kept.dropped_low_score, cfg.min_score),
@@ -206,6 +212,19 @@ def distil_direction(
         "kept": len(kept.sources),
         "dropped_empty": kept.dropped_empty,
         "dropped_low_score": kept.dropped_low_score,
+        **translation_figures(progress, cached),
+    }
+
+
+def write_pairs(folder: Path, split: str, direction: Direction, sources: list[str], targets: list[str]) -> None:
+    """<split>.<src>-<tgt>.<src> and .<tgt> in `folder`: the parallel files the student reads (with_files)."""
+    write_lines(folder / f"{split}.{direction.name}.{direction.src}", sources)
+    write_lines(folder / f"{split}.{direction.name}.{direction.tgt}", targets)
+
+
+def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
+    """A selection.json entry's account of the teacher's translations it was made from."""
+    return {
         "teacher_seconds": round(progress.seconds, 1),
         "teacher_lines_per_second": round(progress.lines / progress.seconds, 1) if progress.seconds else None,
         "translations": str(cached),
@@ -213,12 +232,12 @@ def distil_direction(
 
 
 def references_direction(direction: Direction, one: DataConfig, folder: Path) -> dict[str, Any]:
-    """trained_targets=references: one direction's training pairs as the corpus has them."""
+    """One direction's training pairs as the corpus has them: trained_targets=references, and the
+    baseline's data/original/."""
     sources, references = unzip(iter_split(one, "train"))
     require_pairs(one, "train", len(sources))
-    write_lines(folder / f"train.{direction.name}.{direction.src}", sources)
-    write_lines(folder / f"train.{direction.name}.{direction.tgt}", references)
-    log.info("%s: %d pairs with their references (trained_targets=references)", direction.name, len(sources))
+    write_pairs(folder, "train", direction, sources, references)
+    log.info("%s: %d pairs with their references, in %s", direction.name, len(sources), folder)
     return {"lines": len(sources), "kept": len(sources), "targets": "references"}
 
 
@@ -235,33 +254,24 @@ def back_translate_direction(
         require_pairs(one, split, len(sources))
         nbests, progress, cached = teacher_translations(cfg, teacher, engine, item.translated_by.name, sources)
         kept = [(best[0], reference) for best, reference in zip(nbests, references, strict=True) if best[0].strip()]
-        name = item.direction.name
-        write_lines(root / folder / f"{split}.{name}.{item.direction.src}", [s for s, _ in kept])
-        write_lines(root / folder / f"{split}.{name}.{item.direction.tgt}", [t for _, t in kept])
+        write_pairs(root / folder, split, item.direction, [s for s, _ in kept], [t for _, t in kept])
         log.info(
             "%s (%s): %d of %d %s pairs of %s, their %s side translated into %s (%d empty dropped)",
-            *(name, split, len(kept), len(sources), split, item.pairs_from.name, item.pivot, item.direction.src),
+            *(item.direction.name, split, len(kept), len(sources), split, item.pairs_from.name, item.pivot),
+            item.direction.src,
             len(sources) - len(kept),
         )
         if split == "train":
-            entry.update(
-                lines=len(sources),
-                kept=len(kept),
-                dropped_empty=len(sources) - len(kept),
-                teacher_seconds=round(progress.seconds, 1),
-                teacher_lines_per_second=round(progress.lines / progress.seconds, 1) if progress.seconds else None,
-                translations=str(cached),
-            )
+            entry.update(lines=len(sources), kept=len(kept), dropped_empty=len(sources) - len(kept))
+            entry.update(translation_figures(progress, cached))
     return entry
 
 
-def original_training_pairs(corpus: DataConfig, root: Path, planned: list[BackTranslated] = ()) -> None:
+def original_training_pairs(corpus: DataConfig, root: Path, planned: Sequence[BackTranslated] = ()) -> None:
     """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun),
     and the back-translated directions' pairs as the student has them (they have no references)."""
     for direction, one in directions(corpus):
-        sources, references = unzip(iter_split(one, "train"))
-        write_lines(root / "original" / f"train.{direction.name}.{direction.src}", sources)
-        write_lines(root / "original" / f"train.{direction.name}.{direction.tgt}", references)
+        references_direction(direction, one, root / "original")
     for item in planned:
         for lang in (item.direction.src, item.direction.tgt):
             name = f"train.{item.direction.name}.{lang}"
