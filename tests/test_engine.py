@@ -340,3 +340,16 @@ def test_once_resolved_the_choice_reads_no_file(tmp_path: Path) -> None:
         assert choose_engine(TranslateConfig(run=str(run), **settings), files).engine == engine, settings
     # Without the description, the choice reads the disk as it is now: the export is gone.
     assert choose_engine(TranslateConfig(run=str(run))).engine == "torch"
+
+
+@pytest.mark.usefixtures("installed")
+def test_resolving_reads_what_checkpoint_names_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """path_kind opens the file (an Argos package is a zip): resolve asks it once, not once per question."""
+    run = make_run(tmp_path / "run")
+    asked: list[str] = []
+    kind_of = resolved_model.path_kind
+    monkeypatch.setattr(resolved_model, "path_kind", lambda path: asked.append(path) or kind_of(path))
+    for given in (run / "checkpoints" / "best.pt", run / "ctranslate2"):
+        asked.clear()
+        files = resolved_model.resolve(TranslateConfig(checkpoint=str(given)))
+        assert asked == [str(given)] and files.given_export == (given.name == "ctranslate2")

@@ -55,7 +55,7 @@ def why_not_ctranslate2(cfg: Any, files: ResolvedModel, same_lines: bool = True)
     """None when the run's CTranslate2 export (as `files` found it) can decode this request (as PyTorch
     would, with `same_lines`); else why not. Reads no file."""
     if files.checkpoint or not files.run:
-        return files.export_unfit
+        return "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
     if cfg.attention:
         return "attention= plots PyTorch's attention"
     if same_lines and (reason := _why_other_lines(cfg)):

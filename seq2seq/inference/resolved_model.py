@@ -26,8 +26,8 @@ class ResolvedModel:
     given_export: bool  # checkpoint= names one CTranslate2 export (several are a PyTorch ensemble)
     given_export_stale: str | None  # checkpoint=<run>/ctranslate2 made from another checkpoint: why
     export: str | None  # the run's CTranslate2 export directory (run= alone)
-    # Why the run's export cannot decode this model (missing, stale, the package not installed,
-    # checkpoint= given); None: it can, for the requests CTranslate2 decodes alike (export_fitness.py).
+    # Why that export cannot decode this model (missing, stale, the package not installed); None: it can,
+    # for the requests CTranslate2 decodes alike (export_fitness.py). None where there is no run export.
     export_unfit: str | None
     # The run's export exists but its checkpoint could not be read: raised when the export is chosen,
     # as a choice that needed it always did (engine=torch never reads it).
@@ -38,13 +38,13 @@ def resolve(cfg: Any) -> ResolvedModel:
     """The description of what `cfg` (a TranslateConfig) names."""
     checkpoint = str(cfg.checkpoint or "") or None
     run = str(cfg.run) if cfg.run else None
-    if checkpoint and path_kind(checkpoint) is PathKind.ARGOS:
+    kind = path_kind(checkpoint) if checkpoint else None  # it reads the path: once
+    if kind is PathKind.ARGOS:
         raise argos_package_error(checkpoint)
-    given = bool(checkpoint) and "," not in checkpoint and path_kind(checkpoint) is PathKind.CTRANSLATE2
+    given = kind is PathKind.CTRANSLATE2 and "," not in checkpoint
     if checkpoint or not run:
-        unfit = "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
         stale = _given_export_stale(Path(checkpoint)) if given else None
-        return ResolvedModel(run, checkpoint, given, stale, None, unfit)
+        return ResolvedModel(run, checkpoint, given, stale, None, None)
     export = Path(run) / CTRANSLATE2_DIR
     unfit, error = None, None
     if not (export / CTRANSLATE2_FILE).is_file():
