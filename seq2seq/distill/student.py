@@ -3,8 +3,8 @@
 The student trains as its teacher was trained (the teacher's saved config: optimiser, schedule, budget,
 batch size, precision, stop rules), as a smaller model: the teacher's model settings with the sizes of
 the student= preset (configs/model/<name>.yaml) on top (student=teacher: none, the teacher's own), so
-dropout, shared embeddings and the like stay the teacher's. recipe= is fixed (a recipe's overrides would resize the model). train.KEY=VALUE arguments
-come last. Its data are the teacher's settings over parallel files in the output folder: the distilled
+dropout, shared embeddings and the like stay the teacher's. recipe= is fixed (a recipe's overrides would
+resize the model). train.KEY=VALUE arguments come last. Its data are the teacher's settings over parallel files in the output folder: the distilled
 training pairs, and the original validation and test pairs, so that it is validated and tested
 against the original references.
 """
