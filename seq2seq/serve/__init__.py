@@ -10,6 +10,6 @@ a form or JSON, checked: the 400/413 answers), languages.py (language names, rou
 through a pivot, detection), sentences.py (sentence splitting), html_text.py (HTML's text nodes),
 files.py (.txt, .html, .srt, .docx in and out), service.py (what the routes share: parameters, the
 API key, texts to decoded lines and back, the drain after SIGTERM), libretranslate.py
-(LibreTranslate's routes), spec.py (GET /spec), app.py (the Starlette app: the native routes, the
-page, errors as JSON, CORS), server.py (loading, binding, uvicorn, shutdown), page.html (the page).
+(LibreTranslate's routes), native.py (/v1/translate and /v1/attention), spec.py (GET /spec), app.py
+(the Starlette app: every route, /health, /v1/info, the page, errors as JSON, CORS), server.py (loading, binding, uvicorn, shutdown), page.html (the page).
 """

@@ -1,6 +1,6 @@
 """The Starlette app: LibreTranslate's routes (libretranslate.py), `GET /health` (LibreTranslate's
-`{"status": "ok"}`), the native `GET /v1/info`, `POST /v1/translate` and `POST /v1/attention`, and the
-page at `GET /`.
+`{"status": "ok"}`), the native `GET /v1/info`, `POST /v1/translate` and `POST /v1/attention`
+(native.py), and the page at `GET /`.
 
 Every answer to a bad request is JSON `{"error": "<one line>"}` with 400, 413 (too much), 403 (no
 valid API key), 404 (no such route), 405 (a method the route does not take) or 503 (shutting down);
@@ -10,6 +10,7 @@ origins may call it (CORS, `cors_origins`).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.resources
 import json
@@ -28,13 +29,13 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from seq2seq.config import TranslateConfig, UserError
-from seq2seq.serve.attention import cross_attention
 from seq2seq.serve.batcher import Batcher, ShuttingDown
 from seq2seq.serve.languages import Languages, Model
 from seq2seq.serve.libretranslate import LibreTranslate
-from seq2seq.serve.requests import NATIVE_KEYS, BadRequest, Limits, lines_of
+from seq2seq.serve.native import NativeApi
+from seq2seq.serve.requests import BadRequest, Limits
 from seq2seq.serve.service import ClientGone, Service
-from seq2seq.serve.settings import default_settings, settings_from_request
+from seq2seq.serve.settings import default_settings
 from seq2seq.serve.spec import spec
 
 log = logging.getLogger("seq2seq.serve")
@@ -89,57 +90,9 @@ def create_app(
     defaults = default_settings(first.base)
     service = Service([model.batcher for model in served], limits, keys)
     languages = Languages([model for m in served for model in _models(m)])
-    by_batcher = {id(model.batcher): model for model in served}
     files_dir = web.files_dir or _temporary_folder()
     libre = LibreTranslate(service, languages, defaults, files_dir, web.max_file_bytes)
-
-    def one_route(body: dict[str, Any], what: str) -> tuple[Served, Model]:
-        """/v1's routes decode with one model (n-best scores, prefixes and attention are one model's):
-        the model a request goes to, and which of its directions."""
-        if len(languages.models) == 1 and "source" not in body and "target" not in body:
-            return first, languages.models[0]
-        route = languages.route_of({"target": first.info.target, **body} if not first.info.directions else body)
-        if len(route.models) > 1:
-            raise BadRequest(f"{route.source} -> {route.target} goes through {route.models[0].target}: "
-                             f"{what} decodes with one model; use /translate")  # fmt: skip
-        return by_batcher[id(route.models[0].decoder)], route.models[0]
-
-    async def native(request: Request) -> Response:
-        body = await service.params(request, NATIVE_KEYS)
-        texts, listed = lines_of(body, "q", limits)
-        for index, text in enumerate(texts):  # n-best lists and prefixes are per line, as in seq2seq-translate
-            if "\n" in text:
-                raise BadRequest(
-                    f"{f'q[{index}]' if listed else 'q'} holds a newline: /v1/translate takes one line a string"
-                )
-        model, direction = one_route(body, "/v1/translate")
-        prefixes = _prefixes(body, len(texts), listed)
-        vocabulary = model.batcher.engines.tokenizers.tgt.get_vocab_size()
-        try:
-            settings = settings_from_request(body, model.base, vocabulary, prefixes is not None, limits.max_beam)
-        except UserError as err:
-            raise BadRequest(str(err)) from err
-        results = await service.decode(request, model.batcher, texts, direction.settings(settings), prefixes)
-        nbest = [[{"text": t.text, "score": t.score} for t in hyps] for hyps in results]
-        translated = [hyps[0].text for hyps in results]
-        answer = {"translatedText": translated, "nbest": nbest}
-        return JSONResponse(answer if listed else {key: value[0] for key, value in answer.items()})
-
-    async def attention_map(request: Request) -> Response:
-        body = await service.params(request, ("q", "api_key", "source", "target"))
-        texts, listed = lines_of(body, "q", limits)
-        if listed or "\n" in texts[0] or not texts[0].strip():
-            raise BadRequest("'q' must be one non-empty line")
-        model, direction = one_route(body, "/v1/attention")
-        batcher = model.batcher
-        if not batcher.engines.has_torch_weights():
-            raise BadRequest(f"no attention maps: {model.info.model} has no PyTorch weights (serve run=<run dir>)")
-        settings = direction.settings(default_settings(model.base))
-        ((best, *_),) = await service.decode(request, batcher, texts, settings)
-        data = await batcher.run_alone(
-            lambda engines: cross_attention(engines, texts[0], best.tokens, settings.src_lang, settings.tgt_lang)
-        )
-        return JSONResponse({"translatedText": best.text, **data})
+    native = NativeApi(served, service, languages, limits)
 
     async def health(request: Request) -> Response:  # exactly LibreTranslate's: clients compare it whole
         return JSONResponse({"status": "ok"})
@@ -151,15 +104,12 @@ def create_app(
     async def api_spec(request: Request) -> Response:
         return JSONResponse(spec(importlib.metadata.version("seq2seq")))
 
-    page = importlib.resources.files("seq2seq.serve").joinpath("page.html").read_text(encoding="utf-8")
-    settings_json = json.dumps({**info.__dict__, "api_key_required": keys is not None})
-    page = page.replace("{{SERVER}}", settings_json.replace("</", "<\\/"))  # JSON in a <script>: no "</"
+    page = _page({**info.__dict__, "api_key_required": keys is not None})
 
     async def home(request: Request) -> Response:
         return HTMLResponse(page)
 
-    def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
-        return _answering_errors(handler, service)
+    guarded = functools.partial(_answering_errors, service=service)
 
     routes = [
         Route("/", home),
@@ -172,8 +122,8 @@ def create_app(
         Route("/detect", guarded(libre.detect), methods=["POST"]),
         Route("/translate_file", guarded(libre.translate_file), methods=["POST"]),
         Route("/download_file/{filename}", guarded(libre.download_file), name="download_file"),
-        Route("/v1/translate", guarded(native), methods=["POST"]),
-        Route("/v1/attention", guarded(attention_map), methods=["POST"]),
+        Route("/v1/translate", guarded(native.translate), methods=["POST"]),
+        Route("/v1/attention", guarded(native.attention), methods=["POST"]),
     ]
     # LibreTranslate's CORS headers (its after_request): any origin unless cors_origins says otherwise.
     cors = Middleware(
@@ -186,6 +136,12 @@ def create_app(
     )
     errors = {HTTPException: _http_error, Exception: _server_error}
     return Starlette(routes=routes, lifespan=lifespan, middleware=[cors], exception_handlers=errors)
+
+
+def _page(server: dict[str, Any]) -> str:
+    """page.html with what the server is (its model, languages, whether it wants a key) written in."""
+    page = importlib.resources.files("seq2seq.serve").joinpath("page.html").read_text(encoding="utf-8")
+    return page.replace("{{SERVER}}", json.dumps(server).replace("</", "<\\/"))  # JSON in a <script>: no "</"
 
 
 def _temporary_folder() -> Path:
@@ -238,14 +194,3 @@ def _answering_errors(handler: Callable[[Request], Any], service: Service) -> Ca
             return JSONResponse({"error": f"Cannot translate text: {message}"}, status_code=500)  # LibreTranslate's
 
     return guarded
-
-
-def _prefixes(body: dict[str, Any], count: int, listed: bool) -> list[str] | None:
-    """/v1/translate's "prefix": the start of each translation, a string (or a list, one per string of q)."""
-    if "prefix" not in body:
-        return None
-    value = body["prefix"]
-    values = value if isinstance(value, list) else [value]
-    if listed != isinstance(value, list) or len(values) != count or not all(isinstance(v, str) for v in values):
-        raise BadRequest("'prefix' must be a string (q a string) or a list of strings as long as q")
-    return values
