@@ -420,3 +420,16 @@ def load_checkpoint_config(run: Path) -> dict:
     from seq2seq.artifacts.checkpoint import load_checkpoint
 
     return load_checkpoint(run / "checkpoints" / "last.pt")["config"]
+
+
+def test_a_student_may_take_a_smaller_vocabulary_and_a_shallower_decoder(teacher, tmp_path):
+    """What makes a student decode fastest (scripts/bench_student_shapes.py): fewer decoder layers and a
+    smaller vocabulary than the teacher's; the tokenizer's kind stays the teacher's."""
+    from seq2seq.distill.student import student_config
+
+    taught = read_teacher(str(teacher))
+    corpus = corpus_config(taught, ["data.vocab_size=280"])
+    cfg = student_config(taught, "tiny", corpus, ["model.decoder_layers=1"], tmp_path, True)
+    assert cfg.data.vocab_size == 280 != taught.config["data"]["vocab_size"]
+    assert cfg.data.tokenizer == taught.config["data"]["tokenizer"]
+    assert (cfg.model.encoder_layers, cfg.model.decoder_layers) == (2, 1)
