@@ -101,6 +101,37 @@ def test_training_attention_runs_no_cudnn_kernel(tmp_path: Path) -> None:
     assert not [name for name in names if "cudnn_attention" in name], sorted(names)
 
 
+def test_every_training_attention_call_may_run_flash_or_memory_efficient_attention(tmp_path, monkeypatch):
+    """Each SDPA call of a padded bf16 forward, judged by torch's own selection rules
+    (torch.backends.cuda.can_use_flash_attention / can_use_efficient_attention, which SDPA consults):
+    our masks (a key padding mask, is_causal for the decoder) must leave it a fused kernel, never the
+    math fallback that materialises the weights. Flash takes no mask: calls without one must qualify."""
+    from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+
+    import seq2seq.model.kernels as kernels
+
+    calls = []
+    original = kernels.F.scaled_dot_product_attention
+
+    def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **rest):
+        calls.append(SDPAParams(q, k, v, attn_mask, dropout_p, is_causal, False))
+        return original(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **rest)
+
+    monkeypatch.setattr(kernels.F, "scaled_dot_product_attention", recording)
+    trainer = make_trainer(tmp_path, CUDA, ["precision=bf16"])
+    batch = collate(trainer.data.train, np.arange(16), trainer.cfg.model.max_positions).to(CUDA)
+    with trainer.update.autocast():
+        trainer.objective(batch.src, batch.tgt_in, batch.tgt_out)
+    layers = trainer.cfg.model.encoder_layers + 2 * trainer.cfg.model.decoder_layers
+    assert len(calls) == layers
+    assert any(call.is_causal for call in calls)  # the decoder's self-attention reached SDPA as causal
+    for call in calls:
+        fused = can_use_efficient_attention(call, True) or can_use_flash_attention(call, True)
+        assert fused, (call.query.shape, call.key.shape, call.attn_mask is not None, call.is_causal)
+        if call.attn_mask is None:
+            assert can_use_flash_attention(call, True), (call.query.shape, call.query.dtype)
+
+
 # ---- fp16: the grad scaler around our own Adam --------------------------------------------------
 def test_fp16_overflow_is_skipped_by_the_scaler_and_training_goes_on(tmp_path: Path) -> None:
     """A scale so large that the fp16 gradients overflow: the update must be skipped on the device (no
