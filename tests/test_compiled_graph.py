@@ -4,6 +4,7 @@ path (`F.dropout`; the CPU's cheaper mask uses an in-place `random_` that TorchD
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch._dynamo
 
@@ -13,7 +14,11 @@ from seq2seq.model.transformer import Transformer
 from seq2seq.train.loss import TeacherForcedLoss
 
 
-def test_the_gpus_training_objective_compiles_into_one_graph(monkeypatch):
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_the_gpus_training_objective_compiles_into_one_graph(monkeypatch, dynamic):
+    """`dynamic`: every length and batch size symbolic, as the Trainer's torch.compile(dynamic=True)
+    traces them; the decoder's `causal` then came out a symbolic bool that SDPA refused, breaking the
+    graph at every decoder layer (6 graphs here) before kernels.attend branched on it instead."""
     monkeypatch.setattr(dropout, "cheap_mask_applies", lambda x: False)  # the GPU's path
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.1)
@@ -23,6 +28,11 @@ def test_the_gpus_training_objective_compiles_into_one_graph(monkeypatch):
     src, tgt_in, tgt_out = (torch.randint(1, 50, (3, 8)) for _ in range(3))
     tgt_out[0, -2:] = 0  # padding, as in a real batch
     positions = (tgt_out != 0).flatten().nonzero().squeeze(1)
+    if dynamic:
+        for tensor in (src, tgt_in, tgt_out):
+            torch._dynamo.mark_dynamic(tensor, 0)
+            torch._dynamo.mark_dynamic(tensor, 1)
+        torch._dynamo.mark_dynamic(positions, 0)
     explained = torch._dynamo.explain(objective)(src, tgt_in, tgt_out, positions)
     assert explained.graph_break_count == 0, [reason.reason for reason in explained.break_reasons]
     assert explained.graph_count == 1

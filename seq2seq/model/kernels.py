@@ -54,8 +54,11 @@ def attend(
     group = q.size(0) // k.size(0)
     if group > 1:
         q = group_queries(q, k.size(0))
-    # A single new query attends to every cached position: the causal mask is then a no-op.
-    causal = causal and q.size(2) > 1
+    # A single new query attends to every cached position: the causal mask is then a no-op. Written as
+    # an `if`: compiled with dynamic shapes, `causal and q.size(2) > 1` is a symbolic bool, which SDPA's
+    # is_causal does not take (it broke the graph at every decoder layer); a branch becomes a guard.
+    if causal and q.size(2) == 1:
+        causal = False
     if need_weights or _matmuls_beat_flash(q):
         context, weights = exact(q, k, v, mask, causal, dropout)
     else:
