@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from competing_load import competing_jobs  # noqa: E402
 from machine import machine_info  # noqa: E402
 from step_profile import (  # noqa: E402
+    compiled_graphs_per_epoch,
     gpu_time_per_update,
     host_reads_per_update,
     operator_calls_per_update,
@@ -267,6 +268,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto (what seq2seq-train picks here), fp32 or bf16")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument(
+        "--graphs-per-epoch",
+        action="store_true",
+        help="also trace the objective as compile=true does on one batch of each shape of an epoch: graphs, breaks",
+    )
     parser.add_argument("--warmup", type=int, default=5, help="updates not timed")
     parser.add_argument("--steps", type=int, default=20, help="updates timed")
     parser.add_argument(
@@ -323,6 +329,8 @@ def main() -> None:
     }
     report.update(counts(trainer))
     report["epoch_shapes"] = epoch_shapes(trainer)
+    if args.graphs_per_epoch:
+        report["compiled_graphs_per_epoch"] = [compiled_graphs_per_epoch(trainer, m) for m in (1, 8)]
     if args.scaling:
         report["scaling"] = []
         for tokens in (int(t) for t in args.scaling.split(",")):

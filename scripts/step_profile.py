@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import time
 import warnings
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -166,4 +168,48 @@ def shapes_per_epoch(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.
         "distinct_shapes": len(shapes),
         "distinct_widths": len(widths),
         "padding_share_of_tokens": round(1 - real / padded, 4),
+    }
+
+
+def compiled_graphs_per_epoch(trainer: Any, multiple: int) -> dict:
+    """How many graphs TorchDynamo makes of the training objective over the first epoch's shapes at
+    `pad_to_multiple`: compiled as compile=true compiles it (dynamic=True) on the GPU's code path
+    (F.dropout: the CPU's cheaper dropout mask cannot be traced), one batch of each distinct shape.
+    Backend "eager": only the tracing, whose graphs and recompiles are the compiler's; the code
+    generation after it is not run, so this counts in seconds on a CPU what a GPU would compile."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    import seq2seq.model.dropout as dropout
+    from seq2seq.data.batching import collate, make_batches
+
+    stream, cfg = trainer.stream, trainer.cfg
+    batches = make_batches(
+        stream.src_len, stream.tgt_len, cfg.batch_tokens, np.random.default_rng([cfg.seed, 1]), multiple
+    )
+    first_of_shape: dict[tuple[int, int, int], np.ndarray] = {}
+    for indices in batches:
+        widths = (padded_width(int(stream.src_len[indices].max()) + 1, multiple),
+                  padded_width(int(stream.tgt_len[indices].max()) + 1, multiple))  # fmt: skip
+        first_of_shape.setdefault((len(indices), *widths), indices)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(trainer.objective, dynamic=True, backend="eager")
+    trainer.objective.run_loss_eagerly()
+    cheap_mask_applies, dropout.cheap_mask_applies = dropout.cheap_mask_applies, lambda x: False
+    began = time.perf_counter()
+    try:
+        for indices in first_of_shape.values():
+            batch = collate(trainer.data.train, indices, cfg.model.max_positions, pad_multiple=multiple).to(
+                trainer.device
+            )
+            compiled(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions)
+    finally:
+        dropout.cheap_mask_applies = cheap_mask_applies
+    return {
+        "pad_to_multiple": multiple,
+        "distinct_shapes": len(first_of_shape),
+        "graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "tracing_seconds": round(time.perf_counter() - began, 1),
     }
