@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,7 @@ BATCH_LINES = 32  # CTranslate2Translator's batches on a CPU (seq2seq/inference/
 
 
 def parse_shape(text: str) -> dict[str, int]:
-    """ "d_model=96,decoder_layers=1" -> {"d_model": 96, "decoder_layers": 1}; "teacher" -> {}."""
-    if text == "teacher":
-        return {}
+    """ "d_model=96,decoder_layers=1" -> {"d_model": 96, "decoder_layers": 1}."""
     shape = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
@@ -50,25 +47,16 @@ def parse_shape(text: str) -> dict[str, int]:
     return shape
 
 
-def read_lines(path: Path, limit: int | None = None) -> Iterator[str]:
-    with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if limit is not None and i >= limit:
-                return
-            yield line.rstrip("\n")
+def student_tokenizers(teacher_data: dict[str, Any], vocab: int, corpus: list[Path], directory: Path) -> Any:
+    """The tokenizers a student of data.vocab_size=`vocab` trains (the teacher's kind, layout and language
+    tags), on `corpus`, as training makes them."""
+    from seq2seq.config import DataConfig
+    from seq2seq.data.corpus import iter_lines
+    from seq2seq.data.pipeline import train_tokenizers
 
-
-def student_tokenizers(teacher_data: dict[str, Any], vocab: int, corpus: list[Path], work: Path) -> Any:
-    """A tokenizer of the teacher's kind and vocabulary layout, `vocab` entries, trained on `corpus`."""
-    from seq2seq.data.sentencepiece_training import train_sentencepiece
-    from seq2seq.data.tokenizer import Tokenizers
-
-    src, tgt = (read_lines(path) for path in corpus)
-    joint = teacher_data.get("joint_vocab", True)
-    if teacher_data.get("tokenizer") == "sentencepiece":
-        kind = teacher_data.get("sentencepiece_type", "unigram")
-        return train_sentencepiece(src, tgt, kind, vocab, joint, work / f"spm{vocab}")
-    return Tokenizers.train(src, tgt, teacher_data.get("tokenizer", "bpe"), vocab, joint)
+    known = {k: v for k, v in teacher_data.items() if k in DataConfig.__dataclass_fields__}
+    cfg = DataConfig(**{**known, "vocab_size": vocab})
+    return train_tokenizers(cfg, iter_lines(corpus[0]), iter_lines(corpus[1]), directory)
 
 
 def export_random(payload: dict[str, Any], model_cfg: Any, tokenizers: Any, out: Path) -> int:
@@ -118,13 +106,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--compute-types", default="float32", help="comma-separated CTranslate2 compute types")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
-    shapes = [parse_shape("teacher")] + [parse_shape(s) for s in args.shape]
+    shapes = [{}] + [parse_shape(s) for s in args.shape]  # the teacher's own shape first
     if any("vocab" in s for s in shapes) and args.corpus is None:
         raise SystemExit("--shape ...vocab=N...: give --corpus SRC TGT to train that shape's tokenizer on")
 
     from seq2seq.artifacts.checkpoint import load_checkpoint, model_config_of
     from seq2seq.artifacts.model_files import load_tokenizers
     from seq2seq.artifacts.run_dir import RunDir
+    from seq2seq.data.corpus import iter_lines
     from seq2seq.inference import load
 
     checkpoint = RunDir(args.teacher).find_checkpoint()
@@ -132,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     teacher_data = payload.get("config", {}).get("data", {})
     teacher_cfg = model_config_of(payload.get("config", {}).get("model"), checkpoint)
     teacher_tokenizers = load_tokenizers(checkpoint, str(args.teacher), teacher_data)
-    texts = list(read_lines(args.sources, args.lines))
+    texts = list(islice(iter_lines(args.sources), args.lines))
     translations = load(str(args.teacher), beam=BEAM).translate(texts)
 
     rows = []
@@ -142,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             model_cfg = dataclasses.replace(teacher_cfg, **sizes)
             tokenizers = teacher_tokenizers
             if "vocab" in shape:
-                tokenizers = student_tokenizers(teacher_data, shape["vocab"], args.corpus, Path(work))
+                tokenizers = student_tokenizers(teacher_data, shape["vocab"], args.corpus, Path(work) / f"tok{number}")
             out = Path(work) / f"shape{number}"
             parameters = export_random(payload, model_cfg, tokenizers, out)
             sources = [tokenizers.src_tokens(text) for text in texts]
@@ -173,4 +162,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    main()

@@ -266,6 +266,19 @@ def _in_memory(columns: dict, features: datasets.Features) -> datasets.Dataset:
     return datasets.Dataset(table, info=info, fingerprint=generate_random_fingerprint())
 
 
+def train_tokenizers(
+    cfg: DataConfig, src_texts: Iterable[str], tgt_texts: Iterable[str], directory: Path
+) -> Tokenizers | SentencePieceTokenizers:
+    """The tokenizers `cfg` asks for (its kind, size, joint or not, the language tags of its
+    directions), trained on the texts; a SentencePiece model's files are written into `directory`."""
+    tags = tag_tokens(cfg)  # none for one direction
+    if cfg.tokenizer == "sentencepiece":
+        return train_sentencepiece(
+            src_texts, tgt_texts, cfg.sentencepiece_type, cfg.vocab_size, cfg.joint_vocab, directory, tags=tags
+        )
+    return Tokenizers.train(src_texts, tgt_texts, cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab, tags=tags)
+
+
 def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.Dataset, output: Path) -> tuple:
     """The training split's token ids, without the pairs `keep_pair` drops, written to `output` batch
     by batch. Returns the dataset and how many pairs each rule dropped. With data.directions each pair
@@ -344,15 +357,10 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
             if multilingual
             else (_texts(raw, "src_text"), _texts(raw, "tgt_text"))
         )
-        tags = tag_tokens(cfg)  # none for one direction
         if pretrained is not None:
             tokenizers = SentencePieceTokenizers.load(pretrained)
-        elif cfg.tokenizer == "sentencepiece":  # written where the cache publishes them (save() then copies nothing)
-            tokenizers = train_sentencepiece(
-                *texts, cfg.sentencepiece_type, cfg.vocab_size, cfg.joint_vocab, staging, tags=tags
-            )
-        else:
-            tokenizers = Tokenizers.train(*texts, cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab, tags=tags)
+        else:  # SentencePiece's files are written where the cache publishes them (save() then copies nothing)
+            tokenizers = train_tokenizers(cfg, *texts, staging)
         if cfg.streaming:
             train, stats = None, StreamingStats(tokenizer_pairs=written)
         else:
