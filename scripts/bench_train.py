@@ -206,19 +206,16 @@ def counts(trainer: Trainer, updates: int = 3) -> dict[str, float]:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}
 
 
+def epoch_batches(trainer: Trainer, multiple: int) -> list[np.ndarray]:
+    """The first epoch's batches as training makes them, padded to `multiple`."""
+    stream, rng = trainer.stream, np.random.default_rng([trainer.cfg.seed, 1])
+    return make_batches(stream.src_len, stream.tgt_len, trainer.cfg.batch_tokens, rng, multiple)
+
+
 def epoch_shapes(trainer: Trainer) -> list[dict]:
-    """The first epoch's batches as training makes them, padded to 1 and to 8."""
+    """The first epoch's shapes, padded to 1 and to 8."""
     stream = trainer.stream
-    rng_seed = [trainer.cfg.seed, 1]
-    return [
-        shapes_per_epoch(
-            stream.src_len,
-            stream.tgt_len,
-            make_batches(stream.src_len, stream.tgt_len, trainer.cfg.batch_tokens, np.random.default_rng(rng_seed), m),
-            m,
-        )
-        for m in (1, 8)
-    ]
+    return [shapes_per_epoch(stream.src_len, stream.tgt_len, epoch_batches(trainer, m), m) for m in (1, 8)]
 
 
 def one_run(args: argparse.Namespace, model: str, tokens: int, peaks: tuple[float, float]) -> dict:
@@ -330,7 +327,9 @@ def main() -> None:
     report.update(counts(trainer))
     report["epoch_shapes"] = epoch_shapes(trainer)
     if args.graphs_per_epoch:
-        report["compiled_graphs_per_epoch"] = [compiled_graphs_per_epoch(trainer, m) for m in (1, 8)]
+        report["compiled_graphs_per_epoch"] = [
+            compiled_graphs_per_epoch(trainer, epoch_batches(trainer, m), m) for m in (1, 8)
+        ]
     if args.scaling:
         report["scaling"] = []
         for tokens in (int(t) for t in args.scaling.split(",")):

@@ -149,6 +149,16 @@ def gpu_time_per_update(step: Callable[[], object], updates: int) -> dict[str, f
     }
 
 
+def batch_shape(src_len: np.ndarray, tgt_len: np.ndarray, indices: np.ndarray, multiple: int) -> tuple[int, int, int]:
+    """(sentences, source width, target width) of the batch `collate` makes of `indices`: each side's
+    longest line plus its EOS/BOS, rounded up to `multiple`."""
+    return (
+        len(indices),
+        padded_width(int(src_len[indices].max()) + 1, multiple),
+        padded_width(int(tgt_len[indices].max()) + 1, multiple),
+    )
+
+
 def shapes_per_epoch(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.ndarray], multiple: int) -> dict:
     """The distinct (sentences, source width, target width) shapes of an epoch's batches and the
     (source, target) widths alone, with the tokens the padding adds: `collate`'s widths, rounded up
@@ -156,9 +166,9 @@ def shapes_per_epoch(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.
     shapes, widths = set(), set()
     real = padded = 0
     for indices in batches:
-        src_width = padded_width(int(src_len[indices].max()) + 1, multiple)
-        tgt_width = padded_width(int(tgt_len[indices].max()) + 1, multiple)
-        shapes.add((len(indices), src_width, tgt_width))
+        shape = batch_shape(src_len, tgt_len, indices, multiple)
+        _, src_width, tgt_width = shape
+        shapes.add(shape)
         widths.add((src_width, tgt_width))
         real += int(src_len[indices].sum() + tgt_len[indices].sum()) + 2 * len(indices)
         padded += len(indices) * (src_width + tgt_width)
@@ -171,27 +181,23 @@ def shapes_per_epoch(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.
     }
 
 
-def compiled_graphs_per_epoch(trainer: Any, multiple: int) -> dict:
-    """How many graphs TorchDynamo makes of the training objective over the first epoch's shapes at
-    `pad_to_multiple`: compiled as compile=true compiles it (dynamic=True) on the GPU's code path
-    (F.dropout: the CPU's cheaper dropout mask cannot be traced), one batch of each distinct shape.
-    Backend "eager": only the tracing, whose graphs and recompiles are the compiler's; the code
-    generation after it is not run, so this counts in seconds on a CPU what a GPU would compile."""
+def compiled_graphs_per_epoch(trainer: Any, batches: list[np.ndarray], multiple: int) -> dict:
+    """How many graphs TorchDynamo makes of the training objective over an epoch's `batches` (padded to
+    `multiple`): compiled as compile=true compiles it (dynamic=True) on the GPU's code path (F.dropout:
+    the CPU's cheaper dropout mask cannot be traced), one batch of each distinct shape. Backend "eager":
+    only the tracing, whose graphs and recompiles are the compiler's; the code generation after it is
+    not run, so this counts in seconds on a CPU what a GPU would compile. Leaves the trainer's loss
+    eager (`run_loss_eagerly`), as compile=true does: call it last."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
     import seq2seq.model.dropout as dropout
-    from seq2seq.data.batching import collate, make_batches
+    from seq2seq.data.batching import collate
 
     stream, cfg = trainer.stream, trainer.cfg
-    batches = make_batches(
-        stream.src_len, stream.tgt_len, cfg.batch_tokens, np.random.default_rng([cfg.seed, 1]), multiple
-    )
     first_of_shape: dict[tuple[int, int, int], np.ndarray] = {}
     for indices in batches:
-        widths = (padded_width(int(stream.src_len[indices].max()) + 1, multiple),
-                  padded_width(int(stream.tgt_len[indices].max()) + 1, multiple))  # fmt: skip
-        first_of_shape.setdefault((len(indices), *widths), indices)
+        first_of_shape.setdefault(batch_shape(stream.src_len, stream.tgt_len, indices, multiple), indices)
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(trainer.objective, dynamic=True, backend="eager")
@@ -200,16 +206,17 @@ def compiled_graphs_per_epoch(trainer: Any, multiple: int) -> dict:
     began = time.perf_counter()
     try:
         for indices in first_of_shape.values():
-            batch = collate(trainer.data.train, indices, cfg.model.max_positions, pad_multiple=multiple).to(
-                trainer.device
-            )
+            batch = collate(trainer.data.train, indices, cfg.model.max_positions, pad_multiple=multiple)
+            batch = batch.to(trainer.device)
             compiled(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions)
     finally:
         dropout.cheap_mask_applies = cheap_mask_applies
+    breaks = counters["graph_break"]
     return {
         "pad_to_multiple": multiple,
         "distinct_shapes": len(first_of_shape),
         "graphs": int(counters["stats"]["unique_graphs"]),
-        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "graph_breaks": int(sum(breaks.values())),
+        "graph_break_reasons": {reason.splitlines()[0]: count for reason, count in breaks.items()},
         "tracing_seconds": round(time.perf_counter() - began, 1),
     }
