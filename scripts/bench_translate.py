@@ -35,6 +35,7 @@ import resource  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
@@ -125,7 +126,9 @@ def simple_greedy(translator: Translator, lines: list[str]) -> list[str]:
     for ids in translator.encode(lines):
         src = torch.tensor([ids])
         memory, src_mask = model.encode(src)
-        limit = output_budget(len(ids) - 1, 0, translator.max_len_a, translator.max_len_b, translator.max_positions)
+        limit = output_budget(
+            len(ids) - 1, 0, translator.settings.max_len_a, translator.settings.max_len_b, translator.max_positions
+        )
         prefix = [BOS_ID]
         for _ in range(limit):
             hidden = model.decode(torch.tensor([prefix]), memory, src_mask)
@@ -204,13 +207,14 @@ def main() -> None:
         del row["hypotheses"]
 
     start = time.perf_counter()
-    translator = Translator.from_config(TranslateConfig(run=args.run, beam=1, precision=args.precision, device="cpu"))
+    loaded = Translator.from_config(TranslateConfig(run=args.run, beam=1, precision=args.precision, device="cpu"))
+    translator = loaded
     report["load_s"] = round(time.perf_counter() - start, 2)
     report["precision"] = {torch.float32: "fp32", torch.bfloat16: "bf16"}[translator.model.output.weight.dtype]
     rows = []
     for beam in (int(b) for b in args.beams.split(",")):
         for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-            translator.beam, translator.batch_size = beam, batch_size
+            translator = loaded.decoding_with(replace(loaded.settings, beam=beam, batch_size=batch_size))
             hypotheses, seconds = timed_translation(translator, source)
             tokens = sum(len(t) for t in translator.tokenizers.encode_tgt(hypotheses))
             bleu = sacrebleu.corpus_bleu(hypotheses, [reference]).score
@@ -228,7 +232,6 @@ def main() -> None:
     if args.ctranslate2:  # the same rows on the CTranslate2 engine that seq2seq-translate runs by default
         report["ctranslate2_in_process"] = in_process_ctranslate2(args, source, reference)
 
-    translator.batch_size = TranslateConfig.batch_size
     lengths = [len(ids) for ids in translator.tokenizers.encode_src(source)]
     by_length = []
     for low, high in BUCKETS:
@@ -236,7 +239,7 @@ def main() -> None:
         if not bucket:
             continue
         for beam in (1, 5):
-            translator.beam = beam
+            translator = loaded.decoding_with(replace(loaded.settings, beam=beam))
             _, seconds = timed_translation(translator, bucket)
             by_length.append(
                 {
@@ -248,18 +251,18 @@ def main() -> None:
             )
     report["by_source_length"] = by_length
 
-    translator.beam = 1
+    translator = loaded
     fast, _ = timed_translation(translator, source[: args.check_sentences])
     simple = simple_greedy(translator, source[: args.check_sentences])
     report["cached_vs_simple_identical"] = sum(a == b for a, b in zip(fast, simple, strict=True)) / len(simple)
 
     if args.quantize:
-        translator.model = torch.ao.quantization.quantize_dynamic(
-            copy.deepcopy(translator.model).float(), {torch.nn.Linear}, dtype=torch.qint8
+        loaded.model = torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(loaded.model).float(), {torch.nn.Linear}, dtype=torch.qint8
         )
         quantized = []
         for beam in (1, 5):
-            translator.beam = beam
+            translator = loaded.decoding_with(replace(loaded.settings, beam=beam))
             hypotheses, seconds = timed_translation(translator, source)
             quantized.append(
                 {

@@ -18,6 +18,7 @@ from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference import ctranslate2_engine, engine_choice, engine_probe, resolved_model
+from seq2seq.inference.ctranslate2_engine import probe_loader
 from seq2seq.inference.engine_choice import choose_engine
 
 
@@ -251,12 +252,13 @@ def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
     cfg = TranslateConfig(run=str(tmp_path / "run"), beam=2)
-    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine_choice.probe_loader(cfg))
+    load = probe_loader(cfg, tmp_path / "run" / "ctranslate2")
+    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), load)
     assert set(timing.seconds) == {"ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
     sentences = engine_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
     assert len(sentences) == engine_probe.PROBE_SENTENCES and all(sentences)
     monkeypatch.setattr(engine_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
-    assert engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), engine_choice.probe_loader(cfg)) == timing
+    assert engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), load) == timing
 
 
 @pytest.mark.parametrize(

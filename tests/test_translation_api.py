@@ -25,6 +25,7 @@ from seq2seq.artifacts.freshness import checkpoint_fingerprint
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import SamplingRule, Translator
 from seq2seq.inference.command import translate
+from seq2seq.inference.settings import DecodingSettings
 
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
 LINES = ["a b c d", "e f g", "h i j k l", "", "m n"]
@@ -209,7 +210,7 @@ def test_bad_api_settings_are_one_line_errors_naming_the_key(
 def test_a_translator_built_directly_checks_its_settings(run_dir: Path) -> None:
     loaded = Translator.load(run_dir, precision="fp32", device="cpu")
     with pytest.raises(ValueError, match=r"^config error: nbest=3: must be in \[1, beam=1\]$"):
-        Translator(loaded.model, loaded.tokenizers, loaded.device, beam=1, nbest=3)
+        Translator(loaded.model, loaded.tokenizers, loaded.device, DecodingSettings(beam=1, nbest=3))
 
 
 def test_device_cuda_without_a_gpu_is_one_message_for_training_and_every_engine(run_dir: Path, tmp_path: Path) -> None:
@@ -251,11 +252,11 @@ def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
     ctranslate2_engine.py, sampling.py and serve/settings.py; a Translator built directly decoded
     with beam=1 and batch_size=64 against the command's 5 and 128."""
     from seq2seq.inference.engine_api import decoding_config
-    from seq2seq.inference.settings import DecodingSettings
+    from seq2seq.inference.settings import EngineOptions
 
     schema = TranslateConfig()
     checked = 0
-    for function in (Translator.__init__, decoding_config, SamplingRule, DecodingSettings):
+    for function in (decoding_config, SamplingRule, DecodingSettings, EngineOptions):
         for name, parameter in inspect.signature(function).parameters.items():
             if parameter.default is not inspect.Parameter.empty and parameter.default is not None:
                 assert parameter.default == getattr(schema, name), (function, name)
@@ -286,7 +287,6 @@ def test_decoding_with_other_settings_is_a_view_that_changes_nothing_shared(run_
     `decoding_with` gives what an engine loaded with those settings gives, and the shared engine goes on
     decoding as it was loaded (the server used to set the settings on it, batch after batch)."""
     from seq2seq.inference.engine_loader import load
-    from seq2seq.inference.settings import DecodingSettings
 
     if engine == "ctranslate2":
         pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
@@ -672,3 +672,40 @@ def test_a_line_translates_the_same_whatever_its_batch_under_precision_auto(run_
     assert all(p.dtype == torch.float32 for p in together.model.parameters())
     alone = Translator.load(run_dir, beam=3, precision="auto", device="cpu", batch_size=1)
     assert together.translate(lines) == alone.translate(lines)
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_servers_settings_carry_its_output_limits_to_the_shared_engine(run_dir: Path, engine: str) -> None:
+    """The engines read their output budget and batch size from the settings of each call: the server's
+    settings (its defaults, and a request's over them) must carry the server's max_len_a, max_len_b and
+    batch_size, or a shared engine decodes its requests with the schema's limits instead."""
+    from seq2seq.inference.engine_loader import load
+    from seq2seq.serve.settings import default_settings, settings_from_request
+
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    shared = load(run_dir, engine=engine, beam=2, precision="fp32", device="cpu")  # the schema's limits
+    unlimited = [best[0].tokens for best in shared.translate_nbest(LINES)]
+    assert max(map(len, unlimited)) > 2  # else the limit below could not show
+    cfg = TranslateConfig(run=str(run_dir), beam=2, max_len_a=0.0, max_len_b=3, batch_size=2)
+    request = settings_from_request({"beam": 2}, cfg, vocabulary=10_000, prefix=False, max_beam=4)
+    for settings in (default_settings(cfg), request):
+        assert (settings.max_len_a, settings.max_len_b, settings.batch_size) == (0.0, 3, 2)
+        limited = [best[0].tokens for best in shared.decoding_with(settings).translate_nbest(LINES)]
+        assert max(map(len, limited)) <= 2  # 3 tokens of budget, </s> included
+
+
+def test_neither_engine_reads_a_translate_config() -> None:
+    """The engines are built from their model, the decoding settings and the load options; a translate
+    config becomes those in one place (DecodingSettings.of, EngineOptions.of)."""
+    from seq2seq.inference import CTranslate2Translator
+    from seq2seq.inference.settings import EngineOptions
+
+    for init in (Translator.__init__, CTranslate2Translator.__init__):
+        names = set(inspect.signature(init).parameters)
+        assert "settings" in names and not names & {"cfg", "config"}, (init, names)
+    cfg = TranslateConfig(run="r", beam=3, max_len_b=7, batch_size=9, device="cpu", threads=1, precision="fp32")
+    settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
+    assert (settings.beam, settings.max_len_b, settings.batch_size) == (3, 7, 9)
+    assert options == EngineOptions(device="cpu", threads=1, precision="fp32")
+    assert DecodingSettings.of(OmegaConf.structured(cfg)) == settings  # the command's DictConfig too

@@ -6,7 +6,7 @@ engine_loader.py (`load`, the one way in: a model and the decoding settings -> a
 picks, on that description) with engine_probe.py (timing them), translator.py (PyTorch's engine, the
 Translator of the Python API: lines in, translations out) with loading.py (its model + tokenizer),
 engine_api.py (what both engines return and share), settings.py (DecodingSettings: what may change
-per call, `engine.decoding_with(settings)`), search.py (greedy, beam and sampled decoding,
+per call, `engine.decoding_with(settings)`; EngineOptions: device, threads, precision), search.py (greedy, beam and sampled decoding,
 forced prefixes) with speedups.py (its exact CPU shortcuts), sampling.py (temperature, top-k, top-p),
 ensemble.py (several checkpoints decoded as one model), ctranslate2_engine.py (the same API on a
 CTranslate2 export, without torch), export_fitness.py (whether a run's CTranslate2 export can decode a

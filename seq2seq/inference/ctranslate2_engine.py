@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,6 @@ from seq2seq.artifacts.ctranslate2_model import (
     unreadable_model,
 )
 from seq2seq.artifacts.path_kind import DECODING_FILE
-from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
@@ -46,9 +45,9 @@ from seq2seq.inference.engine_api import (
     replaced,
     to_translate,
 )
-from seq2seq.inference.export_fitness import checked_export, int8_export
+from seq2seq.inference.export_fitness import check_given_export, checked_export, int8_export
 from seq2seq.inference.resolved_model import resolve
-from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.settings import DecodingSettings, EngineOptions
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.startup import prepare_process
 
@@ -135,23 +134,24 @@ class CTranslate2Translator:
         choice here."""
         validate_translate(cfg)
         files = resolve(cfg)
+        settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
         if files.given_export:
-            return cls(cfg, cfg.checkpoint)
+            check_given_export(cfg)
+            return cls(cfg.checkpoint, settings, options)
         checked = replaced(cfg, nbest=1, sampling=False)
         if cfg.precision == "int8":
-            return cls(cfg, int8_export(checked, files, functools.partial(export_candidate, checked)))
-        return cls(cfg, checked_export(checked, files))
+            return cls(int8_export(checked, files, probe_loader(cfg, files.export)), settings, options)
+        return cls(checked_export(checked, files), settings, options)
 
-    def __init__(self, cfg: Any, directory: str | Path) -> None:
-        """`cfg`: a TranslateConfig (its run= and checkpoint= are not read); `directory`: the model."""
+    def __init__(self, directory: str | Path, settings: DecodingSettings, options: EngineOptions) -> None:
+        """`directory`: the CTranslate2 model; `settings`: how it decodes until `decoding_with` says
+        otherwise; `options`: where and how it loads."""
         directory = Path(directory)
         prepare_process()  # before ctranslate2 loads, whichever way this class was reached
         try:
             import ctranslate2
         except ImportError as err:
             raise UserError(f"{directory}: a CTranslate2 model needs: pip install 'seq2seq[export]'") from err
-        if cfg.attention:
-            raise UserError(f"config error: attention={cfg.attention!r}: not with a CTranslate2 model")
         try:
             self.tokenizers = Tokenizers.load(directory)
         except FileNotFoundError as err:
@@ -160,25 +160,24 @@ class CTranslate2Translator:
         # What is never output: pad, and <s> where the vocabulary has one (a SentencePiece one has none;
         # naming a token it lacks would suppress <unk>, which CTranslate2 maps unknown names to).
         self.suppressed = [[t] for t in (PAD, BOS) if self.tokenizers.tgt.token_to_id(t) is not None]
-        check_beam_fits(cfg.beam, self.tokenizers.tgt.get_vocab_size())
+        check_beam_fits(settings.beam, self.tokenizers.tgt.get_vocab_size())
         self.max_positions = read_max_positions(directory / DECODING_FILE)
         self.languages = ModelLanguages.of(read_languages(directory / DECODING_FILE), self.tokenizers)
-        self.languages.check(cfg.src_lang, cfg.tgt_lang)
-        self.src_lang, self.tgt_lang = cfg.src_lang, cfg.tgt_lang
-        self.cfg = cfg
+        self.languages.check(settings.src_lang, settings.tgt_lang)
+        self.settings = settings
         gpus = cuda_device_count()
         try:  # the message PyTorch's engine gives; engine=auto then tries PyTorch, which may see a GPU
-            check_cuda_device(str(cfg.device), gpus)
+            check_cuda_device(options.device, gpus)
         except UserError as err:
             raise EngineUnavailable(str(err)) from err
-        device, index = _device(str(cfg.device), gpus)
-        inter_threads, intra_threads = thread_split(cfg.threads, device, bool(cfg.sampling))
+        device, index = _device(options.device, gpus)
+        inter_threads, intra_threads = thread_split(options.threads, device, settings.sampling)
         try:
             self.engine = ctranslate2.Translator(
                 str(directory),
                 device=device,
                 device_index=index,
-                compute_type=COMPUTE_TYPES[cfg.precision],
+                compute_type=COMPUTE_TYPES[options.precision],
                 inter_threads=inter_threads,
                 intra_threads=intra_threads,
             )
@@ -188,23 +187,30 @@ class CTranslate2Translator:
             raise unreadable_model(directory, err, ctranslate2.__version__) from err
         if device == "cuda":
             self._check_it_decodes_on_cuda(directory, ctranslate2.__version__)
-        if cfg.sampling:
-            ctranslate2.set_random_seed(cfg.seed)
+        if settings.sampling:
+            ctranslate2.set_random_seed(settings.seed)
         log.info("loaded %s (CTranslate2 %s, %s)", directory, ctranslate2.__version__, self.engine.compute_type)
+
+    @property
+    def src_lang(self) -> str | None:
+        return self.settings.src_lang
+
+    @property
+    def tgt_lang(self) -> str | None:
+        return self.settings.tgt_lang
 
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> CTranslate2Translator:
         """As `Translator.with_languages`: the same loaded model translating src_lang -> tgt_lang."""
         self.languages.check(src_lang, tgt_lang)
         other = copy.copy(self)
-        other.src_lang, other.tgt_lang = src_lang, tgt_lang
+        other.settings = dataclasses.replace(self.settings, src_lang=src_lang, tgt_lang=tgt_lang)
         return other
 
     def decoding_with(self, settings: DecodingSettings) -> CTranslate2Translator:
         """As `Translator.decoding_with`: the same loaded model, decoding with `settings` (never sampling
         here: seq2seq-translate's engine choice gives sampling to PyTorch)."""
         other = copy.copy(self)
-        other.cfg = dataclasses.replace(self.cfg, **dataclasses.asdict(settings))
-        other.src_lang, other.tgt_lang = settings.src_lang, settings.tgt_lang
+        other.settings = settings
         return other
 
     def _tags(self, ids: list[int]) -> list[str]:
@@ -242,7 +248,7 @@ class CTranslate2Translator:
         if isinstance(lines, str):  # one line: its n-best list
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
         lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
-        cfg, tok = self.cfg, self.tokenizers
+        cfg, tok = self.settings, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
         sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
@@ -289,7 +295,7 @@ class CTranslate2Translator:
         out (as ours leaves out the `given` tag) but counts its tokens in the length it divides by; a
         decoder_start tag is given, not predicted, so ours does not. CTranslate2's ranking only orders
         the finished hypotheses: it returns all of them (num_hypotheses=beam) and they are ranked here."""
-        alpha, scored = self.cfg.length_penalty, []
+        alpha, scored = self.settings.length_penalty, []
         for hyp, score in zip(output.hypotheses, output.scores, strict=True):
             ids = [self.tokenizers.tgt.token_to_id(t) for t in hyp if t != EOS]
             if given and alpha:
@@ -297,7 +303,7 @@ class CTranslate2Translator:
                 log_prob = score * length**alpha
                 score = log_prob / (length - given) ** alpha if length > given else log_prob
             scored.append((score, ids))
-        scored = sorted(scored, key=lambda pair: pair[0], reverse=True)[: self.cfg.nbest]
+        scored = sorted(scored, key=lambda pair: pair[0], reverse=True)[: self.settings.nbest]
         texts = self.tokenizers.decode_tgt([ids for _, ids in scored])
         return [Translation(text, score, ids) for text, (score, ids) in zip(texts, scored, strict=True)]
 
@@ -333,7 +339,7 @@ class CTranslate2Translator:
         its last step (budget - 2: max_decoding_length is budget - 1, counted from step 0) ended its
         search before its own budget could matter."""
         largest = max(budgets[i] for i in rows)
-        options = {**options, "num_hypotheses": self.cfg.beam}
+        options = {**options, "num_hypotheses": self.settings.beam}
         outputs = self._post(rows, sources, None, largest, options, small_batches=True)
         decoded = {i: result.result() for i, result in zip(rows, outputs, strict=True)}
         again = [
@@ -360,7 +366,7 @@ class CTranslate2Translator:
 
         Why: mid-sized batches decoded fastest, and a server's small batch is fastest split so that each
         worker gets one or two (the figures: docs/performance.md, "Serving")."""
-        batch_size = self.cfg.batch_size
+        batch_size = self.settings.batch_size
         if small_batches and self.engine.device == "cpu":
             per_worker = -(-len(rows) // self.engine.num_translators)
             batch_size = min(batch_size, CPU_BATCH_LINES, max(-(-per_worker // 2), min(8, per_worker)))
@@ -378,7 +384,16 @@ class CTranslate2Translator:
         )
 
 
-def export_candidate(cfg: Any, candidate: str) -> CTranslate2Translator:
+def export_candidate(
+    export: str | Path, settings: DecodingSettings, options: EngineOptions, candidate: str
+) -> CTranslate2Translator:
     """The run's export as the engine probe times it: "ctranslate2" in fp32, "int8" quantised as it loads."""
     precision = "int8" if candidate == "int8" else "fp32"
-    return CTranslate2Translator(replaced(cfg, precision=precision), Path(cfg.run) / CTRANSLATE2_DIR)
+    return CTranslate2Translator(export, settings, dataclasses.replace(options, precision=precision))
+
+
+def probe_loader(cfg: Any, export: str | Path) -> Callable[[str], CTranslate2Translator]:
+    """What the engine probe times for a run: its CTranslate2 `export`, "ctranslate2" (fp32) or "int8",
+    searching as `cfg` says (the probe times a search: one hypothesis, no sampling)."""
+    settings, options = DecodingSettings.of(cfg, nbest=1, sampling=False), EngineOptions.of(cfg)
+    return functools.partial(export_candidate, export, settings, options)

@@ -24,14 +24,12 @@ against fp32 once per machine and model, and a warning says so where it is slowe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config import UserError
-from seq2seq.inference.ctranslate2_engine import export_candidate
-from seq2seq.inference.engine_api import TranslatorAPI
-from seq2seq.inference.export_fitness import checked_export, int8_export, why_not_ctranslate2
+from seq2seq.inference.ctranslate2_engine import probe_loader
+from seq2seq.inference.export_fitness import check_given_export, checked_export, int8_export, why_not_ctranslate2
 from seq2seq.inference.resolved_model import ResolvedModel, resolve
 
 log = logging.getLogger("seq2seq.translate")
@@ -57,13 +55,14 @@ def choose_engine(cfg: Any, files: ResolvedModel | None = None) -> EngineChoice:
     if files.given_export:  # a CTranslate2 export given by hand
         if cfg.engine == "torch":
             raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")
+        check_given_export(cfg)
         if files.given_export_stale:
             log.warning("%s: it decodes that model", files.given_export_stale)
         return EngineChoice("ctranslate2", str(cfg.checkpoint), "checkpoint= is a CTranslate2 model")
     if cfg.precision == "int8":
         if cfg.engine == "torch":
             raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
-        model = int8_export(cfg, files, probe_loader(cfg))
+        model = int8_export(cfg, files, probe_loader(cfg, str(files.export)))
         return EngineChoice("ctranslate2", model, "precision=int8 is CTranslate2's")
     if cfg.engine == "torch":
         return EngineChoice("torch", None, "engine=torch")
@@ -73,8 +72,3 @@ def choose_engine(cfg: Any, files: ResolvedModel | None = None) -> EngineChoice:
     if unfit is not None:
         return EngineChoice("torch", None, unfit)
     return EngineChoice("ctranslate2", str(files.export), EXPORT_REASON, preferred_only=True)
-
-
-def probe_loader(cfg: Any) -> Callable[[str], TranslatorAPI]:
-    """What the engine probe times for a run: its CTranslate2 export, "ctranslate2" (fp32) or "int8"."""
-    return lambda candidate: export_candidate(cfg, candidate)

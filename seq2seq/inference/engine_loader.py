@@ -21,6 +21,7 @@ from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUn
 from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI, decoding_config
 from seq2seq.inference.engine_choice import EngineChoice, choose_engine
 from seq2seq.inference.resolved_model import ResolvedModel
+from seq2seq.inference.settings import DecodingSettings, EngineOptions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,7 +64,7 @@ def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel | None =
 
 def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice) -> TranslatorAPI:
     if choice.engine == "ctranslate2":
-        return CTranslate2Translator(cfg, choice.model)
+        return CTranslate2Translator(choice.model, DecodingSettings.of(cfg), EngineOptions.of(cfg))
     from seq2seq.inference.translator import Translator  # here, not at the top: it imports torch
 
     return Translator.from_config(cfg)

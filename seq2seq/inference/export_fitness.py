@@ -21,6 +21,12 @@ from seq2seq.inference.resolved_model import ResolvedModel
 log = logging.getLogger("seq2seq.translate")
 
 
+def check_given_export(cfg: Any) -> None:
+    """A CTranslate2 export given by hand (checkpoint=) decodes what `cfg` asks, or a one-line UserError."""
+    if cfg.attention:
+        raise UserError(f"config error: attention={cfg.attention!r}: not with a CTranslate2 model")
+
+
 def checked_export(cfg: Any, files: ResolvedModel) -> str:
     """engine=ctranslate2 on a run: its export, or a one-line UserError saying why it cannot decode
     this request as PyTorch would."""

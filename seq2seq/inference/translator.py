@@ -11,6 +11,7 @@ validation during training are built, so all three decode the same way. No Hydra
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -41,7 +42,7 @@ from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
-from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.settings import DecodingSettings, EngineOptions
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.model.transformer import Transformer
 
@@ -62,60 +63,53 @@ class Translator:
         model: Transformer | Ensemble,
         tokenizers: Tokenizers,
         device: torch.device,
-        beam: int = TranslateConfig.beam,
-        length_penalty: float = TranslateConfig.length_penalty,
-        max_len_a: float = TranslateConfig.max_len_a,
-        max_len_b: int = TranslateConfig.max_len_b,
-        nbest: int = TranslateConfig.nbest,
-        batch_size: int = TranslateConfig.batch_size,
-        *,
-        sampling: SamplingRule | None = None,
-        seed: int = TranslateConfig.seed,
+        settings: DecodingSettings = DecodingSettings(),  # noqa: B008 (frozen: one shared default is safe)
         languages: ModelLanguages | None = None,
-        src_lang: str | None = TranslateConfig.src_lang,
-        tgt_lang: str | None = TranslateConfig.tgt_lang,
     ) -> None:
-        """`languages`: what the model knows of languages (a multilingual one's tags); `tgt_lang` (and
-        `src_lang`, for the zero-shot warning): the direction to translate (`with_languages`)."""
+        """`settings`: how it decodes until `decoding_with` says otherwise (their src_lang, for the
+        zero-shot warning, and tgt_lang: the direction); `languages`: what the model knows of
+        languages (a multilingual one's tags)."""
         self.model = model
         self.tokenizers = tokenizers
         self.device = device
-        self.beam = beam
-        self.length_penalty = length_penalty
-        self.max_len_a = max_len_a
-        self.max_len_b = max_len_b
-        self.nbest = nbest
-        self.batch_size = batch_size
-        self.sampling = sampling  # None: search (greedy or beam); else `nbest` samples per line
-        self.seed = seed
-        validate_search(self)  # the rules of seq2seq-translate's keys, types included
-        # One generator for the translator's life: the same lines in the same calls give the same samples.
-        self.generator = torch.Generator(device=device).manual_seed(seed)
         self.max_positions = model.max_positions if isinstance(model, Ensemble) else model.cfg.max_positions
         first = model.members[0] if isinstance(model, Ensemble) else model
         self.start_id = decoder_start_id(first.cfg.decoder_start)  # also banned from the output, with pad
         self.languages = languages or ModelLanguages(None)
-        self.languages.check(src_lang, tgt_lang)
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self._set(settings)
+        # One generator for the translator's life: the same lines in the same calls give the same samples.
+        self.generator = torch.Generator(device=device).manual_seed(settings.seed)
+
+    def _set(self, settings: DecodingSettings) -> None:
+        validate_search(settings)  # the rules of seq2seq-translate's keys, types included
+        self.languages.check(settings.src_lang, settings.tgt_lang)
+        self.settings = settings
+        # None: search (greedy or beam); else `nbest` samples per line
+        self.sampling = (
+            SamplingRule(settings.temperature, settings.top_k, settings.top_p) if settings.sampling else None
+        )
+
+    @property
+    def src_lang(self) -> str | None:
+        return self.settings.src_lang
+
+    @property
+    def tgt_lang(self) -> str | None:
+        return self.settings.tgt_lang
 
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> Translator:
         """This translator (the same model, nothing copied but settings) translating src_lang -> tgt_lang:
         how validation and the server translate each direction of a multilingual model."""
         self.languages.check(src_lang, tgt_lang)
-        other = copy.copy(self)
-        other.src_lang, other.tgt_lang = src_lang, tgt_lang
+        other = copy.copy(self)  # the generator shared: its samples go on from where this one's are
+        other.settings = dataclasses.replace(self.settings, src_lang=src_lang, tgt_lang=tgt_lang)
         return other
 
     def decoding_with(self, settings: DecodingSettings) -> Translator:
         """This translator decoding with `settings`: a view that shares the model and changes nothing in
-        this one, which other callers (the server's other requests) go on using as it is. The settings
-        were checked where they were made (serve/settings.py, serve/languages.py)."""
+        this one, which other callers (the server's other requests) go on using as it is."""
         other = copy.copy(self)
-        other.beam, other.nbest, other.length_penalty = settings.beam, settings.nbest, settings.length_penalty
-        other.seed, other.src_lang, other.tgt_lang = settings.seed, settings.src_lang, settings.tgt_lang
-        other.sampling = (
-            SamplingRule(settings.temperature, settings.top_k, settings.top_p) if settings.sampling else None
-        )
+        other._set(settings)
         if settings.sampling:  # a generator of its own: the settings' seed alone decides the samples
             other.generator = torch.Generator(device=self.device).manual_seed(settings.seed)
         return other
@@ -125,29 +119,17 @@ class Translator:
         """The Translator that `cfg` describes: run= or checkpoint= (several, comma-separated: an
         ensemble), device, precision, threads, search or sampling settings, batch size. The PyTorch
         engine of `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
-        device = pick_device(cfg.device)
-        check_precision(cfg.precision, device)
-        sampling = SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.sampling else None
+        settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
+        validate_search(settings)  # before any file is read
+        device = pick_device(options.device)
+        check_precision(options.precision, device)
+        if settings.sampling:
+            SamplingRule(settings.temperature, settings.top_k, settings.top_p)  # its checks, before loading
         checkpoints = str(cfg.checkpoint).split(",") if cfg.checkpoint else None
-        if cfg.threads is not None:
-            torch.set_num_threads(cfg.threads)
-        model, tokenizers, data = load_model(cfg.run, checkpoints, cfg.precision, device, cfg.beam)
-        return cls(
-            model,
-            tokenizers,
-            device,
-            beam=cfg.beam,
-            length_penalty=cfg.length_penalty,
-            max_len_a=cfg.max_len_a,
-            max_len_b=cfg.max_len_b,
-            nbest=cfg.nbest,
-            batch_size=cfg.batch_size,
-            sampling=sampling,
-            seed=cfg.seed,
-            languages=ModelLanguages.of(data, tokenizers),
-            src_lang=cfg.src_lang,
-            tgt_lang=cfg.tgt_lang,
-        )
+        if options.threads is not None:
+            torch.set_num_threads(options.threads)
+        model, tokenizers, data = load_model(cfg.run, checkpoints, options.precision, device, settings.beam)
+        return cls(model, tokenizers, device, settings, ModelLanguages.of(data, tokenizers))
 
     @classmethod
     def load(cls, path: str | Path | Sequence[str | Path], **settings: Any) -> Translator:
@@ -192,7 +174,7 @@ class Translator:
         prefix_tokens = [len(p) for p in prefixes] if prefixes is not None else [0] * len(source_tokens)
         max_len = torch.tensor(
             [
-                output_budget(n, p, self.max_len_a, self.max_len_b, self.max_positions)
+                output_budget(n, p, self.settings.max_len_a, self.settings.max_len_b, self.max_positions)
                 for n, p in zip(source_tokens, prefix_tokens, strict=True)
             ],
             device=src.device,
@@ -208,15 +190,23 @@ class Translator:
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
         given = len(self.languages.forced_tag(self.tgt_lang))  # a decoder_start tag: given, not predicted
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
-            repeat = lambda x: None if x is None else x.repeat_interleave(self.nbest, dim=0)  # noqa: E731
+            repeat = lambda x: None if x is None else x.repeat_interleave(self.settings.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
-                self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.length_penalty, multiple,
+                self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.settings.length_penalty, multiple,
                 repeat(forced), self.sampling, self.generator, given,
             )  # fmt: skip
-            return [hyps[i : i + self.nbest] for i in range(0, len(hyps), self.nbest)]
-        if self.beam == 1:
+            return [hyps[i : i + self.settings.nbest] for i in range(0, len(hyps), self.settings.nbest)]
+        if self.settings.beam == 1:
             hyps = greedy_search(
-                self.model, src, self.start_id, EOS_ID, max_len, self.length_penalty, multiple, forced, given=given
+                self.model,
+                src,
+                self.start_id,
+                EOS_ID,
+                max_len,
+                self.settings.length_penalty,
+                multiple,
+                forced,
+                given=given,
             )
             return [[h] for h in hyps]
         return beam_search(
@@ -225,9 +215,9 @@ class Translator:
             self.start_id,
             EOS_ID,
             max_len,
-            self.beam,
-            self.length_penalty,
-            self.nbest,
+            self.settings.beam,
+            self.settings.length_penalty,
+            self.settings.nbest,
             multiple,
             forced,
             given,
@@ -261,7 +251,7 @@ class Translator:
             forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], numbers), strict=True))
         # Longest first: similar lengths share a batch (little padding), and the slowest batch shows up early.
         todo.sort(key=lambda i: len(encoded[i]), reverse=True)
-        for batch in _chunks(todo, self.batch_size):
+        for batch in _chunks(todo, self.settings.batch_size):
             src = torch.full((len(batch), max(len(encoded[i]) for i in batch)), PAD_ID, dtype=torch.long)
             for row, i in enumerate(batch):
                 src[row, : len(encoded[i])] = torch.tensor(encoded[i])

@@ -22,11 +22,14 @@ OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k"
 _TYPES = {key: typing.get_type_hints(TranslateConfig)[key] for key in OPTIONS}  # the schema's types
 SEARCH_SIZES = ("beam", "nbest")  # what a request's decoding costs grows with: bounded by max_beam
 SEED_RANGE = (0, 2**63 - 1)  # what a generator's seed holds (torch refuses 1e30 with an OverflowError)
+LIMITS = ("max_len_a", "max_len_b", "batch_size")  # the server's own: no request sets them
 
 
 def default_settings(cfg: TranslateConfig) -> DecodingSettings:
-    """The server's own search: its beam and length penalty, one translation, no sampling."""
-    return DecodingSettings(beam=cfg.beam, length_penalty=cfg.length_penalty)
+    """The server's own search: its beam, length penalty and limits, one translation, no sampling."""
+    return DecodingSettings(
+        beam=cfg.beam, length_penalty=cfg.length_penalty, **{key: getattr(cfg, key) for key in LIMITS}
+    )
 
 
 def settings_from_request(
@@ -52,7 +55,8 @@ def settings_from_request(
         SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p)
     else:
         check_beam_fits(cfg.beam, vocabulary)
-    return DecodingSettings(**{key: values[key] for key in OPTIONS}, prefix=prefix)
+    limits = {key: getattr(base, key) for key in LIMITS}
+    return DecodingSettings(**{key: values[key] for key in OPTIONS}, **limits, prefix=prefix)
 
 
 def _typed(key: str, value: Any) -> Any:

@@ -12,6 +12,7 @@ import torch
 from seq2seq.data.batching import collate, make_batches
 from seq2seq.data.pipeline import PreparedData, Split
 from seq2seq.data.tokenizer import decoder_start_id
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translator import Translator
 from seq2seq.train.loss import TeacherForcedLoss
@@ -53,9 +54,8 @@ def validation_translator(model: torch.nn.Module, data: PreparedData, device: to
     `validation_translations` asks for each (the time estimate and the attention images use it so)."""
     languages = ModelLanguages(data.languages)
     first = data.languages.directions[0].split("-") if data.languages else (None, None)
-    return Translator(
-        model, data.tokenizers, device, beam=1, batch_size=64, languages=languages, src_lang=first[0], tgt_lang=first[1]
-    )
+    settings = DecodingSettings(beam=1, batch_size=64, src_lang=first[0], tgt_lang=first[1])
+    return Translator(model, data.tokenizers, device, settings, languages)
 
 
 def describe_directions(metrics: dict[str, float]) -> str:
