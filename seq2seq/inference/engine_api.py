@@ -97,17 +97,14 @@ def decoding_config(
         tokenizer beside it or in its run directory, a `seq2seq-export` directory (safetensors or
         CTranslate2) or its model.safetensors, a Hugging Face Marian directory, or a list of
         checkpoints of one run to decode as an ensemble.
-    engine: auto (as seq2seq-translate picks), torch or ctranslate2.
-    beam: 1 is greedy search. nbest: hypotheses (or samples) returned per line by `translate_nbest`.
-    length_penalty: hypotheses are ranked by log P / (tokens + 1) ** length_penalty.
-    max_len_a, max_len_b: at most a * source tokens + b output tokens per line.
-    precision: auto (fp32 for decoding), fp32, bf16, fp16 on a GPU, or int8 (CTranslate2's).
-    device: auto, cpu, cuda, cuda:N. threads: of either engine (null: one per core).
-    sampling: sample instead of searching (see SamplingRule), seeded by `seed`.
-    tgt_lang: the language a multilingual model writes (required for one); src_lang: the input's,
-        for the zero-shot warning. A one-direction model takes its own codes and refuses others.
-    Bad settings raise `seq2seq.config.UserError` with a one-line message naming the key (a setting of
-    the wrong type is also a TypeError, a bad value also a ValueError).
+    engine: auto (as seq2seq-translate picks), torch or ctranslate2. beam: 1 is greedy search. nbest:
+    hypotheses (or samples) per line of `translate_nbest`. Hypotheses rank by log P / (tokens + 1) **
+    length_penalty; a line has at most max_len_a * source tokens + max_len_b output tokens. precision:
+    auto (fp32 for decoding), fp32, bf16, fp16 on a GPU, or int8 (CTranslate2's). device: auto, cpu,
+    cuda, cuda:N. threads: of either engine (None: one per core). sampling: sample instead of
+    searching (a SamplingRule), seeded by `seed`. tgt_lang: the language a multilingual model writes
+    (required for one); src_lang: the input's, for the zero-shot warning. Bad settings raise
+    `seq2seq.config.UserError`, one line naming the key (also a TypeError or ValueError, by kind).
     """
     paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
     run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
