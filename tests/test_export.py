@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, find_model_file, load_checkpoint, model_from_checkpoint
 from seq2seq.artifacts.export import export
+from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.safetensors import load_weights
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
@@ -324,6 +325,25 @@ def test_a_damaged_ctranslate2_model_says_so_and_what_decodes_instead(
         f"seq2seq-export checkpoint={checkpoint} format=ctranslate2 output=<new dir>"
     )
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("record", "detail"),
+    [
+        ("{not json", r"not a readable seq2seq export record \(JSONDecodeError"),
+        ("[1, 2]", r"not a readable seq2seq export record \(TypeError"),
+        ('{"data": null}', r"not a readable seq2seq export record \(KeyError"),
+        ('{"max_positions": 1}', r"max_positions=1: must be an integer of at least 2"),
+        ('{"max_positions": true}', r"max_positions=True: must be an integer of at least 2"),
+    ],
+)
+def test_a_damaged_export_record_is_one_line_naming_it(tmp_path: Path, record: str, detail: str) -> None:
+    """seq2seq.json beside model.bin (max_positions, the languages) is read once, as the engine loads."""
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+    out = export_to(tmp_path / "ct2", "ctranslate2", checkpoint=str(checkpoint))
+    (out / DECODING_FILE).write_text(record, encoding="utf-8")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(out / DECODING_FILE))}: {detail}"):
+        CTranslate2Translator.load(out, device="cpu")
 
 
 def test_a_run_whose_ctranslate2_model_is_damaged_points_to_pytorch(run_dir: Path, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -203,28 +204,34 @@ def _vocabulary(tokenizer: Any, path: Path, marian_start: bool) -> list[str]:
 # --- reading ----------------------------------------------------------------------------------------
 
 
-def read_max_positions(decoding: Path) -> int:
-    """The model's max_positions, from the seq2seq.json that seq2seq-export writes beside model.bin."""
-    if not decoding.is_file():
-        return ModelConfig.max_positions
+@dataclass(frozen=True)
+class ExportFiles:
+    """What the engine reads of a CTranslate2 model directory beside model.bin, read once."""
+
+    tokenizers: Tokenizers
+    max_positions: int
+    languages: dict[str, Any] | None  # the data config keys (directions.LANGUAGE_KEYS); None before they were recorded
+
+
+def read_export(directory: Path) -> ExportFiles:
+    """The tokenizer(s), checked against CTranslate2's vocabulary files, and the seq2seq.json record that
+    seq2seq-export writes beside model.bin (an export without one: the schema's max_positions)."""
     try:
-        value = json.loads(decoding.read_text(encoding="utf-8"))["max_positions"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        tokenizers = Tokenizers.load(directory)
+    except FileNotFoundError as err:
+        raise UserError(f"{directory}: no tokenizer.json in the CTranslate2 model directory") from err
+    check_vocabularies(directory, tokenizers)
+    decoding = directory / DECODING_FILE
+    if not decoding.is_file():
+        return ExportFiles(tokenizers, ModelConfig.max_positions, None)
+    try:
+        record = json.loads(decoding.read_text(encoding="utf-8"))
+        value, languages = record["max_positions"], record.get("data")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise UserError(f"{decoding}: not a readable seq2seq export record ({type(err).__name__}: {err})") from err
     if not isinstance(value, int) or isinstance(value, bool) or value < 2:
         raise UserError(f"{decoding}: max_positions={value!r}: must be an integer of at least 2")
-    return value
-
-
-def read_languages(decoding: Path) -> dict[str, Any] | None:
-    """The data config keys (directions.LANGUAGE_KEYS) an export recorded; None for one made before."""
-    if not decoding.is_file():
-        return None
-    try:
-        recorded = json.loads(decoding.read_text(encoding="utf-8")).get("data")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as err:
-        raise UserError(f"{decoding}: not a readable seq2seq export record ({type(err).__name__}: {err})") from err
-    return recorded if isinstance(recorded, dict) else None
+    return ExportFiles(tokenizers, value, languages if isinstance(languages, dict) else None)
 
 
 def check_vocabularies(directory: Path, tokenizers: Tokenizers) -> None:

@@ -24,16 +24,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seq2seq.artifacts.ctranslate2_model import (
-    check_vocabularies,
-    read_languages,
-    read_max_positions,
-    unreadable_model,
-)
-from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.ctranslate2_model import read_export, unreadable_model
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
-from seq2seq.data.tokenizer import BOS, EOS, PAD, Tokenizers
+from seq2seq.data.tokenizer import BOS, EOS, PAD
 from seq2seq.inference.engine_api import (
     Translation,
     check_beam_fits,
@@ -152,17 +146,13 @@ class CTranslate2Translator:
             import ctranslate2
         except ImportError as err:
             raise UserError(f"{directory}: a CTranslate2 model needs: pip install 'seq2seq[export]'") from err
-        try:
-            self.tokenizers = Tokenizers.load(directory)
-        except FileNotFoundError as err:
-            raise UserError(f"{directory}: no tokenizer.json in the CTranslate2 model directory") from err
-        check_vocabularies(directory, self.tokenizers)
+        files = read_export(directory)
+        self.tokenizers, self.max_positions = files.tokenizers, files.max_positions
         # What is never output: pad, and <s> where the vocabulary has one (a SentencePiece one has none;
         # naming a token it lacks would suppress <unk>, which CTranslate2 maps unknown names to).
         self.suppressed = [[t] for t in (PAD, BOS) if self.tokenizers.tgt.token_to_id(t) is not None]
         check_beam_fits(settings.beam, self.tokenizers.tgt.get_vocab_size())
-        self.max_positions = read_max_positions(directory / DECODING_FILE)
-        self.languages = ModelLanguages.of(read_languages(directory / DECODING_FILE), self.tokenizers)
+        self.languages = ModelLanguages.of(files.languages, self.tokenizers)
         self.languages.check(settings.src_lang, settings.tgt_lang)
         self.settings = settings
         gpus = cuda_device_count()
