@@ -7,6 +7,8 @@ class: results of different classes never overwrite each other), then rewrites r
 from every results/distill_*.json and the table between the markers of docs/results.md. A result timed
 on a loaded machine (the load average around its timings above half the cores) is refused: its lines/s
 would say more about the other work than about the models; --loaded publishes it anyway, marked.
+A results file of that name holding another result is left alone and refused: --name gives the new
+one another name (e.g. distill_en-de_60min.amx), --replace replaces it.
 """
 
 from __future__ import annotations
@@ -75,10 +77,17 @@ def table(results: Path) -> str:
     return TABLE_HEADER + "".join(rows(r) for r in found)
 
 
-def publish(result: dict, results: Path, page: Path | None) -> Path:
+def publish(result: dict, results: Path, page: Path | None, replace: bool = False) -> Path:
+    """Writes results/<result's name>.json and the tables; an existing file of that name that holds
+    another result is a SystemExit naming it, unless `replace`."""
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{result['name']}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    text = json.dumps(result, indent=2) + "\n"
+    if path.exists() and path.read_text() != text and not replace:
+        raise SystemExit(
+            f"error: {path} holds another result; publish this one under another name (--name) or --replace it"
+        )
+    path.write_text(text)
     text = table(results)
     (results / "distill_table.md").write_text(text)
     replace_table(page, TABLE_START, TABLE_END, text)
@@ -91,14 +100,17 @@ def main() -> None:
     parser.add_argument("--results", default=str(ROOT / "results"))
     parser.add_argument("--page", default=str(ROOT / "docs" / "results.md"), help="whose distill table to rewrite")
     parser.add_argument("--loaded", action="store_true", help="publish a result timed on a loaded machine")
+    parser.add_argument("--name", help="the results file's name, without .json (default: the result's own)")
+    parser.add_argument("--replace", action="store_true", help="replace a published result of that name")
     args = parser.parse_args()
     result = json.loads(Path(args.result).read_text())
+    result["name"] = args.name or result["name"]
     if loaded(result) and not args.loaded:
         raise SystemExit(
             f"error: {args.result}: timed at load average {result['load_average_during_speed']} on "
             f"{result['machine']['cores']} cores; measure on an idle machine (or --loaded)"
         )
-    print(publish(result, Path(args.results), Path(args.page) if args.page else None))
+    print(publish(result, Path(args.results), Path(args.page) if args.page else None, args.replace))
 
 
 if __name__ == "__main__":

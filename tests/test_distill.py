@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -389,6 +390,15 @@ def test_a_published_result_is_a_row_each_for_teacher_and_student(distilled, tmp
     assert script.loaded({**older, "load_average_during_speed": [0.1, cores]})
     # reproduce.py's table of training runs leaves these files out
     assert not load_script("reproduce").in_table(result)
+    assert script.publish(result, tmp_path / "results", page) == path  # the same result again: unchanged
+    other = {**result, "student": {**result["student"], "bleu_lowercase": -1.0}}
+    with pytest.raises(SystemExit, match=rf"^error: {re.escape(str(path))} holds another result; .*--name"):
+        script.publish(other, tmp_path / "results", page)
+    assert json.loads(path.read_text()) == result  # a published result is never overwritten by another
+    renamed = script.publish({**other, "name": "distill_src-tgt_2.x"}, tmp_path / "results", page)
+    assert json.loads(renamed.read_text())["student"]["bleu_lowercase"] == -1.0
+    assert script.publish(other, tmp_path / "results", page, replace=True) == path
+    assert json.loads(path.read_text()) == other
 
 
 def test_a_student_no_smaller_than_its_teacher_is_pointed_out(teacher, tmp_path, caplog):
