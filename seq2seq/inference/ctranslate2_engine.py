@@ -181,14 +181,6 @@ class CTranslate2Translator:
             ctranslate2.set_random_seed(settings.seed)
         log.info("loaded %s (CTranslate2 %s, %s)", directory, ctranslate2.__version__, self.engine.compute_type)
 
-    @property
-    def src_lang(self) -> str | None:
-        return self.settings.src_lang
-
-    @property
-    def tgt_lang(self) -> str | None:
-        return self.settings.tgt_lang
-
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> CTranslate2Translator:
         """As `Translator.with_languages`: the same loaded model translating src_lang -> tgt_lang."""
         self.languages.check(src_lang, tgt_lang)
@@ -227,9 +219,9 @@ class CTranslate2Translator:
     def _source_tokens(self, line: str, number: int) -> list[str]:
         """The line's tokens, cut to the model's positions (</s> included) as `Translator.encode` cuts them,
         with its warning: CTranslate2 itself would cut them silently (max_input_length)."""
-        text = self.languages.untagged(line, self.tgt_lang, number)  # tgt_lang's tag, not one in the text
+        text = self.languages.untagged(line, self.settings.tgt_lang, number)  # tgt_lang's tag, not one in the text
         tokens = self.tokenizers.src.encode(text, add_special_tokens=False).tokens
-        tag = self._tags(self.languages.source_tag(self.tgt_lang))  # data.lang_tag=source_prefix
+        tag = self._tags(self.languages.source_tag(self.settings.tgt_lang))  # data.lang_tag=source_prefix
         return fit_source([*tag, *tokens], self.max_positions, number, log)
 
     def translate_nbest(
@@ -242,7 +234,7 @@ class CTranslate2Translator:
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
         sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
-        tag = [tok.tgt.id_to_token(i) for i in self.languages.forced_tag(self.tgt_lang)]  # decoder_start
+        tag = [tok.tgt.id_to_token(i) for i in self.languages.forced_tag(self.settings.tgt_lang)]  # decoder_start
         forced = {
             i: [*tag, *(tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [])] for i in todo
         }

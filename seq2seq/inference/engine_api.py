@@ -39,6 +39,7 @@ class TranslatorAPI(Protocol):
     tokenizers: Tokenizers
     max_positions: int  # the longest source or target, </s> included, that the model takes
     languages: ModelLanguages  # its languages; a multilingual model's tags
+    settings: DecodingSettings  # how it decodes: as loaded, or as `decoding_with` set this view
     # True when the Python API's loaders made it: an item with a line break is refused (check_one_line).
     one_line_items: bool
 

@@ -89,14 +89,6 @@ class Translator:
             SamplingRule(settings.temperature, settings.top_k, settings.top_p) if settings.sampling else None
         )
 
-    @property
-    def src_lang(self) -> str | None:
-        return self.settings.src_lang
-
-    @property
-    def tgt_lang(self) -> str | None:
-        return self.settings.tgt_lang
-
     def with_languages(self, src_lang: str | None, tgt_lang: str | None) -> Translator:
         """This translator (the same model, nothing copied but settings) translating src_lang -> tgt_lang:
         how validation and the server translate each direction of a multilingual model."""
@@ -151,8 +143,10 @@ class Translator:
         the model's positions with a warning that names the line (by `line_numbers`, one per line; 1, 2,
         ... without them)."""
         numbers = list(line_numbers if line_numbers is not None else range(1, len(lines) + 1))
-        tag = self.languages.source_tag(self.tgt_lang)
-        texts = [self.languages.untagged(line, self.tgt_lang, n) for line, n in zip(lines, numbers, strict=True)]
+        tag = self.languages.source_tag(self.settings.tgt_lang)
+        texts = [
+            self.languages.untagged(line, self.settings.tgt_lang, n) for line, n in zip(lines, numbers, strict=True)
+        ]
         return [
             [*fit_source([*tag, *ids], self.max_positions, number, log), EOS_ID]
             for number, ids in zip(numbers, self.tokenizers.encode_src(texts), strict=True)
@@ -162,7 +156,7 @@ class Translator:
         """Target ids of each forced prefix (after the target language's tag under
         data.lang_tag=decoder_start); one that leaves no room for EOS within the model's positions is an
         error naming its line (as in `encode`)."""
-        tag = self.languages.forced_tag(self.tgt_lang)
+        tag = self.languages.forced_tag(self.settings.tgt_lang)
         encoded = [[*tag, *ids] for ids in self.tokenizers.encode_tgt(prefixes)]
         numbers = line_numbers if line_numbers is not None else range(1, len(prefixes) + 1)
         for number, ids in zip(numbers, encoded, strict=True):
@@ -188,7 +182,7 @@ class Translator:
         # A half-precision model on a CPU runs on oneDNN kernels built per matrix shape: let the batch
         # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
-        given = len(self.languages.forced_tag(self.tgt_lang))  # a decoder_start tag: given, not predicted
+        given = len(self.languages.forced_tag(self.settings.tgt_lang))  # a decoder_start tag: given, not predicted
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.settings.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
@@ -246,7 +240,7 @@ class Translator:
         numbers = [first_line_number + i for i in todo]  # a skipped empty line keeps its number
         encoded = dict(zip(todo, self.encode([lines[i] for i in todo], numbers), strict=True))
         forced = None
-        if prefixes is not None or self.languages.forced_tag(self.tgt_lang):
+        if prefixes is not None or self.languages.forced_tag(self.settings.tgt_lang):
             prefixes = prefixes if prefixes is not None else [""] * len(lines)
             forced = dict(zip(todo, self.encode_prefixes([prefixes[i] for i in todo], numbers), strict=True))
         # Longest first: similar lengths share a batch (little padding), and the slowest batch shows up early.
