@@ -62,7 +62,7 @@ def test_the_api_translates_as_the_command(run_dir: Path, tmp_path: Path) -> Non
         )
 
 
-@pytest.mark.parametrize("name", ["api example", "api example ctranslate2"])
+@pytest.mark.parametrize("name", ["api example", "api example ctranslate2", "api example settings"])
 def test_the_documented_api_examples_run_as_printed(
     run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
@@ -77,6 +77,8 @@ def test_the_documented_api_examples_run_as_printed(
     assert printed.returncode == 0, printed.stderr[-2000:]
     expected = Translator.load(run_dir, beam=5).translate(["a b c d", "e f g"])
     assert printed.stdout.splitlines()[0] == repr(expected)
+    if name.endswith("settings"):  # three hypotheses of beam 8, then the loaded settings as they were
+        assert len(printed.stdout.splitlines()) == 5 and printed.stdout.splitlines()[-1] == "5 1"
 
 
 def test_prefixes_start_each_translation(run_dir: Path, tmp_path: Path) -> None:
