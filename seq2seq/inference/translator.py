@@ -76,13 +76,13 @@ class Translator:
         first = model.members[0] if isinstance(model, Ensemble) else model
         self.start_id = decoder_start_id(first.cfg.decoder_start)  # also banned from the output, with pad
         self.languages = languages or ModelLanguages(None)
+        validate_search(settings)  # the rules of seq2seq-translate's keys, types included
+        self.languages.check(settings.src_lang, settings.tgt_lang)
         self._set(settings)
         # One generator for the translator's life: the same lines in the same calls give the same samples.
         self.generator = torch.Generator(device=device).manual_seed(settings.seed)
 
     def _set(self, settings: DecodingSettings) -> None:
-        validate_search(settings)  # the rules of seq2seq-translate's keys, types included
-        self.languages.check(settings.src_lang, settings.tgt_lang)
         self.settings = settings
         # None: search (greedy or beam); else `nbest` samples per line
         self.sampling = (
@@ -99,7 +99,8 @@ class Translator:
 
     def decoding_with(self, settings: DecodingSettings) -> Translator:
         """This translator decoding with `settings`: a view that shares the model and changes nothing in
-        this one, which other callers (the server's other requests) go on using as it is."""
+        this one, which other callers (the server's other requests) go on using as it is. The settings
+        were checked where they were made (serve/settings.py, serve/languages.py), not again per batch."""
         other = copy.copy(self)
         other._set(settings)
         if settings.sampling:  # a generator of its own: the settings' seed alone decides the samples
@@ -112,7 +113,6 @@ class Translator:
         ensemble), device, precision, threads, search or sampling settings, batch size. The PyTorch
         engine of `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
         settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
-        validate_search(settings)  # before any file is read
         device = pick_device(options.device)
         check_precision(options.precision, device)
         if settings.sampling:
