@@ -41,6 +41,7 @@ import os  # noqa: E402
 import resource  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
+from unittest import mock  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -49,6 +50,8 @@ from hydra import compose, initialize_config_module  # noqa: E402
 import seq2seq.cli.train  # noqa: E402,F401  (registers the config schema)
 from seq2seq.data.batching import make_batches, padded_width  # noqa: E402
 from seq2seq.data.pipeline import prepare_data  # noqa: E402
+from seq2seq.model import dropout  # noqa: E402
+from seq2seq.train import loss  # noqa: E402
 from seq2seq.train.distributed import DistContext  # noqa: E402
 from seq2seq.train.trainer import Trainer  # noqa: E402
 
@@ -206,6 +209,16 @@ def counts(trainer: Trainer, updates: int = 3) -> dict[str, float]:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}
 
 
+def gpu_code_path_counts(trainer: Trainer, updates: int = 3) -> dict[str, float]:
+    """The operator counts of the code a GPU runs, taken on this CPU: torch's dropout (one operator,
+    not the CPU's cheaper mask) and the loss in one chunk (as a GPU with memory to spare has it)."""
+    with (
+        mock.patch.object(dropout, "cheap_mask_applies", lambda _x: False),
+        mock.patch.object(loss, "chunk_rows", lambda _vocab, _device: 1 << 30),
+    ):
+        return {k: round(v, 4) for k, v in operator_calls_per_update(trainer.train_step, updates).items()}
+
+
 def epoch_batches(trainer: Trainer, multiple: int) -> list[np.ndarray]:
     """The first epoch's batches as training makes them, padded to `multiple`."""
     stream, rng = trainer.stream, np.random.default_rng([trainer.cfg.seed, 1])
@@ -325,6 +338,8 @@ def main() -> None:
         "machine": machine_info(),
     }
     report.update(counts(trainer))
+    if trainer.device.type == "cpu":
+        report["gpu_code_path"] = gpu_code_path_counts(trainer)
     report["epoch_shapes"] = epoch_shapes(trainer)
     if args.graphs_per_epoch:
         report["compiled_graphs_per_epoch"] = [

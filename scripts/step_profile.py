@@ -109,17 +109,31 @@ def _cuda_sync_warnings(step: Callable[[], object], updates: int) -> int:
     return sum(1 for w in caught if "synchroniz" in str(w.message).lower())
 
 
+# Operators that only describe a tensor anew (shape, strides, offset): no kernel on a GPU.
+VIEW_OPS = {
+    f"aten::{name}"
+    for name in (
+        "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "as_strided", "slice", "select",
+        "narrow", "chunk", "split", "split_with_sizes", "unsqueeze", "squeeze", "expand", "detach", "alias",
+        "unbind", "view_as", "unflatten", "flatten", "empty", "empty_like", "empty_strided", "resize_", "lift_fresh",
+    )
+}  # fmt: skip
+
+
 def operator_calls_per_update(step: Callable[[], object], updates: int) -> dict[str, float]:
-    """Every `aten::` event the profiler records, nested ones included (the issue's count), and the
-    top-level ones (what Python dispatched), per update."""
+    """Every `aten::` event the profiler records, nested ones included (the issue's count), the
+    top-level ones (what Python dispatched), and the kernel candidates: innermost operators that
+    compute (not views, not allocations: what a GPU would launch), per update."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(updates):
             step()
     events = [e for e in prof.events() if e.name.startswith("aten::")]
     top = [e for e in events if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    innermost = [e for e in events if not any(c.name.startswith("aten::") for c in e.cpu_children)]
     return {
         "operator_calls_per_update": len(events) / updates,
         "top_level_operator_calls_per_update": len(top) / updates,
+        "kernel_candidates_per_update": sum(e.name not in VIEW_OPS for e in innermost) / updates,
     }
 
 

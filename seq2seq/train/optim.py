@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from seq2seq.config import OptimConfig
+from seq2seq.train.flat_parameters import FlatParameters
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float) -> float:
@@ -51,10 +52,11 @@ class Adam:
     their defaults (tests compare them step by step). Update n uses the learning rate `lr_at(n)`, so
     warmup and decay need no scheduler object.
 
-    Each update is one fused kernel over all parameters (`torch._fused_adam_` / `_fused_adamw_`, the
-    kernels behind torch.optim's `fused=True`), not nine operators per parameter: on a GPU every
-    operator is a kernel launch. It can skip itself on the device (`found_inf`), so deciding that an
-    update is not finite needs no read-back to the host.
+    It updates flat parameters (`FlatParameters`): each update is one fused kernel
+    (`torch._fused_adam_` / `_fused_adamw_`, the kernels behind torch.optim's `fused=True`) over one long
+    vector per device and dtype, not nine operators per parameter, nor a fused kernel looping over them.
+    Every parameter is updated every step (one that no loss reached has a zero gradient). It can skip
+    itself on the device (`found_inf`), so deciding that an update is not finite needs no read-back.
 
     Written here rather than taken from torch.optim because every torch.optim optimizer imports
     torch._dynamo the first time it is used (even without torch.compile): start-up time and memory for
@@ -62,113 +64,114 @@ class Adam:
 
     def __init__(
         self,
-        params: Iterable[torch.nn.Parameter],
+        flat: FlatParameters,
         lr_at: Callable[[int], float],
         betas: tuple[float, float],
         eps: float,
         weight_decay: float,
         decoupled: bool,
     ) -> None:
-        self.params = list(params)
+        self.flat = flat
         self.lr_at = lr_at
         self.betas, self.eps, self.weight_decay, self.decoupled = betas, eps, weight_decay, decoupled
         self.updates = 0  # updates made, so the next one uses lr_at(updates + 1)
         self.last_lr: float | None = None  # what the latest update used (a time-driven rate cannot be recomputed)
-        # Per parameter index: step (a float32 tensor beside the parameter, as the fused kernel reads
-        # it), exp_avg, exp_avg_sq. Made on a parameter's first gradient.
-        self.state: dict[int, dict[str, torch.Tensor]] = {}
+        # Per flat buffer: updates made to it (a float32 tensor beside it, as the fused kernel reads it;
+        # not `updates`: a skipped update does not count here) and the two moments.
+        self.steps = [torch.zeros((), dtype=torch.float32, device=b.device) for b in flat.buffers]
+        self.exp_avg, self.exp_avg_sq = flat.zeros_like_buffers(), flat.zeros_like_buffers()
         # GradScaler (fp16) reads the gradients through param_groups, as for a torch.optim optimizer.
-        self.param_groups = [{"params": self.params}]
+        self.param_groups = [{"params": flat.buffers}]
 
     @property
     def lr(self) -> float:
         """The learning rate of the latest update (of the first, before any)."""
         return self.last_lr if self.last_lr is not None else self.lr_at(max(self.updates, 1))
 
+    @property
+    def state(self) -> dict[int, dict[str, torch.Tensor]]:
+        """Per parameter index: its step count and its parts of the moments (views), as torch.optim
+        keys them."""
+        groups = [group for group, _, _ in self.flat.places]
+        return {
+            i: {"step": self.steps[group], "exp_avg": m, "exp_avg_sq": v}
+            for i, (group, m, v) in enumerate(
+                zip(groups, self.flat.views(self.exp_avg), self.flat.views(self.exp_avg_sq), strict=True)
+            )
+        }
+
     @torch.no_grad()
     def step(self, found_inf: torch.Tensor | None = None) -> None:
-        """One update of every parameter that has a gradient (the others are left alone, as in
-        torch.optim). `found_inf`: a one-element float tensor on the parameters' device; where it is
-        non-zero the update changes nothing (weights, moments and their step counts stay), decided on
-        the device. The learning-rate schedule moves on either way, as torch's does under GradScaler."""
+        """One update of every parameter. `found_inf`: a one-element float tensor on the parameters'
+        device; where it is non-zero the update changes nothing (weights, moments and their step counts
+        stay), decided on the device. The learning-rate schedule moves on either way, as torch's does
+        under GradScaler."""
         self.updates += 1
         lr, (beta1, beta2) = self.lr_at(self.updates), self.betas
         self.last_lr = lr
-        groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-        for index, param in enumerate(self.params):
-            if param.grad is not None:
-                groups.setdefault((param.device, param.dtype), []).append(index)
         fused = torch._fused_adamw_ if self.decoupled else torch._fused_adam_
-        for indices in groups.values():
-            states = [self._state(i) for i in indices]
-            steps = [s["step"] for s in states]
-            torch._foreach_add_(steps, 1.0)
-            fused(
-                [self.params[i] for i in indices],
-                [self.params[i].grad for i in indices],
-                [s["exp_avg"] for s in states],
-                [s["exp_avg_sq"] for s in states],
-                [],
-                steps,
-                lr=lr,
-                beta1=beta1,
-                beta2=beta2,
-                weight_decay=self.weight_decay,
-                eps=self.eps,
-                amsgrad=False,
-                maximize=False,
-                grad_scale=None,
-                found_inf=found_inf,
-            )
-            if found_inf is not None:  # the kernel skipped: its step counts go back
-                torch._foreach_sub_(steps, [found_inf.to(steps[0].device)] * len(steps))
+        torch._foreach_add_(self.steps, 1.0)
+        fused(
+            self.flat.buffers,
+            self.flat.gradients(),
+            self.exp_avg,
+            self.exp_avg_sq,
+            [],
+            self.steps,
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=self.weight_decay,
+            eps=self.eps,
+            amsgrad=False,
+            maximize=False,
+            grad_scale=None,
+            found_inf=found_inf,
+        )
+        if found_inf is not None:  # the kernel skipped: its step counts go back
+            torch._foreach_sub_(self.steps, [found_inf.to(self.steps[0].device)] * len(self.steps))
 
-    def _state(self, index: int) -> dict[str, torch.Tensor]:
-        if index not in self.state:
-            param = self.params[index]
-            self.state[index] = {
-                "step": torch.zeros((), dtype=torch.float32, device=param.device),
-                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
-            }
-        return self.state[index]
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for param in self.params:
-            if set_to_none:
-                param.grad = None
-            elif param.grad is not None:
-                param.grad.zero_()
+    def zero_grad(self) -> None:
+        self.flat.zero_grad()
 
     def state_dict(self) -> dict[str, Any]:
-        """Step counts as ints (the format checkpoints have always had): one read-back, at save time."""
-        return {
-            "updates": self.updates,
-            "state": {i: {**s, "step": int(s["step"])} for i, s in self.state.items()},
+        """Per parameter index, as torch.optim writes it (the format checkpoints have always had): step
+        counts as ints (one read-back, at save time) and copies of the moments, not views of the
+        buffers. Before the first update the state is empty, as torch.optim's is."""
+        if not any(int(step) for step in self.steps):
+            return {"updates": self.updates, "state": {}}
+        state = {
+            i: {"step": int(s["step"]), "exp_avg": s["exp_avg"].clone(), "exp_avg_sq": s["exp_avg_sq"].clone()}
+            for i, s in self.state.items()
         }
+        return {"updates": self.updates, "state": state}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Also reads a torch.optim Adam/AdamW state dict (checkpoints written before this class), as
-        seq2seq.artifacts.checkpoint.upgrade gives it ("updates" added). The moments are copied to
-        their parameter's device (checkpoints are loaded on the CPU) and are copies in any case:
-        updating them in place must not change the dict they came from."""
-        self.state = {}
-        for i, entry in saved["state"].items():
-            param = self.params[int(i)]
-            self.state[int(i)] = {
-                "step": torch.tensor(float(entry["step"]), dtype=torch.float32, device=param.device),
-                "exp_avg": entry["exp_avg"].to(param, copy=True),
-                "exp_avg_sq": entry["exp_avg_sq"].to(param, copy=True),
-            }
+        seq2seq.artifacts.checkpoint.upgrade gives it ("updates" added). The moments are copied into the
+        buffers (on the parameters' device): updating them must not change the dict they came from. A
+        parameter with no entry starts from zero moments. Step counts were per parameter: they have
+        always been equal in a run (every parameter has a gradient every update); the largest is kept."""
+        for buffer in (*self.exp_avg, *self.exp_avg_sq, *self.steps):
+            buffer.zero_()
+        state = self.state
+        with torch.no_grad():
+            for i, entry in saved["state"].items():
+                ours = state[int(i)]
+                ours["exp_avg"].copy_(entry["exp_avg"])
+                ours["exp_avg_sq"].copy_(entry["exp_avg_sq"])
+                ours["step"].fill_(max(float(entry["step"]), float(ours["step"])))
         self.updates = saved["updates"]
 
 
 def build_optimizer(
-    params: Iterable[torch.nn.Parameter],
+    params: FlatParameters | Iterable[torch.nn.Parameter],
     cfg: OptimConfig,
     d_model: int,
     budget_used: Callable[[int], float] | None = None,
 ) -> Adam:
-    """Adam or AdamW (`optim.name`) following the configured learning-rate schedule."""
+    """Adam or AdamW (`optim.name`) following the configured learning-rate schedule, over `params`
+    made flat (their values and gradients become views of its buffers) unless they are already."""
     lr_at = schedule(cfg, d_model, budget_used)
-    return Adam(params, lr_at, tuple(cfg.betas), cfg.eps, cfg.weight_decay, cfg.name == "adamw")
+    flat = params if isinstance(params, FlatParameters) else FlatParameters(params)
+    return Adam(flat, lr_at, tuple(cfg.betas), cfg.eps, cfg.weight_decay, cfg.name == "adamw")

@@ -98,7 +98,7 @@ class Trainer:
     def training_state(self, rng: list[dict[str, Any]] | None = None) -> TrainingState:
         """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
         return TrainingState(
-            model=self.model.state_dict(),
+            model=self.update.model_state(),
             config={**as_dict(self.cfg), "precision": self.precision},  # a resume computes as the run did
             vocab=self.vocab,
             step=self.step,

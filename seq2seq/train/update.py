@@ -28,6 +28,7 @@ from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.model.transformer import build_model
 from seq2seq.train.distributed import DistContext
+from seq2seq.train.flat_parameters import FlatParameters, independent_copies
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
 
@@ -101,10 +102,18 @@ class Update:
     ) -> None:
         """`precision`: fp32 | bf16 | fp16; `budget_used`: the schedule's share of the run spent at a step."""
         self.cfg, self.model, self.device, self.dist, self.precision = cfg, model, device, dist, precision
+        # First: DDP and the compiler must see the parameters as they will stay, views of the buffers.
+        self.parameters = FlatParameters(model.parameters())
         self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing, cfg.rdrop_alpha)  # validation: eval()
         self.training_objective = self._wrap_for_training(self.objective)
-        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim, cfg.model.d_model, budget_used)
+        self.optimizer = build_optimizer(self.parameters, cfg.optim, cfg.model.d_model, budget_used)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """The model's state dict for a checkpoint: each tensor its own copy, not a view of the flat
+        buffer (saved as views, all would share one storage: a tensor taken from the checkpoint would
+        carry the whole buffer, and safetensors refuses tensors that share memory)."""
+        return independent_copies(self.model.state_dict())
 
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
         """`objective` as an update calls it: in DistributedDataParallel under torchrun (gradients
@@ -221,7 +230,7 @@ class Update:
         return loss.detach().float(), nll.detach().float()
 
     def _free_after_oom(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)  # the failed pass's partial gradients
+        self.optimizer.zero_grad()  # the failed pass's partial gradients
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # hand cached blocks back so the smaller batches can be placed
 
@@ -230,13 +239,11 @@ class Update:
         """The gradients back to their true scale, clipped to optim.clip_norm; returns their norm
         before clipping (inf or nan when they are not finite), as a device scalar."""
         self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        # torch.nn.utils.get_total_norm's sum, without its `.to(first_device)` of every per-tensor
-        # norm: one operator per parameter for the host to dispatch each update, moving nothing,
-        # since a model's gradients are all on one device.
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params])))
+        # Over the flat gradient buffers (usually one): a few operators, not a loop over parameters.
+        buffers = self.parameters.buffers
+        norm = self.parameters.gradient_norm()
         if self.cfg.optim.clip_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(params, self.cfg.optim.clip_norm, norm, foreach=True)
+            torch.nn.utils.clip_grads_with_norm_(buffers, self.cfg.optim.clip_norm, norm, foreach=True)
         return norm
 
     def _not_finite_on_any_rank(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
@@ -250,7 +257,7 @@ class Update:
         its own check found overflowing gradients. Either way the update's number is used."""
         self.optimizer.step(found_inf=not_finite)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
 
     # -- reading the updates back: one transfer for all updates since the last
     def read_back(self, pending: list[PendingUpdate]) -> list[UpdateResult]:
