@@ -3,6 +3,7 @@ package directory, offline) and translates with, compared line by line with seq2
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import shlex
@@ -87,9 +88,19 @@ def test_each_direction_of_a_multilingual_model_is_a_package_that_writes_its_lan
         theirs = [translate.translate(line, "en", target) for line in lines]
         expected = ours.with_languages("en", target).translate(lines)
         # CTranslate2 in Argos writes at least one token (its min_decoding_length=1): an empty line of ours
-        # is a line of theirs. Every other line is the same.
+        # is a line of theirs. Every other line is the same, but for a near-tie of this barely trained
+        # model, which the two engines' float kernels may break either way: at most one line, whose
+        # translation of theirs is in our 4-best within 0.02 of our best's score (per token).
         assert sum(line != "" for line in expected) >= len(lines) - 2, expected
-        assert [t for t, e in zip(theirs, expected, strict=True) if e] == [e for e in expected if e]
+        differing = [i for i, (t, e) in enumerate(zip(theirs, expected, strict=True)) if e and t != e]
+        assert len(differing) <= 1, [(theirs[i], expected[i]) for i in differing]
+        direction = ours.with_languages("en", target)
+        four_best = direction.decoding_with(dataclasses.replace(direction.settings, nbest=4))
+        for i in differing:
+            hypotheses = four_best.translate_nbest([lines[i]])[0]
+            scores = {h.text: h.score for h in hypotheses}
+            assert hypotheses[0].text == expected[i] and theirs[i] in scores, (theirs[i], hypotheses)
+            assert hypotheses[0].score - scores[theirs[i]] < 0.02, (theirs[i], hypotheses)
         words = " ".join(theirs).split()
         assert sum(word[:2] == target for word in words) / len(words) >= 0.9, theirs  # the tag reached the model
 
