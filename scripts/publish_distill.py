@@ -53,7 +53,8 @@ def rows(result: dict) -> str:
     """Teacher, student and (with baseline=true) the student trained on the references, one row each."""
     machine, load = result["machine"], " / ".join(map(str, result["load_average_during_speed"]))
     load += " (loaded: not an idle measurement)" if loaded(result) else ""
-    models = [("teacher", "teacher", "")]
+    members = len(result["settings"]["teacher"])
+    models = [("teacher", f"teacher (ensemble of {members})" if members > 1 else "teacher", "")]
     student = result["student"]
     models.append(("student", "student (distilled)", f"{student['steps']} updates, {student['train_minutes']:g} min"))
     if "baseline" in result:

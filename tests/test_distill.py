@@ -380,6 +380,8 @@ def test_a_published_result_is_a_row_each_for_teacher_and_student(distilled, tmp
         == f"{result['teacher']['speed']['default']['1']} / {result['teacher']['speed']['default']['2']}"
     )
     assert "old" not in page.read_text() and page.read_text().endswith("after\n")
+    ensemble = {**result, "settings": {**result["settings"], "teacher": ["a.pt", "b.pt"]}}
+    assert script.rows(ensemble).splitlines()[0].split(" | ")[2] == "teacher (ensemble of 2)"
     assert isinstance(result["other_threads_before_speed"], float) and result["other_threads_before_speed"] >= 0
     cores = result["machine"]["cores"]
     counted = {**result, "other_threads_before_speed": 0.0}
