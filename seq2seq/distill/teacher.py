@@ -37,9 +37,10 @@ class Teacher:
 
 
 def read_teacher(spec: str) -> Teacher:
-    """teacher=<run directory> or teacher=<a.pt>,<b.pt> (an ensemble of one run's checkpoints, as
-    seq2seq-translate's checkpoint= takes them). A CTranslate2 or Marian directory has no training
-    config to give the student its data, so it is refused."""
+    """teacher=<run directory> or teacher=<a.pt>,<b.pt> (an ensemble of checkpoints that share one
+    tokenizer, as seq2seq-translate's checkpoint= takes them; the student's settings come from the
+    first). A CTranslate2 or Marian directory has no training config to give the student its data, so
+    it is refused."""
     paths = [p for p in str(spec).split(",") if p]
     if not paths:
         raise UserError(f"teacher={spec}: names nothing; give a run directory")
