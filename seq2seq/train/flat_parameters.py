@@ -84,8 +84,9 @@ class FlatParameters:
         return [values.grad for values in self.buffers]
 
     def gradient_norm(self) -> torch.Tensor:
-        """The 2-norm of all gradients, as a device scalar (see NORM_ROW)."""
-        rows = [torch.linalg.vector_norm(g.view(-1, NORM_ROW), dim=1) for g in self.gradients()]
+        """The 2-norm of all gradients, as a device scalar (see NORM_ROW). Unchecked: the optimiser's
+        step checks the gradients once an update (`gradients`), before any weight moves."""
+        rows = [torch.linalg.vector_norm(values.grad.view(-1, NORM_ROW), dim=1) for values in self.buffers]
         return torch.linalg.vector_norm(torch.cat(rows))
 
     def zero_grad(self) -> None:

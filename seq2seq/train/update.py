@@ -240,10 +240,9 @@ class Update:
         before clipping (inf or nan when they are not finite), as a device scalar."""
         self.scaler.unscale_(self.optimizer)
         # Over the flat gradient buffers (usually one): a few operators, not a loop over parameters.
-        buffers = self.parameters.buffers
         norm = self.parameters.gradient_norm()
         if self.cfg.optim.clip_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(buffers, self.cfg.optim.clip_norm, norm, foreach=True)
+            torch.nn.utils.clip_grads_with_norm_(self.parameters.buffers, self.cfg.optim.clip_norm, norm, foreach=True)
         return norm
 
     def _not_finite_on_any_rank(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
