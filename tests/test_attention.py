@@ -5,6 +5,7 @@ torch.nn.MultiheadAttention in test_model.py."""
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from seq2seq.model import kernels
-from seq2seq.model.attention import attention
+from seq2seq.model.attention import attention, split_heads, split_projection
 
 BATCH, HEADS, DIM = 2, 3, 5
 ATOL = 1e-5
@@ -126,3 +127,39 @@ def test_on_cuda_sdpa_may_not_choose_cudnn(monkeypatch: pytest.MonkeyPatch) -> N
     kernels.fused_attention(q, q, q, None, False, 0.0)
     assert seen == [(False, True)]
     assert torch.backends.cuda.cudnn_sdp_enabled()  # the user's setting outside the call is untouched
+
+
+def _aten_calls(fn: Callable[[], None]) -> collections.Counter[str]:
+    """The aten operators `fn` calls, nested included, by name, and "all"."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    calls = collections.Counter(event.name for event in prof.events() if event.name.startswith("aten::"))
+    calls["all"] = calls.total()
+    return calls
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_a_fused_projection_splits_into_the_heads_of_each_part_with_fewer_calls(parts: int) -> None:
+    """split_projection against chunking the projection into its parts and splitting each into heads:
+    the same values and strides forward, the same gradient back, fewer operator calls for both, and no
+    more copies."""
+    projected = torch.randn(BATCH, 7, parts * HEADS * DIM, requires_grad=True)
+    weights = [torch.randn(BATCH, HEADS, 7, DIM) for _ in range(parts)]
+
+    def chunked() -> list[torch.Tensor]:
+        return [split_heads(t, HEADS) for t in projected.chunk(parts, dim=-1)]
+
+    def backward(split: Callable[[], list[torch.Tensor]]) -> None:
+        sum((t * w).sum() for t, w in zip(split(), weights, strict=True)).backward()
+
+    for ours, reference in zip(split_projection(projected, parts, HEADS), chunked(), strict=True):
+        assert torch.equal(ours, reference) and ours.stride() == reference.stride()
+    backward(chunked)
+    reference_grad, projected.grad = projected.grad, None
+    backward(lambda: list(split_projection(projected, parts, HEADS)))
+    assert torch.equal(projected.grad, reference_grad)
+    ours = _aten_calls(lambda: backward(lambda: list(split_projection(projected, parts, HEADS))))
+    reference = _aten_calls(lambda: backward(chunked))
+    assert ours["all"] < reference["all"] and ours["aten::copy_"] <= reference["aten::copy_"]

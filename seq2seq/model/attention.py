@@ -47,6 +47,17 @@ def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.view(batch, length, heads, width // heads).transpose(1, 2)
 
 
+def split_projection(x: torch.Tensor, parts: int, heads: int) -> tuple[torch.Tensor, ...]:
+    """(B, T, parts*H*D), e.g. a fused Q/K/V projection -> `parts` tensors of (B, H, T, D), with the
+    strides chunks of it would have: one view and one unbind for all parts, fewer operator calls for a
+    GPU's host to dispatch than a chunk and a view per part (docs/performance.md). Unbound before the
+    transpose, so that the backward stacks the parts' gradients where the view wants them (a permute
+    of all parts at once costs a copy there)."""
+    batch, length, width = x.shape
+    parted = x.view(batch, length, parts, heads, width // (parts * heads)).unbind(2)
+    return tuple(part.transpose(1, 2) for part in parted)
+
+
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, H, T, D) -> (B, T, H*D)."""
     batch, heads, length, dim = x.shape
@@ -93,9 +104,9 @@ class MultiHeadAttention(nn.Module):
         """Queries from x, keys and values from x (self-attention) or the memory: (B, H, T, D) each."""
         if self.cross:
             q = split_heads(self.q_proj(x), self.heads)
-            k, v = (split_heads(t, self.heads) for t in self.kv_proj(memory).chunk(2, dim=-1))
+            k, v = split_projection(self.kv_proj(memory), 2, self.heads)
             return q, k, v
-        q, k, v = (split_heads(t, self.heads) for t in self.qkv_proj(x).chunk(3, dim=-1))
+        q, k, v = split_projection(self.qkv_proj(x), 3, self.heads)
         return q, k, v
 
     def _project_step(
