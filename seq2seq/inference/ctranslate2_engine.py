@@ -203,7 +203,7 @@ class CTranslate2Translator:
         then fails at its first translation ("Library libcublas.so.12 is not found"; seen on an H100
         with CUDA 13): better at load time, where engine=auto can still choose PyTorch."""
         try:
-            self.engine.translate_batch([self._source_tokens("a", 1)], max_decoding_length=1, beam_size=1)
+            self.engine.translate_batch([[EOS]], max_decoding_length=1, beam_size=1)  # any token would do
         except RuntimeError as err:
             raise EngineUnavailable(
                 f"{directory}: CTranslate2 {version} cannot decode on the GPU here: {str(err).splitlines()[0]} "
