@@ -19,7 +19,18 @@ from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference import ctranslate2_engine, engine_choice, engine_probe, resolved_model
 from seq2seq.inference.ctranslate2_engine import probe_loader
-from seq2seq.inference.engine_choice import choose_engine
+from seq2seq.inference.engine_api import TranslatorAPI
+from seq2seq.inference.engine_choice import EngineChoice, choose_engine
+from seq2seq.inference.engine_loader import load_engine
+from seq2seq.inference.resolved_model import resolve
+
+
+def resolved_choice(cfg: TranslateConfig) -> EngineChoice:
+    return choose_engine(cfg, resolve(cfg))
+
+
+def resolved_engine(cfg: TranslateConfig) -> TranslatorAPI:
+    return load_engine(cfg, resolve(cfg))
 
 
 def save_zip(path: Path, step: int) -> None:
@@ -55,9 +66,9 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_run_with_a_current_export_decodes_with_ctranslate2(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run")
     for settings in (dict(), dict(beam=1), dict(beam=4), dict(prefix=True, beam=1), dict(precision="fp32")):
-        choice = choose_engine(TranslateConfig(run=str(run), **settings))
+        choice = resolved_choice(TranslateConfig(run=str(run), **settings))
         assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), settings
-    assert choose_engine(TranslateConfig(run=str(run), engine="torch")).engine == "torch"
+    assert resolved_choice(TranslateConfig(run=str(run), engine="torch")).engine == "torch"
 
 
 @pytest.mark.usefixtures("installed")
@@ -75,26 +86,26 @@ def test_a_run_with_a_current_export_decodes_with_ctranslate2(tmp_path: Path) ->
 )
 def test_what_ctranslate2_would_decode_differently_stays_on_pytorch(tmp_path: Path, settings: dict, why: str) -> None:
     run = make_run(tmp_path / "run")
-    choice = choose_engine(TranslateConfig(run=str(run), **settings))
+    choice = resolved_choice(TranslateConfig(run=str(run), **settings))
     assert choice.engine == "torch" and choice.why.startswith(why), choice
     with pytest.raises(UserError, match=rf"^config error: engine=ctranslate2: {why}"):
-        choose_engine(TranslateConfig(run=str(run), engine="ctranslate2", **settings))
+        resolved_choice(TranslateConfig(run=str(run), engine="ctranslate2", **settings))
 
 
 @pytest.mark.usefixtures("installed")
 def test_an_export_of_another_checkpoint_or_missing_is_not_used(tmp_path: Path) -> None:
     stale = make_run(tmp_path / "stale", stale=True)  # a resumed run stopped before its end
-    choice = choose_engine(TranslateConfig(run=str(stale)))
+    choice = resolved_choice(TranslateConfig(run=str(stale)))
     assert choice.engine == "torch" and choice.why == (
         f"{stale / 'ctranslate2'} was made from update 10 of another checkpoint than "
         f"{stale / 'checkpoints' / 'best.pt'} (a resumed run stopped before its end)"
     )
     missing = make_run(tmp_path / "missing")
     (missing / "ctranslate2" / "model.bin").unlink()
-    choice = choose_engine(TranslateConfig(run=str(missing)))
+    choice = resolved_choice(TranslateConfig(run=str(missing)))
     assert choice.engine == "torch" and choice.why.endswith("(training writes it when ctranslate2 is installed)")
     with pytest.raises(UserError, match=r"^config error: engine=ctranslate2: .*stale/ctranslate2 was made from update"):
-        choose_engine(TranslateConfig(run=str(stale), engine="ctranslate2"))
+        resolved_choice(TranslateConfig(run=str(stale), engine="ctranslate2"))
 
 
 @pytest.mark.usefixtures("installed")
@@ -110,7 +121,7 @@ def test_a_stale_export_copied_after_its_checkpoint_is_still_stale(tmp_path: Pat
         assert (copy / "ctranslate2" / "model.bin").stat().st_mtime >= (
             copy / "checkpoints" / "best.pt"
         ).stat().st_mtime
-        engine_of_copy = choose_engine(TranslateConfig(run=str(copy))).engine
+        engine_of_copy = resolved_choice(TranslateConfig(run=str(copy))).engine
         assert engine_of_copy == ("torch" if run is stale else "ctranslate2")
 
 
@@ -119,7 +130,7 @@ def test_an_export_that_does_not_record_its_checkpoint_is_not_used(tmp_path: Pat
     run = make_run(tmp_path / "run")
     for record in ('{"max_positions": 256}', "garbage", ""):
         (run / "ctranslate2" / DECODING_FILE).write_text(record)
-        choice = choose_engine(TranslateConfig(run=str(run)))
+        choice = resolved_choice(TranslateConfig(run=str(run)))
         assert (choice.engine, choice.why) == (
             "torch",
             f"{run / 'ctranslate2'} does not record the checkpoint it was made from",
@@ -129,7 +140,7 @@ def test_an_export_that_does_not_record_its_checkpoint_is_not_used(tmp_path: Pat
 def test_without_the_package_a_run_decodes_with_pytorch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(resolved_model, "ctranslate2_installed", lambda: False)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
-    choice = choose_engine(TranslateConfig(run=str(make_run(tmp_path / "run"))))
+    choice = resolved_choice(TranslateConfig(run=str(make_run(tmp_path / "run"))))
     assert choice.engine == "torch" and "pip install 'seq2seq[export]'" in choice.why
 
 
@@ -137,14 +148,14 @@ def test_an_export_given_as_checkpoint_is_decoded_by_ctranslate2_and_a_stale_one
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     run = make_run(tmp_path / "run", stale=True)
-    choice = choose_engine(TranslateConfig(checkpoint=str(run / "ctranslate2")))
+    choice = resolved_choice(TranslateConfig(checkpoint=str(run / "ctranslate2")))
     assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2"))
     assert [r.getMessage() for r in caplog.records] == [
         f"{run / 'ctranslate2'} was made from update 10 of another checkpoint than {run / 'checkpoints' / 'best.pt'} "
         "(a resumed run stopped before its end): it decodes that model"
     ]
     with pytest.raises(UserError, match=r"^config error: engine=torch: checkpoint=.* is a CTranslate2 model$"):
-        choose_engine(TranslateConfig(checkpoint=str(run / "ctranslate2"), engine="torch"))
+        resolved_choice(TranslateConfig(checkpoint=str(run / "ctranslate2"), engine="torch"))
 
 
 def test_ctranslate2_devices_follow_ours() -> None:
@@ -159,11 +170,11 @@ def test_int8_decodes_the_runs_export_whatever_the_search(tmp_path: Path) -> Non
     """int8 lines differ from fp32 by choice: n-best, sampling and prefixes go to CTranslate2 with it."""
     run = make_run(tmp_path / "run")
     for settings in (dict(), dict(beam=4, nbest=2), dict(sampling=True), dict(prefix=True, beam=2)):
-        choice = choose_engine(TranslateConfig(run=str(run), precision="int8", **settings))
+        choice = resolved_choice(TranslateConfig(run=str(run), precision="int8", **settings))
         assert choice == engine_choice.EngineChoice(
             "ctranslate2", str(run / "ctranslate2"), "precision=int8 is CTranslate2's"
         )
-        forced = choose_engine(TranslateConfig(run=str(run), precision="int8", engine="ctranslate2", **settings))
+        forced = resolved_choice(TranslateConfig(run=str(run), precision="int8", engine="ctranslate2", **settings))
         assert forced == choice
 
 
@@ -180,14 +191,14 @@ def test_int8_decodes_the_runs_export_whatever_the_search(tmp_path: Path) -> Non
 def test_int8_where_ctranslate2_cannot_decode_is_one_line(tmp_path: Path, settings: dict, why: str) -> None:
     run = make_run(tmp_path / "run", stale=settings.pop("stale", False))
     with pytest.raises(UserError, match=rf"^config error: {why}"):
-        choose_engine(TranslateConfig(**{"run": str(run), **settings, "precision": "int8"}))
+        resolved_choice(TranslateConfig(**{"run": str(run), **settings, "precision": "int8"}))
 
 
 def test_int8_without_the_package_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(resolved_model, "ctranslate2_installed", lambda: False)
     run = make_run(tmp_path / "run")
     with pytest.raises(UserError, match=r"^config error: precision=int8 .*pip install 'seq2seq\[export\]'"):
-        choose_engine(TranslateConfig(run=str(run), precision="int8"))
+        resolved_choice(TranslateConfig(run=str(run), precision="int8"))
 
 
 @pytest.mark.usefixtures("installed")
@@ -204,10 +215,10 @@ def test_auto_decodes_with_the_export_in_fp32_even_where_bf16_is_faster(
     monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: measured.append(candidates))
     run = make_run(tmp_path / "run")
     for settings in (dict(), dict(device="cpu"), dict(beam=4), dict(beam=1)):
-        choice = choose_engine(TranslateConfig(run=str(run), **settings))
+        choice = resolved_choice(TranslateConfig(run=str(run), **settings))
         assert (choice.engine, choice.model) == ("ctranslate2", str(run / "ctranslate2")), (settings, choice.why)
     assert measured == []
-    assert choose_engine(TranslateConfig(run=str(run), precision="bf16")).engine == "torch"
+    assert resolved_choice(TranslateConfig(run=str(run), precision="bf16")).engine == "torch"
 
 
 def test_decoding_precision_auto_is_fp32_where_training_would_take_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,7 +247,7 @@ def test_int8_says_so_where_it_is_slower_than_fp32(
     timing = engine_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
     monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: timing)
     run = make_run(tmp_path / "run")
-    assert choose_engine(TranslateConfig(run=str(run), precision="int8")).engine == "ctranslate2"
+    assert resolved_choice(TranslateConfig(run=str(run), precision="int8")).engine == "ctranslate2"
     warning = f"precision=int8 is slower than fp32 on this CPU: {int8_seconds:.2f} s against 2.00 s"
     assert any(warning in message for message in caplog.messages) == warned, caplog.messages
 
@@ -293,7 +304,6 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     from conftest import TINY_TRAIN, compose_config
 
     from seq2seq.inference.ctranslate2_engine import EngineUnavailable
-    from seq2seq.inference.engine_loader import load_engine
     from seq2seq.train.run import train
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
@@ -311,13 +321,13 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
     monkeypatch.setattr(ctranslate2, "Translator", WithoutCublas)
     with caplog.at_level("INFO", logger="seq2seq.translate"):
-        translator = load_engine(TranslateConfig(run=str(tmp_path / "run"), beam=2))
+        translator = resolved_engine(TranslateConfig(run=str(tmp_path / "run"), beam=2))
     assert translator.kind == "torch"  # PyTorch's Translator (on this machine's CPU: torch sees no GPU)
     engine_line = next(m for m in caplog.messages if m.startswith("engine: "))
     assert "engine: PyTorch (the run's CTranslate2 export cannot decode here" in engine_line
     assert "libcublas.so.12" in engine_line
     with pytest.raises(EngineUnavailable) as raised:
-        load_engine(TranslateConfig(run=str(tmp_path / "run"), beam=2, engine="ctranslate2"))
+        resolved_engine(TranslateConfig(run=str(tmp_path / "run"), beam=2, engine="ctranslate2"))
     message = str(raised.value)
     assert "\n" not in message and "cannot decode on the GPU here: Library libcublas.so.12" in message
     assert "engine=torch" in message
@@ -341,7 +351,7 @@ def test_once_resolved_the_choice_reads_no_file(tmp_path: Path) -> None:
     ):
         assert choose_engine(TranslateConfig(run=str(run), **settings), files).engine == engine, settings
     # Without the description, the choice reads the disk as it is now: the export is gone.
-    assert choose_engine(TranslateConfig(run=str(run))).engine == "torch"
+    assert resolved_choice(TranslateConfig(run=str(run))).engine == "torch"
 
 
 @pytest.mark.usefixtures("installed")

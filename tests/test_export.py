@@ -30,6 +30,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 from seq2seq.inference.engine_api import output_budget
 from seq2seq.inference.engine_choice import choose_engine
+from seq2seq.inference.resolved_model import resolve
 from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
 
@@ -618,5 +619,5 @@ def test_a_dropped_residual_is_refused_by_ctranslate2_and_decoded_by_pytorch(tmp
     reloaded = model_from_checkpoint(load_weights(run / "model"))
     assert [layer.attn_residual.skip for layer in reloaded.encoder_layers] == [True, False]
     cfg = TranslateConfig(run=str(run), beam=1)
-    assert choose_engine(cfg).engine == "torch"
+    assert choose_engine(cfg, resolve(cfg)).engine == "torch"
     assert ours(run / "model", beam=1) == ours(run / "checkpoints" / "best.pt", beam=1)

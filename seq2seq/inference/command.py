@@ -26,6 +26,7 @@ from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.engine_api import Translation, one_line
 from seq2seq.inference.engine_loader import load_engine
+from seq2seq.inference.resolved_model import resolve
 
 log = logging.getLogger("seq2seq.translate")
 COMMAND = "seq2seq-translate"
@@ -108,7 +109,7 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.output != "-":  # the one rule of every writer: replace only what this command wrote
         check_replaceable(Path(cfg.output), "output", COMMAND, cfg.replace_output)
     _refuse_closed_standard_streams(cfg)
-    translator = load_engine(cfg)
+    translator = load_engine(cfg, resolve(cfg))
     translator.languages.required_target(cfg.tgt_lang)  # a multilingual model's: before output= is emptied
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
     sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)

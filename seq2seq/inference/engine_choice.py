@@ -30,7 +30,7 @@ from typing import Any
 from seq2seq.config import UserError
 from seq2seq.inference.ctranslate2_engine import probe_loader
 from seq2seq.inference.export_fitness import check_given_export, checked_export, int8_export, why_not_ctranslate2
-from seq2seq.inference.resolved_model import ResolvedModel, resolve
+from seq2seq.inference.resolved_model import ResolvedModel
 
 log = logging.getLogger("seq2seq.translate")
 EXPORT_REASON = "the run's CTranslate2 export; engine=torch for PyTorch"
@@ -46,12 +46,11 @@ class EngineChoice:
     preferred_only: bool = False
 
 
-def choose_engine(cfg: Any, files: ResolvedModel | None = None) -> EngineChoice:
+def choose_engine(cfg: Any, files: ResolvedModel) -> EngineChoice:
     """The engine and model that `cfg` (a TranslateConfig) decodes with, decided on `files` (what its
-    run= and checkpoint= name, resolved once; resolved here when not given) without reading the disk,
-    but for the int8 probe's cached timing. A forced engine that cannot decode what was asked is a
-    one-line UserError naming the key."""
-    files = resolve(cfg) if files is None else files
+    run= and checkpoint= name: `resolve(cfg)`, read once) without reading the disk, but for the int8
+    probe's cached timing. A forced engine that cannot decode what was asked is a one-line UserError
+    naming the key."""
     if files.given_export:  # a CTranslate2 export given by hand
         if cfg.engine == "torch":
             raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")

@@ -20,7 +20,7 @@ from seq2seq import cpu_sharing
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
 from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI, decoding_config
 from seq2seq.inference.engine_choice import EngineChoice, choose_engine
-from seq2seq.inference.resolved_model import ResolvedModel
+from seq2seq.inference.resolved_model import ResolvedModel, resolve
 from seq2seq.inference.settings import DecodingSettings, EngineOptions
 
 if TYPE_CHECKING:
@@ -37,16 +37,17 @@ def load(path: str | Path | Sequence[str | Path], **settings: Any) -> Translator
     """The engine seq2seq-translate decodes `path` with, set to `settings`: the keyword arguments of
     `seq2seq.inference.engine_api.decoding_config` (engine=auto unless given), with its defaults. Each
     item it translates must be one line, as for `Translator.load`."""
-    engine = load_engine(decoding_config(path, **settings))
+    cfg = decoding_config(path, **settings)
+    engine = load_engine(cfg, resolve(cfg))
     engine.one_line_items = True
     return engine
 
 
-def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel | None = None) -> TranslatorAPI:
+def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel) -> TranslatorAPI:
     """The engine `choose_engine` picks for `cfg`, loaded: CTranslate2 never imports torch (most of
     PyTorch's start-up; docs/performance.md), PyTorch's `Translator` decodes everything. Where
     CTranslate2 was only preferred as the faster engine and cannot run here (its CUDA libraries
-    missing), PyTorch decodes instead. `files`: what cfg's run= and checkpoint= name, if resolved already."""
+    missing), PyTorch decodes instead. `files`: what cfg's run= and checkpoint= name (`resolve(cfg)`)."""
     choice = choose_engine(cfg, files)
     try:
         engine = _load(cfg, choice)

@@ -22,7 +22,7 @@ from typing import Any
 
 import uvicorn
 
-from seq2seq.config import UserError, serve_translate_config, validate_serve
+from seq2seq.config import UserError, serve_translate_config
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app
 from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.engine_thread import EngineThread
@@ -37,7 +37,7 @@ ANSWER_SECONDS = 5
 
 
 def serve(cfg: Any) -> None:
-    validate_serve(cfg)
+    """`cfg`: a ServeConfig that seq2seq-serve has validated (validate_serve)."""
     keys = read_keys(Path(cfg.api_keys_file)) if cfg.api_keys_file else None
     check_models_exist(cfg)  # a model not there is what the user typed wrong, not the port it would use
     listener = bind(cfg.host, cfg.port)
