@@ -31,6 +31,7 @@ libretranslatepy = pytest.importorskip("libretranslatepy", reason="the dev extra
 
 from seq2seq.config import DataConfig, TranslateConfig  # noqa: E402
 from seq2seq.inference.command import translate  # noqa: E402
+from seq2seq.inference.target_language import ModelLanguages  # noqa: E402
 
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
 SETTINGS = ["precision=fp32", "device=cpu", "threads=1"]  # the same for the server and for seq2seq-translate
@@ -640,6 +641,51 @@ def test_a_client_that_goes_away_costs_no_decoding(run_dir: Path) -> None:
     assert any("went away" in line for line in running.log)
 
 
+class _CountingTokenizer:
+    """A source tokenizer that counts the texts it encodes, and encodes them with the real one."""
+
+    def __init__(self, real: object) -> None:
+        self.real, self.texts = real, 0
+
+    def encode(self, text: str, **options: object) -> object:
+        self.texts += 1
+        return self.real.encode(text, **options)
+
+    def encode_batch(self, texts: list[str], **options: object) -> list[object]:
+        self.texts += len(texts)
+        return self.real.encode_batch(texts, **options)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_a_request_is_tokenized_once(run_dir: Path, tmp_path: Path, engine: str) -> None:
+    """The batcher counts a request's tokens (max_batch_tokens) with the ids the engine then decodes:
+    each line goes through the source tokenizer once (it went twice, once for each), and the lines are
+    those seq2seq-translate writes."""
+    import asyncio
+
+    from seq2seq.data.tokenizer import Tokenizers
+    from seq2seq.inference.settings import DecodingSettings as Settings
+    from seq2seq.serve.batcher import Batcher
+    from seq2seq.serve.engines import Engines
+
+    base = TranslateConfig(run=str(run_dir), engine=engine, precision="fp32", device="cpu", threads=1)
+    batcher = Batcher(lambda: Engines(base), base, 1024, 1)
+    batcher.start()
+    try:
+        main = batcher.engines.main
+        counting = _CountingTokenizer(main.tokenizers.src)
+        main.tokenizers = Tokenizers(counting, main.tokenizers.tgt, main.tokenizers.joint)
+        lines = asyncio.run(batcher.translate(LINES, Settings(beam=5)))
+    finally:
+        batcher.stop()
+    assert batcher.engines.main_kind == engine
+    assert counting.texts == len(LINES)
+    assert [nbest[0].text for nbest in lines] == cli(tmp_path, LINES, run=str(run_dir), engine=engine)
+
+
 def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> None:
     # The engine thread imported torch at start for its sharing watch, whatever the engine: +100 MB
     # and seconds of start-up for a server that never runs PyTorch (issue 63).
@@ -677,7 +723,8 @@ class _RecordingEngines:
         self.calls = calls
         self.batches: list[int] = []  # lines per decoded batch
         self.seconds = 0.0  # each batch's decoding time
-        self.tokenizers = self
+        self.main = self  # the engine a request is tokenized with (engine_api.source_ids)
+        self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 256
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return [[1] * len(line.split()) for line in lines]
@@ -691,9 +738,10 @@ class _RecordingEngines:
         return self
 
     def decoding_with(self, settings: object) -> _RecordingEngines:
+        self.settings = settings
         return self
 
-    def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[object]]:
+    def translate_nbest(self, lines: list[str], prefixes: object, sources: object = None) -> list[list[object]]:
         from seq2seq.inference.engine_api import Translation
 
         self.calls.append(("decode", threading.get_ident()))

@@ -26,6 +26,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.inference.engine_api import Translation  # noqa: E402
 from seq2seq.inference.settings import DecodingSettings  # noqa: E402
+from seq2seq.inference.target_language import ModelLanguages  # noqa: E402
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app  # noqa: E402
 from seq2seq.serve.batcher import Batcher  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
@@ -37,8 +38,10 @@ class UpperEngines:
 
     def __init__(self, seconds: float = 0.0, change: Callable[[str], str] = str.upper) -> None:
         self.change = change
-        self.tokenizers = self
+        self.main = self  # the engine a request is tokenized with (engine_api.source_ids)
+        self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 1024
         self.tgt = self
+        self.settings = DecodingSettings()
         self.seconds = seconds
         self.decoded: list[str] = []  # every line the model was given
         self.cfg = TranslateConfig()
@@ -59,12 +62,13 @@ class UpperEngines:
         """A view decoding with `settings`, as the real engines give (the decoded lines shared)."""
         view = copy.copy(self)
         view.cfg = dataclasses.replace(self.cfg, **dataclasses.asdict(settings))
+        view.settings = settings
         return view
 
     def has_torch_weights(self) -> bool:
         return False
 
-    def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[Translation]]:
+    def translate_nbest(self, lines: list[str], prefixes: object, sources: object = None) -> list[list[Translation]]:
         self.decoded += lines
         time.sleep(self.seconds)
         variants = ["", "", *(f" #{i}" for i in range(2, self.cfg.nbest))][: self.cfg.nbest]
@@ -497,9 +501,11 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
     threads: list[tuple[str, int]] = []  # (what ran, on which thread)
 
     class Recording(UpperEngines):
-        def translate_nbest(self, lines: list[str], prefixes: object) -> list[list[Translation]]:
+        def translate_nbest(
+            self, lines: list[str], prefixes: object, sources: object = None
+        ) -> list[list[Translation]]:
             threads.append(("decode", threading.get_ident()))
-            return super().translate_nbest(lines, prefixes)
+            return super().translate_nbest(lines, prefixes, sources)
 
     def load(base: TranslateConfig) -> Recording:
         threads.append(("load", threading.get_ident()))

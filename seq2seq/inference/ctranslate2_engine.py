@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,9 @@ from seq2seq.inference.engine_api import (
     check_prefix_fits,
     checked_input,
     decoding_config,
-    fit_source,
     output_budget,
     replaced,
+    source_ids,
     to_translate,
 )
 from seq2seq.inference.export_fitness import check_given_export, checked_export, int8_export
@@ -195,9 +195,6 @@ class CTranslate2Translator:
         other.settings = settings
         return other
 
-    def _tags(self, ids: list[int]) -> list[str]:
-        return [self.tokenizers.src.id_to_token(i) for i in ids]
-
     def _check_it_decodes_on_cuda(self, directory: Path, version: str) -> None:
         """One token decoded now: a CTranslate2 wheel built for another CUDA than the machine's loads,
         then fails at its first translation ("Library libcublas.so.12 is not found"; seen on an H100
@@ -216,24 +213,30 @@ class CTranslate2Translator:
             return self.translate([lines], None if prefixes is None else [prefixes])[0]
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
-    def _source_tokens(self, line: str, number: int) -> list[str]:
-        """The line's tokens, cut to the model's positions (</s> included) as `Translator.encode` cuts them,
-        with its warning: CTranslate2 itself would cut them silently (max_input_length)."""
-        text = self.languages.untagged(line, self.settings.tgt_lang, number)  # tgt_lang's tag, not one in the text
-        tokens = self.tokenizers.src.encode(text, add_special_tokens=False).tokens
-        tag = self._tags(self.languages.source_tag(self.settings.tgt_lang))  # data.lang_tag=source_prefix
-        return fit_source([*tag, *tokens], self.max_positions, number, log)
+    def _source_tokens(self, ids: list[int]) -> list[str]:
+        """A line's `source_ids` as the token names CTranslate2 reads (cut to the model's positions by
+        `source_ids`, with its warning: CTranslate2 itself would cut them silently)."""
+        return [self.tokenizers.src.id_to_token(i) for i in ids]
 
     def translate_nbest(
-        self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
+        self,
+        lines: str | Iterable[str],
+        prefixes: str | Iterable[str] | None = None,
+        first_line_number: int = 1,
+        sources: Sequence[list[int]] | None = None,
     ) -> list[list[Translation]] | list[Translation]:
+        """As `Translator.translate_nbest`."""
         if isinstance(lines, str):  # one line: its n-best list
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
         lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
         cfg, tok = self.settings, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
-        sources = {i: self._source_tokens(lines[i], first_line_number + i) for i in todo}
+        if sources is None:
+            ids = source_ids(self, [lines[i] for i in todo], [first_line_number + i for i in todo])
+        else:
+            ids = [sources[i] for i in todo]
+        tokens = {i: self._source_tokens(line_ids) for i, line_ids in zip(todo, ids, strict=True)}
         tag = [tok.tgt.id_to_token(i) for i in self.languages.forced_tag(self.settings.tgt_lang)]  # decoder_start
         forced = {
             i: [*tag, *(tok.tgt.encode(prefixes[i], add_special_tokens=False).tokens if prefixes else [])] for i in todo
@@ -241,7 +244,7 @@ class CTranslate2Translator:
         for i in todo:
             check_prefix_fits(len(forced[i]), self.max_positions, first_line_number + i)
         budgets = {
-            i: output_budget(len(sources[i]), len(forced[i]), cfg.max_len_a, cfg.max_len_b, self.max_positions)
+            i: output_budget(len(tokens[i]), len(forced[i]), cfg.max_len_a, cfg.max_len_b, self.max_positions)
             for i in todo
         }
         options = dict(beam_size=cfg.beam, num_hypotheses=cfg.nbest, length_penalty=cfg.length_penalty)
@@ -262,9 +265,9 @@ class CTranslate2Translator:
         if tag and cfg.length_penalty and cfg.beam > 1 and not cfg.sampling:
             options["num_hypotheses"] = cfg.beam  # every finished hypothesis, ranked again by ours
         if rows and not prefixes and not tag and not cfg.sampling and cfg.beam > 1 and cfg.length_penalty != 0:
-            outputs = self._decode_at_largest_budget(rows, sources, budgets, options)
+            outputs = self._decode_at_largest_budget(rows, tokens, budgets, options)
         else:
-            outputs = self._decode_by_budget(rows, sources, forced if prefixes or tag else None, budgets, options)
+            outputs = self._decode_by_budget(rows, tokens, forced if prefixes or tag else None, budgets, options)
         for i, output in outputs.items():
             results[i] = self._translations(output, budgets[i], len(tag))
         return results

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from seq2seq.inference.target_language import ModelLanguages
 
 T = TypeVar("T")
+log = logging.getLogger("seq2seq.translate")
 
 
 @dataclass
@@ -46,8 +47,14 @@ class TranslatorAPI(Protocol):
     # A str is one line (and gets one result back); any other iterable of str is lines.
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]: ...
 
+    # `sources`: the lines' `source_ids`, where the caller has them already (the server counts a request's
+    # tokens with them): the lines are then not tokenized again.
     def translate_nbest(
-        self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
+        self,
+        lines: str | Iterable[str],
+        prefixes: str | Iterable[str] | None = None,
+        first_line_number: int = 1,
+        sources: Sequence[list[int]] | None = None,
     ) -> list[list[Translation]] | list[Translation]: ...
 
     # The same loaded model translating src_lang -> tgt_lang (a multilingual model's tag: target_language).
@@ -209,6 +216,23 @@ def fit_source(tokens: list[T], max_positions: int, line_number: int, log: loggi
             max_positions - 1,
         )
     return tokens[: max_positions - 1]
+
+
+def source_ids(
+    engine: TranslatorAPI, lines: Sequence[str], line_numbers: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Each line's source ids as both engines decode it, </s> left out: a tag of the model's that the line
+    starts with removed (ModelLanguages.untagged), the tag of `engine.settings.tgt_lang` put before it
+    under data.lang_tag=source_prefix, cut to the model's positions with a warning that names the line
+    (by `line_numbers`, one per line; 1, 2, ... without them)."""
+    tgt_lang, languages = engine.settings.tgt_lang, engine.languages
+    numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
+    texts = [languages.untagged(line, tgt_lang, number) for line, number in zip(lines, numbers, strict=True)]
+    tag = languages.source_tag(tgt_lang)
+    return [
+        fit_source([*tag, *ids], engine.max_positions, number, log)
+        for number, ids in zip(numbers, engine.tokenizers.encode_src(texts), strict=True)
+    ]
 
 
 def check_prefix_fits(prefix_tokens: int, max_positions: int, line_number: int) -> None:

@@ -34,8 +34,8 @@ from seq2seq.inference.engine_api import (
     check_prefix_fits,
     checked_input,
     decoding_config,
-    fit_source,
     output_budget,
+    source_ids,
     to_translate,
 )
 from seq2seq.inference.ensemble import Ensemble
@@ -138,19 +138,8 @@ class Translator:
         return translator
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
-        """Source ids + EOS (after the target language's tag under data.lang_tag=source_prefix; a tag the
-        line starts with removed: ModelLanguages.untagged), cut to
-        the model's positions with a warning that names the line (by `line_numbers`, one per line; 1, 2,
-        ... without them)."""
-        numbers = list(line_numbers if line_numbers is not None else range(1, len(lines) + 1))
-        tag = self.languages.source_tag(self.settings.tgt_lang)
-        texts = [
-            self.languages.untagged(line, self.settings.tgt_lang, n) for line, n in zip(lines, numbers, strict=True)
-        ]
-        return [
-            [*fit_source([*tag, *ids], self.max_positions, number, log), EOS_ID]
-            for number, ids in zip(numbers, self.tokenizers.encode_src(texts), strict=True)
-        ]
+        """The lines' `source_ids` + EOS: what the encoder reads."""
+        return [[*ids, EOS_ID] for ids in source_ids(self, lines, line_numbers)]
 
     def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Target ids of each forced prefix (after the target language's tag under
@@ -226,11 +215,16 @@ class Translator:
 
     @torch.inference_mode()
     def translate_nbest(
-        self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None, first_line_number: int = 1
+        self,
+        lines: str | Iterable[str],
+        prefixes: str | Iterable[str] | None = None,
+        first_line_number: int = 1,
+        sources: Sequence[list[int]] | None = None,
     ) -> list[list[Translation]] | list[Translation]:
         """`nbest` translations (or samples) per line, best score first, in input order (for a str, one
         line: its list). Empty lines stay empty, unless they have a prefix: a translation always starts
-        with its prefix. `first_line_number` numbers the lines in warnings and errors."""
+        with its prefix. `first_line_number` numbers the lines in warnings and errors; `sources`: the
+        lines' `source_ids`, if the caller has them (not tokenized again)."""
         if isinstance(lines, str):
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
         lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
@@ -238,7 +232,10 @@ class Translator:
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
         numbers = [first_line_number + i for i in todo]  # a skipped empty line keeps its number
-        encoded = dict(zip(todo, self.encode([lines[i] for i in todo], numbers), strict=True))
+        if sources is not None:
+            encoded = {i: [*sources[i], EOS_ID] for i in todo}
+        else:
+            encoded = dict(zip(todo, self.encode([lines[i] for i in todo], numbers), strict=True))
         forced = None
         if prefixes is not None or self.languages.forced_tag(self.settings.tgt_lang):
             prefixes = prefixes if prefixes is not None else [""] * len(lines)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config import TranslateConfig
-from seq2seq.inference.engine_api import Translation
+from seq2seq.inference.engine_api import Translation, source_ids
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
@@ -50,15 +50,17 @@ class Job:
     lines: list[str]
     prefixes: list[str] | None
     settings: DecodingSettings | None
-    tokens: int  # source tokens: what counts against max_batch_tokens
+    sources: list[list[int]]  # each line's source ids (engine_api.source_ids), tokenized once, here
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     work: Callable[[Engines], Any] | None = None
     arrived: float = field(default_factory=time.monotonic)
     key: Any = None
     alone: bool = False
+    tokens: int = 0  # what counts against max_batch_tokens: the sources' tokens, </s> included
 
     def __post_init__(self) -> None:
+        self.tokens = sum(len(ids) + 1 for ids in self.sources)
         self.alone = self.work is not None or (self.settings is not None and self.settings.sampling)
         self.key = ("alone", next(_ids)) if self.alone else self.settings
 
@@ -158,18 +160,23 @@ class Batcher:
     ) -> list[list[Translation]]:
         # Which engine decodes `settings` is chosen on the worker (choosing may load or time one): a
         # forced engine that cannot decode them fails the batch, then each of its requests alone.
-        tokens = sum(len(ids) + 1 for ids in self.engines.tokenizers.encode_src(lines))
-        return await self._submit(lines, prefixes, settings, tokens, None)
+        sources = source_ids(self.engines.main.decoding_with(settings), lines)
+        return await self._submit(lines, prefixes, settings, sources, None)
 
     async def run_alone(self, work: Callable[[Engines], Any]) -> Any:
         """`work(engines)` in the worker, between batches (an engine is not thread-safe)."""
-        return await self._submit([], None, None, 0, work)
+        return await self._submit([], None, None, [], work)
 
     async def _submit(
-        self, lines: list[str], prefixes: list[str] | None, settings: DecodingSettings | None, tokens: int, work: Any
+        self,
+        lines: list[str],
+        prefixes: list[str] | None,
+        settings: DecodingSettings | None,
+        sources: list[list[int]],
+        work: Any,
     ) -> Any:
         loop = asyncio.get_running_loop()
-        job = Job(lines, prefixes, settings, tokens, loop.create_future(), loop, work)
+        job = Job(lines, prefixes, settings, sources, loop.create_future(), loop, work)
         with self._wake:
             if self._stopping:
                 raise ShuttingDown("the server is shutting down")
@@ -255,7 +262,8 @@ class Batcher:
         settings = jobs[0].settings
         engine = self.engines.for_settings(settings).decoding_with(settings)  # a view: the engine stays as it is
         prefixes = [prefix for job in jobs for prefix in job.prefixes] if settings.prefix else None
-        return engine.translate_nbest(lines, prefixes)
+        sources = [ids for job in jobs for ids in job.sources]
+        return engine.translate_nbest(lines, prefixes, sources=sources)
 
     def _decode_alone(self, job: Job) -> None:
         try:
