@@ -1,6 +1,6 @@
-"""A model's files read as one: a training checkpoint or a weights export (see safetensors.py) as a
-checkpoint-shaped payload, and the tokenizer that belongs to it. What decoding (seq2seq.inference.engine_loader),
-seq2seq-export, averaging and init_from= read a model with.
+"""A model's files read as one: a training checkpoint, a weights export (see safetensors.py) or a Hugging
+Face Marian directory (marian.py) as a checkpoint-shaped payload, and the tokenizer that belongs to it.
+What decoding (seq2seq.inference.loading), seq2seq-export, averaging and init_from= read a model with.
 """
 
 from __future__ import annotations
@@ -15,17 +15,31 @@ from seq2seq.artifacts.checkpoint import (
     load_checkpoint,
     model_config_of,
 )
-from seq2seq.artifacts.path_kind import WEIGHTS_FILE, PathKind, path_kind
+from seq2seq.artifacts.path_kind import HUGGINGFACE_CONFIG, WEIGHTS_FILE, PathKind, path_kind
 from seq2seq.artifacts.safetensors import load_weights
 from seq2seq.config import UserError
 from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
 from seq2seq.data.tokenizer import JOINT_FILE, SRC_FILE, TGT_FILE, Tokenizers
 
+# What reads the models PyTorch does not: said instead of "not a checkpoint".
+OTHER_READERS = {
+    PathKind.CTRANSLATE2: "CTranslate2Translator.load or seq2seq-translate (engine=auto) decodes it",
+}
+
 
 def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
-    """(the file read, its checkpoint-shaped payload): a training checkpoint, or a weights-only
-    model.safetensors (given as the file or as its directory)."""
-    if path_kind(path) is PathKind.WEIGHTS:
+    """(the file read, its checkpoint-shaped payload) of any model PyTorch builds: a training checkpoint,
+    a weights-only model.safetensors (given as the file or as its directory) or a Hugging Face Marian
+    directory (read as init_from= reads it; its tokenizer files are beside config.json). What the path
+    is, is looked at once (path_kind); a model only other readers read is refused, naming them."""
+    kind = path_kind(path)
+    if kind in OTHER_READERS:
+        raise UserError(f"{path}: {kind.value}, not one PyTorch translation reads; {OTHER_READERS[kind]}")
+    if kind is PathKind.HUGGINGFACE:
+        from seq2seq.artifacts.marian import load_pretrained  # here: it imports transformers' side
+
+        return path / HUGGINGFACE_CONFIG, load_pretrained(str(path))[0]
+    if kind is PathKind.WEIGHTS:
         path = path / WEIGHTS_FILE if path.is_dir() else path
         return path, load_weights(path)
     payload = load_checkpoint(path)

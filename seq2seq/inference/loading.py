@@ -12,7 +12,7 @@ import torch
 
 from seq2seq.artifacts.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint
 from seq2seq.artifacts.model_files import check_same_tokenizer, load_tokenizers, read_model_file
-from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, HUGGINGFACE_CONFIG, WEIGHTS_FILE, PathKind, path_kind
+from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
@@ -22,10 +22,6 @@ from seq2seq.model.transformer import Transformer
 from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
 
 log = logging.getLogger("seq2seq.translate")
-# What reads the models PyTorch translation does not: said instead of "not a checkpoint".
-OTHER_READERS = {
-    PathKind.CTRANSLATE2: "CTranslate2Translator.load or seq2seq-translate (engine=auto) decodes it",
-}
 
 
 def check_precision(precision: str, device: torch.device) -> None:
@@ -47,7 +43,9 @@ def load_model(
     its tokenizer, on `device` in what `precision` comes to there. `beam` is checked against the target
     vocabulary before anything is logged: a bad setting is one line of error, not log lines and an error.
     The third value is the model's data config (its languages and tags: ModelLanguages.of), if it has one."""
-    loaded = [_read(Path(p)) for p in checkpoints] if checkpoints else [_read_from_run(run, find_model_file(run))]
+    loaded = (
+        [read_model_file(Path(p)) for p in checkpoints] if checkpoints else [_read_from_run(run, find_model_file(run))]
+    )
     tokenizers = load_tokenizers(loaded[0][0], run, loaded[0][1]["config"].get("data"))
     for path, payload in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
         check_same_tokenizer(load_tokenizers(path, run, payload["config"].get("data")), tokenizers, path, loaded[0][0])
@@ -65,21 +63,10 @@ def load_model(
     return (models[0] if len(models) == 1 else Ensemble(models)), tokenizers, data
 
 
-def _read(path: Path) -> tuple[Path, dict[str, Any]]:
-    kind = path_kind(path)
-    if kind in OTHER_READERS:
-        raise UserError(f"{path}: {kind.value}, not one PyTorch translation reads; {OTHER_READERS[kind]}")
-    if kind is PathKind.HUGGINGFACE:  # read as init_from= reads it; its tokenizer files are beside config.json
-        from seq2seq.artifacts.marian import load_pretrained
-
-        return path / HUGGINGFACE_CONFIG, load_pretrained(str(path))[0]
-    return read_model_file(path)
-
-
 def _read_from_run(run: str | Path, path: Path) -> tuple[Path, dict[str, Any]]:
     """The run's model file; when it cannot be read, the error also names what of the run can be."""
     try:
-        return _read(path)
+        return read_model_file(path)
     except UserError as err:
         run = Path(run)
         others = [
