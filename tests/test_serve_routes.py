@@ -491,8 +491,6 @@ def test_html_alternatives_are_empty_and_its_size_bounded(tmp_path: Path) -> Non
 def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Every PyTorch operation of a server with two models runs on one thread, so that they share one
     OpenMP pool (with a worker per model, two models kept 0.37 of the CLI's rate: engine_thread.py)."""
-    from types import SimpleNamespace
-
     from conftest import compose_config
 
     import seq2seq.serve.server as server
@@ -511,7 +509,7 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
         threads.append(("load", threading.get_ident()))
         engines = Recording()
         target = "fr" if "fr" in base.run else "de"
-        engines.main = SimpleNamespace(languages=SimpleNamespace(tags=None, src_lang="en", tgt_lang=target))
+        engines.languages = ModelLanguages(None, src_lang="en", tgt_lang=target)
         engines.name = "PyTorch"
         return engines
 

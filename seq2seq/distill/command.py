@@ -225,7 +225,8 @@ def write_pairs(folder: Path, split: str, direction: Direction, sources: list[st
 def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
     """A selection.json entry's account of the teacher's translations it was made from."""
     return {
-        "teacher_seconds": round(progress.seconds, 1),
+        # In milliseconds: a small corpus translates in under 0.05 s, which one decimal would write as none.
+        "teacher_seconds": round(progress.seconds, 3),
         "teacher_lines_per_second": round(progress.lines / progress.seconds, 1) if progress.seconds else None,
         "translations": str(cached),
     }
