@@ -247,9 +247,21 @@ def test_int8_says_so_where_it_is_slower_than_fp32(
     timing = engine_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
     monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: timing)
     run = make_run(tmp_path / "run")
-    assert resolved_choice(TranslateConfig(run=str(run), precision="int8")).engine == "ctranslate2"
+    ctranslate2_engine.say_if_int8_is_slower(TranslateConfig(run=str(run), precision="int8"), run / "ctranslate2")
     warning = f"precision=int8 is slower than fp32 on this CPU: {int8_seconds:.2f} s against 2.00 s"
     assert any(warning in message for message in caplog.messages) == warned, caplog.messages
+
+
+@pytest.mark.usefixtures("installed")
+def test_choosing_int8_times_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The choice is made on the resolved description alone: int8's timing against fp32 is taken where
+    the export loads (say_if_int8_is_slower), not each time a server chooses for a request's settings."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(engine_probe, "measure_engines", lambda *args: pytest.fail("the choice timed engines"))
+    monkeypatch.setattr(engine_probe, "cached", lambda *args: pytest.fail("the choice read the cache"))
+    run = make_run(tmp_path / "run")
+    for settings in (dict(), dict(beam=4, nbest=2), dict(engine="ctranslate2")):
+        assert resolved_choice(TranslateConfig(run=str(run), precision="int8", **settings)).engine == "ctranslate2"
 
 
 def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,7 @@ from seq2seq.artifacts.ctranslate2_model import read_export, unreadable_model
 from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD
+from seq2seq.inference import engine_probe
 from seq2seq.inference.engine_api import (
     Translation,
     check_beam_fits,
@@ -134,7 +135,9 @@ class CTranslate2Translator:
             return cls(cfg.checkpoint, settings, options)
         checked = replaced(cfg, nbest=1, sampling=False)
         if cfg.precision == "int8":
-            return cls(int8_export(checked, files, probe_loader(cfg, files.export)), settings, options)
+            export = int8_export(checked, files)
+            say_if_int8_is_slower(cfg, export)
+            return cls(export, settings, options)
         return cls(checked_export(checked, files), settings, options)
 
     def __init__(self, directory: str | Path, settings: DecodingSettings, options: EngineOptions) -> None:
@@ -382,3 +385,19 @@ def probe_loader(cfg: Any, export: str | Path) -> Callable[[str], CTranslate2Tra
     searching as `cfg` says (the probe times a search: one hypothesis, no sampling)."""
     settings, options = DecodingSettings.of(cfg, nbest=1, sampling=False), EngineOptions.of(cfg)
     return functools.partial(export_candidate, export, settings, options)
+
+
+def say_if_int8_is_slower(cfg: Any, export: str | Path) -> None:
+    """A warning where the run's `export` decodes slower with 8-bit weights than in fp32 on this CPU (timed
+    once per machine, model shape and search, searching as `cfg` says, and cached: engine_probe.py)."""
+    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), probe_loader(cfg, export))
+    fp32, int8 = timing.seconds["ctranslate2"], timing.seconds["int8"]
+    if int8 > fp32:
+        log.warning(
+            "precision=int8 is slower than fp32 on this CPU: %.2f s against %.2f s for the same %d sentences "
+            "(measured once, cached in %s); precision=auto decodes faster here",
+            int8,
+            fp32,
+            engine_probe.PROBE_SENTENCES,
+            engine_probe.cache_file(),
+        )

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config import UserError
-from seq2seq.inference.ctranslate2_engine import probe_loader
 from seq2seq.inference.export_fitness import check_given_export, checked_export, int8_export, why_not_ctranslate2
 from seq2seq.inference.resolved_model import ResolvedModel
 
@@ -61,7 +60,7 @@ def choose_engine(cfg: Any, files: ResolvedModel) -> EngineChoice:
     if cfg.precision == "int8":
         if cfg.engine == "torch":
             raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
-        model = int8_export(cfg, files, probe_loader(cfg, str(files.export)))
+        model = int8_export(cfg, files)
         return EngineChoice("ctranslate2", model, "precision=int8 is CTranslate2's")
     if cfg.engine == "torch":
         return EngineChoice("torch", None, "engine=torch")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seq2seq import cpu_sharing
-from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable
+from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable, say_if_int8_is_slower
 from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI, decoding_config
 from seq2seq.inference.engine_choice import EngineChoice, choose_engine
 from seq2seq.inference.resolved_model import ResolvedModel, resolve
@@ -65,7 +65,10 @@ def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel) -> Tran
 
 def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice) -> TranslatorAPI:
     if choice.engine == "ctranslate2":
-        return CTranslate2Translator(choice.model, DecodingSettings.of(cfg), EngineOptions.of(cfg))
+        options = EngineOptions.of(cfg)
+        if options.precision == "int8" and not cfg.checkpoint:  # a run's export, timed per run (engine_probe)
+            say_if_int8_is_slower(cfg, choice.model)
+        return CTranslate2Translator(choice.model, DecodingSettings.of(cfg), options)
     from seq2seq.inference.translator import Translator  # here, not at the top: it imports torch
 
     return Translator.from_config(cfg)

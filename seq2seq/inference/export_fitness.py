@@ -3,22 +3,15 @@ from the run's checkpoint as it is now, the ctranslate2 package is installed, an
 be PyTorch's, the request is one that CTranslate2 decodes alike. `choose_engine` (seq2seq-translate,
 seq2seq-serve) and `CTranslate2Translator.from_config` (the Python API) both ask here, so they cannot
 disagree. What is on the disk was read once, into a ResolvedModel (resolved_model.py); these functions
-read no file but the int8 probe's cached timing. Imports neither torch nor either translator: the
-probe that times precision=int8 is given a function that loads them.
+read no file. Imports neither torch nor either translator.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from typing import Any
 
 from seq2seq.config import UserError
-from seq2seq.inference import engine_probe
-from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.resolved_model import ResolvedModel
-
-log = logging.getLogger("seq2seq.translate")
 
 
 def check_given_export(cfg: Any) -> None:
@@ -36,24 +29,12 @@ def checked_export(cfg: Any, files: ResolvedModel) -> str:
     return str(files.export)
 
 
-def int8_export(cfg: Any, files: ResolvedModel, load: Callable[[str], TranslatorAPI]) -> str:
-    """precision=int8: the run's CTranslate2 export, quantised as it loads, or a one-line UserError; a
-    warning where int8 is slower than fp32 on this CPU (timed once with the translators `load` gives
-    for "ctranslate2" and "int8", cached)."""
+def int8_export(cfg: Any, files: ResolvedModel) -> str:
+    """precision=int8: the run's CTranslate2 export, quantised as it loads, or a one-line UserError. (Its
+    speed against fp32 is said where it loads: ctranslate2_engine.say_if_int8_is_slower.)"""
     unfit = why_not_ctranslate2(cfg, files, same_lines=False)
     if unfit is not None:
         raise UserError(f"config error: precision=int8 decodes a run's CTranslate2 export: {unfit}")
-    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), load)
-    fp32, int8 = timing.seconds["ctranslate2"], timing.seconds["int8"]
-    if int8 > fp32:
-        log.warning(
-            "precision=int8 is slower than fp32 on this CPU: %.2f s against %.2f s for the same %d sentences "
-            "(measured once, cached in %s); precision=auto decodes faster here",
-            int8,
-            fp32,
-            engine_probe.PROBE_SENTENCES,
-            engine_probe.cache_file(),
-        )
     return str(files.export)
 
 
