@@ -40,7 +40,7 @@ from seq2seq.inference.engine_api import (
     source_ids,
     to_translate,
 )
-from seq2seq.inference.export_fitness import check_given_export, checked_export, int8_export
+from seq2seq.inference.engine_choice import check_given_export, checked_export, int8_export
 from seq2seq.inference.resolved_model import resolve
 from seq2seq.inference.settings import DecodingSettings, EngineOptions
 from seq2seq.inference.target_language import ModelLanguages
