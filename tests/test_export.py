@@ -20,9 +20,10 @@ from conftest import TINY_TRAIN, RecordingEngine, compose_config, train_logging
 from numerics import assert_equal
 from omegaconf import OmegaConf
 
-from seq2seq.artifacts.checkpoint import atomic_save, find_model_file, load_checkpoint, model_from_checkpoint
+from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint, model_from_checkpoint
 from seq2seq.artifacts.export import export
 from seq2seq.artifacts.path_kind import DECODING_FILE
+from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.artifacts.safetensors import load_weights
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
@@ -131,19 +132,19 @@ def test_training_ends_by_writing_the_weights_that_translation_loads(run_dir: Pa
     assert stored["model"].keys() == checkpoint["model"].keys()
     for name, tensor in checkpoint["model"].items():
         assert_equal(stored["model"][name], tensor, name)
-    assert find_model_file(run_dir) == weights / "model.safetensors"
+    assert RunDir(run_dir).model_file() == weights / "model.safetensors"
     assert ours(weights, beam=4) == ours(best, beam=4)
     # With ctranslate2 installed (it is, or this module would be skipped), a CTranslate2 model too.
     assert ct2_translate(run_dir / "ctranslate2", LINES, 1, max_positions=256) == ours(best, beam=1)
     # A copy of the run (new file times, as `cp -r` gives) still loads its weights ...
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy, copy_function=shutil.copy)
-    assert find_model_file(copy) == copy / "model" / "model.safetensors"
+    assert RunDir(copy).model_file() == copy / "model" / "model.safetensors"
     # ... and a new best.pt (a resumed run stopped before its end) wins, even saved before the export's time.
     mtime = (copy / "model" / "model.safetensors").stat().st_mtime
     atomic_save({**checkpoint, "step": checkpoint["step"] + 1}, copy / "checkpoints" / "best.pt")
     os.utime(copy / "checkpoints" / "best.pt", (mtime - 10, mtime - 10))
-    assert find_model_file(copy) == copy / "checkpoints" / "best.pt"
+    assert RunDir(copy).model_file() == copy / "checkpoints" / "best.pt"
 
 
 def test_loading_the_weights_does_not_import_dynamo(run_dir: Path) -> None:

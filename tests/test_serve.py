@@ -686,6 +686,27 @@ def test_a_request_is_tokenized_once(run_dir: Path, tmp_path: Path, engine: str)
     assert [nbest[0].text for nbest in lines] == cli(tmp_path, LINES, run=str(run_dir), engine=engine)
 
 
+def test_the_pytorch_engine_loaded_later_decodes_the_model_resolved_at_start(run_dir: Path, tmp_path: Path) -> None:
+    """A server decoding with the run's CTranslate2 export loads PyTorch's engine at its first n-best
+    request. It reads the model file resolved at start; one written again since (a training resumed in
+    the run) is refused in one line, not decoded beside an export made from the model it replaced."""
+    from seq2seq.config import UserError
+    from seq2seq.serve.engines import Engines
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    base = TranslateConfig(run=str(copy), precision="fp32", device="cpu", threads=1)
+    unchanged, replaced = Engines(base), Engines(base)
+    assert unchanged.main_kind == replaced.main_kind == "ctranslate2"
+    assert unchanged.torch().kind == "torch"
+    model_file = Path(replaced.files.model_file)
+    assert model_file.parent.parent == copy
+    status = model_file.stat()
+    os.utime(model_file, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))
+    with pytest.raises(UserError, match=f"^{re.escape(str(model_file))}: written again since the model was loaded"):
+        replaced.torch()
+
+
 def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> None:
     # The engine thread imported torch at start for its sharing watch, whatever the engine: +100 MB
     # and seconds of start-up for a server that never runs PyTorch (issue 63).

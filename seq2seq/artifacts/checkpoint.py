@@ -21,9 +21,8 @@ from typing import Any, NotRequired, TypedDict
 
 import torch
 
-from seq2seq.artifacts.freshness import why_stale
-from seq2seq.artifacts.path_kind import WEIGHTS_CONFIG, WEIGHTS_FILE, PathKind, argos_package_error, path_kind
-from seq2seq.artifacts.run_dir import RunDir, temporary_affixes
+from seq2seq.artifacts.path_kind import PathKind, argos_package_error, path_kind
+from seq2seq.artifacts.run_dir import temporary_affixes
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
@@ -256,19 +255,6 @@ def is_checkpoint_file(path: Path, training: bool = False) -> bool:
     """Whether `path` is a checkpoint this tool wrote, with the state a run resumes from if `training`."""
     keys = checkpoint_keys(path)
     return keys is not None and (not training or "optimizer" in keys)
-
-
-def find_model_file(run_dir: str | Path) -> Path:
-    """What translation loads from a run directory: the weights-only file that training writes at its
-    end (`<run>/model/model.safetensors`, a quarter of the checkpoint's size: no optimiser moments),
-    unless it was made from another checkpoint than the run's best (a resumed run that was stopped
-    before its end); else best.pt, else last.pt."""
-    run = RunDir(run_dir)
-    checkpoint = run.find_checkpoint()
-    weights = run.model / WEIGHTS_FILE
-    return (
-        weights if weights.is_file() and why_stale(weights.parent / WEIGHTS_CONFIG, checkpoint) is None else checkpoint
-    )
 
 
 def model_config_of(stored: Any, where: Path) -> ModelConfig:

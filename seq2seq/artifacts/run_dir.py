@@ -19,6 +19,7 @@ import contextlib
 import re
 from pathlib import Path
 
+from seq2seq.artifacts.freshness import why_stale
 from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, WEIGHTS_CONFIG, WEIGHTS_FILE
 from seq2seq.config import UserError
 from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
@@ -137,6 +138,16 @@ class RunDir:
             if (candidate := self.checkpoint(name)).is_file():
                 return candidate
         raise UserError(f"{self.root}: has no checkpoint (looked for {CHECKPOINTS_DIR}/{{{','.join(prefer)}}}.pt)")
+
+    def model_file(self) -> Path:
+        """What translation loads from the run: the weights-only file that training writes at its end
+        (model/model.safetensors, a quarter of the checkpoint's size: no optimiser moments), unless it
+        was made from another checkpoint than the run's best (a resumed run that was stopped before its
+        end); else best.pt, else last.pt."""
+        checkpoint = self.find_checkpoint()
+        weights = self.model / WEIGHTS_FILE
+        fresh = weights.is_file() and why_stale(weights.parent / WEIGHTS_CONFIG, checkpoint) is None
+        return weights if fresh else checkpoint
 
     def relative(self, path: Path) -> str:
         """`path` as the run's messages name it: checkpoints/last.pt."""

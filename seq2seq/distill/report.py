@@ -49,13 +49,14 @@ def scores(hypotheses: list[str], references: list[str], language: str) -> dict[
 
 def parameters(paths: list[str]) -> int:
     """The parameters of the model (an ensemble's: all its members'), counted as training logs them."""
-    from seq2seq.artifacts.checkpoint import find_model_file, model_from_checkpoint
+    from seq2seq.artifacts.checkpoint import model_from_checkpoint
     from seq2seq.artifacts.model_files import read_model_file
     from seq2seq.artifacts.path_kind import PathKind, path_kind
+    from seq2seq.artifacts.run_dir import RunDir
 
     total = 0
     for path in paths:
-        file = find_model_file(path) if path_kind(path) is PathKind.RUN else Path(path)
+        file = RunDir(path).model_file() if path_kind(path) is PathKind.RUN else Path(path)
         model = model_from_checkpoint(read_model_file(file)[1])
         total += sum(p.numel() for p in model.parameters())
     return total

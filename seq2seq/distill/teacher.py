@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from seq2seq.artifacts.checkpoint import find_model_file, is_checkpoint_file, load_checkpoint
+from seq2seq.artifacts.checkpoint import is_checkpoint_file, load_checkpoint
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import DataConfig, UserError, as_dict, validate_directions
@@ -47,7 +47,7 @@ def read_teacher(spec: str) -> Teacher:
     if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN:
         checkpoint = RunDir(paths[0]).find_checkpoint()
         return Teacher(
-            [str(Path(paths[0]).resolve())], [find_model_file(paths[0])], load_checkpoint(checkpoint)["config"]
+            [str(Path(paths[0]).resolve())], [RunDir(paths[0]).model_file()], load_checkpoint(checkpoint)["config"]
         )
     for path in paths:
         kind = path_kind(path)

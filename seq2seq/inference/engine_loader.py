@@ -50,12 +50,12 @@ def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel) -> Tran
     missing), PyTorch decodes instead. `files`: what cfg's run= and checkpoint= name (`resolve(cfg)`)."""
     choice = choose_engine(cfg, files)
     try:
-        engine = _load(cfg, choice)
+        engine = _load(cfg, choice, files)
     except EngineUnavailable as err:
         if not choice.preferred_only:  # asked for, or needed by the settings (int8, an export given)
             raise
         choice = EngineChoice("torch", None, f"the run's CTranslate2 export cannot decode here: {err}")
-        engine = _load(cfg, choice)
+        engine = _load(cfg, choice, files)
     # After loading: a bad file or setting is one line of error, not a line of log and one of error.
     log.info("engine: %s (%s)", ENGINE_NAMES[choice.engine], choice.why)
     if cpu_sharing.waiting == "short":  # the machine was shared at start
@@ -63,7 +63,7 @@ def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel) -> Tran
     return engine
 
 
-def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice) -> TranslatorAPI:
+def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice, files: ResolvedModel) -> TranslatorAPI:
     if choice.engine == "ctranslate2":
         options = EngineOptions.of(cfg)
         if options.precision == "int8" and not cfg.checkpoint:  # a run's export, timed per run (engine_probe)
@@ -71,4 +71,4 @@ def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice) -> Translator
         return CTranslate2Translator(choice.model, DecodingSettings.of(cfg), options)
     from seq2seq.inference.translator import Translator  # here, not at the top: it imports torch
 
-    return Translator.from_config(cfg)
+    return Translator.from_config(cfg, files.unchanged_model_file())

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.artifacts.checkpoint import check_vocabulary, find_model_file, model_from_checkpoint
+from seq2seq.artifacts.checkpoint import check_vocabulary, model_from_checkpoint
 from seq2seq.artifacts.model_files import check_same_tokenizer, load_tokenizers, read_model_file
 from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
@@ -36,15 +36,23 @@ def check_precision(precision: str, device: torch.device) -> None:
 
 
 def load_model(
-    run: str | None, checkpoints: list[str] | None, precision: str, device: torch.device, beam: int
+    run: str | None,
+    checkpoints: list[str] | None,
+    precision: str,
+    device: torch.device,
+    beam: int,
+    model_file: str | None = None,
 ) -> tuple[Transformer | Ensemble, Tokenizers, dict[str, Any] | None]:
     """The model of `checkpoints` (training checkpoints or weights exports; several: an ensemble), else
-    of `run` (the weights-only model/ that training writes at its end, else best.pt, else last.pt), and
-    its tokenizer, on `device` in what `precision` comes to there. `beam` is checked against the target
-    vocabulary before anything is logged: a bad setting is one line of error, not log lines and an error.
+    of `run`: `model_file` (as resolved), else RunDir.model_file's (the weights-only model/ that training
+    writes at its end, else best.pt, else last.pt), and its tokenizer, on `device` in what `precision`
+    comes to there. `beam` is checked against the target vocabulary before anything is logged: a bad
+    setting is one line of error, not log lines and an error.
     The third value is the model's data config (its languages and tags: ModelLanguages.of), if it has one."""
     loaded = (
-        [read_model_file(Path(p)) for p in checkpoints] if checkpoints else [_read_from_run(run, find_model_file(run))]
+        [read_model_file(Path(p)) for p in checkpoints]
+        if checkpoints
+        else [_read_from_run(run, Path(model_file) if model_file else RunDir(run).model_file())]
     )
     tokenizers = load_tokenizers(loaded[0][0], run, loaded[0][1]["config"].get("data"))
     for path, payload in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's

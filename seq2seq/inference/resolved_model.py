@@ -32,6 +32,21 @@ class ResolvedModel:
     # The run's export exists but its checkpoint could not be read: raised when the export is chosen,
     # as a choice that needed it always did (engine=torch never reads it).
     export_error: UserError | None = None
+    # run= alone: the file PyTorch decodes (RunDir.model_file) and its (mtime_ns, size) when resolved;
+    # None where the run has none (loading it then says so, as it did).
+    model_file: str | None = None
+    model_stamp: tuple[int, int] | None = None
+
+    def unchanged_model_file(self) -> str | None:
+        """The run's model file as resolved, or a one-line UserError where it was replaced since: a
+        server loads PyTorch's engine at its first n-best request, and must decode with the model that
+        its CTranslate2 export, loaded at start, was made from, not one that a training wrote later."""
+        if self.model_file is not None and _stamp(Path(self.model_file)) != self.model_stamp:
+            raise UserError(
+                f"{self.model_file}: written again since the model was loaded; PyTorch would decode another "
+                "model than the one loaded then (restart to decode with the new one)"
+            )
+        return self.model_file
 
 
 def resolve(cfg: Any) -> ResolvedModel:
@@ -56,7 +71,25 @@ def resolve(cfg: Any) -> ResolvedModel:
             error = err
     if unfit is None and error is None and not ctranslate2_installed():
         unfit = "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
-    return ResolvedModel(run, None, False, None, str(export), unfit, error)
+    model_file, stamp = _model_file(run)
+    return ResolvedModel(run, None, False, None, str(export), unfit, error, model_file, stamp)
+
+
+def _model_file(run: str) -> tuple[str | None, tuple[int, int] | None]:
+    try:
+        path = RunDir(run).model_file()
+    except UserError:
+        return None, None
+    return str(path), _stamp(path)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size): a file written again, by an atomic replace or in place, has another."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_mtime_ns, status.st_size
 
 
 def ctranslate2_installed() -> bool:

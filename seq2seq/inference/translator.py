@@ -108,10 +108,11 @@ class Translator:
         return other
 
     @classmethod
-    def from_config(cls, cfg: TranslateConfig | DictConfig) -> Translator:
+    def from_config(cls, cfg: TranslateConfig | DictConfig, model_file: str | None = None) -> Translator:
         """The Translator that `cfg` describes: run= or checkpoint= (several, comma-separated: an
         ensemble), device, precision, threads, search or sampling settings, batch size. The PyTorch
-        engine of `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
+        engine of `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`.
+        `model_file`: the file of run= to read, as resolved (else the run's model file now)."""
         settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
         device = pick_device(options.device)
         check_precision(options.precision, device)
@@ -120,7 +121,7 @@ class Translator:
         checkpoints = str(cfg.checkpoint).split(",") if cfg.checkpoint else None
         if options.threads is not None:
             torch.set_num_threads(options.threads)
-        model, tokenizers, data = load_model(cfg.run, checkpoints, options.precision, device, settings.beam)
+        model, tokenizers, data = load_model(cfg.run, checkpoints, options.precision, device, settings.beam, model_file)
         return cls(model, tokenizers, device, settings, ModelLanguages.of(data, tokenizers))
 
     @classmethod

@@ -12,11 +12,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.artifacts.checkpoint import Vocabulary, find_model_file
+from seq2seq.artifacts.checkpoint import Vocabulary
 from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
 from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.artifacts.path_kind import PathKind, path_kind
-from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR
+from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, RunDir
 from seq2seq.config import UserError, as_dict
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def weights_file_of(init_from: str) -> Path:
     if path_kind(path) is not PathKind.RUN:
         return path
     try:
-        return find_model_file(path)
+        return RunDir(path).model_file()
     except UserError:
         raise UserError(
             f"init_from={init_from}: a directory with no model in it (give a run directory with {CHECKPOINTS_DIR}/, "
