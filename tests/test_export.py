@@ -29,7 +29,7 @@ from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-from seq2seq.inference.engine_api import output_budget, source_ids
+from seq2seq.inference.engine_api import encode_sources, output_budget
 from seq2seq.inference.engine_choice import choose_engine
 from seq2seq.inference.resolved_model import resolve
 from seq2seq.inference.translator import Translator
@@ -527,7 +527,7 @@ def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
     translator = CTranslate2Translator.load(run_dir, **settings, precision="fp32", device="cpu")
     budgets = {
         output_budget(len(ids), 0, max_len_a, max_len_b, translator.max_positions)
-        for ids in source_ids(translator, LINES)
+        for ids in encode_sources(translator, LINES, None)
     }
     assert len(budgets) >= 5, "the lines must span several budgets, or the old path made one call too"
     translator.engine = recorded = RecordingEngine(translator.engine)

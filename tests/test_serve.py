@@ -744,7 +744,7 @@ class _RecordingEngines:
         self.calls = calls
         self.batches: list[int] = []  # lines per decoded batch
         self.seconds = 0.0  # each batch's decoding time
-        self.main = self  # the engine a request is tokenized with (engine_api.source_ids)
+        self.main = self  # the engine a request is tokenized with (engine_api.encode_sources)
         self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 256
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:

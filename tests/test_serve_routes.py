@@ -38,7 +38,7 @@ class UpperEngines:
 
     def __init__(self, seconds: float = 0.0, change: Callable[[str], str] = str.upper) -> None:
         self.change = change
-        self.main = self  # the engine a request is tokenized with (engine_api.source_ids)
+        self.main = self  # the engine a request is tokenized with (engine_api.encode_sources)
         self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 1024
         self.tgt = self
         self.settings = DecodingSettings()

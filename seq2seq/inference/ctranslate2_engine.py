@@ -35,9 +35,9 @@ from seq2seq.inference.engine_api import (
     check_prefix_fits,
     checked_input,
     decoding_config,
+    encode_sources,
     output_budget,
     replaced,
-    source_ids,
     to_translate,
 )
 from seq2seq.inference.engine_choice import check_given_export, checked_export, int8_export
@@ -217,8 +217,8 @@ class CTranslate2Translator:
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
     def _source_tokens(self, ids: list[int]) -> list[str]:
-        """A line's `source_ids` as the token names CTranslate2 reads (cut to the model's positions by
-        `source_ids`, with its warning: CTranslate2 itself would cut them silently)."""
+        """A line's ids from `encode_sources` as the token names CTranslate2 reads (cut to the model's
+        positions there, with its warning: CTranslate2 itself would cut them silently)."""
         return [self.tokenizers.src.id_to_token(i) for i in ids]
 
     def translate_nbest(
@@ -236,7 +236,7 @@ class CTranslate2Translator:
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
         if sources is None:
-            ids = source_ids(self, [lines[i] for i in todo], [first_line_number + i for i in todo])
+            ids = encode_sources(self, [lines[i] for i in todo], cfg.tgt_lang, [first_line_number + i for i in todo])
         else:
             ids = [sources[i] for i in todo]
         tokens = {i: self._source_tokens(line_ids) for i, line_ids in zip(todo, ids, strict=True)}

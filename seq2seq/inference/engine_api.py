@@ -47,7 +47,7 @@ class TranslatorAPI(Protocol):
     # A str is one line (and gets one result back); any other iterable of str is lines.
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]: ...
 
-    # `sources`: the lines' `source_ids`, where the caller has them already (the server counts a request's
+    # `sources`: the lines' `encode_sources`, where the caller has them already (the server counts a request's
     # tokens with them): the lines are then not tokenized again.
     def translate_nbest(
         self,
@@ -218,14 +218,15 @@ def fit_source(tokens: list[T], max_positions: int, line_number: int, log: loggi
     return tokens[: max_positions - 1]
 
 
-def source_ids(
-    engine: TranslatorAPI, lines: Sequence[str], line_numbers: Sequence[int] | None = None
+def encode_sources(
+    engine: TranslatorAPI, lines: Sequence[str], tgt_lang: str | None, line_numbers: Sequence[int] | None = None
 ) -> list[list[int]]:
-    """Each line's source ids as both engines decode it, </s> left out: a tag of the model's that the line
-    starts with removed (ModelLanguages.untagged), the tag of `engine.settings.tgt_lang` put before it
+    """Each line's source ids as both engines decode it into `tgt_lang`, </s> left out: a tag of the
+    model's that the line starts with removed (ModelLanguages.untagged), tgt_lang's tag put before it
     under data.lang_tag=source_prefix, cut to the model's positions with a warning that names the line
-    (by `line_numbers`, one per line; 1, 2, ... without them)."""
-    tgt_lang, languages = engine.settings.tgt_lang, engine.languages
+    (by `line_numbers`, one per line; 1, 2, ... without them). Reads the engine's tokenizer, languages
+    and positions, nothing it decodes with: any thread may call it."""
+    languages = engine.languages
     numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
     texts = [languages.untagged(line, tgt_lang, number) for line, number in zip(lines, numbers, strict=True)]
     tag = languages.source_tag(tgt_lang)

@@ -34,8 +34,8 @@ from seq2seq.inference.engine_api import (
     check_prefix_fits,
     checked_input,
     decoding_config,
+    encode_sources,
     output_budget,
-    source_ids,
     to_translate,
 )
 from seq2seq.inference.ensemble import Ensemble
@@ -139,8 +139,8 @@ class Translator:
         return translator
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
-        """The lines' `source_ids` + EOS: what the encoder reads."""
-        return [[*ids, EOS_ID] for ids in source_ids(self, lines, line_numbers)]
+        """The lines' `encode_sources` + EOS: what the encoder reads."""
+        return [[*ids, EOS_ID] for ids in encode_sources(self, lines, self.settings.tgt_lang, line_numbers)]
 
     def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Target ids of each forced prefix (after the target language's tag under
@@ -225,7 +225,7 @@ class Translator:
         """`nbest` translations (or samples) per line, best score first, in input order (for a str, one
         line: its list). Empty lines stay empty, unless they have a prefix: a translation always starts
         with its prefix. `first_line_number` numbers the lines in warnings and errors; `sources`: the
-        lines' `source_ids`, if the caller has them (not tokenized again)."""
+        lines' `encode_sources`, if the caller has them (not tokenized again)."""
         if isinstance(lines, str):
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
         lines, prefixes = checked_input(lines, prefixes, self.one_line_items)

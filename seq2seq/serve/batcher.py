@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config import TranslateConfig
-from seq2seq.inference.engine_api import Translation, source_ids
+from seq2seq.inference.engine_api import Translation, encode_sources
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
@@ -50,7 +50,7 @@ class Job:
     lines: list[str]
     prefixes: list[str] | None
     settings: DecodingSettings | None
-    sources: list[list[int]]  # each line's source ids (engine_api.source_ids), tokenized once, here
+    sources: list[list[int]]  # each line's source ids (engine_api.encode_sources), tokenized once, here
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     work: Callable[[Engines], Any] | None = None
@@ -160,7 +160,7 @@ class Batcher:
     ) -> list[list[Translation]]:
         # Which engine decodes `settings` is chosen on the worker (choosing may load or time one): a
         # forced engine that cannot decode them fails the batch, then each of its requests alone.
-        sources = source_ids(self.engines.main.decoding_with(settings), lines)
+        sources = encode_sources(self.engines.main, lines, settings.tgt_lang)
         return await self._submit(lines, prefixes, settings, sources, None)
 
     async def run_alone(self, work: Callable[[Engines], Any]) -> Any:
