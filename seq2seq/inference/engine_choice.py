@@ -17,8 +17,8 @@ or fp16 when asked (precision=bf16), faster on some CPUs and GPUs, with that war
 The measurements behind these rules: docs/performance.md.
 
 precision=int8 is CTranslate2's alone (its weights quantised to 8 bits as the export loads): the lines
-then differ from fp32 by choice, so n-best, sampling and prefixes decode with it too. It is timed
-against fp32 once per machine and model, and a warning says so where it is slower.
+then differ from fp32 by choice, so n-best, sampling and prefixes decode with it too. Where it loads,
+it is timed against fp32 once per machine and model, and a warning says so where it is slower.
 """
 
 from __future__ import annotations
@@ -46,9 +46,8 @@ class EngineChoice:
 
 def choose_engine(cfg: Any, files: ResolvedModel) -> EngineChoice:
     """The engine and model that `cfg` (a TranslateConfig) decodes with, decided on `files` (what its
-    run= and checkpoint= name: `resolve(cfg)`, read once) without reading the disk, but for the int8
-    probe's cached timing. A forced engine that cannot decode what was asked is a one-line UserError
-    naming the key."""
+    run= and checkpoint= name: `resolve(cfg)`, read once) without reading the disk. A forced engine that
+    cannot decode what was asked is a one-line UserError naming the key."""
     if files.given_export:  # a CTranslate2 export given by hand
         if cfg.engine == "torch":
             raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")

@@ -1,6 +1,6 @@
 """What a translate config's run= and checkpoint= name, read from the disk once: a frozen description
-that the engine choice (engine_choice.py) decides on without reading the disk again, and
-that a server keeps for its life, choosing per request without a file system call.
+that the engine choice (engine_choice.py) decides on without reading the disk again, and that a server
+keeps for its life, choosing per request without a file system call.
 
 A bad name fails here, in one line naming the file: an Argos package (neither engine reads one).
 Imports neither torch nor ctranslate2.
@@ -27,7 +27,7 @@ class ResolvedModel:
     given_export_stale: str | None  # checkpoint=<run>/ctranslate2 made from another checkpoint: why
     export: str | None  # the run's CTranslate2 export directory (run= alone)
     # Why that export cannot decode this model (missing, stale, the package not installed); None: it can,
-    # for the requests CTranslate2 decodes alike (engine_choice.why_not_ctranslate2). None where there is no run export.
+    # for the requests CTranslate2 decodes alike (engine_choice.why_not_ctranslate2), or there is none.
     export_unfit: str | None
     # The run's export exists but its checkpoint could not be read: raised when the export is chosen,
     # as a choice that needed it always did (engine=torch never reads it).

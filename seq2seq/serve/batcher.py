@@ -57,7 +57,7 @@ class Job:
     arrived: float = field(default_factory=time.monotonic)
     key: Any = None
     alone: bool = False
-    tokens: int = 0  # what counts against max_batch_tokens: the sources' tokens, </s> included
+    tokens: int = field(init=False)  # what counts against max_batch_tokens: the sources' tokens, </s> included
 
     def __post_init__(self) -> None:
         self.tokens = sum(len(ids) + 1 for ids in self.sources)
