@@ -377,3 +377,20 @@ def test_resolving_reads_what_checkpoint_names_once(tmp_path: Path, monkeypatch:
         asked.clear()
         files = resolved_model.resolve(TranslateConfig(checkpoint=str(given)))
         assert asked == [str(given)] and files.given_export == (given.name == "ctranslate2")
+
+
+def test_the_resolved_model_file_is_refused_once_written_again_and_left_to_its_reader_once_gone(
+    tmp_path: Path,
+) -> None:
+    """resolve() records run='s model file; one written since is refused in one line, one removed since
+    is not called "written again" (reading it then says it is missing)."""
+    best = tmp_path / "run" / "checkpoints" / "best.pt"
+    best.parent.mkdir(parents=True)
+    best.write_bytes(b"first")
+    files = resolved_model.resolve(TranslateConfig(run=str(tmp_path / "run")))
+    assert files.unchanged_model_file() == str(best)
+    best.write_bytes(b"second save")
+    with pytest.raises(UserError, match=f"^{best}: written again since the model was loaded"):
+        files.unchanged_model_file()
+    best.unlink()
+    assert files.unchanged_model_file() == str(best)

@@ -41,7 +41,8 @@ class ResolvedModel:
         """The run's model file as resolved, or a one-line UserError where it was replaced since: a
         server loads PyTorch's engine at its first n-best request, and must decode with the model that
         its CTranslate2 export, loaded at start, was made from, not one that a training wrote later."""
-        if self.model_file is not None and _stamp(Path(self.model_file)) != self.model_stamp:
+        now = _stamp(Path(self.model_file)) if self.model_file is not None else None
+        if now is not None and now != self.model_stamp:  # a file gone is for its reader to say
             raise UserError(
                 f"{self.model_file}: written again since the model was loaded; PyTorch would decode another "
                 "model than the one loaded then (restart to decode with the new one)"
@@ -72,7 +73,17 @@ def resolve(cfg: Any) -> ResolvedModel:
     if unfit is None and error is None and not ctranslate2_installed():
         unfit = "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
     model_file, stamp = _model_file(run)
-    return ResolvedModel(run, None, False, None, str(export), unfit, error, model_file, stamp)
+    return ResolvedModel(
+        run,
+        checkpoint=None,
+        given_export=False,
+        given_export_stale=None,
+        export=str(export),
+        export_unfit=unfit,
+        export_error=error,
+        model_file=model_file,
+        model_stamp=stamp,
+    )
 
 
 def _model_file(run: str) -> tuple[str | None, tuple[int, int] | None]:
