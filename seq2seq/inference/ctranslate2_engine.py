@@ -35,9 +35,9 @@ from seq2seq.inference.engine_api import (
     check_prefix_fits,
     checked_input,
     decoding_config,
-    encode_sources,
     output_budget,
     replaced,
+    sources_to_decode,
     to_translate,
 )
 from seq2seq.inference.engine_choice import check_given_export, checked_export, int8_export
@@ -217,7 +217,7 @@ class CTranslate2Translator:
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
     def _source_tokens(self, ids: list[int]) -> list[str]:
-        """A line's ids from `encode_sources` as the token names CTranslate2 reads (cut to the model's
+        """A line's ids (engine_api.encode_sources) as the token names CTranslate2 reads (cut to the model's
         positions there, with its warning: CTranslate2 itself would cut them silently)."""
         return [self.tokenizers.src.id_to_token(i) for i in ids]
 
@@ -235,10 +235,7 @@ class CTranslate2Translator:
         cfg, tok = self.settings, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
-        if sources is None:
-            ids = encode_sources(self, [lines[i] for i in todo], cfg.tgt_lang, [first_line_number + i for i in todo])
-        else:
-            ids = [sources[i] for i in todo]
+        ids = sources_to_decode(self, lines, todo, first_line_number, sources)
         tokens = {i: self._source_tokens(line_ids) for i, line_ids in zip(todo, ids, strict=True)}
         tag = [tok.tgt.id_to_token(i) for i in self.languages.forced_tag(self.settings.tgt_lang)]  # decoder_start
         forced = {
@@ -389,7 +386,10 @@ def probe_loader(cfg: Any, export: str | Path) -> Callable[[str], CTranslate2Tra
 
 def say_if_int8_is_slower(cfg: Any, export: str | Path) -> None:
     """A warning where the run's `export` decodes slower with 8-bit weights than in fp32 on this CPU (timed
-    once per machine, model shape and search, searching as `cfg` says, and cached: engine_probe.py)."""
+    once per machine, model shape and search, searching as `cfg` says, and cached: engine_probe.py).
+    An export given by hand (checkpoint=) is not timed: the measurement is kept per run."""
+    if cfg.checkpoint:
+        return
     timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), probe_loader(cfg, export))
     fp32, int8 = timing.seconds["ctranslate2"], timing.seconds["int8"]
     if int8 > fp32:

@@ -236,6 +236,22 @@ def encode_sources(
     ]
 
 
+def sources_to_decode(
+    engine: TranslatorAPI,
+    lines: Sequence[str],
+    todo: Sequence[int],
+    first_line_number: int,
+    sources: Sequence[list[int]] | None,
+) -> list[list[int]]:
+    """The source ids of `lines[i]` for each i in `todo`, as `translate_nbest` decodes them: taken from
+    `sources` (every line's `encode_sources`) where the caller has them, else encoded now, each line
+    numbered from `first_line_number` in warnings."""
+    if sources is not None:
+        return [sources[i] for i in todo]
+    numbers = [first_line_number + i for i in todo]
+    return encode_sources(engine, [lines[i] for i in todo], engine.settings.tgt_lang, numbers)
+
+
 def check_prefix_fits(prefix_tokens: int, max_positions: int, line_number: int) -> None:
     """A forced target prefix must leave room for <s> and </s> within the model's positions."""
     if prefix_tokens + 2 > max_positions:

@@ -66,7 +66,7 @@ def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel) -> Tran
 def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice, files: ResolvedModel) -> TranslatorAPI:
     if choice.engine == "ctranslate2":
         options = EngineOptions.of(cfg)
-        if options.precision == "int8" and not cfg.checkpoint:  # a run's export, timed per run (engine_probe)
+        if options.precision == "int8":
             say_if_int8_is_slower(cfg, choice.model)
         return CTranslate2Translator(choice.model, DecodingSettings.of(cfg), options)
     from seq2seq.inference.translator import Translator  # here, not at the top: it imports torch

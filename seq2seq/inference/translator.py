@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from seq2seq.inference.engine_api import (
     decoding_config,
     encode_sources,
     output_budget,
+    sources_to_decode,
     to_translate,
 )
 from seq2seq.inference.ensemble import Ensemble
@@ -45,8 +45,6 @@ from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.settings import DecodingSettings, EngineOptions
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.model.transformer import Transformer
-
-log = logging.getLogger(__name__)
 
 
 class Translator:
@@ -233,10 +231,8 @@ class Translator:
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
         numbers = [first_line_number + i for i in todo]  # a skipped empty line keeps its number
-        if sources is not None:
-            encoded = {i: [*sources[i], EOS_ID] for i in todo}
-        else:
-            encoded = dict(zip(todo, self.encode([lines[i] for i in todo], numbers), strict=True))
+        ids = sources_to_decode(self, lines, todo, first_line_number, sources)
+        encoded = {i: [*line_ids, EOS_ID] for i, line_ids in zip(todo, ids, strict=True)}
         forced = None
         if prefixes is not None or self.languages.forced_tag(self.settings.tgt_lang):
             prefixes = prefixes if prefixes is not None else [""] * len(lines)
