@@ -109,7 +109,8 @@ def _cuda_sync_warnings(step: Callable[[], object], updates: int) -> int:
     return sum(1 for w in caught if "synchroniz" in str(w.message).lower())
 
 
-# Operators that only describe a tensor anew (shape, strides, offset): no kernel on a GPU.
+# Operators that only describe a tensor anew (shape, strides, offset) or only allocate one: no kernel
+# on a GPU.
 VIEW_OPS = {
     f"aten::{name}"
     for name in (

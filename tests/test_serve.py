@@ -759,7 +759,6 @@ class _RecordingEngines:
         return self
 
     def decoding_with(self, settings: object) -> _RecordingEngines:
-        self.settings = settings
         return self
 
     def translate_nbest(self, lines: list[str], prefixes: object, sources: object = None) -> list[list[object]]:

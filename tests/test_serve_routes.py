@@ -41,7 +41,6 @@ class UpperEngines:
         self.main = self  # the engine a request is tokenized with (engine_api.encode_sources)
         self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 1024
         self.tgt = self
-        self.settings = DecodingSettings()
         self.seconds = seconds
         self.decoded: list[str] = []  # every line the model was given
         self.cfg = TranslateConfig()
@@ -62,7 +61,6 @@ class UpperEngines:
         """A view decoding with `settings`, as the real engines give (the decoded lines shared)."""
         view = copy.copy(self)
         view.cfg = dataclasses.replace(self.cfg, **dataclasses.asdict(settings))
-        view.settings = settings
         return view
 
     def has_torch_weights(self) -> bool:

@@ -225,7 +225,7 @@ def write_pairs(folder: Path, split: str, direction: Direction, sources: list[st
 def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
     """A selection.json entry's account of the teacher's translations it was made from."""
     return {
-        # In milliseconds: a small corpus translates in under 0.05 s, which one decimal would write as none.
+        # To the millisecond: one decimal wrote a small corpus's measured time as 0.0.
         "teacher_seconds": round(progress.seconds, 3),
         "teacher_lines_per_second": round(progress.lines / progress.seconds, 1) if progress.seconds else None,
         "translations": str(cached),

@@ -45,10 +45,8 @@ def read_teacher(spec: str) -> Teacher:
     if not paths:
         raise UserError(f"teacher={spec}: names nothing; give a run directory")
     if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN:
-        checkpoint = RunDir(paths[0]).find_checkpoint()
-        return Teacher(
-            [str(Path(paths[0]).resolve())], [RunDir(paths[0]).model_file()], load_checkpoint(checkpoint)["config"]
-        )
+        run = RunDir(paths[0])
+        return Teacher([str(run.root.resolve())], [run.model_file()], load_checkpoint(run.find_checkpoint())["config"])
     for path in paths:
         kind = path_kind(path)
         if kind is not PathKind.CHECKPOINT or not Path(path).is_file() or not is_checkpoint_file(Path(path)):
