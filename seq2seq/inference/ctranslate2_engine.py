@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seq2seq.artifacts.ctranslate2_model import read_export, unreadable_model
-from seq2seq.config import TranslateConfig, UserError, check_cuda_device, validate_translate
+from seq2seq.config import TranslateConfig, UserError, check_cuda_device
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD
 from seq2seq.inference import engine_probe
@@ -40,7 +40,7 @@ from seq2seq.inference.engine_api import (
     sources_to_decode,
     to_translate,
 )
-from seq2seq.inference.engine_choice import check_given_export, checked_export, int8_export
+from seq2seq.inference.engine_choice import choose_engine
 from seq2seq.inference.resolved_model import resolve
 from seq2seq.inference.settings import DecodingSettings, EngineOptions
 from seq2seq.inference.target_language import ModelLanguages
@@ -108,7 +108,10 @@ class CTranslate2Translator:
 
     @classmethod
     def load(cls, path: str | Path, **settings: Any) -> CTranslate2Translator:
-        """Loads a CTranslate2 model once for translating many lists of lines.
+        """Loads a CTranslate2 model once for translating many lists of lines: as
+        `seq2seq.inference.load(path, engine="ctranslate2", **settings)`, except that n-best lists and
+        sampling are the caller's choice here (seq2seq-translate keeps them on PyTorch: CTranslate2's
+        scores and samples differ from PyTorch's).
 
         path: a run directory (its ctranslate2/, which must be no older than its checkpoint) or a
             `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s
@@ -117,28 +120,11 @@ class CTranslate2Translator:
             samples than PyTorch's from the same seed). Bad files or settings raise
             `seq2seq.config.UserError`, one line.
         """
-        translator = cls.from_config(decoding_config(path, engine="ctranslate2", **settings))
+        cfg = decoding_config(path, engine="ctranslate2", **settings)
+        choice = choose_engine(replaced(cfg, nbest=1, sampling=False), resolve(cfg))
+        translator = load_export(cfg, choice.model)
         translator.one_line_items = True
         return translator
-
-    @classmethod
-    def from_config(cls, cfg: TranslateConfig | DictConfig) -> CTranslate2Translator:
-        """The translator that `cfg` (a TranslateConfig) describes: checkpoint= a CTranslate2 export, or
-        run= whose export is checked as seq2seq-translate checks it with engine=ctranslate2 (current,
-        installed); what the command keeps on PyTorch by default (n-best, sampling) is the caller's
-        choice here."""
-        validate_translate(cfg)
-        files = resolve(cfg)
-        settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
-        if files.given_export:
-            check_given_export(cfg)
-            return cls(cfg.checkpoint, settings, options)
-        checked = replaced(cfg, nbest=1, sampling=False)
-        if cfg.precision == "int8":
-            export = int8_export(checked, files)
-            say_if_int8_is_slower(cfg, export)
-            return cls(export, settings, options)
-        return cls(checked_export(checked, files), settings, options)
 
     def __init__(self, directory: str | Path, settings: DecodingSettings, options: EngineOptions) -> None:
         """`directory`: the CTranslate2 model; `settings`: how it decodes until `decoding_with` says
@@ -367,6 +353,15 @@ class CTranslate2Translator:
             asynchronous=True,
             **options,
         )
+
+
+def load_export(cfg: TranslateConfig | DictConfig, model: str) -> CTranslate2Translator:
+    """The CTranslate2 `model` that the engine choice picked for `cfg` (a TranslateConfig), loaded as
+    `cfg` says; precision=int8 said where it is slower than fp32 (say_if_int8_is_slower)."""
+    options = EngineOptions.of(cfg)
+    if options.precision == "int8":
+        say_if_int8_is_slower(cfg, model)
+    return CTranslate2Translator(model, DecodingSettings.of(cfg), options)
 
 
 def export_candidate(

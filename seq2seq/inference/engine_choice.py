@@ -51,19 +51,19 @@ def choose_engine(cfg: Any, files: ResolvedModel) -> EngineChoice:
     if files.given_export:  # a CTranslate2 export given by hand
         if cfg.engine == "torch":
             raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")
-        check_given_export(cfg)
+        _check_given_export(cfg)
         if files.given_export_stale:
             log.warning("%s: it decodes that model", files.given_export_stale)
         return EngineChoice("ctranslate2", str(cfg.checkpoint), "checkpoint= is a CTranslate2 model")
     if cfg.precision == "int8":
         if cfg.engine == "torch":
             raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
-        model = int8_export(cfg, files)
+        model = _int8_export(cfg, files)
         return EngineChoice("ctranslate2", model, "precision=int8 is CTranslate2's")
     if cfg.engine == "torch":
         return EngineChoice("torch", None, "engine=torch")
     if cfg.engine == "ctranslate2":
-        return EngineChoice("ctranslate2", checked_export(cfg, files), EXPORT_REASON)
+        return EngineChoice("ctranslate2", _checked_export(cfg, files), EXPORT_REASON)
     unfit = why_not_ctranslate2(cfg, files)
     if unfit is not None:
         return EngineChoice("torch", None, unfit)
@@ -72,17 +72,16 @@ def choose_engine(cfg: Any, files: ResolvedModel) -> EngineChoice:
 
 # Whether a run's CTranslate2 export can decode a request: it is there, made from the run's checkpoint as
 # it is now, the ctranslate2 package is installed, and, where the lines must be PyTorch's, the request is
-# one that CTranslate2 decodes alike. CTranslate2Translator.from_config (the Python API) asks here too, so
-# it and choose_engine cannot disagree. Read from the ResolvedModel: no file.
+# one that CTranslate2 decodes alike. Read from the ResolvedModel: no file.
 
 
-def check_given_export(cfg: Any) -> None:
+def _check_given_export(cfg: Any) -> None:
     """A CTranslate2 export given by hand (checkpoint=) decodes what `cfg` asks, or a one-line UserError."""
     if cfg.attention:
         raise UserError(f"config error: attention={cfg.attention!r}: not with a CTranslate2 model")
 
 
-def checked_export(cfg: Any, files: ResolvedModel) -> str:
+def _checked_export(cfg: Any, files: ResolvedModel) -> str:
     """engine=ctranslate2 on a run: its export, or a one-line UserError saying why it cannot decode
     this request as PyTorch would."""
     unfit = why_not_ctranslate2(cfg, files)
@@ -91,7 +90,7 @@ def checked_export(cfg: Any, files: ResolvedModel) -> str:
     return str(files.export)
 
 
-def int8_export(cfg: Any, files: ResolvedModel) -> str:
+def _int8_export(cfg: Any, files: ResolvedModel) -> str:
     """precision=int8: the run's CTranslate2 export, quantised as it loads, or a one-line UserError. (Its
     speed against fp32 is said where it loads: ctranslate2_engine.say_if_int8_is_slower.)"""
     unfit = why_not_ctranslate2(cfg, files, same_lines=False)

@@ -7,7 +7,8 @@ checkpoint (several, comma-separated: an ensemble), a weights export (<run>/mode
 seq2seq-translate's rules (`seq2seq.inference.engine_choice.choose_engine`) and returns it: PyTorch's
 `Translator` or `CTranslate2Translator`, each saying which it is in `kind`. seq2seq-translate,
 seq2seq-serve and the Python API's `load` come here; `Translator.load` and `CTranslate2Translator.load`
-are the same with the engine forced, building their translator as this does.
+are the same with the engine forced, building their translator as this does
+(`Translator.from_config`, `ctranslate2_engine.load_export`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seq2seq import cpu_sharing
-from seq2seq.inference.ctranslate2_engine import CTranslate2Translator, EngineUnavailable, say_if_int8_is_slower
+from seq2seq.inference.ctranslate2_engine import EngineUnavailable, load_export
 from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI, decoding_config
 from seq2seq.inference.engine_choice import EngineChoice, choose_engine
 from seq2seq.inference.resolved_model import ResolvedModel, resolve
-from seq2seq.inference.settings import DecodingSettings, EngineOptions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -65,10 +65,7 @@ def load_engine(cfg: DictConfig | TranslateConfig, files: ResolvedModel) -> Tran
 
 def _load(cfg: DictConfig | TranslateConfig, choice: EngineChoice, files: ResolvedModel) -> TranslatorAPI:
     if choice.engine == "ctranslate2":
-        options = EngineOptions.of(cfg)
-        if options.precision == "int8":
-            say_if_int8_is_slower(cfg, choice.model)
-        return CTranslate2Translator(choice.model, DecodingSettings.of(cfg), options)
+        return load_export(cfg, choice.model)
     from seq2seq.inference.translator import Translator  # here, not at the top: it imports torch
 
     return Translator.from_config(cfg, files.unchanged_model_file())
