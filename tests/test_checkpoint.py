@@ -370,6 +370,26 @@ def test_a_crafted_checkpoint_is_one_line_naming_it(tmp_path: Path, craft, messa
     assert "\n" not in str(info.value)
 
 
+def test_reading_a_model_file_looks_at_what_the_path_is_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # load_checkpoint asked path_kind again after read_model_file had: a second look at a zip's names.
+    import seq2seq.artifacts.model_files as model_files
+    from seq2seq.artifacts import path_kind
+
+    looks: list[Path] = []
+
+    def counted(path: Path | str) -> path_kind.PathKind:
+        looks.append(Path(path))
+        return path_kind.path_kind(path)
+
+    monkeypatch.setattr(model_files, "path_kind", counted)
+    monkeypatch.setattr(checkpoint, "path_kind", counted)
+    path = tmp_path / "model.pt"
+    atomic_save(tiny_payload(), path)
+    read, payload = read_model_file(path)
+    assert read == path and set(payload["model"]) == set(tiny_payload()["model"])
+    assert looks == [path]
+
+
 def write_weights(directory: Path, payload: dict, **model_changes: object) -> Path:
     """A weights export (model.safetensors + config.json) as seq2seq-export writes it, with changes."""
     from safetensors.torch import save_file

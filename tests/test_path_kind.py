@@ -107,6 +107,7 @@ def test_an_argos_package_is_told_by_its_name_or_its_files(tmp_path: Path) -> No
 def test_an_argos_package_given_as_a_model_says_what_it_is_and_how_to_use_one(tmp_path: Path) -> None:
     # It was "not a readable checkpoint (truncated or corrupt): Expected hasRecord("version") ...".
     from seq2seq.artifacts.checkpoint import load_checkpoint
+    from seq2seq.artifacts.model_files import read_model_file
     from seq2seq.inference import CTranslate2Translator
     from seq2seq.inference.engine_loader import load
 
@@ -122,6 +123,7 @@ def test_an_argos_package_given_as_a_model_says_what_it_is_and_how_to_use_one(tm
         lambda: CTranslate2Translator.load(package, device="cpu"),
         lambda: load(package, device="cpu"),  # engine=auto, as seq2seq-translate checkpoint=
         lambda: load_checkpoint(package),  # what seq2seq-export, seq2seq-average and init_from= read with
+        lambda: read_model_file(package),  # what both read a model to build with
     ]
     for read in readers:
         with pytest.raises(UserError) as info:

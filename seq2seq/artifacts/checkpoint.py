@@ -204,6 +204,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path_kind(path) is PathKind.ARGOS:  # a zip too: torch.load would call it a corrupt checkpoint
         raise argos_package_error(path)
+    return read_checkpoint_file(path)
+
+
+def read_checkpoint_file(path: Path) -> dict[str, Any]:
+    """`load_checkpoint` of a path already known to be no Argos package (`read_model_file` looked)."""
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint file")
     try:

@@ -12,10 +12,10 @@ from seq2seq.artifacts.checkpoint import (
     ModelPayload,
     _check_vocab_entries,
     _check_weights,
-    load_checkpoint,
     model_config_of,
+    read_checkpoint_file,
 )
-from seq2seq.artifacts.path_kind import HUGGINGFACE_CONFIG, WEIGHTS_FILE, PathKind, path_kind
+from seq2seq.artifacts.path_kind import HUGGINGFACE_CONFIG, WEIGHTS_FILE, PathKind, argos_package_error, path_kind
 from seq2seq.artifacts.safetensors import load_weights
 from seq2seq.config import UserError
 from seq2seq.data.sentencepiece import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB, VOCAB
@@ -35,6 +35,8 @@ def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
     kind = path_kind(path)
     if kind in OTHER_READERS:
         raise UserError(f"{path}: {kind.value}, not one PyTorch translation reads; {OTHER_READERS[kind]}")
+    if kind is PathKind.ARGOS:
+        raise argos_package_error(path)
     if kind is PathKind.HUGGINGFACE:
         from seq2seq.artifacts.marian import load_pretrained  # here: it imports transformers' side
 
@@ -42,7 +44,7 @@ def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
     if kind is PathKind.WEIGHTS:
         path = path / WEIGHTS_FILE if path.is_dir() else path
         return path, load_weights(path)
-    payload = load_checkpoint(path)
+    payload = read_checkpoint_file(path)
     config = payload.get("config")
     model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)
     vocab = payload.get("vocab")
