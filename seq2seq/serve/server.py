@@ -1,5 +1,6 @@
-"""`serve(cfg)`, the work of `seq2seq-serve`: check the config, bind the port, load the engine once,
-run the app on uvicorn until SIGTERM or Ctrl-C, then finish the requests in flight and return.
+"""`serve(cfg)`, the work of `seq2seq-serve` on the config it has validated: read the API keys, check
+that the models exist, bind the port, load the engine once, run the app on uvicorn until SIGTERM or
+Ctrl-C, then finish the requests in flight and return.
 
 The port is bound before the model loads, so a port in use is a one-line error at once, and the
 socket is handed to uvicorn, so nothing can take the port in between.

@@ -4,8 +4,8 @@ parameter.
 
 Why: PyTorch's multi-tensor kernels (`_foreach_*`, the fused Adam) take the whole list of parameters,
 but on a CPU they run as one nested operator per parameter, and on a GPU as a kernel per chunk of
-tensors: a large share of an update's operator calls (docs/performance.md, "Flat parameters"). Megatron's and DeepSpeed's optimisers keep their
-parameters flat for the same reason. Each parameter's values and gradient stay where the model
+tensors: a large share of an update's operator calls (docs/performance.md, "Flat parameters").
+Megatron's and DeepSpeed's optimisers keep their parameters flat for the same reason. Each parameter's values and gradient stay where the model
 looks for them (`param.data`, `param.grad`), as views: autograd accumulates into the gradient views in
 place (a gradient that exists is added to, never replaced), and loading a state dict copies into them.
 
