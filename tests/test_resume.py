@@ -58,7 +58,7 @@ def test_resume_keeps_the_saved_config_and_refuses_model_changes(tmp_path: Path)
     # The command line composes the default config, but a resumed run keeps what it was trained with.
     with pytest.raises(UserError, match="model=small.*init_from"):
         train(compose_config("train", [resume, "model=small"]), tmp_path / "run", overrides=[resume, "model=small"])
-    with pytest.raises(UserError, match="model config differs"):
+    with pytest.raises(UserError, match="not with model.ffn_dim: 256 in the checkpoint, 32 given"):
         train(compose_config("train", [resume]), tmp_path / "run", overrides=[resume, "model.ffn_dim=32"])
 
 
@@ -414,3 +414,106 @@ def test_resume_with_init_from_is_refused_before_anything_is_written(tmp_path):
         train(compose_config("train", [*TINY_TRAIN, f"resume={run}", f"init_from={tmp_path / 'x.pt'}"]), run)
     assert str(info.value) == message
     assert sorted(p.name for p in run.rglob("*")) == ["checkpoints", "last.pt"]
+
+
+def test_a_resume_names_each_model_key_it_would_change_with_both_values(tmp_path):
+    """It said only "the model config differs from the checkpoint's", as init_from= no longer does."""
+    from seq2seq.config import as_dict
+    from seq2seq.train.resume import resumed_config
+
+    saved = as_dict(compose_config("train", TINY_TRAIN))
+    resume = f"resume={tmp_path}"
+    cfg = compose_config("train", [resume])
+    with pytest.raises(UserError) as info:
+        resumed_config(cfg, [resume, "model.d_model=128", "model.heads=2"], saved)
+    d_model, heads = saved["model"]["d_model"], saved["model"]["heads"]
+    assert f"model.d_model: {d_model} in the checkpoint, 128 given" in str(info.value)
+    assert f"model.heads: {heads} in the checkpoint, 2 given" in str(info.value)
+
+
+def _another_value(value, annotation: str):
+    """A value of the key's type other than `value`, as a command line writes it."""
+    if isinstance(value, bool):
+        return str(not value).lower()
+    if isinstance(value, int):
+        return str(value + 1)
+    if isinstance(value, float):
+        return str(value + 1.5)
+    if "list" in annotation:
+        return "[aa-bb]"
+    if value is None and "int" in annotation:
+        return "1"
+    return "elsewhere" if value != "elsewhere" else "other"
+
+
+def test_every_data_and_model_key_a_resume_cannot_honour_is_refused_by_name(tmp_path):
+    """data.vocab_size=400 was ignored without a word (the run went on with its 300 entries): each data.*
+    and model.* key is either honoured by a resume (the allow-list, its new value used) or refused,
+    the key named with both values."""
+    from seq2seq.config import DataConfig, ModelConfig, as_dict
+    from seq2seq.train import resume as resume_module
+
+    saved = as_dict(compose_config("train", TINY_TRAIN))
+    resume = f"resume={tmp_path}"
+    cfg = compose_config("train", [resume])
+    allowed = resume_module.RESUMABLE_KEYS
+    schema = {f"data.{f.name}": f for f in dataclasses.fields(DataConfig)}
+    schema |= {f"model.{f.name}": f for f in dataclasses.fields(ModelConfig)}
+    assert allowed <= schema.keys()  # the allow-list names keys the schema has
+    assert not any(key.startswith("model.") for key in allowed)  # the checkpoint's model is the model
+    for key, field in schema.items():
+        group, name = key.split(".")
+        before = saved[group][name]
+        given = _another_value(before, str(field.type))
+        override = f"{key}={given}"
+        if key in allowed:
+            merged = resume_module.resumed_config(cfg, [resume, override], saved)
+            assert str(merged[group][name]) == given or merged[group][name] == given, key
+            continue
+        with pytest.raises(UserError) as info:
+            resume_module.resumed_config(cfg, [resume, override], saved)
+        # data.directions, lang_tag, sampling_temperature: check_same_directions's words, the same facts
+        assert key in str(info.value) and given.strip("[]") in str(info.value), (key, str(info.value))
+
+
+def _parallel_corpus(root: Path, targets: list[str]) -> list[str]:
+    """A tiny parallel_files corpus of the built-in task's kind; its overrides."""
+    from seq2seq.config import DataConfig
+    from seq2seq.data.builtin import reverse_task
+
+    root.mkdir(parents=True, exist_ok=True)
+    task = reverse_task(DataConfig(task_train_size=200, task_valid_size=10))
+    files = {"train.src": task["train"][0], "train.tgt": targets, "valid.src": task["valid"][0]}
+    files["valid.tgt"] = task["valid"][1]
+    for name, lines in files.items():
+        (root / name).write_text("\n".join(lines) + "\n")
+    return [
+        "data.kind=parallel_files",
+        *(f"data.{split}_{side}={root / f'{split}.{side}'}" for split in ("train", "valid") for side in ("src", "tgt")),
+    ]
+
+
+def test_a_resume_refuses_a_corpus_file_that_changed_since_the_run_started(tmp_path):
+    """The training targets replaced (with French) were tokenized afresh and trained on without a word."""
+    from seq2seq.config import DataConfig
+    from seq2seq.data.builtin import reverse_task
+
+    targets = reverse_task(DataConfig(task_train_size=200, task_valid_size=10))["train"][1]
+    corpus = _parallel_corpus(tmp_path / "corpus", targets)
+    run = tmp_path / "run"
+    train(compose_config("train", [*TINY_TRAIN, *corpus, "max_steps=2", "valid_every=2"]), run)
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    replaced = tmp_path / "corpus" / "train.tgt"
+    replaced.write_text("".join(f"une phrase {i}\n" for i in range(len(targets))))
+    overrides = [f"resume={run}", "max_steps=4"]
+    with pytest.raises(UserError) as info:
+        train(compose_config("train", overrides), run, overrides=overrides)
+    message = str(info.value)
+    assert str(replaced) in message and "data.train_tgt" in message and len(message.splitlines()) == 1
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    # The same corpus elsewhere is the same corpus: data.* paths may move with it.
+    vocab = load_checkpoint(run / "checkpoints" / "last.pt")["vocab"]
+    moved = _parallel_corpus(tmp_path / "moved", targets)
+    overrides = [f"resume={run}", "max_steps=4", *moved]
+    assert train(compose_config("train", overrides), run, overrides=overrides)["step"] == 4
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["vocab"] == vocab  # the same tokenizer, rebuilt
