@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
 from numerics import assert_equal
+from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError
@@ -461,19 +462,28 @@ def test_every_data_and_model_key_a_resume_cannot_honour_is_refused_by_name(tmp_
     schema |= {f"model.{f.name}": f for f in dataclasses.fields(ModelConfig)}
     assert allowed <= schema.keys()  # the allow-list names keys the schema has
     assert not any(key.startswith("model.") for key in allowed)  # the checkpoint's model is the model
-    for key, field in schema.items():
-        group, name = key.split(".")
-        before = saved[group][name]
-        given = _another_value(before, str(field.type))
-        override = f"{key}={given}"
-        if key in allowed:
-            merged = resume_module.resumed_config(cfg, [resume, override], saved)
-            assert str(merged[group][name]) == given or merged[group][name] == given, key
-            continue
-        with pytest.raises(UserError) as info:
-            resume_module.resumed_config(cfg, [resume, override], saved)
-        # data.directions, lang_tag, sampling_temperature: check_same_directions's words, the same facts
-        assert key in str(info.value) and given.strip("[]") in str(info.value), (key, str(info.value))
+    started = {key: saved[key.split(".")[0]][key.split(".")[1]] for key in schema}
+    changes = {key: _another_value(started[key], str(field.type)) for key, field in schema.items()}
+    honoured = resume_module.resumed_config(cfg, [resume, *(f"{k}={changes[k]}" for k in sorted(allowed))], saved)
+    for key in allowed:
+        assert str(OmegaConf.select(honoured, key)) == changes[key], key
+    # A list of directions makes the run multilingual: check_same_directions's words, the same facts.
+    with pytest.raises(UserError, match=r"data\.directions=\['aa-bb'\] differs .* data\.directions=None"):
+        resume_module.resumed_config(cfg, [resume, "data.directions=[aa-bb]"], saved)
+    refused = [key for key in schema if key not in allowed and key != "data.directions"]
+    with pytest.raises(UserError) as info:  # every one of them named in the one line, with both values
+        resume_module.resumed_config(cfg, [resume, *(f"{k}={changes[k]}" for k in refused)], saved)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1
+    for key in refused:
+        assert f"{key}: {_as_written(started[key])} in the checkpoint, {changes[key]} given" in message, key
+
+
+def _as_written(value) -> str:
+    """A saved value as the command line writes it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
 
 
 def _parallel_corpus(root: Path, targets: list[str]) -> list[str]:
