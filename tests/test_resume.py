@@ -521,6 +521,9 @@ def test_a_resume_refuses_a_corpus_file_that_changed_since_the_run_started(tmp_p
     message = str(info.value)
     assert str(replaced) in message and "data.train_tgt" in message and len(message.splitlines()) == 1
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    replaced.unlink()
+    with pytest.raises(UserError, match=rf"resume: {replaced} \(data\.train_tgt\) .*; cannot be read now\)"):
+        train(compose_config("train", overrides), run, overrides=overrides)
     # The same corpus elsewhere is the same corpus: data.* paths may move with it.
     vocab = load_checkpoint(run / "checkpoints" / "last.pt")["vocab"]
     moved = _parallel_corpus(tmp_path / "moved", targets)

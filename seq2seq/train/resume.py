@@ -22,6 +22,13 @@ from seq2seq.data.pipeline import corpus_files
 
 log = logging.getLogger("seq2seq.train")
 
+# The data.* keys that name a corpus file (data.dir names Multi30k's folder).
+CORPUS_FILE_KEYS = (
+    *(f"{split}_{side}" for split in ("train", "valid", "test") for side in ("src", "tgt")),
+    "train",
+    "valid",
+    "test",
+)
 # The data.* keys a resume honours; every other data.* and model.* key must stay as the run started
 # (tests/test_resume.py walks the schema against this list). No model.* key: the checkpoint's weights
 # are of its model.
@@ -32,10 +39,7 @@ RESUMABLE_KEYS = frozenset(
         # Where the corpus lies (it may have moved): check_same_corpus holds the files read there to the
         # ones the run started on, byte for byte.
         "data.dir",
-        *(f"data.{split}_{side}" for split in ("train", "valid", "test") for side in ("src", "tgt")),
-        "data.train",
-        "data.valid",
-        "data.test",
+        *(f"data.{key}" for key in CORPUS_FILE_KEYS),
     }
 )
 CHECKED_GROUPS = ("data", "model")
@@ -101,10 +105,11 @@ def check_same_corpus(recorded: list[dict[str, Any]] | None, data: DictConfig, r
         log.info("resume: %s predates the record of its corpus files: they are not checked", run)
         return
     now = corpus_files(data)
-    advice = f"a resumed run trains on the corpus it started with: put it back, or start a new run with init_from={run}"
+    new_run = f"start a new run with init_from={run}"
     if len(now) != len(recorded):
         raise UserError(
-            f"resume: the corpus is read from {len(now)} files now, from {len(recorded)} when {run} started; {advice}"
+            f"resume: the corpus is read from {len(now)} files now, from {len(recorded)} when {run} started: "
+            f"a resumed run trains on the corpus it started with (give its files, or {new_run})"
         )
     for then, current in zip(recorded, now, strict=True):
         if (then["bytes"], then["sha256"]) != (current["bytes"], current["sha256"]):
@@ -115,14 +120,14 @@ def check_same_corpus(recorded: list[dict[str, Any]] | None, data: DictConfig, r
             )
             raise UserError(
                 f"resume: {current['path']}{_named_by(data, current['path'])} is not the file {run} started on "
-                f"({then['bytes']} bytes, sha256 {then['sha256'][:12]} then; {what}); {advice}"
+                f"({then['bytes']} bytes, sha256 {then['sha256'][:12]} then; {what}): a resumed run trains on the "
+                f"corpus it started with (put that file back, or {new_run})"
             )
 
 
 def _named_by(data: DictConfig, path: str) -> str:
-    """(data.KEY), the key whose value is `path`; " (in data.dir)" for Multi30k's files; else nothing."""
-    for key in sorted(k.removeprefix("data.") for k in RESUMABLE_KEYS if k != "data.cache_dir"):
-        value = data.get(key)
-        if value and key != "dir" and Path(value).resolve() == Path(path):
+    """ " (data.KEY)": the key whose value is `path`; " (in data.dir=...)" for Multi30k's files; else nothing."""
+    for key in CORPUS_FILE_KEYS:
+        if (value := data.get(key)) and Path(value).resolve() == Path(path):
             return f" (data.{key})"
     return f" (in data.dir={data.dir})" if data.kind == "multi30k" and data.dir else ""
