@@ -453,10 +453,10 @@ def test_a_directory_where_no_file_can_be_created_is_one_line(tmp_path: Path, mo
 LAYOUT = (
     "format", "model", "config", "vocab", "step", "data", "optimizer", "scaler", "rng", "best",
     "validations_since_best", "skipped_updates", "metrics", "elapsed_seconds", "validation_minutes",
-    "precision_choice",
+    "precision_choice", "corpus",
 )  # fmt: skip
-# What older code did not write yet: the run's clock and the precision record (the top-level keys).
-ADDED_LATER = ("elapsed_seconds", "validation_minutes", "precision_choice")
+# What older code did not write yet: the run's clock, the precision record and the corpus files' record.
+ADDED_LATER = ("elapsed_seconds", "validation_minutes", "precision_choice", "corpus")
 
 
 def training_payload_by_hand() -> dict:
@@ -484,6 +484,7 @@ def training_payload_by_hand() -> dict:
         "elapsed_seconds": 61.5,
         "validation_minutes": 0.25,
         "precision_choice": {"asked": "auto", "reason": "bf16 was no faster here"},
+        "corpus": [{"path": "/data/train.de", "bytes": 12, "sha256": "0" * 64}],
     }
 
 
@@ -522,6 +523,7 @@ def test_a_payload_without_what_later_code_added_is_upgraded_as_it_is_read(tmp_p
     assert_same(payload, before)  # the upgrade changed a copy
     state = checkpoint.load_training_state(tmp_path / "last.pt")
     assert (state.elapsed_seconds, state.validation_minutes, state.precision_choice) == (0.0, 0.0, None)
+    assert state.corpus is None  # not recorded: a resume cannot check it
     assert state.optimizer["updates"] == 3
     assert len(state.rng) == 1
     assert (state.rng[0]["numpy"]["has_gauss"], state.rng[0]["numpy"]["cached_gaussian"]) == (0, 0.0)

@@ -4,6 +4,7 @@ computation, and the bad inputs it refuses in one line without writing anything.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -148,6 +149,30 @@ def test_a_killed_student_resumes_and_a_baseline_trains_on_the_references(distil
     assert trained["train_tgt"] == str(copy / "data" / "original" / "train.src-tgt.tgt")
 
 
+def test_a_finished_output_whose_teacher_weights_changed_is_refused_naming_the_file(
+    distilled, teacher, tmp_path, capsys
+):
+    """A rerun after the teacher's best.pt was replaced by another checkpoint printed the old result.json
+    ("finished earlier"): settings.json named the teacher's path, not its weights."""
+    taught, copy = tmp_path / "teacher", tmp_path / "out"
+    shutil.copytree(teacher, taught)
+    shutil.copytree(distilled.output, copy)
+    settings = json.loads((copy / "settings.json").read_text())
+    settings["teacher"] = [str(taught.resolve())]  # as if distilled from the copy (the same weights)
+    (copy / "settings.json").write_text(json.dumps(settings))
+    argv = [f"teacher={taught}", f"output={copy}", *distilled.argv[2:]]
+    result = (copy / "result.json").read_bytes()
+    status, out, err = distill_main(argv, capsys)
+    assert status == 0 and "finished earlier" in err  # the same weights elsewhere: the same teacher
+    best = taught / "checkpoints" / "best.pt"
+    (other,) = [c for c in (taught / "checkpoints").glob("step_*.pt") if c.read_bytes() != best.read_bytes()]
+    shutil.copyfile(other, best)
+    status, out, err = distill_main(argv, capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"the teacher's are now {best.resolve()}, other weights" in err and out == ""
+    assert (copy / "result.json").read_bytes() == result  # the earlier result is kept
+
+
 class CountingEngine:
     """The teacher's engine, counting the lines it is asked to translate; it raises after `fail_after`
     calls, as a killed process stops."""
@@ -188,6 +213,45 @@ def test_a_killed_translation_resumes_without_translating_a_finished_line_again(
     assert [row[0] for row in read_translations(killed, len(sources))] == [
         one_line(t) for t in engine.translate(sources)
     ]
+
+
+def test_a_finished_cache_whose_translations_were_edited_is_refused(teacher, tmp_path):
+    """One hypothesis edited in a finished cache was used as it was (the student trained on it)."""
+    sources = training_sources()
+    engine = load(str(teacher), beam=5, threads=1)
+    folder = tmp_path / "cache"
+    translate_cached(CountingEngine(engine), sources, folder, chunk_lines=60)
+    path = folder / TRANSLATIONS
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[7] = json.dumps(["ZZZ EDITED"]) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
+    unused = CountingEngine(None)
+    with pytest.raises(UserError) as info:
+        translate_cached(unused, sources, folder, chunk_lines=60)
+    assert str(path) in str(info.value) and f"remove {folder}" in str(info.value)
+    assert unused.calls == 0 and len(str(info.value).splitlines()) == 1
+    # A cache finished before the digest was kept: recorded at its next reuse, then held to it.
+    progress = json.loads((folder / PROGRESS).read_text())
+    del progress["sha256"]
+    (folder / PROGRESS).write_text(json.dumps(progress))
+    assert translate_cached(unused, sources, folder, chunk_lines=60).finished and unused.calls == 0
+    assert json.loads((folder / PROGRESS).read_text())["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_folder_from_before_the_teachers_weights_were_recorded_gets_them_on_its_rerun(tmp_path):
+    from seq2seq.distill.output import SETTINGS, check_settings
+
+    weights = [{"file": "/runs/t/checkpoints/best.pt", "sha256": "a" * 64}]
+    settings = {"teacher": ["/runs/t"], "beam": 5, "teacher_weights": weights}
+    (tmp_path / SETTINGS).write_text(json.dumps({"teacher": ["/runs/t"], "beam": 5}))
+    with pytest.raises(UserError, match="beam=5, not 4"):  # refused: nothing recorded
+        check_settings(tmp_path, {**settings, "beam": 4})
+    assert "teacher_weights" not in json.loads((tmp_path / SETTINGS).read_text())
+    check_settings(tmp_path, settings)
+    assert json.loads((tmp_path / SETTINGS).read_text()) == settings
+    other = [{"file": "/runs/t/checkpoints/best.pt", "sha256": "b" * 64}]
+    with pytest.raises(UserError, match="the teacher's are now /runs/t/checkpoints/best.pt, other weights"):
+        check_settings(tmp_path, {**settings, "teacher_weights": other})
 
 
 def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teacher, tmp_path, caplog):

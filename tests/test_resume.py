@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
 from numerics import assert_equal
+from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError
@@ -58,7 +59,7 @@ def test_resume_keeps_the_saved_config_and_refuses_model_changes(tmp_path: Path)
     # The command line composes the default config, but a resumed run keeps what it was trained with.
     with pytest.raises(UserError, match="model=small.*init_from"):
         train(compose_config("train", [resume, "model=small"]), tmp_path / "run", overrides=[resume, "model=small"])
-    with pytest.raises(UserError, match="model config differs"):
+    with pytest.raises(UserError, match="not with model.ffn_dim: 256 in the checkpoint, 32 given"):
         train(compose_config("train", [resume]), tmp_path / "run", overrides=[resume, "model.ffn_dim=32"])
 
 
@@ -414,3 +415,118 @@ def test_resume_with_init_from_is_refused_before_anything_is_written(tmp_path):
         train(compose_config("train", [*TINY_TRAIN, f"resume={run}", f"init_from={tmp_path / 'x.pt'}"]), run)
     assert str(info.value) == message
     assert sorted(p.name for p in run.rglob("*")) == ["checkpoints", "last.pt"]
+
+
+def test_a_resume_names_each_model_key_it_would_change_with_both_values(tmp_path):
+    """It said only "the model config differs from the checkpoint's", as init_from= no longer does."""
+    from seq2seq.config import as_dict
+    from seq2seq.train.resume import resumed_config
+
+    saved = as_dict(compose_config("train", TINY_TRAIN))
+    resume = f"resume={tmp_path}"
+    cfg = compose_config("train", [resume])
+    with pytest.raises(UserError) as info:
+        resumed_config(cfg, [resume, "model.d_model=128", "model.heads=2"], saved)
+    d_model, heads = saved["model"]["d_model"], saved["model"]["heads"]
+    assert f"model.d_model: {d_model} in the checkpoint, 128 given" in str(info.value)
+    assert f"model.heads: {heads} in the checkpoint, 2 given" in str(info.value)
+
+
+def _another_value(value, annotation: str):
+    """A value of the key's type other than `value`, as a command line writes it."""
+    if isinstance(value, bool):
+        return str(not value).lower()
+    if isinstance(value, int):
+        return str(value + 1)
+    if isinstance(value, float):
+        return str(value + 1.5)
+    if "list" in annotation:
+        return "[aa-bb]"
+    if value is None and "int" in annotation:
+        return "1"
+    return "elsewhere" if value != "elsewhere" else "other"
+
+
+def test_every_data_and_model_key_a_resume_cannot_honour_is_refused_by_name(tmp_path):
+    """data.vocab_size=400 was ignored without a word (the run went on with its 300 entries): each data.*
+    and model.* key is either honoured by a resume (the allow-list, its new value used) or refused,
+    the key named with both values."""
+    from seq2seq.config import DataConfig, ModelConfig, as_dict
+    from seq2seq.train import resume as resume_module
+
+    saved = as_dict(compose_config("train", TINY_TRAIN))
+    resume = f"resume={tmp_path}"
+    cfg = compose_config("train", [resume])
+    allowed = resume_module.RESUMABLE_KEYS
+    schema = {f"data.{f.name}": f for f in dataclasses.fields(DataConfig)}
+    schema |= {f"model.{f.name}": f for f in dataclasses.fields(ModelConfig)}
+    assert allowed <= schema.keys()  # the allow-list names keys the schema has
+    assert not any(key.startswith("model.") for key in allowed)  # the checkpoint's model is the model
+    started = {key: saved[key.split(".")[0]][key.split(".")[1]] for key in schema}
+    changes = {key: _another_value(started[key], str(field.type)) for key, field in schema.items()}
+    honoured = resume_module.resumed_config(cfg, [resume, *(f"{k}={changes[k]}" for k in sorted(allowed))], saved)
+    for key in allowed:
+        assert str(OmegaConf.select(honoured, key)) == changes[key], key
+    # A list of directions makes the run multilingual: check_same_directions's words, the same facts.
+    with pytest.raises(UserError, match=r"data\.directions=\['aa-bb'\] differs .* data\.directions=None"):
+        resume_module.resumed_config(cfg, [resume, "data.directions=[aa-bb]"], saved)
+    refused = [key for key in schema if key not in allowed and key != "data.directions"]
+    with pytest.raises(UserError) as info:  # every one of them named in the one line, with both values
+        resume_module.resumed_config(cfg, [resume, *(f"{k}={changes[k]}" for k in refused)], saved)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1
+    for key in refused:
+        assert f"{key}: {_as_written(started[key])} in the checkpoint, {changes[key]} given" in message, key
+
+
+def _as_written(value) -> str:
+    """A saved value as the command line writes it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
+def _parallel_corpus(root: Path, targets: list[str]) -> list[str]:
+    """A tiny parallel_files corpus of the built-in task's kind; its overrides."""
+    from seq2seq.config import DataConfig
+    from seq2seq.data.builtin import reverse_task
+
+    root.mkdir(parents=True, exist_ok=True)
+    task = reverse_task(DataConfig(task_train_size=200, task_valid_size=10))
+    files = {"train.src": task["train"][0], "train.tgt": targets, "valid.src": task["valid"][0]}
+    files["valid.tgt"] = task["valid"][1]
+    for name, lines in files.items():
+        (root / name).write_text("\n".join(lines) + "\n")
+    return [
+        "data.kind=parallel_files",
+        *(f"data.{split}_{side}={root / f'{split}.{side}'}" for split in ("train", "valid") for side in ("src", "tgt")),
+    ]
+
+
+def test_a_resume_refuses_a_corpus_file_that_changed_since_the_run_started(tmp_path):
+    """The training targets replaced (with French) were tokenized afresh and trained on without a word."""
+    from seq2seq.config import DataConfig
+    from seq2seq.data.builtin import reverse_task
+
+    targets = reverse_task(DataConfig(task_train_size=200, task_valid_size=10))["train"][1]
+    corpus = _parallel_corpus(tmp_path / "corpus", targets)
+    run = tmp_path / "run"
+    train(compose_config("train", [*TINY_TRAIN, *corpus, "max_steps=2", "valid_every=2"]), run)
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    replaced = tmp_path / "corpus" / "train.tgt"
+    replaced.write_text("".join(f"une phrase {i}\n" for i in range(len(targets))))
+    overrides = [f"resume={run}", "max_steps=4"]
+    with pytest.raises(UserError) as info:
+        train(compose_config("train", overrides), run, overrides=overrides)
+    message = str(info.value)
+    assert str(replaced) in message and "data.train_tgt" in message and len(message.splitlines()) == 1
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
+    replaced.unlink()
+    with pytest.raises(UserError, match=rf"resume: {replaced} \(data\.train_tgt\) .*; cannot be read now\)"):
+        train(compose_config("train", overrides), run, overrides=overrides)
+    # The same corpus elsewhere is the same corpus: data.* paths may move with it.
+    vocab = load_checkpoint(run / "checkpoints" / "last.pt")["vocab"]
+    moved = _parallel_corpus(tmp_path / "moved", targets)
+    overrides = [f"resume={run}", "max_steps=4", *moved]
+    assert train(compose_config("train", overrides), run, overrides=overrides)["step"] == 4
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["vocab"] == vocab  # the same tokenizer, rebuilt

@@ -84,6 +84,7 @@ class TrainingState:
     elapsed_seconds: float  # training time over every segment of the run
     validation_minutes: float  # the latest validation's duration, kept back from max_minutes
     precision_choice: PrecisionRecord | None  # None: the checkpoint predates the record
+    corpus: list[dict[str, Any]] | None  # the files trained on: path, bytes, sha256; None: predates the record
 
     def to_payload(self) -> dict[str, Any]:
         """The dict the file holds (its values shared, not copied: a model's tensors are large)."""
@@ -134,6 +135,7 @@ def upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     upgraded.setdefault("elapsed_seconds", 0.0)
     upgraded.setdefault("validation_minutes", 0.0)
     upgraded.setdefault("precision_choice", None)
+    upgraded.setdefault("corpus", None)  # before the corpus files were recorded: a resume cannot check them
     return upgraded
 
 

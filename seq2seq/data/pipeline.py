@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,13 +137,26 @@ class PreparedData:
     valid: Split
     stats: FilterStats | StreamingStats  # StreamingStats with data.streaming
     languages: LanguageTags | None = None  # data.directions: the tags and where they go
+    corpus: list[dict[str, Any]] = field(default_factory=list)  # the files read (corpus_files); checkpoints record them
 
 
-def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
-    """`pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
-    contents are part of the key."""
+def corpus_files(cfg: DataConfig) -> list[dict[str, Any]]:
+    """Each file the corpus is read from, by content: {"path" (resolved), "bytes", "sha256"}; None for
+    a file that cannot be read. The cache key hashes them; a checkpoint records them, so that a resume
+    trains on the corpus its run started with (seq2seq.train.resume)."""
     sources = directed_sources(cfg) if is_multilingual(cfg) else corpus_sources(cfg)
-    files = [[str(Path(name).resolve()), content_digest(Path(name))] for name in sources]
+    found = []
+    for name in sources:
+        path = Path(name).resolve()
+        size = path.stat().st_size if path.is_file() else None
+        found.append({"path": str(path), "bytes": size, "sha256": content_digest(path)})
+    return found
+
+
+def cache_key(cfg: DataConfig, pretrained: Path | None = None, files: list[dict[str, Any]] | None = None) -> str:
+    """`pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
+    contents are part of the key. `files`: corpus_files(cfg), when the caller has them."""
+    files = [[f["path"], f["sha256"]] for f in (corpus_files(cfg) if files is None else files)]
     # The sampling temperature acts on batching, not on what is cached; a single-direction run's cache
     # keeps the key it had before data.directions existed.
     unkeyed = ("cache_dir", "stream_buffer_pairs", "sampling_temperature")
@@ -423,7 +436,8 @@ def prepare_data(
     main process builds; the others wait at `barrier` and load what it wrote. `pretrained`: a
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
     root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
-    target = root / cache_key(cfg, pretrained)
+    files = corpus_files(cfg)
+    target = root / cache_key(cfg, pretrained, files)
     if is_main and (swept := remove_abandoned_builds(root)):
         log.info("removed %s bytes of cache builds left by processes that were killed", f"{swept:,}")
     if is_main and target.is_dir() and (damage := _why_unreadable(target)):
@@ -444,6 +458,7 @@ def prepare_data(
             ) from err
     barrier()
     data = _load(target)
+    data.corpus = files
     if is_multilingual(cfg):
         attach_directions(data, cfg)
         if is_main:

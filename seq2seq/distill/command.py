@@ -43,7 +43,7 @@ from seq2seq.distill.selection import select
 from seq2seq.distill.source_language import check_source_language
 from seq2seq.distill.student import LOG_FORMAT, baseline_config, student_config, train_once, with_files
 from seq2seq.distill.teacher import Teacher, corpus_config, directions, read_teacher
-from seq2seq.distill.translations import cache_key, read_translations, translate_cached
+from seq2seq.distill.translations import cache_key, file_digest, read_translations, translate_cached
 from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.engine_loader import load
 
@@ -105,6 +105,8 @@ def settings(cfg: Any, teacher: Teacher, data: list[str], train: list[str]) -> d
     chosen = {k: getattr(cfg, k) for k in keys}
     return {
         "teacher": teacher.paths,
+        # By content: a teacher's files replaced (best.pt by another checkpoint) are another teacher.
+        "teacher_weights": [{"file": str(path.resolve()), "sha256": file_digest(path)} for path in teacher.weights],
         **chosen,
         "back_translate": list(cfg.back_translate),
         "data": list(data),

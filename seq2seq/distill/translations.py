@@ -3,9 +3,10 @@ after a kill without translating a finished line again, and kept for reuse by wh
 
 A folder per cache key (`cache_key`: the teacher's weight files, the source lines and the decoding
 settings) holds translations.jsonl, one JSON list per source line (its n-best texts, best first), and
-progress.json: {"lines", "bytes", "seconds", "finished"}. A chunk is appended and fsynced before
-progress.json (replaced whole) counts it; bytes a killed process appended after the last count are cut
-off before the next chunk goes on. A finished folder is read as it is.
+progress.json: {"lines", "bytes", "seconds", "finished", "sha256"}. A chunk is appended and fsynced
+before progress.json (replaced whole) counts it; bytes a killed process appended after the last count
+are cut off before the next chunk goes on. A finished folder records its translations' SHA-256, and is
+reused only while translations.jsonl still has it: an edited or damaged file is refused, by name.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Progress:
     bytes: int = 0  # its length after them
     seconds: float = 0.0  # the teacher's decoding time so far, summed over the runs that wrote them
     finished: bool = False
+    sha256: str | None = None  # translations.jsonl's, once finished (None: finished by older code)
 
 
 def file_digest(path: Path) -> str:
@@ -65,6 +67,7 @@ def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, ch
     with held(folder, "translations"):
         progress = Progress(**read_json(folder / PROGRESS)) if (folder / PROGRESS).is_file() else Progress()
         if progress.finished:
+            check_finished(folder, progress)
             log.info("teacher's translations reused from %s (%d lines, finished earlier)", folder, progress.lines)
             return progress
         if progress.lines:
@@ -89,11 +92,29 @@ def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, ch
                 write_json(folder / PROGRESS, asdict(progress))
                 bar.update(len(chunk))
             bar.close()
-        progress.finished = True
+        progress.finished, progress.sha256 = True, file_digest(path)
         write_json(folder / PROGRESS, asdict(progress))
         rate = progress.lines / progress.seconds if progress.seconds else float("inf")
         log.info("teacher translated %d lines in %.1f s (%.1f lines/s)", progress.lines, progress.seconds, rate)
         return progress
+
+
+def check_finished(folder: Path, progress: Progress) -> None:
+    """A finished folder's translations.jsonl is the one it finished with; one finished before the
+    digest was recorded gets it now (there is nothing earlier to compare it with)."""
+    path = folder / TRANSLATIONS
+    try:
+        digest = file_digest(path)
+    except OSError as err:
+        raise UserError(f"{path}: unreadable ({err.strerror or err}); remove {folder} to translate again") from err
+    if progress.sha256 is None:
+        progress.sha256 = digest
+        write_json(folder / PROGRESS, asdict(progress))
+    elif digest != progress.sha256:
+        raise UserError(
+            f"{path}: not the translations this cache finished with (sha256 {digest[:12]}, "
+            f"{progress.sha256[:12]} when finished: edited or damaged since); remove {folder} to translate again"
+        )
 
 
 def read_translations(folder: Path, count: int) -> list[list[str]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
@@ -27,14 +27,12 @@ from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pret
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
     TRAIN_GROUPS,
-    TrainConfig,
     UserError,
     as_dict,
     check_weights_source,
     validate_recipes,
     validate_train,
 )
-from seq2seq.data.directions import check_same_directions
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.sentencepiece import has_sentencepiece_files
 from seq2seq.device import pick_device, use_deterministic_algorithms
@@ -50,6 +48,7 @@ from seq2seq.train.distributed import (
 from seq2seq.train.init_from import init_weights_from
 from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.recipe import choose_recipe
+from seq2seq.train.resume import check_same_corpus, resumed_config
 from seq2seq.train.rng import seed_everything
 from seq2seq.train.run_outputs import (
     BeforeStart,
@@ -64,29 +63,6 @@ from seq2seq.train.trainer import STOPPED_BY_SIGNAL, Trainer
 
 log = logging.getLogger("seq2seq.train")
 GROUPS = TRAIN_GROUPS
-
-
-def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any]) -> DictConfig:
-    """A resumed run keeps its saved config; key overrides on the command line (max_steps=...) apply
-    on top, group overrides (model=small) are refused: they would change what is being trained."""
-    keys = []
-    for override in overrides:
-        key = override.lstrip("+").split("=", 1)[0]
-        if key in GROUPS or override.startswith("~"):
-            raise UserError(
-                f"resume: '{override}' would change the run being resumed; use init_from=<checkpoint> for a new run"
-            )
-        if key != "resume":
-            keys.append(override.lstrip("+"))
-    merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved, OmegaConf.from_dotlist(keys))
-    merged.resume = cfg.resume
-    merged.init_from = None  # the weights come from the checkpoint now, not from where the run started
-    if merged.model != OmegaConf.create(saved["model"]):
-        raise UserError(
-            f"resume: the model config differs from the checkpoint's in {cfg.resume}; use init_from=<checkpoint>"
-        )
-    check_same_directions(saved["data"], merged.data)  # a multilingual run keeps its directions and tags
-    return merged
 
 
 def log_summary(trainer: Trainer) -> None:
@@ -196,6 +172,7 @@ def _run_config(cfg: DictConfig, overrides: list[str], checked: bool) -> tuple[D
     if cfg.resume:
         payload = load_training_state(RunDir(cfg.resume).find_checkpoint(prefer=("last",)))
         cfg, checked = resumed_config(cfg, overrides, payload.config), False
+        check_same_corpus(payload.corpus, cfg.data, cfg.resume)
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
         cfg, checked = pretrained_config(cfg, overrides), False
     elif cfg.data.tokenizer == "sentencepiece":

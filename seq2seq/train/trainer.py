@@ -113,6 +113,7 @@ class Trainer:
             elapsed_seconds=self.budget.elapsed_minutes() * 60.0,
             validation_minutes=self.budget.validation_minutes,
             precision_choice={"asked": self.precision_asked, "reason": self.precision_choice.reason},
+            corpus=self.data.corpus,  # a resume checks its corpus against it (seq2seq.train.resume)
         )
 
     def restore(self, state: TrainingState) -> None:
