@@ -134,7 +134,9 @@ def test_languages_translate_alternatives_copy_swap_detect_and_attention(
     assert Select(el(chrome, "source-lang")).first_selected_option.text == "English"  # /frontend/settings' source
     assert values(el(chrome, "target-lang")) == ["de", "fr"]
     Select(el(chrome, "target-lang")).select_by_visible_text("German")
-    # Tab goes through the controls in reading order.
+    # Every field has a label; Tab goes through the controls in reading order.
+    unlabelled = "return [...document.querySelectorAll('input, select, textarea')].filter(e => !e.labels.length)"
+    assert chrome.execute_script(unlabelled) == []
     chrome.execute_script("arguments[0].focus()", el(chrome, "source-lang"))
     order = []
     for _ in range(4):
@@ -257,6 +259,7 @@ def test_a_file_is_translated_and_offered_for_download(plain: Server, chrome, tm
 def test_a_key_is_asked_for_sent_and_kept_where_the_server_requires_one(keyed: Server, chrome, tmp_path) -> None:
     wait = opened(chrome, keyed)
     assert el(chrome, "key-row").is_displayed()
+    assert chrome.switch_to.active_element.get_attribute("id") == "api-key"  # nothing translates without it
     el(chrome, "source").send_keys("en1 en2 en3")
     el(chrome, "translate").click()
     wait.until(lambda d: el(d, "error").text)
