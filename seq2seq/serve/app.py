@@ -104,8 +104,12 @@ def create_app(
     async def api_spec(request: Request) -> Response:
         return JSONResponse(spec(importlib.metadata.version("seq2seq")))
 
-    bounds = {"max_request_lines": limits.max_request_lines, "max_beam": limits.max_beam}
-    page = _page({"model": info.model, "engine": info.engine, **bounds, "max_file_bytes": web.max_file_bytes})
+    page = _page({
+        "models": [{"model": m.info.model, "engine": m.info.engine} for m in served],
+        "max_request_lines": limits.max_request_lines,
+        "max_beam": limits.max_beam,
+        "max_file_bytes": web.max_file_bytes,
+    })  # fmt: skip
 
     async def home(request: Request) -> Response:
         return HTMLResponse(page)
@@ -140,7 +144,7 @@ def create_app(
 
 
 def _page(server: dict[str, Any]) -> str:
-    """page.html with what the server is (its model and engine) and the limits that /frontend/settings
+    """page.html with what the server is (its models and engines) and the limits that /frontend/settings
     does not give (lines a request, the beam, a file's bytes) written in; the page reads the rest
     (languages, the key, the characters a line) from the LibreTranslate routes its clients read."""
     page = importlib.resources.files("seq2seq.serve").joinpath("page.html").read_text(encoding="utf-8")
