@@ -1,6 +1,7 @@
 """`seq2seq-serve` end to end: real servers in subprocesses on loopback, spoken to by the unmodified
-LibreTranslate client, plain HTTP (httpx) and a headless Chromium; their answers compared with what
-`seq2seq-translate` writes for the same lines and settings."""
+LibreTranslate client, plain HTTP (httpx) and a headless Chromium (a page on another origin; the
+server's own page is tests/test_serve_page.py's); their answers compared with what `seq2seq-translate`
+writes for the same lines and settings."""
 
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ LINES = ["a b c d", "e f g", "h i j k l", "", "m n", "b a", "q r s t a b", "c c 
 KEY = "k3y-0f-the-t3st"
 JSON_TYPE = {"content-type": "application/json"}
 DEMO_RUN = "outputs/2026-11-23/17-33-29"  # the run README.md's demo log prints
-DOCS_IMAGE = Path(__file__).resolve().parents[1] / "docs" / "img" / "serve.png"
 
 
 @pytest.fixture(scope="module")
@@ -481,49 +481,6 @@ def _chromium() -> tuple[str, str] | None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     return (browser, driver) if browser and driver else None
-
-
-@pytest.mark.skipif(
-    _chromium() is None,
-    reason="no chromium/chromedriver: apt-get install -y chromium chromium-driver (CI installs them)",
-)
-def test_the_page_translates_and_shows_attention_in_a_browser(server: Server, run_dir: Path, tmp_path: Path) -> None:
-    pytest.importorskip("selenium", reason="the dev extra installs selenium")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    browser, driver_path = _chromium()
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,900"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        driver.get(server.url)
-        header = driver.find_element(By.TAG_NAME, "header").text
-        assert str(run_dir) in header and "src → tgt" in header and "CTranslate2" in header
-        typed = ["a b c d", "e f g", "h i j k l"]
-        driver.find_element(By.ID, "source").send_keys("\n".join(typed))
-        driver.find_element(By.ID, "translate").click()
-        wait = WebDriverWait(driver, 60)
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#output li")) == len(typed))
-        shown = [li.text.split("\n")[0] for li in driver.find_elements(By.CSS_SELECTOR, "#output li")]
-        assert shown == [t.strip() for t in cli(tmp_path, typed, run=str(run_dir))]
-        driver.find_elements(By.CSS_SELECTOR, "#output li")[0].click()
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#heatmap tbody tr"))
-        rows = driver.find_elements(By.CSS_SELECTOR, "#heatmap tbody tr")
-        columns = driver.find_elements(By.CSS_SELECTOR, "#heatmap thead th")
-        expected = server.post("/v1/attention", {"q": typed[0]}).json()
-        assert len(rows) == len(expected["output"]) and len(columns) == len(expected["source"]) + 1
-        assert driver.find_element(By.ID, "error").text == ""
-        driver.save_screenshot(str(tmp_path / "serve.png"))
-        if os.environ.get("SEQ2SEQ_DOCS_SCREENSHOT"):  # refreshes the docs' picture of the page
-            DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(tmp_path / "serve.png", DOCS_IMAGE)
-    finally:
-        driver.quit()
 
 
 CROSS_ORIGIN_PAGE = """<!doctype html><html><body><pre id="out"></pre><script>

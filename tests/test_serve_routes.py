@@ -308,6 +308,35 @@ def test_languages_and_frontend_settings_name_the_languages(served) -> None:
     assert {"/translate", "/detect", "/languages", "/translate_file", "/frontend/settings"} <= set(paths)
 
 
+def test_the_page_names_its_server_and_loads_nothing_from_elsewhere(served) -> None:
+    """GET /: the models, engines and the limits /frontend/settings lacks, written into the page; every
+    resource it loads is its own (it works offline); the routes it calls are this server's."""
+    import html.parser
+    import json
+    import re
+
+    client, _ = served
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    embedded = re.search(r'<script id="server" type="application/json">(.*?)</script>', page.text).group(1)
+    assert json.loads(embedded) == {"models": [{"model": "en-de", "engine": "CTranslate2"}], "max_request_lines": 16,
+                                    "max_beam": 8, "max_file_bytes": 5_000_000}  # fmt: skip
+
+    class Resources(html.parser.HTMLParser):
+        found: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.found += [value or "" for name, value in attrs if name in ("src", "href")]
+
+    parser = Resources()
+    parser.feed(page.text)
+    assert parser.found == ["data:,", "/spec"]  # the (empty) icon and the API link: nothing elsewhere
+    assert not re.search(r"https?://|@import|url\(", page.text)
+    called = set(re.findall(r'"(/[a-z_/1]+)"', page.text))
+    assert called == {"/spec", "/frontend/settings", "/languages", "/translate", "/v1/attention", "/translate_file"}
+    assert called - {"/spec"} <= set(client.get("/spec").json()["paths"])
+
+
 def _translated_file(client: TestClient, name: str, data: bytes) -> bytes:
     answer = client.post("/translate_file", files={"file": (name, data)}, data={"source": "en", "target": "de"})
     assert answer.status_code == 200, answer.text
@@ -429,9 +458,11 @@ def test_several_models_each_pair_and_a_pivot_through_a_common_language(tmp_path
             native = client.post("/v1/translate", json={"q": "ab", "source": "en", "target": "fr"})
             health = client.get("/health").json()
             info = client.get("/v1/info").json()
+            page = client.get("/").text
     finally:
         english_german.batcher.stop()
         german_french.batcher.stop()
+    assert '"models": [{"model": "en-de", "engine": "CTranslate2"}, {"model": "de-fr", ' in page  # its header
     assert direct == {"translatedText": "AB CD"} and second == {"translatedText": "dc BA"}
     assert pivot.json() == {"translatedText": ["DC BA", ".HG FE .LK JI"]}, "each sentence through de"
     assert "en -> fr: through de (en-de, then de-fr)" in caplog.text

@@ -104,7 +104,12 @@ def create_app(
     async def api_spec(request: Request) -> Response:
         return JSONResponse(spec(importlib.metadata.version("seq2seq")))
 
-    page = _page({**info.__dict__, "api_key_required": keys is not None})
+    page = _page({
+        "models": [{"model": m.info.model, "engine": m.info.engine} for m in served],
+        "max_request_lines": limits.max_request_lines,
+        "max_beam": limits.max_beam,
+        "max_file_bytes": web.max_file_bytes,
+    })  # fmt: skip
 
     async def home(request: Request) -> Response:
         return HTMLResponse(page)
@@ -139,7 +144,9 @@ def create_app(
 
 
 def _page(server: dict[str, Any]) -> str:
-    """page.html with what the server is (its model, languages, whether it wants a key) written in."""
+    """page.html with what the server is (its models and engines) and the limits that /frontend/settings
+    does not give (lines a request, the beam, a file's bytes) written in; the page reads the rest
+    (languages, the key, the characters a line) from the LibreTranslate routes its clients read."""
     page = importlib.resources.files("seq2seq.serve").joinpath("page.html").read_text(encoding="utf-8")
     return page.replace("{{SERVER}}", json.dumps(server).replace("</", "<\\/"))  # JSON in a <script>: no "</"
 
