@@ -145,6 +145,10 @@ class Cleaner:
         self.checks = [(rule, getattr(self, f"_{rule}")) for rule in CLEAN_RULES if rule in rules]
 
     def keep(self, src: str, tgt: str) -> bool:
+        return self.reason(src, tgt) is None
+
+    def reason(self, src: str, tgt: str) -> str | None:
+        """The rule that drops the pair (counted, and sampled for the report), or None to keep it."""
         self.report.read += 1
         for rule, check in self.checks:
             if check(src, tgt):
@@ -152,9 +156,9 @@ class Cleaner:
                 samples = self.report.samples.setdefault(rule, [])
                 if len(samples) < self.settings.report_samples:
                     samples.append([src, tgt])
-                return False
+                return rule
         self.report.kept += 1
-        return True
+        return None
 
     def finish(self) -> None:
         """Refuses a stream that its rules emptied, before any training, with the counts."""
