@@ -91,6 +91,9 @@ class CorpusConfig:
         1.0, "> 0: each pair is shown this many times an epoch (a fraction: a fresh fixed-seed sample each epoch)"
     )
     clean: Any = setting(None, "this corpus's rules: default | none | [rule, ...]; null: data.clean's")
+    tag: bool = setting(
+        False, "back-translated: its sources start with <BT>, a token no real source (nor translation) has"
+    )
     train_src: str | None = setting(None, "parallel_files: the source file ({src}/{tgt} with data.directions)")
     train_tgt: str | None = None
     train: str | None = setting(None, "tsv or jsonl: the file")

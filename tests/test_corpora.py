@@ -207,3 +207,28 @@ def test_hydra_composes_corpora_from_the_command_line(tmp_path):
         cfg = compose(config_name="train", overrides=overrides)
     validate_train(cfg)
     assert cfg.data.corpora[0].weight == 2.0 and cfg.data.corpora[0].src_key == "src"
+
+
+# ---- a tagged (back-translated) corpus -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("tokenizer", ["bpe", "sentencepiece"])
+def test_a_tagged_corpus_s_sources_start_with_the_tag_that_no_text_gives(tmp_path, tokenizer):
+    cfg = corpora_config(tmp_path, ("alpha", 20, 1.0), ("beta", 20, 2.0), tokenizer=tokenizer)
+    cfg.corpora[1].tag = True
+    (tmp_path / "valid.tsv").write_text("<BT> valid0 valid1\tVALID0\n" * 3)  # a literal tag is text
+    data = prepare_data(cfg)
+    tag = data.tokenizers.src.token_to_id("<BT>")
+    assert tag is not None
+    decode = data.tokenizers.src.decode
+    for i in range(len(data.train)):
+        ids = list(data.train.src[i])
+        beta = decode([i for i in ids if i != tag]).startswith("beta")
+        assert (ids[0] == tag) == beta and tag not in ids[1:]
+    assert all(tag not in list(data.valid.src[i]) for i in range(len(data.valid)))
+    assert tag not in data.tokenizers.encode_src(["<BT> alpha1 beta2"])[0]  # what translation encodes
+
+
+def test_untagged_corpora_add_no_token_to_the_vocabulary(tmp_path):
+    data = prepare_data(corpora_config(tmp_path, ("alpha", 20, 1.0)))
+    assert data.tokenizers.src.token_to_id("<BT>") is None

@@ -23,6 +23,9 @@ from seq2seq.data.directions import Direction, configured_directions, direction_
 from seq2seq.data.language_id import identifier as make_identifier
 
 CORPUS = "corpus"  # the column of a pair's corpus index
+# Caswell et al. 2019's tag on back-translated sources: a special token of the vocabulary, so that no
+# text spells it (a literal "<BT>" in a sentence is text) and nothing at translation time adds it.
+BACK_TRANSLATION_TAG = "<BT>"
 DIRECTION = "direction"  # the column of a pair's direction index (seq2seq.data.multilingual's)
 # data.kind's training split, as the report and the log name it when data.corpora is not set.
 SINGLE_CORPUS = "train"
@@ -45,6 +48,16 @@ def corpus_config(cfg: Any, corpus: Any) -> DataConfig:
 
 def corpus_names(cfg: Any) -> tuple[str, ...]:
     return tuple(corpus.name for corpus in cfg.corpora or ())
+
+
+def tagged_corpora(cfg: Any) -> list[int]:
+    """The indices of the corpora whose sources carry BACK_TRANSLATION_TAG."""
+    return [index for index, corpus in enumerate(cfg.corpora or ()) if corpus.tag]
+
+
+def corpus_tags(cfg: Any) -> list[str]:
+    """The special tokens data.corpora adds to the vocabulary: the tag, when a corpus is tagged."""
+    return [BACK_TRANSLATION_TAG] if tagged_corpora(cfg) else []
 
 
 def corpus_weights(cfg: Any) -> tuple[float, ...]:

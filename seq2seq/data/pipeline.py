@@ -32,11 +32,14 @@ from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.cleaning import CleaningReport
 from seq2seq.data.cleaning import summary as cleaning_summary
 from seq2seq.data.corpora import (
+    BACK_TRANSLATION_TAG,
     CORPUS,
     corpus_names,
+    corpus_tags,
     corpus_weights,
     has_corpora,
     iter_training_rows,
+    tagged_corpora,
     text_schema,
     training_sources,
     training_streams,
@@ -296,7 +299,7 @@ def train_tokenizers(
 ) -> Tokenizers | SentencePieceTokenizers:
     """The tokenizers `cfg` asks for (its kind, size, joint or not, the language tags of its
     directions), trained on the texts; a SentencePiece model's files are written into `directory`."""
-    tags = tag_tokens(cfg)  # none for one direction
+    tags = tag_tokens(cfg) + corpus_tags(cfg)  # none for one direction of untagged corpora
     if cfg.tokenizer == "sentencepiece":
         return train_sentencepiece(
             src_texts, tgt_texts, cfg.sentencepiece_type, cfg.vocab_size, cfg.joint_vocab, directory, tags=tags
@@ -317,6 +320,10 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
     tags = direction_tag_ids(cfg, tokenizers) if is_multilingual(cfg) else None
     placement = str(cfg.lang_tag)
     indices = [column for column in (DIRECTION, CORPUS) if column in raw.column_names]  # carried through
+    tagged = set(tagged_corpora(cfg))
+    bt_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if tagged else None
+    if tagged and bt_id is None:  # a pretrained model's tokenizer, which the tag cannot join
+        raise UserError(f"data.corpora: tag=true needs {BACK_TRANSLATION_TAG} in the source vocabulary, which has none")
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
         kept: dict[str, list] = {"src_ids": [], "tgt_ids": [], **{column: [] for column in indices}}
@@ -326,6 +333,8 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
             if reason:
                 dropped[reason] += 1
                 continue
+            if tagged and batch[CORPUS][row] in tagged:  # after the language tag, which leads as at translation
+                src = [bt_id, *src]
             if tags is not None:
                 src, tgt = tag_ids(src, tgt, tags[batch[DIRECTION][row]], placement)
             for column in indices:
