@@ -886,8 +886,7 @@ def clean_rules(value: Any, key: str = "data.clean") -> tuple[str, ...]:
 
 def validate_corpora(d: Any) -> None:
     """data.corpora (each entry's kind, files, weight and rules) and data.clean with its thresholds."""
-    why = "data.streaming=true reads the corpus as it trains and does not clean it; set data.clean=none"
-    _check(not (clean_rules(d.clean) and d.streaming), "data.clean", d.clean, why)
+    clean_rules(d.clean)
     c = d.clean_settings
     for key in ("max_chars", "max_words", "min_letters", "report_samples"):
         _check(getattr(c, key) >= 0, f"data.clean_settings.{key}", getattr(c, key), "must be >= 0")

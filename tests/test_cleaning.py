@@ -7,10 +7,11 @@ import functools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from seq2seq.config import CLEAN_RULES, CleanSettings, CorpusConfig, DataConfig, UserError, clean_rules
-from seq2seq.data.cleaning import Cleaner, CleaningReport, normalised, summary
+from seq2seq.data.cleaning import Cleaner, CleaningReport, SeenHashes, normalised, summary
 from seq2seq.data.language_id import identifier
 from seq2seq.data.pipeline import prepare_data
 
@@ -198,3 +199,14 @@ def test_a_corpus_s_own_rules_replace_data_clean(tmp_path):
     assert data.cleaning["streams"]["mine"]["kept"] == 20
     assert data.cleaning["streams"]["crawl"]["kept"] == 10
     assert data.cleaning["streams"]["crawl"]["dropped"]["duplicate"] == 10
+
+
+def test_seen_hashes_answer_as_a_set_does_across_merges():
+    rng = np.random.default_rng(0)
+    keys = [int(k) for k in rng.integers(0, 2**63, size=300, dtype=np.uint64)]
+    keys += keys[:100] + [2**64 - 1, 0, 2**64 - 1]  # repeats, after merges; the ends of the range
+    seen, expected = SeenHashes(buffer=16), set()
+    for key in keys:
+        assert seen.seen_or_add(key) == (key in expected)
+        expected.add(key)
+    assert len(seen) == len(expected) and len(seen.merged) > 0

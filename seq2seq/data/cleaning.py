@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from seq2seq.config import CLEAN_RULES, UserError
 
 URL_OR_MARKUP = re.compile(
@@ -40,6 +42,34 @@ def normalised(text: str) -> str:
 
 def pair_hash(*parts: str) -> int:
     return int.from_bytes(hashlib.blake2b("\t".join(parts).encode(), digest_size=8).digest(), "little")
+
+
+class SeenHashes:
+    """The 8-byte hashes of the pairs kept so far, at 8 bytes each in a sorted numpy array, and the
+    newest in a Python set until `buffer` of them are merged into it: a set alone costs about nine
+    times as much a hash (docs/corpora.md gives the memory)."""
+
+    def __init__(self, buffer: int = 1 << 20) -> None:
+        self.merged = np.zeros(0, dtype=np.uint64)
+        self.recent: set[int] = set()
+        self.buffer = buffer
+
+    def __len__(self) -> int:
+        return len(self.merged) + len(self.recent)
+
+    def seen_or_add(self, key: int) -> bool:
+        """True when `key` was added before; else adds it and returns False."""
+        if key in self.recent:
+            return True
+        if len(self.merged):
+            index = int(np.searchsorted(self.merged, np.uint64(key)))
+            if index < len(self.merged) and int(self.merged[index]) == key:
+                return True
+        self.recent.add(key)
+        if len(self.recent) >= self.buffer:
+            self.merged = np.union1d(self.merged, np.fromiter(self.recent, dtype=np.uint64, count=len(self.recent)))
+            self.recent = set()
+        return False
 
 
 def has_non_printing(text: str) -> bool:
@@ -140,8 +170,8 @@ class Cleaner:
                 f"data.clean: the language rule knows none of {src_lang}, {tgt_lang} (py3langid's codes, e.g. en, de)"
             )
         self.report = report.stream(label, rules)
-        self.seen: set[int] = set()  # exact pairs kept so far, by hash
-        self.seen_normalised: set[int] = set()
+        self.seen = SeenHashes()  # exact pairs kept so far, by hash
+        self.seen_normalised = SeenHashes()
         self.checks = [(rule, getattr(self, f"_{rule}")) for rule in CLEAN_RULES if rule in rules]
 
     def keep(self, src: str, tgt: str) -> bool:
@@ -207,17 +237,10 @@ class Cleaner:
         return matcher.real_quick_ratio() >= limit and matcher.quick_ratio() >= limit and matcher.ratio() >= limit
 
     def _duplicate(self, src: str, tgt: str) -> bool:
-        return self._seen_before(self.seen, pair_hash(src, tgt))
+        return self.seen.seen_or_add(pair_hash(src, tgt))
 
     def _near_duplicate(self, src: str, tgt: str) -> bool:
-        return self._seen_before(self.seen_normalised, pair_hash(normalised(src), normalised(tgt)))
-
-    @staticmethod
-    def _seen_before(seen: set[int], key: int) -> bool:
-        if key in seen:
-            return True
-        seen.add(key)
-        return False
+        return self.seen_normalised.seen_or_add(pair_hash(normalised(src), normalised(tgt)))
 
     def _language(self, src: str, tgt: str) -> bool:
         known = self.identifier.nb_classes
