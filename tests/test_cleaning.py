@@ -210,3 +210,19 @@ def test_seen_hashes_answer_as_a_set_does_across_merges():
         assert seen.seen_or_add(key) == (key in expected)
         expected.add(key)
     assert len(seen) == len(expected) and len(seen.merged) > 0
+
+
+@pytest.mark.slow  # a training run
+def test_a_run_keeps_its_cleaning_report_and_overwrite_takes_it_back(tmp_path):
+    from conftest import TINY_TRAIN, compose_config
+
+    from seq2seq.train.run import train
+    from seq2seq.train.run_outputs import clear_earlier_run
+
+    overrides = [*TINY_TRAIN, "max_steps=2", "data.clean=[duplicate,few_letters]", f"data.cache_dir={tmp_path / 'c'}"]
+    train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    report = json.loads((tmp_path / "run" / "cleaning.json").read_text())
+    cached = json.loads(next((tmp_path / "c").glob("*/cleaning.json")).read_text())
+    assert report == cached and report["streams"]["train"]["read"] == 400
+    assert "cleaning.json" in clear_earlier_run(tmp_path / "run")  # overwrite=true: the earlier run's, removed
+    assert not (tmp_path / "run" / "cleaning.json").exists()
