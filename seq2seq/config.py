@@ -82,6 +82,50 @@ class ModelConfig:
 
 
 @dataclass
+class CorpusConfig:
+    """One training corpus of data.corpora: its own reader and files, and how often it is shown."""
+
+    name: str = setting("", "what the log and the cleaning report call it; unique within data.corpora")
+    kind: str = setting("parallel_files", "parallel_files | tsv | jsonl | multi30k | hub (as data.kind)")
+    weight: float = setting(
+        1.0, "> 0: each pair is shown this many times an epoch (a fraction: a fresh fixed-seed sample each epoch)"
+    )
+    clean: Any = setting(None, "this corpus's rules: default | none | [rule, ...]; null: data.clean's")
+    tag: bool = setting(
+        False, "back-translated: its sources start with <BT>, a token no real source (nor translation) has"
+    )
+    train_src: str | None = setting(None, "parallel_files: the source file ({src}/{tgt} with data.directions)")
+    train_tgt: str | None = None
+    train: str | None = setting(None, "tsv or jsonl: the file")
+    src_key: str = "src"
+    tgt_key: str = "tgt"
+    dir: str | None = setting(None, "multi30k: the folder whose train.<lang> files are read")
+    hub_name: str | None = None
+    hub_subset: str | None = None
+
+
+@dataclass
+class CleanSettings:
+    """The thresholds of data.clean's rules (docs/corpora.md, "Cleaning")."""
+
+    min_chars: int = setting(1, "length: fewer characters on a side (spaces excluded) drop the pair")
+    max_chars: int = setting(1000, "length: more characters on a side drop the pair")
+    max_words: int = setting(250, "length: more whitespace-separated words on a side drop the pair")
+    max_char_ratio: float = setting(3.0, "length_ratio: longer side / shorter side, in characters")
+    max_word_ratio: float = setting(3.0, "length_ratio: the same in words")
+    ratio_min_chars: int = setting(15, "length_ratio: judged only where the longer side has this many characters")
+    max_similarity: float = setting(0.9, "identical: source and target this alike (difflib ratio, normalised) drop")
+    min_letters: int = setting(2, "few_letters: fewer letters on a side drop the pair")
+    max_symbol_share: float = setting(0.5, "mostly_symbols: a larger share of digits/punctuation/symbols drops it")
+    language_min_chars: int = setting(20, "language: a side shorter than this is not judged (too short to tell)")
+    languages: list[str] = field(
+        default_factory=list,
+        metadata={"help": "language: other codes the identifier may answer besides the run's own (e.g. [fr, es])"},
+    )
+    report_samples: int = setting(5, "dropped pairs per rule and corpus kept in cleaning.json")
+
+
+@dataclass
 class DataConfig:
     kind: str = setting("builtin", "builtin | multi30k | parallel_files | tsv | jsonl | hub")
     src_lang: str = setting("src", "language codes; file suffixes for multi30k")
@@ -140,6 +184,16 @@ class DataConfig:
     streaming: bool = False
     stream_buffer_pairs: int = setting(100_000, "pairs tokenized, length-sorted and shuffled together")
     stream_tokenizer_pairs: int = setting(1_000_000, "the first N training pairs train the tokenizer")
+    # Several training corpora, each its own reader and weight (docs/corpora.md); validation and test
+    # stay data.kind's. null or []: data.kind's training split alone, as before the key existed.
+    corpora: list[CorpusConfig] | None = field(
+        default=None,
+        metadata={"help": "training corpora [{name, kind, weight, files...}]; null: data.kind's train split"},
+    )
+    clean: Any = setting(
+        "none", "training pairs' cleaning rules: default (all) | none | [rule, ...] (docs/corpora.md); never valid/test"
+    )
+    clean_settings: CleanSettings = field(default_factory=CleanSettings)
 
 
 @dataclass
@@ -494,6 +548,17 @@ def as_dict(cfg: Any) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def data_config(settings: dict[str, Any]) -> DataConfig:
+    """A DataConfig from a plain dict (`as_dict`'s, or a checkpoint's config["data"]), its nested
+    corpora and clean_settings rebuilt as dataclasses; keys a newer version added keep their defaults."""
+    settings = dict(settings)
+    if isinstance(settings.get("clean_settings"), dict):
+        settings["clean_settings"] = CleanSettings(**settings["clean_settings"])
+    if settings.get("corpora"):
+        settings["corpora"] = [c if isinstance(c, CorpusConfig) else CorpusConfig(**c) for c in settings["corpora"]]
+    return DataConfig(**settings)
+
+
 def register_configs() -> None:
     from hydra.core.config_store import ConfigStore  # here: seq2seq-translate mostly runs without Hydra
 
@@ -645,12 +710,17 @@ def validate_train(cfg: Any) -> None:
     if d.kind == "multi30k":
         why = "multi30k needs the folder of its files (python scripts/get_multi30k.py <folder> fetches them)"
         _check(d.dir is not None, "data.dir", d.dir, why)
+    # With data.corpora the training pairs come from them; data.kind's files give validation and test.
+    train_keys = () if d.corpora else ("train_src", "train_tgt", "train")
     if d.kind == "parallel_files":
         for key in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
-            _check(getattr(d, key) is not None, f"data.{key}", None, "parallel_files needs it")
+            if key.startswith("valid") or key in train_keys:
+                _check(getattr(d, key) is not None, f"data.{key}", None, "parallel_files needs it")
     if d.kind in ("tsv", "jsonl"):
         for key in ("train", "valid"):
-            _check(getattr(d, key) is not None, f"data.{key}", None, f"{d.kind} needs it")
+            if key == "valid" or key in train_keys:
+                _check(getattr(d, key) is not None, f"data.{key}", None, f"{d.kind} needs it")
+    validate_corpora(d)
     if d.kind == "hub":
         _check(d.hub_name is not None, "data.hub_name", None, "hub needs a dataset name")
     _check(
@@ -775,6 +845,75 @@ def validate_directions(d: Any) -> None:
     if pairs:
         _check(not d.streaming, "data.streaming", True, "reads one direction; set it false with data.directions")
         _check(d.kind != "builtin", "data.kind", d.kind, "the built-in task has one direction: unset data.directions")
+
+
+# data.clean's rules, in the order a pair meets them (seq2seq/data/cleaning.py): the first that matches
+# is the one a dropped pair is counted under; `default` is all of them.
+CLEAN_RULES = (
+    "control_chars",
+    "length",
+    "length_ratio",
+    "few_letters",
+    "mostly_symbols",
+    "markup",
+    "identical",
+    "duplicate",
+    "near_duplicate",
+    "language",
+)
+CORPUS_KINDS = ("parallel_files", "tsv", "jsonl", "multi30k", "hub")
+# What each kind of corpus must name, in data.corpora.
+CORPUS_FILES = {
+    "parallel_files": ("train_src", "train_tgt"),
+    "tsv": ("train",),
+    "jsonl": ("train",),
+    "multi30k": ("dir",),
+    "hub": ("hub_name",),
+}
+
+
+def clean_rules(value: Any, key: str = "data.clean") -> tuple[str, ...]:
+    """data.clean (or a corpus's clean) as the rules it names, in CLEAN_RULES' order: default is all,
+    none is none; an unknown name is a one-line error naming `key`."""
+    if isinstance(value, str):
+        _choice(key, value, ("default", "none"))
+        return CLEAN_RULES if value == "default" else ()
+    names = [str(name) for name in value]
+    unknown = [name for name in names if name not in CLEAN_RULES]
+    _check(not unknown, key, names, f"{', '.join(unknown)}: not a rule; the rules: {', '.join(CLEAN_RULES)}")
+    return tuple(rule for rule in CLEAN_RULES if rule in names)
+
+
+def validate_corpora(d: Any) -> None:
+    """data.corpora (each entry's kind, files, weight and rules) and data.clean with its thresholds."""
+    clean_rules(d.clean)
+    c = d.clean_settings
+    for key in ("max_chars", "max_words", "min_letters", "report_samples"):
+        _check(getattr(c, key) >= 0, f"data.clean_settings.{key}", getattr(c, key), "must be >= 0")
+    for key in ("max_char_ratio", "max_word_ratio"):
+        _check(getattr(c, key) >= 1.0, f"data.clean_settings.{key}", getattr(c, key), "must be at least 1")
+    for key in ("max_similarity", "max_symbol_share"):
+        _check(0.0 <= getattr(c, key) <= 1.0, f"data.clean_settings.{key}", getattr(c, key), "must be in [0, 1]")
+    corpora = list(d.corpora or [])
+    if not corpora:
+        return
+    _check(not d.streaming, "data.streaming", True, "reads data.kind's one corpus; set it false with data.corpora")
+    _check(d.kind != "builtin", "data.kind", d.kind, "the built-in task is generated: it takes no data.corpora")
+    for key in ("train_src", "train_tgt", "train"):
+        why = "data.corpora lists the training pairs: move this file into it, or unset it"
+        _check(getattr(d, key) is None, f"data.{key}", getattr(d, key), why)
+    names = [corpus.name for corpus in corpora]
+    for index, corpus in enumerate(corpora):
+        where = f"data.corpora[{index}]"
+        _check(bool(corpus.name), f"{where}.name", corpus.name, "every corpus needs a name (the log and report's)")
+        _check(corpus.name not in names[:index], f"{where}.name", corpus.name, "names must be unique")
+        _choice(f"{where}.kind", corpus.kind, CORPUS_KINDS)
+        why = "must be positive and finite (each pair's showings per epoch)"
+        _check(corpus.weight > 0 and _finite(corpus.weight), f"{where}.weight", corpus.weight, why)
+        for key in CORPUS_FILES[corpus.kind]:
+            _check(getattr(corpus, key) is not None, f"{where}.{key}", None, f"kind={corpus.kind} needs it")
+        if corpus.clean is not None:
+            clean_rules(corpus.clean, f"{where}.clean")
 
 
 def check_weights_source(resume: str | None, init_from: str | None) -> None:

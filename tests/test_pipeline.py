@@ -15,6 +15,7 @@ import datasets
 import numpy as np
 import pytest
 
+import seq2seq.data.corpora as corpora
 import seq2seq.data.pipeline as pipeline
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.pipeline import FilterStats, PreparedData, cache_key, prepare_data
@@ -183,7 +184,8 @@ def count_reads(monkeypatch) -> list[int]:
         calls.append(split == "train")
         return real(cfg, split)
 
-    monkeypatch.setattr(pipeline, "iter_split", counting)
+    monkeypatch.setattr(pipeline, "iter_split", counting)  # valid and test
+    monkeypatch.setattr(corpora, "iter_split", counting)  # the training streams
     return calls
 
 

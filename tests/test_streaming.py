@@ -184,3 +184,33 @@ def test_epochs_done_counts_the_epoch_at_its_last_update(prepared) -> None:
     assert batches.epochs_done(1, 1) == 1  # asking again does not lose the peeked line
     batches.next_update(1, 0, 1)
     assert (batches.epoch, batches.epochs_done(1, 1)) == (2, 1)
+
+
+def test_a_cleaned_stream_drops_the_duplicates_each_epoch_and_resumes_alike(tmp_path: Path) -> None:
+    cfg = write_corpus(tmp_path)
+    cfg.clean = ["duplicate"]
+    data = prepare_data(cfg)
+    sources = Path(cfg.train_src).read_text().splitlines()
+    targets = Path(cfg.train_tgt).read_text().splitlines()
+    firsts = list(dict.fromkeys(zip(sources, targets, strict=True)))  # each distinct pair once, in order
+    assert len(firsts) < PAIRS  # the corpus repeats some short pairs
+    encoded = data.tokenizers.encode_src([s for s, _ in firsts]), data.tokenizers.encode_tgt([t for _, t in firsts])
+    kept = zip(*encoded, strict=True)
+    expected = Counter((tuple(s), tuple(t)) for s, t in kept if len(s) <= cfg.max_tokens and len(t) <= cfg.max_tokens)
+    batches = stream(cfg, data.tokenizers)
+    assert one_epoch([batches]) == expected
+    again = stream(cfg, data.tokenizers)
+    again.load_state_dict({**again.state_dict(), "epoch": 2, "buffer": 0, "position": 0})
+    second: Counter = Counter()
+    while True:  # the next epoch alike: its hashes start afresh
+        update = again.next_update(1, 0, 1)
+        if again.epoch == 3:
+            break
+        second.update(row for batch in update for row in rows(batch))
+    assert second == expected
+    first = stream(cfg, data.tokenizers)
+    for _ in range(4):
+        first.next_update(1, 0, 1)
+    resumed = stream(cfg, data.tokenizers)
+    resumed.load_state_dict(first.state_dict())
+    assert [rows(b) for b in resumed.next_update(1, 0, 1)] == [rows(b) for b in first.next_update(1, 0, 1)]

@@ -8,6 +8,7 @@
     <run>/ctranslate2/   its CTranslate2 export, with the tokenizer
     <run>/tb/            TensorBoard's event files
     <run>/tokenizer.json (or tokenizer.src.json + tokenizer.tgt.json, or SentencePiece's files)
+    <run>/cleaning.json  data.clean's report: each rule's drops per corpus, with samples
     <run>/.seq2seq-run   the marker every run writes as it takes the directory
     <run>/.lock          one run per directory (seq2seq/train/lock.py)
     <run>/.hydra/, <run>/train.log   Hydra's: never removed by a run
@@ -32,6 +33,7 @@ DASHBOARD_DIR = "tb"
 RUN_MARKER = ".seq2seq-run"  # written by every run as it takes its directory (train())
 MARKER_TEXT = "a seq2seq-train run directory: overwrite=true removes only the files such a run writes\n"
 LOCK_FILE = ".lock"
+CLEANING_REPORT = "cleaning.json"  # data.clean's report, copied from the data cache
 # Every file a tokenizer of this project may be saved as (one layout or another), in a run directory
 # and in its exports.
 TOKENIZER_FILES = (JOINT_FILE, SRC_FILE, TGT_FILE, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB)
@@ -96,6 +98,10 @@ class RunDir:
     @property
     def lock(self) -> Path:
         return self.root / LOCK_FILE
+
+    @property
+    def cleaning_report(self) -> Path:
+        return self.root / CLEANING_REPORT
 
     def checkpoint(self, name: str) -> Path:
         """checkpoints/<name>.pt: name is best, last, averaged or a `step_name`."""

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from seq2seq.config import UserError
+from seq2seq.data.corpus_weights import weighted_direction_counts, weighted_rows
 from seq2seq.data.direction_sampling import direction_shares, epoch_rows
 from seq2seq.data.pipeline import Split
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -180,21 +181,28 @@ class EpochBatches:
         self.max_positions = max_positions
         self.src_len, self.tgt_len = split.src.lengths(), split.tgt.lengths()
         # A multilingual split: each epoch gives each direction its temperature share (direction_sampling).
+        # ... of the rows data.corpora's weights make (corpus_weights): the temperature acts on top of them.
         self.shares = None
         if split.directions is not None and split.sampling_temperature is not None:
-            counts = np.bincount(split.directions, minlength=len(split.direction_names)).tolist()
-            self.shares = direction_shares(counts, split.sampling_temperature)
+            counts = weighted_direction_counts(
+                split.directions, split.corpora, split.corpus_weights, len(split.direction_names)
+            )
+            self.shares = direction_shares(counts.tolist(), split.sampling_temperature)
         self.epoch = 1
         self.position = 0  # batches of this epoch already consumed
         self._batches = self._epoch_batches(self.epoch)
 
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
-        if self.shares is None:
+        if self.shares is None and self.split.corpora is None:
             return make_batches(self.src_len, self.tgt_len, self.batch_tokens, rng, self.pad_multiple)
-        rows = epoch_rows(self.split.directions, self.shares, rng)
+        rows = np.arange(len(self.split))
+        if self.split.corpora is not None:
+            rows = weighted_rows(self.split.corpora, self.split.corpus_weights, rng)
+        if self.shares is not None:
+            rows = rows[epoch_rows(self.split.directions[rows], self.shares, rng)]
         batches = make_batches(self.src_len[rows], self.tgt_len[rows], self.batch_tokens, rng, self.pad_multiple)
-        return [rows[batch] for batch in batches]  # length-sorted across directions: batches mix them
+        return [rows[batch] for batch in batches]  # length-sorted across directions and corpora: batches mix them
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -225,6 +233,8 @@ class EpochBatches:
         if self.shares is not None:  # what the position counts in, besides seed and batch_tokens
             state["directions"] = list(self.split.direction_names)
             state["sampling_temperature"] = self.split.sampling_temperature
+        if self.split.corpora is not None:
+            state["corpora"] = dict(zip(self.split.corpus_names, self.split.corpus_weights, strict=True))
         return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
@@ -232,6 +242,12 @@ class EpochBatches:
             raise UserError("this checkpoint was trained with data.streaming=true; resume with it")
         check_same_stream(state, self.batch_tokens, self.seed)
         self._check_same_directions(state)
+        now = dict(zip(self.split.corpus_names, self.split.corpus_weights, strict=True)) or None
+        if state.get("corpora") != now:
+            raise UserError(
+                f"resume: data.corpora's names and weights {now} differ from the checkpoint's {state.get('corpora')}, "
+                "which its data position counts in; keep them, or start a new run with init_from=<checkpoint>"
+            )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = self._epoch_batches(self.epoch)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from seq2seq.config import DataConfig, UserError, as_dict, parse_direction
+from seq2seq.config import DataConfig, UserError, as_dict, data_config, parse_direction
 
 SOURCE_PREFIX, DECODER_START, BOTH = "source_prefix", "decoder_start", "both"
 SOURCE_TAGGED, TARGET_TAGGED = (SOURCE_PREFIX, BOTH), (DECODER_START, BOTH)
@@ -90,7 +90,7 @@ def direction_config(cfg: Any, direction: Direction) -> DataConfig:
     for key in PATH_KEYS.get(settings["kind"], ()):
         if isinstance(settings[key], str):
             settings[key] = settings[key].replace("{src}", direction.src).replace("{tgt}", direction.tgt)
-    return DataConfig(**settings)
+    return data_config(settings)
 
 
 def check_readable_per_direction(cfg: Any) -> None:
@@ -159,7 +159,7 @@ def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
     tokenizers; None for a single-direction run. Each tag must be one entry of the vocabulary it goes
     into: a tokenizer without one is not this run's (or predates data.directions)."""
     if isinstance(cfg, dict):
-        cfg = DataConfig(**cfg)
+        cfg = data_config(cfg)
     if not is_multilingual(cfg):
         return None
     places = ((tokenizers.tgt, TARGET_TAGGED), (tokenizers.src, SOURCE_TAGGED))

@@ -12,21 +12,17 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from seq2seq.config import UserError
+from seq2seq.data.corpora import CORPUS, DIRECTION, training_streams
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs
 from seq2seq.data.directions import (
     SOURCE_TAGGED,
     TARGET_TAGGED,
-    Direction,
     configured_directions,
     direction_config,
     language_tags,
 )
-
-DIRECTION = "direction"  # the column of a pair's direction index
-DIRECTED_TEXT_SCHEMA = pa.schema([("src_text", pa.string()), ("tgt_text", pa.string()), (DIRECTION, pa.int16())])
 
 
 def iter_directed_pairs(cfg: Any, split: str, counts: dict[str, int]) -> Iterator[tuple[str, str, int]]:
@@ -75,38 +71,45 @@ def require_every_direction(cfg: Any, split: str, counts: dict[str, int]) -> Non
             raise UserError(f"data.directions={direction.name}: {err}") from err
 
 
-def side_source(cfg: Any, direction: Direction, side: str) -> tuple:
-    """Where one side of a direction's training text comes from: the tokenizer learns each source once
-    (Multi30k's train.en serves en-de, en-fr and en-cs: three copies would weigh English three times)."""
-    lang = direction.src if side == "src" else direction.tgt
-    one = direction_config(cfg, direction)
-    if cfg.kind == "multi30k":
-        return ("multi30k", lang)
-    if cfg.kind == "parallel_files":
+def side_source(one: Any, side: str) -> tuple:
+    """Where one side of a stream's training text comes from (`one`: its single-direction, single-corpus
+    config): the tokenizer learns each source once (Multi30k's train.en serves en-de, en-fr and en-cs:
+    three copies would weigh English three times)."""
+    lang = one.src_lang if side == "src" else one.tgt_lang
+    if one.kind == "multi30k":
+        return ("multi30k", one.dir, lang)
+    if one.kind == "parallel_files":
         return ("file", one.train_src if side == "src" else one.train_tgt)
-    if cfg.kind == "jsonl":
+    if one.kind == "jsonl":
         return ("jsonl", one.train, one.src_key if side == "src" else one.tgt_key)
-    if cfg.kind == "tsv":
+    if one.kind == "tsv":
         return ("tsv", one.train, side)
-    return (cfg.kind, one.hub_name, one.hub_subset, lang)
+    return (one.kind, one.hub_name, one.hub_subset, lang)
 
 
 def tokenizer_texts(cfg: Any, raw: Any, batch_rows: int) -> tuple[Iterator[str], Iterator[str]]:
     """The source and target texts the tokenizer learns from: of the raw training pairs `raw` (a
-    datasets.Dataset with a direction column), each side whose source was not already given by an
-    earlier direction."""
+    datasets.Dataset with a direction column, and a corpus column with data.corpora), each side whose
+    source was not already given by an earlier stream (a corpus in a direction)."""
+    corpora = max(len(cfg.corpora or ()), 1)
     seen: set[tuple] = set()
-    keep = {"src": [], "tgt": []}
-    for direction in configured_directions(cfg):
+    keep = {"src": {}, "tgt": {}}
+    for stream in training_streams(cfg):
+        direction, corpus = stream.extra[0], (stream.extra[1] if len(stream.extra) > 1 else 0)
         for side in ("src", "tgt"):
-            source = side_source(cfg, direction, side)
-            keep[side].append(source not in seen)
+            source = side_source(stream.cfg, side)
+            keep[side][direction * corpora + corpus] = source not in seen
             seen.add(source)
 
     def texts(side: str) -> Iterator[str]:
-        wanted = np.asarray(keep[side])
+        wanted = np.zeros(len(configured_directions(cfg)) * corpora, dtype=bool)
+        for code, take in keep[side].items():
+            wanted[code] = take
         for batch in raw.iter(batch_size=batch_rows):
-            chosen = wanted[np.asarray(batch[DIRECTION], dtype=np.int64)]
+            codes = np.asarray(batch[DIRECTION], dtype=np.int64) * corpora
+            if CORPUS in batch:
+                codes += np.asarray(batch[CORPUS], dtype=np.int64)
+            chosen = wanted[codes]
             yield from (text for text, take in zip(batch[f"{side}_text"], chosen, strict=True) if take)
 
     return texts("src"), texts("tgt")

@@ -29,11 +29,26 @@ import pyarrow as pa
 
 from seq2seq.config import DataConfig, UserError, as_dict
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
+from seq2seq.data.cleaning import CleaningReport
+from seq2seq.data.cleaning import summary as cleaning_summary
+from seq2seq.data.corpora import (
+    BACK_TRANSLATION_TAG,
+    CORPUS,
+    corpus_names,
+    corpus_tags,
+    corpus_weights,
+    has_corpora,
+    iter_training_rows,
+    tagged_corpora,
+    text_schema,
+    training_sources,
+    training_streams,
+)
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
+from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
 from seq2seq.data.directions import LanguageTags, check_readable_per_direction, is_multilingual, tag_tokens
 from seq2seq.data.multilingual import (
-    DIRECTED_TEXT_SCHEMA,
     DIRECTION,
     attach_directions,
     directed_sources,
@@ -54,6 +69,7 @@ if TYPE_CHECKING:
     import datasets  # imported where a cache is built: start-up time that a cached run does not need
 
 log = logging.getLogger(__name__)
+CLEANING_FILE = "cleaning.json"  # data.clean's report, in the cache and copied into the run
 CACHE_VERSION = 4  # bump when the cached layout, tokenization or filtering changes (4: blank sides, TSV columns)
 
 
@@ -101,6 +117,10 @@ class Split:
     # data.lang_tag=decoder_start or both: each target's first id is its tag (given, not predicted)
     target_tag: bool = False
     sampling_temperature: float | None = None  # the training split's data.sampling_temperature
+    # data.corpora: each row's corpus (an index into corpus_names), shown corpus_weights times an epoch
+    corpora: np.ndarray | None = None
+    corpus_names: tuple[str, ...] = ()
+    corpus_weights: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.src)
@@ -116,7 +136,7 @@ class Split:
 class FilterStats:
     """What became of the training pairs: read, kept, and dropped by the reason `keep_pair` gives."""
 
-    train_pairs: int  # read from the corpus
+    train_pairs: int  # read from the corpus (after data.clean, whose report counts its drops)
     dropped_empty: int
     dropped_too_long: int
     dropped_length_ratio: int
@@ -138,6 +158,7 @@ class PreparedData:
     stats: FilterStats | StreamingStats  # StreamingStats with data.streaming
     languages: LanguageTags | None = None  # data.directions: the tags and where they go
     corpus: list[dict[str, Any]] = field(default_factory=list)  # the files read (corpus_files); checkpoints record them
+    cleaning: dict[str, Any] | None = None  # data.clean's report (cleaning.json), when a rule ran
 
 
 def corpus_files(cfg: DataConfig) -> list[dict[str, Any]]:
@@ -145,6 +166,8 @@ def corpus_files(cfg: DataConfig) -> list[dict[str, Any]]:
     a file that cannot be read. The cache key hashes them; a checkpoint records them, so that a resume
     trains on the corpus its run started with (seq2seq.train.resume)."""
     sources = directed_sources(cfg) if is_multilingual(cfg) else corpus_sources(cfg)
+    if has_corpora(cfg):
+        sources += [name for name in training_sources(cfg) if name not in sources]
     found = []
     for name in sources:
         path = Path(name).resolve()
@@ -162,6 +185,11 @@ def cache_key(cfg: DataConfig, pretrained: Path | None = None, files: list[dict[
     unkeyed = ("cache_dir", "stream_buffer_pairs", "sampling_temperature")
     if not is_multilingual(cfg):
         unkeyed += ("directions", "lang_tag")
+    # ... and a run without data.corpora or cleaning the key it had before they existed
+    if not has_corpora(cfg):
+        unkeyed += ("corpora",)
+    if not any(stream.rules for stream in training_streams(cfg)):
+        unkeyed += ("clean", "clean_settings")
     settings = {k: v for k, v in as_dict(cfg).items() if k not in unkeyed}
     if cfg.tokenizer != "sentencepiece":  # a byte-level run's cache keeps the key it had before the key existed
         del settings["sentencepiece_type"]
@@ -284,7 +312,7 @@ def train_tokenizers(
 ) -> Tokenizers | SentencePieceTokenizers:
     """The tokenizers `cfg` asks for (its kind, size, joint or not, the language tags of its
     directions), trained on the texts; a SentencePiece model's files are written into `directory`."""
-    tags = tag_tokens(cfg)  # none for one direction
+    tags = tag_tokens(cfg) + corpus_tags(cfg)  # none for one direction of untagged corpora
     if cfg.tokenizer == "sentencepiece":
         return train_sentencepiece(
             src_texts, tgt_texts, cfg.sentencepiece_type, cfg.vocab_size, cfg.joint_vocab, directory, tags=tags
@@ -304,28 +332,33 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
     max_tokens, max_ratio = int(cfg.max_tokens), float(cfg.max_length_ratio)
     tags = direction_tag_ids(cfg, tokenizers) if is_multilingual(cfg) else None
     placement = str(cfg.lang_tag)
+    indices = [column for column in (DIRECTION, CORPUS) if column in raw.column_names]  # carried through
+    tagged = set(tagged_corpora(cfg))
+    bt_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if tagged else None
+    if tagged and bt_id is None:  # a pretrained model's tokenizer, which the tag cannot join
+        raise UserError(f"data.corpora: tag=true needs {BACK_TRANSLATION_TAG} in the source vocabulary, which has none")
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-        kept: dict[str, list[list[int]]] = {"src_ids": [], "tgt_ids": []}
-        if tags is not None:
-            kept[DIRECTION] = []
+        kept: dict[str, list] = {"src_ids": [], "tgt_ids": [], **{column: [] for column in indices}}
         pairs = zip(tokenizers.encode_src(batch["src_text"]), tokenizers.encode_tgt(batch["tgt_text"]), strict=True)
         for row, (src, tgt) in enumerate(pairs):
             reason = keep_pair(len(src), len(tgt), max_tokens, max_ratio)
             if reason:
                 dropped[reason] += 1
                 continue
+            if tagged and batch[CORPUS][row] in tagged:  # after the language tag, which leads as at translation
+                src = [bt_id, *src]
             if tags is not None:
-                direction = batch[DIRECTION][row]
-                src, tgt = tag_ids(src, tgt, tags[direction], placement)
-                kept[DIRECTION].append(direction)
+                src, tgt = tag_ids(src, tgt, tags[batch[DIRECTION][row]], placement)
+            for column in indices:
+                kept[column].append(batch[column][row])
             kept["src_ids"].append(src)
             kept["tgt_ids"].append(tgt)
         return kept
 
     features = _token_features()
-    if tags is not None:
-        features[DIRECTION] = datasets.Value("int16")
+    for column in indices:
+        features[column] = datasets.Value("int16")
     tokens = raw.map(
         encode,
         batched=True,
@@ -350,17 +383,16 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
         multilingual = is_multilingual(cfg)
         if multilingual:
             check_readable_per_direction(cfg)
-            read: dict[str, int] = {}
-            directed = drop_by_text(iter_directed_pairs(cfg, "train", read), cfg.max_tokens, early)
-            written = _write_text(directed, staging / "work" / "raw.arrow", DIRECTED_TEXT_SCHEMA)
+        read: dict[str, int] = {}
+        cleaning = CleaningReport()
+        train_pairs = drop_by_text(iter_training_rows(cfg, read, cleaning), cfg.max_tokens, early)
+        # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
+        if cfg.streaming:
+            train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
+        written = _write_text(train_pairs, staging / "work" / "raw.arrow", text_schema(cfg))
+        if multilingual:
             require_every_direction(cfg, "train", read)
-        else:
-            train_pairs = drop_by_text(iter_split(cfg, "train"), cfg.max_tokens, early)
-            # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
-            if cfg.streaming:
-                train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
-            written = _write_text(train_pairs, staging / "work" / "raw.arrow")
-        pairs = written + sum(early.values())
+        pairs = written + sum(early.values())  # after data.clean: its drops are in its report
         require_pairs(cfg, "train", pairs)
         if written == 0:
             raise UserError(f"no training pair survives filtering (data.max_tokens={cfg.max_tokens})")
@@ -403,6 +435,8 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
             train.save_to_disk(str(staging / "train"))
         _tokenize(tokenizers, *valid, tagging).save_to_disk(str(staging / "valid"))
         (staging / "stats.json").write_text(json.dumps(_stats_record(stats)))
+        if any(stream.rules for stream in cleaning.streams.values()):
+            cleaning.write(staging / CLEANING_FILE)
         del raw, train
         shutil.rmtree(staging / "work")
         # Publish whole or not at all: a crash mid-build leaves only a staging directory.
@@ -459,11 +493,27 @@ def prepare_data(
     barrier()
     data = _load(target)
     data.corpus = files
+    if has_corpora(cfg) and data.train is not None:
+        data.train.corpus_names, data.train.corpus_weights = corpus_names(cfg), corpus_weights(cfg)
+        if is_main:
+            log.info("corpora: %s", describe_corpora(data.train))
     if is_multilingual(cfg):
         attach_directions(data, cfg)
         if is_main:
             log.info("directions: %s", describe_directions(data.train, cfg.sampling_temperature))
+    if is_main and data.cleaning is not None:
+        log.info("cleaning (data.clean): %s", cleaning_summary(data.cleaning))
     return data
+
+
+def describe_corpora(train: Split) -> str:
+    """Each corpus's training pairs, its weight, and the pairs (and share) of an epoch it gives, for the log."""
+    kept = np.bincount(train.corpora, minlength=len(train.corpus_names))
+    shown = epoch_counts_by_corpus(kept, train.corpus_weights)
+    return ", ".join(
+        f"{name} {int(pairs):,} pairs x {weight:g} = {int(count):,} an epoch ({count / shown.sum():.1%})"
+        for name, pairs, weight, count in zip(train.corpus_names, kept, train.corpus_weights, shown, strict=True)
+    )
 
 
 def describe_directions(train: Split | None, temperature: float) -> str:
@@ -471,7 +521,8 @@ def describe_directions(train: Split | None, temperature: float) -> str:
     if train is None:
         return ""
     counts = np.bincount(train.directions, minlength=len(train.direction_names)).tolist()
-    shares = direction_shares(counts, temperature)
+    weighted = weighted_direction_counts(train.directions, train.corpora, train.corpus_weights, len(counts))
+    shares = direction_shares(weighted.tolist(), temperature)
     return ", ".join(
         f"{name} {count:,} pairs ({share:.1%} of an epoch)"
         for name, count, share in zip(train.direction_names, counts, shares, strict=True)
@@ -513,7 +564,8 @@ def _load(target: Path) -> PreparedData:
             Split(
                 TokenColumn.from_table(train, "src_ids"),
                 TokenColumn.from_table(train, "tgt_ids"),
-                directions=_directions(train),
+                directions=_index_column(train, DIRECTION),
+                corpora=_index_column(train, CORPUS),
             )
             if train is not None
             else None  # data.streaming: read from the corpus files as training goes
@@ -523,14 +575,15 @@ def _load(target: Path) -> PreparedData:
             TokenColumn.from_table(valid, "tgt_ids"),
             valid.column("src_text").to_pylist(),
             valid.column("tgt_text").to_pylist(),
-            directions=_directions(valid),
+            directions=_index_column(valid, DIRECTION),
         ),
         stats=stats,
+        cleaning=json.loads((target / CLEANING_FILE).read_text()) if (target / CLEANING_FILE).is_file() else None,
     )
 
 
-def _directions(table: pa.Table) -> np.ndarray | None:
-    """Each row's direction index, for a data.directions cache; None for one direction."""
-    if DIRECTION not in table.column_names:
+def _index_column(table: pa.Table, column: str) -> np.ndarray | None:
+    """Each row's direction (or corpus) index, for a data.directions (data.corpora) cache; else None."""
+    if column not in table.column_names:
         return None
-    return table.column(DIRECTION).to_numpy().astype(np.int64)
+    return table.column(column).to_numpy().astype(np.int64)

@@ -3,10 +3,12 @@
 The corpus files are read line by line, `data.stream_buffer_pairs` pairs at a time; each buffer is
 tokenized, filtered and cut into token buckets (sorted by length within the buffer, so padding stays
 low), and its batches are shuffled. Memory holds one buffer, whatever the size of the corpus.
+data.clean's rules drop pairs as they are read, before any buffer: buffers count the pairs kept.
 
 The interface is EpochBatches': `next_update`, `state_dict`, `load_state_dict`, `epoch`. The position
 is (epoch, buffer, batches of the buffer consumed), so a resumed run re-reads the lines of the buffers
-before it (without tokenizing them) and continues with the same batches, for any number of ranks.
+before it (cleaning them again, without tokenizing them) and continues with the same batches, for any
+number of ranks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import numpy as np
 
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
-from seq2seq.data.corpus import iter_split
+from seq2seq.data.cleaning import CleaningReport
+from seq2seq.data.corpora import iter_training_rows
 from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
 from seq2seq.data.tokenizer import BOS_ID, Tokenizers
 
@@ -55,7 +58,8 @@ class StreamingBatches:
     def _start(self, epoch: int, buffer: int) -> None:
         """Opens the corpus for `epoch` and loads buffer number `buffer` (0-based)."""
         self.epoch, self.buffer, self.position = epoch, buffer - 1, 0
-        self._pairs = iter_split(self.cfg, "train")
+        # data.clean's rules on the way, afresh each epoch (the duplicates of this pass, counted anew)
+        self._pairs = iter_training_rows(self.cfg, {}, CleaningReport())
         for _ in range(buffer):  # resuming: skip the lines of the buffers already trained on
             for _pair in islice(self._pairs, self.cfg.stream_buffer_pairs):
                 pass

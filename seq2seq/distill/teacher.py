@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from seq2seq.artifacts.checkpoint import is_checkpoint_file, load_checkpoint
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import RunDir
-from seq2seq.config import DataConfig, UserError, as_dict, validate_directions
+from seq2seq.config import DataConfig, UserError, as_dict, data_config, validate_directions
 from seq2seq.data.directions import Direction, configured_directions, direction_config
 
 # data.* keys that fix what the student reads and writes: they must be the teacher's.
@@ -78,7 +78,7 @@ def corpus_config(teacher: Teacher, overrides: list[str]) -> DataConfig:
                 f"{'tokenizer kind' if 'tokenizer' in key or 'sentencepiece' in key else 'languages'} "
                 "(distil another corpus of the same languages, or train another teacher)"
             )
-    cfg = DataConfig(**as_dict(merged))
+    cfg = data_config(as_dict(merged))
     validate_directions(cfg)
     return cfg
 

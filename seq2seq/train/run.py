@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 import re
 import shlex
@@ -219,6 +220,8 @@ def _build_trainer(
     data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main, pretrained=pretrained)
     if dist.is_main:
         data.tokenizers.save(run_dir)
+        if data.cleaning is not None:  # data.clean's report, beside the run's other records
+            RunDir(run_dir).cleaning_report.write_text(json.dumps(data.cleaning, indent=1, ensure_ascii=False) + "\n")
     if payload is None:  # a resumed run's config holds the recipe it chose
         cfg = choose_recipe(cfg, overrides, data, device, dist, Trainer.clock)
     precision = choose_run_precision(cfg, device, dist)

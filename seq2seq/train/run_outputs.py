@@ -27,6 +27,7 @@ from seq2seq.artifacts.checkpoint import is_checkpoint_file
 from seq2seq.artifacts.path_kind import DECODING_FILE, WEIGHTS_CONFIG, WEIGHTS_FORMAT
 from seq2seq.artifacts.run_dir import (
     CHECKPOINTS_DIR,
+    CLEANING_REPORT,
     CTRANSLATE2_DIR,
     INFERENCE_DIR,
     MARKER_TEXT,
@@ -36,6 +37,8 @@ from seq2seq.artifacts.run_dir import (
     RunDir,
 )
 from seq2seq.config import UserError
+
+TOP_FILES = (*TOKENIZER_FILES, CLEANING_REPORT)  # what a run writes at the top of its directory
 
 
 def is_run_directory(run_dir: Path) -> bool:
@@ -101,7 +104,7 @@ def files_not_a_runs(run_dir: Path, is_run: bool, names: tuple[str, ...] = tuple
             if not own or not is_run:
                 found.append(relative)
     if not is_run:
-        found += [name for name in TOKENIZER_FILES if (run_dir / name).exists() or (run_dir / name).is_symlink()]
+        found += [name for name in TOP_FILES if (run_dir / name).exists() or (run_dir / name).is_symlink()]
     return found
 
 
@@ -137,7 +140,7 @@ def clear_earlier_run(run_dir: Path) -> list[str]:
             removed.append(name)
         if directory.is_dir():
             shutil.rmtree(directory)  # empty now, or only empty directories
-    for name in TOKENIZER_FILES:
+    for name in TOP_FILES:
         if (run_dir / name).is_file():
             (run_dir / name).unlink()
             removed.append(name)

@@ -1,0 +1,138 @@
+"""Monolingual target-language text back-translated into the source by a reverse model: a corpus for
+data.corpora, tagged there (Sennrich et al. 2016; Caswell et al. 2019, "Tagged Back-Translation").
+
+    python scripts/back_translate.py --model runs/de-en --input mono.de --src en --tgt de --out bt/ \\
+        [--sampling] [--beam 5] [--chunk-lines 1000]
+
+writes bt/train.en (the model's translations) and bt/train.de (the monolingual lines as they were,
+one per line), which training reads as one more corpus with a weight and `tag: true`:
+
+    'data.corpora=[..., {name: bt, train_src: bt/train.en, train_tgt: bt/train.de, weight: 1, tag: true}]'
+
+The translations are seq2seq-distill's (seq2seq/distill/translations.py): written a chunk at a time,
+resumed after a kill without translating a finished line again, and cached by the model's weights,
+the lines and the decoding settings, so a second run with the same ones reads them back. --sampling
+draws each translation from the model's distribution (Edunov et al. 2018: better than beam at scale)
+with --seed; the default is beam search. The model must translate --tgt into --src; one that does not
+is refused in one line. Nothing of the user's is rewritten: --out must not hold train.<src> or
+train.<tgt> already (but for this script's own, from the same cache entry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config import UserError
+from seq2seq.data.corpus import read_lines
+from seq2seq.distill.files import write_json
+from seq2seq.distill.teacher import Teacher, read_teacher
+from seq2seq.distill.translations import cache_key, read_translations, translate_cached
+from seq2seq.inference import load
+
+MARK = ".back-translation.json"  # what this script writes beside the pairs: which cache entry made them
+
+
+def model_direction(teacher: Teacher, src: str, tgt: str) -> None:
+    """The reverse model must translate `tgt` into `src`: its training config's languages say."""
+    data = teacher.config["data"]
+    trained = [str(d) for d in data.get("directions") or []] or [f"{data['src_lang']}-{data['tgt_lang']}"]
+    if f"{tgt}-{src}" not in trained:
+        raise UserError(
+            f"--model {teacher.paths[0]}: translates {', '.join(trained)}, not {tgt}-{src}; back-translation "
+            f"of {tgt} text into {src} needs a {tgt}-{src} model"
+        )
+
+
+def decoding(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the cache key holds (and the engine gets)."""
+    if args.sampling:
+        return {"sampling": True, "temperature": args.temperature, "seed": args.seed, "beam": 1}
+    return {"sampling": False, "beam": args.beam, "length_penalty": args.length_penalty}
+
+
+def engine_for(teacher: Teacher, settings: dict[str, Any], args: argparse.Namespace) -> Any:
+    kwargs = {"batch_size": args.batch_size, "threads": args.threads, "device": args.device}
+    if settings["sampling"]:
+        from seq2seq.inference.sampling import SamplingRule  # imports torch
+
+        kwargs.update(sampling=SamplingRule(temperature=settings["temperature"]), seed=settings["seed"], beam=1)
+    else:
+        kwargs.update(beam=settings["beam"], length_penalty=settings["length_penalty"])
+    return load(teacher.paths if len(teacher.paths) > 1 else teacher.paths[0], **kwargs)
+
+
+def check_output(out: Path, names: list[str], key: str) -> None:
+    """Refuses to write over pairs this script did not make from this cache entry."""
+    mark = out / MARK
+    ours = mark.is_file() and json.loads(mark.read_text()).get("key") == key
+    for name in names:
+        if (out / name).exists() and not ours:
+            raise UserError(f"{out / name}: exists and was not written by this back-translation; choose another --out")
+
+
+def back_translate(args: argparse.Namespace) -> dict[str, Any]:
+    teacher = read_teacher(args.model)
+    model_direction(teacher, args.src, args.tgt)
+    targets = read_lines(args.input)
+    if not targets:
+        raise UserError(f"--input {args.input}: no lines to back-translate")
+    settings = decoding(args)
+    key, parts = cache_key(teacher.weights, targets, {**settings, "direction": f"{args.tgt}-{args.src}"})
+    out = Path(args.out)
+    names = [f"train.{args.src}", f"train.{args.tgt}"]
+    check_output(out, names, key)
+    cache = Path(args.cache or Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache/seq2seq")) / "distill")
+    folder = cache / key
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "key.json").is_file():
+        write_json(folder / "key.json", parts)
+    engine = engine_for(teacher, settings, args).with_languages(args.tgt, args.src)
+    progress = translate_cached(engine, targets, folder, args.chunk_lines)
+    sources = [nbest[0] for nbest in read_translations(folder, len(targets))]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / names[0]).write_text("".join(line + "\n" for line in sources), encoding="utf-8")
+    (out / names[1]).write_text("".join(line + "\n" for line in targets), encoding="utf-8")
+    summary = {
+        "key": key,
+        "lines": len(targets),
+        "cache": str(folder),
+        "settings": settings,
+        "seconds": progress.seconds,
+    }
+    (out / MARK).write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="the reverse (tgt -> src) run directory, or checkpoints a,b")
+    parser.add_argument("--input", required=True, help="monolingual --tgt text, one sentence per line")
+    parser.add_argument("--src", required=True, help="the language the forward model reads (written here)")
+    parser.add_argument("--tgt", required=True, help="the language of --input")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sampling", action="store_true", help="sample each translation instead of beam search")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--chunk-lines", type=int, default=1000)
+    parser.add_argument("--cache", default=None, help="default: $SEQ2SEQ_CACHE/distill, as seq2seq-distill's")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        print(json.dumps(back_translate(args)))
+    except UserError as err:
+        sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The training pairs of a run, read from every corpus and every direction it names (data.corpora,
+data.directions), each stream cleaned by its rules (seq2seq.data.cleaning) on the way.
+
+Without data.corpora the run has one corpus, data.kind's training split, exactly as before the key
+existed. With it, each entry is read by the bilingual readers of seq2seq.data.corpus as if it were
+data.kind (its own kind and files), and each pair carries its corpus's index (the order of
+data.corpora) in a `corpus` column, from the raw text through the cached token ids, so that an epoch
+can show each corpus its weight's worth (corpus_weights.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from seq2seq.config import DataConfig, UserError, as_dict, clean_rules, data_config
+from seq2seq.data.cleaning import Cleaner, CleaningReport, language_candidates
+from seq2seq.data.corpus import corpus_sources, iter_split
+from seq2seq.data.directions import Direction, configured_directions, direction_config, is_multilingual
+from seq2seq.data.language_id import identifier as make_identifier
+
+CORPUS = "corpus"  # the column of a pair's corpus index
+# Caswell et al. 2019's tag on back-translated sources: a special token of the vocabulary, so that no
+# text spells it (a literal "<BT>" in a sentence is text) and nothing at translation time adds it.
+BACK_TRANSLATION_TAG = "<BT>"
+DIRECTION = "direction"  # the column of a pair's direction index (seq2seq.data.multilingual's)
+# data.kind's training split, as the report and the log name it when data.corpora is not set.
+SINGLE_CORPUS = "train"
+
+
+def has_corpora(cfg: Any) -> bool:
+    return bool(cfg.corpora)
+
+
+def corpus_config(cfg: Any, corpus: Any) -> DataConfig:
+    """`cfg` with one corpus of data.corpora as its training split: the corpus's kind and files in
+    place of data.kind's (validation and test are not read from it)."""
+    settings = as_dict(cfg) if not isinstance(cfg, dict) else dict(cfg)
+    entry = as_dict(corpus) if not isinstance(corpus, dict) else dict(corpus)
+    settings.update(corpora=None, kind=entry["kind"])
+    for key in ("train_src", "train_tgt", "train", "src_key", "tgt_key", "dir", "hub_name", "hub_subset"):
+        settings[key] = entry[key]
+    return data_config(settings)
+
+
+def corpus_names(cfg: Any) -> tuple[str, ...]:
+    return tuple(corpus.name for corpus in cfg.corpora or ())
+
+
+def tagged_corpora(cfg: Any) -> list[int]:
+    """The indices of the corpora whose sources carry BACK_TRANSLATION_TAG."""
+    return [index for index, corpus in enumerate(cfg.corpora or ()) if corpus.tag]
+
+
+def corpus_tags(cfg: Any) -> list[str]:
+    """The special tokens data.corpora adds to the vocabulary: the tag, when a corpus is tagged."""
+    return [BACK_TRANSLATION_TAG] if tagged_corpora(cfg) else []
+
+
+def corpus_weights(cfg: Any) -> tuple[float, ...]:
+    return tuple(float(corpus.weight) for corpus in cfg.corpora or ())
+
+
+@dataclass(frozen=True)
+class Stream:
+    """The training pairs of one corpus in one direction, as one bilingual config reads them."""
+
+    label: str  # the report's and errors' name: "europarl", "europarl en-de", "train"
+    corpus: str | None  # its data.corpora entry's name; None: data.kind's training split
+    cfg: DataConfig  # a single-corpus, single-direction config
+    direction: Direction | None  # None: a run without data.directions
+    extra: tuple[int, ...]  # what each row carries after (source, target): direction and corpus indices
+    rules: tuple[str, ...]  # data.clean's (or the corpus's own) rules
+
+
+def training_streams(cfg: Any) -> list[Stream]:
+    """Every (corpus, direction) the training split is read from, corpora first, in config order."""
+    directions = configured_directions(cfg) if is_multilingual(cfg) else [None]
+    corpora = list(cfg.corpora) if has_corpora(cfg) else [None]
+    streams = []
+    for corpus_index, corpus in enumerate(corpora):
+        base = cfg if corpus is None else corpus_config(cfg, corpus)
+        rules = clean_rules(cfg.clean if corpus is None or corpus.clean is None else corpus.clean)
+        for direction_index, direction in enumerate(directions):
+            one = base if direction is None else direction_config(base, direction)
+            name = SINGLE_CORPUS if corpus is None else corpus.name
+            label = name if direction is None else f"{name} {direction.name}"
+            extra = (() if direction is None else (direction_index,)) + (() if corpus is None else (corpus_index,))
+            streams.append(Stream(label, None if corpus is None else name, one, direction, extra, rules))
+    return streams
+
+
+def text_schema(cfg: Any) -> pa.Schema:
+    """The raw training rows' columns: the two texts, then the direction and corpus indices a run has."""
+    columns = [("src_text", pa.string()), ("tgt_text", pa.string())]
+    if is_multilingual(cfg):
+        columns.append((DIRECTION, pa.int16()))
+    if has_corpora(cfg):
+        columns.append((CORPUS, pa.int16()))
+    return pa.schema(columns)
+
+
+def iter_training_rows(cfg: Any, read: dict[str, int], report: CleaningReport) -> Iterator[tuple]:
+    """(source, target, *indices) rows of every stream, cleaned; `read` receives each direction's pairs
+    as read (before cleaning, for the check that none is empty), `report` each stream's cleaning. A
+    reader's error names the stream it was reading."""
+    streams = training_streams(cfg)
+    identifier = None
+    if any("language" in stream.rules for stream in streams):
+        try:
+            identifier = make_identifier(language_candidates(cfg))
+        except ImportError as err:
+            raise UserError("data.clean: the language rule needs py3langid (pip install py3langid)") from err
+    for stream in streams:
+        direction = stream.direction.name if stream.direction else SINGLE_CORPUS
+        read.setdefault(direction, 0)
+        cleaner = Cleaner(
+            stream.rules, cfg.clean_settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
+        )
+        try:
+            pairs = iter_split(stream.cfg, "train")
+            for src, tgt in pairs if pairs is not None else ():  # None: require_every_direction names it
+                read[direction] += 1
+                if cleaner.keep(src, tgt):
+                    yield (src, tgt, *stream.extra)
+        except UserError as err:
+            if stream.corpus is None and stream.direction is None:
+                raise  # data.kind's one corpus in one direction: as the reader said it
+            raise named_error(err, stream) from err
+        cleaner.finish()
+
+
+def named_error(err: UserError, stream: Stream) -> UserError:
+    """A reader's error with the corpus entry and the direction it was reading."""
+    parts = []
+    if stream.corpus is not None:
+        parts.append(f"data.corpora[{stream.corpus}]")
+    if stream.direction is not None:
+        parts.append(f"data.directions={stream.direction.name}")
+    return UserError(f"{', '.join(parts)}: {err}")
+
+
+def training_sources(cfg: Any) -> list[str]:
+    """The files of every corpus of data.corpora (each once, in order), for the cache key."""
+    sources: list[str] = []
+    for stream in training_streams(cfg):
+        try:
+            named = corpus_sources(stream.cfg)
+        except UserError as err:
+            if stream.corpus is None and stream.direction is None:
+                raise
+            raise named_error(err, stream) from err
+        sources.extend(name for name in named if name not in sources)
+    return sources

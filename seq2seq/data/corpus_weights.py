@@ -1,0 +1,51 @@
+"""How often each corpus of data.corpora is shown: its weight, honoured exactly over every epoch.
+
+A corpus of n pairs at weight w gives floor(w) x n pairs to each epoch, every pair floor(w) times,
+and round((w - floor(w)) x n) more, a sample without replacement drawn afresh each epoch from the
+epoch's generator. Weight 3 is each pair three times an epoch; weight 0.25 a different quarter of the
+corpus each epoch. So the counts are exact (not a rate that only holds on average, as a corpus drawn
+batch by batch would give), every pair of an up-weighted corpus is seen alike, and an epoch stays a
+pure function of (seed, epoch), which seq2seq.data.batching's resume needs. Why this rather than
+Eole's round-robin or Marian's per-sentence loss weights: docs/corpora.md, "Weights".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def showings(pairs: int, weight: float) -> int:
+    """The rows a corpus of `pairs` pairs at `weight` gives an epoch."""
+    whole = math.floor(weight)
+    return whole * pairs + round((weight - whole) * pairs)
+
+
+def epoch_counts_by_corpus(pairs: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """Each corpus's rows in an epoch, from its kept pairs and its weight."""
+    return np.asarray([showings(int(n), w) for n, w in zip(pairs, weights, strict=True)], dtype=np.int64)
+
+
+def weighted_rows(corpora: np.ndarray, weights: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+    """Row indices of one epoch: corpus c's rows (`corpora[i]` is row i's corpus) repeated floor(w_c)
+    times, plus a sample of its rows for the fraction. Sorted by nothing: batching orders them."""
+    chosen = []
+    for corpus, weight in enumerate(weights):
+        rows = np.flatnonzero(corpora == corpus)
+        whole = math.floor(weight)
+        chosen.extend([rows] * whole)
+        extra = showings(len(rows), weight) - whole * len(rows)
+        if extra:
+            chosen.append(np.sort(rng.choice(rows, size=extra, replace=False)))
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def weighted_direction_counts(
+    directions: np.ndarray, corpora: np.ndarray | None, weights: Sequence[float], names: int
+) -> np.ndarray:
+    """Each direction's rows as the weights make them (the counts its temperature share is taken of)."""
+    if corpora is None:
+        return np.bincount(directions, minlength=names).astype(np.float64)
+    return np.bincount(directions, weights=np.asarray(weights, dtype=np.float64)[corpora], minlength=names)
