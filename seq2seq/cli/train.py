@@ -14,6 +14,7 @@ if __name__ == "__main__":  # `python -m seq2seq.cli.train` (torchrun): the cons
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,8 @@ OmegaConf.register_new_resolver(
 
 
 def main() -> None:
+    global _started
+    _started = time.monotonic()  # max_minutes counts from here (the run's clock, Trainer.clock, is this one)
     if wants_help(sys.argv[1:]):
         usage = "[group=option ...] [key=value ...]"
         report_errors(lambda: print_help(sys.argv[1:], "seq2seq-train", usage, TrainConfig, GROUPS), False)
@@ -85,6 +88,7 @@ def main() -> None:
 _before_start: BeforeStart | None = None
 _task_ran = False  # Hydra called _hydra_main: from there a failed start is train()'s to take back
 _config_checked = False  # check_composed_config checked the config Hydra composes: train() need not
+_started: float | None = None  # when the command started, on time.monotonic
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
@@ -102,7 +106,8 @@ def _hydra_main(cfg: DictConfig) -> None:
             check_resolves(cfg)  # what check_composed_config could not compose (a sweep, --config-name)
         from seq2seq.train.run import train  # torch: only once the config is known to be good
 
-        return train(cfg, run_dir, list(runtime.overrides.task), before=before, checked=_config_checked)
+        overrides = list(runtime.overrides.task)
+        return train(cfg, run_dir, overrides, before=before, checked=_config_checked, started=_started)
 
     debug = "debug=true" in sys.argv  # cfg.debug itself may be what does not resolve
     summary = exit_on_interrupt(lambda: report_errors(run, debug or cfg.debug), debug)
