@@ -52,7 +52,10 @@ def _run(argv: list[str]) -> None:
     if cfg.format == "argos":
         print(f"wrote {output} (argos, {output.stat().st_size / 1e6:.1f} MB)")
         install = f"import argostranslate.package as p; p.install_from_path({json.dumps(str(output))})"
-        print(f"install with: python -c {shlex.quote(install)} (docs/export.md)")
+        from seq2seq.artifacts.argos import install_directory
+
+        where = f"Argos installs into {install_directory()}; ARGOS_PACKAGES_DIR sets the folder"
+        print(f"install with: python -c {shlex.quote(install)} ({where}; docs/export.md)")
         return
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6
