@@ -38,12 +38,14 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str]) -> None:
+    from seq2seq.artifacts.path_kind import check_named_models_exist
     from seq2seq.config import validate_export
     from seq2seq.startup import prepare_process
     from seq2seq.stop_signals import stop_signals_raise
 
     cfg = parse_arguments(argv)
     validate_export(cfg)  # before torch: a bad setting is one line at once
+    check_named_models_exist([cfg.run], cfg.checkpoint)  # and so is a path typed wrong
     prepare_process()
     from seq2seq.artifacts.export import export  # torch: only once the command line is known to be good
 

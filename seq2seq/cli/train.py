@@ -1,7 +1,7 @@
 """`seq2seq-train`: Hydra composes the config, `seq2seq.train.run.train` does the work.
 
-The command line and the composed config are checked before torch is imported (a config error is one
-line in a fraction of a second), then the process is prepared (seq2seq/startup.py), then the run
+The command line, the composed config and the paths it names are checked before torch is imported
+(a config error is one line, without torch's seconds), then the process is prepared (seq2seq/startup.py), then the run
 directory is made and locked, and Hydra hands the config to `train`."""
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from seq2seq.config import (
     validate_recipes,
     validate_train,
 )
+from seq2seq.data.corpus import check_corpus_exists
 from seq2seq.startup import prepare_process
 from seq2seq.train.lock import claim_run_directory, holds_run_directory, refuse_if_busy
 
@@ -72,6 +73,7 @@ def main() -> None:
         global _config_checked
         check_override_keys(sys.argv[1:], TrainConfig, GROUPS)
         _config_checked = check_composed_config(sys.argv[1:])
+        check_resume_source(sys.argv[1:])
         prepare_process()  # the config is good: the work starts, and torch is imported from here on
         check_run_directory(sys.argv[1:])
 
@@ -141,7 +143,22 @@ def check_composed_config(argv: list[str]) -> bool:
     check_resolves(cfg)
     validate_train(cfg)
     validate_recipes(cfg)
+    check_corpus_exists(cfg.data)
     return True
+
+
+def check_resume_source(argv: list[str]) -> None:
+    """resume= names an existing run with a last.pt (Hydra would create a missing one): checked
+    before torch loads, so that a path typed wrong is answered at once."""
+    _, overrides = parse_command_line(argv)
+    values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
+    resume = values.get("resume")
+    if isinstance(resume, str) and resume:
+        if not Path(resume).is_dir():
+            raise UserError(f"resume={resume}: no such run directory")
+        run = RunDir(resume)
+        if not run.checkpoint("last").is_file():
+            raise UserError(f"resume={resume}: has no {run.relative(run.checkpoint('last'))} to resume from")
 
 
 def check_run_directory(argv: list[str]) -> None:
@@ -158,12 +175,7 @@ def check_run_directory(argv: list[str]) -> None:
     check_weights_source(resume if isinstance(resume, str) else None, init_from if isinstance(init_from, str) else None)
     from seq2seq.train.run_outputs import BeforeStart, check_new_run_directory, check_writable
 
-    if isinstance(resume, str) and resume:
-        if not Path(resume).is_dir():
-            raise UserError(f"resume={resume}: no such run directory")
-        run = RunDir(resume)
-        if not run.checkpoint("last").is_file():
-            raise UserError(f"resume={resume}: has no {run.relative(run.checkpoint('last'))} to resume from")
+    if isinstance(resume, str) and resume:  # a run with a last.pt: check_resume_source
         check_writable(Path(resume))
         if _first_rank():
             _before_start = BeforeStart.of(Path(resume))
