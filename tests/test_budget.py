@@ -169,3 +169,32 @@ def test_no_update_after_recipe_auto_names_the_recipe_to_give(tmp_path, slow_mac
     assert "2.2 of max_minutes=1 went to preparing the data and timing recipe=auto's candidates" in message
     assert "recipe=only" in message, message
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]
+
+
+def test_the_budget_counts_from_the_commands_start(tmp_path, run_main, monkeypatch):
+    """seq2seq-train hands train() the moment its main() began, before Hydra composed the config and
+    torch loaded: max_minutes counts those seconds too (on a busy machine they were 15 s and more)."""
+    import seq2seq.train.run as run
+
+    given = {}
+
+    def train(cfg, run_dir, overrides, **kwargs):
+        given.update(kwargs, called=time.monotonic())
+        return {}
+
+    monkeypatch.setattr(run, "train", train)
+    before = time.monotonic()
+    result = run_main(["seq2seq-train", *TINY_TRAIN, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert before <= given["started"] < given["called"]
+
+
+def test_a_start_given_earlier_is_spent(tmp_path, slow_machine):
+    """train(started=) counts from there: a minute spent before it leaves max_minutes=1 nothing."""
+    from seq2seq.config import UserError
+    from seq2seq.train.run import train
+
+    cfg = compose_config("train", [*TINY_TRAIN, "max_steps=null", "max_minutes=1"])
+    with pytest.raises(UserError, match=r"^no update made \(used max_minutes=1\.0\)"):
+        train(cfg, tmp_path / "run", started=slow_machine.now - 61.0)
+    assert not (tmp_path / "run").exists()
