@@ -1,7 +1,7 @@
 """Train, average, translate the test set and publish the scores of one experiment, in one command.
 
-    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k --publish
-    python scripts/reproduce.py multi30k_en_de --data-dir ../shared/data/multi30k --minutes 30 --publish
+    python scripts/reproduce.py multi30k_en_de --data-dir data/multi30k --publish
+    python scripts/reproduce.py multi30k_en_de --data-dir data/multi30k --minutes 30 --publish
     python scripts/reproduce.py builtin_reverse   # the built-in task: no data needed, a few minutes
 
 Any experiment whose data has valid and test splits works: they are read through the run's own data
@@ -425,7 +425,8 @@ def choose(args: argparse.Namespace, run_dir: Path, last: dict, trained: dict) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="a file in configs/experiment/, e.g. multi30k_en_de")
-    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    # Where scripts/get_multi30k.py puts it in the README's steps.
+    parser.add_argument("--data-dir", default=str(ROOT / "data" / "multi30k"))
     parser.add_argument("--minutes", type=float, help="training budget (default: the experiment's max_minutes)")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument(

@@ -6,16 +6,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+CACHE_SETTING = "SEQ2SEQ_CACHE"  # the folder of every cache seq2seq keeps outside what a command names
+
+
+def cache_root() -> Path:
+    """$SEQ2SEQ_CACHE, else ~/.cache/seq2seq: the measurements, the tokenized data (unless
+    data.cache_dir), the teacher's translations (unless cache=) and the ledger of replacing.py."""
+    return Path(os.environ.get(CACHE_SETTING, Path.home() / ".cache" / "seq2seq"))
 
 
 def cache_file(name: str) -> Path:
-    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / name
+    return cache_root() / name
 
 
 def cached(name: str, key: str, kind: type[T], measure: Callable[[], T]) -> T:
@@ -38,6 +49,7 @@ def cached(name: str, key: str, kind: type[T], measure: Callable[[], T]) -> T:
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(cache, indent=1))
         os.replace(temporary, path)
+        log.info("measured %s once for this machine: kept in %s (%s sets the folder)", key, path, CACHE_SETTING)
     except OSError:
         pass
     return value

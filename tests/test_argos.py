@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from conftest import SENTENCEPIECE_LINES, TINY_TRAIN, TrainedRun, compose_config, train_multilingual
 
 from seq2seq.artifacts.export import export
@@ -25,13 +26,20 @@ pytest.importorskip("argostranslate", reason="needs `pip install seq2seq[argos]`
 
 
 @pytest.fixture
-def argos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def argos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Any:
     """argostranslate with its data, config and package directories under tmp_path: its settings
     module reads them from the environment when imported, so it is imported afresh here. Its sentence
-    splitter is the package's own (minisbd/), as on a user's machine."""
+    splitter is the package's own (minisbd/), as on a user's machine. It decodes in float32, the one
+    compute type in which docs/export.md says its lines equal seq2seq-translate's (its default, auto,
+    is int8_float32 on a CPU), on one thread, as PyTorch does here: the same sums on any machine."""
     for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     monkeypatch.setenv("ARGOS_PACKAGES_DIR", str(tmp_path / "packages"))
+    monkeypatch.setenv("ARGOS_COMPUTE_TYPE", "float32")
+    monkeypatch.setenv("ARGOS_INTRA_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     for module in [m for m in sys.modules if m == "argostranslate" or m.startswith("argostranslate.")]:
         monkeypatch.delitem(sys.modules, module)
     package = importlib.import_module("argostranslate.package")
@@ -42,9 +50,11 @@ def argos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.mark.parametrize("quantization", [None, "int8"])
 def test_the_package_installs_and_translates_as_translate(
-    sentencepiece_run: Path, tmp_path: Path, argos: Any, quantization: str | None
+    sentencepiece_run: Path, tmp_path: Path, argos: Any, quantization: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     package, translate = argos
+    if quantization:  # an int8 package as Argos decodes it by default
+        monkeypatch.setattr(importlib.import_module("argostranslate.settings"), "compute_type", "auto")
     output = tmp_path / "model.argosmodel"
     export(ExportConfig(run=str(sentencepiece_run), output=str(output), format="argos", quantization=quantization))
     names = zipfile.ZipFile(output).namelist()
@@ -59,7 +69,9 @@ def test_the_package_installs_and_translates_as_translate(
     vocabulary = json.loads((installed.package_path / "model" / "shared_vocabulary.json").read_text(encoding="utf-8"))
     assert "<pad>" not in vocabulary  # Argos suppresses nothing: pad is not in the model to be output
     theirs = [translate.translate(line, "src", "tgt") for line in SENTENCEPIECE_LINES]
-    # Argos decodes with beam 4 (ARGOS_BEAM_SIZE), length penalty 0.2 and CTranslate2's length limit.
+    # Argos decodes with beam 4 (ARGOS_BEAM_SIZE), length penalty 0.2 and CTranslate2's length limit;
+    # regression: the float32 package was decoded in Argos's default compute type, int8_float32, and
+    # compared with float32 as if equal (22 of 24 lines, a review's machine).
     precision = "int8" if quantization else "fp32"
     ours = Translator.load(sentencepiece_run, beam=4, length_penalty=0.2, precision="fp32", device="cpu")
     expected = ours.translate(SENTENCEPIECE_LINES)
@@ -134,18 +146,34 @@ def test_the_file_name_is_checked_first(sentencepiece_run: Path, tmp_path: Path)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_command_says_how_to_install_the_package(
-    sentencepiece_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+@pytest.mark.parametrize("setting", [None, "XDG_DATA_HOME", "ARGOS_PACKAGES_DIR"])
+def test_the_command_says_how_to_install_the_package_and_where_argos_puts_it(
+    sentencepiece_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, setting
 ) -> None:
+    """Regression: installing as the line said wrote to ~/.local/share without a word: the line names
+    the folder, as Argos's own rule finds it, and the setting that moves it."""
     from seq2seq.cli.export import main as export_main
 
+    for name in ("XDG_DATA_HOME", "ARGOS_PACKAGES_DIR", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if setting:
+        monkeypatch.setenv(setting, str(tmp_path / "elsewhere"))
+    where = {
+        None: tmp_path / "home" / ".local" / "share" / "argos-translate" / "packages",
+        "XDG_DATA_HOME": tmp_path / "elsewhere" / "argos-translate" / "packages",
+        "ARGOS_PACKAGES_DIR": tmp_path / "elsewhere",
+    }[setting]
     output = tmp_path / "en_de.argosmodel"
     export_main([f"run={sentencepiece_run}", f"output={output}", "format=argos"])
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith(f"wrote {output} (argos, ")
-    command = shlex.split(printed[1].removeprefix("install with: ").removesuffix(" (docs/export.md)"))
+    note = f" (Argos installs into {where}; ARGOS_PACKAGES_DIR sets the folder; docs/export.md)"
+    assert printed[1].endswith(note), printed[1]
+    command = shlex.split(printed[1].removeprefix("install with: ").removesuffix(note))
     assert command == ["python", "-c", f'import argostranslate.package as p; p.install_from_path("{output}")']
     assert zipfile.is_zipfile(output)
+    assert not (tmp_path / "home").exists()  # the export itself writes nothing there
 
 
 @pytest.fixture

@@ -99,3 +99,102 @@ def test_sigterm_ends_the_command_with_status_143_after_saving(tmp_path):
     assert process.returncode == 143, output[-2000:]
     assert (run_dir / "checkpoints" / "last.pt").is_file()
     assert "stopped: stopped by signal" in log.read_text()
+
+
+def test_the_final_validations_reserve_is_timed_again_on_weights_that_have_learnt(tmp_path, slow_machine, monkeypatch):
+    """Regression: the reserve was timed once, after the first update, on weights whose translations
+    ran to their length limit, and kept: a run made 17 updates in 2.8 of its 5 minutes, keeping 3.1
+    for a final validation that took 0.1. Here translating is slow (1 s a sentence) for the first
+    update's weights only and fast (0.05 s) after: the run must go on to use its budget."""
+    updates = []
+    translate = Translator.translate
+
+    def learning_translate(self, sources, *args, **kwargs):
+        slow_machine.now += (1.0 if len(updates) <= 1 else 0.05 - SECONDS_PER_SENTENCE) * len(sources)
+        return translate(self, sources, *args, **kwargs)  # slow_translate's 0.5 s are taken back above
+
+    apply_update = update.Update._apply
+
+    def counted_update(self, *args):
+        updates.append(1)
+        apply_update(self, *args)
+
+    monkeypatch.setattr(update.Update, "_apply", counted_update)
+    monkeypatch.setattr(Translator, "translate", learning_translate)
+    max_minutes = 2.0
+    overrides = [*TINY_TRAIN, "max_steps=null", f"max_minutes={max_minutes}", "valid_every=1000"]
+    start = slow_machine.now
+    summary, lines = train_logging(compose_config("train", [*overrides, "save_every=1000"]), tmp_path / "run")
+    minutes = (slow_machine.now - start) / 60.0
+    assert summary["reason"] == f"used max_minutes={max_minutes}"
+    assert minutes <= max_minutes, (minutes, lines)
+    # The final validation took 1 s: the budget is used but for the update that would not fit and that.
+    assert minutes >= max_minutes - (2 * UPDATE_SECONDS + 2) / 60.0, (minutes, lines)
+    assert any("the final validation timed again at update" in line for line in lines), lines
+
+
+def test_a_run_whose_budget_is_spent_before_its_first_update_fails_and_leaves_nothing(tmp_path, run_main):
+    """Regression: max_minutes spent on the set-up ended in `stopped: ... after 0 updates`, exit 0,
+    and a `translate with:` line naming a run with no checkpoint. The real command: status 2, one
+    line saying why and what to change, and no run directory (the command made it)."""
+    run = tmp_path / "outputs" / "run"
+    overrides = [o for o in TINY_TRAIN if not o.startswith("max_steps")] + ["max_minutes=0.0001"]
+    result = run_main(["seq2seq-train", *overrides, f"hydra.run.dir={run}"], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: no update made (used max_minutes=0.0001)"), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "give more minutes" in result.stderr, result.stderr
+    assert "translate with:" not in result.stdout + result.stderr
+    assert not run.exists() and not (tmp_path / "outputs").exists()
+
+
+def test_no_update_after_recipe_auto_names_the_recipe_to_give(tmp_path, slow_machine, monkeypatch):
+    """Data preparation on the fake clock takes the whole budget; what the user had in the directory stays."""
+    import seq2seq.train.run as run
+    from seq2seq.config import UserError
+
+    prepare = run.prepare_data
+
+    def slow_preparation(*args, **kwargs):
+        slow_machine.now += 90.0
+        return prepare(*args, **kwargs)
+
+    monkeypatch.setattr(run, "prepare_data", slow_preparation)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    recipes = "recipes=[{name: only, overrides: ['model.dropout=0.2']}]"
+    overrides = [*TINY_TRAIN, "max_steps=null", "max_minutes=1", "recipe=auto", recipes]
+    with pytest.raises(UserError) as error:
+        run.train(compose_config("train", overrides), tmp_path / "run")
+    message = str(error.value)  # 90 s of data, 6 updates of 7 s timing the one candidate: 2.2 minutes
+    assert "2.2 of max_minutes=1 went to preparing the data and timing recipe=auto's candidates" in message
+    assert "recipe=only" in message, message
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]
+
+
+def test_the_budget_counts_from_the_commands_start(tmp_path, run_main, monkeypatch):
+    """seq2seq-train hands train() the moment its main() began, before Hydra composed the config and
+    torch loaded: max_minutes counts those seconds too (on a busy machine they were 15 s and more)."""
+    import seq2seq.train.run as run
+
+    given = {}
+
+    def train(cfg, run_dir, overrides, **kwargs):
+        given.update(kwargs, called=time.monotonic())
+        return {}
+
+    monkeypatch.setattr(run, "train", train)
+    before = time.monotonic()
+    result = run_main(["seq2seq-train", *TINY_TRAIN, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert before <= given["started"] < given["called"]
+
+
+def test_a_start_given_earlier_is_spent(tmp_path, slow_machine):
+    """train(started=) counts from there: a minute spent before it leaves max_minutes=1 nothing."""
+    from seq2seq.config import UserError
+    from seq2seq.train.run import train
+
+    cfg = compose_config("train", [*TINY_TRAIN, "max_steps=null", "max_minutes=1"])
+    with pytest.raises(UserError, match=r"^no update made \(used max_minutes=1\.0\)"):
+        train(cfg, tmp_path / "run", started=slow_machine.now - 61.0)
+    assert not (tmp_path / "run").exists()

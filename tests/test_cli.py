@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -525,3 +526,61 @@ def test_key_help_read_in_part_ends_quietly(command: str, tmp_path: Path) -> Non
     )
     assert done.stdout.startswith(f"usage: {command} ")
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr
+
+
+# A path typed wrong, for each command: (argv, the start of the one line it answers).
+MISSING_PATHS = [
+    (["seq2seq-train", "data=multi30k", "data.dir=/nonexistent", "hydra.run.dir=RUN"], "error: data.dir=/nonexistent:"),
+    (
+        [
+            "seq2seq-train",
+            "data=parallel_files",
+            "data.train_src=/nope",
+            "data.train_tgt=/nope",
+            "data.valid_src=/nope",
+            "data.valid_tgt=/nope",
+            "hydra.run.dir=RUN",
+        ],
+        "error: data.train_src=/nope: no such file",
+    ),  # fmt: skip
+    (["seq2seq-train", "resume=/nonexistent"], "error: resume=/nonexistent: no such run directory"),
+    (["seq2seq-translate", "run=/nonexistent"], "error: /nonexistent: no such run directory"),
+    (["seq2seq-translate", "checkpoint=/nonexistent.pt"], "error: /nonexistent.pt: no such checkpoint file"),
+    (["seq2seq-export", "run=/nonexistent", "output=OUT"], "error: /nonexistent: no such run directory"),
+    (["seq2seq-average", "run=/nonexistent", "last=2"], "error: run=/nonexistent: no such run directory"),
+    (["seq2seq-distill", "teacher=/nonexistent", "output=OUT"], "error: teacher=/nonexistent: /nonexistent: no such"),
+    (["seq2seq-serve", "run=/nonexistent"], "error: /nonexistent: no such run directory"),
+]
+CHECK_WITHOUT_TORCH = """
+import contextlib, importlib, io, json, sys
+cases, answers = json.loads(sys.argv[1]), []
+for argv in cases:
+    sys.argv = argv
+    module = importlib.import_module("seq2seq.cli." + argv[0].removeprefix("seq2seq-"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+        module.main()
+    answers.append([err.getvalue(), "torch" in sys.modules])
+print(json.dumps(answers))
+"""
+
+
+def test_a_path_typed_wrong_is_answered_without_importing_torch(tmp_path: Path) -> None:
+    """Regression: a missing data.dir or run directory was answered after torch had loaded (15-16 s on a
+    busy machine), where a bad setting took a fraction of a second. One process runs every command's
+    check in turn: torch is never imported, and nothing is left behind."""
+    cases = [
+        [a.replace("RUN", str(tmp_path / "run")).replace("OUT", str(tmp_path / "out")) for a in argv]
+        for argv, _ in MISSING_PATHS
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", CHECK_WITHOUT_TORCH, json.dumps(cases)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "SEQ2SEQ_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    answers = json.loads(result.stdout.splitlines()[-1])
+    for (argv, expected), (stderr, torch_loaded) in zip(MISSING_PATHS, answers, strict=True):
+        assert stderr.startswith(expected) and len(stderr.splitlines()) == 1, (argv, stderr)
+        assert not torch_loaded, argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

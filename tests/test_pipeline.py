@@ -348,3 +348,39 @@ def test_a_cache_directory_that_cannot_be_written_is_one_line(cfg, tmp_path):
         f"{tmp_path / 'file' / 'cache'}: cannot write the tokenized data there (Not a directory); "
         "set data.cache_dir or SEQ2SEQ_CACHE to a writable directory"
     )
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_the_cache_line_names_its_folder_and_the_setting_that_moves_it(cfg, tmp_path, monkeypatch, caplog, named):
+    """Regression: the tokenized data went to ~/.cache/seq2seq, a folder the user never named, and the
+    line said where but not how to put it elsewhere."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "machine cache"))
+    cfg = dataclasses.replace(cfg, cache_dir=str(tmp_path / "mine") if named else None)
+    with caplog.at_level(logging.INFO, logger="seq2seq.data.pipeline"):
+        prepare_data(cfg)
+    root = tmp_path / ("mine" if named else "machine cache")
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenizing the corpus")]
+    setting = "data.cache_dir" if named else "data.cache_dir or SEQ2SEQ_CACHE"
+    assert (
+        line == f"tokenizing the corpus (cached in {root / cache_key(cfg)} for the next run; {setting} sets the folder)"
+    )
+    assert (root / cache_key(cfg)).is_dir()
+
+
+def test_a_measurement_says_where_it_is_kept(tmp_path, monkeypatch, caplog):
+    import dataclasses as dc
+
+    from seq2seq import measurement_cache
+
+    @dc.dataclass
+    class Pace:
+        seconds: float
+
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.INFO, logger="seq2seq.measurement_cache"):
+        assert measurement_cache.cached("pace.json", "here", Pace, lambda: Pace(1.0)) == Pace(1.0)
+        assert measurement_cache.cached("pace.json", "here", Pace, lambda: Pace(2.0)) == Pace(1.0)  # read back
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        f"measured here once for this machine: kept in {tmp_path / 'cache' / 'pace.json'} (SEQ2SEQ_CACHE sets the folder)"
+    ]

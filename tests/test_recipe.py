@@ -15,6 +15,7 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 from omegaconf import OmegaConf
 from test_budget import FakeClock
 
+import seq2seq.train.run as run
 import seq2seq.train.trainer as loop
 import seq2seq.train.update as update
 from seq2seq.artifacts.checkpoint import load_checkpoint
@@ -64,21 +65,28 @@ def recipe_config(minutes: float, extra: list[str] | None = None):
     return compose_config("train", [*overrides, "valid_every=1000", "save_every=1000", *CANDIDATES, *(extra or [])])
 
 
-def updates_in(minutes: float, seconds_per_update: float) -> int:
-    return int(minutes * 60 * UPDATE_SHARE / seconds_per_update)
+# What the budget has spent once a candidate's pace is known: its probe's updates (the untimed first
+# included), and those of the candidates timed before it. The fake clock stands still elsewhere.
+WIDE_TIMED = (TIMED_UPDATES + 1) * SECONDS_PER_UPDATE[64]
+NARROW_TIMED = WIDE_TIMED + (TIMED_UPDATES + 1) * SECONDS_PER_UPDATE[32]
 
 
-def at_the_slow_end(minutes: float, seconds_per_update: float) -> int:
+def updates_in(minutes: float, seconds_per_update: float, spent: float = WIDE_TIMED) -> int:
+    """The updates at that pace in what is left of max_minutes after `spent` seconds."""
+    return int((minutes * 60 - spent) * UPDATE_SHARE / seconds_per_update)
+
+
+def at_the_slow_end(minutes: float, seconds_per_update: float, spent: float = WIDE_TIMED) -> int:
     """The updates at the slow end of a steady pace's spread (MIN_SPREAD)."""
-    return updates_in(minutes, seconds_per_update * (1 + MIN_SPREAD))
+    return updates_in(minutes, seconds_per_update * (1 + MIN_SPREAD), spent)
 
 
-def at_the_fast_end(minutes: float, seconds_per_update: float) -> int:
-    return updates_in(minutes, seconds_per_update * (1 - MIN_SPREAD))
+def at_the_fast_end(minutes: float, seconds_per_update: float, spent: float = WIDE_TIMED) -> int:
+    return updates_in(minutes, seconds_per_update * (1 - MIN_SPREAD), spent)
 
 
 def test_a_slow_machine_gets_the_smaller_recipe_and_the_run_records_it(tmp_path, paced_machine):
-    minutes = 2.0  # wide: 120 * 0.85 / 7 = 14 updates (< 20); narrow: 51
+    minutes = 2.0  # wide: (120 - 42) * 0.85 / 7 = 9 updates (< 20); narrow: 28
     assert updates_in(minutes, 7.0) < 20
     summary, lines = train_logging(recipe_config(minutes), tmp_path / "run")
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
@@ -86,15 +94,15 @@ def test_a_slow_machine_gets_the_smaller_recipe_and_the_run_records_it(tmp_path,
     assert (saved["model"]["d_model"], saved["model"]["encoder_layers"], saved["model"]["dropout"]) == (32, 4, 0.3)
     assert isinstance(saved["model"]["d_model"], int)  # parsed as the command line would, not kept a string
     choice = next(line for line in lines if line.startswith("recipe: "))
-    assert f"recipe: narrow for {minutes:g} minutes" in choice
+    assert f"recipe: narrow for {minutes:g} minutes ({(minutes * 60 - NARROW_TIMED) / 60:.1f} left)" in choice
     wide = f"({at_the_slow_end(minutes, 7.0)}-{at_the_fast_end(minutes, 7.0)}), wants >= 20"
     assert f"wide in fp32 at 7.00 s/update ±5%: ~{updates_in(minutes, 7.0)} updates {wide}" in choice
-    assert f"narrow in fp32 at 2.00 s/update ±5%: ~{updates_in(minutes, 2.0)} updates" in choice
-    assert "close call" not in "".join(lines)  # 14 updates at most: clearly short of 20
+    assert f"narrow in fp32 at 2.00 s/update ±5%: ~{updates_in(minutes, 2.0, NARROW_TIMED)} updates" in choice
+    assert "close call" not in "".join(lines)  # 10 updates at most: clearly short of 20
 
 
 def test_a_fast_machine_gets_the_larger_recipe_without_timing_the_rest(tmp_path, paced_machine, monkeypatch):
-    minutes = 3.0  # wide: 21 updates, 20 at the slow end of its spread: enough
+    minutes = 3.6  # wide: (216 - 42) * 0.85 / 7 = 21 updates, 20 at the slow end of its spread: enough
     assert at_the_slow_end(minutes, 7.0) >= 20
     timed = []
     original = update.Update.__init__
@@ -167,9 +175,9 @@ def test_when_no_candidate_makes_its_minimum_the_last_is_taken(tmp_path, paced_m
 
 
 def test_a_close_call_goes_to_the_next_candidate_and_the_log_says_so(tmp_path, paced_machine):
-    """At 7 s an update wide makes its 20 updates in 2.8 minutes, but not at the slow end of the
-    measurement's spread: the choice must not hang on that, so narrow is taken, every time."""
-    minutes = 2.8
+    """At 7 s an update wide makes its 20 updates in what 3.5 minutes leave, but not at the slow end
+    of the measurement's spread: the choice must not hang on that, so narrow is taken, every time."""
+    minutes = 3.5
     assert updates_in(minutes, 7.0) >= 20 > at_the_slow_end(minutes, 7.0)
     _, lines = train_logging(recipe_config(minutes), tmp_path / "run")
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "narrow"
@@ -187,9 +195,32 @@ def test_one_update_that_waited_for_a_core_does_not_change_the_choice(tmp_path, 
     paced_machine.wide_paces = [50.0, 7.0, 7.0, 30.0, 7.0, 7.0]  # the first, untimed, allocates
     assert len(paced_machine.wide_paces) == TIMED_UPDATES + 1
     assert statistics.mean(paced_machine.wide_paces[1:4]) > 14
-    _, lines = train_logging(recipe_config(3.0), tmp_path / "run")
+    minutes = 4.8  # what the probe's 108 s leave: (288 - 108) * 0.85 / 7.35 = 20 updates at the slow end
+    assert at_the_slow_end(minutes, 7.0, sum(paced_machine.wide_paces)) >= 20
+    _, lines = train_logging(recipe_config(minutes), tmp_path / "run")
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "wide"
     assert any("wide in fp32 at 7.00 s/update ±5%" in line for line in lines)
+
+
+def test_the_choice_counts_the_minutes_spent_before_it(tmp_path, paced_machine, monkeypatch):
+    """Regression: the estimate counted all of max_minutes, after data preparation and the timing had
+    spent some (a 5-minute run spent 5.2 before its first update, and estimated ~38 updates). 3.6
+    minutes make wide's 20 updates from the start; a minute of data preparation leaves too few."""
+    minutes, preparing = 3.6, 60.0
+    assert at_the_slow_end(minutes, 7.0) >= 20 > updates_in(minutes, 7.0, preparing + WIDE_TIMED)
+    prepare = run.prepare_data
+
+    def slow_preparation(*args, **kwargs):
+        paced_machine.now += preparing
+        return prepare(*args, **kwargs)
+
+    monkeypatch.setattr(run, "prepare_data", slow_preparation)
+    _, lines = train_logging(recipe_config(minutes), tmp_path / "run")
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "narrow"
+    choice = next(line for line in lines if line.startswith("recipe: "))
+    left = (minutes * 60 - preparing - NARROW_TIMED) / 60
+    assert f"recipe: narrow for {minutes:g} minutes ({left:.1f} left)" in choice, choice
+    assert f"~{updates_in(minutes, 7.0, preparing + WIDE_TIMED)} updates" in choice
 
 
 @pytest.mark.parametrize(

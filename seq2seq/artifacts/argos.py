@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,16 @@ from seq2seq.data.sentencepiece import SentencePieceTokenizers
 
 SUFFIX = ARGOS_SUFFIX
 ARGOS_VERSION = "1.9"  # the package layout this writes: Argos 1.9 and later read it
+
+
+def install_directory(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where `argostranslate.package.install_from_path` puts a package, by Argos's rule
+    (argostranslate/settings.py; its settings.json may also name one): $ARGOS_PACKAGES_DIR, else
+    packages/ in its data folder, $XDG_DATA_HOME/argos-translate (~/.local/share/argos-translate)."""
+    if environ.get("ARGOS_PACKAGES_DIR"):
+        return Path(environ["ARGOS_PACKAGES_DIR"])
+    data = Path(environ["XDG_DATA_HOME"]) if environ.get("XDG_DATA_HOME") else Path.home() / ".local" / "share"
+    return data / "argos-translate" / "packages"
 
 
 def package_code(src_lang: str, tgt_lang: str) -> str:

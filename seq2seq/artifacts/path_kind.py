@@ -94,3 +94,15 @@ def _has_model_type(config: Path) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(stored, dict) and "model_type" in stored
+
+
+def check_named_models_exist(runs: list[str | None], checkpoint: str | None) -> None:
+    """Each run directory and checkpoint a command names (`checkpoint=` may list several, comma-separated)
+    is there, with the loaders' own one-line errors: the commands check it before torch loads, so a
+    path typed wrong is answered at once."""
+    for run in runs:
+        if run and not Path(str(run)).is_dir():
+            raise UserError(f"{Path(str(run))}: no such run directory")
+    for part in str(checkpoint or "").split(","):
+        if part and not Path(part).exists():
+            raise UserError(f"{part}: no such checkpoint file")

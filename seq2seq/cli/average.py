@@ -105,11 +105,7 @@ def run(cfg: AverageConfig) -> Path:
         raise UserError("run: give run=<run directory> or checkpoints=<a.pt,b.pt,...> (one of them)")
     if cfg.last < 1:
         raise UserError(f"last={cfg.last}: must be at least 1")
-    # torch: only once the command line is known to be good
-    from seq2seq.artifacts.run_dir import RunDir
-    from seq2seq.averaging import end_of_run, newer_last, periodic_checkpoints
-
-    if cfg.checkpoints is not None:
+    if cfg.checkpoints is not None:  # the paths first, then torch: a typo is answered at once
         paths = [Path(p) for p in str(cfg.checkpoints).split(",") if p]
         if not paths:
             raise UserError(f"checkpoints={cfg.checkpoints}: names no file; give checkpoints=a.pt,b.pt")
@@ -122,6 +118,9 @@ def run(cfg: AverageConfig) -> Path:
     run_dir = Path(cfg.run)
     if not run_dir.is_dir():
         raise UserError(f"run={run_dir}: no such run directory")
+    from seq2seq.artifacts.run_dir import RunDir
+    from seq2seq.averaging import end_of_run, newer_last, periodic_checkpoints
+
     paths = periodic_checkpoints(run_dir, cfg.last)
     end_of_run(run_dir, paths, cfg.force)
     run = RunDir(run_dir)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from seq2seq.cli.common import exit_on_interrupt, parse_key_values, print_key_help, report_errors, wants_help
 from seq2seq.config import DistillConfig, UserError, validate_distill
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> None:
                 raise UserError(f"{argument}: expected key=value; --help lists the keys")
         cfg = parse_key_values([a for a in argv if not a.startswith(PASSED_ON)], DistillConfig)
         validate_distill(cfg)
+        for path in str(cfg.teacher or "").split(","):  # a path typed wrong is answered before torch loads
+            if path and not Path(path).exists():
+                raise UserError(f"teacher={cfg.teacher}: {path}: no such file or directory; give a run directory")
         from seq2seq.startup import prepare_process
 
         prepare_process()  # the command line is good: the work starts, and torch is imported from here on

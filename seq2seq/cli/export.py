@@ -38,12 +38,14 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str]) -> None:
+    from seq2seq.artifacts.path_kind import check_named_models_exist
     from seq2seq.config import validate_export
     from seq2seq.startup import prepare_process
     from seq2seq.stop_signals import stop_signals_raise
 
     cfg = parse_arguments(argv)
     validate_export(cfg)  # before torch: a bad setting is one line at once
+    check_named_models_exist([cfg.run], cfg.checkpoint)  # and so is a path typed wrong
     prepare_process()
     from seq2seq.artifacts.export import export  # torch: only once the command line is known to be good
 
@@ -52,7 +54,10 @@ def _run(argv: list[str]) -> None:
     if cfg.format == "argos":
         print(f"wrote {output} (argos, {output.stat().st_size / 1e6:.1f} MB)")
         install = f"import argostranslate.package as p; p.install_from_path({json.dumps(str(output))})"
-        print(f"install with: python -c {shlex.quote(install)} (docs/export.md)")
+        from seq2seq.artifacts.argos import install_directory
+
+        where = f"Argos installs into {install_directory()}; ARGOS_PACKAGES_DIR sets the folder"
+        print(f"install with: python -c {shlex.quote(install)} ({where}; docs/export.md)")
         return
     files = sorted(p.name for p in output.iterdir())
     size = sum(p.stat().st_size for p in output.iterdir()) / 1e6

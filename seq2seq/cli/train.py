@@ -1,7 +1,7 @@
 """`seq2seq-train`: Hydra composes the config, `seq2seq.train.run.train` does the work.
 
-The command line and the composed config are checked before torch is imported (a config error is one
-line in a fraction of a second), then the process is prepared (seq2seq/startup.py), then the run
+The command line, the composed config and the paths it names are checked before torch is imported
+(a config error is one line, without torch's seconds), then the process is prepared (seq2seq/startup.py), then the run
 directory is made and locked, and Hydra hands the config to `train`."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ if __name__ == "__main__":  # `python -m seq2seq.cli.train` (torchrun): the cons
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,7 @@ from seq2seq.config import (
     validate_recipes,
     validate_train,
 )
+from seq2seq.data.corpus import check_corpus_exists
 from seq2seq.startup import prepare_process
 from seq2seq.train.lock import claim_run_directory, holds_run_directory, refuse_if_busy
 
@@ -58,6 +60,8 @@ OmegaConf.register_new_resolver(
 
 
 def main() -> None:
+    global _started
+    _started = time.monotonic()  # max_minutes counts from here (the run's clock, Trainer.clock, is this one)
     if wants_help(sys.argv[1:]):
         usage = "[group=option ...] [key=value ...]"
         report_errors(lambda: print_help(sys.argv[1:], "seq2seq-train", usage, TrainConfig, GROUPS), False)
@@ -69,6 +73,7 @@ def main() -> None:
         global _config_checked
         check_override_keys(sys.argv[1:], TrainConfig, GROUPS)
         _config_checked = check_composed_config(sys.argv[1:])
+        check_resume_source(sys.argv[1:])
         prepare_process()  # the config is good: the work starts, and torch is imported from here on
         check_run_directory(sys.argv[1:])
 
@@ -85,6 +90,7 @@ def main() -> None:
 _before_start: BeforeStart | None = None
 _task_ran = False  # Hydra called _hydra_main: from there a failed start is train()'s to take back
 _config_checked = False  # check_composed_config checked the config Hydra composes: train() need not
+_started: float | None = None  # when the command started, on time.monotonic
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
@@ -102,7 +108,8 @@ def _hydra_main(cfg: DictConfig) -> None:
             check_resolves(cfg)  # what check_composed_config could not compose (a sweep, --config-name)
         from seq2seq.train.run import train  # torch: only once the config is known to be good
 
-        return train(cfg, run_dir, list(runtime.overrides.task), before=before, checked=_config_checked)
+        overrides = list(runtime.overrides.task)
+        return train(cfg, run_dir, overrides, before=before, checked=_config_checked, started=_started)
 
     debug = "debug=true" in sys.argv  # cfg.debug itself may be what does not resolve
     summary = exit_on_interrupt(lambda: report_errors(run, debug or cfg.debug), debug)
@@ -136,7 +143,22 @@ def check_composed_config(argv: list[str]) -> bool:
     check_resolves(cfg)
     validate_train(cfg)
     validate_recipes(cfg)
+    check_corpus_exists(cfg.data)
     return True
+
+
+def check_resume_source(argv: list[str]) -> None:
+    """resume= names an existing run with a last.pt (Hydra would create a missing one): checked
+    before torch loads, so that a path typed wrong is answered at once."""
+    _, overrides = parse_command_line(argv)
+    values = {o.key_or_group: o.value() for o in overrides if not o.is_delete() and o.value_type is not None}
+    resume = values.get("resume")
+    if isinstance(resume, str) and resume:
+        if not Path(resume).is_dir():
+            raise UserError(f"resume={resume}: no such run directory")
+        run = RunDir(resume)
+        if not run.checkpoint("last").is_file():
+            raise UserError(f"resume={resume}: has no {run.relative(run.checkpoint('last'))} to resume from")
 
 
 def check_run_directory(argv: list[str]) -> None:
@@ -153,12 +175,7 @@ def check_run_directory(argv: list[str]) -> None:
     check_weights_source(resume if isinstance(resume, str) else None, init_from if isinstance(init_from, str) else None)
     from seq2seq.train.run_outputs import BeforeStart, check_new_run_directory, check_writable
 
-    if isinstance(resume, str) and resume:
-        if not Path(resume).is_dir():
-            raise UserError(f"resume={resume}: no such run directory")
-        run = RunDir(resume)
-        if not run.checkpoint("last").is_file():
-            raise UserError(f"resume={resume}: has no {run.relative(run.checkpoint('last'))} to resume from")
+    if isinstance(resume, str) and resume:  # a run with a last.pt: check_resume_source
         check_writable(Path(resume))
         if _first_rank():
             _before_start = BeforeStart.of(Path(resume))

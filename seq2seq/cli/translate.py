@@ -16,6 +16,7 @@ from seq2seq.allocator import relaunch_with_tcmalloc
 if __name__ == "__main__":  # `python -m seq2seq.cli.translate`: the console script does it in launch.py
     relaunch_with_tcmalloc("seq2seq-translate", __name__)  # before torch is imported: see seq2seq/allocator.py
 
+from seq2seq.artifacts.path_kind import check_named_models_exist
 from seq2seq.cli.common import (
     CONFIG_PATH,
     check_resolves,
@@ -62,6 +63,7 @@ def _translate(cfg: object) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[%(levelname)s] %(message)s")
     report_errors(lambda: check_resolves(cfg), "debug=true" in sys.argv)  # before cfg.debug is read
     report_errors(lambda: validate_translate(cfg), cfg.debug)  # a bad value answers before torch is loaded
+    report_errors(lambda: check_named_models_exist([cfg.run], cfg.checkpoint), cfg.debug)  # so does a bad path
     prepare_process()
     from seq2seq.inference.command import translate  # torch or ctranslate2: only for a good config
 

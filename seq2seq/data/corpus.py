@@ -23,6 +23,9 @@ Corpus = dict[str, Pairs]
 
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 
+# The keys that name a corpus file (parallel_files, tsv, jsonl).
+FILE_KEYS = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "train", "valid", "test")
+
 
 def iter_lines(path: str | Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (.gz is decompressed), one at a time, without line endings or a
@@ -121,6 +124,17 @@ def multi30k_dir(cfg: DataConfig) -> Path:
     return directory
 
 
+def check_corpus_exists(cfg: DataConfig) -> None:
+    """The folder or files the corpus is read from are there, reading none of them: seq2seq-train
+    checks it before torch loads, so that a path typed wrong is answered at once."""
+    if cfg.kind == "multi30k":
+        multi30k_dir(cfg)
+        return
+    for key in FILE_KEYS:
+        if (path := getattr(cfg, key)) and not Path(path).exists():
+            raise UserError(f"data.{key}={path}: no such file")
+
+
 def fetch_multi30k_command(directory: Path) -> str:
     return f"python scripts/get_multi30k.py {shlex.quote(str(directory))}"
 
@@ -191,5 +205,4 @@ def corpus_sources(cfg: DataConfig) -> list[str]:
             for n in MULTI30K_SPLITS.values()
             for lang in (cfg.src_lang, cfg.tgt_lang)
         ]
-    keys = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "train", "valid", "test")
-    return [getattr(cfg, k) for k in keys if getattr(cfg, k)]
+    return [getattr(cfg, k) for k in FILE_KEYS if getattr(cfg, k)]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -63,6 +62,7 @@ from seq2seq.data.multilingual import (
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.measurement_cache import CACHE_SETTING, cache_root
 from seq2seq.stop_signals import stop_signals_raise
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def content_digest(path: Path) -> str | None:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq"))
+    return cache_root()
 
 
 def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> str | None:
@@ -482,7 +482,8 @@ def prepare_data(
     if is_main and not target.is_dir():
         try:
             root.mkdir(parents=True, exist_ok=True)
-            log.info("tokenizing the corpus (cached in %s for the next run)", target)
+            moved_by = "data.cache_dir" if cfg.cache_dir else f"data.cache_dir or {CACHE_SETTING}"
+            log.info("tokenizing the corpus (cached in %s for the next run; %s sets the folder)", target, moved_by)
             with stop_signals_raise():  # the build's staging directory, as large as the corpus, goes
                 _build(cfg, target, pretrained)
         except OSError as err:

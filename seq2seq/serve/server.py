@@ -23,6 +23,7 @@ from typing import Any
 
 import uvicorn
 
+from seq2seq.artifacts.path_kind import check_named_models_exist
 from seq2seq.config import UserError, serve_translate_config
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app
 from seq2seq.serve.batcher import Batcher
@@ -188,14 +189,9 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def check_models_exist(cfg: Any) -> None:
-    """Each model named is there, with the loader's own one-line errors: checked before the port is
-    bound, so that a run typed wrong is what the user hears of, not the default port being taken."""
-    for run in [cfg.run, *cfg.runs] if cfg.run else cfg.runs:
-        if not Path(str(run)).is_dir():
-            raise UserError(f"{Path(str(run))}: no such run directory")
-    for part in str(cfg.checkpoint or "").split(","):
-        if part and not Path(part).exists():
-            raise UserError(f"{part}: no such checkpoint file")
+    """Each model named is there: checked before the port is bound, so that a run typed wrong is what
+    the user hears of, not the default port being taken."""
+    check_named_models_exist([cfg.run, *cfg.runs] if cfg.run else list(cfg.runs), cfg.checkpoint)
 
 
 def read_keys(path: Path) -> list[str]:

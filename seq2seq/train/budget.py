@@ -28,6 +28,12 @@ class Budget:
         # How long the latest validation (and its saves) took, or an estimate before the first: kept back
         # from max_minutes, so the final validation ends by the deadline instead of after it.
         self.validation_minutes = 0.0
+        # The update whose weights the estimate translated, or None once a validation was timed (then
+        # validation_minutes is a measurement). An untrained model's translations run to their length
+        # limit, so an estimate made early is timed again, on weights that have learnt since, before
+        # it stops the run.
+        self.estimated_at: int | None = None
+        self.probe_minutes = 0.0  # what timing the estimate took: kept back too, while it may be timed again
         self.update_seconds = 0.0  # how long the latest update took: the deadline keeps room for one more
 
     def minutes_since_start(self) -> float:
@@ -50,8 +56,10 @@ class Budget:
         return min(max(used, 0.0), 1.0)
 
     def training_minutes(self) -> float:
-        """The part of max_minutes that training may use: all but the final validation's share."""
-        return self.cfg.max_minutes - self.validation_minutes
+        """The part of max_minutes that training may use: all but the final validation's share (and,
+        while that share is an estimate, the time to estimate it again)."""
+        retiming = self.probe_minutes if self.estimated_at is not None else 0.0
+        return self.cfg.max_minutes - self.validation_minutes - retiming
 
     def out_of_time(self) -> bool:
         """Another update would end past the time training may use: stopping now ends the run (final
@@ -66,17 +74,39 @@ class Budget:
             return None
         return self.clock() + (self.cfg.max_minutes - self.elapsed_minutes()) * 60
 
-    def reserve_for_the_final_validation(self, translate: Callable[[list[str]], object], data: PreparedData) -> None:
-        """With max_minutes and no validation timed yet (after the first update, whose time the
-        estimate uses): keep back an estimate of the final validation's time. Rank 0 validates."""
-        if not self.cfg.max_minutes or self.validation_minutes != 0.0 or not self.dist.is_main:
+    def validation_timed(self, minutes: float) -> None:
+        """A validation (and its saves) took `minutes`: the final one is kept that much."""
+        self.validation_minutes, self.estimated_at = minutes, None
+
+    def reserve_for_the_final_validation(
+        self, translate: Callable[[list[str]], object], data: PreparedData, step: int
+    ) -> None:
+        """With max_minutes and no validation timed yet, rank 0 keeps back an estimate of the final
+        validation's time: after the first update (whose time the estimate uses), and again when
+        that estimate would stop the run and the weights have since made as many updates again (an
+        estimate on untrained weights errs long: their translations run to the length limit)."""
+        if not self.cfg.max_minutes or not self.dist.is_main:
             return
-        self.validation_minutes = self.estimate_validation_minutes(translate, data)
-        log.info(
-            "max_minutes=%g: %.1f minutes kept for the final validation (estimated before the first)",
-            self.cfg.max_minutes,
-            self.validation_minutes,
-        )
+        first = self.validation_minutes == 0.0 and self.estimated_at is None
+        stale = self.estimated_at is not None and step >= 2 * self.estimated_at and self.out_of_time()
+        if not (first or stale):
+            return
+        was = self.validation_minutes
+        self.validation_minutes, self.estimated_at = self.estimate_validation_minutes(translate, data), step
+        if first:
+            log.info(
+                "max_minutes=%g: %.1f minutes kept for the final validation (estimated before the first)",
+                self.cfg.max_minutes,
+                self.validation_minutes,
+            )
+        else:
+            log.info(
+                "max_minutes=%g: the final validation timed again at update %d: %.2f minutes kept (was %.2f)",
+                self.cfg.max_minutes,
+                step,
+                self.validation_minutes,
+                was,
+            )
 
     def estimate_validation_minutes(
         self, translate: Callable[[list[str]], object], data: PreparedData, probe_sentences: int = 16
@@ -90,6 +120,7 @@ class Budget:
         probe = valid.src_text[: min(probe_sentences, translated)]
         start = self.clock()
         translate(probe)
-        translation = (self.clock() - start) * translated / max(len(probe), 1)
+        self.probe_minutes = (self.clock() - start) / 60.0
+        translation = self.probe_minutes * 60.0 * translated / max(len(probe), 1)
         loss_pass = self.update_seconds / 3.0 * float(valid.tgt.lengths().sum()) / self.cfg.batch_tokens
         return (translation + loss_pass) / 60.0

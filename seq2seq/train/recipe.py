@@ -6,7 +6,8 @@ to be smaller and faster, one that has long converged wants more regularisation.
 its candidate recipes in order of preference, each with the fewest updates it needs to be the better choice
 (results/sweep.md says where those numbers come from). The run times a few real updates of each
 candidate on this machine, as loaded as it is now, in the precision the candidate would train in, and
-takes the first that will make its minimum in the budget, else the last.
+takes the first that will make its minimum in what is left of the budget, else the last (max_minutes
+counts from the command's start: the data's preparation and the timing itself are spent).
 
 The timing is a measurement with an error, and a choice near a minimum would follow the noise: the
 same command on the same machine picked d256x3 one day and d128x4 the next. So each candidate's pace is
@@ -157,10 +158,13 @@ def choose_recipe(
     device: torch.device,
     dist: DistContext,
     clock: Callable[[], float],
+    started: float | None = None,
 ) -> DictConfig:
     """The config to train with: auto becomes a measured choice, a name applies that recipe, fixed
     leaves the config as it is. Rank 0 measures on `clock` (the run's) and decides; every rank applies
-    its choice. `cfg` itself is left as it was."""
+    its choice. `started`: when the command started, on `clock` (default now): max_minutes counts
+    from there, so each candidate's updates are counted in what is left of it once its pace is known.
+    `cfg` itself is left as it was."""
     if cfg.recipe == FIXED:
         return cfg
     user_keys = user_override_keys(overrides)
@@ -172,15 +176,16 @@ def choose_recipe(
     estimates: list[Estimate] = []
     choice = None
     if dist.is_main:
-        started = clock()
+        timing = clock()
+        started = timing if started is None else started
         for recipe in cfg.recipes:
             candidate = copy.deepcopy(cfg)
             apply_recipe(candidate, recipe.name, user_keys)
-            estimates.append(_estimate(candidate, recipe.min_updates, data, device, clock))
+            estimates.append(_estimate(candidate, recipe.min_updates, data, device, clock, started))
             if estimates[-1].makes_its_minimum:
                 break  # the first that makes its minimum wins: the smaller ones need not be timed
         choice = cfg.recipes[len(estimates) - 1].name  # the one that made its minimum, else the last
-        _log_choice(cfg, estimates, choice, clock() - started)
+        _log_choice(cfg, estimates, choice, clock() - timing, (clock() - started) / 60.0)
     choice = dist.broadcast(choice)
     chosen = copy.deepcopy(cfg)
     applied = apply_recipe(chosen, choice, user_keys)
@@ -196,17 +201,24 @@ def choose_recipe(
 
 
 def _estimate(
-    cfg: DictConfig, minimum: int, data: PreparedData, device: torch.device, clock: Callable[[], float]
+    cfg: DictConfig,
+    minimum: int,
+    data: PreparedData,
+    device: torch.device,
+    clock: Callable[[], float],
+    started: float,
 ) -> Estimate:
-    """How many updates `cfg` will make: max_steps where no time budget is set, else the budget's
-    share for updates over the measured pace, whichever is fewer."""
+    """How many updates `cfg` will make: max_steps where no time budget is set, else the share for
+    updates of what is left of the budget (spent from `started` up to the end of this timing) over
+    the measured pace, whichever is fewer."""
     if not cfg.max_minutes:
         steps = cfg.max_steps or UNLIMITED
         return Estimate(cfg.recipe, minimum, None, steps, steps, steps)
     pace = measure_pace(cfg, data, device, clock)
+    left = max(cfg.max_minutes * 60.0 - (clock() - started), 0.0)
 
     def updates_at(seconds: float) -> int:
-        updates = int(cfg.max_minutes * 60.0 * UPDATE_SHARE / max(seconds, 1e-9))
+        updates = int(left * UPDATE_SHARE / max(seconds, 1e-9))
         return min(updates, cfg.max_steps) if cfg.max_steps else updates
 
     slow, fast = pace.seconds * (1.0 + pace.spread), pace.seconds * (1.0 - pace.spread)
@@ -228,9 +240,11 @@ def describe(estimate: Estimate) -> str:
     return f"{estimate.name}{pace}: {updates}, wants >= {estimate.minimum:,}"
 
 
-def _log_choice(cfg: DictConfig, estimates: Sequence[Estimate], choice: str, probe_seconds: float) -> None:
+def _log_choice(
+    cfg: DictConfig, estimates: Sequence[Estimate], choice: str, probe_seconds: float, spent_minutes: float
+) -> None:
     budget = (
-        f"{cfg.max_minutes:g} minutes"
+        f"{cfg.max_minutes:g} minutes ({max(cfg.max_minutes - spent_minutes, 0.0):.1f} left)"
         if cfg.max_minutes
         else f"max_steps={cfg.max_steps}"
         if cfg.max_steps

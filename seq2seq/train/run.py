@@ -27,6 +27,7 @@ from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pretrained_model_config
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
+    AUTO_RECIPE,
     TRAIN_GROUPS,
     UserError,
     as_dict,
@@ -117,6 +118,7 @@ def train(
     overrides: list[str] | None = None,
     before: BeforeStart | None = None,
     checked: bool = False,
+    started: float | None = None,
 ) -> dict[str, Any]:
     """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path).
 
@@ -125,7 +127,10 @@ def train(
     cleared of an interrupted run's leftovers); the Trainer (data, recipe, precision, weights); its fit;
     the summary and exports. A start that fails takes back what it added to the run directory: `before`
     is the directory as it stood before the start (seq2seq-train notes it before Hydra writes there).
-    `checked`: the caller validated `cfg` (seq2seq-train does, before torch loads), so it is not again."""
+    `checked`: the caller validated `cfg` (seq2seq-train does, before torch loads), so it is not again.
+    `started`: when the command started, on `Trainer.clock` (default: now): max_minutes counts from
+    there. A run that ends without a single update (max_minutes spent before it) is an error, and takes
+    back what it added, as a failed start does: it has nothing to translate with."""
     run_dir, overrides = Path(run_dir), overrides or []
     before = before or BeforeStart.of(run_dir)
     # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
@@ -143,7 +148,7 @@ def train(
             if dist.enabled:
                 run_dir = _agree_on_run_dir(run_dir, dist)
             _set_up_this_process(cfg, device, dist.rank)
-            start = Trainer.clock()
+            start = Trainer.clock() if started is None else started
             if dist.is_main:  # before tokenizing: a bad output directory should not cost minutes of work first
                 if not claimed:
                     check_writable(run_dir)
@@ -153,9 +158,14 @@ def train(
                 if dist.is_main:
                     _clear_leftovers(cfg, run_dir)
                 trainer = _build_trainer(cfg, run_dir, device, dist, payload, overrides, start)
+            set_up_minutes = (Trainer.clock() - start) / 60.0
             if dist.is_main:
                 log_summary(trainer)
             reason = trainer.run()
+            if trainer.step == 0 and reason != STOPPED_BY_SIGNAL:
+                if dist.is_main:
+                    before.take_back()
+                raise UserError(_no_update_message(cfg, trainer.cfg, reason, set_up_minutes))
             return _finish(trainer, reason, run_dir)
     except RuntimeError as error:
         if lost_peer(error, dist):  # a raw gloo/NCCL message would not say what happened or what to do
@@ -163,6 +173,21 @@ def train(
         raise
     finally:
         cleanup_distributed()
+
+
+def _no_update_message(asked: DictConfig, chosen: DictConfig, reason: str, set_up_minutes: float) -> str:
+    """Why a run made no update and what to change: `asked` is the config as given (recipe=auto),
+    `chosen` the one trained with (the recipe it chose)."""
+    message = f"no update made ({reason}), so there is no run to translate with; nothing of it was kept"
+    if not asked.max_minutes:
+        return message
+    timed = " and timing recipe=auto's candidates" if asked.recipe == AUTO_RECIPE else ""
+    message += f": {set_up_minutes:.1f} of max_minutes={asked.max_minutes:g} went to preparing the data{timed}"
+    if asked.recipe == AUTO_RECIPE:
+        return (
+            message + f"; give more minutes, or name a recipe (recipe={chosen.recipe}, its choice) to skip the timing"
+        )
+    return message + "; give more minutes"
 
 
 def _run_config(cfg: DictConfig, overrides: list[str], checked: bool) -> tuple[DictConfig, TrainingState | None]:
@@ -223,7 +248,7 @@ def _build_trainer(
         if data.cleaning is not None:  # data.clean's report, beside the run's other records
             RunDir(run_dir).cleaning_report.write_text(json.dumps(data.cleaning, indent=1, ensure_ascii=False) + "\n")
     if payload is None:  # a resumed run's config holds the recipe it chose
-        cfg = choose_recipe(cfg, overrides, data, device, dist, Trainer.clock)
+        cfg = choose_recipe(cfg, overrides, data, device, dist, Trainer.clock, start)
     precision = choose_run_precision(cfg, device, dist)
     trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
     if payload is not None:

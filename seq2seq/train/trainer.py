@@ -241,7 +241,7 @@ class Trainer:
         self.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
         self.validations_since_best, names = self.dist.broadcast((self.validations_since_best, names))
         self.save(*names)  # every rank: each one's RNG state goes into the checkpoint
-        self.budget.validation_minutes = (self.clock() - started) / 60.0
+        self.budget.validation_timed((self.clock() - started) / 60.0)
 
     def save(self, *names: str) -> None:
         """Under DDP every rank calls this: the checkpoint holds each rank's RNG state; rank 0 writes
@@ -294,7 +294,7 @@ class Trainer:
             if tokens is None:
                 continue
             step = self.step
-            self.budget.reserve_for_the_final_validation(self.translator.translate, self.data)
+            self.budget.reserve_for_the_final_validation(self.translator.translate, self.data, step)
             if step % cfg.log_every == 0 or step == 1:
                 self.check_updates()
                 window.results += self.take_read_back()  # with what saves read back since the last
