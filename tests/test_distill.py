@@ -445,3 +445,49 @@ def test_a_student_may_take_a_smaller_vocabulary_and_a_shallower_decoder(teacher
     assert cfg.data.vocab_size == 280 != taught.config["data"]["vocab_size"]
     assert cfg.data.tokenizer == taught.config["data"]["tokenizer"]
     assert (cfg.model.encoder_layers, cfg.model.decoder_layers) == (2, 1)
+
+
+def test_a_cache_that_is_a_file_is_one_line_naming_cache(teacher, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    for given in (cache, cache / "below"):
+        status, _, err = distill_main([f"teacher={teacher}", f"output={tmp_path / 'o'}", f"cache={given}"], capsys)
+        assert status == 2 and err.strip().splitlines() == [
+            f"error: cache={given}: {cache} is not a directory; give cache= a directory"
+        ]
+    assert not (tmp_path / "o").exists() and cache.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("full_from", [1, 4], ids=["key.json", "a chunk of translations"])
+def test_a_full_cache_disk_is_one_line_naming_cache_and_leaves_no_part_of_a_file(
+    teacher, tmp_path, capsys, monkeypatch, full_from
+):
+    import errno
+    import os
+    import stat
+
+    cache = tmp_path / "cache"
+    real_fsync, made_durable = os.fsync, []
+
+    def full_disk(fd: int) -> None:  # from the Nth write made durable in the cache on, the disk is full
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(cache)) and stat.S_ISREG(os.fstat(fd).st_mode):
+            made_durable.append(fd)
+            if len(made_durable) >= full_from:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    argv = [f"teacher={teacher}", f"output={tmp_path / 'o'}", f"cache={cache}", "threads=1", "chunk_lines=50"]
+    status, _, err = distill_main(argv, capsys)
+    assert status == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"error: cache={cache}: cannot keep the teacher's translations there (No space left on device); "
+        "free some space or give cache= another directory (a rerun resumes what was kept)"
+    )
+    left = [p for p in cache.rglob("*") if p.is_file()]
+    assert [p.name for p in left if p.name.endswith(".tmp")] == []  # no half-written key.json or progress.json
+    translations = list(cache.rglob(TRANSLATIONS))
+    assert len(translations) == (full_from > 1)
+    for path in translations:  # nothing beyond what progress.json counts: 50 lines, the first chunk
+        progress = json.loads((path.parent / PROGRESS).read_text())
+        assert progress["lines"] == 50 and path.stat().st_size == progress["bytes"]

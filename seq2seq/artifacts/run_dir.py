@@ -48,8 +48,11 @@ _TEMPORARY_SUFFIX = ".tmp"
 
 # Each directory a run writes, and the names of the files it writes there.
 RUN_DIRECTORIES: dict[str, re.Pattern[str]] = {
-    # best, last, step_N and seq2seq-average's default output; .NAME.pt.*.tmp: an unfinished save
-    CHECKPOINTS_DIR: re.compile(rf"(best|last|{_PERIODIC.pattern}|averaged)\.pt|\..+\.pt\..+\.tmp"),
+    # best, last, step_N and seq2seq-average's default output; .NAME.pt.*.tmp: an unfinished save;
+    # .averaged.pt.lock: the lock of its writer (replacing.py), left only by a killed one
+    CHECKPOINTS_DIR: re.compile(
+        rf"(best|last|{_PERIODIC.pattern}|averaged)\.pt|\..+\.pt\..+\.tmp|\.averaged\.pt\.lock"
+    ),
     INFERENCE_DIR: re.compile("|".join(map(re.escape, (WEIGHTS_FILE, WEIGHTS_CONFIG, *TOKENIZER_FILES)))),
     CTRANSLATE2_DIR: re.compile(
         "|".join(map(re.escape, (CTRANSLATE2_FILE, "config.json", DECODING_FILE, *CT2_VOCABULARIES, *TOKENIZER_FILES)))

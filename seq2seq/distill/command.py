@@ -43,7 +43,7 @@ from seq2seq.distill.selection import select
 from seq2seq.distill.source_language import check_source_language
 from seq2seq.distill.student import LOG_FORMAT, baseline_config, student_config, train_once, with_files
 from seq2seq.distill.teacher import Teacher, corpus_config, directions, read_teacher
-from seq2seq.distill.translations import cache_key, read_translations, translate_cached
+from seq2seq.distill.translations import cache_key, cut_to_count, read_translations, translate_cached
 from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.engine_loader import load
 
@@ -66,6 +66,7 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
         check_source_language(corpus)
     student_corpus = with_back_translated(corpus, planned)
     student = student_config(teacher, cfg.student, student_corpus, train, output / "data", "test" in held_out)
+    cache_root(cfg)  # a cache= that cannot be one: refused before anything is written
     resumed = claim_output(output)
     with held(output, "a distillation"), _logging(output / "distill.log"):
         check_settings(output, settings(cfg, teacher, data, train))
@@ -303,18 +304,35 @@ def teacher_translations(
         "direction": direction,
     }
     key, parts = cache_key(teacher.weights, sources, decoding)
-    folder = cache_root(cfg) / key
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "key.json").is_file():
-        write_json(folder / "key.json", parts)
-    progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, cfg.chunk_lines)
+    root = cache_root(cfg)
+    folder = root / key
+    try:  # a full disk, a read-only one: one line naming cache= (write_json leaves no part of a file)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "key.json").is_file():
+            write_json(folder / "key.json", parts)
+        progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, cfg.chunk_lines)
+    except OSError as err:
+        cut_to_count(folder)
+        raise UserError(
+            f"cache={root}: cannot keep the teacher's translations there ({err.strerror or err}); "
+            "free some space or give cache= another directory (a rerun resumes what was kept)"
+        ) from err
     return read_translations(folder, len(sources)), progress, folder
 
 
 def cache_root(cfg: Any) -> Path:
-    if cfg.cache:
-        return Path(cfg.cache)
-    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / "distill"
+    """Where the teacher's translations are kept; a path that is no directory is refused in one line."""
+    root = (
+        Path(cfg.cache)
+        if cfg.cache
+        else Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / "distill"
+    )
+    for above in (root, *root.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise UserError(f"cache={root}: {above} is not a directory; give cache= a directory")
+            break
+    return root
 
 
 def compare(

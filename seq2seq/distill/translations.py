@@ -10,6 +10,7 @@ off before the next chunk goes on. A finished folder is read as it is.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -94,6 +95,16 @@ def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, ch
         rate = progress.lines / progress.seconds if progress.seconds else float("inf")
         log.info("teacher translated %d lines in %.1f s (%.1f lines/s)", progress.lines, progress.seconds, rate)
         return progress
+
+
+def cut_to_count(folder: Path) -> None:
+    """Cuts translations.jsonl back to what progress.json counts: what a write that failed (a full
+    disk) appended after it, as a rerun would. Under the folder's lock; where another process holds it
+    (or the folder cannot be opened), that process's own resume does the cut."""
+    with contextlib.suppress(OSError, UserError), held(folder, "translations"):
+        counted = Progress(**read_json(folder / PROGRESS)).bytes if (folder / PROGRESS).is_file() else 0
+        if (folder / TRANSLATIONS).is_file():
+            os.truncate(folder / TRANSLATIONS, counted)
 
 
 def read_translations(folder: Path, count: int) -> list[list[str]]:

@@ -1,0 +1,202 @@
+"""Every writer that replaces its own output (issue 77): the new content is a new file renamed over the
+old one, so a hard link the user made to the earlier output keeps it; and one writer per output file:
+while another process writes it, a command is refused in one line and the first one's result stays.
+
+The writers: seq2seq-translate's output= and attention=, seq2seq-average's output=, a training run's
+checkpoints and exports, seq2seq-distill's files, seq2seq-export's output=. The server writes only new
+names into a folder it made (nothing of its own to replace)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config
+from lock_holder import hold_lock_in_another_process
+from omegaconf import OmegaConf
+
+from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
+from seq2seq.artifacts.export import export, write_run_exports
+from seq2seq.artifacts.run_dir import RunDir
+from seq2seq.config import ExportConfig, UserError
+from seq2seq.distill.files import write_json, write_lines
+from seq2seq.inference.command import translate
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from seq2seq.train.run import train
+
+    root = tmp_path_factory.mktemp("writers")
+    overrides = [*TINY_TRAIN, "data.task_train_size=200", "max_steps=2", "valid_every=2", "save_every=2"]
+    with pytest.MonkeyPatch.context() as patch:  # module scope: conftest's per-test cache is not set yet
+        patch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))
+        train(compose_config("train", [*overrides, f"data.cache_dir={root / 'cache'}"]), root / "run")
+    return root / "run"
+
+
+def translating(run: Path, tmp: Path, *extra: str) -> Callable[[int], Path]:
+    """Writes `lines` lines' translations to tmp/o.txt (or what `extra` names) with seq2seq-translate."""
+
+    def write(lines: int) -> Path:
+        source = tmp / f"input{lines}.txt"
+        source.write_text("".join(f"a b {'c ' * (n + lines)}\n" for n in range(lines)))
+        translate(compose_config("translate", [f"run={run}", f"input={source}", "beam=1", *extra]))
+        return tmp / "o.txt"
+
+    return write
+
+
+def translate_output(run: Path, tmp: Path) -> Callable[[int], Path]:
+    return translating(run, tmp, f"output={tmp / 'o.txt'}")
+
+
+def translate_attention(run: Path, tmp: Path) -> Callable[[int], Path]:
+    write = translating(run, tmp, f"output={tmp / 'o.txt'}", f"attention={tmp / 'plots'}", "engine=torch")
+
+    def plot(lines: int) -> Path:
+        write(lines)
+        return tmp / "plots" / "sentence_000000.png"
+
+    return plot
+
+
+def checkpoint_payload(value: float) -> dict:
+    return {
+        "format": 1,
+        "model": {"w": torch.full((2, 3), value)},
+        "config": {"model": {"d_model": 8}},
+        "vocab": {"src_size": 10, "tgt_size": 10, "pad_id": 0},
+        "step": 1,
+        "metrics": {},
+        "optimizer": {"state": torch.ones(1)},
+    }
+
+
+def average_output(run: Path, tmp: Path) -> Callable[[int], Path]:
+    from seq2seq.cli.average import average_files
+
+    def average(value: int) -> Path:
+        inputs = [tmp / f"a{value}.pt", tmp / f"b{value}.pt"]
+        for path, weight in zip(inputs, (value, value + 2), strict=True):
+            atomic_save(checkpoint_payload(float(weight)), path)
+        return average_files(inputs, tmp / "averaged.pt")
+
+    return average
+
+
+def training_checkpoint(run: Path, tmp: Path) -> Callable[[int], Path]:
+    def save(value: int) -> Path:  # the trainer's save of last.pt
+        atomic_save(checkpoint_payload(float(value)), tmp / "checkpoints" / "last.pt")
+        return tmp / "checkpoints" / "last.pt"
+
+    return save
+
+
+def run_exports(run: Path, tmp: Path) -> Callable[[int], Path]:
+    """model/ of a run written again (a resumed run's end) after its best.pt changed."""
+    import shutil
+
+    copy = tmp / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".lock"))
+
+    def export_again(value: int) -> Path:
+        best = RunDir(copy).checkpoint("best")
+        payload = load_checkpoint(best)
+        payload["model"] = {k: v + value for k, v in payload["model"].items()}
+        atomic_save(payload, best)
+        assert not isinstance(write_run_exports(copy)["model"], UserError)
+        return copy / "model" / "model.safetensors"
+
+    return export_again
+
+
+def distill_json(run: Path, tmp: Path) -> Callable[[int], Path]:
+    def write(value: int) -> Path:
+        write_json(tmp / "state.json", {"seconds": value})
+        return tmp / "state.json"
+
+    return write
+
+
+def distill_lines(run: Path, tmp: Path) -> Callable[[int], Path]:
+    def write(value: int) -> Path:
+        write_lines(tmp / "train.src", [str(n) for n in range(value)])
+        return tmp / "train.src"
+
+    return write
+
+
+WRITERS = {
+    "seq2seq-translate output=": translate_output,
+    "seq2seq-translate attention=": translate_attention,  # PyTorch and matplotlib: a few seconds
+    "seq2seq-average output=": average_output,
+    "a run's checkpoint": training_checkpoint,
+    "a run's exports": run_exports,
+    "seq2seq-distill's JSON files": distill_json,
+    "seq2seq-distill's corpus files": distill_lines,
+}
+
+
+@pytest.mark.parametrize(
+    "writer", [pytest.param(w, marks=pytest.mark.slow) if "attention" in w else w for w in WRITERS]
+)
+def test_a_hard_link_to_an_earlier_output_keeps_its_content(run, tmp_path, writer):
+    write = WRITERS[writer](run, tmp_path)
+    output = write(3)
+    before = output.read_bytes()
+    os.link(output, tmp_path / "keep")
+    assert write(1) == output
+    assert output.read_bytes() != before, "the second write should change the output"
+    assert (tmp_path / "keep").read_bytes() == before
+
+
+def test_two_translations_into_one_file_the_second_is_refused(run, tmp_path):
+    write = translate_output(run, tmp_path)
+    output = write(20)  # the first one's result
+    before = output.read_text()
+    holder = hold_lock_in_another_process(output)  # as a seq2seq-translate writing it now would
+    try:
+        with pytest.raises(UserError) as info:
+            write(3)
+    finally:
+        holder.communicate("")
+    assert str(info.value) == (
+        f"output={output}: another process (seq2seq-translate, process {holder.pid}) is writing this file; "
+        "wait for it to end, or give output= another file"
+    )
+    assert output.read_text() == before and before.count("\n") == 20
+
+
+@pytest.mark.parametrize(
+    ("writer", "output"),
+    [
+        ("seq2seq-average", "averaged.pt"),
+        ("seq2seq-export", "exported"),
+        ("seq2seq-translate attention=", "plots"),
+    ],
+)
+def test_every_writer_of_a_file_someone_else_is_writing_is_refused(run, tmp_path, writer, output):
+    from seq2seq.cli.average import average_files
+
+    target = tmp_path / output
+    if writer == "seq2seq-average":
+        inputs = [tmp_path / "a.pt", tmp_path / "b.pt"]
+        for path in inputs:
+            atomic_save(checkpoint_payload(1.0), path)
+        write: Callable[[], object] = lambda: average_files(inputs, target)  # noqa: E731
+    elif writer == "seq2seq-export":
+        cfg = OmegaConf.structured(ExportConfig(run=str(run), output=str(target)))
+        write = lambda: export(cfg)  # noqa: E731
+    else:
+        write = lambda: translating(run, tmp_path, f"attention={target}", "engine=torch")(1)  # noqa: E731
+    holder = hold_lock_in_another_process(target, "another command")
+    try:
+        with pytest.raises(UserError, match=f"another process \\(another command, process {holder.pid}\\) is writ"):
+            write()
+    finally:
+        holder.communicate("")
+    assert not target.exists()
