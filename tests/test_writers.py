@@ -200,3 +200,33 @@ def test_every_writer_of_a_file_someone_else_is_writing_is_refused(run, tmp_path
     finally:
         holder.communicate("")
     assert not target.exists()
+
+
+@pytest.mark.slow
+def test_two_seq2seq_translate_processes_at_once_the_first_result_survives(run, tmp_path):
+    """The review's case as it was run: 200 lines and 3 lines into one output= at once. The first one
+    reads a FIFO, so it is still translating (and holds output=) for as long as the test keeps it open."""
+    import subprocess
+    import sys
+    import time
+
+    binary = Path(sys.executable).parent / "seq2seq-translate"
+    output, lock, fifo = tmp_path / "o.txt", tmp_path / ".o.txt.lock", tmp_path / "in200"
+    os.mkfifo(fifo)
+    (tmp_path / "in3.txt").write_text("a b\n" * 3)
+    command = [str(binary), f"run={run}", f"output={output}", "beam=1", "threads=1"]
+    first = subprocess.Popen([*command, f"input={fifo}"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (lock.is_file() and lock.read_text()) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the first one holds the lock (it writes its process id once it does)
+    second = subprocess.run([*command, f"input={tmp_path / 'in3.txt'}"], capture_output=True, text=True, timeout=120)
+    with fifo.open("w") as source:  # the first one's 200 lines
+        source.write("".join(f"a b {'c ' * (n % 7)}\n" for n in range(200)))
+    first_err = first.communicate(timeout=120)[1]
+    assert first.returncode == 0, first_err
+    assert (second.returncode, second.stderr.splitlines()[-1]) == (
+        2,
+        f"error: output={output}: another process (seq2seq-translate, process {first.pid}) is writing this file; "
+        "wait for it to end, or give output= another file",
+    )
+    assert output.read_text().count("\n") == 200 and not lock.exists()
