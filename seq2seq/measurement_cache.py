@@ -14,8 +14,14 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def cache_root() -> Path:
+    """SEQ2SEQ_CACHE, else ~/.cache/seq2seq: the one root of every cache the package keeps (these
+    measurements, the replace ledger, tokenized data, the teacher's translations of seq2seq-distill)."""
+    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq"))
+
+
 def cache_file(name: str) -> Path:
-    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / name
+    return cache_root() / name
 
 
 def cached(name: str, key: str, kind: type[T], measure: Callable[[], T]) -> T:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
@@ -48,6 +47,7 @@ from seq2seq.data.multilingual import (
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.measurement_cache import cache_root
 from seq2seq.stop_signals import stop_signals_raise
 
 if TYPE_CHECKING:
@@ -169,10 +169,6 @@ def content_digest(path: Path) -> str | None:
             return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError:
         return None
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq"))
 
 
 def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> str | None:
@@ -422,7 +418,7 @@ def prepare_data(
     """Tokenized splits for `cfg`, built once and then loaded from the cache. Under DDP only the
     main process builds; the others wait at `barrier` and load what it wrote. `pretrained`: a
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
-    root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    root = Path(cfg.cache_dir) if cfg.cache_dir else cache_root()
     target = root / cache_key(cfg, pretrained)
     if is_main and (swept := remove_abandoned_builds(root)):
         log.info("removed %s bytes of cache builds left by processes that were killed", f"{swept:,}")

@@ -31,7 +31,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from seq2seq import cpu_sharing
+from seq2seq import cpu_sharing, measurement_cache
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict, validate_directions
 from seq2seq.data.corpus import iter_split, require_pairs, split_files, unzip
 from seq2seq.data.directions import Direction, direction_config
@@ -322,11 +322,7 @@ def teacher_translations(
 
 def cache_root(cfg: Any) -> Path:
     """Where the teacher's translations are kept; a path that is no directory is refused in one line."""
-    root = (
-        Path(cfg.cache)
-        if cfg.cache
-        else Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache" / "seq2seq")) / "distill"
-    )
+    root = Path(cfg.cache) if cfg.cache else measurement_cache.cache_root() / "distill"
     for above in (root, *root.parents):
         if above.exists():
             if not above.is_dir():
