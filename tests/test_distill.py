@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import shutil
 import sys
@@ -463,7 +464,6 @@ def test_a_full_cache_disk_is_one_line_naming_cache_and_leaves_no_part_of_a_file
     teacher, tmp_path, capsys, monkeypatch, full_from
 ):
     import errno
-    import os
     import stat
 
     cache = tmp_path / "cache"
@@ -491,3 +491,15 @@ def test_a_full_cache_disk_is_one_line_naming_cache_and_leaves_no_part_of_a_file
     for path in translations:  # nothing beyond what progress.json counts: 50 lines, the first chunk
         progress = json.loads((path.parent / PROGRESS).read_text())
         assert progress["lines"] == 50 and path.stat().st_size == progress["bytes"]
+
+
+def test_a_folder_one_distillation_holds_is_refused_to_a_second(tmp_path):
+    from seq2seq.distill.files import held
+
+    with held(tmp_path, "a distillation"):
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()} seq2seq-distill\n"
+        with pytest.raises(UserError, match=r"another seq2seq-distill is writing a distillation there; wait for it$"):
+            with held(tmp_path, "a distillation"):
+                pass
+    with held(tmp_path, "a distillation"):  # free again once the first lets go
+        pass

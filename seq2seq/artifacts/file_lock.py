@@ -1,6 +1,8 @@
 """An exclusive lock on a lock file, held by one process at a time: flock(2), which the kernel drops
 when the process ends however it ends (SIGKILL included), so a stale file never blocks a later writer.
 The holder writes its process id (and what it is) into the file, for the refusal to name it.
+A folder held by one command at a time (a run directory, a distillation's output or cache folder) is
+locked by FOLDER_LOCK inside it; a file's writers lock one beside it (replacing.py).
 
 A lock file may be removed by its holder as it lets go (`release(..., remove=True)`), so that no lock
 file is left beside a user's output: a process that opened the file just before it was removed gets a
@@ -16,6 +18,8 @@ import os
 import time
 from pathlib import Path
 
+FOLDER_LOCK = ".lock"
+
 
 class Busy(Exception):
     """Another process holds the lock; `holder` is what it wrote ("1234 seq2seq-translate"), or
@@ -26,9 +30,9 @@ class Busy(Exception):
         self.path, self.holder = path, holder
 
 
-def acquire(path: Path, owner: str) -> int:
+def acquire(path: Path, owner: str = "") -> int:
     """An open descriptor holding the exclusive lock on `path` (made if missing), with this process's
-    id and `owner` written in it. Raises Busy at once when another process holds it (never waits);
+    id (and `owner`, what it is) written in it. Raises Busy at once when another process holds it (never waits);
     an OSError (no such directory, no permission) passes through."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -47,8 +51,24 @@ def acquire(path: Path, owner: str) -> int:
                 break
         os.close(fd)
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {owner}\n".encode(), 0)
+    os.pwrite(fd, f"{os.getpid()} {owner}".strip().encode() + b"\n", 0)
     return fd
+
+
+def holder_of(path: Path) -> str | None:
+    """What the process holding `path` wrote in it, or None when none holds it (or there is no such
+    file: none is made)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)  # a lock taken here goes with it
+    return None
 
 
 def release(fd: int, path: Path, remove: bool = False) -> None:

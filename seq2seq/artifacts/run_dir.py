@@ -19,6 +19,7 @@ import contextlib
 import re
 from pathlib import Path
 
+from seq2seq.artifacts.file_lock import FOLDER_LOCK
 from seq2seq.artifacts.freshness import why_stale
 from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, WEIGHTS_CONFIG, WEIGHTS_FILE
 from seq2seq.config import UserError
@@ -31,7 +32,6 @@ CTRANSLATE2_DIR = "ctranslate2"  # its CTranslate2 export (with ctranslate2 inst
 DASHBOARD_DIR = "tb"
 RUN_MARKER = ".seq2seq-run"  # written by every run as it takes its directory (train())
 MARKER_TEXT = "a seq2seq-train run directory: overwrite=true removes only the files such a run writes\n"
-LOCK_FILE = ".lock"
 # Every file a tokenizer of this project may be saved as (one layout or another), in a run directory
 # and in its exports.
 TOKENIZER_FILES = (JOINT_FILE, SRC_FILE, TGT_FILE, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB)
@@ -39,7 +39,7 @@ CT2_VOCABULARIES = tuple(
     f"{side}_vocabulary.{ext}" for side in ("shared", "source", "target") for ext in ("json", "txt")
 )
 # What a run directory holds before any training: Hydra's config and log, the lock, the marker.
-STARTUP_FILES = {".hydra", "train.log", LOCK_FILE, RUN_MARKER}
+STARTUP_FILES = {".hydra", "train.log", FOLDER_LOCK, RUN_MARKER}
 LOCK_FREE_STARTUP_FILES = {".hydra", "train.log"}  # ... and that no run has locked yet
 
 _PERIODIC = re.compile(r"step_(\d+)")  # step_N: the periodic checkpoint of update N
@@ -98,7 +98,7 @@ class RunDir:
 
     @property
     def lock(self) -> Path:
-        return self.root / LOCK_FILE
+        return self.root / FOLDER_LOCK
 
     def checkpoint(self, name: str) -> Path:
         """checkpoints/<name>.pt: name is best, last, averaged or a `step_name`."""

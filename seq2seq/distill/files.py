@@ -4,17 +4,15 @@ and a folder held by one process at a time."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from seq2seq.artifacts import file_lock
 from seq2seq.artifacts.checkpoint import fsync_directory
 from seq2seq.config import UserError
-
-LOCK_FILE = ".lock"
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -57,12 +55,11 @@ def read_json(path: Path) -> Any:
 def held(folder: Path, what: str) -> Iterator[None]:
     """The folder's lock for the block: a second seq2seq-distill writing there is refused in one line.
     The kernel drops the lock however the process ends, so a killed run never blocks the next."""
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"{folder}: another seq2seq-distill is writing {what} there; wait for it") from None
+        fd = file_lock.acquire(folder / file_lock.FOLDER_LOCK, "seq2seq-distill")
+    except file_lock.Busy:
+        raise UserError(f"{folder}: another seq2seq-distill is writing {what} there; wait for it") from None
+    try:
         yield
     finally:
-        os.close(fd)
+        file_lock.release(fd, folder / file_lock.FOLDER_LOCK)
