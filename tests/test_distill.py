@@ -503,3 +503,28 @@ def test_a_folder_one_distillation_holds_is_refused_to_a_second(tmp_path):
                 pass
     with held(tmp_path, "a distillation"):  # free again once the first lets go
         pass
+
+
+def test_a_full_output_disk_is_one_line_naming_output_and_leaves_no_part_of_a_file(
+    teacher, tmp_path, capsys, monkeypatch
+):
+    import errno
+    import stat
+
+    output = tmp_path / "o"
+    real_fsync = os.fsync
+
+    def full_disk(fd: int) -> None:  # every file made durable in the output folder: the disk is full
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(output)) and stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    argv = [f"teacher={teacher}", f"output={output}", f"cache={tmp_path / 'cache'}", "threads=1"]
+    status, _, err = distill_main(argv, capsys)
+    assert status == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"error: output={output}: cannot write there (No space left on device); "
+        "free some space and rerun the same command: it goes on from the last step kept"
+    )
+    assert [p.name for p in output.rglob("*") if p.name.endswith(".tmp")] == []

@@ -54,7 +54,22 @@ SELECTION, RESULT, STATE = "selection.json", "result.json", "state.json"
 def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) -> dict[str, Any]:
     """The whole command: `data` are its data.KEY=VALUE arguments, `train` its train.KEY=VALUE ones
     (without "train."). Returns result.json's contents, or {"exit_status": N} when a signal stopped
-    the student's training (rerun to resume)."""
+    the student's training (rerun to resume). A write into the output folder that fails (a full or
+    read-only disk) is one line naming output=: each step's files are replaced whole, so what was kept
+    is whole, and a rerun goes on from it."""
+    output = Path(cfg.output).resolve()
+    try:
+        return _distill(cfg, data, train)
+    except OSError as err:
+        if err.filename is not None and not Path(os.path.abspath(err.filename)).is_relative_to(output):
+            raise  # not the output folder's
+        raise UserError(
+            f"output={output}: cannot write there ({err.strerror or err}); "
+            "free some space and rerun the same command: it goes on from the last step kept"
+        ) from err
+
+
+def _distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) -> dict[str, Any]:
     teacher = read_teacher(cfg.teacher)
     corpus = corpus_config(teacher, data)
     output = Path(cfg.output).resolve()
