@@ -171,6 +171,24 @@ def test_two_translations_into_one_file_the_second_is_refused(run, tmp_path):
     assert output.read_text() == before and before.count("\n") == 20
 
 
+def test_an_interrupted_translation_leaves_the_earlier_output_as_it_was(run, tmp_path, monkeypatch, caplog):
+    import seq2seq.inference.command as command
+
+    write = translate_output(run, tmp_path)
+    output = write(5)
+    before = output.read_bytes()
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the translations are written
+
+    monkeypatch.setattr(command, "_write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write(2)
+    assert output.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["input2.txt", "input5.txt", "o.txt"]
+    assert f"output={output}: left as it was; the translation was interrupted" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("writer", "output"),
     [

@@ -4,7 +4,8 @@ changed it since, or when the user asks for exactly that file with `replace_outp
 
 Anything else is refused with one line naming the file, before any work is done: a user's text file,
 a run's tokenizer, log or exports, another run's CTranslate2 model. `seq2seq-export` needs no ledger
-(its output must be new) and the server writes only into a directory it made.
+(its output must be new: it takes only the lock) and the server writes only into a directory it made.
+tests/test_writers.py lists every module that writes files and the rule each follows.
 
 What "this command wrote it" means is kept in a ledger beside the machine's measurement cache
 (made_files.json): a file's device, inode, size and modification time when the command finished it.

@@ -3,7 +3,8 @@ optionally score against a reference.
 
 Input is read and written in chunks, each flushed as soon as it is translated, so a pipe that is
 closed early still has every line translated before it, and line N of the output always belongs
-to line N of the input (empty in, empty out).
+to line N of the input (empty in, empty out). An output= file is written as a new file beside it that
+replaces it once the translation is whole (seq2seq/artifacts/replacing.py: the rule of every writer).
 """
 
 from __future__ import annotations
@@ -110,7 +111,12 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
     output = writing_file(Path(cfg.output), "output", COMMAND, cfg.replace_output) if cfg.output != "-" else None
     attention = output_lock(Path(cfg.attention), "attention", COMMAND) if cfg.attention else None
     with output or contextlib.nullcontext() as target, attention or contextlib.nullcontext():
-        return _translate(cfg, target)
+        try:
+            return _translate(cfg, target)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the lines so far are not a translation
+            if target is not None and target != Path(cfg.output):
+                log.warning("output=%s: left as it was; the translation was interrupted", cfg.output)
+            raise
 
 
 def _translate(cfg: DictConfig, target: Path | None) -> dict[str, Any]:
@@ -137,7 +143,8 @@ def _translate(cfg: DictConfig, target: Path | None) -> dict[str, Any]:
         return {"lines": lines}
     finally:
         if sink is not sys.stdout:
-            _close(sink, cfg.output)
+            with contextlib.suppress(OSError):  # every chunk was flushed; a failed write is already reported
+                sink.close()
     seconds = time.monotonic() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
     result: dict[str, Any] = {"lines": lines, "seconds": seconds}
@@ -146,19 +153,6 @@ def _translate(cfg: DictConfig, target: Path | None) -> dict[str, Any]:
     if cfg.attention:
         log.info("cross-attention heatmaps of the non-empty lines are in %s", cfg.attention)
     return result
-
-
-def _close(sink: IO[str], name: str) -> None:
-    """Closes the output; every chunk was flushed, so a failed close only repeats a write's error
-    (already reported when one is on its way)."""
-    if sys.exc_info()[0] is not None:
-        with contextlib.suppress(OSError):
-            sink.close()
-        return
-    try:
-        sink.close()
-    except OSError as err:
-        raise UserError(f"{name}: cannot write the translations ({err.strerror or err})") from err
 
 
 def _is_terminal(source: IO[bytes]) -> bool:
