@@ -150,3 +150,17 @@ def test_devices_and_pipes_are_written_as_they_are_and_not_locked(tmp_path):
         assert new == Path("/dev/null")
     with output_lock(Path("/dev/null"), "output", "cmd"), output_lock(Path("/dev/null"), "output", "cmd"):
         pass
+
+
+def test_dev_stdout_onto_a_pipe_is_written_to_as_it_is(tmp_path):
+    # realpath("/dev/stdout") names no file when stdout is a pipe ("/proc/N/fd/pipe:[M]"): no lock beside it.
+    import subprocess
+    import sys
+
+    code = (
+        "from pathlib import Path; from seq2seq.artifacts.replacing import writing_file\n"
+        "with writing_file(Path('/dev/stdout'), 'output', 'cmd', replace=False) as path:\n"
+        "    open(path, 'w').write('through the pipe\\n')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "through the pipe\n", "")

@@ -81,11 +81,11 @@ def writing_file(
     block ends, that file is renamed over `path` and recorded as this command's; when it raises (Ctrl-C
     and SIGTERM included), it goes and `path` is as it was. A symlink's target is the file replaced. A
     device or pipe is checked and yielded as it is: written to, never replaced."""
-    target = Path(os.path.realpath(path))
-    if _is_stream(target):
+    if _is_stream(path):
         check_replaceable(path, key, command, replace)
         yield path
         return
+    target = Path(os.path.realpath(path))
     with output_lock(path, key, command), stop_signals_raise():
         check_replaceable(path, key, command, replace, own_kind)
         _remove_leftovers(target, command)
@@ -110,14 +110,13 @@ def output_lock(path: Path, key: str, command: str, make_parent: bool = False) -
     """Holds the lock of `path`'s writers (`.NAME.lock` beside it, removed as it is let go) for the
     block; while another process holds it, raises UserError naming `key`, the file and that process.
     A device or pipe is not locked. `make_parent`: the directories above `path` are made first."""
-    target = Path(os.path.realpath(path))
-    if _is_stream(target):
+    if _is_stream(path):
         yield
         return
-    lock = lock_file(target)
+    lock = lock_file(Path(os.path.realpath(path)))
     try:
         if make_parent:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            lock.parent.mkdir(parents=True, exist_ok=True)
         fd = file_lock.acquire(lock, command)
     except file_lock.Busy as busy:
         pid, _, name = busy.holder.partition(" ")
@@ -139,10 +138,11 @@ def lock_file(target: Path) -> Path:
     return target.with_name(f".{target.name}.lock")
 
 
-def _is_stream(target: Path) -> bool:
-    """A device or pipe (/dev/null, a FIFO, /dev/stdout): written to as it is, never replaced."""
+def _is_stream(path: Path) -> bool:
+    """A device or pipe (/dev/null, a FIFO, /dev/stdout onto a pipe): written to as it is, never
+    replaced. Asked of the path as given: the kernel follows /dev/stdout to a pipe, realpath cannot."""
     try:
-        mode = os.stat(target).st_mode
+        mode = os.stat(path).st_mode
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
