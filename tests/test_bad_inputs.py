@@ -291,7 +291,7 @@ def test_unwritable_output_is_one_line_naming_it(run_dir, tmp_path):
     cfg = compose_config("translate", [f"run={run_dir}", f"input={tmp_path / 'input.txt'}", f"output={target}"])
     with pytest.raises(UserError) as info:
         translate(cfg)
-    assert str(info.value) == f"{target}: cannot write the translations (Not a directory)"
+    assert str(info.value) == f"output={target}: cannot write there (Not a directory)"
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")

@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import re
 import shutil
 import sys
@@ -509,3 +510,85 @@ def test_a_student_may_take_a_smaller_vocabulary_and_a_shallower_decoder(teacher
     assert cfg.data.vocab_size == 280 != taught.config["data"]["vocab_size"]
     assert cfg.data.tokenizer == taught.config["data"]["tokenizer"]
     assert (cfg.model.encoder_layers, cfg.model.decoder_layers) == (2, 1)
+
+
+def test_a_cache_that_is_a_file_is_one_line_naming_cache(teacher, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    for given in (cache, cache / "below"):
+        status, _, err = distill_main([f"teacher={teacher}", f"output={tmp_path / 'o'}", f"cache={given}"], capsys)
+        assert status == 2 and err.strip().splitlines() == [
+            f"error: cache={given}: {cache} is not a directory; give cache= a directory"
+        ]
+    assert not (tmp_path / "o").exists() and cache.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("full_from", [1, 4], ids=["key.json", "a chunk of translations"])
+def test_a_full_cache_disk_is_one_line_naming_cache_and_leaves_no_part_of_a_file(
+    teacher, tmp_path, capsys, monkeypatch, full_from
+):
+    import errno
+    import stat
+
+    cache = tmp_path / "cache"
+    real_fsync, made_durable = os.fsync, []
+
+    def full_disk(fd: int) -> None:  # from the Nth write made durable in the cache on, the disk is full
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(cache)) and stat.S_ISREG(os.fstat(fd).st_mode):
+            made_durable.append(fd)
+            if len(made_durable) >= full_from:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    argv = [f"teacher={teacher}", f"output={tmp_path / 'o'}", f"cache={cache}", "threads=1", "chunk_lines=50"]
+    status, _, err = distill_main(argv, capsys)
+    assert status == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"error: cache={cache}: cannot keep the teacher's translations there (No space left on device); "
+        "free some space or give cache= another directory (a rerun resumes what was kept)"
+    )
+    left = [p for p in cache.rglob("*") if p.is_file()]
+    assert [p.name for p in left if p.name.endswith(".tmp")] == []  # no half-written key.json or progress.json
+    translations = list(cache.rglob(TRANSLATIONS))
+    assert len(translations) == (full_from > 1)
+    for path in translations:  # nothing beyond what progress.json counts: 50 lines, the first chunk
+        progress = json.loads((path.parent / PROGRESS).read_text())
+        assert progress["lines"] == 50 and path.stat().st_size == progress["bytes"]
+
+
+def test_a_folder_one_distillation_holds_is_refused_to_a_second(tmp_path):
+    from seq2seq.distill.files import held
+
+    with held(tmp_path, "a distillation"):
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()} seq2seq-distill\n"
+        with pytest.raises(UserError, match=r"another seq2seq-distill is writing a distillation there; wait for it$"):
+            with held(tmp_path, "a distillation"):
+                pass
+    with held(tmp_path, "a distillation"):  # free again once the first lets go
+        pass
+
+
+def test_a_full_output_disk_is_one_line_naming_output_and_leaves_no_part_of_a_file(
+    teacher, tmp_path, capsys, monkeypatch
+):
+    import errno
+    import stat
+
+    output = tmp_path / "o"
+    real_fsync = os.fsync
+
+    def full_disk(fd: int) -> None:  # every file made durable in the output folder: the disk is full
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(output)) and stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    argv = [f"teacher={teacher}", f"output={output}", f"cache={tmp_path / 'cache'}", "threads=1"]
+    status, _, err = distill_main(argv, capsys)
+    assert status == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"error: output={output}: cannot write there (No space left on device); "
+        "free some space and rerun the same command: it goes on from the last step kept"
+    )
+    assert [p.name for p in output.rglob("*") if p.name.endswith(".tmp")] == []

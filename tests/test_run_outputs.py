@@ -223,3 +223,16 @@ def test_a_run_directory_the_command_checked_and_claimed_is_not_checked_again(tm
     (tmp_path / "from_code").mkdir()
     train(compose_config("train", SMALL_RUN), tmp_path / "from_code")
     assert checks == ["new", "writable"]
+
+
+def test_the_lock_a_killed_seq2seq_average_left_in_checkpoints_is_a_runs_file(tmp_path):
+    # seq2seq-average's default output is checkpoints/averaged.pt; its writer's lock lies beside it.
+    from seq2seq.artifacts.run_dir import MARKER_TEXT
+    from seq2seq.train.run_outputs import files_not_a_runs
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / RUN_MARKER).write_text(MARKER_TEXT)
+    (tmp_path / "checkpoints" / ".averaged.pt.lock").write_text("1234 seq2seq-average\n")
+    assert files_not_a_runs(tmp_path, is_run=True) == []
+    (tmp_path / "checkpoints" / ".notes.lock").write_text("mine")
+    assert files_not_a_runs(tmp_path, is_run=True) == ["checkpoints/.notes.lock"]

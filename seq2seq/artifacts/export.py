@@ -22,11 +22,14 @@ from typing import Any
 from seq2seq.artifacts.checkpoint import check_vocabulary, current_umask, load_checkpoint, model_config_of
 from seq2seq.artifacts.ctranslate2_model import ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
+from seq2seq.artifacts.replacing import output_lock
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer
 from seq2seq.config import ModelConfig, UserError, validate_export
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
+
+COMMAND = "seq2seq-export"
 
 
 def export(cfg: Any) -> tuple[Path, ModelConfig]:
@@ -52,11 +55,13 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
         model = functools.partial(
             ctranslate2_writer, payload, model_cfg, tokenizers, path, cfg.quantization, without_pad=True
         )
-        argos_writer(payload, tokenizers, path, model, cfg.src_lang, cfg.tgt_lang)(output)
+        with output_lock(output, "output", COMMAND, make_parent=True):
+            argos_writer(payload, tokenizers, path, model, cfg.src_lang, cfg.tgt_lang)(output)
         return output, model_cfg
     else:
         write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
-    _write_directory(output, write_all)
+    with output_lock(output, "output", COMMAND, make_parent=True):  # one export per output at a time
+        _write_directory(output, write_all)
     return output, model_cfg
 
 

@@ -4,30 +4,46 @@ changed it since, or when the user asks for exactly that file with `replace_outp
 
 Anything else is refused with one line naming the file, before any work is done: a user's text file,
 a run's tokenizer, log or exports, another run's CTranslate2 model. `seq2seq-export` needs no ledger
-(its output must be new) and the server writes only into a directory it made.
+(its output must be new: it takes only the lock) and the server writes only into a directory it made.
+tests/test_writers.py lists every module that writes files and the rule each follows.
 
 What "this command wrote it" means is kept in a ledger beside the machine's measurement cache
 (made_files.json): a file's device, inode, size and modification time when the command finished it.
 A file whose identity still matches is the command's own output, unchanged; a copy, an edit or a file
 of the same name made by anything else does not match. A writer may also recognise its own kind by
 content (`own_kind`: an averaged checkpoint carries `averaged_from`), so that a cleared cache or
-another machine does not turn its earlier output into a refusal. No torch.
+another machine does not turn its earlier output into a refusal.
+
+Two more parts of the rule (`writing_file` holds all three; `output_lock` is the first alone, for a
+writer with its own crash-safe save):
+- One writer per output: a lock on `.NAME.lock` beside it (file_lock.py) from the check to the end;
+  a second command for the same file, whichever command, is refused in one line naming it. Refused,
+  not made to wait: the waiting one would then replace the first's result, which is what was lost.
+- A new file renamed over the old, never the old one rewritten: a hard link the user made to the
+  earlier output keeps its content, and a command that fails (or is interrupted) leaves the old file
+  as it was. The new file is written beside the output as `.NAME.XXXXXX.tmp`; one a killed process
+  left is removed by the next writer of that output, when the ledger says this command made it.
+No torch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from seq2seq.artifacts.run_dir import RUN_MARKER
+from seq2seq.artifacts import file_lock
+from seq2seq.artifacts.run_dir import RUN_MARKER, temporary_affixes
 from seq2seq.config import UserError
 from seq2seq.measurement_cache import cache_file
+from seq2seq.stop_signals import stop_signals_raise
 
 LEDGER = "made_files.json"
 MAX_ENTRIES = 1000  # the oldest go first; a forgotten entry costs only a refusal naming replace_output=true
@@ -54,6 +70,130 @@ def check_replaceable(
         f"{key}={path}: already exists and is {what}; give {key}= a new file, "
         f"or add replace_output=true to replace exactly this file"
     )
+
+
+@contextlib.contextmanager
+def writing_file(
+    path: Path, key: str, command: str, replace: bool, own_kind: Callable[[Path], bool] | None = None
+) -> Iterator[Path]:
+    """The whole rule for a command that writes the one file `path` (named by `key`): holds its lock,
+    checks it may be replaced (check_replaceable), and yields the new file to write instead. When the
+    block ends, that file is renamed over `path` and recorded as this command's; when it raises (Ctrl-C
+    and SIGTERM included), it goes and `path` is as it was. A symlink's target is the file replaced. A
+    device or pipe is checked and yielded as it is: written to, never replaced."""
+    if _is_stream(path):
+        check_replaceable(path, key, command, replace)
+        yield path
+        return
+    target = Path(os.path.realpath(path))
+    with output_lock(path, key, command), stop_signals_raise():
+        check_replaceable(path, key, command, replace, own_kind)
+        _remove_leftovers(target, command)
+        try:
+            temporary = _new_file_beside(target)
+        except OSError as err:
+            raise UserError(f"{key}={path}: cannot write there ({err.strerror or err})") from err
+        try:
+            record(temporary, command, complete=False)  # a killed process's: the next writer removes it
+            yield temporary
+            _finish(temporary, target)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            forget(temporary)
+            raise
+        record(target, command)
+        forget(temporary)
+
+
+@contextlib.contextmanager
+def output_lock(path: Path, key: str, command: str, make_parent: bool = False) -> Iterator[None]:
+    """Holds the lock of `path`'s writers (`.NAME.lock` beside it, removed as it is let go) for the
+    block; while another process holds it, raises UserError naming `key`, the file and that process.
+    A device or pipe is not locked. `make_parent`: the directories above `path` are made first."""
+    if _is_stream(path):
+        yield
+        return
+    lock = lock_file(Path(os.path.realpath(path)))
+    try:
+        if make_parent:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = file_lock.acquire(lock, command)
+    except file_lock.Busy as busy:
+        pid, _, name = busy.holder.partition(" ")
+        who = f"{name or 'a command'}, process {pid}" if busy.holder != "unknown" else "a command"
+        raise UserError(
+            f"{key}={path}: another process ({who}) is writing this file; wait for it to end, "
+            f"or give {key}= another file"
+        ) from None
+    except OSError as err:
+        raise UserError(f"{key}={path}: cannot write there ({err.strerror or err})") from err
+    try:
+        yield
+    finally:
+        file_lock.release(fd, lock, remove=True)
+
+
+def lock_file(target: Path) -> Path:
+    """The lock file of `target`'s writers, beside it."""
+    return target.with_name(f".{target.name}.lock")
+
+
+def _is_stream(path: Path) -> bool:
+    """A device or pipe (/dev/null, a FIFO, /dev/stdout onto a pipe): written to as it is, never
+    replaced. Asked of the path as given: the kernel follows /dev/stdout to a pipe, realpath cannot."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _new_file_beside(target: Path) -> Path:
+    prefix, suffix = temporary_affixes(target)
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def write_new_file(target: Path, write: Callable[[Path], None]) -> None:
+    """`write(path)` fills a new file beside `target`, which then takes its name: the part of the rule
+    for a writer whose files are its own by where they are (a directory it holds) and need no ledger.
+    On an exception (an OSError passes through) the new file goes and `target` is as it was."""
+    temporary = _new_file_beside(target)
+    try:
+        write(temporary)
+        _finish(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _finish(temporary: Path, target: Path) -> None:
+    """The new file as an ordinary one (mkstemp makes it 0600: the old file's mode, or the umask's),
+    on the disk before its name is, then renamed over `target`."""
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+        os.umask(mask)
+        mode = 0o666 & ~mask
+    os.chmod(temporary, mode)
+    fd = os.open(temporary, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, target)
+
+
+def _remove_leftovers(target: Path, command: str) -> None:
+    """The new files of `target` a killed `command` left beside it (the ledger knows them); only
+    while holding its lock."""
+    prefix, suffix = temporary_affixes(target)
+    for leftover in target.parent.glob(f"{glob.escape(prefix)}*{glob.escape(suffix)}"):
+        if made_by(leftover, command):
+            leftover.unlink(missing_ok=True)
+            forget(leftover)
 
 
 def enclosing_run(path: Path) -> Path | None:
@@ -86,6 +226,14 @@ def record(path: Path, command: str, complete: bool = True) -> None:
         ledger.pop(_key(path), None)
         ledger[_key(path)] = {"command": command, "complete": complete, **_identity(path)}
         _write(dict(list(ledger.items())[-MAX_ENTRIES:]))
+
+
+def forget(path: Path) -> None:
+    """Takes `path` out of the ledger (a new file renamed away, or removed)."""
+    with contextlib.suppress(OSError), _locked():
+        ledger = _read()
+        if ledger.pop(_key(path), None) is not None:
+            _write(ledger)
 
 
 def _identity(path: Path) -> dict[str, int]:

@@ -20,6 +20,7 @@ import contextlib
 import re
 from pathlib import Path
 
+from seq2seq.artifacts.file_lock import FOLDER_LOCK
 from seq2seq.artifacts.freshness import why_stale
 from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, WEIGHTS_CONFIG, WEIGHTS_FILE
 from seq2seq.config import UserError
@@ -32,7 +33,6 @@ CTRANSLATE2_DIR = "ctranslate2"  # its CTranslate2 export (with ctranslate2 inst
 DASHBOARD_DIR = "tb"
 RUN_MARKER = ".seq2seq-run"  # written by every run as it takes its directory (train())
 MARKER_TEXT = "a seq2seq-train run directory: overwrite=true removes only the files such a run writes\n"
-LOCK_FILE = ".lock"
 CLEANING_REPORT = "cleaning.json"  # data.clean's report, copied from the data cache
 # Every file a tokenizer of this project may be saved as (one layout or another), in a run directory
 # and in its exports.
@@ -41,7 +41,7 @@ CT2_VOCABULARIES = tuple(
     f"{side}_vocabulary.{ext}" for side in ("shared", "source", "target") for ext in ("json", "txt")
 )
 # What a run directory holds before any training: Hydra's config and log, the lock, the marker.
-STARTUP_FILES = {".hydra", "train.log", LOCK_FILE, RUN_MARKER}
+STARTUP_FILES = {".hydra", "train.log", FOLDER_LOCK, RUN_MARKER}
 LOCK_FREE_STARTUP_FILES = {".hydra", "train.log"}  # ... and that no run has locked yet
 
 _PERIODIC = re.compile(r"step_(\d+)")  # step_N: the periodic checkpoint of update N
@@ -50,8 +50,11 @@ _TEMPORARY_SUFFIX = ".tmp"
 
 # Each directory a run writes, and the names of the files it writes there.
 RUN_DIRECTORIES: dict[str, re.Pattern[str]] = {
-    # best, last, step_N and seq2seq-average's default output; .NAME.pt.*.tmp: an unfinished save
-    CHECKPOINTS_DIR: re.compile(rf"(best|last|{_PERIODIC.pattern}|averaged)\.pt|\..+\.pt\..+\.tmp"),
+    # best, last, step_N and seq2seq-average's default output; .NAME.pt.*.tmp: an unfinished save;
+    # .averaged.pt.lock: the lock of its writer (replacing.py), left only by a killed one
+    CHECKPOINTS_DIR: re.compile(
+        rf"(best|last|{_PERIODIC.pattern}|averaged)\.pt|\..+\.pt\..+\.tmp|\.averaged\.pt\.lock"
+    ),
     INFERENCE_DIR: re.compile("|".join(map(re.escape, (WEIGHTS_FILE, WEIGHTS_CONFIG, *TOKENIZER_FILES)))),
     CTRANSLATE2_DIR: re.compile(
         "|".join(map(re.escape, (CTRANSLATE2_FILE, "config.json", DECODING_FILE, *CT2_VOCABULARIES, *TOKENIZER_FILES)))
@@ -97,7 +100,7 @@ class RunDir:
 
     @property
     def lock(self) -> Path:
-        return self.root / LOCK_FILE
+        return self.root / FOLDER_LOCK
 
     @property
     def cleaning_report(self) -> Path:

@@ -57,13 +57,15 @@ def key_values(argv: list[str]) -> list[str]:
 def average_files(paths: list[Path], output: Path, replace_output: bool = False) -> Path:
     """Averages `paths` into `output`; says what it averaged on stderr and prints the JSON summary."""
     from seq2seq.artifacts.checkpoint import atomic_save
-    from seq2seq.artifacts.replacing import record
+    from seq2seq.artifacts.replacing import output_lock, record
     from seq2seq.averaging import average
 
-    refuse_replacing(paths, output, replace_output)
-    result = average(paths)
-    atomic_save(result, output)
-    record(output, COMMAND)
+    # One writer per output; atomic_save writes a new file and renames it over the old one.
+    with output_lock(output, "output", COMMAND):
+        refuse_replacing(paths, output, replace_output)
+        result = average(paths)
+        atomic_save(result, output)
+        record(output, COMMAND)
     steps = result["averaged_steps"]
     print(
         f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} "

@@ -43,7 +43,7 @@ from seq2seq.distill.selection import select
 from seq2seq.distill.source_language import check_source_language
 from seq2seq.distill.student import LOG_FORMAT, baseline_config, student_config, train_once, with_files
 from seq2seq.distill.teacher import Teacher, corpus_config, directions, read_teacher
-from seq2seq.distill.translations import cache_key, file_digest, read_translations, translate_cached
+from seq2seq.distill.translations import cache_key, cut_to_count, file_digest, read_translations, translate_cached
 from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.engine_loader import load
 
@@ -54,7 +54,22 @@ SELECTION, RESULT, STATE = "selection.json", "result.json", "state.json"
 def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) -> dict[str, Any]:
     """The whole command: `data` are its data.KEY=VALUE arguments, `train` its train.KEY=VALUE ones
     (without "train."). Returns result.json's contents, or {"exit_status": N} when a signal stopped
-    the student's training (rerun to resume)."""
+    the student's training (rerun to resume). A write into the output folder that fails (a full or
+    read-only disk) is one line naming output=: each step's files are replaced whole, so what was kept
+    is whole, and a rerun goes on from it."""
+    output = Path(cfg.output).resolve()
+    try:
+        return _distill(cfg, data, train)
+    except OSError as err:
+        if err.filename is not None and not Path(os.path.abspath(err.filename)).is_relative_to(output):
+            raise  # not the output folder's
+        raise UserError(
+            f"output={output}: cannot write there ({err.strerror or err}); "
+            "free some space and rerun the same command: it goes on from the last step kept"
+        ) from err
+
+
+def _distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) -> dict[str, Any]:
     teacher = read_teacher(cfg.teacher)
     corpus = corpus_config(teacher, data)
     output = Path(cfg.output).resolve()
@@ -66,6 +81,7 @@ def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) 
         check_source_language(corpus)
     student_corpus = with_back_translated(corpus, planned)
     student = student_config(teacher, cfg.student, student_corpus, train, output / "data", "test" in held_out)
+    cache_root(cfg)  # a cache= that cannot be one: refused before anything is written
     resumed = claim_output(output)
     with held(output, "a distillation"), _logging(output / "distill.log"):
         check_settings(output, settings(cfg, teacher, data, train))
@@ -305,18 +321,31 @@ def teacher_translations(
         "direction": direction,
     }
     key, parts = cache_key(teacher.weights, sources, decoding)
-    folder = cache_root(cfg) / key
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "key.json").is_file():
-        write_json(folder / "key.json", parts)
-    progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, cfg.chunk_lines)
+    root = cache_root(cfg)
+    folder = root / key
+    try:  # a full disk, a read-only one: one line naming cache= (write_json leaves no part of a file)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "key.json").is_file():
+            write_json(folder / "key.json", parts)
+        progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, cfg.chunk_lines)
+    except OSError as err:
+        cut_to_count(folder)
+        raise UserError(
+            f"cache={root}: cannot keep the teacher's translations there ({err.strerror or err}); "
+            "free some space or give cache= another directory (a rerun resumes what was kept)"
+        ) from err
     return read_translations(folder, len(sources)), progress, folder
 
 
 def cache_root(cfg: Any) -> Path:
-    if cfg.cache:
-        return Path(cfg.cache)
-    return measurement_cache.cache_root() / "distill"
+    """Where the teacher's translations are kept; a path that is no directory is refused in one line."""
+    root = Path(cfg.cache) if cfg.cache else measurement_cache.cache_root() / "distill"
+    for above in (root, *root.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise UserError(f"cache={root}: {above} is not a directory; give cache= a directory")
+            break
+    return root
 
 
 def compare(

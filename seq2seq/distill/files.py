@@ -4,39 +4,42 @@ and a folder held by one process at a time."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from seq2seq.artifacts import file_lock
 from seq2seq.artifacts.checkpoint import fsync_directory
 from seq2seq.config import UserError
-
-LOCK_FILE = ".lock"
 
 
 def write_json(path: Path, value: Any) -> None:
     """`path` holds the old JSON or the new one, never a part: written beside it, fsynced, renamed."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("w", encoding="utf-8") as file:
-        json.dump(value, file, indent=2, ensure_ascii=False)
-        file.write("\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"  # a value JSON cannot hold: nothing written
+    _replace_whole(path, lambda file: file.write(text))
     fsync_directory(path.parent)
 
 
 def write_lines(path: Path, lines: list[str]) -> None:
     """A text file of `lines`, replaced whole as write_json replaces JSON."""
+    _replace_whole(path, lambda file: file.write("".join(f"{line}\n" for line in lines)))
+
+
+def _replace_whole(path: Path, write: Callable[[IO[str]], object]) -> None:
+    """Written beside `path`, fsynced, renamed over it; a failed write (a full disk) removes the part
+    it wrote, and the OSError goes on to the caller, which names the key."""
     temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("w", encoding="utf-8", newline="\n") as file:
-        file.write("".join(f"{line}\n" for line in lines))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    try:
+        with temporary.open("w", encoding="utf-8", newline="\n") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path) -> Any:
@@ -52,12 +55,11 @@ def read_json(path: Path) -> Any:
 def held(folder: Path, what: str) -> Iterator[None]:
     """The folder's lock for the block: a second seq2seq-distill writing there is refused in one line.
     The kernel drops the lock however the process ends, so a killed run never blocks the next."""
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"{folder}: another seq2seq-distill is writing {what} there; wait for it") from None
+        fd = file_lock.acquire(folder / file_lock.FOLDER_LOCK, "seq2seq-distill")
+    except file_lock.Busy:
+        raise UserError(f"{folder}: another seq2seq-distill is writing {what} there; wait for it") from None
+    try:
         yield
     finally:
-        os.close(fd)
+        file_lock.release(fd, folder / file_lock.FOLDER_LOCK)

@@ -11,6 +11,7 @@ reused only while translations.jsonl still has it: an edited or damaged file is 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -115,6 +116,16 @@ def check_finished(folder: Path, progress: Progress) -> None:
             f"{path}: not the translations this cache finished with (sha256 {digest[:12]}, "
             f"{progress.sha256[:12]} when finished: edited or damaged since); remove {folder} to translate again"
         )
+
+
+def cut_to_count(folder: Path) -> None:
+    """Cuts translations.jsonl back to what progress.json counts: what a write that failed (a full
+    disk) appended after it, as a rerun would. Under the folder's lock; where another process holds it
+    (or the folder cannot be opened), that process's own resume does the cut."""
+    with contextlib.suppress(OSError, UserError), held(folder, "translations"):
+        counted = Progress(**read_json(folder / PROGRESS)).bytes if (folder / PROGRESS).is_file() else 0
+        if (folder / TRANSLATIONS).is_file():
+            os.truncate(folder / TRANSLATIONS, counted)
 
 
 def read_translations(folder: Path, count: int) -> list[list[str]]:

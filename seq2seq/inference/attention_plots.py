@@ -26,6 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.transforms import ScaledTranslation, Transform
 
+from seq2seq.artifacts.replacing import write_new_file
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import BOS, BOS_ID, EOS, EOS_ID, PAD, decoder_start_id
 from seq2seq.inference.translator import Translator
@@ -221,9 +222,14 @@ def render(fig: Figure) -> np.ndarray:
 
 
 def save_png(fig: Figure, path: Path) -> None:
-    try:
+    """A new file renamed over an earlier plot of the same name (a hard link to it keeps its picture)."""
+
+    def draw(file: Path) -> None:
         with _quiet_glyphs():
-            fig.savefig(path, format="png")
+            fig.savefig(file, format="png")
+
+    try:
+        write_new_file(path, draw)
     except OSError as err:
         raise UserError(f"{path}: cannot write the attention plot ({err.strerror or err})") from err
 

@@ -3,7 +3,8 @@ optionally score against a reference.
 
 Input is read and written in chunks, each flushed as soon as it is translated, so a pipe that is
 closed early still has every line translated before it, and line N of the output always belongs
-to line N of the input (empty in, empty out).
+to line N of the input (empty in, empty out). An output= file is written as a new file beside it that
+replaces it once the translation is whole (seq2seq/artifacts/replacing.py: the rule of every writer).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import IO, Any
 
 from omegaconf import DictConfig
 
-from seq2seq.artifacts.replacing import check_replaceable, record
+from seq2seq.artifacts.replacing import output_lock, writing_file
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.engine_api import Translation, one_line
@@ -67,15 +68,13 @@ def _lines_of(source: IO[bytes], name: str) -> Iterator[bytes]:
         raise UserError(f"{where}: cannot read after line {number}: {err}") from err
 
 
-def _open_output(path: str) -> IO[str]:
-    """Opens output= for writing; the ledger notes it as this command's from the moment it is emptied,
-    so a killed translation's file may be written again without replace_output=true."""
+def _open_output(path: Path, name: str) -> IO[str]:
+    """Opens the file the translations go to: output= itself when it is a device or pipe, else the new
+    file that replaces output= when the translation is complete (seq2seq/artifacts/replacing.py)."""
     try:
-        sink = open(path, "w", encoding="utf-8")  # noqa: SIM115
+        return open(path, "w", encoding="utf-8")  # noqa: SIM115
     except OSError as err:
-        raise UserError(f"{path}: cannot write the translations ({err.strerror or err})") from err
-    record(Path(path), COMMAND, complete=False)
-    return sink
+        raise UserError(f"{name}: cannot write the translations ({err.strerror or err})") from err
 
 
 def _write(sink: IO[str], text: str, name: str) -> None:
@@ -106,13 +105,25 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
 def translate(cfg: DictConfig) -> dict[str, Any]:
     validate_translate(cfg)
     refuse_writing_over_inputs(cfg)
-    if cfg.output != "-":  # the one rule of every writer: replace only what this command wrote
-        check_replaceable(Path(cfg.output), "output", COMMAND, cfg.replace_output)
     _refuse_closed_standard_streams(cfg)
+    # The one rule of every writer, before the model loads: one writer per file, a file replaced only
+    # when this command wrote it, by a new file renamed over it once the translation is whole.
+    output = writing_file(Path(cfg.output), "output", COMMAND, cfg.replace_output) if cfg.output != "-" else None
+    attention = output_lock(Path(cfg.attention), "attention", COMMAND, make_parent=True) if cfg.attention else None
+    with output or contextlib.nullcontext() as target, attention or contextlib.nullcontext():
+        try:
+            return _translate(cfg, target)
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the lines so far are not a translation
+            if target is not None and target != Path(cfg.output):
+                log.warning("output=%s: left as it was; the translation was interrupted", cfg.output)
+            raise
+
+
+def _translate(cfg: DictConfig, target: Path | None) -> dict[str, Any]:
     translator = load_engine(cfg, resolve(cfg))
-    translator.languages.required_target(cfg.tgt_lang)  # a multilingual model's: before output= is emptied
+    translator.languages.required_target(cfg.tgt_lang)  # a multilingual model's: before output= is opened
     source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
-    sink = sys.stdout if cfg.output == "-" else _open_output(cfg.output)
+    sink = sys.stdout if target is None else _open_output(target, cfg.output)
     hypotheses: list[str] = []
     start, lines = time.monotonic(), 0
     plot = _attention_plotter(translator, cfg.attention)
@@ -134,7 +145,6 @@ def translate(cfg: DictConfig) -> dict[str, Any]:
         if sink is not sys.stdout:
             with contextlib.suppress(OSError):  # every chunk was flushed; a failed write is already reported
                 sink.close()
-            record(Path(cfg.output), COMMAND)
     seconds = time.monotonic() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
     result: dict[str, Any] = {"lines": lines, "seconds": seconds}

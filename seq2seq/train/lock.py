@@ -10,12 +10,11 @@ winner's)."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from seq2seq.artifacts import file_lock
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import UserError
 
@@ -28,31 +27,15 @@ def _acquire(run_dir: Path) -> int:
     """An open descriptor holding the exclusive lock on <run_dir>/.lock, with this process's id in it.
     The kernel drops the lock when the process ends, however it ends (SIGKILL included), so a stale
     file never blocks a later run."""
-    path = RunDir(run_dir).lock
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise _busy(run_dir, holder) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        # A lock on a file that was unlinked while we opened it would guard nothing: take it again.
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    try:
+        return file_lock.acquire(RunDir(run_dir).lock)
+    except file_lock.Busy as busy:
+        raise _busy(run_dir, busy.holder) from None
 
 
 def _busy(run_dir: Path, holder: str) -> UserError:
     return UserError(
-        f"{run_dir}: another seq2seq-train (process {holder}) is using this run directory; "
+        f"{run_dir}: another seq2seq-train (process {holder.split()[0]}) is using this run directory; "
         "wait for it to end or choose another directory"
     )
 
@@ -62,25 +45,8 @@ def refuse_if_busy(run_dir: Path) -> None:
     creating a .lock there (a directory that is then refused for its contents is left as it was)."""
     if holds_run_directory(run_dir):
         return
-    try:
-        fd = os.open(RunDir(run_dir).lock, os.O_RDWR)
-    except OSError:  # none yet (no run took it), or not ours to open: claiming it will say
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise _busy(run_dir, _holder(fd)) from None
-    finally:
-        os.close(fd)
-
-
-def _holder(fd: int) -> str:
-    """The process id the holder wrote; it writes it just after it locks, so wait a moment for it."""
-    for _ in range(20):
-        if holder := os.pread(fd, 32, 0).decode(errors="replace").strip():
-            return holder
-        time.sleep(0.01)
-    return "unknown"
+    if (holder := file_lock.holder_of(RunDir(run_dir).lock)) is not None:
+        raise _busy(run_dir, holder)
 
 
 def claim_run_directory(run_dir: Path) -> None:

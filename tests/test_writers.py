@@ -1,0 +1,321 @@
+"""Every writer that replaces its own output (issue 77): the new content is a new file renamed over the
+old one, so a hard link the user made to the earlier output keeps it; and one writer per output file:
+while another process writes it, a command is refused in one line and the first one's result stays.
+
+The writers: seq2seq-translate's output= and attention=, seq2seq-average's output=, a training run's
+checkpoints and exports, seq2seq-distill's files, seq2seq-export's output=. The server writes only new
+names into a folder it made (nothing of its own to replace)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config
+from lock_holder import hold_lock_in_another_process
+from omegaconf import OmegaConf
+
+from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
+from seq2seq.artifacts.export import export, write_run_exports
+from seq2seq.artifacts.run_dir import RunDir
+from seq2seq.config import ExportConfig, UserError
+from seq2seq.distill.files import write_json, write_lines
+from seq2seq.inference.command import translate
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from seq2seq.train.run import train
+
+    root = tmp_path_factory.mktemp("writers")
+    overrides = [*TINY_TRAIN, "data.task_train_size=200", "max_steps=2", "valid_every=2", "save_every=2"]
+    with pytest.MonkeyPatch.context() as patch:  # module scope: conftest's per-test cache is not set yet
+        patch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))
+        train(compose_config("train", [*overrides, f"data.cache_dir={root / 'cache'}"]), root / "run")
+    return root / "run"
+
+
+def translating(run: Path, tmp: Path, *extra: str) -> Callable[[int], Path]:
+    """Writes `lines` lines' translations to tmp/o.txt (or what `extra` names) with seq2seq-translate."""
+
+    def write(lines: int) -> Path:
+        source = tmp / f"input{lines}.txt"
+        source.write_text("".join(f"a b {'c ' * (n + lines)}\n" for n in range(lines)))
+        translate(compose_config("translate", [f"run={run}", f"input={source}", "beam=1", *extra]))
+        return tmp / "o.txt"
+
+    return write
+
+
+def translate_output(run: Path, tmp: Path) -> Callable[[int], Path]:
+    return translating(run, tmp, f"output={tmp / 'o.txt'}")
+
+
+def translate_attention(run: Path, tmp: Path) -> Callable[[int], Path]:
+    write = translating(run, tmp, f"output={tmp / 'o.txt'}", f"attention={tmp / 'plots'}", "engine=torch")
+
+    def plot(lines: int) -> Path:
+        write(lines)
+        return tmp / "plots" / "sentence_000000.png"
+
+    return plot
+
+
+def checkpoint_payload(value: float) -> dict:
+    return {
+        "format": 1,
+        "model": {"w": torch.full((2, 3), value)},
+        "config": {"model": {"d_model": 8}},
+        "vocab": {"src_size": 10, "tgt_size": 10, "pad_id": 0},
+        "step": 1,
+        "metrics": {},
+        "optimizer": {"state": torch.ones(1)},
+    }
+
+
+def average_output(run: Path, tmp: Path) -> Callable[[int], Path]:
+    from seq2seq.cli.average import average_files
+
+    def average(value: int) -> Path:
+        inputs = [tmp / f"a{value}.pt", tmp / f"b{value}.pt"]
+        for path, weight in zip(inputs, (value, value + 2), strict=True):
+            atomic_save(checkpoint_payload(float(weight)), path)
+        return average_files(inputs, tmp / "averaged.pt")
+
+    return average
+
+
+def training_checkpoint(run: Path, tmp: Path) -> Callable[[int], Path]:
+    def save(value: int) -> Path:  # the trainer's save of last.pt
+        atomic_save(checkpoint_payload(float(value)), tmp / "checkpoints" / "last.pt")
+        return tmp / "checkpoints" / "last.pt"
+
+    return save
+
+
+def run_exports(run: Path, tmp: Path) -> Callable[[int], Path]:
+    """model/ of a run written again (a resumed run's end) after its best.pt changed."""
+    import shutil
+
+    copy = tmp / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".lock"))
+
+    def export_again(value: int) -> Path:
+        best = RunDir(copy).checkpoint("best")
+        payload = load_checkpoint(best)
+        payload["model"] = {k: v + value for k, v in payload["model"].items()}
+        atomic_save(payload, best)
+        assert not isinstance(write_run_exports(copy)["model"], UserError)
+        return copy / "model" / "model.safetensors"
+
+    return export_again
+
+
+def distill_json(run: Path, tmp: Path) -> Callable[[int], Path]:
+    def write(value: int) -> Path:
+        write_json(tmp / "state.json", {"seconds": value})
+        return tmp / "state.json"
+
+    return write
+
+
+def distill_lines(run: Path, tmp: Path) -> Callable[[int], Path]:
+    def write(value: int) -> Path:
+        write_lines(tmp / "train.src", [str(n) for n in range(value)])
+        return tmp / "train.src"
+
+    return write
+
+
+WRITERS = {
+    "seq2seq-translate output=": translate_output,
+    "seq2seq-translate attention=": translate_attention,  # PyTorch and matplotlib: a few seconds
+    "seq2seq-average output=": average_output,
+    "a run's checkpoint": training_checkpoint,
+    "a run's exports": run_exports,
+    "seq2seq-distill's JSON files": distill_json,
+    "seq2seq-distill's corpus files": distill_lines,
+}
+
+
+@pytest.mark.parametrize(
+    "writer", [pytest.param(w, marks=pytest.mark.slow) if "attention" in w else w for w in WRITERS]
+)
+def test_a_hard_link_to_an_earlier_output_keeps_its_content(run, tmp_path, writer):
+    write = WRITERS[writer](run, tmp_path)
+    output = write(3)
+    before = output.read_bytes()
+    os.link(output, tmp_path / "keep")
+    assert write(1) == output
+    assert output.read_bytes() != before, "the second write should change the output"
+    assert (tmp_path / "keep").read_bytes() == before
+
+
+def test_two_translations_into_one_file_the_second_is_refused(run, tmp_path):
+    write = translate_output(run, tmp_path)
+    output = write(20)  # the first one's result
+    before = output.read_text()
+    holder = hold_lock_in_another_process(output)  # as a seq2seq-translate writing it now would
+    try:
+        with pytest.raises(UserError) as info:
+            write(3)
+    finally:
+        holder.communicate("")
+    assert str(info.value) == (
+        f"output={output}: another process (seq2seq-translate, process {holder.pid}) is writing this file; "
+        "wait for it to end, or give output= another file"
+    )
+    assert output.read_text() == before and before.count("\n") == 20
+
+
+def test_an_interrupted_translation_leaves_the_earlier_output_as_it_was(run, tmp_path, monkeypatch, caplog):
+    import seq2seq.inference.command as command
+
+    write = translate_output(run, tmp_path)
+    output = write(5)
+    before = output.read_bytes()
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the translations are written
+
+    monkeypatch.setattr(command, "_write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write(2)
+    assert output.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["input2.txt", "input5.txt", "o.txt"]
+    assert f"output={output}: left as it was; the translation was interrupted" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("writer", "output"),
+    [
+        ("seq2seq-average", "averaged.pt"),
+        ("seq2seq-export", "exported"),
+        ("seq2seq-translate attention=", "plots"),
+    ],
+)
+def test_every_writer_of_a_file_someone_else_is_writing_is_refused(run, tmp_path, writer, output):
+    from seq2seq.cli.average import average_files
+
+    target = tmp_path / output
+    if writer == "seq2seq-average":
+        inputs = [tmp_path / "a.pt", tmp_path / "b.pt"]
+        for path in inputs:
+            atomic_save(checkpoint_payload(1.0), path)
+        write: Callable[[], object] = lambda: average_files(inputs, target)  # noqa: E731
+    elif writer == "seq2seq-export":
+        cfg = OmegaConf.structured(ExportConfig(run=str(run), output=str(target)))
+        write = lambda: export(cfg)  # noqa: E731
+    else:
+        write = lambda: translating(run, tmp_path, f"attention={target}", "engine=torch")(1)  # noqa: E731
+    holder = hold_lock_in_another_process(target, "another command")
+    try:
+        with pytest.raises(UserError, match=f"another process \\(another command, process {holder.pid}\\) is writ"):
+            write()
+    finally:
+        holder.communicate("")
+    assert not target.exists()
+
+
+@pytest.mark.slow
+def test_two_seq2seq_translate_processes_at_once_the_first_result_survives(run, tmp_path):
+    """The review's case as it was run: 200 lines and 3 lines into one output= at once. The first one
+    reads a FIFO, so it is still translating (and holds output=) for as long as the test keeps it open."""
+    import subprocess
+    import sys
+    import time
+
+    binary = Path(sys.executable).parent / "seq2seq-translate"
+    output, lock, fifo = tmp_path / "o.txt", tmp_path / ".o.txt.lock", tmp_path / "in200"
+    os.mkfifo(fifo)
+    (tmp_path / "in3.txt").write_text("a b\n" * 3)
+    command = [str(binary), f"run={run}", f"output={output}", "beam=1", "threads=1"]
+    first = subprocess.Popen([*command, f"input={fifo}"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (lock.is_file() and lock.read_text()) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the first one holds the lock (it writes its process id once it does)
+    second = subprocess.run([*command, f"input={tmp_path / 'in3.txt'}"], capture_output=True, text=True, timeout=120)
+    with fifo.open("w") as source:  # the first one's 200 lines
+        source.write("".join(f"a b {'c ' * (n % 7)}\n" for n in range(200)))
+    first_err = first.communicate(timeout=120)[1]
+    assert first.returncode == 0, first_err
+    assert (second.returncode, second.stderr.splitlines()[-1]) == (
+        2,
+        f"error: output={output}: another process (seq2seq-translate, process {first.pid}) is writing this file; "
+        "wait for it to end, or give output= another file",
+    )
+    assert output.read_text().count("\n") == 200 and not lock.exists()
+
+
+# Every module of the package that writes files itself (opens one for writing, renames, makes a temporary
+# file or folder), and the rule its writes follow; a module that writes through another's function
+# (seq2seq-average through checkpoint.atomic_save, under output_lock) is that one's. A module that starts
+# to write fails test_every_module_that_writes_files_is_listed_with_its_rule until it is listed here with
+# the rule it follows, or the reason it needs none.
+WRITER_RULES = {
+    # A file the user names: replacing.writing_file or output_lock (the lock, the ledger, a new file renamed).
+    "seq2seq.artifacts.replacing": "the rule itself, and the ledger (a new file renamed over the old)",
+    "seq2seq.inference.command": "output=: replacing.writing_file; attention=: output_lock",
+    "seq2seq.inference.attention_plots": "replacing.write_new_file, in attention= held by output_lock",
+    "seq2seq.artifacts.export": "output_lock; a new directory renamed into place (an existing one refused)",
+    "seq2seq.artifacts.argos": "a new package renamed into place under export's output_lock",
+    # Files inside a directory the command writes into (a staging directory, or its own folder it locks).
+    "seq2seq.artifacts.checkpoint": "atomic_save: a new file renamed over the old",
+    "seq2seq.artifacts.file_lock": "the lock files themselves",
+    "seq2seq.artifacts.safetensors": "into export's staging directory",
+    "seq2seq.artifacts.ctranslate2_model": "into export's staging directory",
+    "seq2seq.artifacts.marian": "into export's staging directory",
+    "seq2seq.train.run": "the run directory under train/lock.py: its marker, made once",
+    "seq2seq.distill.files": "a new file renamed over the old, in a folder held by files.held",
+    "seq2seq.distill.output": "the output folder's marker, made once in a new folder",
+    "seq2seq.distill.command": "distill.log appended, in the folder files.held holds",
+    "seq2seq.distill.translations": "translations.jsonl appended under files.held, cut back to its count",
+    "seq2seq.data.pipeline": "the cache's staging directory, renamed into place (cache_builds.py)",
+    "seq2seq.data.sentencepiece_training": "into the cache build's staging directory",
+    "seq2seq.measurement_cache": "the machine's cache: a new file renamed over the old",
+    "seq2seq.serve.app": "a temporary folder of its own for translated files",
+    "seq2seq.serve.server": "a temporary folder of its own for translated files, removed at exit",
+    "seq2seq.distill.student": "the student run's train.log appended, in the run directory it trains",
+    "seq2seq.serve.libretranslate": "new names only, in the server's own folder",
+    "seq2seq.cli.common": "opens /dev/null as stdout",
+}
+FILE_WRITING_CALLS = {"write_text", "write_bytes", "savefig", "save_file", "mkstemp", "mkdtemp", "FileHandler"}
+OS_WRITING_CALLS = {"replace", "rename", "link", "truncate", "ftruncate", "pwrite", "open", "mkfifo"}
+
+
+def writes_files(tree: object) -> bool:
+    import ast
+
+    for node in ast.walk(tree):  # type: ignore[arg-type]
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+        if name in FILE_WRITING_CALLS or (owner == "os" and name in OS_WRITING_CALLS):
+            return True
+        if (owner, name) in {("torch", "save"), ("tempfile", "TemporaryDirectory")}:
+            return True
+        if name == "open" and owner != "os":  # open(path, mode) or Path.open(mode)
+            positional = node.args[1:2] if isinstance(func, ast.Name) else node.args[:1]  # the mode's place
+            given = [*positional, *(k.value for k in node.keywords if k.arg == "mode")]
+            modes = [a.value for a in given if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if any(set(mode) & set("wax+") for mode in modes):
+                return True
+    return False
+
+
+def test_every_module_that_writes_files_is_listed_with_its_rule():
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "seq2seq"
+    writing = set()
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        if writes_files(ast.parse(path.read_text(encoding="utf-8"))):
+            writing.add(module)
+    assert sorted(writing - set(WRITER_RULES)) == [], "a module writes files: list it with the rule it follows"
+    assert sorted(set(WRITER_RULES) - writing) == [], "listed as a writer but writes nothing: take it out"
