@@ -440,6 +440,8 @@ def _another_value(value, annotation: str):
         return str(value + 1)
     if isinstance(value, float):
         return str(value + 1.5)
+    if "CorpusConfig" in annotation:
+        return "[{name: extra, kind: tsv, train: extra.tsv}]"
     if "list" in annotation:
         return "[aa-bb]"
     if value is None and "int" in annotation:
@@ -458,11 +460,16 @@ def test_every_data_and_model_key_a_resume_cannot_honour_is_refused_by_name(tmp_
     resume = f"resume={tmp_path}"
     cfg = compose_config("train", [resume])
     allowed = resume_module.RESUMABLE_KEYS
-    schema = {f"data.{f.name}": f for f in dataclasses.fields(DataConfig)}
-    schema |= {f"model.{f.name}": f for f in dataclasses.fields(ModelConfig)}
+    schema = {f"model.{f.name}": f for f in dataclasses.fields(ModelConfig)}
+    for f in dataclasses.fields(DataConfig):  # a nested section (data.clean_settings) by each of its keys
+        inner = f.default_factory() if dataclasses.is_dataclass(f.type) or callable(f.default_factory) else None
+        if dataclasses.is_dataclass(inner):
+            schema |= {f"data.{f.name}.{g.name}": g for g in dataclasses.fields(inner)}
+        else:
+            schema[f"data.{f.name}"] = f
     assert allowed <= schema.keys()  # the allow-list names keys the schema has
     assert not any(key.startswith("model.") for key in allowed)  # the checkpoint's model is the model
-    started = {key: saved[key.split(".")[0]][key.split(".")[1]] for key in schema}
+    started = {key: OmegaConf.select(OmegaConf.create(saved), key) for key in schema}
     changes = {key: _another_value(started[key], str(field.type)) for key, field in schema.items()}
     honoured = resume_module.resumed_config(cfg, [resume, *(f"{k}={changes[k]}" for k in sorted(allowed))], saved)
     for key in allowed:
@@ -476,7 +483,10 @@ def test_every_data_and_model_key_a_resume_cannot_honour_is_refused_by_name(tmp_
     message = str(info.value)
     assert len(message.splitlines()) == 1
     for key in refused:
-        assert f"{key}: {_as_written(started[key])} in the checkpoint, {changes[key]} given" in message, key
+        shown = f"{key}: {_as_written(started[key])} in the checkpoint, "
+        if key != "data.corpora":  # a list of sections is shown as the resume reads it, not as typed here
+            shown += f"{changes[key]} given"
+        assert shown in message, key
 
 
 def _as_written(value) -> str:

@@ -74,12 +74,23 @@ def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any])
 
 def differences(group: str, started: DictConfig, given: DictConfig) -> list[str]:
     """Each key of `group` outside RESUMABLE_KEYS whose value the command line changes, both values."""
-    before, after = OmegaConf.to_container(started), OmegaConf.to_container(given)
+    before, after = _flat(OmegaConf.to_container(started)), _flat(OmegaConf.to_container(given))
     return [
-        f"{group}.{key}: {_shown(before[key])} in the checkpoint, {_shown(after[key])} given"
+        f"{group}.{key}: {_shown(before[key])} in the checkpoint, {_shown(after.get(key))} given"
         for key in before
-        if f"{group}.{key}" not in RESUMABLE_KEYS and _plain(before[key]) != _plain(after[key])
+        if f"{group}.{key}" not in RESUMABLE_KEYS and _plain(before[key]) != _plain(after.get(key))
     ]
+
+
+def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested section's keys by their dotted names (data.clean_settings.max_chars), so each is named."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _plain(value: Any) -> Any:
