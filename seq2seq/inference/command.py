@@ -105,7 +105,14 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
 
 
 def translate(cfg: DictConfig) -> dict[str, Any]:
+    """seq2seq-translate's work on a translate config given from code: checked, then translated."""
     validate_translate(cfg)
+    return translate_checked(cfg)
+
+
+def translate_checked(cfg: DictConfig) -> dict[str, Any]:
+    """`translate` on a config that `validate_translate` passed already (the command's entry checks it
+    before torch is loaded, and checks it once)."""
     refuse_writing_over_inputs(cfg)
     if cfg.output != "-":  # the one rule of every writer: replace only what this command wrote
         check_replaceable(Path(cfg.output), "output", COMMAND, cfg.replace_output)
