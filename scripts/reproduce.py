@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import hashlib
 import json
 import os
@@ -39,6 +38,7 @@ import sacrebleu
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.cli.average import average_files
 from seq2seq.config import DataConfig, TranslateConfig
 from seq2seq.data.corpus import iter_split, unzip
@@ -54,13 +54,11 @@ from machine import machine_info  # noqa: E402
 from results_page import replace_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-VALIDATION_LINE = re.compile(r"validation at update (\d+): .*?BLEU ([\d.]+)")
 STOPPED_LINE = re.compile(r"stopped: .* after \d+ updates in ([\d.]+) minutes")
 PRECISION_LINE = re.compile(r"precision: (\w+) \((.*)\)$", re.MULTILINE)
 # recipe=auto's choice with each candidate's precision, pace, spread and expected updates; and its close calls
-RECIPE_LINES = re.compile(r"\] - (recipe: (?:\S+ for |close call: ).*)$", re.MULTILINE)
+RECIPE_LINES = re.compile(r"(?:^|\s)(recipe: (?:\S+ for |close call: ).*)$", re.MULTILINE)
 ALLOCATOR_LINE = re.compile(r"device: .*, (\w+) allocator$", re.MULTILINE)
-LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]", re.MULTILINE)
 LOAD_SAMPLE_SECONDS = 30
 
 
@@ -199,21 +197,23 @@ def off_target(hypotheses: list[str], language: str, codes: tuple[str, ...]) -> 
     return None if rate is None else round(rate, 4)
 
 
-def validation_curve(log: str) -> list[list[float]]:
-    """[update, minutes since the run started, greedy validation BLEU] at each validation, from the
-    timestamps of the run's train.log (one training segment: reproduce.py does not resume)."""
-    start = None
-    curve = []
-    for line in log.splitlines():
-        stamp = LOG_TIME.match(line)
-        if stamp is None:
-            continue
-        seconds = datetime.datetime.fromisoformat(stamp.group(1)).timestamp() + int(stamp.group(2)) / 1000
-        start = seconds if start is None else start
-        found = VALIDATION_LINE.search(line)
-        if found:
-            curve.append([int(found.group(1)), round((seconds - start) / 60.0, 2), float(found.group(2))])
-    return curve
+def validation_curve(run_dir: Path) -> list[list[float]]:
+    """[update, minutes since training started, greedy validation BLEU] at each validation, from the
+    run's own record of them: its TensorBoard events (tb/), each with its wall time (one training
+    segment: reproduce.py does not resume)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    if not RunDir(run_dir).tb.is_dir():
+        return []
+    events = EventAccumulator(str(RunDir(run_dir).tb), size_guidance={"scalars": 0})  # 0: every point
+    events.Reload()
+    if "valid/bleu" not in events.Tags()["scalars"]:
+        return []
+    start = events.FirstEventTimestamp()  # the dashboard opened as training began
+    return [
+        [event.step, round((event.wall_time - start) / 60.0, 2), round(event.value, 2)]
+        for event in events.Scalars("valid/bleu")
+    ]
 
 
 def plot_curve(result: dict, path: Path) -> None:
@@ -522,7 +522,7 @@ def main() -> None:
         "data": corpus_kind(run_dir, last["config"]["data"]),
         "load_average_during_training": round(sum(loads) / len(loads), 2) if loads else None,
         "load_average_during_training_max": max(loads) if loads else None,
-        "valid_bleu_curve": validation_curve(log),  # [update, minutes, greedy BLEU]
+        "valid_bleu_curve": validation_curve(run_dir),  # [update, minutes, greedy BLEU]
         "valid_bleu_by_checkpoint": valid_bleu,
         "checkpoint": chosen.name,
         "beam": args.beam,

@@ -1,8 +1,8 @@
 """Which precision a run computes in: `precision=auto` measures it, a slow explicit choice is warned about.
 
-No fixed default is right on every CPU: bf16 matmuls ran several times fp32's rate on a Xeon with AMX
-and far slower than fp32 on an EPYC with AVX2 only, where PyTorch has no bf16 hardware path and
-emulates it (docs/performance.md, "Measurements behind the code", has the rates). So on a CPU the
+No fixed default is right on every CPU: bf16 matmuls outrun fp32's where the CPU has bf16 matrix
+units and fall far behind where PyTorch has no bf16 hardware path and emulates it
+(docs/performance.md, "Measurements behind the code", "Precision", has the rates). So on a CPU the
 choice is a measurement: a matmul of the model's own shapes in each precision, timed for
 TIMED_SECONDS (longer where bf16 is emulated: MIN_CALLS slow calls), cached per machine (CPU, its ISA
 level as `torch.backends.cpu.get_cpu_capability()` names it, torch version, threads) in the cache
@@ -34,8 +34,8 @@ WARN_SLOWDOWN = 2.0
 TIMED_SECONDS = 0.02  # per precision, after one untimed call that builds the kernel
 MIN_CALLS = 3
 # Tokens in the measured matmul: (ROWS, d_model) @ (d_model, ffn_dim), the FFN's first layer. A training
-# batch has thousands; at 64 rows a 128-wide model's matmul is mostly call overhead, where bf16 looked
-# slower than fp32 while its real updates were faster (docs/performance.md, "Choosing the recipe").
+# batch has thousands; a few rows time the call's overhead more than the matmul, and can rank the two
+# precisions the other way round from real updates (docs/performance.md, "Choosing the recipe").
 ROWS = 1024
 
 

@@ -115,7 +115,7 @@ def test_a_last_pt_beyond_the_periodic_ones_counts_as_the_end_of_the_run(tmp_pat
         main([f"run={tmp_path}", "last=2"])
 
 
-def test_it_takes_key_value_arguments_and_still_the_old_form_with_a_warning(tmp_path, capsys):
+def test_it_takes_key_value_arguments_and_refuses_the_old_form(tmp_path, capsys):
     # The console script's main, in this process: test_it_is_a_console_command_with_one_line_errors
     # goes through the installed script.
     for step in (300, 400):
@@ -123,13 +123,17 @@ def test_it_takes_key_value_arguments_and_still_the_old_form_with_a_warning(tmp_
     average_main([f"run={tmp_path}", "last=2", f"output={tmp_path / 'a.pt'}"])
     result = capsys.readouterr()
     assert json.loads(result.out)["steps"] == [300, 400] and "warning" not in result.err
-    average_main([str(tmp_path), "--last", "2", "--output", str(tmp_path / "b.pt")])
-    assert capsys.readouterr().err.splitlines()[0] == (
-        f"warning: this form is deprecated; use: seq2seq-average run={tmp_path} last=2 output={tmp_path / 'b.pt'}"
-    )
-    assert torch.equal(
-        load_checkpoint(tmp_path / "a.pt")["model"]["w"], load_checkpoint(tmp_path / "b.pt")["model"]["w"]
-    )
+    for old, given in (
+        ([str(tmp_path), "--last", "2", "--output", str(tmp_path / "b.pt")], "--last: give last=N"),
+        ([f"run={tmp_path}", "--last=2"], "--last=2: give last=N"),
+        ([str(tmp_path / "step_300.pt"), str(tmp_path / "step_400.pt")], f"{tmp_path / 'step_300.pt'}: expected"),
+    ):
+        with pytest.raises(SystemExit) as bad:
+            average_main(old)
+        stderr = capsys.readouterr().err
+        assert bad.value.code == 2 and len(stderr.splitlines()) == 1, stderr
+        assert given in stderr and "run=<run dir> [last=5]" in stderr
+    assert not (tmp_path / "b.pt").exists() and sorted(p.name for p in tmp_path.glob("*.pt")) == ["a.pt"]
     with pytest.raises(SystemExit) as bad:
         average_main([f"run={tmp_path}", "last=two"])
     stderr = capsys.readouterr().err

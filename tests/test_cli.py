@@ -222,6 +222,27 @@ def test_translate_refuses_a_truncated_checkpoint(trained_run: Path, tmp_path: P
     assert "Traceback" not in result.stderr
 
 
+def test_translate_validates_its_config_once(trained_run: Path, tmp_path: Path, run_main, monkeypatch) -> None:
+    # Every module's name for validate_translate counts: a second check hides in any of them.
+    import seq2seq.cli.translate  # noqa: F401  (and the command's modules, before their names are patched)
+    import seq2seq.inference.command  # noqa: F401
+    from seq2seq import config
+
+    original, calls = config.validate_translate, []
+
+    def counted(cfg: object) -> None:
+        calls.append(cfg)
+        original(cfg)
+
+    holders = [m for m in list(sys.modules.values()) if getattr(m, "validate_translate", None) is original]
+    assert {"seq2seq.config", "seq2seq.cli.translate", "seq2seq.inference.command"} <= {m.__name__ for m in holders}
+    for module in holders:
+        monkeypatch.setattr(module, "validate_translate", counted)
+    result = run_main(["seq2seq-translate", f"run={trained_run}"], tmp_path, stdin="a b\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.splitlines()) == 1 and len(calls) == 1
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

@@ -126,6 +126,28 @@ def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
     assert again["test"] == result["test"]
 
 
+def test_the_curve_and_the_recipe_choice_are_read_whatever_the_log_format(tmp_path: Path) -> None:
+    # The validation curve comes from the run's TensorBoard events, as training writes them; the recipe's
+    # lines are found in a log of any line prefix (a distill student's, a plain one, Hydra's).
+    from seq2seq.train.dashboard import Dashboard
+
+    script = load_script("reproduce")
+    clock = iter([0.0, 0.0, 0.0])
+    dashboard = Dashboard(tmp_path, 0, 8, progress=False, clock=lambda: next(clock))
+    for step, bleu in ((4, 1.25), (8, 3.5)):
+        dashboard.scalars(step, {"valid/bleu": bleu, "valid/loss": 2.0})
+    dashboard.close()
+    curve = script.validation_curve(tmp_path)
+    assert [(step, bleu) for step, _, bleu in curve] == [(4, 1.25), (8, 3.5)]
+    assert all(0 <= minutes < 1 for _, minutes, _ in curve)
+    assert script.validation_curve(tmp_path / "elsewhere") == []  # a run without events: no curve
+    lines = "[INFO] recipe: d128x4 for 30 minutes on this machine: ...\n[2026-11-27 10:00:00,000][seq2seq][INFO] - recipe: close call: d256x3's ...\nnot a recipe: line\n"
+    assert script.RECIPE_LINES.findall(lines) == [
+        "recipe: d128x4 for 30 minutes on this machine: ...",
+        "recipe: close call: d256x3's ...",
+    ]
+
+
 def test_only_multi30k_results_enter_the_table(tmp_path: Path) -> None:
     script = load_script("reproduce")
     machine = {"cpu_capability": "AVX2", "cores": 2, "cpu": "AMD EPYC", "torch": "2.13.0", "load_average_1min": 2.0}

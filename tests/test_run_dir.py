@@ -22,7 +22,7 @@ def test_the_paths_of_a_run(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     assert run.checkpoint("best") == tmp_path / "checkpoints" / "best.pt"
     assert run.checkpoint("averaged") == tmp_path / "checkpoints" / "averaged.pt"
-    assert run.step_checkpoint(1200) == tmp_path / "checkpoints" / "step_1200.pt"
+    assert run.checkpoint(RunDir.step_name(1200)) == tmp_path / "checkpoints" / "step_1200.pt"
     assert (run.model, run.ctranslate2, run.tb) == (tmp_path / "model", tmp_path / "ctranslate2", tmp_path / "tb")
     assert (run.marker, run.lock) == (tmp_path / ".seq2seq-run", tmp_path / ".lock")
     assert run.relative(run.checkpoint("last")) == "checkpoints/last.pt"

@@ -115,9 +115,6 @@ class RunDir:
         """The name of update `step`'s periodic checkpoint."""
         return f"step_{step}"
 
-    def step_checkpoint(self, step: int) -> Path:
-        return self.checkpoint(self.step_name(step))
-
     @staticmethod
     def step_of(path: str | Path) -> int | None:
         """The update of a periodic checkpoint (a step_N.pt file or a step_N name); None for any other."""

@@ -5,7 +5,7 @@
 
 The averaging and its rules are seq2seq/averaging.py's. Says on stderr what it averaged; prints one
 JSON object on stdout: the inputs, their updates and the output. A bad key, run directory or file is
-one line on stderr, exit status 2. The old `seq2seq-average <run> --last N` still works, with a warning.
+one line on stderr, exit status 2. The old `seq2seq-average <run> --last N` form is refused with the key=value one.
 """
 
 from __future__ import annotations
@@ -33,25 +33,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def key_values(argv: list[str]) -> list[str]:
-    """The arguments as key=value; the old form (`<run> --last N --output X`, or files) is translated,
-    with a warning that names the new one."""
-    if all("=" in a and not a.startswith("-") for a in argv):
-        return argv
-    translated, inputs, rest = [], [], list(argv)
-    while rest:
-        argument = rest.pop(0)
-        if argument in ("--last", "--output") and rest:
-            translated.append(f"{argument.removeprefix('--')}={rest.pop(0)}")
-        elif argument.startswith(("--last=", "--output=")):
-            translated.append(argument.removeprefix("--"))
-        else:
-            inputs.append(argument)
-    if len(inputs) == 1 and "=" not in inputs[0] and not inputs[0].endswith(".pt"):
-        translated.insert(0, f"run={inputs[0]}")
-    elif inputs:
-        translated.insert(0, f"checkpoints={','.join(inputs)}")
-    print(f"warning: this form is deprecated; use: seq2seq-average {' '.join(translated)}", file=sys.stderr)
-    return translated
+    """The arguments, each key=value; the form before them (`<run> --last N --output X`) is refused with
+    the one that replaced it."""
+    for argument in sorted(argv, key=lambda a: not a.startswith("-")):  # an old flag named first
+        if argument.startswith("-") or "=" not in argument:
+            flag = argument.lstrip("-").partition("=")[0]
+            given = (
+                f"give {flag}=N" if flag == "last" else f"give {flag}=..." if flag == "output" else "expected key=value"
+            )
+            raise UserError(f"{argument}: {given}: seq2seq-average {USAGE}")
+    return argv
 
 
 def average_files(paths: list[Path], output: Path, replace_output: bool = False) -> Path:

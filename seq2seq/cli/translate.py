@@ -65,10 +65,10 @@ def _translate(cfg: object) -> None:
     report_errors(lambda: validate_translate(cfg), cfg.debug)  # a bad value answers before torch is loaded
     report_errors(lambda: check_named_models_exist([cfg.run], cfg.checkpoint), cfg.debug)  # so does a bad path
     prepare_process()
-    from seq2seq.inference.command import translate  # torch or ctranslate2: only for a good config
+    from seq2seq.inference.command import translate_checked  # torch or ctranslate2: only for a good config
 
     # Ctrl-C: every chunk before it was written and flushed; no traceback.
-    exit_on_interrupt(lambda: report_errors(lambda: translate(cfg), cfg.debug), cfg.debug)
+    exit_on_interrupt(lambda: report_errors(lambda: translate_checked(cfg), cfg.debug), cfg.debug)
 
 
 if __name__ == "__main__":

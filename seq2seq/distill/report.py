@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import sacrebleu
-
 from seq2seq.config import UserError
+from seq2seq.inference.corpus_scores import corpus_bleu, corpus_chrf
 from seq2seq.inference.engine_api import one_line
 from seq2seq.inference.engine_loader import load
 
@@ -29,11 +28,10 @@ ENGINES = {"default": "auto", "int8": "int8"}  # what speed["..."] names -> the 
 
 
 def scores(hypotheses: list[str], references: list[str], language: str) -> dict[str, Any]:
-    cased, lowercase, chrf = sacrebleu.BLEU(), sacrebleu.BLEU(lowercase=True), sacrebleu.CHRF()
     result = {
-        "bleu": round(cased.corpus_score(hypotheses, [references]).score, 2),
-        "bleu_lowercase": round(lowercase.corpus_score(hypotheses, [references]).score, 2),
-        "chrf": round(chrf.corpus_score(hypotheses, [references]).score, 2),
+        "bleu": round(corpus_bleu(hypotheses, references).score, 2),
+        "bleu_lowercase": round(corpus_bleu(hypotheses, references, lowercase=True).score, 2),
+        "chrf": round(corpus_chrf(hypotheses, references).score, 2),
         "bleu_moses_lowercase": None,
     }
     if importlib.util.find_spec("sacremoses") is not None:  # the dev extra: the Multi30k papers' figure
@@ -41,9 +39,8 @@ def scores(hypotheses: list[str], references: list[str], language: str) -> dict[
 
         moses = sacremoses.MosesTokenizer(lang=language)
         tokens = [moses.tokenize(line, escape=False, return_str=True) for line in [*hypotheses, *references]]
-        moses_bleu = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
-        score = moses_bleu.corpus_score(tokens[: len(hypotheses)], [tokens[len(hypotheses) :]]).score
-        result["bleu_moses_lowercase"] = round(score, 2)
+        score = corpus_bleu(tokens[: len(hypotheses)], tokens[len(hypotheses) :], lowercase=True, pretokenized=True)
+        result["bleu_moses_lowercase"] = round(score.score, 2)
     return result
 
 

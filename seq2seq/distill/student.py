@@ -40,7 +40,8 @@ log = logging.getLogger("seq2seq.distill")
 SUMMARY = "distill-summary.json"  # written into a student's run directory once its training finished
 # train.* keys the command sets itself.
 NOT_OVERRIDABLE = ("data", "resume", "init_from", "overwrite", "recipe", "recipes")
-LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's: scripts/reproduce.py reads it
+# Hydra's job-log format: a student's train.log reads as the train.log of a seq2seq-train run.
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 def model_preset(name: str) -> dict[str, Any]:
@@ -140,7 +141,7 @@ def train_once(cfg: DictConfig, run_dir: Path, what: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _train_log(run_dir: Path) -> Iterator[None]:
-    """The run's train.log, as seq2seq-train's Hydra writes it (reproduce.py and people read it)."""
+    """The run's train.log, as seq2seq-train's Hydra writes it: a student's run has the log of any run."""
     handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     handler.setLevel(logging.INFO)

@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from seq2seq.artifacts.replacing import output_lock, writing_file
 from seq2seq.config import UserError, validate_translate
 from seq2seq.data.corpus import read_lines
+from seq2seq.inference.corpus_scores import corpus_bleu, corpus_chrf
 from seq2seq.inference.engine_api import Translation, one_line
 from seq2seq.inference.engine_loader import load_engine
 from seq2seq.inference.resolved_model import resolve
@@ -103,7 +104,14 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
 
 
 def translate(cfg: DictConfig) -> dict[str, Any]:
+    """seq2seq-translate's work on a translate config given from code: checked, then translated."""
     validate_translate(cfg)
+    return translate_checked(cfg)
+
+
+def translate_checked(cfg: DictConfig) -> dict[str, Any]:
+    """`translate` on a config that `validate_translate` passed already (the command's entry checks it
+    before torch is loaded, and checks it once)."""
     refuse_writing_over_inputs(cfg)
     _refuse_closed_standard_streams(cfg)
     # The one rule of every writer, before the model loads: one writer per file, a file replaced only
@@ -252,15 +260,10 @@ def _open_input(path: str) -> IO[bytes]:
 
 
 def _score(hypotheses: list[str], reference_path: str) -> dict[str, float]:
-    import sacrebleu
-
     references = read_lines(reference_path)
     if len(references) != len(hypotheses):
         raise UserError(f"{reference_path} has {len(references)} lines but the input had {len(hypotheses)}")
-    bleu = sacrebleu.metrics.BLEU()
-    chrf = sacrebleu.metrics.CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    print(f"{bleu_score}  ({bleu.get_signature()})", file=sys.stderr)
-    print(f"{chrf_score}  ({chrf.get_signature()})", file=sys.stderr)
-    return {"bleu": bleu_score.score, "chrf": chrf_score.score}
+    bleu, chrf = corpus_bleu(hypotheses, references), corpus_chrf(hypotheses, references)
+    print(bleu.report, file=sys.stderr)
+    print(chrf.report, file=sys.stderr)
+    return {"bleu": bleu.score, "chrf": chrf.score}

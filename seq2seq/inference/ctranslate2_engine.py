@@ -86,9 +86,9 @@ def thread_split(threads: int | None, device: str, sampling: bool) -> tuple[int,
     the samples of a seed.
 
     Why: a beam step of these small models is too short to keep two threads busy, and a server's
-    batches are small: two one-thread replicas beat one two-thread replica on a whole file and on a
-    server's batches, on AMX and AVX2 machines alike, at a small cost to one line alone
-    (docs/performance.md, "Serving"). Only measured on 2 cores: more cores keep two batches at once."""
+    batches are small, so two replicas of half the threads decode more lines a second than one of all
+    of them (docs/performance.md, "Two CTranslate2 replicas of one thread", has the figures and the
+    machines they were taken on)."""
     if device != "cpu" or sampling:
         return 1, threads or 0
     threads = threads or usable_cores()
@@ -186,8 +186,8 @@ class CTranslate2Translator:
 
     def _check_it_decodes_on_cuda(self, directory: Path, version: str) -> None:
         """One token decoded now: a CTranslate2 wheel built for another CUDA than the machine's loads,
-        then fails at its first translation ("Library libcublas.so.12 is not found"; seen on an H100
-        with CUDA 13): better at load time, where engine=auto can still choose PyTorch."""
+        then fails at its first translation (docs/performance.md, "A CTranslate2 wheel for another
+        CUDA"): better at load time, where engine=auto can still choose PyTorch."""
         try:
             self.engine.translate_batch([[EOS]], max_decoding_length=1, beam_size=1)  # any token would do
         except RuntimeError as err:

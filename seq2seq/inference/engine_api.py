@@ -68,7 +68,7 @@ ENGINE_NAMES = {"torch": "PyTorch", "ctranslate2": "CTranslate2"}  # for the log
 
 # The vocabulary has a token for every byte, "\n" and "\r" included, so a model can output them; written
 # as they are they would split a translation over two lines ("\r" too, for universal-newline readers).
-# Python's str.splitlines() also breaks at these (a sampled translation met \x1c and \x85 in testing).
+# Python's str.splitlines() also breaks at these, and a sampled translation may contain any of them.
 _SPLITLINES_BREAKS = "\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 _LINE_BREAKS = str.maketrans(_SPLITLINES_BREAKS, " " * len(_SPLITLINES_BREAKS))
 

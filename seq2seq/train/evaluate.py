@@ -12,6 +12,7 @@ import torch
 from seq2seq.data.batching import collate, make_batches
 from seq2seq.data.pipeline import PreparedData, Split
 from seq2seq.data.tokenizer import decoder_start_id
+from seq2seq.inference.corpus_scores import corpus_bleu, corpus_chrf
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translator import Translator
@@ -39,12 +40,10 @@ def validation_loss(
 
 def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, float]:
     """Corpus BLEU and chrF with sacreBLEU's defaults (13a tokenization, cased), and exact match in %."""
-    import sacrebleu  # at the first validation, not at start-up
-
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
     return {
-        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+        "bleu": corpus_bleu(hypotheses, references).score,
+        "chrf": corpus_chrf(hypotheses, references).score,
         "accuracy": 100.0 * exact / max(len(references), 1),
     }
 

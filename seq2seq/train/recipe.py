@@ -10,7 +10,8 @@ takes the first that will make its minimum in what is left of the budget, else t
 counts from the command's start: the data's preparation and the timing itself are spent).
 
 The timing is a measurement with an error, and a choice near a minimum would follow the noise: the
-same command on the same machine picked d256x3 one day and d128x4 the next. So each candidate's pace is
+same command on the same machine could pick one recipe one day and another the next
+(docs/performance.md, "Choosing the recipe"). So each candidate's pace is
 the median of several timed updates, its spread is reported, and a candidate whose expected updates
 straddle its minimum within that spread (a close call) is not taken: the next one is. Near a minimum the
 two recipes score alike (that is what the minimum marks), so the rule only has to be the same every time.
