@@ -4,6 +4,7 @@ sampling behave as their definitions say, and bad input is one line naming the k
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import inspect
@@ -213,6 +214,38 @@ def test_a_translator_built_directly_checks_its_settings(run_dir: Path) -> None:
     loaded = Translator.load(run_dir, precision="fp32", device="cpu")
     with pytest.raises(ValueError, match=r"^config error: nbest=3: must be in \[1, beam=1\]$"):
         Translator(loaded.model, loaded.tokenizers, loaded.device, DecodingSettings(beam=1, nbest=3))
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_settings_no_engine_decodes_are_refused_the_same_way_wherever_they_come_in(
+    run_dir: Path, tmp_path: Path, engine: str
+) -> None:
+    """nbest=9 at beam 5 was refused by `load` but taken by `decoding_with`, where CTranslate2 returned 5
+    hypotheses and PyTorch 6: the settings check themselves as they are made, so every way in (the
+    command, `load`, a view's settings, the server's requests, distill's teacher) refuses them alike."""
+    from seq2seq.config import DistillConfig, validate_distill
+    from seq2seq.inference.engine_loader import load
+    from seq2seq.serve.settings import settings_from_request
+
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    message = r"^config error: nbest=9: must be in \[1, beam=5\]$"
+    loaded = load(run_dir, engine=engine, beam=5, precision="fp32", device="cpu")
+    assert loaded.kind == engine
+    with pytest.raises(ValueError, match=message):
+        load(run_dir, engine=engine, beam=5, nbest=9)
+    with pytest.raises(ValueError, match=message):
+        loaded.decoding_with(dataclasses.replace(loaded.settings, nbest=9))
+    with pytest.raises(ValueError, match=message):
+        command(tmp_path, ["a b"], run=str(run_dir), engine=engine, beam=5, nbest=9)
+    with pytest.raises(ValueError, match=message):
+        settings_from_request({"nbest": 9}, TranslateConfig(run=str(run_dir), beam=5), 1000, False, max_beam=32)
+    with pytest.raises(ValueError, match=message):
+        validate_distill(DistillConfig(teacher=str(run_dir), output="o", beam=5, nbest=9, select="chrf"))
+    five = loaded.decoding_with(dataclasses.replace(loaded.settings, nbest=5)).translate_nbest(LINES)
+    assert [len(nbest) for nbest in five] == [5, 5, 5, 1, 5]  # what a beam of 5 holds (an empty line: itself)
+    with pytest.raises(UserError, match=r"^beam=100000 is larger than the target vocabulary \(\d+\)$"):
+        loaded.decoding_with(DecodingSettings(beam=100_000))
 
 
 def test_device_cuda_without_a_gpu_is_one_message_for_training_and_every_engine(run_dir: Path, tmp_path: Path) -> None:
