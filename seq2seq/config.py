@@ -490,6 +490,9 @@ class ServeConfig:
         metadata={"help": "origins whose web pages may call the server (CORS); [] for none, * for any"},
     )
     drain_seconds: float = setting(20.0, "after SIGTERM: longest in-flight requests have; still waiting: 503")
+    receive_seconds: float = setting(
+        10.0, "a request's head must arrive within this, and its body pause no longer: else 408, connection closed"
+    )
     api_keys_file: str | None = setting(None, "one key per line; then every request needs one of them (else 403)")
     source_lang: str | None = setting(
         None, "language codes of /languages; null: the run's data.src_lang (a multilingual run: its directions)"
@@ -904,3 +907,5 @@ def validate_serve(cfg: Any) -> None:
     _check(cfg.max_beam >= cfg.beam, "max_beam", cfg.max_beam, f"must be at least beam={cfg.beam}")
     _check(cfg.max_file_bytes > 0, "max_file_bytes", cfg.max_file_bytes, "must be positive")
     _check(cfg.drain_seconds >= 0, "drain_seconds", cfg.drain_seconds, "must be >= 0")
+    why = "must be positive and finite"
+    _check(cfg.receive_seconds > 0 and _finite(cfg.receive_seconds), "receive_seconds", cfg.receive_seconds, why)
