@@ -17,6 +17,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from seq2seq import decoding_defaults as decoding
+from seq2seq.decoding_defaults import MAX_SEED, SEED_RANGE
+
 
 class UserError(Exception):
     """A problem with what the user gave us (config, files, checkpoint). Reported as one line, no traceback."""
@@ -36,8 +39,6 @@ class ConfigTypeError(UserError, TypeError):
 BYTE_VOCABULARY_FLOOR = 256 + 4
 MAX_POSITIONS = 65536  # far beyond what full attention over a sentence pair is used for
 DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")  # the model's dropout rates
-# What numpy, CTranslate2 and torch all take as a seed (numpy and CTranslate2: an unsigned 32-bit integer).
-MAX_SEED = 2**32 - 1
 # More threads than this per CPU take turns on the cores for nothing; far more (100000) end in OpenMP's
 # "Thread creation failed" after the run has started.
 THREADS_PER_CPU = 4
@@ -264,7 +265,7 @@ class TrainConfig:
     log_every: int = setting(
         50, "updates between train-metric refreshes (TensorBoard, tqdm); losses are read back from a GPU only then"
     )
-    seed: int = setting(1234, "seeds Python, numpy and torch (rank r of torchrun: seed + r); in [0, 2^32 - 1]")
+    seed: int = setting(1234, "seeds Python, numpy and torch (rank r of torchrun: seed + r); in " + SEED_RANGE)
     device: str = setting("auto", "auto (cuda if present) | cpu | cuda | cuda:N")
     precision: str = setting(
         "auto", "auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (CUDA, grad scaler)"
@@ -312,15 +313,19 @@ class TranslateConfig:
     output: str = setting("-", "where translations go; - writes stdout")
     replace_output: bool = setting(False, "replace output= even though it exists and this command did not write it")
     reference: str | None = setting(None, "reference translations: print sacreBLEU and chrF to stderr")
-    beam: int = setting(5, "beam size; 1 is greedy search")
-    length_penalty: float = setting(1.0, "alpha in score / length^alpha; 0 favours short outputs")
-    max_len_a: float = setting(1.5, "output may have up to a * source length + b tokens")
-    max_len_b: int = 10
-    nbest: int = setting(1, 'hypotheses per input line; >1 prints "line ||| translation ||| score" lines (line from 0)')
-    batch_size: int = setting(128, "sentences decoded together (sorted by length first)")
+    beam: int = setting(decoding.BEAM, "beam size; 1 is greedy search")
+    length_penalty: float = setting(decoding.LENGTH_PENALTY, "alpha in score / length^alpha; 0 favours short outputs")
+    max_len_a: float = setting(decoding.MAX_LEN_A, "output may have up to a * source length + b tokens")
+    max_len_b: int = decoding.MAX_LEN_B
+    nbest: int = setting(
+        decoding.NBEST, 'hypotheses per input line; >1 prints "line ||| translation ||| score" lines (line from 0)'
+    )
+    batch_size: int = setting(decoding.BATCH_SIZE, "sentences decoded together (sorted by length first)")
     device: str = setting("auto", "auto (cuda if present) | cpu | cuda | cuda:N")
     precision: str = setting(
-        "auto", "auto (measured: bf16 where faster, else fp32) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)"
+        decoding.PRECISION,
+        "auto (fp32: a line's translation then never depends on its batch; a CTranslate2 export given as checkpoint="
+        " keeps its own type) | fp32 | bf16 | fp16 (GPU) | int8 (CTranslate2 engine)",
     )
     threads: int | None = setting(
         None,
@@ -328,12 +333,18 @@ class TranslateConfig:
     )
     attention: str | None = setting(None, "directory for cross-attention heatmaps (PNG), one per sentence")
     sampling: bool = setting(
-        False, "sample instead of searching (back-translation): nbest samples per line, beam unused"
+        decoding.SAMPLING, "sample instead of searching (back-translation): nbest samples per line, beam unused"
     )
-    temperature: float = setting(1.0, "sampling: divides the log-probabilities; < 1 sharper, > 1 flatter")
-    top_k: int = setting(0, "sampling: only the k most likely tokens (0: all)")
-    top_p: float = setting(1.0, "sampling: only the most likely tokens up to this probability mass, in (0, 1]")
-    seed: int = setting(0, "sampling: the same seed, input and batch_size give the same samples; in [0, 2^32 - 1]")
+    temperature: float = setting(
+        decoding.TEMPERATURE, "sampling: divides the log-probabilities; < 1 sharper, > 1 flatter"
+    )
+    top_k: int = setting(decoding.TOP_K, "sampling: only the k most likely tokens (0: all)")
+    top_p: float = setting(
+        decoding.TOP_P, "sampling: only the most likely tokens up to this probability mass, in (0, 1]"
+    )
+    seed: int = setting(
+        decoding.SEED, "sampling: the same seed, input and batch_size give the same samples; in " + SEED_RANGE
+    )
     prefix: bool = setting(False, 'input lines are "source<TAB>target prefix": each translation starts with its prefix')
     tgt_lang: str | None = setting(
         None, "a multilingual model (data.directions): the language to write, e.g. fr (its tag is added)"
@@ -435,8 +446,8 @@ class DistillConfig:
             " learns from back-translated pairs made through a pivot language (docs/distill.md)"
         },
     )
-    beam: int = setting(5, "the teacher's beam size as it translates the training corpus")
-    nbest: int = setting(1, "hypotheses per line the teacher keeps for select=; 1: its best alone")
+    beam: int = setting(decoding.BEAM, "the teacher's beam size as it translates the training corpus")
+    nbest: int = setting(decoding.NBEST, "hypotheses per line the teacher keeps for select=; 1: its best alone")
     select: str = setting(
         "none", "none | chrf | bleu: each line's hypothesis with the highest sentence score against its reference"
     )
@@ -445,8 +456,8 @@ class DistillConfig:
         "drop a training line whose kept hypothesis scores below this against its reference (select's metric;"
         " chrf under select=none), 0-100; 0 keeps every line",
     )
-    length_penalty: float = setting(1.0, "the teacher's length penalty")
-    batch_size: int = setting(128, "sentences the teacher decodes together")
+    length_penalty: float = setting(decoding.LENGTH_PENALTY, "the teacher's length penalty")
+    batch_size: int = setting(decoding.BATCH_SIZE, "sentences the teacher decodes together")
     chunk_lines: int = setting(
         1000, "lines translated between two saves of the progress: a killed run loses at most these"
     )
@@ -472,21 +483,28 @@ def validate_distill(cfg: Any) -> None:
     are checked against each other by seq2seq.distill before anything is translated."""
     _check(cfg.teacher is not None, "teacher", None, "give teacher=<run directory> (or checkpoints of one run, a,b)")
     _check(cfg.output is not None, "output", None, "give output=<a new folder>")
-    _check(cfg.beam > 0, "beam", cfg.beam, "must be positive")
-    _check(0 < cfg.nbest <= cfg.beam, "nbest", cfg.nbest, f"must be in [1, beam={cfg.beam}]")
+    validate_search(teacher_search(cfg))
     _choice("select", cfg.select, DISTILL_SELECT)
     _check(cfg.nbest == 1 or cfg.select != "none", "nbest", cfg.nbest, "needs select=chrf or select=bleu to choose")
     _check(0.0 <= cfg.min_score <= 100.0, "min_score", cfg.min_score, "must be in [0, 100]")
     _choice("trained_targets", cfg.trained_targets, DISTILL_TRAINED_TARGETS)
     for name in cfg.back_translate:
         parse_direction(name, "back_translate")
-    _check(_finite(cfg.length_penalty), "length_penalty", cfg.length_penalty, "must be finite")
-    _check(cfg.batch_size > 0, "batch_size", cfg.batch_size, "must be positive")
     _check(cfg.chunk_lines > 0, "chunk_lines", cfg.chunk_lines, "must be positive")
     _check(cfg.threads is None or cfg.threads > 0, "threads", cfg.threads, "must be positive or null")
     _check(cfg.speed_lines > 0, "speed_lines", cfg.speed_lines, "must be positive")
     threads = list(cfg.speed_threads)
     _check(bool(threads) and all(t > 0 for t in threads), "speed_threads", threads, "must list positive counts")
+
+
+# The keys of seq2seq-distill that set the teacher's search, each a translate key of the same name.
+DISTILL_SEARCH_KEYS = ("beam", "nbest", "length_penalty", "batch_size")
+
+
+def teacher_search(cfg: Any) -> TranslateConfig:
+    """The search a DistillConfig asks of its teacher, as a translate config: checked by the rules of
+    every way in (validate_search), the other keys the translate defaults."""
+    return TranslateConfig(**{key: getattr(cfg, key) for key in DISTILL_SEARCH_KEYS})
 
 
 def _translate_key(key: str, help: str | None = None) -> Any:
@@ -512,7 +530,7 @@ class ServeConfig:
     max_len_b: int = _translate_key("max_len_b")
     batch_size: int = _translate_key("batch_size", "sentences decoded together within one gathered batch")
     device: str = _translate_key("device")
-    precision: str = _translate_key("precision", "the rules of seq2seq-translate: auto | fp32 | bf16 | fp16 | int8")
+    precision: str = _translate_key("precision")
     threads: int | None = _translate_key("threads")
     engine: str = _translate_key("engine")
     max_batch_tokens: int = setting(4096, "source tokens of the requests gathered into one decoded batch")
@@ -526,6 +544,9 @@ class ServeConfig:
         metadata={"help": "origins whose web pages may call the server (CORS); [] for none, * for any"},
     )
     drain_seconds: float = setting(20.0, "after SIGTERM: longest in-flight requests have; still waiting: 503")
+    receive_seconds: float = setting(
+        10.0, "a request's head must arrive within this, and its body pause no longer: else 408, connection closed"
+    )
     api_keys_file: str | None = setting(None, "one key per line; then every request needs one of them (else 403)")
     source_lang: str | None = setting(
         None, "language codes of /languages; null: the run's data.src_lang (a multilingual run: its directions)"
@@ -1025,3 +1046,5 @@ def validate_serve(cfg: Any) -> None:
     _check(cfg.max_beam >= cfg.beam, "max_beam", cfg.max_beam, f"must be at least beam={cfg.beam}")
     _check(cfg.max_file_bytes > 0, "max_file_bytes", cfg.max_file_bytes, "must be positive")
     _check(cfg.drain_seconds >= 0, "drain_seconds", cfg.drain_seconds, "must be >= 0")
+    why = "must be positive and finite"
+    _check(cfg.receive_seconds > 0 and _finite(cfg.receive_seconds), "receive_seconds", cfg.receive_seconds, why)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -605,3 +606,74 @@ def test_a_path_typed_wrong_is_answered_without_importing_torch(tmp_path: Path) 
         assert stderr.startswith(expected) and len(stderr.splitlines()) == 1, (argv, stderr)
         assert not torch_loaded, argv
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _list_fields(schema: type, prefix: str = "") -> set[str]:
+    """Every key of `schema` typed as a list, read off the annotations' text (nested configs included)."""
+    import dataclasses
+
+    from seq2seq import config
+
+    found = set()
+    for field in dataclasses.fields(schema):
+        nested = getattr(config, str(field.type), None)
+        if dataclasses.is_dataclass(nested):
+            found |= _list_fields(nested, f"{prefix}{field.name}.")
+        elif "list[" in str(field.type):
+            found.add(prefix + field.name)
+    return found
+
+
+# One value of each list key's items, as a user would write it.
+LIST_ITEMS = {"data.directions": "en-de", "optim.betas": "0.9", "recipes": "big", "back_translate": "de-fr"}
+LIST_ITEMS |= {"speed_threads": "2", "runs": "/runs/b", "cors_origins": "https://example.org"}
+
+
+def test_a_list_key_given_one_value_without_brackets_says_how_to_write_it() -> None:
+    """`back_translate=de-fr` was answered in OmegaConf's words ("AnyNode is not a ListConfig"), on
+    every list-valued key of every command: now one line that gives the bracketed form."""
+    from seq2seq.cli.common import check_override_keys, parse_key_values
+    from seq2seq.cli.train import GROUPS
+    from seq2seq.config import (
+        AverageConfig,
+        DistillConfig,
+        ExportConfig,
+        ServeConfig,
+        TrainConfig,
+        TranslateConfig,
+        UserError,
+    )
+
+    # How each command reads its command line: Hydra's overrides (train; serve's Hydra form), or key=value.
+    readers = {
+        TrainConfig: [lambda argv: check_override_keys(argv, TrainConfig, GROUPS)],
+        ServeConfig: [
+            lambda argv: parse_key_values(argv, ServeConfig),
+            lambda argv: check_override_keys(argv, ServeConfig),
+        ],
+        **{schema: [functools.partial(parse_key_values, schema=schema)] for schema in (TranslateConfig, DistillConfig)},
+        **{schema: [functools.partial(parse_key_values, schema=schema)] for schema in (ExportConfig, AverageConfig)},
+    }
+    checked = set()
+    for schema, ways in readers.items():
+        for key in _list_fields(schema):
+            value = LIST_ITEMS[key]
+            for read in ways:
+                with pytest.raises(UserError) as refused:
+                    read([f"{key}={value}"])
+                assert str(refused.value) == f"config error: {key}={value}: takes a list, in brackets: {key}=[{value}]"
+                if key != "recipes":  # a recipe is a mapping: [big] is a list, of the wrong items
+                    read([f"{key}=[{value}]"])
+            checked.add(key)
+    assert checked == set(LIST_ITEMS)
+    sweep = "data.directions=en-de,en-fr"  # Hydra reads it as two runs, one per direction
+    with pytest.raises(UserError, match=r"in brackets: data.directions=\[en-de,en-fr\]$"):
+        check_override_keys([sweep], TrainConfig, GROUPS)
+
+
+def test_seq2seq_distill_says_how_to_write_one_back_translated_direction(tmp_path: Path) -> None:
+    result = run_cli([str(BIN / "seq2seq-distill"), "teacher=t", "output=o", "back_translate=de-fr"], tmp_path)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        "error: config error: back_translate=de-fr: takes a list, in brackets: back_translate=[de-fr]"
+    ]

@@ -185,21 +185,12 @@ def generate(directory: Path, lines: list[str], beam: int, budgets: list[int]) -
     return out
 
 
-def length_normalised(translator: Translator, line: str, tokens: list[int]) -> float:
-    """log P(tokens + EOS | line) / (len(tokens) + 1) under seq2seq's model, pad and BOS banned as
-    both searches ban them (without renormalising)."""
-    src = torch.tensor(translator.encode([line]))
-    tgt = torch.tensor([[translator.start_id, *tokens]])
-    with torch.no_grad():
-        log_probs = torch.log_softmax(translator.model(src, tgt).double(), dim=-1)[0]
-    return float(sum(log_probs[i, t] for i, t in enumerate([*tokens, EOS_ID]))) / (len(tokens) + 1)
-
-
-def agreement(run_dir: Path, export_dir: Path, lines: list[str], to_ours: list[int] | None) -> dict[int, float]:
+def agreement(run_dir: Path, export_dir: Path, lines: list[str]) -> dict[int, float]:
     """Fraction of lines on which generate and seq2seq's Translator write the same, greedy (1) and
-    beam 5. Where beam search differs, generate's hypothesis ran to the length budget, where
-    transformers forces EOS at log-probability 0 (ForcedEOSTokenLogitsProcessor) and seq2seq counts
-    its real probability; under seq2seq's scoring its own hypothesis must then be at least as good."""
+    beam 5. Where beam search differs, generate's hypothesis ran to the length budget: there a search
+    ranks long degenerate prefixes, and transformers bans pad and <s> after its log-softmax, while
+    seq2seq renormalises the rest as CTranslate2 does (so that its two engines agree), so either beam
+    may end with the hypothesis that scores better."""
     result = {}
     for beam in (1, 5):
         translator = Translator.load(run_dir, beam=beam, precision="fp32", device="cpu", max_len_a=1.5, max_len_b=10)
@@ -208,12 +199,9 @@ def agreement(run_dir: Path, export_dir: Path, lines: list[str], to_ours: list[i
         theirs = generate(export_dir, lines, beam, budgets)
         same = [a.text == text for a, (text, _) in zip(ours, theirs, strict=True)]
         result[beam] = sum(same) / len(lines)
-        for line, a, (_, ids), agree, budget in zip(lines, ours, theirs, same, budgets, strict=True):
+        for line, (_, ids), agree, budget in zip(lines, theirs, same, budgets, strict=True):
             if not agree:
                 assert len(ids) + 1 == budget, f"{line!r}: generate differs within the length budget (beam {beam})"
-                tokens = [to_ours[i] for i in ids] if to_ours else ids
-                theirs_score = length_normalised(translator, line, tokens)
-                assert a.score >= theirs_score - 1e-4, f"{line!r}: generate found a better hypothesis (beam {beam})"
     return result
 
 
@@ -228,8 +216,7 @@ def test_fine_tuned_marian_model_exports_and_generates_as_translate(marian: Path
     saved = json.loads(json.dumps(torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]))
     assert saved["model"]["decoder_start"] == "pad" and saved["init_from"] == str(marian)
     output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
-    to_ours = torch.argsort(torch.tensor(Translator.load(run_dir, device="cpu").tokenizers.tgt.order)).tolist()
-    agree = agreement(run_dir, output, VALID, to_ours)
+    agree = agreement(run_dir, output, VALID)
     assert agree[1] == 1.0 and agree[5] >= 0.7, f"generate vs translate line agreement: {agree}"
     # The run's own CTranslate2 export (its output bias, the zero start vector) decodes as PyTorch does.
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
@@ -268,7 +255,7 @@ def test_from_scratch_model_exports_as_marian(tmp_path: Path) -> None:
     assert diff < TOLERANCE, f"max abs logit difference {diff:.2e}"
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(output))
     assert tokenizer(["a b c"]).input_ids == src.tolist()
-    agree = agreement(run_dir, output, VALID, None)
+    agree = agreement(run_dir, output, VALID)
     assert agree[1] == 1.0 and agree[5] >= 0.7, f"generate vs translate line agreement: {agree}"
 
 

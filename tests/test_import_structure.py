@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
         "seq2seq.stop_signals",
     ),
     ("seq2seq.config",),  # typed configs, their validation, UserError
+    ("seq2seq.decoding_defaults",),  # decoding's defaults and bounds, which the schemas and DecodingSettings read
 ]
 
 # Beside the order, (importer, imported) pairs that may never meet: the server stands above training

@@ -91,3 +91,20 @@ def test_a_missing_q_is_named_in_libretranslates_words(server: Server) -> None:
     form = {"source": SOURCE, "target": TARGET, "format": "text"}
     answer = httpx.post(url(server, "/translate"), data=form, timeout=60)
     assert answer.status_code == 400 and answer.json()["error"] == "Invalid request: missing q parameter"
+
+
+def test_alternatives_are_trimmed_distinct_and_never_the_translation(server: Server) -> None:
+    """An alternative came back as the translation itself with a leading space (" C B A" beside
+    "C B A"): a hypothesis that starts with a word-initial token detokenizes with a space before it."""
+    texts = ["a b c d", "e f g", "h i j k l", "m n", "b a", "q r s t a b", "c c c", "t s r q p o n", "a\nb c"]
+    body = {"q": texts, "source": SOURCE, "target": TARGET, "format": "text", "alternatives": 6}
+    answer = httpx.post(url(server, "/translate"), json=body, timeout=60)
+    assert answer.status_code == 200
+    translations, alternatives = answer.json()["translatedText"], answer.json()["alternatives"]
+    assert len(translations) == len(alternatives) == len(texts)
+    assert sum(map(len, alternatives)) > 0  # the beam of 7 gave some, or nothing below is checked
+    for translation, others in zip(translations, alternatives, strict=True):
+        for other in others:
+            assert other and all(line == line.strip() for line in other.split("\n")), (translation, others)
+        assert len(set(others)) == len(others), others
+        assert "\n".join(line.strip() for line in translation.split("\n")) not in others, (translation, others)

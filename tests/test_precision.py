@@ -42,6 +42,26 @@ def test_auto_takes_bf16_where_it_is_faster_and_says_why() -> None:
     assert choice.warning is None
 
 
+@pytest.mark.usefixtures("bf16_instructions")
+def test_the_decoding_precision_help_says_what_auto_decodes_in() -> None:
+    """seq2seq-translate's and seq2seq-serve's help (and docs/configure-reference.md) said "auto
+    (measured: bf16 where faster, else fp32)" while decoding takes fp32 wherever bf16 is faster."""
+    from seq2seq.config import ServeConfig, TranslateConfig
+
+    assert choose_precision("auto", CPU, 256, 1024, fake(AMX)).precision == "bf16"  # training's auto
+    assert precision.choose_decoding_precision("auto", CPU, 256, 1024, fake(AMX)).precision == "fp32"
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "configure-reference.md").read_text()
+    for schema in (TranslateConfig, ServeConfig):
+        help = schema.__dataclass_fields__["precision"].metadata["help"]
+        auto = help.split("|")[0]  # what auto means, before the other choices
+        assert auto.startswith("auto (fp32") and "bf16" not in auto and "measured" not in auto, (schema, help)
+    documented = [line for line in reference.splitlines() if line.startswith("| `precision` |")]
+    assert len(documented) == 3  # training's, seq2seq-translate's and seq2seq-serve's
+    assert "measured: bf16 where faster" in documented[0]  # training's auto is measured
+    for line in documented[1:]:
+        assert "bf16 where faster" not in line and "measured" not in line, line
+
+
 def test_auto_takes_fp32_where_bf16_has_no_hardware_path() -> None:
     choice = choose_precision("auto", CPU, 256, 1024, fake(AVX2))
     assert choice.precision == "fp32"

@@ -180,6 +180,24 @@ def test_hostile_values_are_400_naming_the_key(served, raw: bytes, path: str, st
     assert engines.decoded == [], "nothing of a refused request reaches the model"
 
 
+@pytest.mark.parametrize("seed", [2**32, 2**63, 2**64])
+def test_a_request_seed_is_bounded_as_every_way_in_bounds_it(served, seed: int) -> None:
+    """The server held seeds to [0, 2^63 - 1] while seq2seq-translate, the Python API and training
+    hold them to what numpy and CTranslate2 take: one bound, one message, wherever a seed comes in."""
+    from seq2seq.config import UserError, validate_translate
+
+    client, engines = served
+    with pytest.raises(UserError) as refused:
+        validate_translate(TranslateConfig(run="r", sampling=True, seed=seed))  # seq2seq-translate's check
+    answer = client.post("/v1/translate", json={"q": "ab", "sampling": True, "seed": seed})
+    assert answer.status_code == 400 and answer.json()["error"] == str(refused.value), answer.text
+    assert (
+        str(refused.value)
+        == f"config error: seed={seed}: must be in [0, {2**32 - 1}] (what numpy and CTranslate2 take)"
+    )
+    assert engines.decoded == []
+
+
 def test_a_form_number_in_other_digits_is_400(served) -> None:
     client, _ = served
     answer = client.post("/translate", data={"q": "ab", "alternatives": "²"})  # '²'.isdigit() is True

@@ -347,8 +347,9 @@ def random_model(request, tmp_path_factory):
 def teacher_forced_score(model, src: list[int], tokens: list[int], given: int, alpha: float, cut: bool) -> float:
     """A hypothesis's score computed apart from both searches: the model's log-probabilities of its
     tokens and </s> given the ones before (one forward pass), the `given` tag left out of the sum and
-    of the length; a line cut at its budget has no </s>. Pad and <s> are banned without renormalising
-    (`Hypothesis`), but a Marian-style model never has pad in its softmax (`Transformer.decode_step`)."""
+    of the length; a line cut at its budget has no </s>. Pad and the decoder's start token are banned
+    and the rest renormalised (`Hypothesis`); a Marian-style model starts from pad, and never has pad in
+    its softmax (`Transformer.decode_step`)."""
     import torch
 
     from seq2seq.data.tokenizer import EOS_ID, PAD_ID

@@ -4,11 +4,13 @@ sampling behave as their definitions say, and bad input is one line naming the k
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import inspect
 import json
 import logging
+import random
 import re
 import shutil
 import subprocess
@@ -213,6 +215,38 @@ def test_a_translator_built_directly_checks_its_settings(run_dir: Path) -> None:
     loaded = Translator.load(run_dir, precision="fp32", device="cpu")
     with pytest.raises(ValueError, match=r"^config error: nbest=3: must be in \[1, beam=1\]$"):
         Translator(loaded.model, loaded.tokenizers, loaded.device, DecodingSettings(beam=1, nbest=3))
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_settings_no_engine_decodes_are_refused_the_same_way_wherever_they_come_in(
+    run_dir: Path, tmp_path: Path, engine: str
+) -> None:
+    """nbest=9 at beam 5 was refused by `load` but taken by `decoding_with`, where CTranslate2 returned 5
+    hypotheses and PyTorch 6: the settings check themselves as they are made, so every way in (the
+    command, `load`, a view's settings, the server's requests, distill's teacher) refuses them alike."""
+    from seq2seq.config import DistillConfig, validate_distill
+    from seq2seq.inference.engine_loader import load
+    from seq2seq.serve.settings import settings_from_request
+
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    message = r"^config error: nbest=9: must be in \[1, beam=5\]$"
+    loaded = load(run_dir, engine=engine, beam=5, precision="fp32", device="cpu")
+    assert loaded.kind == engine
+    with pytest.raises(ValueError, match=message):
+        load(run_dir, engine=engine, beam=5, nbest=9)
+    with pytest.raises(ValueError, match=message):
+        loaded.decoding_with(dataclasses.replace(loaded.settings, nbest=9))
+    with pytest.raises(ValueError, match=message):
+        command(tmp_path, ["a b"], run=str(run_dir), engine=engine, beam=5, nbest=9)
+    with pytest.raises(ValueError, match=message):
+        settings_from_request({"nbest": 9}, TranslateConfig(run=str(run_dir), beam=5), 1000, False, max_beam=32)
+    with pytest.raises(ValueError, match=message):
+        validate_distill(DistillConfig(teacher=str(run_dir), output="o", beam=5, nbest=9, select="chrf"))
+    five = loaded.decoding_with(dataclasses.replace(loaded.settings, nbest=5)).translate_nbest(LINES)
+    assert [len(nbest) for nbest in five] == [5, 5, 5, 1, 5]  # what a beam of 5 holds (an empty line: itself)
+    with pytest.raises(UserError, match=r"^beam=100000 is larger than the target vocabulary \(\d+\)$"):
+        loaded.decoding_with(DecodingSettings(beam=100_000))
 
 
 def test_device_cuda_without_a_gpu_is_one_message_for_training_and_every_engine(run_dir: Path, tmp_path: Path) -> None:
@@ -711,3 +745,34 @@ def test_neither_engine_reads_a_translate_config() -> None:
     assert (settings.beam, settings.max_len_b, settings.batch_size) == (3, 7, 9)
     assert options == EngineOptions(device="cpu", threads=1, precision="fp32")
     assert DecodingSettings.of(OmegaConf.structured(cfg)) == settings  # the command's DictConfig too
+
+
+@pytest.fixture(scope="module")
+def young_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TINY_TRAIN stopped after 2 updates: what a user sees from a young model, lines that run to their
+    output budget, with real probability left on <pad> and <s>."""
+    root = tmp_path_factory.mktemp("young")
+    young = [*TINY_TRAIN, "data.task_train_size=100", "data.task_valid_size=4", "max_steps=2", "valid_every=2"]
+    young += ["save_every=2", f"data.cache_dir={root / 'cache'}"]
+    train_logging(compose_config("train", young), root / "run")
+    return root / "run"
+
+
+def test_both_engines_decode_a_young_models_lines_alike_to_their_budget(young_run: Path) -> None:
+    """engine=torch and engine=ctranslate2 gave other lines at beam 5 (5 of 200 here, 7 of 200 in the
+    review), and other n-best lists: PyTorch banned <pad> and <s> without renormalising the rest, while
+    CTranslate2 suppresses them and renormalises; on a young model, which gives them real probability,
+    the beams ranked their prefixes otherwise. Greedy search agreed (a per-step constant ranks nothing)."""
+    pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
+    from seq2seq.inference import CTranslate2Translator
+
+    lines = [" ".join(random.Random(i).choice("abcdefghijklmnopqrst") for _ in range(3 + i % 9)) for i in range(100)]
+    settings = dict(beam=5, nbest=5, threads=1)
+    ours = Translator.load(young_run, precision="fp32", device="cpu", **settings).translate_nbest(lines)
+    theirs = CTranslate2Translator.load(young_run, **settings).translate_nbest(lines)
+    sources = [len(ids) for ids in Translator.load(young_run, device="cpu").tokenizers.encode_src(lines)]
+    at_budget = [len(nbest[0].tokens) + 1 == int((n + 1) * 1.5 + 10) for nbest, n in zip(ours, sources, strict=True)]
+    assert sum(at_budget) >= len(lines) // 2, "the lines must run to their budget, or this tests nothing"
+    assert [[h.text for h in nbest] for nbest in ours] == [[h.text for h in nbest] for nbest in theirs]
+    for mine, other in zip(ours, theirs, strict=True):
+        assert [h.score for h in mine] == pytest.approx([h.score for h in other], abs=1e-4)

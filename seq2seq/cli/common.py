@@ -8,6 +8,7 @@ import importlib.resources
 import logging
 import os
 import sys
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -93,6 +94,9 @@ def _check_value_type(schema: type, key: str, override: Any) -> None:
 
     if override.is_delete() or override.value_type is None:
         return
+    if key in list_keys(schema):  # a=x,y too: Hydra reads it as a sweep over x and y
+        text = override.input_line.partition("=")[2] if override.input_line else override.value()
+        check_list_value(key, text, override.value())
     if override.is_sweep_override():
         if not override.is_choice_sweep():
             return  # range() and interval() sweeps are numbers by construction
@@ -132,6 +136,8 @@ def parse_key_values(argv: list[str], schema: type) -> Any:
             raise UserError(
                 f"{key}={value}: not a value YAML can read ({problem}); quote it: \"{key}='{value}'\""
             ) from err
+        if key in list_keys(schema):
+            check_list_value(key, value, OmegaConf.from_dotlist([argument])[key])
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(argv))
     except OmegaConfBaseException as err:
@@ -167,6 +173,33 @@ def _parse_hint(override: str, err: Exception) -> str:
     if equals and value and value[0] not in "'\"" and not value.isascii():
         return f"Hydra reads non-ASCII letters only in quotes, inside the argument: \"{key}='{value}'\""
     return str(err).splitlines()[0]
+
+
+def list_keys(schema: type, prefix: str = "") -> list[str]:
+    """The schema's keys whose values are lists (data.directions, back_translate, runs, ...), those of
+    its nested configs included."""
+    keys = []
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            keys.extend(list_keys(kind, f"{prefix}{f.name}."))
+        elif list in (typing.get_origin(kind), *map(typing.get_origin, typing.get_args(kind))):
+            keys.append(prefix + f.name)
+    return keys
+
+
+def check_list_value(key: str, text: Any, value: Any) -> None:
+    """A list key given one value without brackets (`back_translate=de-fr`), which OmegaConf answered
+    with "AnyNode is not a ListConfig": one line saying how to write it. `value`: `text` as read. A
+    list or null passes, for the schema to check its items."""
+    from omegaconf import ListConfig
+
+    if value is None or isinstance(value, ListConfig | list):
+        return
+    if isinstance(value, str) and "${" in value:
+        return  # an interpolation: resolved later, and checked then
+    raise UserError(f"config error: {key}={text}: takes a list, in brackets: {key}=[{text}]")
 
 
 def _schema_keys(schema: type, prefix: str = "") -> list[str]:

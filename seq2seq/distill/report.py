@@ -1,7 +1,7 @@
 """Teacher against student: test scores, parameters, and decoding speed on the same sentences.
 
 Scores as scripts/reproduce.py computes them (sacreBLEU cased and lowercase, chrF, and BLEU on
-lowercased Moses-tokenized text where sacremoses is installed), from the default engine at beam 5.
+lowercased Moses-tokenized text where sacremoses is installed), from the default engine and beam (seq2seq/decoding_defaults.py).
 Speed: the same test lines decoded by each model with the default engine (a run's CTranslate2 export
 where it has one) and with int8 (CTranslate2's), on each of speed_threads, in lines per second. The
 machine's load average is recorded beside the timings: a figure taken on a shared machine is not one
@@ -23,7 +23,6 @@ from seq2seq.inference.engine_api import one_line
 from seq2seq.inference.engine_loader import load
 
 log = logging.getLogger("seq2seq.distill")
-BEAM = 5
 ENGINES = {"default": "auto", "int8": "int8"}  # what speed["..."] names -> the precision= decoding with it
 
 
@@ -64,9 +63,9 @@ def model_path(paths: list[str]) -> str | list[str]:
 
 
 def test_scores(paths: list[str], held_out: dict[str, tuple[list[str], list[str]]], threads: int) -> dict[str, Any]:
-    """Each direction's test scores (beam 5, the default engine); a model of several directions also
+    """Each direction's test scores (the default beam and engine); a model of several directions also
     gets the mean of theirs as its own."""
-    engine = load(model_path(paths), beam=BEAM, threads=threads)
+    engine = load(model_path(paths), threads=threads)
     by_direction = {}
     for name, (sources, references) in held_out.items():
         translated = engine.with_languages(*name.split("-")).translate(sources)
@@ -80,7 +79,7 @@ def test_scores(paths: list[str], held_out: dict[str, tuple[list[str], list[str]
 
 
 def speed(paths: list[str], direction: str, lines: list[str], threads: list[int]) -> dict[str, dict[str, Any]]:
-    """Lines per second decoding `lines` at beam 5, by engine and thread count; an engine that cannot
+    """Lines per second decoding `lines` at the default beam, by engine and thread count; an engine that cannot
     decode this model (int8 without a CTranslate2 export, an ensemble) gets its reason instead."""
     measured: dict[str, dict[str, Any]] = {}
     src, tgt = direction.split("-")
@@ -88,9 +87,7 @@ def speed(paths: list[str], direction: str, lines: list[str], threads: list[int]
         measured[name] = {}
         for count in threads:
             try:  # the languages at load: int8's one-off timing decodes, and a multilingual model needs them
-                engine = load(
-                    model_path(paths), beam=BEAM, threads=count, precision=precision, src_lang=src, tgt_lang=tgt
-                )
+                engine = load(model_path(paths), threads=count, precision=precision, src_lang=src, tgt_lang=tgt)
             except UserError as err:
                 measured[name] = {"unavailable": str(err)}
                 break

@@ -180,6 +180,7 @@ class CTranslate2Translator:
     def decoding_with(self, settings: DecodingSettings) -> CTranslate2Translator:
         """As `Translator.decoding_with`: the same loaded model, decoding with `settings` (never sampling
         here: seq2seq-translate's engine choice gives sampling to PyTorch)."""
+        check_beam_fits(settings.beam, self.tokenizers.tgt.get_vocab_size())
         other = copy.copy(self)
         other.settings = settings
         return other

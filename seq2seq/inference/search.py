@@ -25,7 +25,8 @@ class Hypothesis:
     """A finished output and how likely the model finds it, the same in greedy and beam search.
 
     log_prob: log P(tokens + EOS | source), the sum of the model's log-probabilities of each output
-        token and of the final EOS (pad and BOS are banned without renormalising the rest); for a
+        token and of the final EOS (pad and BOS are banned and the rest renormalised, as CTranslate2
+        suppresses them, so that both engines rank prefixes alike); for a
         line cut at its output budget, of its tokens alone (see `_only_eos`). A given token (a
         decoder_start language tag: see `force_prefix`) adds nothing.
     score: what hypotheses are ranked by, log_prob / length ** length_penalty, where length counts
@@ -50,10 +51,12 @@ class Hypothesis:
 
 
 def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
-    """One decoding step; padding and BOS are never valid outputs."""
+    """One decoding step; padding and BOS are never valid outputs: banned, and the rest renormalised.
+    Without renormalising, a prefix after which the model gave them more probability scored lower
+    than under CTranslate2's suppress_sequences, and a young model's beams ranked otherwise there."""
     log_probs = model.decode_step(tokens, state)
     log_probs[:, [model.pad_id, bos]] = NEG_INF
-    return log_probs
+    return log_probs - log_probs.logsumexp(dim=-1, keepdim=True)
 
 
 def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:

@@ -6,8 +6,11 @@ translate config:
   engines between requests without writing into them;
 - `EngineOptions`: where and how the model loads (device, threads, precision), fixed for its life.
 
-The defaults are seq2seq-translate's (`TranslateConfig`): the command, the Python API and the server
-read them from there, and `of(cfg)` takes them from a translate config. Imports no torch.
+The defaults and bounds are seq2seq/decoding_defaults.py's, which the translate, serve and distill
+schemas read too; `DecodingSettings` checks itself as it is made, by the rules of the translate
+config (config.validate_search, validate_sampling), so settings that reach an engine by any way in
+(the commands, `load`, `decoding_with`, the server's requests, distill's teacher) are refused alike,
+with the same one line. `of(cfg)` takes them from a translate config. Imports no torch.
 """
 
 from __future__ import annotations
@@ -15,28 +18,36 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from seq2seq.config import TranslateConfig
+from seq2seq import decoding_defaults as default
+from seq2seq.config import TranslateConfig, validate_sampling, validate_search
 
 
 @dataclass(frozen=True)
 class DecodingSettings:
     """How to decode one batch; equal settings may share a batch (the server batches by them)."""
 
-    beam: int = TranslateConfig.beam
-    nbest: int = TranslateConfig.nbest
-    length_penalty: float = TranslateConfig.length_penalty
-    max_len_a: float = TranslateConfig.max_len_a
-    max_len_b: int = TranslateConfig.max_len_b
-    batch_size: int = TranslateConfig.batch_size
-    sampling: bool = TranslateConfig.sampling
-    temperature: float = TranslateConfig.temperature
-    top_k: int = TranslateConfig.top_k
-    top_p: float = TranslateConfig.top_p
-    seed: int = TranslateConfig.seed
+    beam: int = default.BEAM
+    nbest: int = default.NBEST
+    length_penalty: float = default.LENGTH_PENALTY
+    max_len_a: float = default.MAX_LEN_A
+    max_len_b: int = default.MAX_LEN_B
+    batch_size: int = default.BATCH_SIZE
+    sampling: bool = default.SAMPLING
+    temperature: float = default.TEMPERATURE
+    top_k: int = default.TOP_K
+    top_p: float = default.TOP_P
+    seed: int = default.SEED
     prefix: bool = TranslateConfig.prefix  # the lines come with target prefixes to continue
     # A multilingual model's direction: other targets are other batches, each decoded with its tag.
     src_lang: str | None = TranslateConfig.src_lang
     tgt_lang: str | None = TranslateConfig.tgt_lang
+
+    def __post_init__(self) -> None:
+        """Settings that no engine decodes are never made: nbest beyond the beam, a seed numpy and
+        CTranslate2 refuse, a temperature of 0, a wrong type ... (a ConfigValueError or
+        ConfigTypeError naming the key, as the commands print it)."""
+        validate_search(self)
+        validate_sampling(self)
 
     @classmethod
     def of(cls, cfg: Any, **changes: Any) -> DecodingSettings:

@@ -25,11 +25,12 @@ prepare_process()
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.config import TranslateConfig, validate_search
+from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.engine_api import (
     Translation,
+    check_beam_fits,
     check_prefix_fits,
     checked_input,
     decoding_config,
@@ -74,7 +75,6 @@ class Translator:
         first = model.members[0] if isinstance(model, Ensemble) else model
         self.start_id = decoder_start_id(first.cfg.decoder_start)  # also banned from the output, with pad
         self.languages = languages or ModelLanguages(None)
-        validate_search(settings)  # the rules of seq2seq-translate's keys, types included
         self.languages.check(settings.src_lang, settings.tgt_lang)
         self._set(settings)
         # One generator for the translator's life: the same lines in the same calls give the same samples.
@@ -98,7 +98,9 @@ class Translator:
     def decoding_with(self, settings: DecodingSettings) -> Translator:
         """This translator decoding with `settings`: a view that shares the model and changes nothing in
         this one, which other callers (the server's other requests) go on using as it is. The settings
-        were checked where they were made (serve/settings.py, serve/languages.py), not again per batch."""
+        checked themselves as they were made (DecodingSettings); against the model, a beam needs as many
+        target tokens (as `load` checks)."""
+        check_beam_fits(settings.beam, self.tokenizers.tgt.get_vocab_size())
         other = copy.copy(self)
         other._set(settings)
         if settings.sampling:  # a generator of its own: the settings' seed alone decides the samples

@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
@@ -189,6 +189,9 @@ def _answering_errors(handler: Callable[[Request], Any], service: Service) -> Ca
         except ClientGone:
             log.debug("a client went away before its answer: its lines were not decoded")
             return Response(status_code=499)  # nobody reads it (nginx's code for a closed request)
+        except ClientDisconnect:  # its body never came whole: closed by the deadline (slow_requests.py) or by it
+            log.debug("a client went away before its request had arrived")
+            return Response(status_code=499)
         except ShuttingDown as err:
             return JSONResponse({"error": str(err)}, status_code=503)
         except UserError as err:  # e.g. a prefix longer than the model's positions

@@ -171,11 +171,17 @@ def alternatives_of(body: dict[str, Any], limits: Limits) -> int:
 
 
 def unique_alternatives(alternatives: list[str], best: str) -> list[str]:
-    """LibreTranslate's rule: each alternative once, none equal to the translation, none empty."""
-    seen = {best, ""}
+    """LibreTranslate's rule: each alternative once, none equal to the translation, none empty. Each
+    line trimmed first: a hypothesis that starts with a word-initial token detokenizes with a space
+    before it, and " C B A" is the translation "C B A" again, not another one."""
+    seen = {_trimmed(best), ""}
     kept = []
-    for text in alternatives:
+    for text in map(_trimmed, alternatives):
         if text not in seen:
             seen.add(text)
             kept.append(text)
     return kept
+
+
+def _trimmed(text: str) -> str:
+    return "\n".join(line.strip() for line in text.split("\n"))

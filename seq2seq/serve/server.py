@@ -30,6 +30,7 @@ from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
 from seq2seq.serve.requests import Limits
+from seq2seq.serve.slow_requests import with_receive_deadline
 
 log = logging.getLogger("seq2seq.serve")
 SUMMARY_SECONDS = 60
@@ -71,15 +72,7 @@ def serve(cfg: Any) -> None:
     files = tempfile.TemporaryDirectory(prefix="seq2seq-serve-files-")  # translated files, removed at exit
     web = Web(tuple(cfg.cors_origins), Path(files.name), cfg.max_file_bytes)
     app = create_app(served, limits, keys, lifespan, web)
-    config = uvicorn.Config(
-        app,
-        log_config=None,  # our logging (stderr), not uvicorn's
-        access_log=False,  # one line per batch at debug and a summary per minute instead
-        timeout_graceful_shutdown=cfg.drain_seconds + ANSWER_SECONDS,
-        lifespan="on",
-        loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
-    )
-    server = _Server(config)
+    server = _Server(uvicorn_config(app, cfg.drain_seconds, cfg.receive_seconds))
     server.on_exit = lambda: [batcher.drain(cfg.drain_seconds) for batcher in batchers]
     # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
     models = ", ".join(f"{m.info.model} ({m.info.engine}, {_pairs(m.info)})" for m in served)
@@ -92,6 +85,20 @@ def serve(cfg: Any) -> None:
         files.cleanup()
     if not server.started:
         raise UserError("the server did not start (see the log above)")
+
+
+def uvicorn_config(app: Any, drain_seconds: float, receive_seconds: float) -> uvicorn.Config:
+    """How uvicorn runs the app: our logging, the drain after SIGTERM, the deadline of a request that
+    arrives too slowly (slow_requests.py)."""
+    return uvicorn.Config(
+        app,
+        http=with_receive_deadline(receive_seconds),
+        log_config=None,  # our logging (stderr), not uvicorn's
+        access_log=False,  # one line per batch at debug and a summary per minute instead
+        timeout_graceful_shutdown=drain_seconds + ANSWER_SECONDS,
+        lifespan="on",
+        loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
+    )
 
 
 def _load(cfg: Any, engine_thread: EngineThread | None = None) -> Served:

@@ -8,12 +8,11 @@ own seed, so that its samples are those `seq2seq-translate` draws for the same l
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import typing
 from typing import Any
 
-from seq2seq.config import TranslateConfig, UserError, validate_translate
+from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference.engine_api import check_beam_fits
 from seq2seq.inference.settings import DecodingSettings
 
@@ -21,7 +20,6 @@ from seq2seq.inference.settings import DecodingSettings
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")
 _TYPES = {key: typing.get_type_hints(TranslateConfig)[key] for key in OPTIONS}  # the schema's types
 SEARCH_SIZES = ("beam", "nbest")  # what a request's decoding costs grows with: bounded by max_beam
-SEED_RANGE = (0, 2**63 - 1)  # what a generator's seed holds (torch refuses 1e30 with an OverflowError)
 LIMITS = ("max_len_a", "max_len_b", "batch_size")  # the server's own: no request sets them
 
 
@@ -36,27 +34,20 @@ def settings_from_request(
     body: dict[str, Any], base: TranslateConfig, vocabulary: int, prefix: bool, max_beam: int
 ) -> DecodingSettings:
     """The settings a /v1/translate body asks for over the server's; a wrong type or value is a
-    UserError with the config's one-line message (e.g. "config error: beam=0: must be positive").
-    Kept here rather than in the config's validation: the bounds (max_beam, finite numbers from JSON)
-    are the server's, which takes numbers that no command line can spell (NaN, 1e999)."""
+    UserError with the config's one-line message (e.g. "config error: beam=0: must be positive"):
+    DecodingSettings checks itself by the rules of every way in. Only the server's own bounds are
+    kept here (max_beam, finite numbers from JSON, which no command line can spell: NaN, 1e999)."""
     values = {key: getattr(base, key) for key in OPTIONS}
     for key in OPTIONS:
         if key in body:
             values[key] = _typed(key, body[key])
             if key in SEARCH_SIZES and values[key] > max_beam:
                 raise UserError(f"config error: {key}={values[key]}: must be at most max_beam={max_beam}")
-    if not SEED_RANGE[0] <= values["seed"] <= SEED_RANGE[1]:
-        raise UserError(f"config error: seed={values['seed']}: must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]")
-    cfg = dataclasses.replace(base, **values, prefix=prefix)
-    validate_translate(cfg)
-    if cfg.sampling:
-        from seq2seq.inference.sampling import SamplingRule  # its checks: temperature, top_k, top_p
-
-        SamplingRule(cfg.temperature, cfg.top_k, cfg.top_p)
-    else:
-        check_beam_fits(cfg.beam, vocabulary)
     limits = {key: getattr(base, key) for key in LIMITS}
-    return DecodingSettings(**{key: values[key] for key in OPTIONS}, **limits, prefix=prefix)
+    settings = DecodingSettings(**values, **limits, prefix=prefix)
+    if not settings.sampling:
+        check_beam_fits(settings.beam, vocabulary)
+    return settings
 
 
 def _typed(key: str, value: Any) -> Any:
