@@ -221,7 +221,8 @@ class TrainConfig:
     deterministic: bool = setting(False, "torch.use_deterministic_algorithms, for bitwise-reproducible runs")
     compile: str = setting(
         "false",
-        "true: the whole update compiled by torch.compile (Inductor) | false",
+        "true: the whole update compiled by torch.compile (Inductor) | false | auto (measured at the start: "
+        "compiled where it makes more updates in the budget after its compile time)",
     )
     compile_mode: str = setting(
         "default",
@@ -532,7 +533,7 @@ def _check_seed(key: str, seed: int) -> None:
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
-COMPILE_SETTINGS = ("true", "false")
+COMPILE_SETTINGS = ("true", "false", "auto")
 
 
 def compile_setting(value: Any) -> str:
@@ -542,7 +543,7 @@ def compile_setting(value: Any) -> str:
 
 
 def compiles(cfg: Any) -> bool:
-    """Whether the update is compiled: compile=true."""
+    """Whether the update is compiled: compile=true (auto is decided before anything is built)."""
     return compile_setting(cfg.compile) == "true"
 
 
