@@ -43,8 +43,15 @@ INDUCTOR_CACHE = "inductor"  # under the cache folder; TORCHINDUCTOR_CACHE_DIR, 
 
 def use_project_inductor_cache() -> str:
     """Inductor's cache (generated code, compiled kernels, FX graphs) in the project's cache folder,
-    unless the user chose one; returns the folder used."""
-    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_file(INDUCTOR_CACHE)))
+    unless the user chose one; returns the folder used. Torch writes its own default into the
+    environment variable the first time it looks (`default_cache_dir`, /tmp/torchinductor_<user>):
+    that value is not a choice, so it is replaced too."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or chosen == default_cache_dir():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_file(INDUCTOR_CACHE))
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def mark_batch_dynamic(batch: Batch) -> None:
