@@ -7,6 +7,7 @@ take minutes to build on a CPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from contextlib import nullcontext
 from pathlib import Path
@@ -23,6 +24,7 @@ from seq2seq.config import ModelConfig
 from seq2seq.data.batching import EpochBatches, collate
 from seq2seq.data.pipeline import PreparedData, prepare_data
 from seq2seq.measurement_cache import cache_file
+from seq2seq.model.kernels import MAX_QUERIES_FOR_MATMULS
 from seq2seq.model.transformer import Transformer
 from seq2seq.train.compiled_update import CompiledUpdate, use_project_inductor_cache
 from seq2seq.train.distributed import DistContext
@@ -117,7 +119,13 @@ def test_an_epoch_of_batch_shapes_compiles_few_graphs() -> None:
     for step, batches in enumerate(shapes.values(), start=1):
         update(batches, step)
     assert len(shapes) >= 8  # the tiny task's epoch: 8 (sentences, source, target) shapes
-    assert update.compiled.graphs <= 2, (update.compiled.graphs, len(shapes))  # 1 when written
+    # Wider than the tiny task's lines: a source width past MAX_QUERIES_FOR_MATMULS once recompiled
+    # the step (a guard made by the attention's decoding shortcut).
+    (batch,) = shapes[next(iter(shapes))]
+    wide = torch.cat([batch.src[:, :-1], batch.src[:, 1:-1].repeat(1, 3), batch.src[:, -1:]], dim=1)
+    assert wide.size(1) > MAX_QUERIES_FOR_MATMULS
+    update([dataclasses.replace(batch, src=wide, src_tokens=int((wide != 0).sum()))], len(shapes) + 1)
+    assert update.compiled.graphs == 1, (update.compiled.graphs, len(shapes))
 
 
 def test_inductors_cache_goes_to_the_project_cache_unless_the_user_chose_one(monkeypatch, tmp_path: Path) -> None:
