@@ -11,7 +11,9 @@ matmul peak measured in the same process; then counts what an update asks of the
 arithmetic (scripts/step_profile.py): operator calls, host read-backs (per update, over log_every
 updates), and on a GPU its kernels and busy time (gpu_busy_fraction: the GPU's kernel time over the
 timed seconds per update); and the shapes an epoch's batches come in, padded to 1 and to 8.
-Run it on an idle machine: it measures the machine as much as the code.
+Run it on an idle machine: it measures the machine as much as the code. `--counts-only` times nothing:
+eager's and compile=true's operator calls, Inductor's generated kernels and the launches per update,
+side by side for each model (`--runs small:4096,base:4096`), on any machine.
 `--compete N` measures beside N competing jobs it starts and stops itself (scripts/competing_load.py)
 after its own start: jobs that arrived while it trained (it chose how its threads wait on the machine
 it found at start, seq2seq/cpu_sharing.py). scripts/bench_shared.py alternates idle and competing
@@ -60,6 +62,7 @@ from competing_load import competing_jobs  # noqa: E402
 from machine import machine_info  # noqa: E402
 from step_profile import (  # noqa: E402
     compiled_graphs_per_epoch,
+    count_generated_kernels,
     gpu_time_per_update,
     host_reads_per_update,
     operator_calls_per_update,
@@ -279,6 +282,12 @@ def main() -> None:
     parser.add_argument("--precision", default="auto", help="auto (what seq2seq-train picks here), fp32 or bf16")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="no timing: per model (--model, or each of --runs), eager's and compile=true's operator calls, "
+        "generated kernels and launches per update side by side; counts, so any machine will do",
+    )
+    parser.add_argument(
         "--graphs-per-epoch",
         action="store_true",
         help="also trace the objective as compile=true does on one batch of each shape of an epoch: graphs, breaks",
@@ -298,6 +307,12 @@ def main() -> None:
     parser.add_argument("--compete", type=int, default=0, help="competing jobs running while the updates are timed")
     parser.add_argument("--compete-threads", type=int, default=2, help="threads of each competing job")
     args = parser.parse_args()
+    if args.compile or args.counts_only:
+        count_generated_kernels()
+    if args.counts_only:
+        json.dump(counts_report(args), sys.stdout, indent=2)
+        print()
+        return
     if args.runs:
         runs_report(args)
         return
@@ -353,6 +368,45 @@ def main() -> None:
             report["scaling"].append({"batch_tokens": tokens, **{k: round(v, 4) for k, v in scaled.items()}})
     json.dump(report, sys.stdout, indent=2)
     print()
+
+
+def counts_report(args: argparse.Namespace) -> dict:
+    """--counts-only: what an update launches, eager and compiled, per model (seq2seq/train/
+    compiled_update.py compiles the whole update); the compiled count is a GPU's kernel count for the
+    same graph. Compiling takes minutes on a CPU (its seconds are in the report, not a measurement
+    of anything but this machine's load)."""
+    runs = [item.split(":") for item in args.runs.split(",")] if args.runs else [(args.model, args.batch_tokens)]
+    rows = []
+    for model, tokens in runs:
+        row: dict = {"model": model, "batch_tokens": int(tokens)}
+        for compiled in (False, True):
+            args.compile = compiled
+            trainer = build_trainer(args, int(tokens), model)
+            for _ in range(args.warmup):
+                trainer.train_step()
+            compiler = trainer.update.compiled
+            graphs = compiler.graphs if compiler else 0
+            counted = {k: round(v, 2) for k, v in operator_calls_per_update(trainer.train_step, 3).items()}
+            if compiler is not None:
+                counted["graphs"] = compiler.graphs
+                counted["graphs_compiled_while_counting"] = compiler.graphs - graphs
+                counted["compile_seconds"] = round(compiler.compile_seconds, 1)
+            row["precision"] = trainer.precision
+            row["compiled" if compiled else "eager"] = counted
+        eager_calls, launches = row["eager"]["operator_calls_per_update"], row["compiled"].get("launches_per_update")
+        if launches is not None:
+            row["compiled_launches_over_eager_operator_calls"] = round(launches / eager_calls, 4)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        rows.append(row)
+    return {
+        "counts_only": True,
+        "threads": args.threads,
+        "overrides": args.set,
+        "warmup_updates": args.warmup,
+        "runs": rows,
+        "device": args.device,
+        "machine": machine_info(),
+    }
 
 
 def runs_report(args: argparse.Namespace) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -121,21 +122,45 @@ VIEW_OPS = {
 }  # fmt: skip
 
 
+# Inductor's generated kernels as the profiler names them (with torch._inductor.config.cpp.
+# enable_kernel_profile, which `count_generated_kernels` sets): graph_<n>_cpp_fused_<ops>_<i>.
+GENERATED_KERNEL = re.compile(r"^graph_\d+_cpp_")
+
+
+def count_generated_kernels() -> None:
+    """Inductor's C++ kernels each record a profiler event (set before anything compiles; it is part
+    of the generated code, so compiled code cached without it is compiled again)."""
+    import torch._inductor.config
+
+    torch._inductor.config.cpp.enable_kernel_profile = True
+
+
 def operator_calls_per_update(step: Callable[[], object], updates: int) -> dict[str, float]:
     """Every `aten::` event the profiler records, nested ones included (the issue's count), the
     top-level ones (what Python dispatched), and the kernel candidates: innermost operators that
-    compute (not views, not allocations: what a GPU would launch), per update."""
+    compute (not views, not allocations: what a GPU would launch), per update. Where the update is
+    compiled (compile=true) also Inductor's generated kernels (`count_generated_kernels`) and the
+    launches: those kernels plus the top-level operators that compute, in the compiled code the
+    extern calls (matrix products, attention) and outside it the few eager operators around it. A
+    GPU launches about that many kernels for the same graph: Inductor fuses alike for both."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(updates):
             step()
     events = [e for e in prof.events() if e.name.startswith("aten::")]
     top = [e for e in events if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
     innermost = [e for e in events if not any(c.name.startswith("aten::") for c in e.cpu_children)]
-    return {
+    generated = sum(1 for e in prof.events() if GENERATED_KERNEL.match(e.name))
+    top_computing = sum(e.name not in VIEW_OPS for e in top)
+    counts = {
         "operator_calls_per_update": len(events) / updates,
         "top_level_operator_calls_per_update": len(top) / updates,
         "kernel_candidates_per_update": sum(e.name not in VIEW_OPS for e in innermost) / updates,
     }
+    if generated:
+        counts["generated_kernels_per_update"] = generated / updates
+        counts["extern_and_eager_calls_per_update"] = top_computing / updates
+        counts["launches_per_update"] = (generated + top_computing) / updates
+    return counts
 
 
 def gpu_time_per_update(step: Callable[[], object], updates: int) -> dict[str, float]:
@@ -197,35 +222,35 @@ def shapes_per_epoch(src_len: np.ndarray, tgt_len: np.ndarray, batches: list[np.
 
 
 def compiled_graphs_per_epoch(trainer: Any, batches: list[np.ndarray], multiple: int) -> dict:
-    """How many graphs TorchDynamo makes of the training objective over an epoch's `batches` (padded to
-    `multiple`): compiled as compile=true compiles it (dynamic=True) on the GPU's code path (F.dropout:
-    the CPU's cheaper dropout mask cannot be traced), one batch of each distinct shape. Backend "eager":
-    only the tracing, whose graphs and recompiles are the compiler's; the code generation after it is
-    not run, so this counts in seconds on a CPU what a GPU would compile. Leaves the trainer's loss
-    eager (`run_loss_eagerly`), as compile=true does: call it last."""
+    """How many graphs TorchDynamo makes of the whole update over an epoch's `batches` (padded to
+    `multiple`), traced as compile=true traces it (seq2seq/train/compiled_update.py), one batch of each
+    distinct shape. Backend "eager": only the tracing, whose graphs and recompiles are the compiler's;
+    the code generation after it is not run, so this counts in seconds on a CPU what a GPU would
+    compile. The updates are made: the trainer's weights move (call it last)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    import seq2seq.model.dropout as dropout
     from seq2seq.data.batching import collate
+    from seq2seq.train.compiled_update import CompiledUpdate
 
-    stream, cfg = trainer.stream, trainer.cfg
+    stream, cfg, update = trainer.stream, trainer.cfg, trainer.update
     first_of_shape: dict[tuple[int, int, int], np.ndarray] = {}
     for indices in batches:
         first_of_shape.setdefault(batch_shape(stream.src_len, stream.tgt_len, indices, multiple), indices)
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(trainer.objective, dynamic=True, backend="eager")
-    trainer.objective.run_loss_eagerly()
-    cheap_mask_applies, dropout.cheap_mask_applies = dropout.cheap_mask_applies, lambda x: False
+    compiled = CompiledUpdate(
+        trainer.objective, update.parameters, update.optimizer, cfg.optim.clip_norm, update.autocast, None
+    )
+    compiled._last = torch.compile(compiled._last_pass_and_step, backend="eager")
+    trainer.objective.train()
     began = time.perf_counter()
-    try:
-        for indices in first_of_shape.values():
-            batch = collate(trainer.data.train, indices, cfg.model.max_positions, pad_multiple=multiple)
-            batch = batch.to(trainer.device)
-            compiled(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions)
-    finally:
-        dropout.cheap_mask_applies = cheap_mask_applies
+    for indices in first_of_shape.values():
+        batch = collate(trainer.data.train, indices, cfg.model.max_positions, pad_multiple=multiple)
+        batch = batch.to(trainer.device)
+        lr = update.optimizer.next_rate()
+        compiled.last_pass_and_step(batch, 1.0 / batch.tgt_tokens, torch.zeros((), device=trainer.device), lr)
+        update.optimizer.count_update(lr)
     breaks = counters["graph_break"]
     return {
         "pad_to_multiple": multiple,

@@ -274,7 +274,11 @@ class TrainConfig:
         None, "torch intra-op threads, positive, at most 4 per CPU; null: torch's default (one per core)"
     )
     deterministic: bool = setting(False, "torch.use_deterministic_algorithms, for bitwise-reproducible runs")
-    compile: bool = setting(False, "wrap the model in torch.compile")
+    compile: str = setting(
+        "false",
+        "true: the whole update compiled by torch.compile (Inductor) | false | auto (measured at the start: "
+        "compiled where it makes more updates in the budget after its compile time)",
+    )
     compile_mode: str = setting(
         "default",
         "torch.compile's mode with compile=true: default | reduce-overhead (CUDA graphs: the compiled forward and "
@@ -615,6 +619,18 @@ def _check_seed(key: str, seed: int) -> None:
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+COMPILE_SETTINGS = ("true", "false", "auto")
+
+
+def compile_setting(value: Any) -> str:
+    """`compile` as one of COMPILE_SETTINGS: a boolean (compile=true on the command line, a config of
+    the days it was one, Python's True) reads as "true" or "false"."""
+    return str(value).lower()
+
+
+def compiles(cfg: Any) -> bool:
+    """Whether the update is compiled: compile=true (auto is decided before anything is built)."""
+    return compile_setting(cfg.compile) == "true"
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -804,6 +820,7 @@ def validate_train(cfg: Any) -> None:
     _check(cfg.keep_checkpoints >= 0, "keep_checkpoints", cfg.keep_checkpoints, "must be >= 0")
     _choice("best_metric", cfg.best_metric, ("bleu", "chrf", "loss", "accuracy"))
     _choice("precision", cfg.precision, ("auto", "fp32", "bf16", "fp16"))
+    _choice("compile", compile_setting(cfg.compile), COMPILE_SETTINGS)
     _choice("compile_mode", cfg.compile_mode, COMPILE_MODES)
     _check(cfg.patience is None or cfg.patience > 0, "patience", cfg.patience, "must be positive or null")
     for key in ("dist_timeout_minutes", "dist_wait_minutes"):  # a timedelta of infinite minutes overflows

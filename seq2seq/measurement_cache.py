@@ -1,4 +1,4 @@
-"""Measurements of this machine kept between runs (precision.json, engines.json in SEQ2SEQ_CACHE or
+"""Measurements of this machine kept between runs (precision.json, engines.json, compile.json in SEQ2SEQ_CACHE or
 ~/.cache/seq2seq): one JSON object per file, an entry per key. An unreadable or unwritable file, or an
 entry of another shape, costs only a new measurement. Imports no torch."""
 

@@ -1,6 +1,7 @@
-"""The training objective as a GPU compiles it (compile=true): one graph, no graph break, so the step runs
-as few large kernels and CUDA graphs can capture it whole. Checked on the CPU by taking the GPU's dropout
-path (`F.dropout`; the CPU's cheaper mask uses an in-place `random_` that TorchDynamo cannot trace)."""
+"""The training objective as compile=true compiles it under torchrun or in fp16 (update.py; elsewhere the
+whole update is one graph: tests/test_compiled_update.py): one graph, no graph break, so the step runs as
+few large kernels and CUDA graphs can capture it whole. The CPU's cheaper dropout mask is for eager code:
+traced, dropout is `F.dropout` on every device (the mask's in-place `random_` cannot be traced)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,13 @@ from seq2seq.train.loss import TeacherForcedLoss
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_the_gpus_training_objective_compiles_into_one_graph(monkeypatch, dynamic):
+def test_the_training_objective_compiles_into_one_graph(dynamic):
     """`dynamic`: every length and batch size symbolic, as the Trainer's torch.compile(dynamic=True)
     traces them; the decoder's `causal` then came out a symbolic bool that SDPA refused, breaking the
     graph at every decoder layer (6 graphs here) before kernels.attend branched on it instead."""
-    monkeypatch.setattr(dropout, "cheap_mask_applies", lambda x: False)  # the GPU's path
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.1)
     objective = TeacherForcedLoss(Transformer(cfg, 50, 50, pad_id=0), smoothing=0.1)
-    objective.run_loss_eagerly()  # as the Trainer does under compile=true
     objective.train()
     src, tgt_in, tgt_out = (torch.randint(1, 50, (3, 8)) for _ in range(3))
     tgt_out[0, -2:] = 0  # padding, as in a real batch
@@ -38,13 +37,21 @@ def test_the_gpus_training_objective_compiles_into_one_graph(monkeypatch, dynami
     assert explained.graph_count == 1
 
 
-def test_the_cpus_mask_is_what_breaks_the_graph(monkeypatch):
-    """The check above would pass vacuously if explain saw no dropout: the CPU's mask must break it."""
+def test_traced_dropout_is_torchs_and_eager_dropout_the_cheap_mask(monkeypatch):
+    """The check above would pass vacuously if the trace saw no dropout: traced, the layer is one
+    `F.dropout` in the graph (no break); run eagerly on a CPU it still draws the cheaper mask."""
     torch.manual_seed(0)
     layer = dropout.Dropout(0.1).train()
+    masks = []
+    keep_mask = layer._keep_mask
+    monkeypatch.setattr(layer, "_keep_mask", lambda shape: masks.append(shape) or keep_mask(shape))
 
     def scaled(x: torch.Tensor) -> torch.Tensor:
         return layer(x * 2) + 1
 
     explained = torch._dynamo.explain(scaled)(torch.ones(4, 4))
-    assert explained.graph_break_count >= 1
+    assert explained.graph_break_count == 0
+    assert "dropout" in explained.graphs[0].code
+    assert masks == []
+    scaled(torch.ones(4, 4))
+    assert masks == [torch.Size([4, 4])]

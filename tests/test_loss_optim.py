@@ -350,3 +350,35 @@ def test_linear_to_zero_follows_the_budget_it_is_given() -> None:
     assert rates == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="budget"):
         schedule(cfg, 16)
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_adams_arithmetic_for_the_compiler_is_the_fused_kernels(name: str) -> None:
+    """compile=true traces `step_in_graph` (plain operators the compiler fuses) where an eager update
+    calls the fused kernel: run eagerly, both make the same 6 updates, and both skip a non-finite one
+    (weights, moments and step counts untouched)."""
+    cfg = optim_config(name=name, weight_decay=0.05, schedule="inverse_sqrt")
+    torch.manual_seed(0)
+    fused_params = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5))]
+    traced_params = [torch.nn.Parameter(p.detach().clone()) for p in fused_params]
+    fused, traced = build_optimizer(fused_params, cfg, 16), build_optimizer(traced_params, cfg, 16)
+    for update in range(1, 8):
+        skip = update == 4
+        grads = [torch.randn(4, 3), torch.randn(5)]
+        for params in (fused_params, traced_params):
+            for param, grad in zip(params, grads, strict=True):
+                param.grad.copy_(grad)
+        found_inf = torch.tensor(1.0 if skip else 0.0)
+        before = [p.detach().clone() for p in traced_params]
+        fused.step(found_inf=found_inf)
+        lr = traced.next_rate()
+        traced.step_in_graph(torch.tensor(lr), found_inf)
+        traced.count_update(lr)
+        assert traced.lr == fused.lr
+        for mine, reference in zip(traced_params, fused_params, strict=True):
+            torch.testing.assert_close(mine.detach(), reference.detach(), rtol=1e-6, atol=1e-7)
+        if skip:
+            assert all(torch.equal(p.detach(), b) for p, b in zip(traced_params, before, strict=True))
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(traced.state[0][key], fused.state[0][key], rtol=1e-5, atol=1e-7)
+    assert int(traced.state[0]["step"]) == 6  # seven updates, one skipped

@@ -20,9 +20,11 @@ INT16_LEVELS = 2**15  # int16.random_() draws uniformly from [0, 2^15)
 
 
 def cheap_mask_applies(x: torch.Tensor) -> bool:
-    """The cheaper mask is for CPU tensors; a GPU takes `F.dropout`, which compiles into the graph (a
-    test takes this path on the CPU to check the GPU's compiled step has no graph break)."""
-    return x.device.type == "cpu"
+    """The cheaper mask is for CPU tensors run eagerly. A GPU takes `F.dropout`, and so does code that
+    torch.compile traces (compile=true), on any device: the mask's in-place `random_` cannot be traced
+    (it would break the graph at every dropout), and the compiler draws F.dropout's random numbers
+    inside its own fused kernels, where no mask is written out."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 class Dropout(nn.Module):

@@ -71,8 +71,10 @@ def attend(
 
 def _matmuls_beat_flash(q: torch.Tensor) -> bool:
     """Decoding steps have a handful of queries; there PyTorch's CPU flash-attention kernel is slower
-    than two matmuls and a softmax (docs/performance.md)."""
-    return q.device.type == "cpu" and q.size(2) <= MAX_QUERIES_FOR_MATMULS and not torch.is_grad_enabled()
+    than two matmuls and a softmax (docs/performance.md). The gradient check first: in a compiled
+    training step the length is symbolic, and comparing it would make a guard that recompiles the
+    step when a batch's width crosses MAX_QUERIES_FOR_MATMULS."""
+    return not torch.is_grad_enabled() and q.device.type == "cpu" and q.size(2) <= MAX_QUERIES_FOR_MATMULS
 
 
 def fused_attention(

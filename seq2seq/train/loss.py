@@ -154,15 +154,6 @@ class TeacherForcedLoss(nn.Module):
         self.model = model
         self.smoothing = smoothing
         self.rdrop_alpha = rdrop_alpha
-        # The fused loss; under torch.compile it runs eagerly (`run_loss_eagerly`): its row chunks are
-        # a Python loop whose trip count the compiler would fix to each batch's size and recompile.
-        self.projected_loss = ProjectedSmoothedLoss.apply
-
-    def run_loss_eagerly(self) -> None:
-        """For torch.compile: the encoder and decoder compile, the chunked loss stays as written."""
-        import torch.compiler  # imports the compiler, as compile=true does anyway
-
-        self.projected_loss = torch.compiler.disable(ProjectedSmoothedLoss.apply)
 
     def forward(
         self,
@@ -186,10 +177,15 @@ class TeacherForcedLoss(nn.Module):
         target = tgt_out.flatten().index_select(0, tgt_positions)
         if rdrop:
             return rdrop_loss(self.model.logits(hidden), target, self.smoothing, self.rdrop_alpha)
+        if torch.compiler.is_compiling():
+            # Traced by torch.compile (compile=true): the plain loss, whose softmax, gather and mean the
+            # compiler fuses itself. The chunked one's row loop would be fixed to each batch's size
+            # (a recompile per batch), and an opaque autograd.Function would break the graph.
+            return label_smoothed_loss(self.model.logits(hidden), target, self.smoothing)
         dtype = (
             torch.get_autocast_dtype(hidden.device.type)
             if torch.is_autocast_enabled(hidden.device.type)
             else hidden.dtype
         )
         weight, bias = self.model.output.weight, self.model.output_bias
-        return self.projected_loss(hidden, weight, target, self.smoothing, dtype, bias)
+        return ProjectedSmoothedLoss.apply(hidden, weight, target, self.smoothing, dtype, bias)

@@ -106,9 +106,8 @@ class Adam:
         device; where it is non-zero the update changes nothing (weights, moments and their step counts
         stay), decided on the device. The learning-rate schedule moves on either way, as torch's does
         under GradScaler."""
-        self.updates += 1
-        lr, (beta1, beta2) = self.lr_at(self.updates), self.betas
-        self.last_lr = lr
+        lr, (beta1, beta2) = self.next_rate(), self.betas
+        self.count_update(lr)
         fused = torch._fused_adamw_ if self.decoupled else torch._fused_adam_
         torch._foreach_add_(self.steps, 1.0)
         fused(
@@ -130,6 +129,46 @@ class Adam:
         )
         if found_inf is not None:  # the kernel skipped: its step counts go back
             torch._foreach_sub_(self.steps, [found_inf.to(self.steps[0].device)] * len(self.steps))
+
+    def next_rate(self) -> float:
+        """The learning rate the next update uses (asking does not move the schedule on)."""
+        return self.lr_at(self.updates + 1)
+
+    def count_update(self, lr: float) -> None:
+        """An update was made (or skipped on the device) at rate `lr`: the schedule moves on."""
+        self.updates += 1
+        self.last_lr = lr
+
+    @torch.no_grad()
+    def step_in_graph(self, lr: float | torch.Tensor, found_inf: torch.Tensor) -> None:
+        """`step`'s arithmetic (the fused kernel's, in its order) as plain tensor operations, for
+        torch.compile to fuse with the rest of the update (compile=true): to the compiler the fused
+        kernel is one opaque call. `lr` is an input, not read from the schedule (a rate read inside
+        would become a constant of the graph, recompiled every update): the caller takes it with
+        `next_rate` and moves the schedule on with `count_update`."""
+        beta1, beta2 = self.betas
+        skip = found_inf != 0
+        for param, grad, exp_avg, exp_avg_sq, step in zip(
+            self.flat.buffers,
+            [b.grad for b in self.flat.buffers],
+            self.exp_avg,
+            self.exp_avg_sq,
+            self.steps,
+            strict=True,
+        ):
+            new_step = step + 1.0
+            if self.decoupled:
+                new_param = param - lr * self.weight_decay * param
+            else:
+                new_param, grad = param, grad + self.weight_decay * param
+            new_avg = exp_avg.lerp(grad, 1.0 - beta1)
+            new_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
+            denom = new_avg_sq.sqrt() / (1.0 - beta2**new_step).sqrt() + self.eps
+            new_param = new_param - lr / (1.0 - beta1**new_step) * new_avg / denom
+            param.copy_(torch.where(skip, param, new_param))
+            exp_avg.copy_(torch.where(skip, exp_avg, new_avg))
+            exp_avg_sq.copy_(torch.where(skip, exp_avg_sq, new_avg_sq))
+            step.copy_(torch.where(skip, step, new_step))
 
     def zero_grad(self) -> None:
         self.flat.zero_grad()

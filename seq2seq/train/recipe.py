@@ -24,6 +24,7 @@ keep: a resumed run continues with the same recipe and measures nothing.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import statistics
 from collections.abc import Callable, Sequence
@@ -62,6 +63,7 @@ class Pace:
     seconds: float  # the median of the timed updates
     spread: float  # half the interquartile range over the median, at least MIN_SPREAD
     precision: str
+    first_seconds: float = 0.0  # the untimed first update (compiled: compiling included)
 
     @classmethod
     def of(cls, times: Sequence[float], precision: str) -> Pace:
@@ -123,12 +125,16 @@ def set_by_user(key: str, user_keys: set[str]) -> bool:
     return any(".".join(parts[:n]) in user_keys for n in range(1, len(parts) + 1))
 
 
-def measure_pace(cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float]) -> Pace:
+def measure_pace(
+    cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float], compiled: bool = False
+) -> Pace:
     """A few real updates of the model `cfg` builds, made as the Trainer makes them (update.py), with
     no Trainer around them, each timed: the machine's pace for that recipe, in the precision it would
-    train in, under whatever load it has now. Leaves every random generator as it found it."""
+    train in, under whatever load it has now; `compiled`: with compile=true (compile=auto's probe; a
+    recipe's is eager: compiling would cost more than the probe measures, and speeds all recipes
+    alike). Leaves every random generator as it found it."""
     probe = copy.deepcopy(cfg)
-    probe.compile = False  # compiling would cost more than the probe measures; it speeds all recipes alike
+    probe.compile = "true" if compiled else "false"
     state = rng_state()
     try:
         dist = DistContext()
@@ -142,7 +148,8 @@ def measure_pace(cfg: DictConfig, data: PreparedData, device: torch.device, cloc
             made = update(batches.next_update(1, 0, probe.accum_steps), step)
             update.read_back([made] if made is not None else [])  # waits for the device, which finishes later
             times.append(clock() - start)
-        return Pace.of(times[1:], precision)  # the first allocated and warmed caches: not counted
+        # The first allocated and warmed caches (and compiled): not in the pace.
+        return dataclasses.replace(Pace.of(times[1:], precision), first_seconds=times[0])
     finally:
         set_rng_state(state)
 

@@ -52,6 +52,7 @@ from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.resume import check_same_corpus, resumed_config
 from seq2seq.train.rng import seed_everything
+from seq2seq.train.run_compile import choose_compile
 from seq2seq.train.run_outputs import (
     BeforeStart,
     check_new_run_directory,
@@ -250,6 +251,7 @@ def _build_trainer(
     if payload is None:  # a resumed run's config holds the recipe it chose
         cfg = choose_recipe(cfg, overrides, data, device, dist, Trainer.clock, start)
     precision = choose_run_precision(cfg, device, dist)
+    cfg = choose_compile(cfg, data, device, dist, precision.precision, Trainer.clock)  # auto: measured here
     trainer = Trainer(cfg, run_dir, data, device, dist, started=start, precision=precision)
     if payload is not None:
         trainer.restore(payload)

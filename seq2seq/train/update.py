@@ -20,19 +20,22 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq.config import UserError
+from seq2seq.config import UserError, compiles
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.prefetch import Prefetcher
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
 from seq2seq.model.transformer import build_model
+from seq2seq.train.compiled_update import CompiledUpdate
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.flat_parameters import FlatParameters, independent_copies
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
 
 log = logging.getLogger(__name__)
+# An update's summed loss and nll, and the gradient norm where its step was made with them (compiled).
+Sums = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
 class NonFiniteLoss(UserError):
@@ -72,7 +75,7 @@ def training_batches(cfg: DictConfig, data: PreparedData, device: torch.device, 
     GPU (few shapes to compile for); elsewhere padding is compute spent on nothing: Multi30k's
     short sentences gain about a quarter in tokens (docs/performance.md)."""
     start = decoder_start_id(cfg.model.decoder_start)
-    multiple = cfg.pad_to_multiple or (8 if device.type == "cuda" and cfg.compile else 1)
+    multiple = cfg.pad_to_multiple or (8 if device.type == "cuda" and compiles(cfg) else 1)
     args = (cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start, multiple)
     stream = (
         StreamingBatches(cfg.data, data.tokenizers, *args) if cfg.data.streaming else EpochBatches(data.train, *args)
@@ -105,9 +108,10 @@ class Update:
         # First: DDP and the compiler must see the parameters as they will stay, views of the buffers.
         self.parameters = FlatParameters(model.parameters())
         self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing, cfg.rdrop_alpha)  # validation: eval()
-        self.training_objective = self._wrap_for_training(self.objective)
         self.optimizer = build_optimizer(self.parameters, cfg.optim, cfg.model.d_model, budget_used)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        self.compiled = self._compiled_update()
+        self.training_objective = self._wrap_for_training(self.objective)
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The model's state dict for a checkpoint: each tensor its own copy, not a view of the flat
@@ -115,17 +119,29 @@ class Update:
         carry the whole buffer, and safetensors refuses tensors that share memory)."""
         return independent_copies(self.model.state_dict())
 
+    def _compile_mode(self) -> str | None:
+        return None if self.cfg.compile_mode == "default" else self.cfg.compile_mode
+
+    def _compiled_update(self) -> CompiledUpdate | None:
+        """compile=true in one process without the grad scaler: the whole update compiled as one graph
+        (compiled_update.py). Under torchrun or in fp16 the objective alone is (`_wrap_for_training`)."""
+        if not compiles(self.cfg) or self.dist.enabled or self.precision == "fp16":
+            return None
+        clip = self.cfg.optim.clip_norm
+        return CompiledUpdate(
+            self.objective, self.parameters, self.optimizer, clip, self.autocast, self._compile_mode()
+        )
+
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
         """`objective` as an update calls it: in DistributedDataParallel under torchrun (gradients
-        all-reduced), compiled with compile=true, else itself. Its parameters are the model's."""
+        all-reduced), compiled where compile=true does not compile the whole update, else itself.
+        Its parameters are the model's."""
         module: torch.nn.Module = objective
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
             module = torch.nn.parallel.DistributedDataParallel(objective, device_ids=ids)
-        if self.cfg.compile:
-            objective.run_loss_eagerly()
-            mode = None if self.cfg.compile_mode == "default" else self.cfg.compile_mode
-            module = torch.compile(module, dynamic=True, mode=mode)
+        if compiles(self.cfg) and self.compiled is None:
+            module = torch.compile(module, dynamic=True, mode=self._compile_mode())
         return module
 
     def autocast(self) -> AbstractContextManager:
@@ -139,12 +155,16 @@ class Update:
         when it was skipped for lack of memory. An update whose loss or gradient is not finite leaves
         the weights as they were; its read-back tells."""
         self.training_objective.train()
-        sums = self._gradients(micro_batches, step)
+        lr = self.optimizer.next_rate()  # the compiled update's input (read once: the retry uses it too)
+        sums = self._gradients(micro_batches, step, lr)
         if sums is None:
             return None
-        loss_sum, nll_sum = sums
-        grad_norm = self._unscale_and_clip()
-        self._apply(self._not_finite_on_any_rank(loss_sum, grad_norm))
+        loss_sum, nll_sum, grad_norm = sums
+        if grad_norm is None:  # eager: the step follows the gradients here
+            grad_norm = self._unscale_and_clip()
+            self._apply(self._not_finite_on_any_rank(loss_sum, grad_norm))
+        else:  # compiled: the last pass made the step
+            self.optimizer.count_update(lr)
         return PendingUpdate(
             step,
             torch.stack([loss_sum, nll_sum, grad_norm.to(loss_sum)]),
@@ -153,9 +173,10 @@ class Update:
         )
 
     # -- gradients, and the out-of-memory retry
-    def _gradients(self, micro_batches: list[Batch], step: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _gradients(self, micro_batches: list[Batch], step: int, lr: float) -> Sums | None:
         """Gradients of the update summed in the parameters' .grad; returns the summed (loss, nll) as
-        device scalars, or None when the update is skipped for lack of memory.
+        device scalars, and the gradient norm where the compiled update made its step too (`_accumulate`),
+        or None when the update is skipped for lack of memory.
 
         Out of memory in a single process: the update is redone once from zero gradients with every
         micro-batch split in two (same sentences, same normalisation, so the same update up to float
@@ -163,7 +184,7 @@ class Update:
         a rank that splits makes more backward passes (and all-reduces) than the others wait for."""
         local_tokens = sum(b.tgt_tokens for b in micro_batches)
         total_tokens = self._tokens_on_every_rank(local_tokens)
-        sums = self._accumulate(micro_batches, total_tokens, step)
+        sums = self._accumulate(micro_batches, total_tokens, step, lr)
         if sums is not None:
             return sums
         # Retried here, not inside the except clause: until it is left, the exception's traceback
@@ -178,7 +199,7 @@ class Update:
             local_tokens,
             len(halves),
         )
-        sums = self._accumulate(halves, total_tokens, step)
+        sums = self._accumulate(halves, total_tokens, step, lr)
         if sums is None:
             self._free_after_oom()
             log.warning(
@@ -197,18 +218,28 @@ class Update:
         return self.dist.sum_on_device(torch.full((), float(local_tokens), device=self.device))
 
     def _accumulate(
-        self, micro_batches: list[Batch], total_tokens: float | torch.Tensor, step: int
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        self, micro_batches: list[Batch], total_tokens: float | torch.Tensor, step: int, lr: float
+    ) -> Sums | None:
         """Forward and backward over every micro-batch, gradients summed. Returns the summed (loss,
-        nll), or None when one of them ran out of memory (gradients are then partial)."""
+        nll) and, compiled, the gradient norm of the step its last pass made (eager: None); None when
+        one of them ran out of memory (gradients are then partial; compiled, no weight has moved: the
+        step's kernels come after the backward's)."""
         loss_sum = nll_sum = torch.zeros((), device=self.device)
+        grad_norm = None
         try:
             for i, batch in enumerate(micro_batches):
                 # DDP: all-reduce gradients only on the last micro-batch of the update.
                 last = i == len(micro_batches) - 1
-                sync = nullcontext() if last or not self.dist.enabled else self.training_objective.no_sync()
-                with sync:
-                    loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
+                if self.compiled is not None:  # one process: total_tokens is a number
+                    batch, scale = batch.to(self.device), 1.0 / float(total_tokens)
+                    if last:
+                        loss, nll, grad_norm = self.compiled.last_pass_and_step(batch, scale, loss_sum, lr)
+                    else:
+                        loss, nll = self.compiled.backward_pass(batch, scale)
+                else:
+                    sync = nullcontext() if last or not self.dist.enabled else self.training_objective.no_sync()
+                    with sync:
+                        loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
                 loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
         except torch.OutOfMemoryError as err:  # torch.cuda.OutOfMemoryError is the same class
             if self.dist.enabled:
@@ -218,7 +249,7 @@ class Update:
                     "(with several processes a batch cannot be split and retried)"
                 ) from err
             return None
-        return loss_sum, nll_sum
+        return loss_sum, nll_sum, grad_norm
 
     def _forward_backward(self, batch: Batch, total_tokens: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with self.autocast():

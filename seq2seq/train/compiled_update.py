@@ -1,0 +1,171 @@
+"""compile=true: an update as one graph that torch.compile (Inductor) turns into fused kernels.
+
+Eager, an update is thousands of small operators, each a kernel launch on a GPU (docs/performance.md,
+"What keeps a GPU waiting"). Compiled whole (the forward pass, the loss, the backward pass, the gradient
+clipping, the finiteness check and Adam over the flat buffers), Inductor fuses pointwise work and
+reductions across all of them into a few generated kernels (C++ on a CPU, Triton on a GPU) around the
+matrix products. TorchDynamo traces `loss.backward()` as autograd.grad plus the accumulation into each
+parameter's gradient (`trace_autograd_ops`), so the backward and the optimiser are in the same graph as
+the forward.
+
+Shapes: every batch has its own sentences and widths. Its dimensions are marked dynamic, so one graph
+serves them all; TorchDynamo still recompiles where a guard it made on the first batches stops holding
+(a width of 1, the source and target widths equal or not): a few graphs an epoch, each logged with the
+seconds it took. Inductor's generated code is cached across runs in the project's cache folder
+(`inductor/` beside precision.json), so a later run on the same machine and code traces again but
+compiles no kernel it has compiled before.
+
+Under torchrun (DDP all-reduces gradients during the backward) or with fp16's grad scaler (whose
+unscaling is host-side bookkeeping) the update compiles its objective only (update.py); this is the path
+of one process in fp32 or bf16.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import torch
+
+from seq2seq.data.batching import Batch
+from seq2seq.measurement_cache import cache_file
+from seq2seq.train.flat_parameters import FlatParameters
+from seq2seq.train.loss import TeacherForcedLoss
+from seq2seq.train.optim import Adam
+
+log = logging.getLogger(__name__)
+
+INDUCTOR_CACHE = "inductor"  # under the cache folder; TORCHINDUCTOR_CACHE_DIR, where set, wins
+
+
+def use_project_inductor_cache() -> str:
+    """Inductor's cache (generated code, compiled kernels, FX graphs) in the project's cache folder,
+    unless the user chose one; returns the folder used. Torch writes its own default into the
+    environment variable the first time it looks (`default_cache_dir`, /tmp/torchinductor_<user>):
+    that value is not a choice, so it is replaced too."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or chosen == default_cache_dir():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_file(INDUCTOR_CACHE))
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
+def mark_batch_dynamic(batch: Batch) -> None:
+    """Every size of the batch symbolic, so that a new batch shape is not a new graph. `maybe_`: a
+    size the graph must fix (a batch of one sentence) becomes a guard, not an error."""
+    import torch._dynamo
+
+    for tensor in (batch.src, batch.tgt_in, batch.tgt_out):
+        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        torch._dynamo.maybe_mark_dynamic(tensor, 1)
+    if batch.tgt_positions is not None:
+        torch._dynamo.maybe_mark_dynamic(batch.tgt_positions, 0)
+
+
+class CompiledUpdate:
+    """The compiled passes of an update: `last_pass_and_step` (forward, backward, clipping and Adam:
+    the whole update when it has one micro-batch) and `backward_pass` (forward and backward only: the
+    micro-batches before the last, with accum_steps > 1 or after an out-of-memory split)."""
+
+    def __init__(
+        self,
+        objective: TeacherForcedLoss,
+        parameters: FlatParameters,
+        optimizer: Adam,
+        clip_norm: float,
+        autocast: Callable[[], AbstractContextManager],
+        mode: str | None,
+    ) -> None:
+        self.objective, self.parameters, self.optimizer = objective, parameters, optimizer
+        self.clip_norm, self.autocast = clip_norm, autocast
+        self.cache_dir = use_project_inductor_cache()
+        import torch._dynamo  # the compiler, imported only by runs that compile
+        from torch._dynamo.utils import counters
+
+        self._counters = counters
+        self._config = torch._dynamo.config
+        self._last = torch.compile(self._last_pass_and_step, mode=mode)
+        self._backward = torch.compile(self._backward_pass, mode=mode)
+        self.compile_seconds = 0.0  # wall time of the calls that compiled a graph
+        self.graphs = 0  # graphs compiled (the first of each function, then each recompile)
+
+    def last_pass_and_step(
+        self, batch: Batch, scale: float, earlier_loss: torch.Tensor, lr: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The update's last micro-batch, then its step: -> (loss, nll, gradient norm before
+        clipping). `scale` multiplies the loss before the backward (1 / the update's tokens);
+        `earlier_loss` is the summed loss of the micro-batches before (finiteness is the whole
+        update's); `lr` the rate (`Adam.next_rate`). Gradients are zero after it."""
+        self.parameters.gradients()  # each parameter's gradient still a view of the buffer
+        return self._call(self._last, batch, self._scalar(scale), earlier_loss, self._scalar(lr))
+
+    def backward_pass(self, batch: Batch, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """A micro-batch's forward and backward: its gradients added to the buffer; -> (loss, nll)."""
+        return self._call(self._backward, batch, self._scalar(scale))
+
+    def _scalar(self, value: float) -> torch.Tensor:
+        """A number that changes every update, as a device tensor: as a Python number the graph would
+        take it for a constant and recompile for the next one."""
+        return torch.full((), value, dtype=torch.float32, device=self.parameters.buffers[0].device)
+
+    def _call(self, compiled: Callable, batch: Batch, *args: object) -> tuple[torch.Tensor, ...]:
+        mark_batch_dynamic(batch)
+        before, start = self._counters["stats"]["unique_graphs"], time.perf_counter()
+        with self._config.patch(trace_autograd_ops=True):
+            result = compiled(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions, *args)
+        new = self._counters["stats"]["unique_graphs"] - before
+        if new:
+            seconds = time.perf_counter() - start
+            self.compile_seconds += seconds
+            self.graphs += new
+            log.info(
+                "compile: %s in %.1f s (batch of %d x %d -> %d; %d graphs so far, %.1f s in all; Inductor's cache: %s)",
+                "the update compiled" if self.graphs == new else "recompiled (a new batch shape broke a guard)",
+                seconds,
+                batch.src.size(0),
+                batch.src.size(1),
+                batch.tgt_in.size(1),
+                self.graphs,
+                self.compile_seconds,
+                self.cache_dir,
+            )
+        return result
+
+    # -- what torch.compile traces
+    def _backward_pass(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        tgt_out: torch.Tensor,
+        tgt_positions: torch.Tensor | None,
+        scale: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.autocast():
+            loss, nll = self.objective(src, tgt_in, tgt_out, tgt_positions)
+        (loss * scale).backward()
+        return loss.detach().float(), nll.detach().float()
+
+    def _last_pass_and_step(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        tgt_out: torch.Tensor,
+        tgt_positions: torch.Tensor | None,
+        scale: torch.Tensor,
+        earlier_loss: torch.Tensor,
+        lr: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        loss, nll = self._backward_pass(src, tgt_in, tgt_out, tgt_positions, scale)
+        # As the eager update does it (update.py): the norm over the flat buffers, clipping, and Adam
+        # skipping itself where the loss or the gradient is not finite.
+        norm = self.parameters.gradient_norm()
+        if self.clip_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(self.parameters.buffers, self.clip_norm, norm, foreach=True)
+        not_finite = (~(torch.isfinite(earlier_loss + loss) & torch.isfinite(norm))).float()
+        self.optimizer.step_in_graph(lr, not_finite)
+        self.parameters.zero_grad()
+        return loss, nll, norm

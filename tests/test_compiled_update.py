@@ -1,0 +1,144 @@
+"""compile=true: the whole update (forward, loss, backward, clipping, Adam) traced as one graph, with
+eager's losses, and few graphs over an epoch of batch shapes.
+
+The one fast check is TorchDynamo's own account of the trace (`torch._dynamo.explain`: graphs and
+breaks, no code generated); what Inductor generates from it is checked under `-m slow` (its C++ kernels
+take minutes to build on a CPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+from conftest import TINY_TRAIN, compose_config
+from numerics import assert_close, reordered_sum_tolerance
+from omegaconf import DictConfig
+
+from seq2seq.config import ModelConfig
+from seq2seq.data.batching import EpochBatches, collate
+from seq2seq.data.pipeline import PreparedData, prepare_data
+from seq2seq.measurement_cache import cache_file
+from seq2seq.model.kernels import MAX_QUERIES_FOR_MATMULS
+from seq2seq.model.transformer import Transformer
+from seq2seq.train.compiled_update import CompiledUpdate, use_project_inductor_cache
+from seq2seq.train.distributed import DistContext
+from seq2seq.train.flat_parameters import FlatParameters
+from seq2seq.train.loss import TeacherForcedLoss
+from seq2seq.train.optim import build_optimizer
+from seq2seq.train.update import Update, training_model
+
+
+def tiny_compiled_update() -> CompiledUpdate:
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.1)
+    model = Transformer(cfg, 40, 40, pad_id=0)
+    parameters = FlatParameters(model.parameters())
+    optimizer = build_optimizer(parameters, compose_config("train", []).optim, 16, lambda step: 0.0)
+    objective = TeacherForcedLoss(model, smoothing=0.1).train()
+    return CompiledUpdate(objective, parameters, optimizer, 1.0, nullcontext, None)
+
+
+def test_the_whole_update_traces_into_one_graph() -> None:
+    """No graph break anywhere in the update, on the CPU's own code path: the graph holds the
+    backward (autograd.grad), the dropout, the clipping and Adam's arithmetic, not just the forward."""
+    compiled = tiny_compiled_update()
+    src, tgt_in, tgt_out = (torch.randint(1, 40, (3, 7)) for _ in range(3))
+    tgt_out[0, -2:] = 0
+    positions = (tgt_out != 0).flatten().nonzero().squeeze(1)
+    scale, earlier_loss, lr = torch.tensor(0.05), torch.zeros(()), torch.tensor(1e-3)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        explained = torch._dynamo.explain(compiled._last_pass_and_step)(
+            src, tgt_in, tgt_out, positions, scale, earlier_loss, lr
+        )
+    assert explained.graph_break_count == 0, [reason.reason for reason in explained.break_reasons]
+    assert explained.graph_count == 1
+    code = explained.graphs[0].code
+    for part in ("torch.autograd.grad", "dropout", "_foreach_mul_", ".lerp("):
+        assert part in code, part
+
+
+def make_update(cfg: DictConfig, data: PreparedData) -> Update:
+    torch.manual_seed(0)
+    cpu = torch.device("cpu")
+    return Update(cfg, training_model(cfg, data, cpu), cpu, DistContext(), "fp32", lambda step: 0.0)
+
+
+def config(compile_: bool, overrides: list[str] = ()) -> DictConfig:
+    return compose_config("train", [*TINY_TRAIN, f"compile={str(compile_).lower()}", *overrides])
+
+
+@pytest.mark.slow
+def test_compiled_updates_make_the_eager_updates(tmp_path: Path) -> None:
+    """Inductor's update against the eager one from the same weights, over batches of four shapes and
+    an update of two micro-batches (the backward-only graph, then the last pass's): the same losses
+    and gradient norms up to reordered float32 sums, and the weights they leave alike."""
+    overrides = ["model.dropout=0.0", "data.task_train_size=64"]  # the same function on both paths
+    eager_cfg, compiled_cfg = config(False, overrides), config(True, overrides)
+    data = prepare_data(eager_cfg.data)
+    eager, compiled = make_update(eager_cfg, data), make_update(compiled_cfg, data)
+    assert compiled.compiled is not None and eager.compiled is None
+    updates = [[np.arange(8)], [np.arange(8, 20)], [np.arange(20, 26), np.arange(26, 40)], [np.arange(40, 44)]]
+    for step, sentence_groups in enumerate(updates, start=1):
+        batches = [collate(data.train, group, eager_cfg.model.max_positions) for group in sentence_groups]
+        (expected,) = eager.read_back([eager(batches, step)])
+        (actual,) = compiled.read_back([compiled(batches, step)])
+        vocab = data.tokenizers.tgt.get_vocab_size()
+        tolerance = reordered_sum_tolerance(expected.tgt_tokens * vocab, expected.loss)
+        assert abs(actual.loss - expected.loss) <= tolerance, (step, actual.loss, expected.loss)
+        assert actual.grad_norm == pytest.approx(expected.grad_norm, rel=1e-4), step
+        assert (actual.tgt_tokens, actual.skipped) == (expected.tgt_tokens, False)
+    assert compiled.optimizer.updates == eager.optimizer.updates == 4
+    assert compiled.optimizer.lr == eager.optimizer.lr
+    assert compiled.compiled.graphs == 2  # the last pass's graph, and the backward-only one: no recompile
+    for (name, mine), reference in zip(compiled.model.named_parameters(), eager.model.parameters(), strict=True):
+        # Adam moves a weight whose gradient is float noise by up to lr either way: within a few rates
+        assert_close(mine.detach(), reference.detach(), name, atol=4 * 4 * compiled.optimizer.lr)
+
+
+@pytest.mark.slow
+def test_an_epoch_of_batch_shapes_compiles_few_graphs() -> None:
+    """One batch of each distinct shape in an epoch of the tiny run, traced as compile=true traces it
+    (TorchDynamo only: backend "eager", no code generated): the graphs it makes are the recompiles."""
+    cfg = config(True)
+    data = prepare_data(cfg.data)
+    update = make_update(cfg, data)
+    stream = EpochBatches(data.train, cfg.batch_tokens, cfg.seed, cfg.model.max_positions)
+    shapes: dict[tuple[int, ...], list] = {}
+    for _ in range(len(stream)):
+        (batch,) = stream.next_update(1, 0, 1)
+        shapes.setdefault((*batch.src.shape, batch.tgt_in.size(1)), [batch])
+    compile_eagerly = torch.compile
+    torch._dynamo.reset()
+    update.compiled._last = compile_eagerly(update.compiled._last_pass_and_step, backend="eager")
+    for step, batches in enumerate(shapes.values(), start=1):
+        update(batches, step)
+    assert len(shapes) >= 8  # the tiny task's epoch: 8 (sentences, source, target) shapes
+    # Wider than the tiny task's lines: a source width past MAX_QUERIES_FOR_MATMULS once recompiled
+    # the step (a guard made by the attention's decoding shortcut).
+    (batch,) = shapes[next(iter(shapes))]
+    wide = torch.cat([batch.src[:, :-1], batch.src[:, 1:-1].repeat(1, 3), batch.src[:, -1:]], dim=1)
+    assert wide.size(1) > MAX_QUERIES_FOR_MATMULS
+    update([dataclasses.replace(batch, src=wide, src_tokens=int((wide != 0).sum()))], len(shapes) + 1)
+    assert update.compiled.graphs == 1, (update.compiled.graphs, len(shapes))
+
+
+def test_inductors_cache_goes_to_the_project_cache_unless_the_user_chose_one(monkeypatch, tmp_path: Path) -> None:
+    """Torch writes its default (/tmp/torchinductor_<user>) into TORCHINDUCTOR_CACHE_DIR when it first
+    looks: that is replaced as an unset one is; a folder the user named is kept."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    ours = str(cache_file("inductor"))
+    for before in (None, default_cache_dir()):
+        if before is None:
+            monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        else:
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", before)
+        assert use_project_inductor_cache() == ours == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert use_project_inductor_cache() == str(tmp_path)
