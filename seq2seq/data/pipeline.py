@@ -47,7 +47,7 @@ from seq2seq.data.multilingual import (
 )
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
-from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.data.tokenizer import Tokenizers, load_pretrained_tokenizers, pretrained_tokenizer_files
 from seq2seq.stop_signals import stop_signals_raise
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def cache_key(cfg: DataConfig, pretrained: Path | None = None) -> str:
     key = {"version": CACHE_VERSION, "data": settings, "files": files}
     if pretrained is not None:
         key["tokenizers"] = [
-            hashlib.sha256(path.read_bytes()).hexdigest() for path in SentencePieceTokenizers.files(pretrained)
+            hashlib.sha256(path.read_bytes()).hexdigest() for path in pretrained_tokenizer_files(pretrained)
         ]
     blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -290,7 +290,6 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
     # (a fifth of the whole preparation of 50k pairs, profiled).
     max_tokens, max_ratio = int(cfg.max_tokens), float(cfg.max_length_ratio)
     tags = direction_tag_ids(cfg, tokenizers) if is_multilingual(cfg) else None
-    placement = str(cfg.lang_tag)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
         kept: dict[str, list[list[int]]] = {"src_ids": [], "tgt_ids": []}
@@ -304,7 +303,7 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
                 continue
             if tags is not None:
                 direction = batch[DIRECTION][row]
-                src, tgt = tag_ids(src, tgt, tags[direction], placement)
+                src, tgt = tag_ids(src, tgt, tags[direction])
                 kept[DIRECTION].append(direction)
             kept["src_ids"].append(src)
             kept["tgt_ids"].append(tgt)
@@ -358,7 +357,7 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
             else (_texts(raw, "src_text"), _texts(raw, "tgt_text"))
         )
         if pretrained is not None:
-            tokenizers = SentencePieceTokenizers.load(pretrained)
+            tokenizers = load_pretrained_tokenizers(pretrained)
         else:  # SentencePiece's files are written where the cache publishes them (save() then copies nothing)
             tokenizers = train_tokenizers(cfg, *texts, staging)
         if cfg.streaming:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seq2seq.data.tokenizer import banned_outputs
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.speedups import best_continuations, rows_to_keep
 from seq2seq.model.kv_cache import DecoderState
@@ -50,9 +51,9 @@ class Hypothesis:
 
 
 def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
-    """One decoding step; padding and BOS are never valid outputs."""
+    """One decoding step; padding and the start token (BOS, where the start is EOS) are never valid outputs."""
     log_probs = model.decode_step(tokens, state)
-    log_probs[:, [model.pad_id, bos]] = NEG_INF
+    log_probs[:, banned_outputs(bos)] = NEG_INF
     return log_probs
 
 

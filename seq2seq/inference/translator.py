@@ -138,7 +138,8 @@ class Translator:
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """The lines' `encode_sources` + EOS: what the encoder reads."""
-        return [[*ids, EOS_ID] for ids in encode_sources(self, lines, self.settings.tgt_lang, line_numbers)]
+        sources = encode_sources(self, lines, self.settings.tgt_lang, line_numbers, self.settings.src_lang)
+        return [[*ids, EOS_ID] for ids in sources]
 
     def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Target ids of each forced prefix (after the target language's tag under

@@ -1,0 +1,164 @@
+"""NLLB-200 and M2M-100 (`M2M100ForConditionalGeneration`) in and out, without the internet: tiny random
+models built with transformers' own M2M100Config, their tokenizers (NllbTokenizer, M2M100Tokenizer)
+over a SentencePiece model trained here. Imported, they compute transformers' logits and translate as
+its `generate` does; fine-tuned, they export back to a directory transformers loads."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.artifacts.checkpoint import model_from_checkpoint
+from seq2seq.artifacts.huggingface import load_pretrained
+from seq2seq.config import UserError
+
+transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
+sentencepiece = pytest.importorskip("sentencepiece", reason="needs `pip install seq2seq[huggingface]`")
+
+TOLERANCE = 1e-5
+WORDS = {
+    "en": "the a man woman dog cat sits runs on in red blue small big street park house with two young".split(),
+    "de": "der die ein eine Mann Frau Hund Katze sitzt läuft auf im rot blau klein groß Straße Park Haus".split(),
+}
+
+
+def sentences(lang: str, count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS[lang]) for _ in range(rng.randint(2, 9))) + "." for _ in range(count)]
+
+
+def train_spm(directory: Path) -> Path:
+    """sentencepiece.bpe.model, a BPE model as NLLB's and M2M-100's are, trained on both languages."""
+    lines = sentences("en", 200, 0) + sentences("de", 200, 1)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=str(directory / "sentencepiece.bpe"),
+        vocab_size=120,
+        model_type="bpe",
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return directory / "sentencepiece.bpe.model"
+
+
+def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
+    """A random tiny M2M100ForConditionalGeneration with its family's tokenizer, saved as the Hub has them."""
+    directory.mkdir(parents=True)
+    spm_file = train_spm(directory)
+    if family == "nllb":
+        from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+        tokenizer = transformers.NllbTokenizer.from_pretrained(
+            str(directory), additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
+        )
+        extra_rows = 2  # as NLLB-200's 256,206 rows hold 256,204 tokens
+    else:
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_file))
+        pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: i + 4 for i, p in enumerate(pieces)}}
+        (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        tokenizer = transformers.M2M100Tokenizer(str(directory / "vocab.json"), str(spm_file))
+        extra_rows = len(tokenizer.lang_token_to_id) + 8  # its language codes (not in len()), its made-up words
+    tokenizer.save_pretrained(str(directory))
+    torch.manual_seed(seed)
+    config = transformers.M2M100Config(
+        vocab_size=len(tokenizer) + extra_rows,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        activation_function="relu",
+        scale_embedding=True,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        init_std=0.2,  # larger than a trained model's weights: logits that differ from token to token
+        tokenizer_class=type(tokenizer).__name__,
+    )
+    transformers.M2M100ForConditionalGeneration(config).save_pretrained(str(directory))
+    return directory
+
+
+CODES = {"nllb": ("eng_Latn", "deu_Latn"), "m2m100": ("en", "de")}
+
+
+@pytest.fixture(scope="module", params=["nllb", "m2m100"])
+def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    return request.param, hf_directory(tmp_path_factory.mktemp(request.param) / "model", request.param)
+
+
+def hf_tokenizer(directory: Path, src: str, tgt: str):
+    return transformers.AutoTokenizer.from_pretrained(str(directory), src_lang=src, tgt_lang=tgt)
+
+
+def test_imported_model_computes_transformers_logits(family: tuple[str, Path]) -> None:
+    name, directory = family
+    src_lang, tgt_lang = CODES[name]
+    payload, tokenizers = load_pretrained(str(directory))
+    model = model_from_checkpoint(payload).eval()
+    lines, targets = sentences("en", 6, 7), sentences("de", 6, 8)
+    reference = hf_tokenizer(directory, src_lang, tgt_lang)
+    batch = reference(lines, text_target=targets, return_tensors="pt", padding=True)
+    back = torch.tensor(tokenizers.src.order)  # our id -> theirs
+    to_ours = torch.argsort(back)
+    # The layout each family was trained with: source `code ... </s>`, decoder `</s> code ...`.
+    src_code, tgt_code = (reference.convert_tokens_to_ids(code_token(name, c)) for c in (src_lang, tgt_lang))
+    assert (batch.input_ids[:, 0] == src_code).all() and (batch.labels[:, 0] == tgt_code).all()
+    ours_src = [tokenizers.encode_src([line])[0] for line in lines]
+    assert [[src_code, *back[ids].tolist(), 2] for ids in ours_src] == [
+        [i for i in row if i != 1] for row in batch.input_ids.tolist()
+    ]  # our SentencePiece ids are transformers' (in our numbering)
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval()
+    decoder_input = torch.cat([torch.full((len(lines), 1), 2), batch.labels[:, :-1]], dim=1)
+    decoder_input[decoder_input == -100] = 1
+    with torch.no_grad():
+        theirs = hf_model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, decoder_input_ids=decoder_input
+        )
+        ours = model(to_ours[batch.input_ids], to_ours[decoder_input])
+    real = batch.labels != 1
+    theirs_logits = theirs.logits[:, :, back]  # their vocabulary columns in our order
+    diff = (ours[real] - theirs_logits[real]).abs().max().item()
+    assert diff < TOLERANCE, f"max abs logit difference {diff:.2e} (tolerance {TOLERANCE:.0e})"
+    assert ours[real].abs().max() > 1.0  # logits that mean something
+
+
+def code_token(family: str, code: str) -> str:
+    return code if family == "nllb" else f"__{code}__"
+
+
+def test_an_unknown_architecture_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    _, directory = family
+    for model_type, expected in (("t5", "model_type='t5'"), ("bart", "model_type='bart'"), ("nllb-moe", "NLLB-MoE")):
+        other = tmp_path / model_type
+        other.mkdir()
+        config = getattr(
+            transformers, {"t5": "T5Config", "bart": "BartConfig", "nllb-moe": "NllbMoeConfig"}[model_type]
+        )()
+        config.save_pretrained(str(other))
+        with pytest.raises(UserError, match=expected) as info:
+            load_pretrained(str(other))
+        assert "\n" not in str(info.value)
+
+
+def test_a_directory_without_its_tokenizer_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    _, directory = family
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copyfile(directory / name, bare / name)
+    with pytest.raises(UserError, match=r"no sentencepiece\.bpe\.model") as info:
+        load_pretrained(str(bare))
+    assert "\n" not in str(info.value)
