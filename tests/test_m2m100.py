@@ -87,7 +87,11 @@ def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
         init_std=0.2,  # larger than a trained model's weights: logits that differ from token to token
         tokenizer_class=type(tokenizer).__name__,
     )
-    transformers.M2M100ForConditionalGeneration(config).save_pretrained(str(directory))
+    model = transformers.M2M100ForConditionalGeneration(config)
+    with torch.no_grad():  # lines that end: the decoder's last LayerNorm leans towards </s>'s embedding
+        eos = model.model.shared.weight[2]
+        model.model.decoder.layer_norm.bias.copy_(2.5 * eos / eos.norm())
+    model.save_pretrained(str(directory))
     return directory
 
 
@@ -162,3 +166,53 @@ def test_a_directory_without_its_tokenizer_is_one_line(family: tuple[str, Path],
     with pytest.raises(UserError, match=r"no sentencepiece\.bpe\.model") as info:
         load_pretrained(str(bare))
     assert "\n" not in str(info.value)
+
+
+OUTPUT_TOKENS = 12  # each line's budget, </s> included: one for all, so that one generate call has it too
+
+
+def generated(directory: Path, family: str, lines: list[str], beam: int) -> list[list[int]]:
+    """transformers' generate on the lines as one padded batch, the target language's code forced
+    first (forced_bos_token_id), pad and <s> banned as seq2seq's search bans them: each line's ids
+    after the decoder's start, without </s> and padding (the code first)."""
+    src_lang, tgt_lang = CODES[family]
+    tokenizer = hf_tokenizer(directory, src_lang, tgt_lang)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval()
+    batch = tokenizer(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            num_beams=beam,
+            max_new_tokens=OUTPUT_TOKENS + 1,  # seq2seq's budget (tokens and </s>) and the code, which it leaves out
+            early_stopping=True,  # done at `beam` finished hypotheses, seq2seq's rule
+            length_penalty=1.0,
+            forced_bos_token_id=tokenizer.convert_tokens_to_ids(code_token(family, tgt_lang)),
+            bad_words_ids=[[model.config.pad_token_id], [model.config.bos_token_id]],
+            forced_eos_token_id=model.config.eos_token_id,  # a line cut at the budget ends with </s>, as seq2seq's
+        )
+    ends = (model.config.eos_token_id, model.config.pad_token_id)
+    return [[i for i in row[1:] if i not in ends] for row in out.tolist()]
+
+
+@pytest.mark.parametrize("count", [16, pytest.param(100, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("beam", [1, 5])
+def test_translates_as_transformers_generate(family: tuple[str, Path], beam: int, count: int) -> None:
+    """The model as it came, through the Python API's `load` (engine=auto), with the family's own layout:
+    source `code ... </s>`, decoder `</s> code ...`; the ISO 639-1 codes a LibreTranslate client sends
+    name NLLB's languages (en, de -> eng_Latn, deu_Latn)."""
+    from seq2seq.inference.engine_loader import load
+
+    name, directory = family
+    lines = sentences("en", count, 3)
+    engine = load(
+        directory, beam=beam, precision="fp32", device="cpu", src_lang="en", tgt_lang="de", max_len_a=0,
+        max_len_b=OUTPUT_TOKENS,
+    )  # fmt: skip
+    assert engine.kind == "torch"
+    ours = [nbest[0] for nbest in engine.translate_nbest(lines)]
+    to_ours = torch.argsort(torch.tensor(engine.tokenizers.tgt.order)).tolist()
+    theirs = [[to_ours[i] for i in ids] for ids in generated(directory, name, lines, beam)]
+    assert [h.tokens for h in ours] == theirs
+    assert [h.text for h in ours] == [engine.tokenizers.decode_tgt([ids])[0] for ids in theirs]
+    # A random model repeats itself; still, not one line for all, and not only empty ones.
+    assert len({tuple(h.tokens) for h in ours}) >= 3 and max(len(h.tokens) for h in ours) > 2

@@ -90,6 +90,12 @@ class ModelLanguages:
                 ", ".join(self.tags.directions),
             )
 
+    @property
+    def counts_forced_tag(self) -> bool:
+        """Whether the tag forced first counts in a hypothesis's length: a pretrained NLLB-200/M2M-100
+        model's language code does, as transformers' `generate` (its forced_bos_token_id) counts it."""
+        return self.tags is not None and self.tags.placement == LANGUAGE_CODES
+
     def required_target(self, tgt_lang: str | None) -> str | None:
         """tgt_lang, which a multilingual model needs: its absence is an error naming the key."""
         if self.tags is not None and tgt_lang is None:
