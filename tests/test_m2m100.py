@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.artifacts.checkpoint import model_from_checkpoint
 from seq2seq.artifacts.huggingface import load_pretrained
 from seq2seq.config import UserError
+from seq2seq.inference.translator import Translator
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
 sentencepiece = pytest.importorskip("sentencepiece", reason="needs `pip install seq2seq[huggingface]`")
@@ -216,3 +218,58 @@ def test_translates_as_transformers_generate(family: tuple[str, Path], beam: int
     assert [h.text for h in ours] == [engine.tokenizers.decode_tgt([ids])[0] for ids in theirs]
     # A random model repeats itself; still, not one line for all, and not only empty ones.
     assert len({tuple(h.tokens) for h in ours}) >= 3 and max(len(h.tokens) for h in ours) > 2
+
+
+def parallel_corpus(directory: Path) -> list[str]:
+    """English-German pairs on disk (data.kind=parallel_files), the training and validation splits."""
+    directory.mkdir()
+    for split, count, seed in (("train", 64, 11), ("valid", 8, 12)):
+        (directory / f"{split}.en").write_text("\n".join(sentences("en", count, seed)) + "\n", encoding="utf-8")
+        (directory / f"{split}.de").write_text("\n".join(sentences("de", count, seed + 100)) + "\n", encoding="utf-8")
+    return [
+        "data.kind=parallel_files",
+        *(
+            f"data.{split}_{side}={directory / f'{split}.{lang}'}"
+            for split in ("train", "valid")
+            for side, lang in (("src", "en"), ("tgt", "de"))
+        ),
+        "data.src_lang=en",
+        "data.tgt_lang=de",
+        "data.cache_dir=" + str(directory / "cache"),
+    ]
+
+
+FINE_TUNE = [
+    *[o for o in TINY_TRAIN if not o.startswith("data.task")],
+    "max_steps=3", "valid_every=3", "save_every=3", "optim.lr=1e-3", "optim.warmup=2", "batch_tokens=256",
+    "data.max_tokens=40",
+]  # fmt: skip
+
+
+def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path], tmp_path: Path) -> None:
+    """init_from=<the directory> trains on, in the family's layout (the languages' codes put in); the run
+    exports back to M2M100ForConditionalGeneration with the model's own tokenizer files, which
+    transformers loads and whose `generate` writes the run's lines."""
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
+    from seq2seq.train.run import train
+
+    name, directory = family
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}"]
+    run_dir = tmp_path / "run"
+    summary = train(compose_config("train", overrides), run_dir, overrides=overrides)
+    assert summary["step"] == 3
+    saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
+    assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
+    assert list(saved["data"]["directions"]) == ["en-de"]
+    output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    assert json.loads((output / "config.json").read_text())["architectures"] == ["M2M100ForConditionalGeneration"]
+    lines = sentences("en", 16, 5)
+    for beam in (1, 5):
+        translator = Translator.load(
+            run_dir, beam=beam, precision="fp32", device="cpu", src_lang="en", tgt_lang="de", max_len_a=0,
+            max_len_b=OUTPUT_TOKENS,
+        )  # fmt: skip
+        ours = [nbest[0].tokens for nbest in translator.translate_nbest(lines)]
+        to_ours = torch.argsort(torch.tensor(translator.tokenizers.tgt.order)).tolist()
+        assert ours == [[to_ours[i] for i in ids] for ids in generated(output, name, lines, beam)]

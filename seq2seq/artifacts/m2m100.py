@@ -197,3 +197,37 @@ def huggingface_writer(
         (directory / "README.md").write_text(card, encoding="utf-8")
 
     return write
+
+
+def model_card(payload: dict[str, Any]) -> str:
+    """README.md of the export: what it was fine-tuned from and on, and how transformers translates with it."""
+    config = payload.get("config", {})
+    data = config.get("data", {})
+    directions = ", ".join(data.get("directions") or []) or "?"
+    source = config.get("init_from")
+    return "\n".join(
+        [
+            "---",
+            "library_name: transformers",
+            "tags: [translation, m2m_100, seq2seq]",
+            "---",
+            "",
+            "# Translation model fine-tuned with seq2seq",
+            "",
+            f"- fine-tuned from: {Path(source).name if source else '?'}",
+            f"- directions: {directions} (the model's language codes, or their ISO 639-1 codes)",
+            f"- updates: {payload.get('step', '?')}",
+            "",
+            "As its base model: the source language is the tokenizer's src_lang, the target forced first:",
+            "",
+            "```python",
+            "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+            'tokenizer = AutoTokenizer.from_pretrained(path, src_lang="eng_Latn")',
+            "model = AutoModelForSeq2SeqLM.from_pretrained(path)",
+            'batch = tokenizer(["a sentence"], return_tensors="pt", padding=True)',
+            'out = model.generate(**batch, forced_bos_token_id=tokenizer.convert_tokens_to_ids("deu_Latn"))',
+            "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
+            "```",
+            "",
+        ]
+    )
