@@ -262,6 +262,7 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
     assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
     assert list(saved["data"]["directions"]) == ["en-de"]
+    assert not (run_dir / "ctranslate2").exists()  # refused (not exported there yet), not written wrong
     output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
     assert json.loads((output / "config.json").read_text())["architectures"] == ["M2M100ForConditionalGeneration"]
     lines = sentences("en", 16, 5)
@@ -273,3 +274,27 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
         ours = [nbest[0].tokens for nbest in translator.translate_nbest(lines)]
         to_ours = torch.argsort(torch.tensor(translator.tokenizers.tgt.order)).tolist()
         assert ours == [[to_ours[i] for i in ids] for ids in generated(output, name, lines, beam)]
+
+
+def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> None:
+    from seq2seq.inference.engine_loader import load
+
+    name, directory = family
+    with pytest.raises(UserError, match=r"^tgt_lang=tlh: not one of the model's \d+ languages") as info:
+        load(directory, device="cpu", src_lang="en", tgt_lang="tlh")
+    assert "\n" not in str(info.value)
+    with pytest.raises(UserError, match=r"^src_lang: the model \(NLLB-200/M2M-100 layout\) starts each source"):
+        load(directory, device="cpu", tgt_lang="de").translate(["a man."])
+
+
+@pytest.mark.parametrize(
+    "override", ["data.lang_tag=source_prefix", "data.joint_vocab=false", "data.tokenizer=sentencepiece"]
+)
+def test_a_marian_only_option_is_one_line(family: tuple[str, Path], tmp_path: Path, override: str) -> None:
+    from seq2seq.train.run import train
+
+    _, directory = family
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", override]
+    with pytest.raises(UserError, match=rf"^'{override}': init_from=.* is an NLLB-200/M2M-100 model") as info:
+        train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    assert "\n" not in str(info.value) and not (tmp_path / "run").exists()

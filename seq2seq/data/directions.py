@@ -143,6 +143,12 @@ class LanguageTags:
         if self.code(tgt_lang) not in self.ids:
             trained = f" (its data.directions: {', '.join(self.directions)})" if self.directions else ""
             verb = "reads" if key == "src_lang" else "writes"
+            if self.placement == LANGUAGE_CODES:  # a pretrained model's 100-200 languages: not all listed
+                known = sorted(self.ids)
+                raise UserError(
+                    f"{key}={tgt_lang}: not one of the model's {len(known)} languages: its codes ({', '.join(known[:4])}, "
+                    f"...) or their ISO 639-1 codes ({', '.join(sorted(self.aliases)[:4]) or 'none'}, ...){trained}"
+                )
             raise UserError(f"{key}={tgt_lang}: the model {verb} {', '.join(sorted(self.ids))}{trained}")
         return self.ids[self.code(tgt_lang)]
 

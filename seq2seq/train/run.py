@@ -275,6 +275,10 @@ def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     return cfg
 
 
+# What says which tokenizer a run trains: an NLLB-200/M2M-100 model brings its own.
+OWN_TOKENIZER_KEYS = ("data.joint_vocab", "data.tokenizer", "data.vocab_size", "data.sentencepiece_type")
+
+
 def language_code_data(cfg: DictConfig, overrides: list[str]) -> None:
     """An NLLB-200 or M2M-100 model is trained in its own layout (data.lang_tag=language_codes: each
     source starts with its language's code, each target with its own after </s>), on its one vocabulary;
@@ -284,7 +288,12 @@ def language_code_data(cfg: DictConfig, overrides: list[str]) -> None:
         if key == "data.lang_tag" and value != LANGUAGE_CODES:
             raise UserError(
                 f"'{override}': init_from={cfg.init_from} is an NLLB-200/M2M-100 model, trained with its own layout "
-                f"(data.lang_tag={LANGUAGE_CODES}); drop the override"
+                f"(data.lang_tag={LANGUAGE_CODES}: its language codes, not >>xx<< tags); drop the override"
+            )
+        if key in OWN_TOKENIZER_KEYS and not (key == "data.joint_vocab" and value.lower() == "true"):
+            raise UserError(
+                f"'{override}': init_from={cfg.init_from} is an NLLB-200/M2M-100 model, whose one vocabulary and "
+                "SentencePiece model are its own (a Marian model's separate vocabularies are not); drop the override"
             )
     cfg.data.lang_tag, cfg.data.joint_vocab = LANGUAGE_CODES, True
     if not cfg.data.directions:
