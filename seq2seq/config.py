@@ -186,6 +186,14 @@ class TrainConfig:
     max_epochs: int | None = setting(None, "passes over the training data; null: no limit")
     max_minutes: float | None = setting(None, "wall-clock budget; the run saves and stops when it is spent")
     label_smoothing: float = 0.1
+    # Fine-tuning a large pretrained model (init_from=): parts kept as they came (seq2seq/train/freezing.py).
+    freeze: list[str] = field(
+        default_factory=list,
+        metadata={"help": "parts not trained: embeddings (tied: the output layer too) | encoder | decoder"},
+    )
+    trainable_top_layers: int | None = setting(
+        None, "only the top N layers of each stack (and their final norms) train; the rest and the embeddings stay"
+    )
     rdrop_alpha: float = setting(
         0.0,
         "R-Drop: each batch runs twice under independent dropout, + alpha x their symmetric KL"
@@ -612,6 +620,9 @@ def check_cuda_device(device: str, gpus: int) -> None:
         )
 
 
+FREEZABLE = ("embeddings", "encoder", "decoder")
+
+
 def validate_train(cfg: Any) -> None:
     """Checks a composed TrainConfig (DictConfig or dataclass) beyond its types."""
     validate_model(cfg.model)
@@ -627,6 +638,11 @@ def validate_train(cfg: Any) -> None:
         f"must be at least {BYTE_VOCABULARY_FLOOR} (every byte-level vocabulary holds the 256 bytes and 4 special tokens)",
     )
     _check(d.max_tokens > 0, "data.max_tokens", d.max_tokens, "must be positive")
+    for part in cfg.freeze or []:
+        _choice("freeze", part, FREEZABLE)
+    top = cfg.trainable_top_layers
+    fewest = min(cfg.model.encoder_layers, cfg.model.decoder_layers)
+    _check(top is None or 0 <= top <= fewest, "trainable_top_layers", top, f"must be null or 0 to {fewest} (layers)")
     validate_directions(d)
     _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")
     _check(d.stream_buffer_pairs > 0, "data.stream_buffer_pairs", d.stream_buffer_pairs, "must be positive")
