@@ -160,6 +160,28 @@ class LanguageTags:
             return not trained or f"{self.code(src_lang)}-{self.code(tgt_lang)}" in trained
         return f"{src_lang}-{tgt_lang}" in self.directions
 
+    def client_directions(self, source: str | None = None, target: str | None = None) -> tuple[str, ...]:
+        """The directions as a LibreTranslate client names them (what the server routes): under
+        language_codes each language by its ISO 639-1 alias where it has one (eng_Latn-deu_Latn is
+        en-de); a pretrained model with no directions of a run serves the one `source`-`target` names."""
+        if self.placement != LANGUAGE_CODES:
+            return self.directions
+        names = list(self.directions)
+        if not names:
+            if not (source and target):
+                raise UserError(
+                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came serves the direction "
+                    "they name (e.g. source_lang=en target_lang=de)"
+                )
+            self.tag_id(source, "source_lang")
+            self.tag_id(target, "target_lang")
+            names = [f"{source}-{target}"]
+        iso: dict[str, str] = {}
+        for alias, lang in sorted(self.aliases.items(), key=lambda item: len(item[0])):
+            iso.setdefault(lang, alias)
+        client = lambda lang: iso.get(self.code(lang), lang)  # noqa: E731
+        return tuple(f"{client(src)}-{client(tgt)}" for src, _, tgt in (name.partition("-") for name in names))
+
     def source_ids(self, ids: list[int], tgt_lang: str, src_lang: str | None = None) -> list[int]:
         """A source's token ids as the model reads them: with the tag first under source_prefix and both,
         with the source language's code first under language_codes (src_lang= is then needed)."""
