@@ -75,7 +75,12 @@ class ModelConfig:
     )
     scale_embedding: bool = setting(True, "multiply token embeddings by sqrt(d_model) (paper §3.4)")
     output_bias: bool = setting(False, "a fixed (untrained) bias on the logits: Marian's final_logits_bias")
-    decoder_start: str = setting("bos", "the token every target starts from: bos | pad (Marian) | eos (M2M-100, NLLB)")
+    decoder_start: str = setting(
+        "bos", "the token every target starts from: bos | pad (Marian) | eos (M2M-100, NLLB, mBART)"
+    )
+    embedding_norm: bool = setting(
+        False, "a LayerNorm on embeddings + positions, each stack (mBART's layernorm_embedding)"
+    )
     # Liu et al. 2021 ("Improving Zero-Shot Translation by Disentangling Positional Information"): one
     # middle encoder layer without it is less tied to the source's word order, which helps zero-shot.
     encoder_drop_residual_layer: int | None = setting(

@@ -34,14 +34,15 @@ def sentences(lang: str, count: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS[lang]) for _ in range(rng.randint(2, 9))) + "." for _ in range(count)]
 
 
-def train_spm(directory: Path) -> Path:
-    """sentencepiece.bpe.model, a BPE model as NLLB's and M2M-100's are, trained on both languages."""
+def train_spm(directory: Path, kind: str = "bpe") -> Path:
+    """sentencepiece.bpe.model, trained on both languages: a BPE model as NLLB's and M2M-100's are, or
+    a unigram one as mBART-50's (XLM-R's) is, whatever its name says."""
     lines = sentences("en", 200, 0) + sentences("de", 200, 1)
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
         model_prefix=str(directory / "sentencepiece.bpe"),
         vocab_size=120,
-        model_type="bpe",
+        model_type=kind,
         hard_vocab_limit=False,
         minloglevel=2,
     )
@@ -51,7 +52,7 @@ def train_spm(directory: Path) -> Path:
 def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
     """A random tiny M2M100ForConditionalGeneration with its family's tokenizer, saved as the Hub has them."""
     directory.mkdir(parents=True)
-    spm_file = train_spm(directory)
+    spm_file = train_spm(directory, "unigram" if family == "mbart50" else "bpe")
     if family == "nllb":
         from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
 
@@ -59,6 +60,13 @@ def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
             str(directory), additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
         )
         extra_rows = 2  # as NLLB-200's 256,206 rows hold 256,204 tokens
+    elif family == "mbart50":
+        from transformers.models.mbart50.tokenization_mbart50 import FAIRSEQ_LANGUAGE_CODES
+
+        tokenizer = transformers.MBart50Tokenizer.from_pretrained(
+            str(directory), additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
+        )
+        extra_rows = 0
     else:
         processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_file))
         pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
@@ -68,7 +76,13 @@ def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
         extra_rows = len(tokenizer.lang_token_to_id) + 8  # its language codes (not in len()), its made-up words
     tokenizer.save_pretrained(str(directory))
     torch.manual_seed(seed)
-    config = transformers.M2M100Config(
+    mbart = family == "mbart50"
+    classes = (
+        ("MBartConfig", "MBartForConditionalGeneration")
+        if mbart
+        else ("M2M100Config", "M2M100ForConditionalGeneration")
+    )
+    config = getattr(transformers, classes[0])(
         vocab_size=len(tokenizer) + extra_rows,
         d_model=32,
         encoder_layers=2,
@@ -78,7 +92,7 @@ def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
         encoder_ffn_dim=64,
         decoder_ffn_dim=64,
         max_position_embeddings=64,
-        activation_function="relu",
+        activation_function="gelu" if mbart else "relu",
         scale_embedding=True,
         encoder_layerdrop=0.0,
         decoder_layerdrop=0.0,
@@ -89,18 +103,23 @@ def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
         init_std=0.2,  # larger than a trained model's weights: logits that differ from token to token
         tokenizer_class=type(tokenizer).__name__,
     )
-    model = transformers.M2M100ForConditionalGeneration(config)
+    model = getattr(transformers, classes[1])(config)
     with torch.no_grad():  # lines that end: the decoder's last LayerNorm leans towards </s>'s embedding
         eos = model.model.shared.weight[2]
         model.model.decoder.layer_norm.bias.copy_(2.5 * eos / eos.norm())
+        if mbart:  # zeros and ones in a new model: make them count
+            model.final_logits_bias.normal_(std=0.5)
+            for stack in (model.model.encoder, model.model.decoder):
+                stack.layernorm_embedding.weight.normal_(1.0, 0.2)
+                stack.layernorm_embedding.bias.normal_(0.0, 0.2)
     model.save_pretrained(str(directory))
     return directory
 
 
-CODES = {"nllb": ("eng_Latn", "deu_Latn"), "m2m100": ("en", "de")}
+CODES = {"nllb": ("eng_Latn", "deu_Latn"), "m2m100": ("en", "de"), "mbart50": ("en_XX", "de_DE")}
 
 
-@pytest.fixture(scope="module", params=["nllb", "m2m100"])
+@pytest.fixture(scope="module", params=["nllb", "m2m100", "mbart50"])
 def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return request.param, hf_directory(tmp_path_factory.mktemp(request.param) / "model", request.param)
 
@@ -142,7 +161,7 @@ def test_imported_model_computes_transformers_logits(family: tuple[str, Path]) -
 
 
 def code_token(family: str, code: str) -> str:
-    return code if family == "nllb" else f"__{code}__"
+    return f"__{code}__" if family == "m2m100" else code
 
 
 def test_an_unknown_architecture_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
@@ -263,6 +282,11 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
     assert list(saved["data"]["directions"]) == ["en-de"]
     assert not (run_dir / "ctranslate2").exists()  # refused (not exported there yet), not written wrong
+    if name == "mbart50":  # not written yet: one line, nothing left behind
+        with pytest.raises(UserError, match="an mBART-50 model is not exported to Hugging Face yet"):
+            export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+        assert not (tmp_path / "hf").exists()
+        return
     output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
     assert json.loads((output / "config.json").read_text())["architectures"] == ["M2M100ForConditionalGeneration"]
     lines = sentences("en", 16, 5)

@@ -144,6 +144,8 @@ def huggingface_writer(
 ) -> Callable[[Path], None]:
     """Checks and converts everything up front; the returned function writes the directory."""
     transformers = transformers_module()
+    if cfg.embedding_norm or cfg.positions != "sinusoidal":
+        raise UserError(f"{path}: an mBART-50 model is not exported to Hugging Face yet; export format=safetensors")
     source = tokenizers.src.huggingface_files
     if source is None:
         raise UserError(

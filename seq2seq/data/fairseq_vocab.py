@@ -1,5 +1,5 @@
-"""The tokenizer of fairseq's multilingual models as Hugging Face ships them: NLLB-200 (`NllbTokenizer`)
-and M2M-100 (`M2M100Tokenizer`). One SentencePiece model (`sentencepiece.bpe.model`) cuts text into
+"""The tokenizer of fairseq's multilingual models as Hugging Face ships them: NLLB-200 (`NllbTokenizer`),
+M2M-100 (`M2M100Tokenizer`) and mBART-50 (`MBart50Tokenizer`). One SentencePiece model (`sentencepiece.bpe.model`) cuts text into
 pieces for both sides; the ids are the model's own, read once from its Hugging Face tokenizer: fairseq's
 dictionary (<s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces), then the language codes (`eng_Latn`,
 `__en__`) and the other extra tokens, up to the model's vocabulary size.
@@ -38,7 +38,13 @@ TOKENIZER_FILES = (
 )
 TOKENIZER_DIR = "huggingface_tokenizer"
 # Hugging Face tokenizer class -> the family's name in fairseq_vocab.json.
-FAMILIES = {"NllbTokenizer": "nllb", "NllbTokenizerFast": "nllb", "M2M100Tokenizer": "m2m100"}
+FAMILIES = {
+    "NllbTokenizer": "nllb",
+    "NllbTokenizerFast": "nllb",
+    "M2M100Tokenizer": "m2m100",
+    "MBart50Tokenizer": "mbart50",
+    "MBart50TokenizerFast": "mbart50",
+}
 
 
 def has_fairseq_files(directory: Path) -> bool:
@@ -62,8 +68,8 @@ def read_huggingface_vocab(directory: Path, vocab_size: int) -> dict[str, Any]:
     family = FAMILIES.get(type(hf).__name__)
     if family is None:
         raise UserError(
-            f"{directory}: tokenizer {type(hf).__name__}; an M2M100ForConditionalGeneration model needs NllbTokenizer "
-            "or M2M100Tokenizer (NLLB-200, M2M-100)"
+            f"{directory}: tokenizer {type(hf).__name__}; this tool reads NllbTokenizer, M2M100Tokenizer and "
+            "MBart50Tokenizer (NLLB-200, M2M-100, mBART-50)"
         )
     vocab = hf.get_vocab()
     if family == "m2m100":  # its language tokens are not in get_vocab() (transformers 5)
@@ -101,6 +107,8 @@ def iso_639_1_aliases(languages: dict[str, str]) -> dict[str, str]:
     aliases: dict[str, str] = {}
     for lang in sorted(languages):
         base = lang.partition("_")[0]
+        if len(base) == 2 and base != lang and base not in languages:  # mBART-50's en_XX answers to en
+            aliases.setdefault(base, lang)
         if len(base) != 3:
             continue
         found = pycountry.languages.get(alpha_3=base)

@@ -19,7 +19,8 @@ def frozen_names(model: torch.nn.Module, parts: Sequence[str], top_layers: int |
 
     def frozen(name: str) -> bool:
         stack, _, rest = name.partition(".")
-        if name.endswith("_embed.weight") or name.startswith(("src_positions", "tgt_positions", "output.")):
+        embedding = ("src_positions", "tgt_positions", "src_embed_norm", "tgt_embed_norm", "output.")
+        if name.endswith("_embed.weight") or name.startswith(embedding):
             return "embeddings" in parts or top_layers is not None
         if stack in ("encoder_layers", "encoder_norm"):
             if "encoder" in parts:

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
-from seq2seq.artifacts.huggingface import is_m2m100, pretrained_model_config
+from seq2seq.artifacts.huggingface import has_language_codes, pretrained_model_config
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
@@ -268,7 +268,7 @@ def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     it (a command-line override of an architecture key is an error), and the vocabulary is its."""
     directory = local_directory(cfg.init_from)
     cfg.model = pretrained_model_config(directory, overrides, cfg.model)
-    if is_m2m100(directory):
+    if has_language_codes(directory):
         language_code_data(cfg, overrides)
     else:
         cfg.data.joint_vocab = not (directory / "target_vocab.json").is_file()
