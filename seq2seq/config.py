@@ -70,11 +70,18 @@ class ModelConfig:
     share_embeddings: bool = setting(False, "one embedding for source and target; needs data.joint_vocab")
     # Settings a pretrained Marian (OPUS-MT) model brings (seq2seq.artifacts.marian); the defaults are the paper's.
     sinusoid_layout: str = setting(
-        "interleaved", "interleaved: sin/cos alternate (paper) | split: sines, then cosines (Marian)"
+        "interleaved",
+        "interleaved: sin/cos alternate (paper) | split: sines, then cosines (Marian) | fairseq: split, with"
+        " tensor2tensor's frequencies and positions from 2 (M2M-100, NLLB-200)",
     )
     scale_embedding: bool = setting(True, "multiply token embeddings by sqrt(d_model) (paper §3.4)")
     output_bias: bool = setting(False, "a fixed (untrained) bias on the logits: Marian's final_logits_bias")
-    decoder_start: str = setting("bos", "the token every target starts from: bos | pad (Marian)")
+    decoder_start: str = setting(
+        "bos", "the token every target starts from: bos | pad (Marian) | eos (M2M-100, NLLB, mBART)"
+    )
+    embedding_norm: bool = setting(
+        False, "a LayerNorm on embeddings + positions, each stack (mBART's layernorm_embedding)"
+    )
     # Liu et al. 2021 ("Improving Zero-Shot Translation by Disentangling Positional Information"): one
     # middle encoder layer without it is less tied to the source's word order, which helps zero-shot.
     encoder_drop_residual_layer: int | None = setting(
@@ -142,7 +149,8 @@ class DataConfig:
     lang_tag: str = setting(
         "source_prefix",
         "directions: source_prefix (>>de<< first source token, OPUS-MT) | decoder_start (mBART/NLLB) | both"
-        " (Wu et al. 2021's T-ENC + T-DEC: for zero-shot)",
+        " (Wu et al. 2021's T-ENC + T-DEC: for zero-shot) | language_codes (a pretrained NLLB-200/M2M-100 model's"
+        " own: its source language's code first in the source, its target's after the decoder's start)",
     )
     sampling_temperature: float = setting(
         5.0, "directions: direction d drawn with p ~ pairs_d^(1/T), >= 1; 1: as the data is, inf: uniform"
@@ -238,6 +246,14 @@ class TrainConfig:
     max_epochs: int | None = setting(None, "passes over the training data; null: no limit")
     max_minutes: float | None = setting(None, "wall-clock budget; the run saves and stops when it is spent")
     label_smoothing: float = 0.1
+    # Fine-tuning a large pretrained model (init_from=): parts kept as they came (seq2seq/train/freezing.py).
+    freeze: list[str] = field(
+        default_factory=list,
+        metadata={"help": "parts not trained: embeddings (tied: the output layer too) | encoder | decoder"},
+    )
+    trainable_top_layers: int | None = setting(
+        None, "only the top N layers of each stack (and their final norms) train; the rest and the embeddings stay"
+    )
     rdrop_alpha: float = setting(
         0.0,
         "R-Drop: each batch runs twice under independent dropout, + alpha x their symmetric KL"
@@ -650,8 +666,8 @@ def validate_model(m: ModelConfig, prefix: str = "model") -> None:
         _check(0.0 <= getattr(m, name) < 1.0, f"{prefix}.{name}", getattr(m, name), "must be in [0, 1)")
     _choice(f"{prefix}.activation", m.activation, ("relu", "gelu", "silu"))
     _choice(f"{prefix}.positions", m.positions, ("sinusoidal", "learned"))
-    _choice(f"{prefix}.sinusoid_layout", m.sinusoid_layout, ("interleaved", "split"))
-    _choice(f"{prefix}.decoder_start", m.decoder_start, ("bos", "pad"))
+    _choice(f"{prefix}.sinusoid_layout", m.sinusoid_layout, ("interleaved", "split", "fairseq"))
+    _choice(f"{prefix}.decoder_start", m.decoder_start, ("bos", "pad", "eos"))
     layer = m.encoder_drop_residual_layer
     _check(
         layer is None or 0 <= layer < m.encoder_layers,
@@ -711,6 +727,9 @@ def check_cuda_device(device: str, gpus: int) -> None:
         )
 
 
+FREEZABLE = ("embeddings", "encoder", "decoder")
+
+
 def validate_train(cfg: Any) -> None:
     """Checks a composed TrainConfig (DictConfig or dataclass) beyond its types."""
     validate_model(cfg.model)
@@ -726,6 +745,11 @@ def validate_train(cfg: Any) -> None:
         f"must be at least {BYTE_VOCABULARY_FLOOR} (every byte-level vocabulary holds the 256 bytes and 4 special tokens)",
     )
     _check(d.max_tokens > 0, "data.max_tokens", d.max_tokens, "must be positive")
+    for part in cfg.freeze or []:
+        _choice("freeze", part, FREEZABLE)
+    top = cfg.trainable_top_layers
+    fewest = min(cfg.model.encoder_layers, cfg.model.decoder_layers)
+    _check(top is None or 0 <= top <= fewest, "trainable_top_layers", top, f"must be null or 0 to {fewest} (layers)")
     validate_directions(d)
     _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")
     _check(d.stream_buffer_pairs > 0, "data.stream_buffer_pairs", d.stream_buffer_pairs, "must be positive")
@@ -841,7 +865,7 @@ def validate_train(cfg: Any) -> None:
 # An ISO 639-1 or 639-3 code, optionally with a script or region (zh_Hant, pt_BR): no "-", which
 # separates a direction's two codes, and nothing a file name or a >>tag<< cannot hold.
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
-LANG_TAG_PLACES = ("source_prefix", "decoder_start", "both")
+LANG_TAG_PLACES = ("source_prefix", "decoder_start", "both", "language_codes")
 
 
 def parse_direction(text: Any, key: str = "data.directions") -> tuple[str, str]:

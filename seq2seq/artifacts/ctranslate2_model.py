@@ -63,6 +63,11 @@ def ctranslate2_writer(
     }
     if model_cfg.activation not in activations:
         raise UserError(f"{path}: model.activation={model_cfg.activation}: CTranslate2 has no such activation")
+    if model_cfg.decoder_start == "eos":  # its search would rank lines as neither seq2seq nor generate does
+        raise UserError(
+            f"{path}: an NLLB-200/M2M-100 model (model.decoder_start=eos) is not exported to CTranslate2 yet; "
+            "export format=huggingface and convert that with ct2-transformers-converter"
+        )
     if model_cfg.encoder_drop_residual_layer is not None:  # its encoder layer always adds the residual
         raise UserError(
             f"{path}: model.encoder_drop_residual_layer={model_cfg.encoder_drop_residual_layer}: CTranslate2's "

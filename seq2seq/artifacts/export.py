@@ -26,6 +26,7 @@ from seq2seq.artifacts.replacing import output_lock
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer
 from seq2seq.config import ModelConfig, UserError, validate_export
+from seq2seq.data.fairseq_vocab import FairseqTokenizers
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
 
@@ -44,7 +45,11 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     tokenizers = load_tokenizers(path, cfg.run, payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
-    if cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
+    if cfg.format == "huggingface" and isinstance(tokenizers, FairseqTokenizers):  # NLLB-200, M2M-100
+        from seq2seq.artifacts import m2m100
+
+        write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, m2m100.model_card(payload))
+    elif cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
         from seq2seq.artifacts.marian import huggingface_writer, model_card
 
         card = model_card(payload, cfg.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))

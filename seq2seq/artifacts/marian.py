@@ -132,7 +132,11 @@ def pretrained_model_config(directory: Path, overrides: list[str], user: ModelCo
             "needs SentencePiece; train with data.tokenizer=sentencepiece, or give init_from=<its run's checkpoint>"
         )
     hf = transformers_module().AutoConfig.from_pretrained(str(directory))
-    cfg = model_config(hf, str(directory))
+    return with_training_overrides(model_config(hf, str(directory)), directory, overrides, user)
+
+
+def with_training_overrides(cfg: ModelConfig, directory: Path, overrides: list[str], user: ModelConfig) -> ModelConfig:
+    """A pretrained model's config with the run's dropout overrides; any other model.* override is an error."""
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
         if key == "model":

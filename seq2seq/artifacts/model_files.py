@@ -38,7 +38,7 @@ def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
     if kind is PathKind.ARGOS:
         raise argos_package_error(path)
     if kind is PathKind.HUGGINGFACE:
-        from seq2seq.artifacts.marian import load_pretrained  # here: it imports transformers' side
+        from seq2seq.artifacts.huggingface import load_pretrained  # here: it imports transformers' side
 
         return path / HUGGINGFACE_CONFIG, load_pretrained(str(path))[0]
     if kind is PathKind.WEIGHTS:

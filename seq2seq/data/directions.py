@@ -24,7 +24,10 @@ from typing import Any
 from seq2seq.config import DataConfig, UserError, as_dict, data_config, parse_direction
 
 SOURCE_PREFIX, DECODER_START, BOTH = "source_prefix", "decoder_start", "both"
-SOURCE_TAGGED, TARGET_TAGGED = (SOURCE_PREFIX, BOTH), (DECODER_START, BOTH)
+# A pretrained NLLB-200 / M2M-100 model's layout: the source starts with its own language's code, the
+# target (after the decoder's start, </s>) with the target language's; the codes are the model's tokens.
+LANGUAGE_CODES = "language_codes"
+SOURCE_TAGGED, TARGET_TAGGED = (SOURCE_PREFIX, BOTH), (DECODER_START, BOTH, LANGUAGE_CODES)
 PLACEHOLDERS = ("{src}", "{tgt}")
 # The keys a direction's files or fields are named by: {src} and {tgt} in them become its codes.
 PATH_KEYS = {
@@ -124,25 +127,71 @@ class LanguageTags:
     placement: str
     directions: tuple[str, ...]
     ids: dict[str, int]
+    # language_codes: other names of the model's languages (the ISO 639-1 code a LibreTranslate client
+    # sends, de -> deu_Latn), resolved before `ids` is read; see seq2seq.data.fairseq_vocab.
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def tag(self, tgt_lang: str) -> str:
         self.tag_id(tgt_lang)
         return language_tag(tgt_lang)
 
-    def tag_id(self, tgt_lang: str) -> int:
-        if tgt_lang not in self.ids:
-            raise UserError(
-                f"tgt_lang={tgt_lang}: the model writes {', '.join(sorted(self.ids))} (its data.directions: "
-                f"{', '.join(self.directions)})"
-            )
-        return self.ids[tgt_lang]
+    def code(self, lang: str) -> str:
+        """The model's own name of `lang` (itself, or what its alias names)."""
+        return lang if lang in self.ids else self.aliases.get(lang, lang)
+
+    def tag_id(self, tgt_lang: str, key: str = "tgt_lang") -> int:
+        if self.code(tgt_lang) not in self.ids:
+            trained = f" (its data.directions: {', '.join(self.directions)})" if self.directions else ""
+            verb = "reads" if key == "src_lang" else "writes"
+            if self.placement == LANGUAGE_CODES:  # a pretrained model's 100-200 languages: not all listed
+                known = sorted(self.ids)
+                raise UserError(
+                    f"{key}={tgt_lang}: not one of the model's {len(known)} languages: its codes ({', '.join(known[:4])}, "
+                    f"...) or their ISO 639-1 codes ({', '.join(sorted(self.aliases)[:4]) or 'none'}, ...){trained}"
+                )
+            raise UserError(f"{key}={tgt_lang}: the model {verb} {', '.join(sorted(self.ids))}{trained}")
+        return self.ids[self.code(tgt_lang)]
 
     def is_trained(self, src_lang: str, tgt_lang: str) -> bool:
-        """False: the pair would be translated zero-shot (warn once)."""
+        """False: the pair would be translated zero-shot (warn once). A pretrained model's own layout
+        with no directions of a run (loaded as it came) translates every pair of its languages."""
+        if self.placement == LANGUAGE_CODES:
+            trained = {"-".join(self.code(lang) for lang in d.split("-")) for d in self.directions}
+            return not trained or f"{self.code(src_lang)}-{self.code(tgt_lang)}" in trained
         return f"{src_lang}-{tgt_lang}" in self.directions
 
-    def source_ids(self, ids: list[int], tgt_lang: str) -> list[int]:
-        """A source's token ids as the model reads them: with the tag first under source_prefix and both."""
+    def client_directions(self, source: str | None = None, target: str | None = None) -> tuple[str, ...]:
+        """The directions as a LibreTranslate client names them (what the server routes): under
+        language_codes each language by its ISO 639-1 alias where it has one (eng_Latn-deu_Latn is
+        en-de); a pretrained model with no directions of a run serves the one `source`-`target` names."""
+        if self.placement != LANGUAGE_CODES:
+            return self.directions
+        names = list(self.directions)
+        if not names:
+            if not (source and target):
+                raise UserError(
+                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came serves the direction "
+                    "they name (e.g. source_lang=en target_lang=de)"
+                )
+            self.tag_id(source, "source_lang")
+            self.tag_id(target, "target_lang")
+            names = [f"{source}-{target}"]
+        iso: dict[str, str] = {}
+        for alias, lang in sorted(self.aliases.items(), key=lambda item: len(item[0])):
+            iso.setdefault(lang, alias)
+        client = lambda lang: iso.get(self.code(lang), lang)  # noqa: E731
+        return tuple(f"{client(src)}-{client(tgt)}" for src, _, tgt in (name.partition("-") for name in names))
+
+    def source_ids(self, ids: list[int], tgt_lang: str, src_lang: str | None = None) -> list[int]:
+        """A source's token ids as the model reads them: with the tag first under source_prefix and both,
+        with the source language's code first under language_codes (src_lang= is then needed)."""
+        if self.placement == LANGUAGE_CODES:
+            if src_lang is None:
+                raise UserError(
+                    "src_lang: the model (NLLB-200/M2M-100 layout) starts each source with its language's code; "
+                    f"name the source language, e.g. src_lang={sorted(self.ids)[0]}"
+                )
+            return [self.tag_id(src_lang, "src_lang"), *ids]
         return [self.tag_id(tgt_lang), *ids] if self.placement in SOURCE_TAGGED else list(ids)
 
     def target_prefix(self, tgt_lang: str) -> list[int]:
@@ -160,6 +209,8 @@ def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
     into: a tokenizer without one is not this run's (or predates data.directions)."""
     if isinstance(cfg, dict):
         cfg = data_config(cfg)
+    if cfg.lang_tag == LANGUAGE_CODES:
+        return _language_codes(cfg, tokenizers)
     if not is_multilingual(cfg):
         return None
     places = ((tokenizers.tgt, TARGET_TAGGED), (tokenizers.src, SOURCE_TAGGED))
@@ -178,6 +229,23 @@ def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
             )
         ids[lang] = found.pop()
     return LanguageTags(cfg.lang_tag, tuple(d.name for d in configured_directions(cfg)), ids)
+
+
+def _language_codes(cfg: Any, tokenizers: Any) -> LanguageTags:
+    """A pretrained model's own language codes (every language it has, by its tokenizer), the
+    directions a run trained (none for the model as it came), and the aliases of its languages."""
+    side = tokenizers.tgt
+    if not hasattr(side, "languages"):
+        raise UserError(
+            "data.lang_tag=language_codes: the layout of a pretrained NLLB-200/M2M-100 model; it needs that model's "
+            "tokenizer (init_from=<its directory>)"
+        )
+    ids = {lang: side.token_to_id(token) for lang, token in side.languages.items()}
+    tags = LanguageTags(LANGUAGE_CODES, tuple(d.name for d in configured_directions(cfg)), ids, side.aliases())
+    for direction in configured_directions(cfg):
+        tags.tag_id(direction.src, "data.directions")
+        tags.tag_id(direction.tgt, "data.directions")
+    return tags
 
 
 def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> None:

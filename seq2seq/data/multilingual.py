@@ -17,7 +17,6 @@ from seq2seq.config import UserError
 from seq2seq.data.corpora import CORPUS, DIRECTION, training_streams
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs
 from seq2seq.data.directions import (
-    SOURCE_TAGGED,
     TARGET_TAGGED,
     configured_directions,
     direction_config,
@@ -115,15 +114,16 @@ def tokenizer_texts(cfg: Any, raw: Any, batch_rows: int) -> tuple[Iterator[str],
     return texts("src"), texts("tgt")
 
 
-def direction_tag_ids(cfg: Any, tokenizers: Any) -> list[int]:
-    """The tag id of each direction (by index): its target language's."""
+def direction_tag_ids(cfg: Any, tokenizers: Any) -> list[tuple[list[int], list[int]]]:
+    """Each direction's (by index) ids put before its sources and its targets, where data.lang_tag puts
+    them: its target language's tag (or, under language_codes, each side's own language code)."""
     tags = language_tags(cfg, tokenizers)
-    return [tags.tag_id(d.tgt) for d in configured_directions(cfg)]
+    return [(tags.source_ids([], d.tgt, d.src), tags.target_prefix(d.tgt)) for d in configured_directions(cfg)]
 
 
-def tag_ids(src: list[int], tgt: list[int], tag: int, placement: str) -> tuple[list[int], list[int]]:
-    """A pair's ids with its direction's tag where data.lang_tag puts it."""
-    return ([tag, *src] if placement in SOURCE_TAGGED else src), ([tag, *tgt] if placement in TARGET_TAGGED else tgt)
+def tag_ids(src: list[int], tgt: list[int], tags: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
+    """A pair's ids with its direction's tags (`direction_tag_ids`)."""
+    return [*tags[0], *src], [*tags[1], *tgt]
 
 
 def tag_directions(
@@ -131,7 +131,7 @@ def tag_directions(
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Held-out pairs' ids, tagged (lists, in place of the untagged ones)."""
     ids = direction_tag_ids(cfg, tokenizers)
-    tagged = [tag_ids(s, t, ids[d], cfg.lang_tag) for s, t, d in zip(sources, targets, directions, strict=True)]
+    tagged = [tag_ids(s, t, ids[d]) for s, t, d in zip(sources, targets, directions, strict=True)]
     return [s for s, _ in tagged], [t for _, t in tagged]
 
 

@@ -61,7 +61,7 @@ from seq2seq.data.multilingual import (
 )
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
-from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.data.tokenizer import Tokenizers, load_pretrained_tokenizers, pretrained_tokenizer_files
 from seq2seq.measurement_cache import CACHE_SETTING, cache_root
 from seq2seq.stop_signals import stop_signals_raise
 
@@ -196,7 +196,7 @@ def cache_key(cfg: DataConfig, pretrained: Path | None = None, files: list[dict[
     key = {"version": CACHE_VERSION, "data": settings, "files": files}
     if pretrained is not None:
         key["tokenizers"] = [
-            hashlib.sha256(path.read_bytes()).hexdigest() for path in SentencePieceTokenizers.files(pretrained)
+            hashlib.sha256(path.read_bytes()).hexdigest() for path in pretrained_tokenizer_files(pretrained)
         ]
     blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -331,7 +331,6 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
     # (a fifth of the whole preparation of 50k pairs, profiled).
     max_tokens, max_ratio = int(cfg.max_tokens), float(cfg.max_length_ratio)
     tags = direction_tag_ids(cfg, tokenizers) if is_multilingual(cfg) else None
-    placement = str(cfg.lang_tag)
     indices = [column for column in (DIRECTION, CORPUS) if column in raw.column_names]  # carried through
     tagged = set(tagged_corpora(cfg))
     bt_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if tagged else None
@@ -349,7 +348,7 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
             if tagged and batch[CORPUS][row] in tagged:  # after the language tag, which leads as at translation
                 src = [bt_id, *src]
             if tags is not None:
-                src, tgt = tag_ids(src, tgt, tags[batch[DIRECTION][row]], placement)
+                src, tgt = tag_ids(src, tgt, tags[batch[DIRECTION][row]])
             for column in indices:
                 kept[column].append(batch[column][row])
             kept["src_ids"].append(src)
@@ -403,7 +402,7 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
             else (_texts(raw, "src_text"), _texts(raw, "tgt_text"))
         )
         if pretrained is not None:
-            tokenizers = SentencePieceTokenizers.load(pretrained)
+            tokenizers = load_pretrained_tokenizers(pretrained)
         else:  # SentencePiece's files are written where the cache publishes them (save() then copies nothing)
             tokenizers = train_tokenizers(cfg, *texts, staging)
         if cfg.streaming:

@@ -16,6 +16,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from seq2seq.config import UserError
+from seq2seq.data.fairseq_vocab import SPM_FILE, TOKENIZER_FILES, FairseqTokenizers, has_fairseq_files
 from seq2seq.data.sentencepiece import SentencePieceTokenizers, has_sentencepiece_files
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -24,8 +25,15 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(4)
 
 
 def decoder_start_id(decoder_start: str) -> int:
-    """The id every target starts from (model.decoder_start): BOS, or pad as in Marian models."""
-    return PAD_ID if decoder_start == "pad" else BOS_ID
+    """The id every target starts from (model.decoder_start): BOS, pad as in Marian models, or EOS as
+    in M2M-100 and NLLB-200 (fairseq's models)."""
+    return {"pad": PAD_ID, "eos": EOS_ID}.get(decoder_start, BOS_ID)
+
+
+def banned_outputs(start_id: int) -> list[int]:
+    """The ids a search never outputs: pad and the start token, or pad and BOS where the start is EOS
+    (which ends a line)."""
+    return [PAD_ID, BOS_ID if start_id == EOS_ID else start_id]
 
 
 JOINT_FILE = "tokenizer.json"
@@ -108,8 +116,13 @@ class Tokenizers:
             self.tgt.save(str(directory / TGT_FILE))
 
     @classmethod
-    def load(cls, directory: Path) -> Tokenizers | SentencePieceTokenizers:
-        """The tokenizer(s) saved in `directory`: ours, or a Marian model's SentencePiece files."""
+    def load(cls, directory: Path) -> Tokenizers | SentencePieceTokenizers | FairseqTokenizers:
+        """The tokenizer(s) saved in `directory`: ours, a Marian model's SentencePiece files, or an
+        NLLB-200/M2M-100 model's (seq2seq.data.fairseq_vocab)."""
+        if has_fairseq_files(directory):
+            return FairseqTokenizers.load(directory)
+        if (directory / SPM_FILE).is_file() and (directory / "config.json").is_file():  # as Hugging Face ships it
+            return FairseqTokenizers.of_huggingface(directory)
         if has_sentencepiece_files(directory) and not (directory / JOINT_FILE).is_file():
             return SentencePieceTokenizers.load(directory)
         if (directory / JOINT_FILE).is_file():
@@ -122,6 +135,8 @@ class Tokenizers:
 
     @staticmethod
     def files(directory: Path) -> list[Path]:
+        if has_fairseq_files(directory):
+            return FairseqTokenizers.files(directory)
         if has_sentencepiece_files(directory) and not (directory / JOINT_FILE).is_file():
             return SentencePieceTokenizers.files(directory)
         names = [JOINT_FILE] if (directory / JOINT_FILE).is_file() else [SRC_FILE, TGT_FILE]
@@ -147,6 +162,30 @@ class Tokenizers:
 
     def tgt_tokens(self, ids: list[int]) -> list[str]:
         return [_readable(self.tgt.id_to_token(i) or "?") for i in ids]
+
+
+def load_pretrained_tokenizers(directory: Path) -> SentencePieceTokenizers | FairseqTokenizers:
+    """The tokenizer of the pretrained model (or of the run resumed) in `directory`: a run's saved files,
+    a Marian model's, or an NLLB-200/M2M-100 model's as Hugging Face ships it."""
+    if has_fairseq_files(directory):
+        return FairseqTokenizers.load(directory)
+    if has_sentencepiece_files(directory):
+        return SentencePieceTokenizers.load(directory)
+    return FairseqTokenizers.of_huggingface(directory)
+
+
+def pretrained_tokenizer_files(directory: Path) -> list[Path]:
+    """The files `load_pretrained_tokenizers` reads (what a data cache's key is made of)."""
+    if has_fairseq_files(directory):
+        return FairseqTokenizers.files(directory)
+    if has_sentencepiece_files(directory):
+        return SentencePieceTokenizers.files(directory)
+    return [directory / name for name in (*TOKENIZER_FILES, "config.json") if (directory / name).is_file()]
+
+
+def is_pretrained_tokenizer_directory(directory: Path) -> bool:
+    """Whether `directory` holds a pretrained model's tokenizer (a resumed run's, say) rather than one trained here."""
+    return has_fairseq_files(directory) or has_sentencepiece_files(directory) or (directory / SPM_FILE).is_file()
 
 
 def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:

@@ -86,9 +86,15 @@ def sentence_attention(translator: Translator, source: str, out_ids: list[int]) 
     # to the model's positions), so the plot shows the source the model actually read.
     source = translator.languages.split_tag(source)[1]
     keep = translator.max_positions - 1
-    tag = [tokenizers.src.id_to_token(i) for i in translator.languages.source_tag(translator.settings.tgt_lang)]
+    tag = [
+        tokenizers.src.id_to_token(i)
+        for i in translator.languages.source_tag(translator.settings.tgt_lang, translator.settings.src_lang)
+    ]
     src_ids = [
-        *[*translator.languages.source_tag(translator.settings.tgt_lang), *tokenizers.encode_src([source])[0]][:keep],
+        *[
+            *translator.languages.source_tag(translator.settings.tgt_lang, translator.settings.src_lang),
+            *tokenizers.encode_src([source])[0],
+        ][:keep],
         EOS_ID,
     ]
     pieces = tokenizers.tgt_tokens(out_ids)

@@ -219,17 +219,21 @@ def fit_source(tokens: list[T], max_positions: int, line_number: int, log: loggi
 
 
 def encode_sources(
-    engine: TranslatorAPI, lines: Sequence[str], tgt_lang: str | None, line_numbers: Sequence[int] | None = None
+    engine: TranslatorAPI,
+    lines: Sequence[str],
+    tgt_lang: str | None,
+    line_numbers: Sequence[int] | None = None,
+    src_lang: str | None = None,
 ) -> list[list[int]]:
     """Each line's source ids as both engines decode it into `tgt_lang`, </s> left out: a tag of the
     model's that the line starts with removed (ModelLanguages.untagged), tgt_lang's tag put before it
-    under data.lang_tag=source_prefix, cut to the model's positions with a warning that names the line
+    under data.lang_tag=source_prefix (src_lang's code under language_codes), cut to the model's positions with a warning that names the line
     (by `line_numbers`, one per line; 1, 2, ... without them). Reads the engine's tokenizer, languages
     and positions, nothing it decodes with: any thread may call it."""
     languages = engine.languages
     numbers = line_numbers if line_numbers is not None else range(1, len(lines) + 1)
     texts = [languages.untagged(line, tgt_lang, number) for line, number in zip(lines, numbers, strict=True)]
-    tag = languages.source_tag(tgt_lang)
+    tag = languages.source_tag(tgt_lang, src_lang)
     return [
         fit_source([*tag, *ids], engine.max_positions, number, log)
         for number, ids in zip(numbers, engine.tokenizers.encode_src(texts), strict=True)
@@ -249,7 +253,8 @@ def sources_to_decode(
     if sources is not None:
         return [sources[i] for i in todo]
     numbers = [first_line_number + i for i in todo]
-    return encode_sources(engine, [lines[i] for i in todo], engine.settings.tgt_lang, numbers)
+    settings = engine.settings
+    return encode_sources(engine, [lines[i] for i in todo], settings.tgt_lang, numbers, settings.src_lang)
 
 
 def check_prefix_fits(prefix_tokens: int, max_positions: int, line_number: int) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seq2seq.data.tokenizer import banned_outputs
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.speedups import best_continuations, rows_to_keep
 from seq2seq.model.kv_cache import DecoderState
@@ -42,20 +43,33 @@ class Hypothesis:
 
     @classmethod
     def scored(
-        cls, tokens: list[int], log_prob: float, length_penalty: float, cut: bool = False, given: int = 0
+        cls,
+        tokens: list[int],
+        log_prob: float,
+        length_penalty: float,
+        cut: bool = False,
+        given: int = 0,
+        count_given: bool = False,
     ) -> Hypothesis:
         """`cut`: the line reached its output budget and ends without EOS (see `_only_eos`); `given`:
-        how many of the first tokens were given, not predicted (a decoder_start tag)."""
-        length = len(tokens) - given + (0 if cut else 1)
+        how many of the first tokens were given, not predicted (a decoder_start tag); `count_given`:
+        the length counts them all the same, and a cut line's closing </s>, as transformers' `generate`
+        counts a forced language code and the </s> its forced_eos_token_id puts at the budget (a
+        pretrained NLLB-200/M2M-100 model's layout, data.lang_tag=language_codes)."""
+        if count_given:
+            length = len(tokens) + 1
+        else:
+            length = len(tokens) - given + (0 if cut else 1)
         return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty and length else log_prob)
 
 
 def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
-    """One decoding step; padding and BOS are never valid outputs: banned, and the rest renormalised.
-    Without renormalising, a prefix after which the model gave them more probability scored lower
-    than under CTranslate2's suppress_sequences, and a young model's beams ranked otherwise there."""
+    """One decoding step; padding and the start token (BOS, where the start is EOS) are never valid
+    outputs: banned, and the rest renormalised. Without renormalising, a prefix after which the model gave
+    them more probability scored lower than under CTranslate2's suppress_sequences, and a young model's
+    beams ranked otherwise there."""
     log_probs = model.decode_step(tokens, state)
-    log_probs[:, [model.pad_id, bos]] = NEG_INF
+    log_probs[:, banned_outputs(bos)] = NEG_INF
     return log_probs - log_probs.logsumexp(dim=-1, keepdim=True)
 
 
@@ -102,12 +116,14 @@ def greedy_search(
     sampling: SamplingRule | None = None,
     generator: torch.Generator | None = None,
     given: int = 0,
+    count_given: bool = False,
 ) -> list[Hypothesis]:
     """src: (B, S) ids -> the most likely next token at every step, for each sentence; with a
     `sampling` rule, a token drawn from the model's (filtered) distribution instead (`generator`
     seeds it). The tokens do not depend on `length_penalty`: it only sets the hypotheses' `score`,
     which is the model's own log-probability either way (not the tempered one). `forced`: a target
-    prefix per sentence (see `force_prefix`; `given`: its first steps that cost nothing). Sentences
+    prefix per sentence (see `force_prefix`; `given`: its first steps that cost nothing; `count_given`:
+    see `Hypothesis.scored`). Sentences
     leave the batch as they finish, in steps of
     `row_multiple` (see `rows_to_keep`)."""
     batch = src.size(0)
@@ -134,7 +150,9 @@ def greedy_search(
                 continue
             if token == eos:
                 cut = limits[index] <= step + 1
-                results[index] = Hypothesis.scored(outputs[index], float(log_prob[row]), length_penalty, cut, given)
+                results[index] = Hypothesis.scored(
+                    outputs[index], float(log_prob[row]), length_penalty, cut, given, count_given
+                )
             else:
                 outputs[index].append(token)
                 live.append(row)
@@ -161,6 +179,7 @@ def beam_search(
     row_multiple: int = 1,
     forced: torch.Tensor | None = None,
     given: int = 0,
+    count_given: bool = False,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
     hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
@@ -186,13 +205,13 @@ def beam_search(
         cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
-        if prefix_length is not None:
+        if prefix_length is not None and not count_given:  # transformers' generate has no such rule
             lengths = prefix_length[torch.tensor(beams.alive, device=src.device)]
             end_after_prefix_from_the_best_only(
                 cand_scores, cand_token, (lengths == step) & (lengths > 0), eos, model.pad_id
             )
         is_eos = cand_token == eos
-        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, cut, given)
+        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, cut, given, count_given)
         state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos), group=beam)
         best_live = beams.best_live()
         done = [
@@ -288,6 +307,7 @@ class Beams:
         length_penalty: float,
         cut: list[bool],
         given: int = 0,
+        count_given: bool = False,
     ) -> None:
         """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
         (not those of sentences already done, which only pad the batch). `cut[row]`: that sentence
@@ -299,7 +319,7 @@ class Beams:
             if log_prob == NEG_INF:
                 continue
             tokens = self.prefixes[row * self.rows + int(cand_beam[row, rank]), 1:].tolist()
-            hypothesis = Hypothesis.scored(tokens, log_prob, length_penalty, cut[row], given)
+            hypothesis = Hypothesis.scored(tokens, log_prob, length_penalty, cut[row], given, count_given)
             self.finished[self.alive[row]].append(hypothesis)
 
     def extend(

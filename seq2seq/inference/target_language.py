@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import DataConfig, UserError, parse_direction
-from seq2seq.data.directions import LanguageTags, language_tags
+from seq2seq.data.directions import LANGUAGE_CODES, LanguageTags, language_tags
 
 log = logging.getLogger("seq2seq.translate")
 _LEADING_TAG = re.compile(r"\s*>>([^<>\s]+)<<\s*")  # data.directions.language_tag's spelling, and the space after
@@ -56,7 +56,10 @@ class ModelLanguages:
         return [f"{self.src_lang}-{self.tgt_lang}"] if self.src_lang and self.tgt_lang else []
 
     def languages(self) -> set[str]:
-        """Every language the model was trained to read or write."""
+        """Every language the model was trained to read or write (a pretrained model's own layout: every
+        language it has, by its names and their ISO 639-1 aliases)."""
+        if self.tags is not None and self.tags.placement == LANGUAGE_CODES:
+            return set(self.tags.ids) | set(self.tags.aliases)
         return {lang for d in self.directions for lang in d.split("-")}
 
     def check(self, src_lang: str | None, tgt_lang: str | None) -> None:
@@ -72,7 +75,9 @@ class ModelLanguages:
             return
         if tgt_lang is not None:
             self.tags.tag_id(tgt_lang)  # the error that names the languages the model writes
-        if src_lang is not None and src_lang not in self.languages():
+        if src_lang is not None and self.tags.placement == LANGUAGE_CODES:
+            self.tags.tag_id(src_lang, "src_lang")
+        elif src_lang is not None and src_lang not in self.languages():
             raise UserError(
                 f"src_lang={src_lang}: the model reads {', '.join(sorted(self.languages()))} (its data.directions: "
                 f"{', '.join(self.tags.directions)})"
@@ -84,6 +89,12 @@ class ModelLanguages:
                 tgt_lang,
                 ", ".join(self.tags.directions),
             )
+
+    @property
+    def counts_forced_tag(self) -> bool:
+        """Whether the tag forced first counts in a hypothesis's length: a pretrained NLLB-200/M2M-100
+        model's language code does, as transformers' `generate` (its forced_bos_token_id) counts it."""
+        return self.tags is not None and self.tags.placement == LANGUAGE_CODES
 
     def required_target(self, tgt_lang: str | None) -> str | None:
         """tgt_lang, which a multilingual model needs: its absence is an error naming the key."""
@@ -118,11 +129,12 @@ class ModelLanguages:
             return None, line
         return found.group(1), line[found.end() :]
 
-    def source_tag(self, tgt_lang: str | None) -> list[int]:
-        """The ids put before a source: the tag under source_prefix."""
+    def source_tag(self, tgt_lang: str | None, src_lang: str | None = None) -> list[int]:
+        """The ids put before a source: the tag under source_prefix, the source language's code under
+        language_codes."""
         if self.tags is None:
             return []
-        return self.tags.source_ids([], self.required_target(tgt_lang))
+        return self.tags.source_ids([], self.required_target(tgt_lang), src_lang)
 
     def forced_tag(self, tgt_lang: str | None) -> list[int]:
         """The ids forced first in the output: the tag under decoder_start."""

@@ -140,7 +140,8 @@ class Translator:
 
     def encode(self, lines: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """The lines' `encode_sources` + EOS: what the encoder reads."""
-        return [[*ids, EOS_ID] for ids in encode_sources(self, lines, self.settings.tgt_lang, line_numbers)]
+        sources = encode_sources(self, lines, self.settings.tgt_lang, line_numbers, self.settings.src_lang)
+        return [[*ids, EOS_ID] for ids in sources]
 
     def encode_prefixes(self, prefixes: list[str], line_numbers: Sequence[int] | None = None) -> list[list[int]]:
         """Target ids of each forced prefix (after the target language's tag under
@@ -173,11 +174,12 @@ class Translator:
         # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
         given = len(self.languages.forced_tag(self.settings.tgt_lang))  # a decoder_start tag: given, not predicted
+        count_given = self.languages.counts_forced_tag
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.settings.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
                 self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.settings.length_penalty, multiple,
-                repeat(forced), self.sampling, self.generator, given,
+                repeat(forced), self.sampling, self.generator, given, count_given,
             )  # fmt: skip
             return [hyps[i : i + self.settings.nbest] for i in range(0, len(hyps), self.settings.nbest)]
         if self.settings.beam == 1:
@@ -191,6 +193,7 @@ class Translator:
                 multiple,
                 forced,
                 given=given,
+                count_given=count_given,
             )
             return [[h] for h in hyps]
         return beam_search(
@@ -205,6 +208,7 @@ class Translator:
             multiple,
             forced,
             given,
+            count_given,
         )
 
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]:

@@ -27,7 +27,10 @@ class TokenEmbedding(nn.Module):
 
 def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...). Shape (max_positions, d_model).
-    layout="split" holds the same values with all sines first and all cosines after (Marian's table)."""
+    layout="split" holds the same values with all sines first and all cosines after (Marian's table);
+    layout="fairseq" is M2M-100's and NLLB-200's (`fairseq_table`)."""
+    if layout == "fairseq":
+        return fairseq_table(max_positions, d_model)
     position = torch.arange(max_positions, dtype=torch.float32).unsqueeze(1)
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
     table = torch.zeros(max_positions, d_model)
@@ -38,6 +41,22 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
     table[:, sines] = torch.sin(position * inv_freq)
     table[:, cosines] = torch.cos(position * inv_freq[:half])
     return table
+
+
+# fairseq numbers a sentence's positions from padding_idx + 1 (pad is id 1 in its dictionary): the first
+# token reads row 2 of its table, whose row 1 (pad's) is zero.
+FAIRSEQ_POSITION_OFFSET = 2
+
+
+def fairseq_table(max_positions: int, d_model: int) -> torch.Tensor:
+    """fairseq's (tensor2tensor's) sinusoids as M2M-100 and NLLB-200 use them: frequencies
+    10000^(-i / (d/2 - 1)), sines then cosines, row p for the token at position p (from 0), which fairseq
+    numbers p + FAIRSEQ_POSITION_OFFSET."""
+    half = d_model // 2
+    inv_freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
+    position = torch.arange(FAIRSEQ_POSITION_OFFSET, max_positions + FAIRSEQ_POSITION_OFFSET, dtype=torch.float32)
+    angles = position.unsqueeze(1) * inv_freq.unsqueeze(0)  # (max_positions, d/2)
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
 
 
 class PositionalEncoding(nn.Module):

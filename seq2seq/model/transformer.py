@@ -44,6 +44,9 @@ class Transformer(nn.Module):
         self.src_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned, cfg.sinusoid_layout)
         self.tgt_positions = PositionalEncoding(cfg.max_positions, cfg.d_model, learned, cfg.sinusoid_layout)
         self.dropout = Dropout(cfg.dropout)
+        # mBART's layernorm_embedding: the embeddings and positions normalised before the first layer.
+        self.src_embed_norm = nn.LayerNorm(cfg.d_model) if cfg.embedding_norm else nn.Identity()
+        self.tgt_embed_norm = nn.LayerNorm(cfg.d_model) if cfg.embedding_norm else nn.Identity()
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(cfg, attn_skip=i != cfg.encoder_drop_residual_layer) for i in range(cfg.encoder_layers)
         )
@@ -68,7 +71,7 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, record: AttentionRecord | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """src: (B, S) ids -> memory (B, S, d_model) and its mask (B, 1, 1, S)."""
         src_mask = padding_mask(src, self.pad_id)
-        x = self.dropout(self.src_positions(self.src_embed(src)))
+        x = self.dropout(self.src_embed_norm(self.src_positions(self.src_embed(src))))
         for layer in self.encoder_layers:
             x = layer(x, src_mask, record)
         return self.encoder_norm(x), src_mask
@@ -88,7 +91,7 @@ class Transformer(nn.Module):
         embedded = self.tgt_embed(tgt)
         if self.marian_start:  # the start (and trailing padding, which nothing attends to) is a zero vector
             embedded = embedded.masked_fill((tgt == self.pad_id)[..., None], 0.0)
-        x = self.dropout(self.tgt_positions(embedded, offset))
+        x = self.dropout(self.tgt_embed_norm(self.tgt_positions(embedded, offset)))
         for i, layer in enumerate(self.decoder_layers):
             cache = state.caches[i] if state is not None else None
             x = layer(x, memory, src_mask, cache, record)

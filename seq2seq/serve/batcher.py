@@ -160,7 +160,7 @@ class Batcher:
     ) -> list[list[Translation]]:
         # Which engine decodes `settings` is chosen on the worker (choosing may load or time one): a
         # forced engine that cannot decode them fails the batch, then each of its requests alone.
-        sources = encode_sources(self.engines.main, lines, settings.tgt_lang)
+        sources = encode_sources(self.engines.main, lines, settings.tgt_lang, src_lang=settings.src_lang)
         return await self._submit(lines, prefixes, settings, sources, None)
 
     async def run_alone(self, work: Callable[[Engines], Any]) -> Any:

@@ -108,8 +108,13 @@ def _load(cfg: Any, engine_thread: EngineThread | None = None) -> Served:
     batcher.start()  # loads the model on the engine thread, the only one that runs PyTorch
     tags = batcher.engines.main.languages.tags
     if tags is not None:  # a multilingual model: each direction it was trained on, by its tag
-        source, target = tags.directions[0].split("-")
-        info = ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target, tags.directions)
+        try:
+            directions = tags.client_directions(cfg.source_lang, cfg.target_lang)  # NLLB's eng_Latn as en
+        except UserError:
+            batcher.stop()  # its thread and model go with the refusal
+            raise
+        source, target = directions[0].split("-")
+        info = ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target, directions)
         return Served(batcher, base, info)
     model = batcher.engines.main.languages
     source, target = languages(cfg, model.src_lang, model.tgt_lang)

@@ -1,7 +1,7 @@
 """init_from=: a new run's weights taken from a trained model (fine-tuning). Weights only: the
 optimiser, the schedule and the data start fresh. What it names: a run directory (its model), a
-training checkpoint, a weights-only export (model.safetensors or its directory), or a Marian model
-(whose architecture and tokenizers run.py has already taken)."""
+training checkpoint, a weights-only export (model.safetensors or its directory), or a Hugging Face
+model: Marian, M2M-100, NLLB-200 (whose architecture and tokenizers run.py has already taken)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import torch
 from omegaconf import DictConfig
 
 from seq2seq.artifacts.checkpoint import Vocabulary
-from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model, load_pretrained
+from seq2seq.artifacts.huggingface import load_pretrained
+from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model
 from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, RunDir

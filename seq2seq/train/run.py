@@ -24,7 +24,8 @@ from omegaconf import DictConfig
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
-from seq2seq.artifacts.marian import is_huggingface_model, local_directory, pretrained_model_config
+from seq2seq.artifacts.huggingface import has_language_codes, pretrained_model_config
+from seq2seq.artifacts.marian import is_huggingface_model, local_directory
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
     AUTO_RECIPE,
@@ -35,10 +36,11 @@ from seq2seq.config import (
     validate_recipes,
     validate_train,
 )
+from seq2seq.data.directions import LANGUAGE_CODES
 from seq2seq.data.pipeline import prepare_data
-from seq2seq.data.sentencepiece import has_sentencepiece_files
+from seq2seq.data.tokenizer import is_pretrained_tokenizer_directory
 from seq2seq.device import pick_device, use_deterministic_algorithms
-from seq2seq.inference.target_language import translate_command
+from seq2seq.inference.target_language import UNNAMED, translate_command
 from seq2seq.precision import log_choice
 from seq2seq.train.distributed import (
     DistContext,
@@ -274,8 +276,41 @@ def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     it (a command-line override of an architecture key is an error), and the vocabulary is its."""
     directory = local_directory(cfg.init_from)
     cfg.model = pretrained_model_config(directory, overrides, cfg.model)
-    cfg.data.joint_vocab = not (directory / "target_vocab.json").is_file()
+    if has_language_codes(directory):
+        language_code_data(cfg, overrides)
+    else:
+        cfg.data.joint_vocab = not (directory / "target_vocab.json").is_file()
     return cfg
+
+
+# What says which tokenizer a run trains: an NLLB-200/M2M-100 model brings its own.
+OWN_TOKENIZER_KEYS = ("data.joint_vocab", "data.tokenizer", "data.vocab_size", "data.sentencepiece_type")
+
+
+def language_code_data(cfg: DictConfig, overrides: list[str]) -> None:
+    """An NLLB-200 or M2M-100 model is trained in its own layout (data.lang_tag=language_codes: each
+    source starts with its language's code, each target with its own after </s>), on its one vocabulary;
+    a run of one direction is data.directions=[src_lang-tgt_lang], so that both codes are put in."""
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == "data.lang_tag" and value != LANGUAGE_CODES:
+            raise UserError(
+                f"'{override}': init_from={cfg.init_from} is an NLLB-200/M2M-100 model, trained with its own layout "
+                f"(data.lang_tag={LANGUAGE_CODES}: its language codes, not >>xx<< tags); drop the override"
+            )
+        if key in OWN_TOKENIZER_KEYS and not (key == "data.joint_vocab" and value.lower() == "true"):
+            raise UserError(
+                f"'{override}': init_from={cfg.init_from} is an NLLB-200/M2M-100 model, whose one vocabulary and "
+                "SentencePiece model are its own (a Marian model's separate vocabularies are not); drop the override"
+            )
+    cfg.data.lang_tag, cfg.data.joint_vocab = LANGUAGE_CODES, True
+    if not cfg.data.directions:
+        if cfg.data.kind == "builtin" or cfg.data.src_lang in UNNAMED or cfg.data.tgt_lang in UNNAMED:
+            raise UserError(
+                f"init_from={cfg.init_from}: an NLLB-200/M2M-100 model needs its languages named: data.src_lang and "
+                "data.tgt_lang (or data.directions) as its codes (eng_Latn, __en__'s en) or ISO 639-1 codes (en, de)"
+            )
+        cfg.data.directions = [f"{cfg.data.src_lang}-{cfg.data.tgt_lang}"]
 
 
 def sentencepiece_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
@@ -294,7 +329,7 @@ def _pretrained_tokenizers(cfg: DictConfig) -> Path | None:
     """Where the run's SentencePiece tokenizers come from, if it has them: the run directory being
     resumed, or the Marian model it starts from; None: the run trains its own tokenizer."""
     if cfg.resume:
-        return Path(cfg.resume) if has_sentencepiece_files(Path(cfg.resume)) else None
+        return Path(cfg.resume) if is_pretrained_tokenizer_directory(Path(cfg.resume)) else None
     if cfg.init_from and is_huggingface_model(cfg.init_from):
         return local_directory(cfg.init_from)
     return None

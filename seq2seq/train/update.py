@@ -30,6 +30,7 @@ from seq2seq.model.transformer import build_model
 from seq2seq.train.compiled_update import CompiledUpdate
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.flat_parameters import FlatParameters, independent_copies
+from seq2seq.train.freezing import freeze
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
 
@@ -86,9 +87,12 @@ def training_batches(cfg: DictConfig, data: PreparedData, device: torch.device, 
 
 
 def training_model(cfg: DictConfig, data: PreparedData, device: torch.device) -> torch.nn.Module:
-    """The model `cfg` describes, for `data`'s tokenizers, freshly initialised from torch's generator."""
+    """The model `cfg` describes, for `data`'s tokenizers, freshly initialised from torch's generator,
+    with the parts freeze= and trainable_top_layers= name frozen."""
     tok = data.tokenizers
-    return build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
+    model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
+    freeze(model, list(cfg.freeze or []), cfg.trainable_top_layers)  # before FlatParameters sees the model
+    return model
 
 
 class Update:

@@ -1,0 +1,235 @@
+"""NLLB-200 (dense) and M2M-100 (`M2M100ForConditionalGeneration` in Hugging Face `transformers`) to and
+from this project.
+
+Import (`init_from=<directory>`, `checkpoint=<directory>`): the config becomes a ModelConfig as
+transformers builds the model: pre-norm with a final LayerNorm on each stack, token embeddings
+x sqrt(d_model) where scale_embedding says so, fairseq's sinusoids read from position 2
+(model.sinusoid_layout=fairseq), one embedding shared by both stacks and the output, targets starting
+from </s> (model.decoder_start=eos). The weights are renamed as Marian's are (the same names in both
+models, `seq2seq.artifacts.marian`), the embedding rows reordered into this project's id layout
+(`seq2seq.data.fairseq_vocab`), whose tokenizer reads the model's own sentencepiece.bpe.model and ids.
+
+Export (`seq2seq-export format=huggingface` of a run fine-tuned from one): the reverse, written with
+`M2M100ForConditionalGeneration.save_pretrained` beside the model's own tokenizer files, so that
+`AutoModelForSeq2SeqLM` and `AutoTokenizer` load it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
+from seq2seq.artifacts.marian import ACTIVATIONS, _fused, _layer_pairs, decoding_defaults, transformers_module
+from seq2seq.config import ModelConfig, UserError
+from seq2seq.data.directions import LANGUAGE_CODES
+from seq2seq.data.fairseq_vocab import TOKENIZER_DIR, TOKENIZER_FILES, FairseqTokenizers
+from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.embedding import FAIRSEQ_POSITION_OFFSET
+
+log = logging.getLogger(__name__)
+MODEL_TYPE = "m2m_100"
+
+
+def model_config(hf: Any, where: str) -> ModelConfig:
+    """The ModelConfig of an M2M100Config; what this project cannot build is a one-line error."""
+    checks = [
+        (hf.encoder_attention_heads == hf.decoder_attention_heads, "encoder and decoder attention heads differ"),
+        (hf.encoder_ffn_dim == hf.decoder_ffn_dim, "encoder and decoder ffn_dim differ"),
+        (hf.activation_function in ACTIVATIONS, f"activation_function={hf.activation_function!r} is not supported"),
+        (hf.pad_token_id == FAIRSEQ_POSITION_OFFSET - 1, f"pad_token_id={hf.pad_token_id}: fairseq's is 1"),
+        (hf.decoder_start_token_id == hf.eos_token_id, "decoder_start_token_id is not the </s> token"),
+        (hf.d_model % 2 == 0, f"d_model={hf.d_model} is odd"),
+        (getattr(hf, "tie_word_embeddings", True), "tie_word_embeddings=false (an output layer of its own)"),
+    ]
+    for ok, why in checks:
+        if not ok:
+            raise UserError(f"{where}: {why}")
+    if hf.encoder_layerdrop or hf.decoder_layerdrop:
+        log.warning(
+            "%s: encoder_layerdrop=%s, decoder_layerdrop=%s are not applied (every layer runs in training)",
+            where,
+            hf.encoder_layerdrop,
+            hf.decoder_layerdrop,
+        )
+    return ModelConfig(
+        d_model=hf.d_model,
+        heads=hf.encoder_attention_heads,
+        ffn_dim=hf.encoder_ffn_dim,
+        encoder_layers=hf.encoder_layers,
+        decoder_layers=hf.decoder_layers,
+        dropout=float(hf.dropout),
+        attention_dropout=float(hf.attention_dropout),
+        activation_dropout=float(hf.activation_dropout),
+        activation=ACTIVATIONS[hf.activation_function],
+        norm_first=True,
+        positions="sinusoidal",
+        max_positions=hf.max_position_embeddings,
+        tie_output=True,
+        share_embeddings=True,
+        sinusoid_layout="fairseq",
+        scale_embedding=bool(hf.scale_embedding),
+        output_bias=False,
+        decoder_start="eos",
+    )
+
+
+def _final_norms() -> list[tuple[str, str]]:
+    return [
+        (f"{ours}.{kind}", f"model.{theirs}.layer_norm.{kind}")
+        for ours, theirs in (("encoder_norm", "encoder"), ("decoder_norm", "decoder"))
+        for kind in ("weight", "bias")
+    ]
+
+
+def to_seq2seq(hf_state: dict[str, torch.Tensor], cfg: ModelConfig, order: list[int]) -> dict[str, torch.Tensor]:
+    """M2M-100's state dict -> ours; embedding rows reordered to our ids (`order[our id] = its id`)."""
+    pairs = _layer_pairs(cfg) + _final_norms()
+    state = {ours: hf_state[theirs] for ours, theirs in pairs}
+    for ours, parts in _fused(cfg):
+        state[ours] = torch.cat([hf_state[p] for p in parts], dim=0)
+    embedding = hf_state["model.shared.weight"][torch.tensor(order)]
+    state["src_embed.weight"] = state["tgt_embed.weight"] = state["output.weight"] = embedding
+    return {name: tensor.detach().clone().contiguous() for name, tensor in state.items()}
+
+
+def to_m2m100(state: dict[str, torch.Tensor], cfg: ModelConfig, order: list[int]) -> dict[str, torch.Tensor]:
+    """Ours -> M2M-100's state dict (the inverse of `to_seq2seq`), position tables left out."""
+    hf = {theirs: state[ours] for ours, theirs in _layer_pairs(cfg) + _final_norms()}
+    for ours, parts in _fused(cfg):
+        for name, chunk in zip(parts, state[ours].chunk(len(parts), dim=0), strict=True):
+            hf[name] = chunk
+    embedding = state["src_embed.weight"][torch.argsort(torch.tensor(order))]
+    for name in ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+        hf[name] = embedding
+    hf["lm_head.weight"] = embedding
+    return {name: tensor.detach().float().contiguous() for name, tensor in hf.items()}
+
+
+def read_pretrained(directory: Path, hf_config: Any) -> tuple[ModelPayload, FairseqTokenizers]:
+    """A checkpoint-shaped payload of the model in `directory` and its tokenizer."""
+    transformers = transformers_module()
+    cfg = model_config(hf_config, str(directory))
+    tokenizers = FairseqTokenizers.of_huggingface(directory)
+    size = tokenizers.src.get_vocab_size()
+    if size != hf_config.vocab_size:
+        raise UserError(f"{directory}: its tokenizer has {size} tokens, more than the model's {hf_config.vocab_size}")
+    try:
+        hf_model = transformers.M2M100ForConditionalGeneration.from_pretrained(str(directory))
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: weights that do not fit config.json
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{directory}: transformers could not load the model: {first}") from err
+    state = to_seq2seq(hf_model.state_dict(), cfg, tokenizers.src.order)
+    payload = ModelPayload(
+        format=FORMAT,
+        model=state,
+        config={"model": asdict(cfg), "data": {"lang_tag": LANGUAGE_CODES, "directions": None}},
+        vocab=Vocabulary(src_size=size, tgt_size=size, pad_id=PAD_ID),
+        step=0,
+    )
+    return payload, tokenizers
+
+
+# --- export -------------------------------------------------------------------------------------
+
+
+def huggingface_writer(
+    payload: dict[str, Any], cfg: ModelConfig, tokenizers: FairseqTokenizers, path: Path, card: str
+) -> Callable[[Path], None]:
+    """Checks and converts everything up front; the returned function writes the directory."""
+    transformers = transformers_module()
+    if cfg.embedding_norm or cfg.positions != "sinusoidal":
+        raise UserError(f"{path}: an mBART-50 model is not exported to Hugging Face yet; export format=safetensors")
+    source = tokenizers.src.huggingface_files
+    if source is None:
+        raise UserError(
+            f"{path}: the run keeps no Hugging Face tokenizer files of its model ({TOKENIZER_DIR}/); "
+            "export format=safetensors instead"
+        )
+    vocab = tokenizers.src.vocab["tokens"]
+    ids = {token: i for i, token in enumerate(vocab) if token is not None}
+    hf_cfg = transformers.M2M100Config(
+        vocab_size=len(vocab),
+        d_model=cfg.d_model,
+        encoder_layers=cfg.encoder_layers,
+        decoder_layers=cfg.decoder_layers,
+        encoder_attention_heads=cfg.heads,
+        decoder_attention_heads=cfg.heads,
+        encoder_ffn_dim=cfg.ffn_dim,
+        decoder_ffn_dim=cfg.ffn_dim,
+        activation_function=cfg.activation,
+        max_position_embeddings=cfg.max_positions,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+        scale_embedding=cfg.scale_embedding,
+        pad_token_id=ids["<pad>"],
+        bos_token_id=ids["<s>"],
+        eos_token_id=ids["</s>"],
+        decoder_start_token_id=ids["</s>"],
+        tokenizer_class=transformers.AutoTokenizer.from_pretrained(str(source)).__class__.__name__,
+    )
+    model = transformers.M2M100ForConditionalGeneration(hf_cfg)
+    converted = to_m2m100(dict(payload["model"]), cfg, tokenizers.src.order)
+    expected = model.state_dict()
+    for name, tensor in expected.items():
+        if "embed_positions" in name:
+            continue  # built from the config
+        if name not in converted or tuple(converted[name].shape) != tuple(tensor.shape):
+            raise UserError(f"{path}: cannot fill {name} of the M2M100 model from this checkpoint")
+        with torch.no_grad():
+            tensor.copy_(converted[name])
+    model.generation_config.decoder_start_token_id = ids["</s>"]
+    model.generation_config.bad_words_ids = [[ids["<pad>"]], [ids["<s>"]]]  # what seq2seq's search never emits
+    decoding_defaults(model.generation_config, cfg)
+
+    def write(directory: Path) -> None:
+        model.save_pretrained(str(directory))
+        for name in TOKENIZER_FILES:
+            if (source / name).is_file():
+                shutil.copyfile(source / name, directory / name)
+        (directory / "README.md").write_text(card, encoding="utf-8")
+
+    return write
+
+
+def model_card(payload: dict[str, Any]) -> str:
+    """README.md of the export: what it was fine-tuned from and on, and how transformers translates with it."""
+    config = payload.get("config", {})
+    data = config.get("data", {})
+    directions = ", ".join(data.get("directions") or []) or "?"
+    source = config.get("init_from")
+    return "\n".join(
+        [
+            "---",
+            "library_name: transformers",
+            "tags: [translation, m2m_100, seq2seq]",
+            "---",
+            "",
+            "# Translation model fine-tuned with seq2seq",
+            "",
+            f"- fine-tuned from: {Path(source).name if source else '?'}",
+            f"- directions: {directions} (the model's language codes, or their ISO 639-1 codes)",
+            f"- updates: {payload.get('step', '?')}",
+            "",
+            "As its base model: the source language is the tokenizer's src_lang, the target forced first:",
+            "",
+            "```python",
+            "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
+            'tokenizer = AutoTokenizer.from_pretrained(path, src_lang="eng_Latn")',
+            "model = AutoModelForSeq2SeqLM.from_pretrained(path)",
+            'batch = tokenizer(["a sentence"], return_tensors="pt", padding=True)',
+            'out = model.generate(**batch, forced_bos_token_id=tokenizer.convert_tokens_to_ids("deu_Latn"))',
+            "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
+            "```",
+            "",
+        ]
+    )

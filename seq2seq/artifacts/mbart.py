@@ -1,0 +1,73 @@
+"""mBART-50 (`MBartForConditionalGeneration` with `MBart50Tokenizer`, the many-to-many models) into this
+project, read as `init_from=` and decoding read NLLB-200 (seq2seq.artifacts.m2m100): the same layers
+and names, the same layout (source `en_XX ... </s>`, decoder `</s> de_DE ...`), the same tokenizer
+kind (seq2seq.data.fairseq_vocab). What differs: learned positions whose first token reads row 2
+(fairseq's offset), a LayerNorm on the embeddings and positions of each stack (layernorm_embedding:
+model.embedding_norm), and final_logits_bias (model.output_bias). Export back is not written yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.artifacts import m2m100
+from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
+from seq2seq.artifacts.marian import transformers_module
+from seq2seq.config import ModelConfig, UserError
+from seq2seq.data.directions import LANGUAGE_CODES
+from seq2seq.data.fairseq_vocab import FairseqTokenizers
+from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.embedding import FAIRSEQ_POSITION_OFFSET
+
+MODEL_TYPE = "mbart"
+
+
+def model_config(hf: Any, where: str) -> ModelConfig:
+    """The ModelConfig of an MBartConfig: NLLB's, with mBART's positions, embedding norms and logits bias."""
+    return replace(
+        m2m100.model_config(hf, where),
+        positions="learned",
+        sinusoid_layout="interleaved",
+        embedding_norm=True,
+        output_bias=True,
+    )
+
+
+def to_seq2seq(hf_state: dict[str, torch.Tensor], cfg: ModelConfig, order: list[int]) -> dict[str, torch.Tensor]:
+    """mBART's state dict -> ours: M2M-100's names, and the positions, embedding norms and logits bias."""
+    state = m2m100.to_seq2seq(hf_state, cfg, order)
+    for ours, stack in (("src", "encoder"), ("tgt", "decoder")):
+        table = hf_state[f"model.{stack}.embed_positions.weight"][FAIRSEQ_POSITION_OFFSET:]
+        state[f"{ours}_positions.table"] = table[: cfg.max_positions].clone()
+        for kind in ("weight", "bias"):
+            state[f"{ours}_embed_norm.{kind}"] = hf_state[f"model.{stack}.layernorm_embedding.{kind}"].clone()
+    state["output_bias"] = hf_state["final_logits_bias"].reshape(-1)[torch.tensor(order)].clone()
+    return state
+
+
+def read_pretrained(directory: Path, hf_config: Any) -> tuple[ModelPayload, FairseqTokenizers]:
+    """A checkpoint-shaped payload of the mBART-50 model in `directory` and its tokenizer."""
+    transformers = transformers_module()
+    cfg = model_config(hf_config, str(directory))
+    tokenizers = FairseqTokenizers.of_huggingface(directory)
+    size = tokenizers.src.get_vocab_size()
+    if size != hf_config.vocab_size:
+        raise UserError(f"{directory}: its tokenizer has {size} tokens, more than the model's {hf_config.vocab_size}")
+    try:
+        hf_model = transformers.MBartForConditionalGeneration.from_pretrained(str(directory))
+    except (OSError, ValueError, RuntimeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{directory}: transformers could not load the model: {first}") from err
+    state = to_seq2seq(hf_model.state_dict(), cfg, tokenizers.src.order)
+    payload = ModelPayload(
+        format=FORMAT,
+        model=state,
+        config={"model": asdict(cfg), "data": {"lang_tag": LANGUAGE_CODES, "directions": None}},
+        vocab=Vocabulary(src_size=size, tgt_size=size, pad_id=PAD_ID),
+        step=0,
+    )
+    return payload, tokenizers

@@ -1,0 +1,256 @@
+"""The tokenizer of fairseq's multilingual models as Hugging Face ships them: NLLB-200 (`NllbTokenizer`),
+M2M-100 (`M2M100Tokenizer`) and mBART-50 (`MBart50Tokenizer`). One SentencePiece model (`sentencepiece.bpe.model`) cuts text into
+pieces for both sides; the ids are the model's own, read once from its Hugging Face tokenizer: fairseq's
+dictionary (<s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces), then the language codes (`eng_Latn`,
+`__en__`) and the other extra tokens, up to the model's vocabulary size.
+
+It stands behind the interface of `Tokenizers`, as `seq2seq.data.sentencepiece` does for Marian's files:
+our ids put pad, <s>, </s>, <unk> at 0-3 (the batching, the loss and the search rely on it) and the other
+ids in the model's order after them; `order` maps our ids to the model's, and
+`seq2seq.artifacts.m2m100` reorders the embedding rows with it. A run keeps the two files
+(`sentencepiece.bpe.model`, `fairseq_vocab.json`: the model's tokens by id and its language codes), so
+decoding it needs no transformers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seq2seq.config import UserError
+from seq2seq.data.sentencepiece import EOS, PAD, SPIECE_UNDERLINE, UNK, Encoding, import_sentencepiece
+
+SPM_FILE, VOCAB_FILE = "sentencepiece.bpe.model", "fairseq_vocab.json"
+BOS = "<s>"  # fairseq's; the project's name for it too (seq2seq.data.tokenizer)
+# The files of the model's Hugging Face tokenizer, whichever it has: a run keeps them, so that its export
+# carries them as they came (in TOKENIZER_DIR: tokenizer.json at a run's top is this project's tokenizer).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    SPM_FILE,
+    "vocab.json",
+    "added_tokens.json",
+)
+TOKENIZER_DIR = "huggingface_tokenizer"
+# Hugging Face tokenizer class -> the family's name in fairseq_vocab.json.
+FAMILIES = {
+    "NllbTokenizer": "nllb",
+    "NllbTokenizerFast": "nllb",
+    "M2M100Tokenizer": "m2m100",
+    "MBart50Tokenizer": "mbart50",
+    "MBart50TokenizerFast": "mbart50",
+}
+
+
+def has_fairseq_files(directory: Path) -> bool:
+    return (directory / SPM_FILE).is_file() and (directory / VOCAB_FILE).is_file()
+
+
+def read_huggingface_vocab(directory: Path, vocab_size: int) -> dict[str, Any]:
+    """fairseq_vocab.json's contents for the Hugging Face model in `directory`, from its own tokenizer:
+    {"family", "tokens": the token of each of the model's `vocab_size` ids (None for rows no token
+    names), "languages": language -> its code's token}. NLLB's languages are its codes (eng_Latn);
+    M2M-100's are the ISO codes its `__en__` tokens spell."""
+    import transformers  # the caller (artifacts.m2m100) has checked that it is installed
+
+    if not (directory / SPM_FILE).is_file():
+        raise UserError(f"{directory}: no {SPM_FILE}, the model's SentencePiece model (copy it from the model's files)")
+    try:
+        hf = transformers.AutoTokenizer.from_pretrained(str(directory))
+    except (OSError, ValueError, TypeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"{directory}: its tokenizer could not be read: {first}") from err
+    family = FAMILIES.get(type(hf).__name__)
+    if family is None:
+        raise UserError(
+            f"{directory}: tokenizer {type(hf).__name__}; this tool reads NllbTokenizer, M2M100Tokenizer and "
+            "MBart50Tokenizer (NLLB-200, M2M-100, mBART-50)"
+        )
+    vocab = hf.get_vocab()
+    if family == "m2m100":  # its language tokens are not in get_vocab() (transformers 5)
+        languages = {code: hf.get_lang_token(code) for code in hf.lang_code_to_id}
+        vocab.update(hf.lang_token_to_id)
+    else:
+        listed = getattr(hf, "extra_special_tokens", None) or getattr(hf, "additional_special_tokens", [])
+        languages = {str(code): str(code) for code in listed if str(code) in vocab}
+    tokens: list[str | None] = [None] * max(vocab_size, max(vocab.values()) + 1)
+    for token, index in vocab.items():
+        tokens[index] = token
+    for token in (BOS, PAD, EOS, UNK):
+        if token not in vocab:
+            raise UserError(f"{directory}: its tokenizer has no {token} token")
+    return {"family": family, "tokens": tokens, "languages": languages}
+
+
+# NLLB-200 names some languages by an ISO 639-3 individual language whose macrolanguage has the ISO 639-1
+# code a LibreTranslate client sends (arb: Standard Arabic, of ar); pycountry knows no macrolanguages.
+MACROLANGUAGE_MEMBERS = {
+    "arb": "ar", "pes": "fa", "zsm": "ms", "lvs": "lv", "khk": "mn", "plt": "mg", "gaz": "om", "als": "sq",
+    "swh": "sw", "uzn": "uz", "azj": "az", "npi": "ne", "ydd": "yi", "pbt": "ps", "quy": "qu", "ekk": "et",
+}  # fmt: skip
+# LibreTranslate's own code for Traditional Chinese (its zh is Simplified).
+LIBRETRANSLATE_CODES = {"zt": "zho_Hant"}
+
+
+def iso_639_1_aliases(languages: dict[str, str]) -> dict[str, str]:
+    """ISO 639-1 code -> the model's language named by it: deu_Latn for de. Where several of the model's
+    languages have one code (zh: zho_Hans and zho_Hant; ks: kas_Arab and kas_Deva), the first in sorted
+    order is its alias (zh -> zho_Hans); the others are asked for by their own names (or zt -> zho_Hant,
+    as LibreTranslate spells it). A language named by a two-letter code already (M2M-100's) needs none."""
+    import pycountry
+
+    aliases: dict[str, str] = {}
+    for lang in sorted(languages):
+        base = lang.partition("_")[0]
+        if len(base) == 2 and base != lang and base not in languages:  # mBART-50's en_XX answers to en
+            aliases.setdefault(base, lang)
+        if len(base) != 3:
+            continue
+        found = pycountry.languages.get(alpha_3=base)
+        iso = getattr(found, "alpha_2", None) or MACROLANGUAGE_MEMBERS.get(base)
+        if iso and iso not in languages:
+            aliases.setdefault(iso, lang)
+    aliases.update({code: lang for code, lang in LIBRETRANSLATE_CODES.items() if lang in languages})
+    return aliases
+
+
+class FairseqVocab:
+    """Both sides' tokenizer: `sentencepiece.bpe.model` cuts, the model's tokens number (in our id
+    layout). Offers the methods of `tokenizers.Tokenizer` that the project calls."""
+
+    def __init__(
+        self, spm_path: Path, vocab: dict[str, Any], vocab_path: Path | None, huggingface_files: Path | None
+    ) -> None:
+        """`huggingface_files`: the directory of the model's Hugging Face tokenizer files, where known."""
+        sentencepiece = import_sentencepiece()
+        self.spm_path, self.vocab_path, self.vocab = spm_path, vocab_path, vocab
+        self.huggingface_files = huggingface_files
+        try:
+            self.processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_path))
+        except (OSError, RuntimeError) as err:
+            raise UserError(f"{spm_path}: not a readable SentencePiece model: {err}") from err
+        theirs: list[str | None] = vocab["tokens"]
+        ids = {token: i for i, token in enumerate(theirs) if token is not None}
+        specials = [ids[t] for t in (PAD, BOS, EOS, UNK)]
+        self.order = specials + [i for i in range(len(theirs)) if i not in specials]  # our id -> the model's
+        self.pieces = [theirs[i] if theirs[i] is not None else f"<unnamed {i}>" for i in self.order]
+        self.ids = {piece: i for i, piece in enumerate(self.pieces)}
+        self.unk_id = self.ids[UNK]
+        self.family: str = vocab["family"]
+        self.languages: dict[str, str] = dict(vocab["languages"])  # language -> its code's token
+        self.language_codes = set(self.languages.values())
+        # Everything that is no SentencePiece piece (language codes, <mask>, unnamed rows): no text of its own.
+        spm_pieces = {self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())}
+        self.specials = {i for i, piece in enumerate(self.pieces) if piece not in spm_pieces} | {self.unk_id}
+
+    def aliases(self) -> dict[str, str]:
+        """The ISO 639-1 code of each language that has one -> the model's name for it (`iso_639_1_aliases`)."""
+        return iso_639_1_aliases(self.languages)
+
+    def get_vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def id_to_token(self, index: int) -> str | None:
+        return self.pieces[index] if 0 <= index < len(self.pieces) else None
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.ids.get(token)
+
+    def to_str(self) -> str:
+        """An identity for comparisons (an ensemble's members must share one tokenizer)."""
+        return json.dumps([self.processor.serialized_model_proto().hex(), self.pieces])
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
+        """As the Hugging Face tokenizers cut a text: SentencePiece's pieces (one it cannot name is
+        <unk>), each numbered by the model's vocabulary."""
+        tokens = [self.processor.id_to_piece(i) for i in self.processor.encode(text)]
+        return Encoding([self.ids.get(t, self.unk_id) for t in tokens], tokens)
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[Encoding]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        pieces = [self.pieces[i] for i in ids if not (skip_special_tokens and i in self.specials)]
+        return self.processor.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip()
+
+    def decode_batch(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        return [self.decode(i, skip_special_tokens) for i in ids]
+
+
+@dataclass
+class FairseqTokenizers:
+    """NLLB-200's or M2M-100's tokenizer for both sides (one vocabulary: `joint`). The methods are
+    those of `seq2seq.data.tokenizer.Tokenizers`."""
+
+    src: FairseqVocab
+    tgt: FairseqVocab
+    joint: bool = True
+
+    @classmethod
+    def load(cls, directory: Path) -> FairseqTokenizers:
+        """A run's files (fairseq_vocab.json beside sentencepiece.bpe.model)."""
+        directory = Path(directory)
+        if not has_fairseq_files(directory):
+            raise FileNotFoundError(f"{directory}: no {SPM_FILE} and {VOCAB_FILE}")
+        path = directory / VOCAB_FILE
+        try:
+            vocab = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise UserError(f"{path}: not a readable vocabulary ({err})") from err
+        kept = directory / TOKENIZER_DIR
+        side = FairseqVocab(directory / SPM_FILE, vocab, path, kept if kept.is_dir() else None)
+        return cls(side, side)
+
+    @classmethod
+    def of_huggingface(cls, directory: Path) -> FairseqTokenizers:
+        """The tokenizer of the Hugging Face model in `directory` (`read_huggingface_vocab`), as many ids
+        as its config.json's vocab_size."""
+        try:
+            vocab_size = int(json.loads((directory / "config.json").read_text(encoding="utf-8"))["vocab_size"])
+        except (OSError, KeyError, TypeError, ValueError) as err:
+            raise UserError(f"{directory / 'config.json'}: no readable vocab_size ({err})") from err
+        side = FairseqVocab(directory / SPM_FILE, read_huggingface_vocab(directory, vocab_size), None, directory)
+        return cls(side, side)
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.src.spm_path.resolve() != (directory / SPM_FILE).resolve():
+            shutil.copyfile(self.src.spm_path, directory / SPM_FILE)
+        text = json.dumps(self.src.vocab, ensure_ascii=False)
+        if not (directory / VOCAB_FILE).is_file() or (directory / VOCAB_FILE).read_text(encoding="utf-8") != text:
+            (directory / VOCAB_FILE).write_text(text, encoding="utf-8")
+        source, kept = self.src.huggingface_files, directory / TOKENIZER_DIR
+        if source is not None and source.resolve() != kept.resolve():
+            kept.mkdir(exist_ok=True)
+            for name in TOKENIZER_FILES:
+                if (source / name).is_file():
+                    shutil.copyfile(source / name, kept / name)
+
+    @staticmethod
+    def files(directory: Path) -> list[Path]:
+        return [directory / SPM_FILE, directory / VOCAB_FILE]
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(self.src.processor.serialized_model_proto())
+        digest.update(json.dumps(self.src.vocab, ensure_ascii=False, sort_keys=True).encode())
+        return digest.hexdigest()
+
+    def encode_src(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.src.encode_batch(texts)]
+
+    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tgt.encode_batch(texts)]
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        return self.tgt.decode_batch(ids)
+
+    def src_tokens(self, text: str) -> list[str]:
+        return self.src.encode(text).tokens
+
+    def tgt_tokens(self, ids: list[int]) -> list[str]:
+        return [self.tgt.id_to_token(i) or "?" for i in ids]

@@ -1,0 +1,354 @@
+"""NLLB-200 and M2M-100 (`M2M100ForConditionalGeneration`) in and out, without the internet: tiny random
+models built with transformers' own M2M100Config, their tokenizers (NllbTokenizer, M2M100Tokenizer)
+over a SentencePiece model trained here. Imported, they compute transformers' logits and translate as
+its `generate` does; fine-tuned, they export back to a directory transformers loads."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_TRAIN, compose_config
+
+from seq2seq.artifacts.checkpoint import model_from_checkpoint
+from seq2seq.artifacts.huggingface import load_pretrained
+from seq2seq.config import UserError
+from seq2seq.inference.translator import Translator
+
+transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
+sentencepiece = pytest.importorskip("sentencepiece", reason="needs `pip install seq2seq[huggingface]`")
+
+TOLERANCE = 1e-5
+WORDS = {
+    "en": "the a man woman dog cat sits runs on in red blue small big street park house with two young".split(),
+    "de": "der die ein eine Mann Frau Hund Katze sitzt läuft auf im rot blau klein groß Straße Park Haus".split(),
+}
+
+
+def sentences(lang: str, count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS[lang]) for _ in range(rng.randint(2, 9))) + "." for _ in range(count)]
+
+
+def train_spm(directory: Path, kind: str = "bpe") -> Path:
+    """sentencepiece.bpe.model, trained on both languages: a BPE model as NLLB's and M2M-100's are, or
+    a unigram one as mBART-50's (XLM-R's) is, whatever its name says."""
+    lines = sentences("en", 200, 0) + sentences("de", 200, 1)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=str(directory / "sentencepiece.bpe"),
+        vocab_size=120,
+        model_type=kind,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return directory / "sentencepiece.bpe.model"
+
+
+def hf_directory(directory: Path, family: str, seed: int = 0) -> Path:
+    """A random tiny M2M100ForConditionalGeneration with its family's tokenizer, saved as the Hub has them."""
+    directory.mkdir(parents=True)
+    spm_file = train_spm(directory, "unigram" if family == "mbart50" else "bpe")
+    if family == "nllb":
+        from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+        tokenizer = transformers.NllbTokenizer.from_pretrained(
+            str(directory), additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
+        )
+        extra_rows = 2  # as NLLB-200's 256,206 rows hold 256,204 tokens
+    elif family == "mbart50":
+        from transformers.models.mbart50.tokenization_mbart50 import FAIRSEQ_LANGUAGE_CODES
+
+        tokenizer = transformers.MBart50Tokenizer.from_pretrained(
+            str(directory), additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
+        )
+        extra_rows = 0
+    else:
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_file))
+        pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, **{p: i + 4 for i, p in enumerate(pieces)}}
+        (directory / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        tokenizer = transformers.M2M100Tokenizer(str(directory / "vocab.json"), str(spm_file))
+        extra_rows = len(tokenizer.lang_token_to_id) + 8  # its language codes (not in len()), its made-up words
+    tokenizer.save_pretrained(str(directory))
+    torch.manual_seed(seed)
+    mbart = family == "mbart50"
+    classes = (
+        ("MBartConfig", "MBartForConditionalGeneration")
+        if mbart
+        else ("M2M100Config", "M2M100ForConditionalGeneration")
+    )
+    config = getattr(transformers, classes[0])(
+        vocab_size=len(tokenizer) + extra_rows,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        activation_function="gelu" if mbart else "relu",
+        scale_embedding=True,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        init_std=0.2,  # larger than a trained model's weights: logits that differ from token to token
+        tokenizer_class=type(tokenizer).__name__,
+    )
+    model = getattr(transformers, classes[1])(config)
+    with torch.no_grad():  # lines that end: the decoder's last LayerNorm leans towards </s>'s embedding
+        eos = model.model.shared.weight[2]
+        model.model.decoder.layer_norm.bias.copy_(2.5 * eos / eos.norm())
+        if mbart:  # zeros and ones in a new model: make them count
+            model.final_logits_bias.normal_(std=0.5)
+            for stack in (model.model.encoder, model.model.decoder):
+                stack.layernorm_embedding.weight.normal_(1.0, 0.2)
+                stack.layernorm_embedding.bias.normal_(0.0, 0.2)
+    model.save_pretrained(str(directory))
+    return directory
+
+
+CODES = {"nllb": ("eng_Latn", "deu_Latn"), "m2m100": ("en", "de"), "mbart50": ("en_XX", "de_DE")}
+
+
+@pytest.fixture(scope="module", params=["nllb", "m2m100", "mbart50"])
+def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    return request.param, hf_directory(tmp_path_factory.mktemp(request.param) / "model", request.param)
+
+
+def hf_tokenizer(directory: Path, src: str, tgt: str):
+    return transformers.AutoTokenizer.from_pretrained(str(directory), src_lang=src, tgt_lang=tgt)
+
+
+def test_imported_model_computes_transformers_logits(family: tuple[str, Path]) -> None:
+    name, directory = family
+    src_lang, tgt_lang = CODES[name]
+    payload, tokenizers = load_pretrained(str(directory))
+    model = model_from_checkpoint(payload).eval()
+    lines, targets = sentences("en", 6, 7), sentences("de", 6, 8)
+    reference = hf_tokenizer(directory, src_lang, tgt_lang)
+    batch = reference(lines, text_target=targets, return_tensors="pt", padding=True)
+    back = torch.tensor(tokenizers.src.order)  # our id -> theirs
+    to_ours = torch.argsort(back)
+    # The layout each family was trained with: source `code ... </s>`, decoder `</s> code ...`.
+    src_code, tgt_code = (reference.convert_tokens_to_ids(code_token(name, c)) for c in (src_lang, tgt_lang))
+    assert (batch.input_ids[:, 0] == src_code).all() and (batch.labels[:, 0] == tgt_code).all()
+    ours_src = [tokenizers.encode_src([line])[0] for line in lines]
+    assert [[src_code, *back[ids].tolist(), 2] for ids in ours_src] == [
+        [i for i in row if i != 1] for row in batch.input_ids.tolist()
+    ]  # our SentencePiece ids are transformers' (in our numbering)
+    hf_model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval()
+    decoder_input = torch.cat([torch.full((len(lines), 1), 2), batch.labels[:, :-1]], dim=1)
+    decoder_input[decoder_input == -100] = 1
+    with torch.no_grad():
+        theirs = hf_model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, decoder_input_ids=decoder_input
+        )
+        ours = model(to_ours[batch.input_ids], to_ours[decoder_input])
+    real = batch.labels != 1
+    theirs_logits = theirs.logits[:, :, back]  # their vocabulary columns in our order
+    diff = (ours[real] - theirs_logits[real]).abs().max().item()
+    assert diff < TOLERANCE, f"max abs logit difference {diff:.2e} (tolerance {TOLERANCE:.0e})"
+    assert ours[real].abs().max() > 1.0  # logits that mean something
+
+
+def code_token(family: str, code: str) -> str:
+    return f"__{code}__" if family == "m2m100" else code
+
+
+def test_an_unknown_architecture_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    _, directory = family
+    for model_type, expected in (("t5", "model_type='t5'"), ("bart", "model_type='bart'"), ("nllb-moe", "NLLB-MoE")):
+        other = tmp_path / model_type
+        other.mkdir()
+        config = getattr(
+            transformers, {"t5": "T5Config", "bart": "BartConfig", "nllb-moe": "NllbMoeConfig"}[model_type]
+        )()
+        config.save_pretrained(str(other))
+        with pytest.raises(UserError, match=expected) as info:
+            load_pretrained(str(other))
+        assert "\n" not in str(info.value)
+
+
+def test_a_directory_without_its_tokenizer_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    _, directory = family
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copyfile(directory / name, bare / name)
+    with pytest.raises(UserError, match=r"no sentencepiece\.bpe\.model") as info:
+        load_pretrained(str(bare))
+    assert "\n" not in str(info.value)
+
+
+OUTPUT_TOKENS = 12  # each line's budget, </s> included: one for all, so that one generate call has it too
+
+
+def generated(directory: Path, family: str, lines: list[str], beam: int) -> list[list[int]]:
+    """transformers' generate on the lines as one padded batch, the target language's code forced
+    first (forced_bos_token_id), pad and <s> banned as seq2seq's search bans them: each line's ids
+    after the decoder's start, without </s> and padding (the code first)."""
+    src_lang, tgt_lang = CODES[family]
+    tokenizer = hf_tokenizer(directory, src_lang, tgt_lang)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval()
+    batch = tokenizer(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            num_beams=beam,
+            max_new_tokens=OUTPUT_TOKENS + 1,  # seq2seq's budget (tokens and </s>) and the code, which it leaves out
+            early_stopping=True,  # done at `beam` finished hypotheses, seq2seq's rule
+            length_penalty=1.0,
+            forced_bos_token_id=tokenizer.convert_tokens_to_ids(code_token(family, tgt_lang)),
+            bad_words_ids=[[model.config.pad_token_id], [model.config.bos_token_id]],
+            forced_eos_token_id=model.config.eos_token_id,  # a line cut at the budget ends with </s>, as seq2seq's
+        )
+    ends = (model.config.eos_token_id, model.config.pad_token_id)
+    return [[i for i in row[1:] if i not in ends] for row in out.tolist()]
+
+
+@pytest.mark.parametrize("count", [16, pytest.param(100, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("beam", [1, 5])
+def test_translates_as_transformers_generate(family: tuple[str, Path], beam: int, count: int) -> None:
+    """The model as it came, through the Python API's `load` (engine=auto), with the family's own layout:
+    source `code ... </s>`, decoder `</s> code ...`; the ISO 639-1 codes a LibreTranslate client sends
+    name NLLB's languages (en, de -> eng_Latn, deu_Latn)."""
+    from seq2seq.inference.engine_loader import load
+
+    name, directory = family
+    lines = sentences("en", count, 3)
+    engine = load(
+        directory, beam=beam, precision="fp32", device="cpu", src_lang="en", tgt_lang="de", max_len_a=0,
+        max_len_b=OUTPUT_TOKENS,
+    )  # fmt: skip
+    assert engine.kind == "torch"
+    ours = [nbest[0] for nbest in engine.translate_nbest(lines)]
+    to_ours = torch.argsort(torch.tensor(engine.tokenizers.tgt.order)).tolist()
+    theirs = [[to_ours[i] for i in ids] for ids in generated(directory, name, lines, beam)]
+    assert [h.tokens for h in ours] == theirs
+    assert [h.text for h in ours] == [engine.tokenizers.decode_tgt([ids])[0] for ids in theirs]
+    # A random model repeats itself; still, not one line for all, and not only empty ones.
+    assert len({tuple(h.tokens) for h in ours}) >= 3 and max(len(h.tokens) for h in ours) > 2
+
+
+def parallel_corpus(directory: Path) -> list[str]:
+    """English-German pairs on disk (data.kind=parallel_files), the training and validation splits."""
+    directory.mkdir()
+    for split, count, seed in (("train", 64, 11), ("valid", 8, 12)):
+        (directory / f"{split}.en").write_text("\n".join(sentences("en", count, seed)) + "\n", encoding="utf-8")
+        (directory / f"{split}.de").write_text("\n".join(sentences("de", count, seed + 100)) + "\n", encoding="utf-8")
+    return [
+        "data.kind=parallel_files",
+        *(
+            f"data.{split}_{side}={directory / f'{split}.{lang}'}"
+            for split in ("train", "valid")
+            for side, lang in (("src", "en"), ("tgt", "de"))
+        ),
+        "data.src_lang=en",
+        "data.tgt_lang=de",
+        "data.cache_dir=" + str(directory / "cache"),
+    ]
+
+
+FINE_TUNE = [
+    *[o for o in TINY_TRAIN if not o.startswith("data.task")],
+    "max_steps=3", "valid_every=3", "save_every=3", "optim.lr=1e-3", "optim.warmup=2", "batch_tokens=256",
+    "data.max_tokens=40",
+]  # fmt: skip
+
+
+def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path], tmp_path: Path) -> None:
+    """init_from=<the directory> trains on, in the family's layout (the languages' codes put in); the run
+    exports back to M2M100ForConditionalGeneration with the model's own tokenizer files, which
+    transformers loads and whose `generate` writes the run's lines."""
+    from seq2seq.artifacts.export import export
+    from seq2seq.config import ExportConfig
+    from seq2seq.train.run import train
+
+    name, directory = family
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}"]
+    run_dir = tmp_path / "run"
+    summary = train(compose_config("train", overrides), run_dir, overrides=overrides)
+    assert summary["step"] == 3
+    saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
+    assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
+    assert list(saved["data"]["directions"]) == ["en-de"]
+    assert not (run_dir / "ctranslate2").exists()  # refused (not exported there yet), not written wrong
+    if name == "mbart50":  # not written yet: one line, nothing left behind
+        with pytest.raises(UserError, match="an mBART-50 model is not exported to Hugging Face yet"):
+            export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+        assert not (tmp_path / "hf").exists()
+        return
+    output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    assert json.loads((output / "config.json").read_text())["architectures"] == ["M2M100ForConditionalGeneration"]
+    lines = sentences("en", 16, 5)
+    for beam in (1, 5):
+        translator = Translator.load(
+            run_dir, beam=beam, precision="fp32", device="cpu", src_lang="en", tgt_lang="de", max_len_a=0,
+            max_len_b=OUTPUT_TOKENS,
+        )  # fmt: skip
+        ours = [nbest[0].tokens for nbest in translator.translate_nbest(lines)]
+        to_ours = torch.argsort(torch.tensor(translator.tokenizers.tgt.order)).tolist()
+        assert ours == [[to_ours[i] for i in ids] for ids in generated(output, name, lines, beam)]
+
+
+def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> None:
+    from seq2seq.inference.engine_loader import load
+
+    name, directory = family
+    with pytest.raises(UserError, match=r"^tgt_lang=tlh: not one of the model's \d+ languages") as info:
+        load(directory, device="cpu", src_lang="en", tgt_lang="tlh")
+    assert "\n" not in str(info.value)
+    with pytest.raises(UserError, match=r"^src_lang: the model \(NLLB-200/M2M-100 layout\) starts each source"):
+        load(directory, device="cpu", tgt_lang="de").translate(["a man."])
+
+
+@pytest.mark.parametrize(
+    "override", ["data.lang_tag=source_prefix", "data.joint_vocab=false", "data.tokenizer=sentencepiece"]
+)
+def test_a_marian_only_option_is_one_line(family: tuple[str, Path], tmp_path: Path, override: str) -> None:
+    from seq2seq.train.run import train
+
+    _, directory = family
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", override]
+    with pytest.raises(UserError, match=rf"^'{override}': init_from=.* is an NLLB-200/M2M-100 model") as info:
+        train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    assert "\n" not in str(info.value) and not (tmp_path / "run").exists()
+
+
+def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Path]) -> None:
+    """seq2seq-serve on the directory as it came: the direction source_lang/target_lang name (the
+    model's codes or ISO 639-1 ones), routed by the ISO codes a LibreTranslate client sends."""
+    pytest.importorskip("starlette")
+    from omegaconf import OmegaConf
+    from starlette.testclient import TestClient
+
+    from seq2seq.config import ServeConfig
+    from seq2seq.inference.engine_loader import load
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.requests import Limits
+    from seq2seq.serve.server import _load
+
+    name, directory = family
+    src_lang, tgt_lang = CODES[name]
+    settings = dict(checkpoint=str(directory), beam=2, precision="fp32", device="cpu", threads=1)
+    with pytest.raises(UserError, match=r"^source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came"):
+        _load(OmegaConf.structured(ServeConfig(**settings)))
+    served = _load(OmegaConf.structured(ServeConfig(**settings, source_lang=src_lang, target_lang=tgt_lang)))
+    lines = sentences("en", 4, 9)
+    expected = load(directory, beam=2, precision="fp32", device="cpu", src_lang="en", tgt_lang="de").translate(lines)
+    try:
+        assert served.info.directions == ("en-de",)
+        with TestClient(create_app([served], Limits(16, 200, 8), None)) as client:
+            answer = client.post("/translate", json={"q": lines, "source": "en", "target": "de"})
+            assert answer.status_code == 200 and answer.json()["translatedText"] == expected
+    finally:
+        served.batcher.stop()
