@@ -63,14 +63,17 @@ class Hypothesis:
         return cls(tokens, log_prob, log_prob / (length**length_penalty) if length_penalty and length else log_prob)
 
 
-def _next_log_probs(model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int) -> torch.Tensor:
+def _next_log_probs(
+    model: Transformer, tokens: torch.Tensor, state: DecoderState, bos: int, renormalise: bool = True
+) -> torch.Tensor:
     """One decoding step; padding and the start token (BOS, where the start is EOS) are never valid
     outputs: banned, and the rest renormalised. Without renormalising, a prefix after which the model gave
     them more probability scored lower than under CTranslate2's suppress_sequences, and a young model's
-    beams ranked otherwise there."""
+    beams ranked otherwise there. `renormalise=False`: transformers' `generate` rule (a pretrained
+    NLLB-200/M2M-100 model, which CTranslate2 does not decode here), banned after the softmax."""
     log_probs = model.decode_step(tokens, state)
     log_probs[:, banned_outputs(bos)] = NEG_INF
-    return log_probs - log_probs.logsumexp(dim=-1, keepdim=True)
+    return log_probs - log_probs.logsumexp(dim=-1, keepdim=True) if renormalise else log_probs
 
 
 def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:
@@ -135,7 +138,7 @@ def greedy_search(
     results: list[Hypothesis | None] = [None] * batch
     limits = max_len.tolist()
     for step in range(int(max_len.max())):
-        log_probs = _next_log_probs(model, tokens, state, bos)  # (B_alive, V)
+        log_probs = _next_log_probs(model, tokens, state, bos, not count_given)  # (B_alive, V)
         _only_eos(log_probs, max_len[alive] <= step + 1, eos)
         force_prefix(log_probs, forced, alive, step, given)
         if sampling is None:
@@ -195,7 +198,7 @@ def beam_search(
     limit = max_len.tolist()
     prefix_length = (forced >= 0).sum(dim=1) if forced is not None else None  # (B,)
     for step in range(int(max_len.max())):
-        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos)  # (B*rows, V)
+        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos, not count_given)  # (B*rows, V)
         cut = [limit[i] <= step + 1 for i in beams.alive]  # sentences at their budget: EOS is the cut
         at_limit = torch.tensor(cut, device=src.device)
         _only_eos(log_probs, at_limit.repeat_interleave(beams.rows), eos)
