@@ -77,7 +77,8 @@ def sequence_log_probs(
     model: Transformer, src: torch.Tensor, outputs: list[list[int]], max_len: int | None = None
 ) -> list[float]:
     """Sum of log-probabilities of each output given one source (1, S), from the full teacher-forced
-    forward pass, EOS appended; no renormalisation for the banned pad/bos tokens. An output cut at its
+    forward pass, EOS appended; pad and bos, which are never output, left out of the softmax (as
+    CTranslate2's suppress_sequences leaves them out). An output cut at its
     budget (`max_len` tokens counting EOS, so one of max_len - 1 tokens) ends there without EOS: that
     is how CTranslate2 and Hugging Face score a hypothesis that reaches the length limit."""
     scores: dict[int, float] = {}
@@ -85,7 +86,9 @@ def sequence_log_probs(
         group = [i for i, tokens in enumerate(outputs) if len(tokens) == length]
         tgt_in = torch.tensor([[BOS_ID, *outputs[i]] for i in group])
         target = torch.tensor([[*outputs[i], EOS_ID] for i in group])
-        log_probs = torch.log_softmax(model(src.expand(len(group), -1), tgt_in), -1)
+        logits = model(src.expand(len(group), -1), tgt_in)
+        logits[:, :, [PAD_ID, BOS_ID]] = float("-inf")
+        log_probs = torch.log_softmax(logits, -1)
         terms = log_probs.gather(2, target[:, :, None]).squeeze(2)
         cut = max_len is not None and length == max_len - 1
         sums = terms[:, :length].sum(1) if cut else terms.sum(1)
