@@ -103,14 +103,16 @@ def test_an_ensemble_step_is_the_log_of_the_members_mean_probability() -> None:
     # Independently: each member's full forward pass over the whole prefix, probabilities averaged.
     probs = torch.stack([torch.softmax(m(src, prefix)[:, -1].float(), -1) for m in members]).mean(0)
     torch.testing.assert_close(got, probs.log(), atol=ATOL, rtol=0.0)
-    # And beam search over the ensemble ranks by those probabilities: its best hypothesis's
-    # log_prob is the sum of the mean probabilities' logs along it.
+    # And beam search over the ensemble ranks by those probabilities, pad and <s> (no outputs) left
+    # out and the rest renormalised: its best hypothesis's log_prob is the sum of their logs along it.
     max_len = budget(src)
     best = beam_search(ensemble, src, BOS_ID, EOS_ID, max_len, beam=2)
     for row, nbest in enumerate(best):
         tokens, one = nbest[0].tokens, unpadded(src, row)
         tgt_in = torch.tensor([[BOS_ID, *tokens]])
         mean = torch.stack([torch.softmax(m(one, tgt_in)[0].float(), -1) for m in members]).mean(0)
+        mean[:, [PAD_ID, BOS_ID]] = 0.0
+        mean = mean / mean.sum(-1, keepdim=True)
         terms = mean.log().gather(1, torch.tensor([*tokens, EOS_ID])[:, None])
         cut = len(tokens) == int(max_len[row]) - 1  # a line cut at its budget has no EOS term
         expected = terms[: len(tokens)].sum() if cut else terms.sum()
