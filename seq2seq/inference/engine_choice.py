@@ -4,9 +4,8 @@
 engine=auto (the default) decodes a run with its CTranslate2 export, `<run>/ctranslate2/`, which
 training writes when ctranslate2 is installed, wherever that gives the lines PyTorch gives, only
 faster: the best translation by greedy or beam search, a forced prefix in greedy search, fp32.
-Everything else stays on PyTorch: n-best lists (CTranslate2 renormalises the probabilities after
-banning <pad> and <s>, so its scores differ), a prefix in beam search (CTranslate2 ranks the
-hypotheses that extend it otherwise), sampling (its sampler draws other samples from the same seed),
+Everything else stays on PyTorch: n-best lists (no test holds CTranslate2's to PyTorch's), a prefix
+in beam search (CTranslate2 ranks the hypotheses that extend it otherwise), sampling (its sampler draws other samples from the same seed),
 attention plots, ensembles, bf16/fp16, an export made from another checkpoint than the run's (by the
 record inside the export). The log says which engine decodes and why; engine=torch or
 engine=ctranslate2 forces one.
@@ -118,7 +117,7 @@ def _why_other_lines(cfg: Any) -> str | None:
     if cfg.sampling:
         return "sampling=true (CTranslate2 draws other samples from the same seed)"
     if cfg.nbest > 1:
-        return "nbest>1 (CTranslate2's scores differ in the third decimal)"
+        return "nbest>1 (CTranslate2's n-best lists are not held to PyTorch's)"
     if cfg.prefix and cfg.beam > 1:  # seen in tests/test_translation_api.py: other lines, not only other scores
         return "prefix=true with beam>1 (CTranslate2 ranks hypotheses that extend a prefix differently)"
     if cfg.precision not in ("auto", "fp32"):
