@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import SENTENCEPIECE_LINES, TINY_TRAIN, TrainedRun, compose_config, train_multilingual
+from conftest import (
+    SENTENCEPIECE_LINES,
+    TINY_TRAIN,
+    TrainedRun,
+    compose_config,
+    digit_sentence,
+    train_multilingual,
+)
 
 from seq2seq.artifacts.export import export
 from seq2seq.config import ExportConfig, UserError, validate_export
@@ -115,6 +122,45 @@ def test_each_direction_of_a_multilingual_model_is_a_package_that_writes_its_lan
             assert hypotheses[0].score - scores[theirs[i]] < 0.02, (theirs[i], hypotheses)
         words = " ".join(theirs).split()
         assert sum(word[:2] == target for word in words) / len(words) >= 0.9, theirs  # the tag reached the model
+
+
+@pytest.mark.slow  # a minute: lines that run to Argos's 256 tokens, decoded by Argos and twice by the command
+def test_a_multilingual_package_writes_the_commands_lines_short_of_the_length_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What docs/export.md states for a multilingual package (#77 item 8): in float32, Argos writes the
+    lines of seq2seq-translate beam=4 length_penalty=0.2 on every line that reaches neither engine's
+    length limit; a young model's lines that run to a limit differ (Argos's limit is CTranslate2's
+    default, which the package cannot set)."""
+    from seq2seq.inference.engine_api import output_budget
+
+    monkeypatch.setenv("ARGOS_COMPUTE_TYPE", "float32")
+    for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.setenv("ARGOS_PACKAGES_DIR", str(tmp_path / "packages"))
+    for module in [m for m in sys.modules if m == "argostranslate" or m.startswith("argostranslate.")]:
+        monkeypatch.delitem(sys.modules, module)
+    package = importlib.import_module("argostranslate.package")
+    translate = importlib.import_module("argostranslate.translate")
+    steps = ["max_steps=10", "valid_every=10", "save_every=10"]  # barely trained: many lines run on
+    run = train_multilingual(tmp_path / "ml", "data.lang_tag=decoder_start", "data.tokenizer=sentencepiece", *steps)
+    export(ExportConfig(run=str(run.path), output=str(tmp_path / "en_fr.argosmodel"), format="argos", tgt_lang="fr"))
+    package.install_from_path(tmp_path / "en_fr.argosmodel")
+    lines = [digit_sentence("en", 60_000 + i) for i in range(30)]
+    theirs = [translate.translate(line, "en", "fr") for line in lines]
+    for max_len_a, max_len_b in ((1.5, 10), (0, 256)):  # the command's default budget; Argos's limit
+        ours = Translator.load(
+            run.path, beam=4, length_penalty=0.2, max_len_a=max_len_a, max_len_b=max_len_b,
+            precision="fp32", device="cpu", src_lang="en", tgt_lang="fr",
+        )  # fmt: skip
+        best = [nbest[0] for nbest in ours.translate_nbest(lines)]
+        sources = ours.tokenizers.encode_src(lines)
+        budgets = [output_budget(len(ids), 1, max_len_a, max_len_b, 256) for ids in sources]  # 1: the tag
+        at_limit = [len(t.tokens) == budget - 1 for t, budget in zip(best, budgets, strict=True)]
+        assert 0 < sum(at_limit) < len(lines), at_limit  # both kinds of line, or the test tests one
+        for line, mine, other, cut in zip(lines, best, theirs, at_limit, strict=True):
+            if not cut:
+                assert other == mine.text, line
 
 
 def test_a_multilingual_package_needs_the_decoder_tag_and_a_direction(

@@ -514,6 +514,62 @@ def test_beam_search_cuts_a_line_at_its_budget_as_ctranslate2_does(run_dir: Path
         assert [t.score for t in ours_] == pytest.approx([t.score for t in theirs], abs=1e-4), line
 
 
+BUDGET_LINES = source_lines(200, seed=11)
+
+
+def same_lines(checkpoint: Path, exported: Path, lines: list[str], **settings: object) -> tuple[list, list]:
+    """Each line's best translation from engine=torch and engine=ctranslate2, decoding as `settings` say."""
+    settings = dict(settings, precision="fp32", device="cpu")
+    ours_ = Translator.load(checkpoint, **settings).translate_nbest(lines)
+    theirs = CTranslate2Translator.load(exported, **settings).translate_nbest(lines)
+    return [n[0] for n in ours_], [n[0] for n in theirs]
+
+
+def reached_budget(
+    run: Path, lines: list[str], translations: list, max_len_a: float, max_len_b: int, max_positions: int = 256
+) -> int:
+    """How many `translations` of `lines` have as many tokens as their budget leaves (a line cut there)."""
+    tokenizers = Tokenizers.load(run)
+    sources = [tokenizers.src.encode(line, add_special_tokens=False).ids for line in lines]
+    budgets = [output_budget(len(ids), 0, max_len_a, max_len_b, max_positions) for ids in sources]
+    return sum(len(t.tokens) == b - 1 for t, b in zip(translations, budgets, strict=True))
+
+
+@pytest.mark.parametrize("length_penalty", [1.0, 0.6])
+def test_both_engines_end_a_line_at_its_last_token_alike(run_dir: Path, length_penalty: float) -> None:
+    """Regression (#77 item 8): at a line's last token within its budget CTranslate2 ends each of its
+    top 5 candidates (a </s> one finished, the others cut), where our beam search ended the </s> ones
+    and went on with the 5 best others: it added cut lines from below the top 5, or stopped before
+    any once 5 had finished. 6 of these 200 lines differed (length penalty 0.6: 1)."""
+    translations = same_lines(
+        run_dir / "checkpoints" / "best.pt", run_dir / "ctranslate2", BUDGET_LINES,
+        beam=5, max_len_a=1.0, max_len_b=2, length_penalty=length_penalty,
+    )  # fmt: skip
+    mine, theirs = translations
+    cut = reached_budget(run_dir, BUDGET_LINES, mine, 1.0, 2)
+    assert cut >= len(BUDGET_LINES) // 10, f"only {cut} lines reached their budget: the test would not test it"
+    assert [t.text for t in mine] == [t.text for t in theirs]
+    assert [t.score for t in mine] == pytest.approx([t.score for t in theirs], abs=1e-4)
+
+
+def test_both_engines_write_an_untrained_models_lines_alike(tmp_path: Path) -> None:
+    """Regression (#77 item 8): CTranslate2 bans <pad> and <s> before its softmax, renormalising the rest;
+    we banned them after ours, so an untrained model's pad and <s> mass (here as large as a young
+    model's) lowered each step's score by an amount of its own and reordered near-tied lines: 5 of
+    these 200 differed at beam 5 (1 without the extra mass), none greedy; every score by more than 1e-4."""
+    checkpoint, cfg = random_checkpoint(tmp_path / "ckpt", output_bias=True)
+    payload = torch.load(checkpoint, weights_only=True)
+    payload["model"]["output_bias"][[PAD_ID, BOS_ID]] = 3.0
+    atomic_save(payload, checkpoint)
+    exported = export_to(tmp_path / "ct2", "ctranslate2", checkpoint=str(checkpoint))
+    for beam in (5, 1):
+        mine, theirs = same_lines(checkpoint, exported, BUDGET_LINES, beam=beam)
+        cut = reached_budget(tmp_path / "ckpt", BUDGET_LINES, mine, MAX_LEN_A, MAX_LEN_B, cfg.max_positions)
+        assert cut == len(BUDGET_LINES), "an untrained model's lines run to their budget"
+        assert [t.text for t in mine] == [t.text for t in theirs]
+        assert [t.score for t in mine] == pytest.approx([t.score for t in theirs], abs=1e-4)
+
+
 @pytest.mark.parametrize(("max_len_a", "max_len_b", "length_penalty"), [(1.5, 10, 1.0), (1.0, 2, 1.0), (1.0, 2, 0.6)])
 def test_ctranslate2_decodes_many_budgets_in_one_call_as_each_line_alone(
     run_dir: Path, max_len_a: float, max_len_b: int, length_penalty: float

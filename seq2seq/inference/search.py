@@ -26,9 +26,8 @@ class Hypothesis:
     """A finished output and how likely the model finds it, the same in greedy and beam search.
 
     log_prob: log P(tokens + EOS | source), the sum of the model's log-probabilities of each output
-        token and of the final EOS (pad and BOS are banned and the rest renormalised, as CTranslate2
-        suppresses them, so that both engines rank prefixes alike); for a
-        line cut at its output budget, of its tokens alone (see `_only_eos`). A given token (a
+        token and of the final EOS (pad and BOS are left out of each softmax, as CTranslate2 suppresses them: see `_next_log_probs`);
+        for a line cut at its output budget, of its tokens alone (see `Beams.finish`). A given token (a
         decoder_start language tag: see `force_prefix`) adds nothing.
     score: what hypotheses are ranked by, log_prob / length ** length_penalty, where length counts
         the predicted tokens and the EOS: len(tokens) - given + 1 (a cut line has no EOS). The tag is
@@ -79,8 +78,9 @@ def _next_log_probs(
 def _only_eos(log_probs: torch.Tensor, rows: torch.Tensor, eos: int) -> None:
     """Rows where `rows` (bool) is True are out of budget: the line is cut here. EOS is their only
     continuation and costs nothing, so a cut hypothesis scores as its tokens alone: that is how
-    CTranslate2 scores one that reaches max_decoding_length, and beam search must rank cut and
-    finished hypotheses as it does for the two engines to write the same lines."""
+    CTranslate2 scores one that reaches max_decoding_length. Greedy search cuts every line so; beam
+    search ends a line at its last token instead (`Beams.finish`) and comes here only for a budget of
+    one token, which leaves room for nothing but the cut."""
     if bool(rows.any()):
         not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != eos
         log_probs.masked_fill_(rows[:, None] & not_eos, NEG_INF)
@@ -186,7 +186,8 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
     hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
-    finished (so beam=1 is exactly greedy); a sentence is done when `sentence_done` says so.
+    finished (so beam=1 is exactly greedy); a sentence is done when `sentence_done` says so, or at
+    its budget's last token, where its top `beam` candidates all end (`Beams.finish`).
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
     `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
     live prefix, as at the start, and right after it only the best candidate may end the line
@@ -199,7 +200,10 @@ def beam_search(
     prefix_length = (forced >= 0).sum(dim=1) if forced is not None else None  # (B,)
     for step in range(int(max_len.max())):
         log_probs = _next_log_probs(model, beams.last_tokens(), state, bos, not count_given)  # (B*rows, V)
-        cut = [limit[i] <= step + 1 for i in beams.alive]  # sentences at their budget: EOS is the cut
+        cut = [limit[i] <= step + 1 for i in beams.alive]  # a budget of one: EOS is the cut
+        last = [limit[i] <= step + 2 for i in beams.alive]  # each sentence's last token (see Beams.finish)
+        if count_given:  # transformers' generate ends a line at its budget by the forced </s> alone
+            last = [False] * len(last)
         at_limit = torch.tensor(cut, device=src.device)
         _only_eos(log_probs, at_limit.repeat_interleave(beams.rows), eos)
         if forced is not None:
@@ -214,11 +218,13 @@ def beam_search(
                 cand_scores, cand_token, (lengths == step) & (lengths > 0), eos, model.pad_id
             )
         is_eos = cand_token == eos
-        beams.finish(cand_scores, cand_beam, is_eos, length_penalty, cut, given, count_given)
+        beams.finish(cand_scores, cand_beam, cand_token, is_eos, length_penalty, cut, last, given, count_given)
         state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos), group=beam)
         best_live = beams.best_live()
         done = [
-            i in beams.closed or sentence_done(beams.finished[i], best_live[row], length_penalty, nbest, beam)
+            i in beams.closed
+            or last[row]
+            or sentence_done(beams.finished[i], best_live[row], length_penalty, nbest, beam)
             for row, i in enumerate(beams.alive)
         ]
         if all(done):
@@ -306,23 +312,36 @@ class Beams:
         self,
         cand_scores: torch.Tensor,
         cand_beam: torch.Tensor,
+        cand_token: torch.Tensor,
         is_eos: torch.Tensor,
         length_penalty: float,
         cut: list[bool],
+        last: list[bool],
         given: int = 0,
         count_given: bool = False,
     ) -> None:
         """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
-        (not those of sentences already done, which only pad the batch). `cut[row]`: that sentence
-        is at its output budget, so its EOS is the cut (see `_only_eos`); `given`: see `Hypothesis`."""
-        for row, rank in is_eos[:, : self.beam].nonzero().tolist():
+        (not those of sentences already done, which only pad the batch). `cut[row]`: that sentence's
+        budget is one token, so its EOS is the cut (see `_only_eos`); `given`: see `Hypothesis`.
+
+        `last[row]`: this step gives that sentence's last token within its budget, so each of its top
+        `beam` candidates ends here, an EOS one as finished, any other as a line cut after this
+        token, scored by its tokens alone; none continues. That is CTranslate2's last step: the
+        k-best prefixes that reach the budget compete with the finished ones, not the best k that
+        do not end there (which would add lines from below the top k, or none once k had finished)."""
+        ends = is_eos[:, : self.beam].clone()
+        ends[torch.tensor(last, device=ends.device)] = True
+        for row, rank in ends.nonzero().tolist():
             if self.alive[row] in self.closed:
                 continue
             log_prob = float(cand_scores[row, rank])
             if log_prob == NEG_INF:
                 continue
             tokens = self.prefixes[row * self.rows + int(cand_beam[row, rank]), 1:].tolist()
-            hypothesis = Hypothesis.scored(tokens, log_prob, length_penalty, cut[row], given, count_given)
+            if not is_eos[row, rank]:
+                tokens.append(int(cand_token[row, rank]))
+            cut_here = cut[row] or not bool(is_eos[row, rank])
+            hypothesis = Hypothesis.scored(tokens, log_prob, length_penalty, cut_here, given, count_given)
             self.finished[self.alive[row]].append(hypothesis)
 
     def extend(
