@@ -627,7 +627,11 @@ def _list_fields(schema: type, prefix: str = "") -> set[str]:
 # One value of each list key's items, as a user would write it.
 LIST_ITEMS = {"data.directions": "en-de", "optim.betas": "0.9", "recipes": "big", "back_translate": "de-fr"}
 LIST_ITEMS |= {"speed_threads": "2", "runs": "/runs/b", "cors_origins": "https://example.org"}
-LIST_ITEMS |= {"data.corpora": "{name:extra,kind:tsv,train:extra.tsv}", "data.clean_settings.languages": "fr"}
+LIST_ITEMS |= {
+    "data.corpora": "{name:extra,kind:tsv,train:extra.tsv}",
+    "data.clean_settings.languages": "fr",
+    "freeze": "encoder",
+}
 
 
 def test_a_list_key_given_one_value_without_brackets_says_how_to_write_it() -> None:

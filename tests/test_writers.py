@@ -276,6 +276,8 @@ WRITER_RULES = {
     "seq2seq.data.pipeline": "the cache's staging directory, renamed into place (cache_builds.py)",
     "seq2seq.data.sentencepiece_training": "into the cache build's staging directory",
     "seq2seq.data.cleaning": "cleaning.json into the cache build's staging directory",
+    "seq2seq.data.fairseq_vocab": "a pretrained model's vocabulary into the cache build's staging directory and its run",
+    "seq2seq.artifacts.m2m100": "format=huggingface: into export's staging directory",
     "seq2seq.measurement_cache": "the machine's cache: a new file renamed over the old",
     "seq2seq.serve.app": "a temporary folder of its own for translated files",
     "seq2seq.serve.server": "a temporary folder of its own for translated files, removed at exit",
