@@ -102,7 +102,12 @@ def failed_rows(report: Path) -> list[str]:
     return [row["error"] for row in rows if "error" in row and row.get("precision") != "fp16"]
 
 
-@pytest.mark.parametrize("part", PARTS)
+# The training parts' dry runs (75 s of the suite's CPU) run with -m slow, before a GPU loan; by default
+# the tests, result and extra parts run the same script and its shared steps.
+SLOW_PARTS = ("smoke", "speed", "big", "compile")
+
+
+@pytest.mark.parametrize("part", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PARTS else p for p in PARTS])
 def test_every_step_of_every_part_runs_on_the_cpu(dry_runs, part):
     returncode, out = dry_runs(part)
     assert returncode == 0

@@ -86,6 +86,7 @@ def check_published(tmp_path: Path, result: dict, references: list[str]) -> None
     assert row in readme and "old table" not in readme and readme.startswith("# A README")
 
 
+@pytest.mark.slow  # a whole built-in run (18 s); the multilingual test below scores a real run by default
 def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
     overrides = [o for o in TINY_TRAIN if not o.startswith(("max_steps", "valid_every", "save_every"))]
     result = reproduce(

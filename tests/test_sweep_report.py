@@ -15,6 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sweep_report.py"
 VALIDATION = re.compile(r"validation at update (\d+): loss ([\d.]+) .* BLEU ([\d.]+)")
 
 
+@pytest.mark.slow  # trains a sweep (14 s); the tests below read the report off made-up sweeps
 def test_sweep_report_reads_every_run_of_a_sweep(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     subprocess.run(
