@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 from pathlib import Path
-
-from machine import machine_info  # scripts/machine.py: the CPU class and load average (imports torch)
 
 from seq2seq.config import CleanSettings, clean_rules
 from seq2seq.data.cleaning import Cleaner, CleaningReport
@@ -109,6 +108,9 @@ def markdown(result: dict) -> str:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from machine import machine_info  # the CPU class and load average; imports torch, so not at import
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", help="make_noisy_multi30k.py's --out: train.en, train.de, noise.tsv")
     parser.add_argument("--rules", default="default", help="as data.clean: default or a comma-separated list")
