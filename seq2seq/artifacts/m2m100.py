@@ -112,20 +112,27 @@ def to_m2m100(state: dict[str, torch.Tensor], cfg: ModelConfig, order: list[int]
     return {name: tensor.detach().float().contiguous() for name, tensor in hf.items()}
 
 
-def read_pretrained(directory: Path, hf_config: Any) -> tuple[ModelPayload, FairseqTokenizers]:
-    """A checkpoint-shaped payload of the model in `directory` and its tokenizer."""
+def read_pretrained(
+    directory: Path,
+    hf_config: Any,
+    model_class: str = "M2M100ForConditionalGeneration",
+    config_of: Callable[[Any, str], ModelConfig] = model_config,
+    convert: Callable[[dict[str, torch.Tensor], ModelConfig, list[int]], dict[str, torch.Tensor]] = to_seq2seq,
+) -> tuple[ModelPayload, FairseqTokenizers]:
+    """A checkpoint-shaped payload of the model in `directory` and its tokenizer. mBART-50 reads the
+    same way, with its own class, config and weight names (artifacts/mbart.py)."""
     transformers = transformers_module()
-    cfg = model_config(hf_config, str(directory))
+    cfg = config_of(hf_config, str(directory))
     tokenizers = FairseqTokenizers.of_huggingface(directory)
     size = tokenizers.src.get_vocab_size()
     if size != hf_config.vocab_size:
         raise UserError(f"{directory}: its tokenizer has {size} tokens, more than the model's {hf_config.vocab_size}")
     try:
-        hf_model = transformers.M2M100ForConditionalGeneration.from_pretrained(str(directory))
+        hf_model = getattr(transformers, model_class).from_pretrained(str(directory))
     except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: weights that do not fit config.json
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise UserError(f"{directory}: transformers could not load the model: {first}") from err
-    state = to_seq2seq(hf_model.state_dict(), cfg, tokenizers.src.order)
+    state = convert(hf_model.state_dict(), cfg, tokenizers.src.order)
     payload = ModelPayload(
         format=FORMAT,
         model=state,

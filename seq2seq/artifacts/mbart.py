@@ -8,19 +8,16 @@ model.embedding_norm), and final_logits_bias (model.output_bias). Export back is
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from seq2seq.artifacts import m2m100
-from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
-from seq2seq.artifacts.marian import transformers_module
-from seq2seq.config import ModelConfig, UserError
-from seq2seq.data.directions import LANGUAGE_CODES
+from seq2seq.artifacts.checkpoint import ModelPayload
+from seq2seq.config import ModelConfig
 from seq2seq.data.fairseq_vocab import FairseqTokenizers
-from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.embedding import FAIRSEQ_POSITION_OFFSET
 
 MODEL_TYPE = "mbart"
@@ -51,23 +48,4 @@ def to_seq2seq(hf_state: dict[str, torch.Tensor], cfg: ModelConfig, order: list[
 
 def read_pretrained(directory: Path, hf_config: Any) -> tuple[ModelPayload, FairseqTokenizers]:
     """A checkpoint-shaped payload of the mBART-50 model in `directory` and its tokenizer."""
-    transformers = transformers_module()
-    cfg = model_config(hf_config, str(directory))
-    tokenizers = FairseqTokenizers.of_huggingface(directory)
-    size = tokenizers.src.get_vocab_size()
-    if size != hf_config.vocab_size:
-        raise UserError(f"{directory}: its tokenizer has {size} tokens, more than the model's {hf_config.vocab_size}")
-    try:
-        hf_model = transformers.MBartForConditionalGeneration.from_pretrained(str(directory))
-    except (OSError, ValueError, RuntimeError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(f"{directory}: transformers could not load the model: {first}") from err
-    state = to_seq2seq(hf_model.state_dict(), cfg, tokenizers.src.order)
-    payload = ModelPayload(
-        format=FORMAT,
-        model=state,
-        config={"model": asdict(cfg), "data": {"lang_tag": LANGUAGE_CODES, "directions": None}},
-        vocab=Vocabulary(src_size=size, tgt_size=size, pad_id=PAD_ID),
-        step=0,
-    )
-    return payload, tokenizers
+    return m2m100.read_pretrained(directory, hf_config, "MBartForConditionalGeneration", model_config, to_seq2seq)
