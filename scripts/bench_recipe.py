@@ -83,7 +83,7 @@ def main() -> None:
         return
     from competing_load import competing_jobs
 
-    from seq2seq.data.pipeline import default_cache_dir
+    from seq2seq.measurement_cache import cache_root
 
     runs = []
     with competing_jobs(args.competing_jobs) as competing, tempfile.TemporaryDirectory() as scratch:
@@ -92,7 +92,7 @@ def main() -> None:
             if not args.keep_measurements:
                 env["SEQ2SEQ_CACHE"] = str(Path(scratch) / str(run))
             child = [sys.executable, __file__, args.experiment, "--one", "--data-dir", args.data_dir]
-            child += ["--minutes", str(args.minutes), "--data-cache", str(default_cache_dir())]
+            child += ["--minutes", str(args.minutes), "--data-cache", str(cache_root())]
             done = subprocess.run(child, capture_output=True, text=True, env=env, check=False)
             if done.returncode != 0:
                 sys.exit(f"bench_recipe.py: a choice failed:\n{done.stderr[-2000:]}")

@@ -212,10 +212,6 @@ def content_digest(path: Path) -> str | None:
         return None
 
 
-def default_cache_dir() -> Path:
-    return cache_root()
-
-
 def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> str | None:
     """None to keep a training pair, else the reason it is dropped."""
     if src_len == 0 or tgt_len == 0:
@@ -468,7 +464,7 @@ def prepare_data(
     """Tokenized splits for `cfg`, built once and then loaded from the cache. Under DDP only the
     main process builds; the others wait at `barrier` and load what it wrote. `pretrained`: a
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
-    root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    root = Path(cfg.cache_dir) if cfg.cache_dir else cache_root()
     files = corpus_files(cfg)
     target = root / cache_key(cfg, pretrained, files)
     if is_main and (swept := remove_abandoned_builds(root)):
