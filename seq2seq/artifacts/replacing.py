@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import filecmp
 import glob
 import json
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts import file_lock
-from seq2seq.artifacts.run_dir import RUN_MARKER, temporary_affixes
+from seq2seq.artifacts.run_dir import RUN_MARKER, STAGING_NAME, temporary_affixes
 from seq2seq.config import UserError
 from seq2seq.measurement_cache import cache_file
 from seq2seq.stop_signals import stop_signals_raise
@@ -166,6 +168,26 @@ def write_new_file(target: Path, write: Callable[[Path], None]) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def write_files_into(directory: Path, write: Callable[[Path], None]) -> None:
+    """`write(folder)` fills a new folder inside `directory`; each file it wrote then takes its
+    namesake's place in `directory` as write_new_file's do, except where the same bytes are there
+    already (a resumed run saving the tokenizer it has): no file of `directory` is ever half-written,
+    and a kill leaves the new folder, a dot folder remove_stale_temporaries knows."""
+    directory.mkdir(parents=True, exist_ok=True)
+    prefix, suffix = temporary_affixes(directory / STAGING_NAME)
+    staging = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=directory))
+    try:
+        write(staging)
+        for new in sorted(path for path in staging.rglob("*") if path.is_file()):
+            target = directory / new.relative_to(staging)
+            if target.is_file() and filecmp.cmp(new, target, shallow=False):
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_new_file(target, lambda path, new=new: shutil.copyfile(new, path))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _finish(temporary: Path, target: Path) -> None:

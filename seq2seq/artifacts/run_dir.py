@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 from pathlib import Path
 
 from seq2seq.artifacts.file_lock import FOLDER_LOCK
@@ -47,6 +48,8 @@ LOCK_FREE_STARTUP_FILES = {".hydra", "train.log"}  # ... and that no run has loc
 _PERIODIC = re.compile(r"step_(\d+)")  # step_N: the periodic checkpoint of update N
 PERIODIC_GLOB = "step_*.pt"  # the periodic checkpoints, as messages name them
 _TEMPORARY_SUFFIX = ".tmp"
+# replacing.write_files_into's new folder in the run directory: .staging.XXXX.tmp, left only by a kill
+STAGING_NAME = "staging"
 
 # Each directory a run writes, and the names of the files it writes there.
 RUN_DIRECTORIES: dict[str, re.Pattern[str]] = {
@@ -169,4 +172,8 @@ class RunDir:
                 size = tmp.stat().st_size
                 tmp.unlink()
                 removed += size
+        for staging in self.root.glob(f".{STAGING_NAME}.*{_TEMPORARY_SUFFIX}"):
+            if staging.is_dir() and not staging.is_symlink():
+                removed += sum(path.stat().st_size for path in staging.rglob("*") if path.is_file())
+                shutil.rmtree(staging, ignore_errors=True)
         return removed

@@ -26,6 +26,7 @@ from seq2seq.allocator import allocator_in_use
 from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
 from seq2seq.artifacts.huggingface import has_language_codes, pretrained_model_config
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory
+from seq2seq.artifacts.replacing import write_files_into, write_new_file
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
 from seq2seq.config import (
     AUTO_RECIPE,
@@ -247,9 +248,11 @@ def _build_trainer(
     pretrained = _pretrained_tokenizers(cfg)
     data = prepare_data(cfg.data, barrier=dist.wait_for_main, is_main=dist.is_main, pretrained=pretrained)
     if dist.is_main:
-        data.tokenizers.save(run_dir)
+        # A resumed run saves the tokenizer it has: files replaced whole (or not at all), never rewritten in place.
+        write_files_into(run_dir, data.tokenizers.save)
         if data.cleaning is not None:  # data.clean's report, beside the run's other records
-            RunDir(run_dir).cleaning_report.write_text(json.dumps(data.cleaning, indent=1, ensure_ascii=False) + "\n")
+            report = json.dumps(data.cleaning, indent=1, ensure_ascii=False) + "\n"
+            write_new_file(RunDir(run_dir).cleaning_report, lambda path: path.write_text(report))
     if payload is None:  # a resumed run's config holds the recipe it chose
         cfg = choose_recipe(cfg, overrides, data, device, dist, Trainer.clock, start)
     precision = choose_run_precision(cfg, device, dist)
