@@ -164,3 +164,17 @@ def test_dev_stdout_onto_a_pipe_is_written_to_as_it_is(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "through the pipe\n", "")
+
+
+def test_a_second_writer_of_one_folder_is_told_it_is_a_folder(tmp_path):
+    folder = tmp_path / "plots"
+    holder = hold_lock_in_another_process(folder)
+    try:
+        with pytest.raises(UserError) as info, output_lock(folder, "attention", "cmd", folder=True):
+            pass
+        assert str(info.value) == (
+            f"attention={folder}: another process (seq2seq-translate, process {holder.pid}) is writing this "
+            "folder; wait for it to end, or give attention= another folder"
+        )
+    finally:
+        holder.communicate("")

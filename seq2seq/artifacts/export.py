@@ -65,7 +65,7 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
         return output, model_cfg
     else:
         write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
-    with output_lock(output, "output", COMMAND, make_parent=True):  # one export per output at a time
+    with output_lock(output, "output", COMMAND, make_parent=True, folder=True):  # one export per output at a time
         _write_directory(output, write_all)
     return output, model_cfg
 

@@ -108,10 +108,11 @@ def writing_file(
 
 
 @contextlib.contextmanager
-def output_lock(path: Path, key: str, command: str, make_parent: bool = False) -> Iterator[None]:
+def output_lock(path: Path, key: str, command: str, make_parent: bool = False, folder: bool = False) -> Iterator[None]:
     """Holds the lock of `path`'s writers (`.NAME.lock` beside it, removed as it is let go) for the
     block; while another process holds it, raises UserError naming `key`, the file and that process.
-    A device or pipe is not locked. `make_parent`: the directories above `path` are made first."""
+    A device or pipe is not locked. `make_parent`: the directories above `path` are made first;
+    `folder`: `path` is a folder the command writes (the refusal says so)."""
     if _is_stream(path):
         yield
         return
@@ -123,9 +124,10 @@ def output_lock(path: Path, key: str, command: str, make_parent: bool = False) -
     except file_lock.Busy as busy:
         pid, _, name = busy.holder.partition(" ")
         who = f"{name or 'a command'}, process {pid}" if busy.holder != "unknown" else "a command"
+        what = "folder" if folder else "file"
         raise UserError(
-            f"{key}={path}: another process ({who}) is writing this file; wait for it to end, "
-            f"or give {key}= another file"
+            f"{key}={path}: another process ({who}) is writing this {what}; wait for it to end, "
+            f"or give {key}= another {what}"
         ) from None
     except OSError as err:
         raise UserError(f"{key}={path}: cannot write there ({err.strerror or err})") from err

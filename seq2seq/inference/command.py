@@ -117,7 +117,9 @@ def translate_checked(cfg: DictConfig) -> dict[str, Any]:
     # The one rule of every writer, before the model loads: one writer per file, a file replaced only
     # when this command wrote it, by a new file renamed over it once the translation is whole.
     output = writing_file(Path(cfg.output), "output", COMMAND, cfg.replace_output) if cfg.output != "-" else None
-    attention = output_lock(Path(cfg.attention), "attention", COMMAND, make_parent=True) if cfg.attention else None
+    attention = (
+        output_lock(Path(cfg.attention), "attention", COMMAND, make_parent=True, folder=True) if cfg.attention else None
+    )
     with output or contextlib.nullcontext() as target, attention or contextlib.nullcontext():
         try:
             return _translate(cfg, target)
