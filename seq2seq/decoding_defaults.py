@@ -22,3 +22,9 @@ PRECISION = "auto"  # decoding: fp32 (seq2seq/precision.py, choose_decoding_prec
 # integer): training's seed too.
 MAX_SEED = 2**32 - 1
 SEED_RANGE = f"[0, 2^{MAX_SEED.bit_length()} - 1]"  # as the help lines write it: [0, 2^32 - 1]
+
+# The search's own version: raised by any change to what given settings decode (e.g. 2: the
+# probabilities renormalised after banning pad and <s>, the end forced at the last step). Caches of
+# translations (seq2seq-distill's teacher, back-translation) are keyed on it, so that translations an
+# older search made are not reused as if this one had made them.
+SEARCH_VERSION = 2

@@ -23,7 +23,7 @@ from script_module import load_script
 from seq2seq.cli.distill import main
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
 from seq2seq.data.builtin import reverse_task
-from seq2seq.distill import command
+from seq2seq.distill import command, translations
 from seq2seq.distill.selection import select
 from seq2seq.distill.teacher import corpus_config, read_teacher
 from seq2seq.distill.translations import (
@@ -255,7 +255,7 @@ def test_a_folder_from_before_the_teachers_weights_were_recorded_gets_them_on_it
         check_settings(tmp_path, {**settings, "teacher_weights": other})
 
 
-def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teacher, tmp_path, caplog):
+def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teacher, tmp_path, caplog, monkeypatch):
     sources = training_sources()
     teacher_ = read_teacher(str(teacher))
     cfg = DistillConfig(teacher=str(teacher), output=str(tmp_path / "out"), cache=str(tmp_path / "cache"), threads=1)
@@ -272,6 +272,9 @@ def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teach
     assert cache_key(teacher_.weights, sources, {"beam": 4})[0] != key
     assert cache_key(teacher_.weights, sources[:-1], {"beam": 5})[0] != key
     assert cache_key(teacher_.weights, sources, {"beam": 5})[0] == key
+    # Translations an older search made are not this search's: the search's version is in the key.
+    monkeypatch.setattr(translations, "SEARCH_VERSION", translations.SEARCH_VERSION - 1)
+    assert cache_key(teacher_.weights, sources, {"beam": 5})[0] != key
 
 
 @pytest.mark.parametrize("metric", ["chrf", "bleu"])

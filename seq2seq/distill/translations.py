@@ -24,6 +24,7 @@ from typing import Any
 from tqdm import tqdm
 
 from seq2seq.config import UserError
+from seq2seq.decoding_defaults import SEARCH_VERSION
 from seq2seq.distill.files import held, read_json, write_json
 from seq2seq.inference.engine_api import TranslatorAPI, one_line
 
@@ -55,6 +56,7 @@ def cache_key(weights: list[Path], sources: list[str], settings: dict[str, Any])
         "sources": corpus.hexdigest(),
         "lines": len(sources),
         "settings": settings,
+        "search": SEARCH_VERSION,
     }
     # By content, not by path: the same files elsewhere are the same teacher.
     identity = {**parts, "weights": sorted(parts["weights"].values())}
