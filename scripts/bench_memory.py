@@ -1,6 +1,6 @@
 """Peak memory of `seq2seq-train` against corpus size; prints one JSON object.
 
-    python scripts/bench_memory.py --data-dir ../shared/data/multi30k --repeat 20 --steps 100
+    python scripts/bench_memory.py --data-dir data/multi30k --repeat 20 --steps 100
 
 Writes a corpus made of the Multi30k training split repeated `--repeat` times (in a temporary
 directory, deleted afterwards) and runs the real command on it and on Multi30k itself, each twice:

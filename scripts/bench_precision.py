@@ -3,7 +3,7 @@ candidate recipe of an experiment, the matmul rates auto measures (fp32 and bf16
 shape, with ROWS rows and with more) and the median seconds of real updates in fp32 and in bf16.
 Prints one JSON object.
 
-    python scripts/bench_precision.py multi30k_en_de --data-dir ../shared/data/multi30k
+    python scripts/bench_precision.py multi30k_en_de --data-dir data/multi30k
 """
 
 from __future__ import annotations

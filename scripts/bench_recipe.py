@@ -3,7 +3,7 @@ each in a fresh process as a run would make it, each with a measurement cache of
 first run; the tokenized data is read from the usual cache). Prints one JSON object: each run's choice and
 its log lines, and a summary.
 
-    python scripts/bench_recipe.py multi30k_en_de --data-dir ../shared/data/multi30k --minutes 30 --runs 5
+    python scripts/bench_recipe.py multi30k_en_de --data-dir data/multi30k --minutes 30 --runs 5
     python scripts/bench_recipe.py multi30k_en_de --minutes 30 --runs 5 --competing-jobs 1
 
 It calls `choose_recipe` as `seq2seq.train.run` does, so it times the code it imports: put an older

@@ -2,7 +2,7 @@
 the same file; prints one JSON object.
 
     python scripts/bench_serve.py --run outputs/reproduce/multi30k_en_de \
-        --input ../shared/data/multi30k/test_2016_flickr.en.gz --beam 5 --threads 2
+        --input data/multi30k/test_2016_flickr.en.gz --beam 5 --threads 2
 
 For each engine (PyTorch and the run's CTranslate2 export): the server is started on loopback
 (port 0), then 1, 8, 32 and 128 clients each send one line of the input at a time (LibreTranslate's
@@ -295,7 +295,7 @@ def two_model_row(args: argparse.Namespace, engine: str, lines: list[str], cli: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="a run directory with its ctranslate2/ export")
-    parser.add_argument("--input", default="../shared/data/multi30k/test_2016_flickr.en.gz")
+    parser.add_argument("--input", default="data/multi30k/test_2016_flickr.en.gz")
     parser.add_argument("--lines", type=int, default=None, help="only the first N lines of the input")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="the engine's threads (null: its default)")

@@ -125,7 +125,7 @@ def summary(rows: list[dict], compete: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="a trained run with its ctranslate2/ export")
-    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1] / "data" / "multi30k"))
     parser.add_argument("--input", default=None, help="default: <data-dir>/test_2016_flickr.en.gz")
     parser.add_argument("--lines", type=int, default=300)
     parser.add_argument("--beam", type=int, default=5)

@@ -2,8 +2,8 @@
 shape asked for, beside the teacher's own shape, before any student is trained; prints one JSON object.
 
     python scripts/bench_student_shapes.py --teacher outputs/reproduce/multi30k_en_de \
-        --sources ../shared/data/multi30k/test_2016_flickr.en.gz \
-        --corpus ../shared/data/multi30k/train.en.gz ../shared/data/multi30k/train.de.gz \
+        --sources data/multi30k/test_2016_flickr.en.gz \
+        --corpus data/multi30k/train.en.gz data/multi30k/train.de.gz \
         --shape d_model=96,decoder_layers=1,vocab=4000 --shape d_model=64,decoder_layers=1
 
 Speed does not depend on what the weights are, only on the shapes and on how many tokens each line
@@ -31,8 +31,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402
 
+from seq2seq import decoding_defaults  # noqa: E402
+
 SHAPE_KEYS = ("d_model", "heads", "ffn_dim", "encoder_layers", "decoder_layers", "vocab")
-BEAM = 5
+BEAM = decoding_defaults.BEAM  # the teacher decodes as seq2seq-distill does
 BATCH_LINES = 32  # CTranslate2Translator's batches on a CPU (seq2seq/inference/ctranslate2_engine.py)
 
 

@@ -1,7 +1,7 @@
 """Training throughput of the real training step on a real corpus; prints one JSON object.
 
-    python scripts/bench_train.py --data-dir ../shared/data/multi30k --model small --batch-tokens 4096
-    python scripts/bench_train.py --data-dir ../shared/data/multi30k --scaling 1024,2048,4096,8192
+    python scripts/bench_train.py --data-dir data/multi30k --model small --batch-tokens 4096
+    python scripts/bench_train.py --data-dir data/multi30k --scaling 1024,2048,4096,8192
     python scripts/bench_train.py --device cuda --model base --batch-tokens 16384 --precision bf16
     python scripts/bench_train.py --device cuda --precision bf16 --runs small:8192,base:32768,big:32768
 
@@ -266,7 +266,7 @@ def one_run(args: argparse.Namespace, model: str, tokens: int, peaks: tuple[floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1] / "data" / "multi30k"))
     parser.add_argument("--model", default="small")
     parser.add_argument(
         "--set",

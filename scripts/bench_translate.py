@@ -1,7 +1,7 @@
 """Decoding speed and quality of a trained run on a test set; prints one JSON object.
 
     python scripts/bench_translate.py --run outputs/reproduce/multi30k_en_de \
-        --input ../shared/data/multi30k/test_2016_flickr.en.gz --reference ../shared/data/multi30k/test_2016_flickr.de.gz
+        --input data/multi30k/test_2016_flickr.en.gz --reference data/multi30k/test_2016_flickr.de.gz
 
 End to end: `seq2seq-translate` in a subprocess, process start to last line written, and the time to
 its first output line, for greedy and beam 5: as a user runs it (`run=`: the run's CTranslate2 export

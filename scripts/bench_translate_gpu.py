@@ -1,7 +1,7 @@
 """Decoding speed of a trained run on a GPU, each engine and precision; prints one JSON object.
 
     python scripts/bench_translate_gpu.py --run outputs/reproduce/multi30k_en_de_gpu \
-        --input ../shared/data/multi30k/test_2016_flickr.en.gz --reference ../shared/data/multi30k/test_2016_flickr.de.gz
+        --input data/multi30k/test_2016_flickr.en.gz --reference data/multi30k/test_2016_flickr.de.gz
 
 In process, after one untimed pass over the first --warmup lines (CUDA kernels load and cuBLAS picks
 its algorithms then): sentences/s and seconds for the whole file at --beam, its BLEU, and the share of

@@ -1,6 +1,6 @@
 """A corpus of GPU size made from Multi30k, for the input-pipeline benchmark (never committed).
 
-    python scripts/make_big_corpus.py --pairs 5000000 --out /tmp/big --data-dir ../shared/data/multi30k
+    python scripts/make_big_corpus.py --pairs 5000000 --out /tmp/big --data-dir data/multi30k
 
 Each pair is 1 to 3 Multi30k training pairs chosen at random and joined (the same ones on both sides,
 so it stays a translation), which gives longer and more varied lengths than the captions alone.
@@ -26,7 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5_000_000)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1] / "data" / "multi30k"))
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="de")
     parser.add_argument("--seed", type=int, default=0)

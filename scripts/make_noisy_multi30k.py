@@ -1,6 +1,6 @@
 """Multi30k en-de with the noise a crawled corpus has, and a file saying which line got which noise.
 
-    python scripts/make_noisy_multi30k.py --out /tmp/noisy --data-dir ../shared/data/multi30k
+    python scripts/make_noisy_multi30k.py --out /tmp/noisy --data-dir data/multi30k
 
 Writes train.en and train.de: the 29,000 clean training pairs plus a third as many noisy pairs again,
 shuffled together with a fixed seed, and noise.tsv: each line's number (from 1) and its noise, or
@@ -116,7 +116,7 @@ def make(en: list[str], de: list[str], fr: list[str], share: float, seed: int) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[1] / "data" / "multi30k"))
     parser.add_argument("--share", type=float, default=1 / 3, help="noisy pairs per clean pair")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
