@@ -33,6 +33,7 @@ from seq2seq.data.cleaning import summary as cleaning_summary
 from seq2seq.data.corpora import (
     BACK_TRANSLATION_TAG,
     CORPUS,
+    check_back_translations,
     corpus_names,
     corpus_tags,
     corpus_weights,
@@ -464,6 +465,7 @@ def prepare_data(
     """Tokenized splits for `cfg`, built once and then loaded from the cache. Under DDP only the
     main process builds; the others wait at `barrier` and load what it wrote. `pretrained`: a
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
+    check_back_translations(cfg)  # at every start, cached or not: it is about how the files are read
     root = Path(cfg.cache_dir) if cfg.cache_dir else cache_root()
     files = corpus_files(cfg)
     target = root / cache_key(cfg, pretrained, files)

@@ -47,6 +47,7 @@ class StreamingBatches:
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
         self.epoch, self.buffer, self.position = 1, 0, 0
+        self.corpus_tally = None  # data.corpora is not streamed (what the Trainer shows of the mix)
         self._batches: list[np.ndarray] | None = None  # read on first use, so a resume reads its buffer only
 
     def _ensure_loaded(self) -> None:
