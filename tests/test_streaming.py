@@ -368,3 +368,32 @@ def test_a_rule_that_empties_a_streamed_corpus_is_refused_before_training(tmp_pa
         UserError, match=r"every one of the (first )?\d+ training pairs of beta was dropped \(markup \d+\)"
     ):
         prepare_data(cfg)
+
+
+def test_a_streamed_run_of_corpora_charts_each_corpus_s_rows(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_GUIDANCE, EventAccumulator
+
+    cfg = streamed_corpora(tmp_path, ("alpha", 40, 1.0), ("beta", 40, 3.0))
+    corpora = ",".join(f"{{name:{c.name},kind:tsv,train:'{c.train}',weight:{c.weight}}}" for c in cfg.corpora)
+    overrides = [
+        *TINY_TRAIN,
+        "data=tsv",
+        "data.train=null",
+        f"data.valid='{cfg.valid}'",
+        f"data.corpora=[{corpora}]",
+        "data.streaming=true",
+        "data.stream_buffer_pairs=64",
+        "data.vocab_size=300",
+        f"data.cache_dir='{tmp_path / 'cache'}'",
+        "max_steps=null",
+        "max_epochs=1",
+        "valid_every=1000",
+    ]
+    summary = train(compose_config("train", overrides), tmp_path / "run")
+    assert summary["reason"] == "finished max_epochs=1"
+    events = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={k: 0 for k in DEFAULT_SIZE_GUIDANCE})
+    events.Reload()
+    # Independently: one epoch is 40 alpha rows and 3 x 40 beta rows.
+    assert [events.Scalars(f"data/corpus_pairs/{name}")[-1].value for name in WORDS] == [40, 120]
+    state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["data"]
+    assert state["corpora"] == {"alpha": 1.0, "beta": 3.0} and sum(state["corpus_rows"]) == 160
