@@ -13,14 +13,18 @@ The translations are seq2seq-distill's (seq2seq/distill/translations.py): writte
 resumed after a kill without translating a finished line again, and cached by the model's weights,
 the lines and the decoding settings, so a second run with the same ones reads them back. --sampling
 draws each translation from the model's distribution (Edunov et al. 2018: better than beam at scale)
-with --seed; the default is beam search. The model must translate --tgt into --src; one that does not
-is refused in one line. Nothing of the user's is rewritten: --out must not hold train.<src> or
-train.<tgt> already (but for this script's own, from the same cache entry).
+with --seed; the default is beam search. Refused in one line before anything is translated: a model that
+does not translate --tgt into --src, --input text that py3langid reads as another language than --tgt
+(--no-language-check to skip), a model beside another run's tokenizer. .back-translation.json records
+the languages, which training checks the corpus against (seq2seq/data/corpora.py). Nothing of the
+user's is rewritten: --out must not hold train.<src> or train.<tgt> already (but for this script's own,
+from the same cache entry).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -29,13 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import UserError
+from seq2seq.data.corpora import BACK_TRANSLATION_MARK
 from seq2seq.data.corpus import read_lines
 from seq2seq.distill.files import write_json
+from seq2seq.distill.source_language import SAMPLE_LINES, SURE
 from seq2seq.distill.teacher import Teacher, read_teacher
 from seq2seq.distill.translations import cache_key, read_translations, translate_cached
 from seq2seq.inference import load
+from seq2seq.inference.target_language import UNNAMED
 
-MARK = ".back-translation.json"  # what this script writes beside the pairs: which cache entry made them
+MARK = BACK_TRANSLATION_MARK  # what this script writes beside the pairs: which cache entry, which languages
 
 
 def model_direction(teacher: Teacher, src: str, tgt: str) -> None:
@@ -46,6 +53,27 @@ def model_direction(teacher: Teacher, src: str, tgt: str) -> None:
         raise UserError(
             f"--model {teacher.paths[0]}: translates {', '.join(trained)}, not {tgt}-{src}; back-translation "
             f"of {tgt} text into {src} needs a {tgt}-{src} model"
+        )
+
+
+def input_language(lines: list[str], expected: str, where: str) -> None:
+    """The monolingual text must be in --tgt, the language the reverse model reads: its first lines,
+    identified among every language py3langid knows, as seq2seq-distill checks a corpus's sources
+    (seq2seq/distill/source_language.py). Refused in one line when they read as another language with
+    probability SURE or more; without py3langid, or for a code it does not know, nothing is checked."""
+    code = expected.partition("_")[0]
+    if importlib.util.find_spec("py3langid") is None or code in UNNAMED:
+        return
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    if code not in identifier.nb_classes:
+        return
+    found, probability = identifier.classify("\n".join(lines[:SAMPLE_LINES]))
+    if found != code and probability >= SURE:
+        raise UserError(
+            f"--input {where}: reads as {found} (py3langid, {probability:.0%} sure, first {SAMPLE_LINES} lines), "
+            f"not {code} (--tgt), the language the reverse model reads; --no-language-check if it is {code}"
         )
 
 
@@ -82,17 +110,20 @@ def back_translate(args: argparse.Namespace) -> dict[str, Any]:
     targets = read_lines(args.input)
     if not targets:
         raise UserError(f"--input {args.input}: no lines to back-translate")
+    if args.language_check:
+        input_language(targets, args.tgt, args.input)
     settings = decoding(args)
     key, parts = cache_key(teacher.weights, targets, {**settings, "direction": f"{args.tgt}-{args.src}"})
     out = Path(args.out)
     names = [f"train.{args.src}", f"train.{args.tgt}"]
     check_output(out, names, key)
+    # Loaded before anything is written: a tokenizer that is not the model's is refused here, in one line
+    engine = engine_for(teacher, settings, args).with_languages(args.tgt, args.src)
     cache = Path(args.cache or Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache/seq2seq")) / "distill")
     folder = cache / key
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "key.json").is_file():
         write_json(folder / "key.json", parts)
-    engine = engine_for(teacher, settings, args).with_languages(args.tgt, args.src)
     progress = translate_cached(engine, targets, folder, args.chunk_lines)
     sources = [nbest[0] for nbest in read_translations(folder, len(targets))]
     out.mkdir(parents=True, exist_ok=True)
@@ -100,6 +131,8 @@ def back_translate(args: argparse.Namespace) -> dict[str, Any]:
     (out / names[1]).write_text("".join(line + "\n" for line in targets), encoding="utf-8")
     summary = {
         "key": key,
+        "src": args.src,  # what training checks a corpus of these files against (seq2seq/data/corpora.py)
+        "tgt": args.tgt,
         "lines": len(targets),
         "cache": str(folder),
         "settings": settings,
@@ -125,6 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--chunk-lines", type=int, default=1000)
+    parser.add_argument(
+        "--no-language-check", dest="language_check", action="store_false", help="do not identify --input's language"
+    )
     parser.add_argument("--cache", default=None, help="default: $SEQ2SEQ_CACHE/distill, as seq2seq-distill's")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

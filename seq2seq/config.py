@@ -959,7 +959,6 @@ def validate_corpora(d: Any) -> None:
     corpora = list(d.corpora or [])
     if not corpora:
         return
-    _check(not d.streaming, "data.streaming", True, "reads data.kind's one corpus; set it false with data.corpora")
     _check(d.kind != "builtin", "data.kind", d.kind, "the built-in task is generated: it takes no data.corpora")
     for key in ("train_src", "train_tgt", "train"):
         why = "data.corpora lists the training pairs: move this file into it, or unset it"

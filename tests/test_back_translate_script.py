@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import digit_sentence
+from conftest import TINY_TRAIN, compose_config, digit_sentence
 from script_module import load_script
 
 from seq2seq.config import UserError
@@ -39,6 +39,7 @@ def test_monolingual_german_becomes_a_corpus_and_a_second_run_reads_the_cache(mu
     mono.write_text("\n".join(lines) + "\n")
     argv = ["--model", str(multilingual_run.path), "--input", str(mono), "--src", "en", "--tgt", "de"]
     argv += ["--out", str(tmp_path / "bt"), "--cache", str(tmp_path / "cache"), "--chunk-lines", "5", "--beam", "2"]
+    argv.append("--no-language-check")  # "de3 de0 ..." is the toy run's German, not py3langid's
     script.main(argv)
     sources = (tmp_path / "bt" / "train.en").read_text().splitlines()
     assert (tmp_path / "bt" / "train.de").read_text().splitlines() == lines  # the real text, as it was
@@ -57,3 +58,66 @@ class _NoTranslation:
 
     def translate_nbest(self, *args: object, **kwargs: object) -> None:
         raise AssertionError("a cached back-translation was translated again")
+
+
+# ---- bad input, refused in one line before anything is translated or written --------------------
+
+GERMAN = [
+    "Ein Mann mit einem orangefarbenen Hut starrt auf etwas.",
+    "Zwei junge Männer stehen neben einem Auto auf der Straße.",
+    "Eine Frau sitzt mit ihrem Hund auf einer Bank im Park.",
+    "Kinder spielen am Nachmittag im Garten hinter dem Haus.",
+] * 5
+ENGLISH = [
+    "A man in an orange hat starring at something.",
+    "Two young men are standing next to a car on the street.",
+    "A woman sits on a bench in the park with her dog.",
+    "Children are playing in the garden behind the house in the afternoon.",
+] * 5
+
+
+def test_monolingual_text_in_another_language_is_refused_in_one_line():
+    script = load_script("back_translate")
+    script.input_language(GERMAN, "de", "mono.de")
+    with pytest.raises(
+        UserError, match=r"^--input mono.de: reads as en \(py3langid, \d+% sure, first 200 lines\), not de"
+    ):
+        script.input_language(ENGLISH, "de", "mono.de")
+    script.input_language(ENGLISH, "tgt", "mono.tgt")  # a run that never named its languages: nothing to compare
+
+
+def test_the_wrong_language_stops_the_script_before_the_model_is_loaded(tmp_path, monkeypatch):
+    script = load_script("back_translate")
+    reverse = Teacher(["runs/de-en"], [tmp_path / "weights"], {"data": {"src_lang": "de", "tgt_lang": "en"}})
+    monkeypatch.setattr(script, "read_teacher", lambda spec: reverse)
+    monkeypatch.setattr(script, "engine_for", lambda *a: pytest.fail("the model was loaded"))
+    mono = tmp_path / "mono.de"
+    mono.write_text("\n".join(ENGLISH) + "\n")
+    argv = ["--model", "runs/de-en", "--input", str(mono), "--src", "en", "--tgt", "de"]
+    argv += ["--out", str(tmp_path / "bt"), "--cache", str(tmp_path / "cache")]
+    with pytest.raises(SystemExit, match=r"^error: --input .*mono.de: reads as en"):
+        script.main(argv)
+    assert not (tmp_path / "bt").exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_model_beside_another_run_s_tokenizer_is_refused_before_translating(tmp_path):
+    from seq2seq.data.tokenizer import Tokenizers
+    from seq2seq.train.run import train
+
+    overrides = [*TINY_TRAIN, "max_steps=2", "valid_every=2", "save_every=2", f"data.cache_dir={tmp_path / 'cache'}"]
+    train(compose_config("train", overrides), tmp_path / "run")
+    other = Tokenizers.train(["zebra quartz jumps"] * 50, ["ZEBRA QUARTZ JUMPS"] * 50, "bpe", 280, True)
+    replaced = [path.parent for path in (tmp_path / "run").rglob("tokenizer*.json")]
+    assert replaced
+    for folder in replaced:
+        other.save(folder)
+    mono = tmp_path / "mono.txt"
+    mono.write_text("a b c\nd e f\n")
+    # The built-in task translates src -> tgt: the reverse model of a tgt -> src run.
+    argv = ["--model", str(tmp_path / "run"), "--input", str(mono), "--src", "tgt", "--tgt", "src"]
+    argv += ["--out", str(tmp_path / "bt"), "--cache", str(tmp_path / "bt-cache"), "--device", "cpu"]
+    # PyTorch's engine checks the checkpoint's vocabulary record, CTranslate2's its export's vocabulary files
+    mismatch = r"^error: .*(belong to different runs|not the tokenizer's beside it, in the same order .*)$"
+    with pytest.raises(SystemExit, match=mismatch):
+        load_script("back_translate").main(argv)
+    assert not (tmp_path / "bt").exists() and not (tmp_path / "bt-cache").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.config import CLEAN_RULES, CleanSettings, CorpusConfig, DataConfig, UserError, clean_rules
 from seq2seq.data.cleaning import Cleaner, CleaningReport, SeenHashes, normalised, summary
@@ -225,3 +226,25 @@ def test_a_run_keeps_its_cleaning_report_and_overwrite_takes_it_back(tmp_path):
     assert report == cached and report["streams"]["train"]["read"] == 400
     assert "cleaning.json" in clear_earlier_run(tmp_path / "run")  # overwrite=true: the earlier run's, removed
     assert not (tmp_path / "run" / "cleaning.json").exists()
+
+
+def test_a_rule_that_drops_every_pair_stops_a_run_before_its_first_update(tmp_path):
+    from seq2seq.train.run import train
+
+    valid = tsv(tmp_path / "valid.tsv", sentences(3))
+    good, web = tsv(tmp_path / "a.tsv", sentences(10)), tsv(tmp_path / "b.tsv", [("<b>x</b> y", "z w")] * 4)
+    overrides = [
+        *TINY_TRAIN,
+        "data=tsv",
+        "data.train=null",
+        f"data.valid='{valid}'",
+        f"data.corpora=[{{name:good,kind:tsv,train:'{good}'}},{{name:web,kind:tsv,train:'{web}'}}]",
+        "data.clean=[markup]",
+        "data.vocab_size=300",
+        f"data.cache_dir='{tmp_path / 'cache'}'",
+    ]
+    with pytest.raises(
+        UserError, match=r"^data.clean: every one of the 4 training pairs of web was dropped \(markup 4\)"
+    ):
+        train(compose_config("train", overrides), tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "tb").exists()

@@ -3,16 +3,20 @@ data.directions on top, bad input, and a run without the key left as it was."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_TRAIN, compose_config, train_logging
 
 from seq2seq.config import CorpusConfig, DataConfig, UserError, validate_corpora
 from seq2seq.data.batching import EpochBatches
+from seq2seq.data.corpora import BACK_TRANSLATION_MARK
 from seq2seq.data.corpus_weights import showings, weighted_rows
 from seq2seq.data.pipeline import cache_key, prepare_data
+from seq2seq.data.tokenizer import EOS_ID
 
 WORDS = ("alpha", "beta", "gamma")
 
@@ -232,3 +236,100 @@ def test_a_tagged_corpus_s_sources_start_with_the_tag_that_no_text_gives(tmp_pat
 def test_untagged_corpora_add_no_token_to_the_vocabulary(tmp_path):
     data = prepare_data(corpora_config(tmp_path, ("alpha", 20, 1.0)))
     assert data.tokenizers.src.token_to_id("<BT>") is None
+
+
+# ---- the mix counted in the batches the stream hands out, and shown in the log and TensorBoard -------
+
+
+def corpora_of(data, batch) -> list[str]:
+    """Each row's corpus, told apart by the words its source decodes to (read back from the padded
+    tensors a training update gets, not from the stream's own bookkeeping)."""
+    found = []
+    for row in batch.src.tolist():
+        text = data.tokenizers.src.decode(row[: row.index(EOS_ID)])
+        found.append(next(word for word in WORDS if text.startswith(word)))
+    return found
+
+
+def test_weights_1_to_3_counted_in_the_batches_of_an_epoch(tmp_path):
+    data = prepare_data(corpora_config(tmp_path, ("alpha", 50, 1.0), ("beta", 50, 3.0)))
+    stream = EpochBatches(data.train, batch_tokens=64, seed=3, max_positions=64)
+    counted: Counter = Counter()
+    while True:
+        update = stream.next_update(1, 0, 1)
+        if stream.epoch == 2:
+            break
+        counted.update(corpus for batch in update for corpus in corpora_of(data, batch))
+    # Independently: 50 pairs once and 50 pairs three times, a quarter and three quarters.
+    assert counted == {"alpha": 50, "beta": 150}
+    assert abs(counted["beta"] / sum(counted.values()) - 0.75) < 0.01
+    epoch, rows = stream.corpus_tally.finished
+    assert epoch == 1 and dict(zip(("alpha", "beta"), rows.tolist(), strict=True)) == counted
+
+
+def test_the_tally_counts_every_rank_s_rows_and_is_recounted_on_resume(tmp_path):
+    data = prepare_data(corpora_config(tmp_path, ("alpha", 30, 1.0), ("beta", 30, 3.0)))
+    ranks = [EpochBatches(data.train, batch_tokens=64, seed=1, max_positions=64) for _ in range(2)]
+    counted: Counter = Counter()
+    for _ in range(4):
+        for rank, stream in enumerate(ranks):
+            counted.update(corpus for batch in stream.next_update(2, rank, 1) for corpus in corpora_of(data, batch))
+    assert ranks[0].epoch == 1
+    for stream in ranks:  # either rank's tally is both ranks' rows
+        assert dict(zip(("alpha", "beta"), stream.corpus_tally.rows.tolist(), strict=True)) == counted
+    resumed = EpochBatches(data.train, batch_tokens=64, seed=1, max_positions=64)
+    resumed.load_state_dict(ranks[0].state_dict())
+    assert resumed.corpus_tally.rows.tolist() == ranks[0].corpus_tally.rows.tolist()
+
+
+def test_a_run_logs_and_charts_each_corpus_s_rows_of_the_epoch(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_GUIDANCE, EventAccumulator
+
+    alpha, beta = write_tsv(tmp_path / "alpha.tsv", "alpha", 40), write_tsv(tmp_path / "beta.tsv", "beta", 40)
+    corpora = f"[{{name:alpha,kind:tsv,train:'{alpha}',weight:1}},{{name:beta,kind:tsv,train:'{beta}',weight:3}}]"
+    overrides = [
+        *TINY_TRAIN,
+        "data=tsv",
+        "data.train=null",
+        f"data.valid='{write_tsv(tmp_path / 'valid.tsv', 'alpha', 4)}'",
+        f"data.corpora={corpora}",
+        "data.vocab_size=300",
+        f"data.cache_dir='{tmp_path / 'cache'}'",
+        "max_steps=null",
+        "max_epochs=1",
+        "log_every=1",
+        "valid_every=1000",
+    ]
+    summary, lines = train_logging(compose_config("train", overrides), tmp_path / "run")
+    assert summary["reason"] == "finished max_epochs=1"
+    events = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={k: 0 for k in DEFAULT_SIZE_GUIDANCE})
+    events.Reload()
+    last = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"] if tag.startswith("data/")}
+    # Independently: one epoch is 40 alpha rows and 3 x 40 beta rows.
+    assert last["data/corpus_pairs/alpha"] == 40 and last["data/corpus_pairs/beta"] == 120
+    assert abs(last["data/corpus_share/beta"] - 0.75) < 0.01 and abs(last["data/corpus_share/alpha"] - 0.25) < 0.01
+    assert any(
+        line.startswith("corpora shown: epoch 1, to update") and "alpha 40 (25.0%), beta 120 (75.0%)" in line
+        for line in lines
+    )
+
+
+def test_back_translated_pairs_read_the_wrong_way_or_for_other_languages_are_refused(tmp_path):
+    bt = tmp_path / "bt"
+    bt.mkdir()
+    (bt / "train.en").write_text("a translation\n")
+    (bt / "train.de").write_text("ein echter Satz\n")
+    (bt / BACK_TRANSLATION_MARK).write_text(json.dumps({"key": "k", "src": "en", "tgt": "de"}))  # as the script writes
+
+    def run(src_lang: str, tgt_lang: str, src: str, tgt: str) -> None:
+        cfg = corpora_config(tmp_path, ("alpha", 5, 1.0), src_lang=src_lang, tgt_lang=tgt_lang)
+        cfg.corpora.append(CorpusConfig(name="bt", train_src=str(bt / src), train_tgt=str(bt / tgt), tag=True))
+        prepare_data(cfg)
+
+    run("en", "de", "train.en", "train.de")  # as made
+    with pytest.raises(UserError, match=r"^data.corpora\[bt\]: reads .*bt the wrong way round: train.en holds"):
+        run("en", "de", "train.de", "train.en")
+    with pytest.raises(
+        UserError, match=r"^data.corpora\[bt\]: .*bt holds back-translations into en of de text .*fr-de"
+    ):
+        run("fr", "de", "train.en", "train.de")

@@ -8,12 +8,13 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
-from seq2seq.config import DataConfig, UserError
+from seq2seq.config import CorpusConfig, DataConfig, UserError
 from seq2seq.data.batching import Batch, EpochBatches
 from seq2seq.data.pipeline import StreamingStats, cache_key, prepare_data
 from seq2seq.data.streaming import StreamingBatches
@@ -214,3 +215,185 @@ def test_a_cleaned_stream_drops_the_duplicates_each_epoch_and_resumes_alike(tmp_
     resumed = stream(cfg, data.tokenizers)
     resumed.load_state_dict(first.state_dict())
     assert [rows(b) for b in resumed.next_update(1, 0, 1)] == [rows(b) for b in first.next_update(1, 0, 1)]
+
+
+# ---- data.corpora streamed: weights over an epoch, the corpora interleaved, cleaning by hash ---------
+
+WORDS = ("alpha", "beta")
+
+
+def corpus_sentence(word: str, i: int) -> str:
+    """A source only `word`'s corpus has (its words are word0 .. word9): a decoded row shows its corpus."""
+    rng = random.Random(i * 7 + len(word))
+    return " ".join(f"{word}{rng.randrange(10)}" for _ in range(3 + i % 4))
+
+
+def streamed_corpora(directory: Path, *entries: tuple[str, int, float], **settings) -> DataConfig:
+    """A streamed tsv run of one TSV corpus per (word, pairs, weight) entry."""
+    corpora = []
+    for word, n, weight in entries:
+        path = directory / f"{word}.tsv"
+        path.write_text("".join(f"{corpus_sentence(word, i)}\t{corpus_sentence(word.upper(), i)}\n" for i in range(n)))
+        corpora.append(CorpusConfig(name=word, kind="tsv", weight=weight, train=str(path)))
+    (directory / "valid.tsv").write_text("alpha1 alpha2\tALPHA1 ALPHA2\n" * 3)
+    settings = {"streaming": True, "stream_buffer_pairs": 16, **settings}
+    return DataConfig(
+        kind="tsv",
+        valid=str(directory / "valid.tsv"),
+        corpora=corpora,
+        vocab_size=300,
+        cache_dir=str(directory / "cache"),
+        **settings,
+    )
+
+
+def decoded(data, batch: Batch) -> list[str]:
+    """Each row's source text, decoded from the padded tensors an update gets."""
+    return [data.tokenizers.src.decode(ids) for ids, _ in rows(batch)]
+
+
+def corpus_of(text: str) -> str:
+    return next(word for word in WORDS if text.startswith(word))
+
+
+def streamed_epochs(batches: StreamingBatches, data, epochs: int = 1) -> list[list[str]]:
+    """The sources of every row of the first `epochs` epochs, decoded, epoch by epoch."""
+    seen: list[list[str]] = [[] for _ in range(epochs)]
+    while True:
+        update = batches.next_update(1, 0, 1)  # taken in the epoch the stream is in afterwards
+        if batches.epoch > epochs:
+            return seen
+        seen[batches.epoch - 1] += [text for batch in update for text in decoded(data, batch)]
+
+
+def test_streamed_corpora_at_1_to_3_give_each_its_share_of_an_epoch(tmp_path: Path) -> None:
+    cfg = streamed_corpora(tmp_path, ("alpha", 40, 1.0), ("beta", 40, 3.0))
+    data = prepare_data(cfg)
+    batches = stream(cfg, data.tokenizers)
+    counted = Counter(corpus_of(text) for text in streamed_epochs(batches, data)[0])
+    assert counted == {"alpha": 40, "beta": 120}  # independently: 40 pairs once, 40 pairs three times
+    epoch, shown = batches.corpus_tally.finished
+    assert epoch == 1 and shown.tolist() == [40, 120]
+
+
+def test_streamed_corpora_are_interleaved_in_every_buffer(tmp_path: Path) -> None:
+    cfg = streamed_corpora(tmp_path, ("alpha", 40, 1.0), ("beta", 40, 3.0))
+    data = prepare_data(cfg)
+    batches = stream(cfg, data.tokenizers)
+    for _ in range(3):  # the first buffers, 16 pairs each: a quarter alpha's, not all of one corpus
+        batches.next_update(1, 0, 1)
+        per_corpus = np.bincount(batches.split.corpora, minlength=2)
+        assert per_corpus.tolist() == [4, 12]  # 16 x 40/160 and 16 x 120/160
+
+
+def test_a_streamed_fraction_is_another_subset_of_its_size_each_epoch(tmp_path: Path) -> None:
+    cfg = streamed_corpora(tmp_path, ("alpha", 20, 1.0), ("beta", 41, 0.5))
+    data = prepare_data(cfg)
+    batches = stream(cfg, data.tokenizers)
+    first, second = streamed_epochs(batches, data, 2)
+    for epoch in (first, second):
+        counted = Counter(corpus_of(text) for text in epoch)
+        assert counted["alpha"] == 20 and counted["beta"] in (20, 21)  # 41 x 0.5, rounded down or up
+    assert Counter(t for t in first if t.startswith("beta")) != Counter(t for t in second if t.startswith("beta"))
+
+
+def test_streamed_corpora_resume_with_the_same_batches_and_counts(tmp_path: Path) -> None:
+    cfg = streamed_corpora(tmp_path, ("alpha", 30, 1.0), ("beta", 30, 2.5))
+    data = prepare_data(cfg)
+    original = stream(cfg, data.tokenizers)
+    for _ in range(15):
+        original.next_update(1, 0, 1)
+    state = original.state_dict()
+    assert state["buffer"] > 1 and state["corpora"] == {"alpha": 1.0, "beta": 2.5}
+    resumed = stream(cfg, data.tokenizers)
+    resumed.load_state_dict(state)
+    assert resumed.corpus_tally.rows.tolist() == original.corpus_tally.rows.tolist()
+    expected = [rows(b) for _ in range(10) for b in original.next_update(1, 0, 1)]
+    assert [rows(b) for _ in range(10) for b in resumed.next_update(1, 0, 1)] == expected
+    cfg.corpora[1].weight = 3.0
+    with pytest.raises(UserError, match="data.corpora's names and weights"):
+        stream(cfg, data.tokenizers).load_state_dict(state)
+
+
+def test_each_streamed_pass_drops_its_duplicates_by_hash(tmp_path: Path) -> None:
+    cfg = streamed_corpora(tmp_path, ("alpha", 20, 1.0), ("beta", 20, 2.0), clean=["duplicate"])
+    beta = Path(cfg.corpora[1].train)
+    beta.write_text(beta.read_text() * 2)  # every pair twice: a pass keeps each once
+    data = prepare_data(cfg)
+    counted = Counter(streamed_epochs(stream(cfg, data.tokenizers), data)[0])
+    distinct = {corpus_sentence("beta", i) for i in range(20)}
+    # Independently: two passes of beta, each keeping one of the two copies of each pair.
+    assert {t: n for t, n in counted.items() if t.startswith("beta")} == {t: 2 for t in distinct}
+
+
+def test_a_tagged_streamed_corpus_starts_its_sources_with_the_tag(tmp_path: Path) -> None:
+    cfg = streamed_corpora(tmp_path, ("alpha", 20, 1.0), ("beta", 20, 1.0))
+    cfg.corpora[1].tag = True
+    data = prepare_data(cfg)
+    tag = data.tokenizers.src.token_to_id("<BT>")
+    batches = stream(cfg, data.tokenizers)
+    for _ in range(4):
+        for batch in batches.next_update(1, 0, 1):
+            for (ids, _), text in zip(rows(batch), decoded(data, batch), strict=True):
+                assert (ids[0] == tag) == text.startswith("beta") and tag not in ids[1:]
+
+
+def test_streaming_corpora_keeps_memory_flat(tmp_path: Path) -> None:
+    """Reading an epoch of ten times the pairs costs no more memory: no corpus is held whole."""
+    import tracemalloc
+
+    from seq2seq.data.cleaning import CleaningReport
+    from seq2seq.data.corpora import training_streams
+    from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
+
+    peaks = []
+    for n in (2_000, 2_000, 20_000):  # the first a warm-up: what the first pass imports and caches is not the corpus's
+        folder = tmp_path / str(len(peaks))
+        folder.mkdir()
+        cfg = streamed_corpora(folder, ("alpha", n, 1.0), ("beta", n, 1.5))
+        lines = [corpus_lines(s) for s in training_streams(cfg)]
+        assert lines == [n, n]
+        tracemalloc.start()
+        count = sum(1 for _ in mixed_rows(cfg, CleaningReport(), {}, lines, np.random.default_rng(0)))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert count == n + n * 3 // 2
+    assert peaks[2] < peaks[1] + 64_000, peaks  # a whole-corpus list would take megabytes more
+
+
+def test_a_rule_that_empties_a_streamed_corpus_is_refused_before_training(tmp_path: Path) -> None:
+    cfg = streamed_corpora(tmp_path, ("alpha", 30, 1.0), ("beta", 10, 1.0), clean=["markup"], stream_tokenizer_pairs=8)
+    Path(cfg.corpora[1].train).write_text("<b>x</b> y\tz w\n" * 10)
+    with pytest.raises(
+        UserError, match=r"every one of the (first )?\d+ training pairs of beta was dropped \(markup \d+\)"
+    ):
+        prepare_data(cfg)
+
+
+def test_a_streamed_run_of_corpora_charts_each_corpus_s_rows(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_GUIDANCE, EventAccumulator
+
+    cfg = streamed_corpora(tmp_path, ("alpha", 40, 1.0), ("beta", 40, 3.0))
+    corpora = ",".join(f"{{name:{c.name},kind:tsv,train:'{c.train}',weight:{c.weight}}}" for c in cfg.corpora)
+    overrides = [
+        *TINY_TRAIN,
+        "data=tsv",
+        "data.train=null",
+        f"data.valid='{cfg.valid}'",
+        f"data.corpora=[{corpora}]",
+        "data.streaming=true",
+        "data.stream_buffer_pairs=64",
+        "data.vocab_size=300",
+        f"data.cache_dir='{tmp_path / 'cache'}'",
+        "max_steps=null",
+        "max_epochs=1",
+        "valid_every=1000",
+    ]
+    summary = train(compose_config("train", overrides), tmp_path / "run")
+    assert summary["reason"] == "finished max_epochs=1"
+    events = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={k: 0 for k in DEFAULT_SIZE_GUIDANCE})
+    events.Reload()
+    # Independently: one epoch is 40 alpha rows and 3 x 40 beta rows.
+    assert [events.Scalars(f"data/corpus_pairs/{name}")[-1].value for name in WORDS] == [40, 120]
+    state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["data"]
+    assert state["corpora"] == {"alpha": 1.0, "beta": 3.0} and sum(state["corpus_rows"]) == 160

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from seq2seq.config import UserError
-from seq2seq.data.corpus_weights import weighted_direction_counts, weighted_rows
+from seq2seq.data.corpus_weights import CorpusTally, weighted_direction_counts, weighted_rows
 from seq2seq.data.direction_sampling import direction_shares, epoch_rows
 from seq2seq.data.pipeline import Split
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -161,6 +161,16 @@ def check_same_stream(state: dict[str, int], batch_tokens: int, seed: int) -> No
             )
 
 
+def check_same_corpora(state: dict[str, Any], names: tuple[str, ...], weights: tuple[float, ...]) -> None:
+    """A saved position counts rows of data.corpora's names and weights: a resume must keep them."""
+    now = dict(zip(names, weights, strict=True)) or None
+    if state.get("corpora") != now:
+        raise UserError(
+            f"resume: data.corpora's names and weights {now} differ from the checkpoint's {state.get('corpora')}, "
+            "which its data position counts in; keep them, or start a new run with init_from=<checkpoint>"
+        )
+
+
 class EpochBatches:
     """The training stream: epoch after epoch of shuffled token buckets, resumable at any update."""
 
@@ -191,6 +201,8 @@ class EpochBatches:
         self.epoch = 1
         self.position = 0  # batches of this epoch already consumed
         self._batches = self._epoch_batches(self.epoch)
+        # data.corpora: the rows each corpus gave this epoch, as handed out (the log and TensorBoard show them)
+        self.corpus_tally = CorpusTally(split.corpus_names) if split.corpora is not None else None
 
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, epoch])
@@ -219,6 +231,8 @@ class EpochBatches:
         if len(group) < needed:  # tiny corpora only: cycle through the epoch's batches to fill the update
             group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
+        if self.corpus_tally is not None:  # every rank's rows, so that any rank's counts are the epoch's
+            self.corpus_tally.add(self.epoch, self.split.corpora[np.concatenate(group)])
         mine = group[rank::world_size]
         return [collate(self.split, indices, self.max_positions, self.start_id, self.pad_multiple) for indices in mine]
 
@@ -242,14 +256,13 @@ class EpochBatches:
             raise UserError("this checkpoint was trained with data.streaming=true; resume with it")
         check_same_stream(state, self.batch_tokens, self.seed)
         self._check_same_directions(state)
-        now = dict(zip(self.split.corpus_names, self.split.corpus_weights, strict=True)) or None
-        if state.get("corpora") != now:
-            raise UserError(
-                f"resume: data.corpora's names and weights {now} differ from the checkpoint's {state.get('corpora')}, "
-                "which its data position counts in; keep them, or start a new run with init_from=<checkpoint>"
-            )
+        check_same_corpora(state, self.split.corpus_names, self.split.corpus_weights)
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = self._epoch_batches(self.epoch)
+        if self.corpus_tally is not None:  # the epoch's rows before the position, counted again
+            self.corpus_tally = CorpusTally(self.split.corpus_names, self.epoch)
+            if self.position:
+                self.corpus_tally.add(self.epoch, self.split.corpora[np.concatenate(self._batches[: self.position])])
 
     def _check_same_directions(self, state: dict[str, Any]) -> None:
         """A multilingual stream resumes only with the directions and temperature its position counts in."""

@@ -149,6 +149,25 @@ def summary(report: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def refuse_emptied(label: str, report: StreamReport, first: bool = False) -> None:
+    """A one-line UserError with the counts when the rules dropped every pair read of a stream; `first`:
+    the pairs read are the head of the corpus (data.streaming's), not all of it."""
+    if report.read and not report.kept:
+        counts = ", ".join(f"{rule} {count:,}" for rule, count in report.dropped.items())
+        which = "first " if first else ""
+        raise UserError(
+            f"data.clean: every one of the {which}{report.read:,} training pairs of {label} was dropped ({counts}); "
+            "loosen data.clean_settings or leave those rules out"
+        )
+
+
+def refuse_emptied_head(report: CleaningReport) -> None:
+    """data.streaming: the head the tokenizer learns from is all that is read before training; a corpus
+    whose lines in it were all dropped is refused then, rather than at the end of its first pass."""
+    for label, stream in report.streams.items():
+        refuse_emptied(label, stream, first=True)
+
+
 class Cleaner:
     """The rules of one stream, applied pair by pair (`keep`), counting into `report`'s entry."""
 
@@ -192,13 +211,7 @@ class Cleaner:
 
     def finish(self) -> None:
         """Refuses a stream that its rules emptied, before any training, with the counts."""
-        report = self.report
-        if report.read and not report.kept:
-            counts = ", ".join(f"{rule} {count:,}" for rule, count in report.dropped.items())
-            raise UserError(
-                f"data.clean: every one of the {report.read:,} training pairs of {self.label} was dropped ({counts}); "
-                "loosen data.clean_settings or leave those rules out"
-            )
+        refuse_emptied(self.label, self.report)
 
     def _control_chars(self, src: str, tgt: str) -> bool:
         return has_non_printing(src) or has_non_printing(tgt)

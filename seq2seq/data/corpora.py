@@ -10,8 +10,10 @@ can show each corpus its weight's worth (corpus_weights.py).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +28,9 @@ CORPUS = "corpus"  # the column of a pair's corpus index
 # Caswell et al. 2019's tag on back-translated sources: a special token of the vocabulary, so that no
 # text spells it (a literal "<BT>" in a sentence is text) and nothing at translation time adds it.
 BACK_TRANSLATION_TAG = "<BT>"
+# What scripts/back_translate.py writes beside the pairs it makes: their languages, so that a run reading
+# them the wrong way round, or for another language, is refused (check_back_translations).
+BACK_TRANSLATION_MARK = ".back-translation.json"
 DIRECTION = "direction"  # the column of a pair's direction index (seq2seq.data.multilingual's)
 # data.kind's training split, as the report and the log name it when data.corpora is not set.
 SINGLE_CORPUS = "train"
@@ -155,3 +160,33 @@ def training_sources(cfg: Any) -> list[str]:
             raise named_error(err, stream) from err
         sources.extend(name for name in named if name not in sources)
     return sources
+
+
+def check_back_translations(cfg: Any) -> None:
+    """A corpus of scripts/back_translate.py's pairs (its mark beside them) must be read as it was
+    made: its translations as the sources, in this run's source language, of text in its target
+    language. A corpus read the wrong way round, or made for other languages, is a one-line error."""
+    for stream in training_streams(cfg):
+        one = stream.cfg
+        if stream.corpus is None or one.kind != "parallel_files":
+            continue
+        for folder in dict.fromkeys((Path(one.train_src).parent, Path(one.train_tgt).parent)):
+            mark = folder / BACK_TRANSLATION_MARK
+            if not mark.is_file():
+                continue
+            made = json.loads(mark.read_text(encoding="utf-8"))
+            if "src" not in made:  # written before the mark named its languages
+                continue
+            src, tgt = made["src"], made["tgt"]
+            where = f"data.corpora[{stream.corpus}]"
+            if Path(one.train_src) == folder / f"train.{tgt}" or Path(one.train_tgt) == folder / f"train.{src}":
+                raise UserError(
+                    f"{where}: reads {folder} the wrong way round: train.{src} holds the translations (sources) "
+                    f"and train.{tgt} the real {tgt} text (targets), by {mark}"
+                )
+            if (one.src_lang, one.tgt_lang) != (src, tgt):
+                raise UserError(
+                    f"{where}: {folder} holds back-translations into {src} of {tgt} text (by {mark}), but this "
+                    f"run translates {one.src_lang}-{one.tgt_lang}; back-translate {one.tgt_lang} text with a "
+                    f"{one.tgt_lang}-{one.src_lang} model"
+                )

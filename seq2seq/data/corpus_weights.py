@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -49,3 +50,35 @@ def weighted_direction_counts(
     if corpora is None:
         return np.bincount(directions, minlength=names).astype(np.float64)
     return np.bincount(directions, weights=np.asarray(weights, dtype=np.float64)[corpora], minlength=names)
+
+
+@dataclass
+class CorpusTally:
+    """The rows each corpus has given the current epoch so far, counted from every rank's batches of
+    each update as the stream hands them out (so the counts are the epoch's, whichever rank shows them),
+    and the whole of the epoch before: what the log and TensorBoard show against the weights."""
+
+    names: tuple[str, ...]
+    epoch: int = 1
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    finished: tuple[int, np.ndarray] | None = None  # (epoch, its rows per corpus): the last epoch ended
+
+    def __post_init__(self) -> None:
+        if len(self.rows) != len(self.names):
+            self.rows = np.zeros(len(self.names), dtype=np.int64)
+
+    def add(self, epoch: int, corpora: np.ndarray) -> None:
+        """`corpora`: the corpus index of each row an update of `epoch` hands out (every rank's)."""
+        if epoch != self.epoch:
+            self.finished = (self.epoch, self.rows)
+            self.epoch, self.rows = epoch, np.zeros(len(self.names), dtype=np.int64)
+        self.rows = self.rows + np.bincount(corpora, minlength=len(self.names))
+
+    def copy(self) -> CorpusTally:
+        return replace(self, rows=self.rows.copy())
+
+
+def describe_shown(names: Sequence[str], rows: np.ndarray) -> str:
+    """Each corpus's rows and share, for the log: "alpha 40 (25.0%), beta 120 (75.0%)"."""
+    total = max(int(rows.sum()), 1)
+    return ", ".join(f"{name} {int(count):,} ({count / total:.1%})" for name, count in zip(names, rows, strict=True))

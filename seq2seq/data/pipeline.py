@@ -28,11 +28,12 @@ import pyarrow as pa
 
 from seq2seq.config import DataConfig, UserError, as_dict
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
-from seq2seq.data.cleaning import CleaningReport
+from seq2seq.data.cleaning import CleaningReport, refuse_emptied_head
 from seq2seq.data.cleaning import summary as cleaning_summary
 from seq2seq.data.corpora import (
     BACK_TRANSLATION_TAG,
     CORPUS,
+    check_back_translations,
     corpus_names,
     corpus_tags,
     corpus_weights,
@@ -44,6 +45,7 @@ from seq2seq.data.corpora import (
     training_streams,
 )
 from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
+from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
 from seq2seq.data.directions import LanguageTags, check_readable_per_direction, is_multilingual, tag_tokens
@@ -380,11 +382,16 @@ def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
             check_readable_per_direction(cfg)
         read: dict[str, int] = {}
         cleaning = CleaningReport()
-        train_pairs = drop_by_text(iter_training_rows(cfg, read, cleaning), cfg.max_tokens, early)
+        rows = iter_training_rows(cfg, read, cleaning)
+        if cfg.streaming and has_corpora(cfg):  # the head of the corpora interleaved, not the first corpus alone
+            rows = mixed_rows(cfg, cleaning, read, [corpus_lines(stream) for stream in training_streams(cfg)])
+        train_pairs = drop_by_text(rows, cfg.max_tokens, early)
         # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
         if cfg.streaming:
             train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
         written = _write_text(train_pairs, staging / "work" / "raw.arrow", text_schema(cfg))
+        if cfg.streaming:  # all that is read before training: a rule that emptied it says so now
+            refuse_emptied_head(cleaning)
         if multilingual:
             require_every_direction(cfg, "train", read)
         pairs = written + sum(early.values())  # after data.clean: its drops are in its report
@@ -464,6 +471,7 @@ def prepare_data(
     """Tokenized splits for `cfg`, built once and then loaded from the cache. Under DDP only the
     main process builds; the others wait at `barrier` and load what it wrote. `pretrained`: a
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
+    check_back_translations(cfg)  # at every start, cached or not: it is about how the files are read
     root = Path(cfg.cache_dir) if cfg.cache_dir else cache_root()
     files = corpus_files(cfg)
     target = root / cache_key(cfg, pretrained, files)

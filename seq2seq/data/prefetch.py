@@ -20,6 +20,7 @@ from seq2seq.data.batching import Batch
 
 class BatchStream(Protocol):
     epoch: int
+    corpus_tally: Any  # a CorpusTally with data.corpora, else None
 
     def next_update(self, world_size: int, rank: int, accum_steps: int) -> list[Batch]: ...
     def epochs_done(self, world_size: int, accum_steps: int) -> int: ...
@@ -42,6 +43,11 @@ class Prefetcher:
     def epoch(self) -> int:
         return self._used["epoch"] if self._ahead is not None else self.stream.epoch
 
+    @property
+    def corpus_tally(self) -> Any:
+        """data.corpora's counts as consumed, not as far as the thread has read."""
+        return self._used["corpus_tally"] if self._ahead is not None else self.stream.corpus_tally
+
     def next_update(self, world_size: int, rank: int, accum_steps: int) -> list[Batch]:
         if (world_size, rank, accum_steps) != self.shape:
             raise ValueError(f"Prefetcher made for {self.shape}, asked for {(world_size, rank, accum_steps)}")
@@ -55,6 +61,7 @@ class Prefetcher:
             "state": self.stream.state_dict(),
             "epoch": self.stream.epoch,
             "epochs_done": self.stream.epochs_done(world_size, accum_steps),
+            "corpus_tally": tally.copy() if (tally := self.stream.corpus_tally) is not None else None,
         }
         self._ahead = self._thread.submit(self._make)
         return self._ahead

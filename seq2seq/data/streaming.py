@@ -4,6 +4,8 @@ The corpus files are read line by line, `data.stream_buffer_pairs` pairs at a ti
 tokenized, filtered and cut into token buckets (sorted by length within the buffer, so padding stays
 low), and its batches are shuffled. Memory holds one buffer, whatever the size of the corpus.
 data.clean's rules drop pairs as they are read, before any buffer: buffers count the pairs kept.
+With data.corpora the corpora are read side by side, each its weight's worth of passes an epoch
+(corpus_stream.py), and each buffer's rows keep their corpus, for the tag and the counts.
 
 The interface is EpochBatches': `next_update`, `state_dict`, `load_state_dict`, `epoch`. The position
 is (epoch, buffer, batches of the buffer consumed), so a resumed run re-reads the lines of the buffers
@@ -13,14 +15,26 @@ number of ranks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import chain, islice
+from typing import Any
 
 import numpy as np
 
 from seq2seq.config import DataConfig, UserError
-from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
+from seq2seq.data.batching import Batch, check_same_corpora, check_same_stream, collate, make_batches
 from seq2seq.data.cleaning import CleaningReport
-from seq2seq.data.corpora import iter_training_rows
+from seq2seq.data.corpora import (
+    BACK_TRANSLATION_TAG,
+    corpus_names,
+    corpus_weights,
+    has_corpora,
+    iter_training_rows,
+    tagged_corpora,
+    training_streams,
+)
+from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
+from seq2seq.data.corpus_weights import CorpusTally
 from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
 from seq2seq.data.tokenizer import BOS_ID, Tokenizers
 
@@ -47,6 +61,12 @@ class StreamingBatches:
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
         self.epoch, self.buffer, self.position = 1, 0, 0
+        # data.corpora: each corpus's lines (counted once, for the interleave), its rows of this epoch, the tag
+        self.corpora = has_corpora(cfg)
+        self.corpus_tally = CorpusTally(corpus_names(cfg)) if self.corpora else None
+        self._lines: list[int] | None = None
+        self.tagged = set(tagged_corpora(cfg))
+        self.tag_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if self.tagged else None
         self._batches: list[np.ndarray] | None = None  # read on first use, so a resume reads its buffer only
 
     def _ensure_loaded(self) -> None:
@@ -59,7 +79,7 @@ class StreamingBatches:
         """Opens the corpus for `epoch` and loads buffer number `buffer` (0-based)."""
         self.epoch, self.buffer, self.position = epoch, buffer - 1, 0
         # data.clean's rules on the way, afresh each epoch (the duplicates of this pass, counted anew)
-        self._pairs = iter_training_rows(self.cfg, {}, CleaningReport())
+        self._pairs = self._epoch_rows(epoch)
         for _ in range(buffer):  # resuming: skip the lines of the buffers already trained on
             for _pair in islice(self._pairs, self.cfg.stream_buffer_pairs):
                 pass
@@ -70,6 +90,16 @@ class StreamingBatches:
                 f"{self.cfg.stream_buffer_pairs})"
             )
 
+    def _epoch_rows(self, epoch: int) -> Iterator[tuple]:
+        """One epoch's rows: data.kind's corpus as it reads, or data.corpora weighted and interleaved
+        (corpus_stream.py), as a pure function of (seed, epoch) so that a resume reads the same."""
+        if not self.corpora:
+            return iter_training_rows(self.cfg, {}, CleaningReport())
+        if self._lines is None:
+            self._lines = [corpus_lines(stream) for stream in training_streams(self.cfg)]
+        rng = np.random.default_rng([self.seed, epoch, 0])  # [seed, epoch, buffer] seeds the batches
+        return mixed_rows(self.cfg, CleaningReport(), {}, self._lines, rng)
+
     def _next_buffer(self) -> bool:
         """Reads, tokenizes and batches the next buffer; False at the end of the corpus."""
         while read := list(islice(self._pairs, self.cfg.stream_buffer_pairs)):
@@ -77,17 +107,13 @@ class StreamingBatches:
             early = {"dropped_empty": 0, "dropped_too_long": 0}
             pairs = list(drop_by_text(read, self.cfg.max_tokens, early))  # before the slow tokenizer
             self.dropped += len(read) - len(pairs)
-            sources = self.tokenizers.encode_src([s for s, _ in pairs])
-            targets = self.tokenizers.encode_tgt([t for _, t in pairs])
-            kept = [
-                (s, t)
-                for s, t in zip(sources, targets, strict=True)
-                if keep_pair(len(s), len(t), self.cfg.max_tokens, self.cfg.max_length_ratio) is None
-            ]
+            kept = self._tokenized(pairs)
             self.dropped += len(pairs) - len(kept)
             if not kept:
                 continue
-            self.split = Split(token_column([s for s, _ in kept]), token_column([t for _, t in kept]))
+            self.split = Split(token_column([row[0] for row in kept]), token_column([row[1] for row in kept]))
+            if self.corpora:
+                self.split.corpora = np.asarray([row[2] for row in kept], dtype=np.int64)
             rng = np.random.default_rng([self.seed, self.epoch, self.buffer])
             self._batches = make_batches(
                 self.split.src.lengths(), self.split.tgt.lengths(), self.batch_tokens, rng, self.pad_multiple
@@ -95,6 +121,20 @@ class StreamingBatches:
             self.position = 0
             return True
         return False
+
+    def _tokenized(self, pairs: list[tuple]) -> list[tuple]:
+        """(source ids, target ids, *indices) of the pairs the length filters keep; a tagged corpus's
+        sources then start with the tag, as the cached mode's do."""
+        sources = self.tokenizers.encode_src([pair[0] for pair in pairs])
+        targets = self.tokenizers.encode_tgt([pair[1] for pair in pairs])
+        kept = []
+        for pair, src, tgt in zip(pairs, sources, targets, strict=True):
+            if keep_pair(len(src), len(tgt), self.cfg.max_tokens, self.cfg.max_length_ratio) is not None:
+                continue
+            if self.tagged and pair[2] in self.tagged:
+                src = [self.tag_id, *src]
+            kept.append((src, tgt, *pair[2:]))
+        return kept
 
     def __len__(self) -> int:
         """Batches in the current buffer (an epoch's count is unknown until it has been read)."""
@@ -110,6 +150,8 @@ class StreamingBatches:
         if len(group) < needed:  # a buffer smaller than one update: cycle its batches to fill it
             group = [group[i % len(group)] for i in range(needed)]
         self.position += needed
+        if self.corpus_tally is not None:  # every rank's rows, so that any rank's counts are the epoch's
+            self.corpus_tally.add(self.epoch, self.split.corpora[np.concatenate(group)])
         mine = group[rank::world_size]
         return [collate(self.split, indices, self.max_positions, self.start_id, self.pad_multiple) for indices in mine]
 
@@ -130,18 +172,26 @@ class StreamingBatches:
         self._pairs = chain([first], self._pairs)  # put it back
         return True
 
-    def state_dict(self) -> dict[str, int]:
-        return {
+    def state_dict(self) -> dict[str, Any]:
+        state = {
             "epoch": self.epoch,
             "buffer": self.buffer,
             "position": self.position,
             "seed": self.seed,
             "batch_tokens": self.batch_tokens,
         }
+        if self.corpus_tally is not None:  # what the position counts in, and the epoch's rows so far
+            state["corpora"] = dict(zip(corpus_names(self.cfg), corpus_weights(self.cfg), strict=True))
+            state["corpus_rows"] = self.corpus_tally.rows.tolist()
+        return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if "buffer" not in state:
             raise UserError("this checkpoint was not trained with data.streaming=true; resume without it")
         check_same_stream(state, self.batch_tokens, self.seed)
+        if self.corpus_tally is not None or "corpora" in state:
+            check_same_corpora(state, corpus_names(self.cfg), corpus_weights(self.cfg))
         self.epoch, self.buffer, self.position = int(state["epoch"]), int(state["buffer"]), int(state["position"])
         self._batches = None
+        if self.corpus_tally is not None:
+            self.corpus_tally = CorpusTally(self.corpus_tally.names, self.epoch, np.asarray(state["corpus_rows"]))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from seq2seq.data.corpus_weights import CorpusTally, describe_shown
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.evaluate import describe_directions
 from seq2seq.train.update import UpdateResult
@@ -50,6 +51,7 @@ class Report:
     def __init__(self, dashboard: Dashboard | None = None) -> None:
         self.dashboard = dashboard
         self.shown: dict[str, str] = {}  # the bar's loss and lr, as of the latest window
+        self.corpora_logged = 0  # the last epoch whose corpus counts went to the log
 
     @classmethod
     def open(
@@ -77,6 +79,24 @@ class Report:
             },
         )
         self.shown = {"loss": f"{window.loss():.3f}", "lr": f"{figures['lr']:.2e}"}
+
+    def corpora(self, step: int, tally: CorpusTally | None, final: bool = False) -> None:
+        """data.corpora: the rows each corpus gave the current epoch so far (every rank's), and their
+        shares, in TensorBoard; in the log each epoch that has ended, and with `final` the current one."""
+        if self.dashboard is None or tally is None:
+            return
+        total = max(int(tally.rows.sum()), 1)
+        for name, rows in zip(tally.names, tally.rows, strict=True):
+            self.dashboard.scalars(
+                step, {f"data/corpus_pairs/{name}": float(rows), f"data/corpus_share/{name}": rows / total}
+            )
+        if tally.finished is not None and tally.finished[0] > self.corpora_logged:
+            epoch, rows = tally.finished
+            log.info("corpora shown: epoch %d: %s", epoch, describe_shown(tally.names, rows))
+            self.corpora_logged = epoch
+        if final and tally.rows.any():
+            shown = describe_shown(tally.names, tally.rows)
+            log.info("corpora shown: epoch %d, to update %d: %s", tally.epoch, step, shown)
 
     def progress(self, tokens_per_second: float) -> None:
         """Every update: the bar moves at least every few seconds."""

@@ -300,12 +300,14 @@ class Trainer:
                 window.results += self.take_read_back()  # with what saves read back since the last
                 figures = {"lr": self.optimizer.lr, "epoch": self.stream.epoch, "skipped_updates": self.skipped_updates}
                 report.window(step, window, self.clock(), **figures)
+                report.corpora(step, self.stream.corpus_tally)
                 window = TrainWindow(self.clock())
             report.progress(tokens["tgt_tokens"] * self.dist.world_size / max(self.clock() - update_start, 1e-9))
             if step % cfg.valid_every == 0:
                 self.validate_and_save(report)
             elif step % cfg.save_every == 0:
                 self.save("last", RunDir.step_name(step))
+        report.corpora(self.step, self.stream.corpus_tally, final=True)
         return reason
 
     def notice_other_work(self) -> None:

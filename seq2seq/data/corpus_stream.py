@@ -1,0 +1,167 @@
+"""data.streaming with data.corpora: an epoch of several corpora as one stream of rows, each corpus its
+weight's worth, the corpora interleaved, and no corpus ever held in memory (docs/corpora.md, "Streaming").
+
+A corpus at weight w is read floor(w) times in full, and once more for the fraction f = w - floor(w): of
+its n kept pairs that pass takes floor(n f + u), u drawn from the epoch's generator (n f rounded down or
+up), drawn without replacement within each block of BLOCK kept pairs (a block ending at pair k brings
+the count taken to floor(k f + u), so the sample is spread over the corpus), another sample each epoch.
+The cached mode draws from the whole corpus at once; a stream holds one block. Each pass is cleaned
+afresh, so its duplicates are those within the pass, as the cached mode's are those within the corpus.
+
+The passes run side by side: the next line is always read from the corpus furthest behind in the lines
+it has to read this epoch (its lines, counted once at the start, times its passes), so every buffer
+holds each corpus at about its share of the epoch, and a run that stops before the end of an epoch
+has still seen the mix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import math
+import zlib
+from collections.abc import Iterator
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seq2seq.config import UserError
+from seq2seq.data.cleaning import Cleaner, CleaningReport, language_candidates
+from seq2seq.data.corpora import SINGLE_CORPUS, Stream, named_error, training_streams
+from seq2seq.data.corpus import iter_split, split_files
+from seq2seq.data.language_id import identifier as make_identifier
+
+DROPPED = None  # what a pass yields for a line it read and did not keep
+BLOCK = 1024  # kept pairs a fraction's sample is drawn among at a time: the pairs held in memory
+END = object()  # what a finished pass gives `next`
+
+
+def corpus_lines(stream: Stream) -> int:
+    """The lines of a corpus's training file (its source side), counted as bytes a megabyte at a
+    time: what its passes are spread over. A corpus without a file (hub) is counted by reading it."""
+    try:
+        files = split_files(stream.cfg, "train")
+        if not files:
+            return sum(1 for _ in iter_split(stream.cfg, "train") or ())
+    except UserError as err:
+        raise named_error(err, stream) from err
+    path, lines, last = Path(files[0]), 0, b"\n"
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+    except (OSError, EOFError, zlib.error):
+        return 0  # the reader names the file and what is wrong with it, as it reads
+    return lines + (last != b"\n")
+
+
+def identifier_for(cfg: Any, streams: list[Stream]) -> Any:
+    """The language rule's identifier, when any stream's rules have it (loaded once for all)."""
+    if not any("language" in stream.rules for stream in streams):
+        return None
+    try:
+        return make_identifier(language_candidates(cfg))
+    except ImportError as err:
+        raise UserError("data.clean: the language rule needs py3langid (pip install py3langid)") from err
+
+
+def one_pass(
+    cfg: Any, stream: Stream, identifier: Any, report: CleaningReport, read: dict[str, int]
+) -> Iterator[tuple | None]:
+    """A row, or DROPPED, for each line of one pass over a corpus, cleaned by a Cleaner of its own."""
+    cleaner = Cleaner(
+        stream.rules, cfg.clean_settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
+    )
+    pairs = iter(iter_split(stream.cfg, "train") or ())
+    while True:
+        # The yield stays outside the try: a pass left unfinished when the process ends is closed at the
+        # yield, where an except clause would be looked up in a module already torn down.
+        try:
+            src, tgt = next(pairs)
+        except StopIteration:
+            break
+        except UserError as err:
+            raise named_error(err, stream) from err
+        read[SINGLE_CORPUS] += 1
+        yield (src, tgt, *stream.extra) if cleaner.keep(src, tgt) else DROPPED
+    cleaner.finish()
+
+
+def sampled(items: Iterator[tuple | None], fraction: float, rng: np.random.Generator) -> Iterator[tuple | None]:
+    """`items` with floor(n x fraction + u) of their n rows kept (the others become DROPPED), drawn
+    without replacement within each block of BLOCK rows."""
+    u, rows, taken = rng.random(), 0, 0
+    block: list[tuple] = []
+    for item in chain(items, [END]):
+        if item is DROPPED:  # by the rules: passed on at once (the interleave counts lines, not rows)
+            yield DROPPED
+            continue
+        if item is not END:
+            block.append(item)
+            rows += 1
+            if len(block) < BLOCK:
+                continue
+        now = math.floor(rows * fraction + u)
+        chosen = set(rng.choice(len(block), size=now - taken, replace=False).tolist()) if block else set()
+        taken = now
+        yield from (row if i in chosen else DROPPED for i, row in enumerate(block))
+        block = []
+
+
+def passes(
+    cfg: Any,
+    stream: Stream,
+    weight: float,
+    rng: np.random.Generator,
+    identifier: Any,
+    report: CleaningReport,
+    read: dict[str, int],
+) -> Iterator[tuple | None]:
+    """A row, or DROPPED, for each line the corpus's passes of one epoch read: floor(weight) whole
+    passes, then the fraction's, sampled by `rng`."""
+    whole, fraction = math.floor(weight), weight - math.floor(weight)
+    for _ in range(whole):
+        yield from one_pass(cfg, stream, identifier, report, read)
+    if fraction > 0:
+        yield from sampled(one_pass(cfg, stream, identifier, report, read), fraction, rng)
+
+
+def interleave(sources: list[Iterator[tuple | None]], totals: list[int]) -> Iterator[tuple]:
+    """The rows of `sources`, each line read from the source furthest behind in its `totals` (the lines
+    it reads this epoch); ties go to the earlier source. A source that ends early drops out, one that
+    reads more than its total (a file grown since it was counted) goes on last."""
+    heap = [(0.0, index) for index in range(len(sources))]
+    read = [0] * len(sources)
+    while heap:
+        _, index = heapq.heappop(heap)
+        row = next(sources[index], END)
+        if row is END:
+            continue
+        read[index] += 1
+        heapq.heappush(heap, (read[index] / max(totals[index], 1), index))
+        if row is not DROPPED:
+            yield row
+
+
+def mixed_rows(
+    cfg: Any,
+    report: CleaningReport,
+    read: dict[str, int],
+    lines: list[int],
+    rng: np.random.Generator | None = None,
+) -> Iterator[tuple]:
+    """(source, target, corpus) rows of one epoch of data.corpora, cleaned and weighted, interleaved.
+    `lines`: each corpus's lines (corpus_lines). Without `rng`, one pass of each corpus, unweighted:
+    the head the tokenizer learns from, as the cached mode's learns from each kept pair once."""
+    streams = training_streams(cfg)
+    identifier = identifier_for(cfg, streams)
+    read.setdefault(SINGLE_CORPUS, 0)
+    weights = [float(corpus.weight) for corpus in cfg.corpora] if rng is not None else [1.0] * len(streams)
+    rngs = (rng or np.random.default_rng(0)).spawn(len(streams))  # one a corpus: adding one leaves the others'
+    sources = [
+        passes(cfg, stream, weight, each, identifier, report, read)
+        for stream, weight, each in zip(streams, weights, rngs, strict=True)
+    ]
+    yield from interleave(sources, [n * math.ceil(w) for n, w in zip(lines, weights, strict=True)])
