@@ -161,7 +161,9 @@ def test_ctranslate2s_converter_on_the_huggingface_export_decodes_as_our_export(
         found.append([(r.hypotheses, r.scores) for r in results])
     theirs, ours = found
     assert [h for h, _ in ours] == [h for h, _ in theirs]
-    assert max(abs(a - b) for (_, x), (_, y) in zip(ours, theirs, strict=True) for a, b in zip(x, y, strict=True)) < 1e-4
+    assert (
+        max(abs(a - b) for (_, x), (_, y) in zip(ours, theirs, strict=True) for a, b in zip(x, y, strict=True)) < 1e-4
+    )
 
 
 def test_a_language_the_export_lacks_is_one_line(fine_tuned: SimpleNamespace) -> None:
@@ -226,3 +228,18 @@ def test_the_exports_tokenizer_folder_can_be_entered(fine_tuned: SimpleNamespace
         folder = fine_tuned.run / name / "huggingface_tokenizer"
         mode = stat.S_IMODE(folder.stat().st_mode)
         assert mode & stat.S_IXUSR and (folder / "tokenizer_config.json").is_file(), (name, oct(mode))
+
+
+@pytest.mark.parametrize("fine_tuned", ["nllb"], indirect=True)
+def test_the_teachers_layout_for_the_student_is_one_line(fine_tuned: SimpleNamespace) -> None:
+    """data.lang_tag=language_codes needs the pretrained model's tokenizer, which the student does not
+    take: refused before the teacher translates anything; the teacher's languages stay fixed."""
+    from seq2seq.distill.teacher import corpus_config, read_teacher
+
+    teacher = read_teacher(str(fine_tuned.run))
+    with pytest.raises(UserError, match=r"^data\.lang_tag=language_codes: the layout of the teacher's") as info:
+        corpus_config(teacher, ["data.lang_tag=language_codes"])
+    assert "\n" not in str(info.value)
+    with pytest.raises(UserError, match=r"^data\.tgt_lang=fr: the teacher's is de"):
+        corpus_config(teacher, ["data.tgt_lang=fr"])
+    assert corpus_config(teacher, ["data.vocab_size=500"]).tokenizer == "sentencepiece"

@@ -113,6 +113,11 @@ def corpus_config(teacher: Teacher, overrides: list[str]) -> DataConfig:
                 f"{'tokenizer kind' if 'tokenizer' in key or 'sentencepiece' in key else 'languages'} "
                 "(distil another corpus of the same languages, or train another teacher)"
             )
+    if teacher.config.get("pretrained_teacher") and merged.lang_tag == LANGUAGE_CODES:
+        raise UserError(
+            f"data.lang_tag={LANGUAGE_CODES}: the layout of the teacher's pretrained model, whose tokenizer the "
+            "student does not take (it trains its own); drop it (source_prefix or decoder_start tag a student)"
+        )
     cfg = data_config(as_dict(merged))
     validate_directions(cfg)
     return cfg
