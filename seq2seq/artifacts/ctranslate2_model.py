@@ -5,8 +5,9 @@ The writer builds a CTranslate2 model directory (model.bin, config.json, vocabul
 `ctranslate2.specs.TransformerSpec`; the tokenizer file(s) go beside it. Carried over exactly: the
 position table (our sinusoids interleave sin/cos, so the table itself is stored, not CTranslate2's
 built-in one), the sqrt(d_model) embedding scale, post- or pre-norm (with the final LayerNorm of each
-stack), the activation, tied and shared embeddings (stored once, as aliases), LayerNorm epsilon, and
-the special tokens: source = tokens + "</s>", the decoder starts from "<s>". Beside the model,
+stack), mBART-50's LayerNorm of the embeddings, the activation, tied and shared embeddings (stored
+once, as aliases), LayerNorm epsilon, and the special tokens: source = tokens + "</s>", the decoder
+starts from "<s>" (NLLB-200, M2M-100, mBART-50: from "</s>", model.decoder_start=eos). Beside the model,
 seq2seq.json (DECODING_FILE) records max_positions, the options under which CTranslate2 writes
 seq2seq-translate's lines, the languages and where a multilingual model's tag goes ("data":
 src_lang/tgt_lang, or directions and lang_tag), and the checkpoint it was made from.
@@ -63,11 +64,6 @@ def ctranslate2_writer(
     }
     if model_cfg.activation not in activations:
         raise UserError(f"{path}: model.activation={model_cfg.activation}: CTranslate2 has no such activation")
-    if model_cfg.decoder_start == "eos":  # its search would rank lines as neither seq2seq nor generate does
-        raise UserError(
-            f"{path}: an NLLB-200/M2M-100 model (model.decoder_start=eos) is not exported to CTranslate2 yet; "
-            "export format=huggingface and convert that with ct2-transformers-converter"
-        )
     if model_cfg.encoder_drop_residual_layer is not None:  # its encoder layer always adds the residual
         raise UserError(
             f"{path}: model.encoder_drop_residual_layer={model_cfg.encoder_drop_residual_layer}: CTranslate2's "
@@ -103,6 +99,7 @@ def ctranslate2_writer(
         model_cfg.heads,
         pre_norm=model_cfg.norm_first,  # pre-norm also brings the final LayerNorm of each stack, as ours
         activation=activations[model_cfg.activation],
+        layernorm_embedding=model_cfg.embedding_norm,  # mBART-50's, after the embeddings and positions
     )
     encoder, decoder = spec.encoder, spec.decoder
     encoder.embeddings[0].weight = vocabulary_rows("src_embed.weight")
@@ -118,6 +115,9 @@ def ctranslate2_writer(
         raise UserError(f"{path}: model.decoder_start={model_cfg.decoder_start}: the decoder needs its start token")
     # As seq2seq.model.transformer: a Marian decoder starts from a zero vector (the token is then pad).
     decoder.start_from_zero_embedding = marian_start
+    if model_cfg.embedding_norm:
+        norm(encoder.layernorm_embedding, "src_embed_norm")
+        norm(decoder.layernorm_embedding, "tgt_embed_norm")
     if model_cfg.norm_first:
         norm(encoder.layer_norm, "encoder_norm")
         norm(decoder.layer_norm, "decoder_norm")
@@ -140,7 +140,8 @@ def ctranslate2_writer(
 
     spec.config.layer_norm_epsilon = layer_norm_eps()
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, BOS, EOS
-    spec.config.decoder_start_token = PAD if marian_start else BOS  # as search.py starts every hypothesis
+    # As search.py starts every hypothesis: pad (Marian), <s>, or </s> (NLLB-200, M2M-100, mBART-50).
+    spec.config.decoder_start_token = {"pad": PAD, "bos": BOS, "eos": EOS}[model_cfg.decoder_start]
     if without_pad:
         spec.config.decoder_start_token = EOS  # any token: the start is a zero vector (as the converter's)
     spec.config.add_source_bos = False  # our source is its tokens + </s>, no <s>

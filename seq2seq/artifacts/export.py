@@ -45,15 +45,24 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
     tokenizers = load_tokenizers(path, cfg.run, payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
-    if cfg.format == "huggingface" and isinstance(tokenizers, FairseqTokenizers):  # NLLB-200, M2M-100
-        from seq2seq.artifacts import m2m100
+    if cfg.format == "huggingface" and isinstance(tokenizers, FairseqTokenizers):  # NLLB-200, M2M-100, mBART-50
+        from seq2seq.artifacts import m2m100, mbart
 
-        write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, m2m100.model_card(payload))
+        if model_cfg.embedding_norm:  # mBART-50's layernorm_embedding
+            card = m2m100.model_card(payload, mbart.MODEL_TYPE, mbart.CODES)
+            write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, card, mbart.MBART)
+        else:
+            write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, m2m100.model_card(payload))
     elif cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
         from seq2seq.artifacts.marian import huggingface_writer, model_card
 
         card = model_card(payload, cfg.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))
         write_all = huggingface_writer(payload, model_cfg, tokenizers, path, card)
+    elif cfg.format == "argos" and isinstance(tokenizers, FairseqTokenizers):
+        raise UserError(
+            f"{path}: format=argos: an NLLB-200/M2M-100/mBART-50 model (its own vocabulary of all its languages, "
+            "its decoder starting from </s>) is no Argos package; distil it into one: seq2seq-distill teacher=<run>"
+        )
     elif cfg.format == "argos":  # one file, not a directory
         from seq2seq.artifacts.argos import argos_writer
 
@@ -152,7 +161,8 @@ def _write_directory(output: Path, write: Callable[[Path], None], replace: bool 
         mask = current_umask()
         write(staging)
         for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
-            os.chmod(file, 0o666 & ~mask)
+            # A folder in it (an NLLB-family run's huggingface_tokenizer/) keeps its x bits, or it could not be entered.
+            os.chmod(file, (0o777 if file.is_dir() else 0o666) & ~mask)
         os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it 0700
         if output.exists() and not replace:  # appeared while we were writing
             raise UserError(f"{output}: already exists; give output= a new directory")

@@ -10,8 +10,8 @@ models, `seq2seq.artifacts.marian`), the embedding rows reordered into this proj
 (`seq2seq.data.fairseq_vocab`), whose tokenizer reads the model's own sentencepiece.bpe.model and ids.
 
 Export (`seq2seq-export format=huggingface` of a run fine-tuned from one): the reverse, written with
-`M2M100ForConditionalGeneration.save_pretrained` beside the model's own tokenizer files, so that
-`AutoModelForSeq2SeqLM` and `AutoTokenizer` load it.
+`M2M100ForConditionalGeneration.save_pretrained` (mBART-50's: `MBartForConditionalGeneration`) beside
+the model's own tokenizer files, so that `AutoModelForSeq2SeqLM` and `AutoTokenizer` load it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,13 +146,35 @@ def read_pretrained(
 # --- export -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class HuggingFaceFamily:
+    """What the export writes for one family: transformers' config and model classes, the conversion of
+    our state dict to theirs, whether its position table is a learned weight (else built from the config)."""
+
+    config_class: str
+    model_class: str
+    convert: Callable[[dict[str, torch.Tensor], ModelConfig, list[int]], dict[str, torch.Tensor]]
+    learned_positions: bool
+    tag: str  # the model card's tag: transformers' model_type
+
+
+M2M100 = HuggingFaceFamily("M2M100Config", "M2M100ForConditionalGeneration", to_m2m100, False, MODEL_TYPE)
+
+
 def huggingface_writer(
-    payload: dict[str, Any], cfg: ModelConfig, tokenizers: FairseqTokenizers, path: Path, card: str
+    payload: dict[str, Any],
+    cfg: ModelConfig,
+    tokenizers: FairseqTokenizers,
+    path: Path,
+    card: str,
+    family: HuggingFaceFamily = M2M100,
 ) -> Callable[[Path], None]:
-    """Checks and converts everything up front; the returned function writes the directory."""
+    """Checks and converts everything up front; the returned function writes the directory. mBART-50
+    writes through here too, as `family` (seq2seq.artifacts.mbart.MBART)."""
     transformers = transformers_module()
-    if cfg.embedding_norm or cfg.positions != "sinusoidal":
-        raise UserError(f"{path}: an mBART-50 model is not exported to Hugging Face yet; export format=safetensors")
+    # mBART-50: learned positions and layernorm_embedding; M2M-100 / NLLB-200: sinusoids and neither.
+    if (cfg.positions == "learned", cfg.embedding_norm) != (family.learned_positions, family.learned_positions):
+        raise UserError(f"{path}: the checkpoint's model is not an {family.model_class}; export format=safetensors")
     source = tokenizers.src.huggingface_files
     if source is None:
         raise UserError(
@@ -161,7 +183,7 @@ def huggingface_writer(
         )
     vocab = tokenizers.src.vocab["tokens"]
     ids = {token: i for i, token in enumerate(vocab) if token is not None}
-    hf_cfg = transformers.M2M100Config(
+    hf_cfg = getattr(transformers, family.config_class)(
         vocab_size=len(vocab),
         d_model=cfg.d_model,
         encoder_layers=cfg.encoder_layers,
@@ -184,14 +206,14 @@ def huggingface_writer(
         decoder_start_token_id=ids["</s>"],
         tokenizer_class=transformers.AutoTokenizer.from_pretrained(str(source)).__class__.__name__,
     )
-    model = transformers.M2M100ForConditionalGeneration(hf_cfg)
-    converted = to_m2m100(dict(payload["model"]), cfg, tokenizers.src.order)
+    model = getattr(transformers, family.model_class)(hf_cfg)
+    converted = family.convert(dict(payload["model"]), cfg, tokenizers.src.order)
     expected = model.state_dict()
     for name, tensor in expected.items():
-        if "embed_positions" in name:
+        if "embed_positions" in name and not family.learned_positions:
             continue  # built from the config
         if name not in converted or tuple(converted[name].shape) != tuple(tensor.shape):
-            raise UserError(f"{path}: cannot fill {name} of the M2M100 model from this checkpoint")
+            raise UserError(f"{path}: cannot fill {name} of the {family.model_class} from this checkpoint")
         with torch.no_grad():
             tensor.copy_(converted[name])
     model.generation_config.decoder_start_token_id = ids["</s>"]
@@ -208,8 +230,11 @@ def huggingface_writer(
     return write
 
 
-def model_card(payload: dict[str, Any]) -> str:
-    """README.md of the export: what it was fine-tuned from and on, and how transformers translates with it."""
+def model_card(
+    payload: dict[str, Any], tag: str = MODEL_TYPE, codes: tuple[str, str] = ("eng_Latn", "deu_Latn")
+) -> str:
+    """README.md of the export: what it was fine-tuned from and on, and how transformers translates with
+    it (`codes`: the family's names of English and German, for the example)."""
     config = payload.get("config", {})
     data = config.get("data", {})
     directions = ", ".join(data.get("directions") or []) or "?"
@@ -218,7 +243,7 @@ def model_card(payload: dict[str, Any]) -> str:
         [
             "---",
             "library_name: transformers",
-            "tags: [translation, m2m_100, seq2seq]",
+            f"tags: [translation, {tag}, seq2seq]",
             "---",
             "",
             "# Translation model fine-tuned with seq2seq",
@@ -231,10 +256,10 @@ def model_card(payload: dict[str, Any]) -> str:
             "",
             "```python",
             "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
-            'tokenizer = AutoTokenizer.from_pretrained(path, src_lang="eng_Latn")',
+            f'tokenizer = AutoTokenizer.from_pretrained(path, src_lang="{codes[0]}")',
             "model = AutoModelForSeq2SeqLM.from_pretrained(path)",
             'batch = tokenizer(["a sentence"], return_tensors="pt", padding=True)',
-            'out = model.generate(**batch, forced_bos_token_id=tokenizer.convert_tokens_to_ids("deu_Latn"))',
+            f'out = model.generate(**batch, forced_bos_token_id=tokenizer.convert_tokens_to_ids("{codes[1]}"))',
             "print(tokenizer.batch_decode(out, skip_special_tokens=True))",
             "```",
             "",

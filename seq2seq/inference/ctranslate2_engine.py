@@ -266,14 +266,17 @@ class CTranslate2Translator:
         Why they are scored again: with a target_prefix CTranslate2 leaves the prefix's log-probabilities
         out (as ours leaves out the `given` tag) but counts its tokens in the length it divides by; a
         decoder_start tag is given, not predicted, so ours does not. CTranslate2's ranking only orders
-        the finished hypotheses: it returns all of them (num_hypotheses=beam) and they are ranked here."""
+        the finished hypotheses: it returns all of them (num_hypotheses=beam) and they are ranked here.
+        A pretrained NLLB-200/M2M-100/mBART-50 model's code counts, and so does the </s> that ends a line
+        cut at its budget, as in transformers' `generate` (search.Hypothesis, count_given)."""
         alpha, scored = self.settings.length_penalty, []
         for hyp, score in zip(output.hypotheses, output.scores, strict=True):
             ids = [self.tokenizers.tgt.token_to_id(t) for t in hyp if t != EOS]
             if given and alpha:
                 length = len(ids) + (0 if len(ids) >= budget - 1 else 1)  # CTranslate2's: EOS, unless cut
                 log_prob = score * length**alpha
-                score = log_prob / (length - given) ** alpha if length > given else log_prob
+                counted = len(ids) + 1 if self.languages.counts_forced_tag else length - given
+                score = log_prob / counted**alpha if counted > 0 else log_prob
             scored.append((score, ids))
         scored = sorted(scored, key=lambda pair: pair[0], reverse=True)[: self.settings.nbest]
         texts = self.tokenizers.decode_tgt([ids for _, ids in scored])

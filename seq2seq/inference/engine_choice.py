@@ -109,6 +109,8 @@ def why_not_ctranslate2(cfg: Any, files: ResolvedModel, same_lines: bool = True)
         return "attention= plots PyTorch's attention"
     if same_lines and (reason := _why_other_lines(cfg)):
         return reason
+    if same_lines and cfg.beam > 1 and files.export_language_codes:  # docs/huggingface.md says where they part
+        return "beam>1 of an NLLB-200/M2M-100/mBART-50 model (CTranslate2's beam search keeps its own rules)"
     if files.export_error is not None:
         raise files.export_error
     return files.export_unfit

@@ -9,6 +9,7 @@ Imports neither torch nor ctranslate2.
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ class ResolvedModel:
     # The run's export exists but its checkpoint could not be read: raised when the export is chosen,
     # as a choice that needed it always did (engine=torch never reads it).
     export_error: UserError | None = None
+    # The export is of a pretrained NLLB-200/M2M-100/mBART-50 model (data.lang_tag=language_codes): its
+    # beam search keeps CTranslate2's own rules, not generate's (engine_choice.why_not_ctranslate2).
+    export_language_codes: bool = False
     # run= alone: the file PyTorch decodes (RunDir.model_file) and its (mtime_ns, size) when resolved;
     # None where the run has none (loading it then says so, as it did).
     model_file: str | None = None
@@ -73,6 +77,7 @@ def resolve(cfg: Any) -> ResolvedModel:
     if unfit is None and error is None and not ctranslate2_installed():
         unfit = "the ctranslate2 package is not installed (pip install 'seq2seq[export]')"
     model_file, stamp = _model_file(run)
+    codes = unfit is None and error is None and _lang_tag(export / DECODING_FILE) == "language_codes"
     return ResolvedModel(
         run,
         checkpoint=None,
@@ -81,9 +86,19 @@ def resolve(cfg: Any) -> ResolvedModel:
         export=str(export),
         export_unfit=unfit,
         export_error=error,
+        export_language_codes=codes,
         model_file=model_file,
         model_stamp=stamp,
     )
+
+
+def _lang_tag(record_file: Path) -> str | None:
+    """data.lang_tag of an export's seq2seq.json (None where it has none or cannot be read: the engine says why)."""
+    try:
+        data = json.loads(record_file.read_text(encoding="utf-8")).get("data")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return data.get("lang_tag") if isinstance(data, dict) else None
 
 
 def _model_file(run: str) -> tuple[str | None, tuple[int, int] | None]:
