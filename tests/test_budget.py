@@ -79,7 +79,41 @@ def test_the_train_metrics_are_timed_on_the_runs_clock(tmp_path, slow_machine):
     assert all(0 < rate <= 512 / UPDATE_SECONDS for rate in rates), rates  # batch_tokens=512
 
 
-def test_sigterm_ends_the_command_with_status_143_after_saving(tmp_path):
+def test_sigterm_ends_the_command_with_status_143_after_saving(tmp_path, run_main, monkeypatch):
+    """seq2seq-train's main, sent SIGTERM during update 2: a script can tell an interrupted run (128 + the
+    signal) from a finished one. In this process; the whole way from outside: the slow test below."""
+    step = loop.Trainer.train_step
+
+    def terminated_in_update_2(self):
+        if self.step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the run's handler asks the loop to stop after this update
+        return step(self)
+
+    monkeypatch.setattr(loop.Trainer, "train_step", terminated_in_update_2)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def not_the_runs(signum, frame):  # SIGTERM's default would end pytest itself, not fail this test
+        raise AssertionError("the run did not take SIGTERM")
+
+    signal.signal(signal.SIGTERM, not_the_runs)
+    run_dir = tmp_path / "run"
+    overrides = [o for o in TINY_TRAIN if not o.startswith("max_steps")] + ["max_steps=100000"]
+    try:
+        result = run_main(
+            ["seq2seq-train", *overrides, "target=null", "patience=null", f"hydra.run.dir={run_dir}"], tmp_path
+        )
+    finally:  # the run's handlers would outlive it in this process
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert result.returncode == 143, result.stderr[-2000:]
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    log = (run_dir / "train.log").read_text()
+    assert "stopped: stopped by signal" in log and "reached max_steps" not in log
+
+
+# A real process signalled from outside (6 s: its start); the default run's test is the one above.
+@pytest.mark.slow
+def test_sigterm_from_outside_ends_the_command_with_status_143_after_saving(tmp_path):
     """The real command: a script can tell an interrupted run (128 + the signal) from a finished one."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "SEQ2SEQ_CACHE": str(tmp_path / "cache")}

@@ -1,9 +1,11 @@
-"""scripts/check_gpu.sh's dry run (DEVICE=cpu): every part's every command, tiny, on the CPU, so that a typo
-in the script or a renamed flag is found here and not on a lent GPU, where each minute counts; and
+"""scripts/check_gpu.sh's dry run (DEVICE=cpu): every part's every command, tiny, on the CPU (-m slow), and
+by default every part with its commands recorded and parsed, not run, so that a typo in the script or a
+renamed flag is found here and not on a lent GPU, where each minute counts; and
 scripts/prepare_gpu_copy.py's checks of what that machine is sent."""
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -11,8 +13,9 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from conftest import MULTI30K, MULTI30K_MISSING
@@ -102,12 +105,11 @@ def failed_rows(report: Path) -> list[str]:
     return [row["error"] for row in rows if "error" in row and row.get("precision") != "fp16"]
 
 
-# The training parts' dry runs (75 s of the suite's CPU) run with -m slow, before a GPU loan; by default
-# the tests, result and extra parts run the same script and its shared steps.
-SLOW_PARTS = ("smoke", "speed", "big", "compile")
-
-
-@pytest.mark.parametrize("part", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PARTS else p for p in PARTS])
+# Every part's dry run is slow (75 s of the suite's CPU for the training parts, 45 s for tests, result and
+# extra): they run with -m slow, before a GPU loan. By default
+# test_each_part_gives_each_command_what_it_takes runs the script with its commands recorded, not run.
+@pytest.mark.slow
+@pytest.mark.parametrize("part", PARTS)
 def test_every_step_of_every_part_runs_on_the_cpu(dry_runs, part):
     returncode, out = dry_runs(part)
     assert returncode == 0
@@ -121,9 +123,147 @@ def test_every_step_of_every_part_runs_on_the_cpu(dry_runs, part):
         assert not failed_rows(report), (report, failed_rows(report))
 
 
+@pytest.mark.slow  # extra's dry run; by default test_each_part_gives_each_command_what_it_takes
 def test_the_torchrun_step_compares_the_resumed_run_bit_for_bit(dry_runs):
     summary = (dry_runs("extra")[1] / "summary_extra.txt").read_text()
     assert "bitwise equal: True" in summary and "resumed: True" in summary, summary
+
+
+# What stands in for `python` and `torchrun` below: each call's words go to a file of their own, in order,
+# NUL-separated, and nothing runs.
+RECORDER = """#!/usr/bin/env bash
+n=$(ls "$RECORDED" | wc -l)
+printf '%s\\0' "$(basename "$0")" "$@" >"$RECORDED/$(printf %03d "$n")"
+"""
+
+
+def recorded_commands(part: str, data: Path, base: Path) -> list[list[str]]:
+    """check_gpu.sh PART's dry run with `python` and `torchrun` recorded, not run: each command's words.
+    RUNS_DIR is base/runs for every part, as on the GPU machine, where extra reads result's run."""
+    shims, recorded = base / part / "bin", base / part / "recorded"
+    shims.mkdir(parents=True)
+    recorded.mkdir()
+    for name in ("python", "torchrun"):
+        (shims / name).write_text(RECORDER)
+        (shims / name).chmod(0o755)
+    env = {
+        **os.environ,
+        "DEVICE": "cpu",
+        "MINUTES": "3",
+        "RUNS_DIR": str(base / "runs"),
+        "RECORDED": str(recorded),
+        "PATH": f"{shims}:{os.environ['PATH']}",
+    }
+    command = ["bash", str(ROOT / "scripts" / "check_gpu.sh"), part, str(data), str(base / part / "out")]
+    process = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert process.returncode == 0 and not process.stderr, process.stderr
+    statuses = [line for line in process.stdout.splitlines() if "rc=" in line]
+    assert statuses and all(" rc=0" in f" {line}" for line in statuses), process.stdout
+    return [path.read_text().split("\0")[:-1] for path in sorted(recorded.iterdir())]
+
+
+class Parsed(Exception):
+    """Raised where a script's main has parsed its command line: the namespace, and nothing run."""
+
+    def __init__(self, namespace: argparse.Namespace) -> None:
+        super().__init__()
+        self.namespace = namespace
+
+
+def stopping_after(parse: Callable) -> Callable:
+    def parse_then_stop(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        raise Parsed(parse(self, *args, **kwargs))
+
+    return parse_then_stop
+
+
+def parsed_arguments(words: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, argparse.Namespace]:
+    """`python scripts/X.py ...` as X's own main parses it (an argument it does not take exits, as there)."""
+    assert words[0] == "python" and (ROOT / words[1]).is_file(), words
+    module = load_script(Path(words[1]).stem)
+    with monkeypatch.context() as patched:
+        for name in ("parse_args", "parse_intermixed_args"):
+            patched.setattr(argparse.ArgumentParser, name, stopping_after(getattr(argparse.ArgumentParser, name)))
+        patched.setattr(sys, "argv", words[1:])
+        with pytest.raises(Parsed) as parsed:
+            module.main()
+    return module, parsed.value.namespace
+
+
+def checked_train_command(words: list[str]) -> bool:
+    """seq2seq-train's own checks of a command line before Hydra runs (seq2seq/cli/train.py): unknown keys
+    and groups refused; whether the composed config was validated (not for a resume, which keeps its own)."""
+    from seq2seq.cli.train import GROUPS, check_composed_config, check_override_keys
+    from seq2seq.config import TrainConfig
+
+    check_override_keys(words, TrainConfig, GROUPS)
+    return check_composed_config(words)
+
+
+def value_of(words: list[str], key: str) -> str | None:
+    return next((word.split("=", 1)[1] for word in words if word.startswith(f"{key}=")), None)
+
+
+def test_each_part_gives_each_command_what_it_takes(small_multi30k, tmp_path, monkeypatch):
+    """The default run's check of check_gpu.sh, whose dry runs are slow: the parts run with `python` and
+    `torchrun` recorded, and each command's arguments go through that command's own parser (argparse for
+    the scripts, torchrun's, seq2seq-train's checks of its overrides and config), so a flag renamed or a
+    key typed wrong fails here; and the parts agree on their paths. Training's parts run bench_train.py;
+    tests names test files, which this suite collects too; result trains, extra resumes and translates."""
+    from torch.distributed.run import get_args_parser
+
+    recorded = {part: recorded_commands(part, small_multi30k, tmp_path) for part in PARTS}
+    for part in ("smoke", "speed", "big", "compile"):
+        benches = [words for words in recorded[part] if words[1] == "scripts/bench_train.py"]
+        assert benches, recorded[part]
+        for words in benches:
+            _, bench_args = parsed_arguments(words, monkeypatch)
+            assert Path(bench_args.data_dir) == small_multi30k.resolve()
+    (pytest_words,) = recorded["tests"]
+    assert pytest_words[1:3] == ["-m", "pytest"]
+    test_files = [word for word in pytest_words if word.startswith("tests/")]
+    assert test_files and all((ROOT / name).is_file() for name in test_files), pytest_words
+    result, extra = recorded["result"], recorded["extra"]
+    reproduce_words, summarised = result
+    reproduce, args = parsed_arguments(reproduce_words, monkeypatch)
+    assert summarised[1] == "scripts/gpu_summary.py"
+    assert Path(summarised[2]) == (tmp_path / "result" / "out" / "reproduce.json").resolve()
+    # reproduce.py's own seq2seq-train command, recorded as it would start it
+    started: list[list[str]] = []
+
+    class Recorded:
+        returncode = 0
+
+        def __init__(self, command: list[str], **kwargs: object) -> None:
+            started.append(command)
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Recorded)
+    run_dir = Path(args.run_dir).resolve()
+    reproduce.train(args, run_dir)
+    (train_command,) = started
+    assert Path(train_command[0]).name == "seq2seq-train" and checked_train_command(train_command[1:])
+    assert value_of(train_command, "hydra.run.dir") == str(run_dir)
+
+    *ddp, ddp_summary, bench, bench_summary = extra
+    runs = []
+    for words in ddp:
+        torchrun = get_args_parser().parse_args(words[1:])
+        assert words[0] == "torchrun" and torchrun.module and torchrun.training_script == "seq2seq.cli.train"
+        overrides = torchrun.training_script_args
+        resume = value_of(overrides, "resume")
+        assert checked_train_command(overrides) == (resume is None)  # a resumed run keeps its own config
+        runs.append((Path(value_of(overrides, "hydra.run.dir")), int(value_of(overrides, "max_steps")), resume))
+    (straight, steps, _), (resumed, first_steps, _), (again, last_steps, resume) = runs
+    assert straight != resumed == again == Path(resume) and first_steps < steps == last_steps
+    assert ddp_summary[1:3] == ["scripts/gpu_summary.py", "--ddp"]
+    assert {Path(ddp_summary[3]) / "ddp_straight", Path(ddp_summary[3]) / "ddp_resumed"} == {straight, resumed}
+    _, bench_args = parsed_arguments(bench, monkeypatch)
+    assert Path(bench_args.run).resolve() == run_dir  # extra translates with result's run
+    assert Path(bench_args.input).is_file() and Path(bench_args.reference).is_file()
+    assert bench_summary[1:] == ["scripts/gpu_summary.py", bench_args.report]
 
 
 def test_gpu_env_installs_the_carried_wheels_and_the_checkout(tmp_path):

@@ -1,4 +1,7 @@
-"""The two console scripts, end to end, in subprocesses: what a user types and what they get back."""
+"""The two console scripts, end to end: what a user types and what they get back. In subprocesses where
+the console script itself is the point (test_train_writes_a_complete_run_directory's training,
+test_translate_keeps_one_output_line_per_input_line, test_console_scripts_report_errors_in_one_line);
+elsewhere their `main` in this process (conftest.py's run_main), without an interpreter's start each."""
 
 from __future__ import annotations
 
@@ -78,12 +81,12 @@ def test_translate_keeps_one_output_line_per_input_line(trained_run: Path, tmp_p
     assert output[1] == "" and output[3] == ""  # empty in, empty out, in place
 
 
-def test_translate_from_files_with_reference_reports_sacrebleu(trained_run: Path, tmp_path: Path) -> None:
+def test_translate_from_files_with_reference_reports_sacrebleu(trained_run: Path, tmp_path: Path, run_main) -> None:
     (tmp_path / "src.txt").write_text("a b c\nd e f\n")
     (tmp_path / "ref.txt").write_text("C B A\nF E D\n")
-    result = run_cli(
+    result = run_main(
         [
-            str(BIN / "seq2seq-translate"),
+            "seq2seq-translate",
             f"run={trained_run}",
             "beam=1",
             f"input={tmp_path / 'src.txt'}",
@@ -98,14 +101,14 @@ def test_translate_from_files_with_reference_reports_sacrebleu(trained_run: Path
     assert "chrF2 = " in result.stderr
 
 
-def test_translate_in_bf16_agrees_with_fp32(trained_run: Path, tmp_path: Path) -> None:
+def test_translate_in_bf16_agrees_with_fp32(trained_run: Path, tmp_path: Path, run_main) -> None:
     """precision=bf16 casts the weights (attention and caches stay fp32 on a CPU): on the trained
     toy model its greedy output is the fp32 output on nearly every line."""
     lines = [" ".join(word) for word in ("abc", "defg", "hij", "klmno", "pqr", "stuv", "wxyz", "bad", "cafe", "edge")]
     outputs = {}
     for precision in ("fp32", "bf16"):
-        result = run_cli(
-            [str(BIN / "seq2seq-translate"), f"run={trained_run}", "beam=1", f"precision={precision}"],
+        result = run_main(
+            ["seq2seq-translate", f"run={trained_run}", "beam=1", f"precision={precision}"],
             tmp_path,
             stdin="\n".join(lines) + "\n",
         )
@@ -115,10 +118,8 @@ def test_translate_in_bf16_agrees_with_fp32(trained_run: Path, tmp_path: Path) -
     assert sum(a == b for a, b in zip(outputs["fp32"], outputs["bf16"], strict=True)) >= 8
 
 
-def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: Path) -> None:
-    result = run_cli(
-        [str(BIN / "seq2seq-translate"), f"run={trained_run}", "beam=3", "nbest=3"], tmp_path, stdin="a b\nc d e\n"
-    )
+def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: Path, run_main) -> None:
+    result = run_main(["seq2seq-translate", f"run={trained_run}", "beam=3", "nbest=3"], tmp_path, stdin="a b\nc d e\n")
     assert result.returncode == 0, result.stderr
     rows = [line.split(" ||| ") for line in result.stdout.splitlines()]
     assert [r[0] for r in rows] == ["0", "0", "0", "1", "1", "1"]

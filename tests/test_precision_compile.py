@@ -68,22 +68,29 @@ def test_compile_mode_reaches_torch_compile(tmp_path: Path, monkeypatch, setting
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+ONE_LAYER = ["model.encoder_layers=1", "model.decoder_layers=1"]
+
+
 @pytest.mark.parametrize(
-    ("device", "backend"),
+    ("device", "backend", "model"),
     [
         # torch.compile's tracing (TorchDynamo, dynamic shapes) and AOTAutograd's joint graph, without
-        # Inductor's code generation, which on a CPU builds C++ kernels for minutes: the default run's check.
-        ("cpu", "aot_eager"),
-        pytest.param("cpu", "inductor", marks=pytest.mark.slow),  # what compile=true runs: also generated code
-        pytest.param("cuda", "inductor", marks=CUDA),
+        # Inductor's code generation, which on a CPU builds C++ kernels for minutes: the default run's check,
+        # on one layer a side (each layer is traced again: 12 s with the tiny model's two).
+        pytest.param("cpu", "aot_eager", ONE_LAYER, id="cpu-aot_eager-one_layer"),
+        pytest.param("cpu", "aot_eager", [], marks=pytest.mark.slow, id="cpu-aot_eager"),  # by default: -one_layer
+        pytest.param("cpu", "inductor", [], marks=pytest.mark.slow, id="cpu-inductor"),  # also generated code
+        pytest.param("cuda", "inductor", [], marks=CUDA, id="cuda-inductor"),
     ],
 )
-def test_compiled_objective_gives_the_eager_loss_and_gradients(tmp_path: Path, device: str, backend: str) -> None:
+def test_compiled_objective_gives_the_eager_loss_and_gradients(
+    tmp_path: Path, device: str, backend: str, model: list[str]
+) -> None:
     """The objective as compile=true compiles it under torchrun or in fp16 (torch.compile(dynamic=True);
     the loss traced as the plain one, not the chunked one eager runs) against the eager objective."""
     pytest.importorskip("torch._inductor")
     where = torch.device(device)
-    trainer = make_trainer(tmp_path, where, ["precision=fp32"])
+    trainer = make_trainer(tmp_path, where, ["precision=fp32", *model])
     compiled = torch.compile(trainer.objective, dynamic=True, backend=backend)
     eager_loss, eager_grads = loss_and_grads(trainer.objective, trainer, where)
     compiled_loss, compiled_grads = loss_and_grads(compiled, trainer, where)

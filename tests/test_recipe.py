@@ -23,6 +23,9 @@ from seq2seq.config import UserError, validate_recipes
 from seq2seq.train.recipe import MIN_SPREAD, TIMED_UPDATES, UPDATE_SHARE, Pace, apply_recipe, set_by_user
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
+# Each update of the run once its recipe is chosen: what the tests check is decided by then, so the run
+# spends what is left of its budget in an update or two (not the 20-60 real updates its pace allows).
+RUN_UPDATE_SECONDS = 60.0
 
 
 class PacedMachine(FakeClock):
@@ -32,22 +35,32 @@ class PacedMachine(FakeClock):
     def __init__(self) -> None:
         super().__init__()
         self.wide_paces: list[float] = []
+        self.chosen = False  # the recipe is chosen: the run's own updates are RUN_UPDATE_SECONDS each
 
     def advance(self, d_model: int) -> None:
-        self.now += self.wide_paces.pop(0) if d_model == 64 and self.wide_paces else SECONDS_PER_UPDATE[d_model]
+        if self.chosen:
+            self.now += RUN_UPDATE_SECONDS
+        else:
+            self.now += self.wide_paces.pop(0) if d_model == 64 and self.wide_paces else SECONDS_PER_UPDATE[d_model]
 
 
 @pytest.fixture
 def paced_machine(monkeypatch: pytest.MonkeyPatch) -> PacedMachine:
     clock = PacedMachine()
     monkeypatch.setattr(loop.Trainer, "clock", staticmethod(clock))
-    apply_update = update.Update._apply
+    apply_update, choose_recipe = update.Update._apply, run.choose_recipe
 
     def paced_update(self, *args):
         clock.advance(self.cfg.model.d_model)
         apply_update(self, *args)
 
+    def choose_then_run(*args, **kwargs):
+        chosen = choose_recipe(*args, **kwargs)
+        clock.chosen = True
+        return chosen
+
     monkeypatch.setattr(update.Update, "_apply", paced_update)
+    monkeypatch.setattr(run, "choose_recipe", choose_then_run)
     return clock
 
 

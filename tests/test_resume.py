@@ -125,7 +125,13 @@ def _train_command(run_dir: Path, extra: list[str], ranks: int = 1) -> list[str]
     return [*torchrun, "-m", "seq2seq.cli.train", *overrides, *extra]
 
 
-@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.slow)])
+# Real processes killed at random moments (25 s with one rank): by default, each thing it checks is checked
+# in this process, an update or a save interrupted where the kill would land:
+# test_stopped_and_resumed_run_matches_uninterrupted_run (the same parameters, bit for bit),
+# test_a_run_killed_while_saving_gets_the_checkpoints_it_owed_on_resume (a kill mid-write) and
+# test_a_killed_run_resumes_into_the_same_tensorboard_steps (the steps logged after the last checkpoint).
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
 def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path, ranks: int) -> None:
     """SIGKILL a real training run (with 2 ranks: torchrun and its two gloo workers) at random moments after it has made progress (checkpoints are written every 2 updates, so
     some kills land mid-write), resume each time, and compare with a run never interrupted. With 2
@@ -170,6 +176,33 @@ def test_killed_run_resumes_to_the_same_parameters(tmp_path: Path, ranks: int) -
     log = (run_dir / "train.log").read_text()
     assert log.count("resumed ") == resumed_launches * ranks and "reached max_steps=24" in log  # every rank logs it
     assert len(load_checkpoint(last)["rng"]) == ranks
+
+
+def test_a_killed_run_resumes_into_the_same_tensorboard_steps(tmp_path: Path, monkeypatch) -> None:
+    """A run killed after it logged update 6 but saved only update 4's checkpoint: the resumed run purges
+    the events after its checkpoint, so TensorBoard shows every step once, as in a run never interrupted."""
+    import seq2seq.train.trainer as loop
+
+    train(compose_config("train", DETERMINISTIC), tmp_path / "straight")
+    run_dir = tmp_path / "killed"
+    step = loop.Trainer.train_step
+
+    def killed_before_update_7(self):
+        if self.step == 6:
+            raise Killed
+        return step(self)
+
+    monkeypatch.setattr(loop.Trainer, "train_step", killed_before_update_7)
+    with pytest.raises(Killed):
+        train(compose_config("train", DETERMINISTIC), run_dir)
+    monkeypatch.undo()
+    assert load_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 4
+    assert 6 in scalar_steps(run_dir, "train/loss")  # logged past the checkpoint: what the resume must drop
+    resume = f"resume={run_dir}"
+    train(compose_config("train", [*DETERMINISTIC, resume]), run_dir, overrides=[resume])
+    assert_bitwise_equal(final_parameters(tmp_path / "straight"), final_parameters(run_dir))
+    for tag in ("train/loss", "valid/bleu"):
+        assert scalar_steps(run_dir, tag) == scalar_steps(tmp_path / "straight", tag), tag
 
 
 def _kill_with_children(process: subprocess.Popen) -> None:

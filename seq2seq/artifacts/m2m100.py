@@ -26,7 +26,14 @@ from typing import Any
 import torch
 
 from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
-from seq2seq.artifacts.marian import ACTIVATIONS, _fused, _layer_pairs, decoding_defaults, transformers_module
+from seq2seq.artifacts.marian import (
+    _fused,
+    _layer_pairs,
+    bart_family_config,
+    bart_family_fields,
+    decoding_defaults,
+    transformers_module,
+)
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.directions import LANGUAGE_CODES
 from seq2seq.data.fairseq_vocab import TOKENIZER_DIR, TOKENIZER_FILES, FairseqTokenizers
@@ -40,17 +47,22 @@ MODEL_TYPE = "m2m_100"
 def model_config(hf: Any, where: str) -> ModelConfig:
     """The ModelConfig of an M2M100Config; what this project cannot build is a one-line error."""
     checks = [
-        (hf.encoder_attention_heads == hf.decoder_attention_heads, "encoder and decoder attention heads differ"),
-        (hf.encoder_ffn_dim == hf.decoder_ffn_dim, "encoder and decoder ffn_dim differ"),
-        (hf.activation_function in ACTIVATIONS, f"activation_function={hf.activation_function!r} is not supported"),
         (hf.pad_token_id == FAIRSEQ_POSITION_OFFSET - 1, f"pad_token_id={hf.pad_token_id}: fairseq's is 1"),
         (hf.decoder_start_token_id == hf.eos_token_id, "decoder_start_token_id is not the </s> token"),
         (hf.d_model % 2 == 0, f"d_model={hf.d_model} is odd"),
         (getattr(hf, "tie_word_embeddings", True), "tie_word_embeddings=false (an output layer of its own)"),
     ]
-    for ok, why in checks:
-        if not ok:
-            raise UserError(f"{where}: {why}")
+    cfg = bart_family_config(
+        hf,
+        where,
+        checks,
+        norm_first=True,
+        tie_output=True,
+        share_embeddings=True,
+        sinusoid_layout="fairseq",
+        output_bias=False,
+        decoder_start="eos",
+    )
     if hf.encoder_layerdrop or hf.decoder_layerdrop:
         log.warning(
             "%s: encoder_layerdrop=%s, decoder_layerdrop=%s are not applied (every layer runs in training)",
@@ -58,26 +70,7 @@ def model_config(hf: Any, where: str) -> ModelConfig:
             hf.encoder_layerdrop,
             hf.decoder_layerdrop,
         )
-    return ModelConfig(
-        d_model=hf.d_model,
-        heads=hf.encoder_attention_heads,
-        ffn_dim=hf.encoder_ffn_dim,
-        encoder_layers=hf.encoder_layers,
-        decoder_layers=hf.decoder_layers,
-        dropout=float(hf.dropout),
-        attention_dropout=float(hf.attention_dropout),
-        activation_dropout=float(hf.activation_dropout),
-        activation=ACTIVATIONS[hf.activation_function],
-        norm_first=True,
-        positions="sinusoidal",
-        max_positions=hf.max_position_embeddings,
-        tie_output=True,
-        share_embeddings=True,
-        sinusoid_layout="fairseq",
-        scale_embedding=bool(hf.scale_embedding),
-        output_bias=False,
-        decoder_start="eos",
-    )
+    return cfg
 
 
 def _final_norms() -> list[tuple[str, str]]:
@@ -185,18 +178,8 @@ def huggingface_writer(
     ids = {token: i for i, token in enumerate(vocab) if token is not None}
     hf_cfg = getattr(transformers, family.config_class)(
         vocab_size=len(vocab),
-        d_model=cfg.d_model,
-        encoder_layers=cfg.encoder_layers,
-        decoder_layers=cfg.decoder_layers,
-        encoder_attention_heads=cfg.heads,
-        decoder_attention_heads=cfg.heads,
-        encoder_ffn_dim=cfg.ffn_dim,
-        decoder_ffn_dim=cfg.ffn_dim,
+        **bart_family_fields(cfg),
         activation_function=cfg.activation,
-        max_position_embeddings=cfg.max_positions,
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout,
         encoder_layerdrop=0.0,
         decoder_layerdrop=0.0,
         scale_embedding=cfg.scale_embedding,

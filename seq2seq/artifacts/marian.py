@@ -84,17 +84,15 @@ def local_directory(value: str) -> Path:
 # --- Marian config <-> ModelConfig ------------------------------------------------------------------
 
 
-def model_config(hf: Any, where: str) -> ModelConfig:
-    """The ModelConfig of a MarianConfig; what this project cannot build is a one-line error."""
-    if hf.model_type != "marian":
-        raise UserError(f"{where}: model_type={hf.model_type!r}; only Marian models (OPUS-MT) can be imported")
-    checks = [
+def bart_family_config(hf: Any, where: str, checks: list[tuple[bool, str]], **layout: Any) -> ModelConfig:
+    """The ModelConfig of a config in BART's field names (MarianConfig, M2M100Config): what neither can
+    differ in and `checks` of its own are one-line errors; `layout`, the fields where the families differ."""
+    shared = [
         (hf.encoder_attention_heads == hf.decoder_attention_heads, "encoder and decoder attention heads differ"),
         (hf.encoder_ffn_dim == hf.decoder_ffn_dim, "encoder and decoder ffn_dim differ"),
         (hf.activation_function in ACTIVATIONS, f"activation_function={hf.activation_function!r} is not supported"),
-        (hf.decoder_start_token_id == hf.pad_token_id, "decoder_start_token_id is not the pad token"),
     ]
-    for ok, why in checks:
+    for ok, why in [*shared, *checks]:
         if not ok:
             raise UserError(f"{where}: {why}")
     return ModelConfig(
@@ -107,13 +105,42 @@ def model_config(hf: Any, where: str) -> ModelConfig:
         attention_dropout=float(hf.attention_dropout),
         activation_dropout=float(hf.activation_dropout),
         activation=ACTIVATIONS[hf.activation_function],
-        norm_first=False,
         positions="sinusoidal",
         max_positions=hf.max_position_embeddings,
+        scale_embedding=bool(hf.scale_embedding),
+        **layout,
+    )
+
+
+def bart_family_fields(cfg: ModelConfig) -> dict[str, Any]:
+    """The fields of a config in BART's names that Marian's and M2M-100's take from ours as they are."""
+    return {
+        "d_model": cfg.d_model,
+        "encoder_layers": cfg.encoder_layers,
+        "decoder_layers": cfg.decoder_layers,
+        "encoder_attention_heads": cfg.heads,
+        "decoder_attention_heads": cfg.heads,
+        "encoder_ffn_dim": cfg.ffn_dim,
+        "decoder_ffn_dim": cfg.ffn_dim,
+        "max_position_embeddings": cfg.max_positions,
+        "dropout": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout,
+    }
+
+
+def model_config(hf: Any, where: str) -> ModelConfig:
+    """The ModelConfig of a MarianConfig; what this project cannot build is a one-line error."""
+    if hf.model_type != "marian":
+        raise UserError(f"{where}: model_type={hf.model_type!r}; only Marian models (OPUS-MT) can be imported")
+    return bart_family_config(
+        hf,
+        where,
+        [(hf.decoder_start_token_id == hf.pad_token_id, "decoder_start_token_id is not the pad token")],
+        norm_first=False,
         tie_output=bool(getattr(hf, "tie_word_embeddings", True)),
         share_embeddings=bool(hf.share_encoder_decoder_embeddings),
         sinusoid_layout="split",
-        scale_embedding=bool(hf.scale_embedding),
         output_bias=True,
         decoder_start="pad",
     )
@@ -349,18 +376,8 @@ def huggingface_writer(
     hf_cfg = transformers.MarianConfig(
         vocab_size=len(src_order),
         decoder_vocab_size=len(tgt_order),
-        d_model=cfg.d_model,
-        encoder_layers=cfg.encoder_layers,
-        decoder_layers=cfg.decoder_layers,
-        encoder_attention_heads=cfg.heads,
-        decoder_attention_heads=cfg.heads,
-        encoder_ffn_dim=cfg.ffn_dim,
-        decoder_ffn_dim=cfg.ffn_dim,
+        **bart_family_fields(cfg),
         activation_function={"silu": "swish"}.get(cfg.activation, cfg.activation),
-        max_position_embeddings=cfg.max_positions,
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout,
         scale_embedding=cfg.scale_embedding,
         share_encoder_decoder_embeddings=cfg.share_embeddings,
         tie_word_embeddings=cfg.tie_output,

@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import UserError
-from seq2seq.data.sentencepiece import EOS, PAD, SPIECE_UNDERLINE, UNK, Encoding, import_sentencepiece
+from seq2seq.data.sentencepiece import (
+    EOS,
+    PAD,
+    UNK,
+    Encoding,
+    PieceSides,
+    PieceVocab,
+    load_processor,
+    read_vocabulary,
+)
 
 SPM_FILE, VOCAB_FILE = "sentencepiece.bpe.model", "fairseq_vocab.json"
 BOS = "<s>"  # fairseq's; the project's name for it too (seq2seq.data.tokenizer)
@@ -119,21 +128,17 @@ def iso_639_1_aliases(languages: dict[str, str]) -> dict[str, str]:
     return aliases
 
 
-class FairseqVocab:
+class FairseqVocab(PieceVocab):
     """Both sides' tokenizer: `sentencepiece.bpe.model` cuts, the model's tokens number (in our id
-    layout). Offers the methods of `tokenizers.Tokenizer` that the project calls."""
+    layout)."""
 
     def __init__(
         self, spm_path: Path, vocab: dict[str, Any], vocab_path: Path | None, huggingface_files: Path | None
     ) -> None:
         """`huggingface_files`: the directory of the model's Hugging Face tokenizer files, where known."""
-        sentencepiece = import_sentencepiece()
         self.spm_path, self.vocab_path, self.vocab = spm_path, vocab_path, vocab
         self.huggingface_files = huggingface_files
-        try:
-            self.processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_path))
-        except (OSError, RuntimeError) as err:
-            raise UserError(f"{spm_path}: not a readable SentencePiece model: {err}") from err
+        self.processor = load_processor(spm_path)
         theirs: list[str | None] = vocab["tokens"]
         ids = {token: i for i, token in enumerate(theirs) if token is not None}
         specials = [ids[t] for t in (PAD, BOS, EOS, UNK)]
@@ -152,38 +157,15 @@ class FairseqVocab:
         """The ISO 639-1 code of each language that has one -> the model's name for it (`iso_639_1_aliases`)."""
         return iso_639_1_aliases(self.languages)
 
-    def get_vocab_size(self) -> int:
-        return len(self.pieces)
-
-    def id_to_token(self, index: int) -> str | None:
-        return self.pieces[index] if 0 <= index < len(self.pieces) else None
-
-    def token_to_id(self, token: str) -> int | None:
-        return self.ids.get(token)
-
-    def to_str(self) -> str:
-        """An identity for comparisons (an ensemble's members must share one tokenizer)."""
-        return json.dumps([self.processor.serialized_model_proto().hex(), self.pieces])
-
     def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
         """As the Hugging Face tokenizers cut a text: SentencePiece's pieces (one it cannot name is
         <unk>), each numbered by the model's vocabulary."""
         tokens = [self.processor.id_to_piece(i) for i in self.processor.encode(text)]
         return Encoding([self.ids.get(t, self.unk_id) for t in tokens], tokens)
 
-    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[Encoding]:
-        return [self.encode(t) for t in texts]
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        pieces = [self.pieces[i] for i in ids if not (skip_special_tokens and i in self.specials)]
-        return self.processor.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip()
-
-    def decode_batch(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
-        return [self.decode(i, skip_special_tokens) for i in ids]
-
 
 @dataclass
-class FairseqTokenizers:
+class FairseqTokenizers(PieceSides):
     """NLLB-200's or M2M-100's tokenizer for both sides (one vocabulary: `joint`). The methods are
     those of `seq2seq.data.tokenizer.Tokenizers`."""
 
@@ -197,13 +179,8 @@ class FairseqTokenizers:
         directory = Path(directory)
         if not has_fairseq_files(directory):
             raise FileNotFoundError(f"{directory}: no {SPM_FILE} and {VOCAB_FILE}")
-        path = directory / VOCAB_FILE
-        try:
-            vocab = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise UserError(f"{path}: not a readable vocabulary ({err})") from err
-        kept = directory / TOKENIZER_DIR
-        side = FairseqVocab(directory / SPM_FILE, vocab, path, kept if kept.is_dir() else None)
+        path, kept = directory / VOCAB_FILE, directory / TOKENIZER_DIR
+        side = FairseqVocab(directory / SPM_FILE, read_vocabulary(path), path, kept if kept.is_dir() else None)
         return cls(side, side)
 
     @classmethod
@@ -239,18 +216,3 @@ class FairseqTokenizers:
         digest = hashlib.sha256(self.src.processor.serialized_model_proto())
         digest.update(json.dumps(self.src.vocab, ensure_ascii=False, sort_keys=True).encode())
         return digest.hexdigest()
-
-    def encode_src(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.src.encode_batch(texts)]
-
-    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tgt.encode_batch(texts)]
-
-    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
-        return self.tgt.decode_batch(ids)
-
-    def src_tokens(self, text: str) -> list[str]:
-        return self.src.encode(text).tokens
-
-    def tgt_tokens(self, ids: list[int]) -> list[str]:
-        return [self.tgt.id_to_token(i) or "?" for i in ids]

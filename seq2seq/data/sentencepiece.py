@@ -44,6 +44,23 @@ def import_sentencepiece() -> Any:
     return sentencepiece
 
 
+def load_processor(spm_path: Path) -> Any:
+    """The SentencePiece model in `spm_path`; one that cannot be read is a one-line error naming it."""
+    sentencepiece = import_sentencepiece()
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=str(spm_path))
+    except (OSError, RuntimeError) as err:
+        raise UserError(f"{spm_path}: not a readable SentencePiece model: {err}") from err
+
+
+def read_vocabulary(path: Path) -> Any:
+    """A vocabulary's JSON; one that cannot be read is a one-line error naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: not a readable vocabulary ({err})") from err
+
+
 def marian_order(vocab: dict[str, int], path: Path) -> list[int]:
     """Our id -> the file's id: [pad, first ordinary piece, EOS, UNK, the other pieces in order]."""
     for token in (PAD, EOS, UNK):
@@ -65,32 +82,15 @@ class Encoding:
     tokens: list[str]
 
 
-class SentencePieceVocab:
-    """One side: a SentencePiece model that cuts text into pieces and a vocabulary that numbers them
-    (in our id layout). Offers the methods of `tokenizers.Tokenizer` that the project calls."""
+class PieceVocab:
+    """What a SentencePiece side offers of `tokenizers.Tokenizer`, once its subclass has set `processor`
+    (the SentencePiece model), `pieces` (our id -> piece), `ids` (piece -> our id) and `specials` (the ids
+    decoding drops): Marian's (below) and fairseq's (seq2seq.data.fairseq_vocab). `encode` is each one's."""
 
-    def __init__(self, spm_path: Path, vocab_path: Path) -> None:
-        sentencepiece = import_sentencepiece()
-        self.spm_path, self.vocab_path = spm_path, vocab_path
-        try:
-            self.processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_path))
-        except (OSError, RuntimeError) as err:
-            raise UserError(f"{spm_path}: not a readable SentencePiece model: {err}") from err
-        try:
-            vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise UserError(f"{vocab_path}: not a readable vocabulary ({err})") from err
-        if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
-            raise UserError(f"{vocab_path}: not a JSON object of piece -> id")
-        self.order = marian_order(vocab, vocab_path)
-        pieces = {i: piece for piece, i in vocab.items()}
-        self.pieces = [pieces[i] for i in self.order]  # our id -> piece
-        self.ids = {piece: i for i, piece in enumerate(self.pieces)}
-        self.unk_id = self.ids[UNK]
-        # Multilingual models take a target language code such as >>de<< at the start of the source; in
-        # a target (data.lang_tag=decoder_start) it is dropped on decoding, as the other special tokens.
-        self.language_codes = {p for p in self.pieces if p.startswith(">>") and p.endswith("<<")}
-        self.specials = {self.ids[PAD], self.ids[EOS], self.unk_id} | {self.ids[c] for c in self.language_codes}
+    processor: Any
+    pieces: list[str]
+    ids: dict[str, int]
+    specials: set[int]
 
     def get_vocab_size(self) -> int:
         return len(self.pieces)
@@ -105,13 +105,6 @@ class SentencePieceVocab:
         """An identity for comparisons (an ensemble's members must share one tokenizer)."""
         return json.dumps([self.processor.serialized_model_proto().hex(), self.pieces])
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
-        code = []
-        if text.startswith(">>") and (end := text.find("<<")) != -1 and text[: end + 2] in self.language_codes:
-            code, text = [text[: end + 2]], text[end + 2 :]
-        tokens = code + self.processor.encode(text, out_type=str)
-        return Encoding([self.ids.get(t, self.unk_id) for t in tokens], tokens)
-
     def encode_batch(self, texts: Iterable[str], add_special_tokens: bool = False) -> list[Encoding]:
         return [self.encode(t) for t in texts]
 
@@ -123,8 +116,59 @@ class SentencePieceVocab:
         return [self.decode(i, skip_special_tokens) for i in ids]
 
 
+class SentencePieceVocab(PieceVocab):
+    """One side: a SentencePiece model that cuts text into pieces and a vocabulary that numbers them
+    (in our id layout)."""
+
+    def __init__(self, spm_path: Path, vocab_path: Path) -> None:
+        self.spm_path, self.vocab_path = spm_path, vocab_path
+        self.processor = load_processor(spm_path)
+        vocab = read_vocabulary(vocab_path)
+        if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
+            raise UserError(f"{vocab_path}: not a JSON object of piece -> id")
+        self.order = marian_order(vocab, vocab_path)
+        pieces = {i: piece for piece, i in vocab.items()}
+        self.pieces = [pieces[i] for i in self.order]  # our id -> piece
+        self.ids = {piece: i for i, piece in enumerate(self.pieces)}
+        self.unk_id = self.ids[UNK]
+        # Multilingual models take a target language code such as >>de<< at the start of the source; in
+        # a target (data.lang_tag=decoder_start) it is dropped on decoding, as the other special tokens.
+        self.language_codes = {p for p in self.pieces if p.startswith(">>") and p.endswith("<<")}
+        self.specials = {self.ids[PAD], self.ids[EOS], self.unk_id} | {self.ids[c] for c in self.language_codes}
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1 and text[: end + 2] in self.language_codes:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        tokens = code + self.processor.encode(text, out_type=str)
+        return Encoding([self.ids.get(t, self.unk_id) for t in tokens], tokens)
+
+
+class PieceSides:
+    """The methods of `seq2seq.data.tokenizer.Tokenizers` that read only the two sides, `src` and `tgt`
+    (PieceVocab each): Marian's tokenizers (below) and fairseq's (seq2seq.data.fairseq_vocab)."""
+
+    src: PieceVocab
+    tgt: PieceVocab
+
+    def encode_src(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.src.encode_batch(texts)]
+
+    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tgt.encode_batch(texts)]
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        return self.tgt.decode_batch(ids)
+
+    def src_tokens(self, text: str) -> list[str]:
+        return self.src.encode(text).tokens
+
+    def tgt_tokens(self, ids: list[int]) -> list[str]:
+        return [self.tgt.id_to_token(i) or "?" for i in ids]
+
+
 @dataclass
-class SentencePieceTokenizers:
+class SentencePieceTokenizers(PieceSides):
     """A Marian model's tokenizers (`source.spm`, `target.spm`, `vocab.json`), used as they come:
     nothing is trained. `joint` when one vocabulary numbers both sides (no target_vocab.json).
     The methods are those of `seq2seq.data.tokenizer.Tokenizers`."""
@@ -165,18 +209,3 @@ class SentencePieceTokenizers:
     def files(directory: Path) -> list[Path]:
         names = [SOURCE_SPM, TARGET_SPM, VOCAB] + ([TARGET_VOCAB] if (directory / TARGET_VOCAB).is_file() else [])
         return [directory / n for n in names]
-
-    def encode_src(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.src.encode_batch(texts)]
-
-    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tgt.encode_batch(texts)]
-
-    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
-        return self.tgt.decode_batch(ids)
-
-    def src_tokens(self, text: str) -> list[str]:
-        return self.src.encode(text).tokens
-
-    def tgt_tokens(self, ids: list[int]) -> list[str]:
-        return [self.tgt.id_to_token(i) or "?" for i in ids]
