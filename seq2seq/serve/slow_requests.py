@@ -6,6 +6,7 @@ were served). Nor can ASGI middleware help with a head, since the app is called 
 So uvicorn's HTTP protocol (httptools' where installed, else h11's) is given a deadline: a request's
 head must arrive whole within `seconds` of its first byte (of the connection, for its first request),
 and its body may pause no longer than `seconds` between two reads. docs/serve.md states the bound.
+`uvicorn_config` is the whole of how the server runs uvicorn, this protocol included.
 """
 
 from __future__ import annotations
