@@ -138,11 +138,11 @@ def one_line_ms(args: argparse.Namespace, engine: str, lines: list[str]) -> floa
 
     from seq2seq.config import TranslateConfig
     from seq2seq.inference.engine_loader import load_engine
-    from seq2seq.inference.resolved_model import resolve
+    from seq2seq.inference.job import decoding_job
 
     values = dict(item.split("=", 1) for item in settings(args, engine))
     cfg = OmegaConf.merge(OmegaConf.structured(TranslateConfig), values)
-    translator = load_engine(cfg, resolve(cfg))
+    translator = load_engine(decoding_job(cfg))
     translator.translate(lines[:2])  # warm up
     times = []
     for line in lines[: args.single or None]:

@@ -46,6 +46,7 @@ from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator  # noqa: E402
 from seq2seq.inference.engine_api import output_budget  # noqa: E402
+from seq2seq.inference.job import decoding_job  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -207,7 +208,9 @@ def main() -> None:
         del row["hypotheses"]
 
     start = time.perf_counter()
-    loaded = Translator.from_config(TranslateConfig(run=args.run, beam=1, precision=args.precision, device="cpu"))
+    loaded = Translator.from_job(
+        decoding_job(TranslateConfig(run=args.run, beam=1, precision=args.precision, device="cpu"))
+    )
     translator = loaded
     report["load_s"] = round(time.perf_counter() - start, 2)
     report["precision"] = {torch.float32: "fp32", torch.bfloat16: "bf16"}[translator.model.output.weight.dtype]

@@ -47,6 +47,7 @@ from seq2seq.data.language_id import off_target_rate
 from seq2seq.distill.output import MARKER, SETTINGS
 from seq2seq.distill.teacher import read_teacher
 from seq2seq.inference.engine_api import one_line
+from seq2seq.inference.job import decoding_job
 from seq2seq.inference.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -91,7 +92,7 @@ def train(args: argparse.Namespace, run_dir: Path) -> tuple[float, list[float]]:
 
 def load_translator(checkpoint: Path, run_dir: Path, beam: int, length_penalty: float) -> Translator:
     cfg = TranslateConfig(run=str(run_dir), checkpoint=str(checkpoint), beam=beam, length_penalty=length_penalty)
-    return Translator.from_config(cfg)
+    return Translator.from_job(decoding_job(cfg))
 
 
 def translate_directions(translator: Translator, splits: dict, split: str) -> dict[str, list[str]]:

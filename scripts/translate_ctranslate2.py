@@ -55,7 +55,7 @@ def main() -> None:
     )
     # Warnings only (a line cut to the model's positions, undecodable input), as seq2seq-translate words them.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="[%(levelname)s] %(message)s")
-    from seq2seq.inference.command import translate  # after the arguments: --help answers at once
+    from seq2seq.cli.translate import translate  # after the arguments: --help answers at once
 
     report_errors(lambda: translate(OmegaConf.structured(cfg)), debug=False)
 

@@ -1077,6 +1077,11 @@ def serve_translate_config(cfg: Any) -> TranslateConfig:
 
 def validate_serve(cfg: Any) -> None:
     validate_translate(serve_translate_config(cfg))
+    validate_server(cfg)
+
+
+def validate_server(cfg: Any) -> None:
+    """The server's own keys of a ServeConfig (its decoding keys are validate_translate's)."""
     _check(0 <= cfg.port <= 65535, "port", cfg.port, "must be in [0, 65535] (0 picks a free port)")
     _check(bool(cfg.host), "host", cfg.host, "must name an interface (127.0.0.1 is loopback)")
     _check(cfg.max_batch_tokens > 0, "max_batch_tokens", cfg.max_batch_tokens, "must be positive")

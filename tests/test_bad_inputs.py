@@ -25,10 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.cli.translate import translate
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference.command import translate
 from seq2seq.model.transformer import build_model
 from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.run import train

@@ -228,6 +228,7 @@ def test_translate_validates_its_config_once(trained_run: Path, tmp_path: Path, 
     # Every module's name for validate_translate counts: a second check hides in any of them.
     import seq2seq.cli.translate  # noqa: F401  (and the command's modules, before their names are patched)
     import seq2seq.inference.command  # noqa: F401
+    import seq2seq.inference.job  # noqa: F401
     from seq2seq import config
 
     original, calls = config.validate_translate, []
@@ -237,7 +238,7 @@ def test_translate_validates_its_config_once(trained_run: Path, tmp_path: Path, 
         original(cfg)
 
     holders = [m for m in list(sys.modules.values()) if getattr(m, "validate_translate", None) is original]
-    assert {"seq2seq.config", "seq2seq.cli.translate", "seq2seq.inference.command"} <= {m.__name__ for m in holders}
+    assert {"seq2seq.config", "seq2seq.inference.job"} <= {m.__name__ for m in holders}
     for module in holders:
         monkeypatch.setattr(module, "validate_translate", counted)
     result = run_main(["seq2seq-translate", f"run={trained_run}"], tmp_path, stdin="a b\n")

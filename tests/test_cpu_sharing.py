@@ -241,8 +241,8 @@ def test_seq2seq_translate_says_when_the_machine_was_shared_at_start(
     from conftest import TINY_TRAIN, compose_config, train_logging
     from omegaconf import OmegaConf
 
+    from seq2seq.cli.translate import translate
     from seq2seq.config import TranslateConfig
-    from seq2seq.inference.command import translate
 
     train_logging(compose_config("train", [*TINY_TRAIN, "max_steps=2", "device=cpu"]), tmp_path / "run")
     monkeypatch.setattr(cpu_sharing, "waiting", how)

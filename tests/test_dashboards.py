@@ -233,7 +233,7 @@ def _coloured_fraction(picture: Image.Image) -> float:
 
 
 def test_translate_writes_one_heatmap_per_nonempty_line(tiny_run, tmp_path):
-    from seq2seq.inference.command import translate
+    from seq2seq.cli.translate import translate
 
     source = tmp_path / "input.txt"
     source.write_text("a b c\n\nd e f g a\n", encoding="utf-8")
@@ -335,8 +335,8 @@ def test_heatmap_shows_the_weights_with_token_labels():
 
 
 def test_bad_attention_directory_fails_before_translating(tiny_run, tmp_path):
+    from seq2seq.cli.translate import translate
     from seq2seq.config import UserError
-    from seq2seq.inference.command import translate
 
     (tmp_path / "input.txt").write_text("a b\n", encoding="utf-8")
     blocker = tmp_path / "a_file"

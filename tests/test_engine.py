@@ -5,6 +5,7 @@ rule reads only names, a checkpoint's zip directory and the record inside the ex
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import zipfile
@@ -22,15 +23,15 @@ from seq2seq.inference.ctranslate2_engine import probe_loader
 from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.engine_choice import EngineChoice, choose_engine
 from seq2seq.inference.engine_loader import load_engine
-from seq2seq.inference.resolved_model import resolve
+from seq2seq.inference.job import decoding_job
 
 
 def resolved_choice(cfg: TranslateConfig) -> EngineChoice:
-    return choose_engine(cfg, resolve(cfg))
+    return choose_engine(decoding_job(cfg))
 
 
 def resolved_engine(cfg: TranslateConfig) -> TranslatorAPI:
-    return load_engine(cfg, resolve(cfg))
+    return load_engine(decoding_job(cfg))
 
 
 def save_zip(path: Path, step: int) -> None:
@@ -247,7 +248,9 @@ def test_int8_says_so_where_it_is_slower_than_fp32(
     timing = engine_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
     monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: timing)
     run = make_run(tmp_path / "run")
-    ctranslate2_engine.say_if_int8_is_slower(TranslateConfig(run=str(run), precision="int8"), run / "ctranslate2")
+    ctranslate2_engine.say_if_int8_is_slower(
+        decoding_job(TranslateConfig(run=str(run), precision="int8")), run / "ctranslate2"
+    )
     warning = f"precision=int8 is slower than fp32 on this CPU: {int8_seconds:.2f} s against 2.00 s"
     assert any(warning in message for message in caplog.messages) == warned, caplog.messages
 
@@ -274,14 +277,14 @@ def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch:
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
-    cfg = TranslateConfig(run=str(tmp_path / "run"), beam=2)
-    load = probe_loader(cfg, tmp_path / "run" / "ctranslate2")
-    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), load)
+    job = decoding_job(TranslateConfig(run=str(tmp_path / "run"), beam=2))
+    load = probe_loader(job, tmp_path / "run" / "ctranslate2")
+    timing = engine_probe.cached_timing(job, ("ctranslate2", "int8"), load)
     assert set(timing.seconds) == {"ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
     sentences = engine_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
     assert len(sentences) == engine_probe.PROBE_SENTENCES and all(sentences)
     monkeypatch.setattr(engine_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
-    assert engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), load) == timing
+    assert engine_probe.cached_timing(job, ("ctranslate2", "int8"), load) == timing
 
 
 @pytest.mark.parametrize(
@@ -350,7 +353,7 @@ def test_once_resolved_the_choice_reads_no_file(tmp_path: Path) -> None:
     """What run= names is read once (resolve); each request's choice is made on that, as a server makes
     it per request: removing the run afterwards changes no choice."""
     run = make_run(tmp_path / "run")
-    files = resolved_model.resolve(TranslateConfig(run=str(run)))
+    files = resolved_model.resolve(str(run), None)
     assert (files.export, files.export_unfit, files.given_export) == (str(run / "ctranslate2"), None, False)
     shutil.rmtree(run)
     for settings, engine in (
@@ -361,7 +364,8 @@ def test_once_resolved_the_choice_reads_no_file(tmp_path: Path) -> None:
         (dict(engine="torch"), "torch"),
         (dict(engine="ctranslate2"), "ctranslate2"),
     ):
-        assert choose_engine(TranslateConfig(run=str(run), **settings), files).engine == engine, settings
+        job = dataclasses.replace(decoding_job(TranslateConfig(run=str(run), **settings)), model=files)
+        assert choose_engine(job).engine == engine, settings
     # Without the description, the choice reads the disk as it is now: the export is gone.
     assert resolved_choice(TranslateConfig(run=str(run))).engine == "torch"
 
@@ -375,7 +379,7 @@ def test_resolving_reads_what_checkpoint_names_once(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(resolved_model, "path_kind", lambda path: asked.append(path) or kind_of(path))
     for given in (run / "checkpoints" / "best.pt", run / "ctranslate2"):
         asked.clear()
-        files = resolved_model.resolve(TranslateConfig(checkpoint=str(given)))
+        files = resolved_model.resolve(None, str(given))
         assert asked == [str(given)] and files.given_export == (given.name == "ctranslate2")
 
 
@@ -387,7 +391,7 @@ def test_the_resolved_model_file_is_refused_once_written_again_and_left_to_its_r
     best = tmp_path / "run" / "checkpoints" / "best.pt"
     best.parent.mkdir(parents=True)
     best.write_bytes(b"first")
-    files = resolved_model.resolve(TranslateConfig(run=str(tmp_path / "run")))
+    files = resolved_model.resolve(str(tmp_path / "run"), None)
     assert files.unchanged_model_file() == str(best)
     best.write_bytes(b"second save")
     with pytest.raises(UserError, match=f"^{best}: written again since the model was loaded"):

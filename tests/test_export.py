@@ -31,7 +31,7 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 from seq2seq.inference.engine_api import encode_sources, output_budget
 from seq2seq.inference.engine_choice import choose_engine
-from seq2seq.inference.resolved_model import resolve
+from seq2seq.inference.job import decoding_job
 from seq2seq.inference.translator import Translator
 from seq2seq.model.transformer import build_model
 
@@ -69,7 +69,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def ours(checkpoint: Path, beam: int, lines: list[str] = LINES) -> list[str]:
     cfg = OmegaConf.structured(TranslateConfig(checkpoint=str(checkpoint), beam=beam, precision="fp32", device="cpu"))
-    translator = Translator.from_config(cfg)
+    translator = Translator.from_job(decoding_job(cfg))
     return translator.translate(lines)
 
 
@@ -674,6 +674,5 @@ def test_a_dropped_residual_is_refused_by_ctranslate2_and_decoded_by_pytorch(tmp
     assert any("encoder_drop_residual_layer=1: CTranslate2" in line for line in lines), lines
     reloaded = model_from_checkpoint(load_weights(run / "model"))
     assert [layer.attn_residual.skip for layer in reloaded.encoder_layers] == [True, False]
-    cfg = TranslateConfig(run=str(run), beam=1)
-    assert choose_engine(cfg, resolve(cfg)).engine == "torch"
+    assert choose_engine(decoding_job(TranslateConfig(run=str(run), beam=1))).engine == "torch"
     assert ours(run / "model", beam=1) == ours(run / "checkpoints" / "best.pt", beam=1)

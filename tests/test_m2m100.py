@@ -325,21 +325,25 @@ def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Pat
     """seq2seq-serve on the directory as it came: the direction source_lang/target_lang name (the
     model's codes or ISO 639-1 ones), routed by the ISO codes a LibreTranslate client sends."""
     pytest.importorskip("starlette")
-    from omegaconf import OmegaConf
     from starlette.testclient import TestClient
 
+    from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
     from seq2seq.inference.engine_loader import load
     from seq2seq.serve.app import create_app
     from seq2seq.serve.requests import Limits
     from seq2seq.serve.server import _load
 
+    def first_model(cfg: ServeConfig):  # the server's plan, its first model loaded
+        plan = serve_plan(cfg)
+        return _load(plan, plan.models[0])
+
     name, directory = family
     src_lang, tgt_lang = CODES[name]
     settings = dict(checkpoint=str(directory), beam=2, precision="fp32", device="cpu", threads=1)
     with pytest.raises(UserError, match=r"^source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came"):
-        _load(OmegaConf.structured(ServeConfig(**settings)))
-    served = _load(OmegaConf.structured(ServeConfig(**settings, source_lang=src_lang, target_lang=tgt_lang)))
+        first_model(ServeConfig(**settings))
+    served = first_model(ServeConfig(**settings, source_lang=src_lang, target_lang=tgt_lang))
     lines = sentences("en", 4, 9)
     expected = load(directory, beam=2, precision="fp32", device="cpu", src_lang="en", tgt_lang="de").translate(lines)
     try:

@@ -30,8 +30,10 @@ httpx = pytest.importorskip("httpx", reason="the server's tests need the dev ext
 pytest.importorskip("uvicorn", reason="seq2seq-serve needs: pip install -e '.[serve]'")
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="the dev extra installs the LibreTranslate client")
 
+from seq2seq.cli.translate import translate  # noqa: E402
 from seq2seq.config import DataConfig, TranslateConfig  # noqa: E402
-from seq2seq.inference.command import translate  # noqa: E402
+from seq2seq.inference.job import decoding_job  # noqa: E402
+from seq2seq.inference.settings import DecodingSettings  # noqa: E402
 from seq2seq.inference.target_language import ModelLanguages  # noqa: E402
 
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
@@ -628,8 +630,8 @@ def test_a_request_is_tokenized_once(run_dir: Path, tmp_path: Path, engine: str)
     from seq2seq.serve.batcher import Batcher
     from seq2seq.serve.engines import Engines
 
-    base = TranslateConfig(run=str(run_dir), engine=engine, precision="fp32", device="cpu", threads=1)
-    batcher = Batcher(lambda: Engines(base), base, 1024, 1)
+    job = decoding_job(TranslateConfig(run=str(run_dir), engine=engine, precision="fp32", device="cpu", threads=1))
+    batcher = Batcher(lambda: Engines(job), job.settings, 1024, 1)
     batcher.start()
     try:
         main = batcher.engines.main
@@ -652,8 +654,8 @@ def test_the_pytorch_engine_loaded_later_decodes_the_model_resolved_at_start(run
 
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    base = TranslateConfig(run=str(copy), precision="fp32", device="cpu", threads=1)
-    unchanged, replaced = Engines(base), Engines(base)
+    job = decoding_job(TranslateConfig(run=str(copy), precision="fp32", device="cpu", threads=1))
+    unchanged, replaced = Engines(job), Engines(job)
     assert unchanged.main_kind == replaced.main_kind == "ctranslate2"
     assert unchanged.torch().kind == "torch"
     model_file = Path(replaced.files.model_file)
@@ -670,11 +672,12 @@ def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> N
     code = (
         "import asyncio, sys\n"
         "from seq2seq.config import TranslateConfig\n"
+        "from seq2seq.inference.job import decoding_job\n"
         "from seq2seq.serve.batcher import Batcher\n"
         "from seq2seq.serve.engines import Engines\n"
         "from seq2seq.inference.settings import DecodingSettings as Settings\n"
-        f"base = TranslateConfig(checkpoint={str(run_dir / 'ctranslate2')!r})\n"
-        "batcher = Batcher(lambda: Engines(base), base, 1024, 1)\n"
+        f"job = decoding_job(TranslateConfig(checkpoint={str(run_dir / 'ctranslate2')!r}))\n"
+        "batcher = Batcher(lambda: Engines(job), job.settings, 1024, 1)\n"
         "batcher.start()\n"
         "lines = asyncio.run(batcher.translate(['a b c'], Settings(beam=5)))\n"
         "batcher.stop()\n"
@@ -738,7 +741,7 @@ def test_the_engine_is_loaded_and_used_on_the_worker_thread_alone() -> None:
     from seq2seq.serve.batcher import Batcher
 
     calls: list[tuple[str, int]] = []
-    batcher = Batcher(lambda: _RecordingEngines(calls), TranslateConfig(), max_batch_tokens=64, max_wait_ms=1)
+    batcher = Batcher(lambda: _RecordingEngines(calls), DecodingSettings(), max_batch_tokens=64, max_wait_ms=1)
     batcher.start()
     try:
         assert asyncio.run(batcher.translate(["a b", "c"], Settings(beam=1)))[1][0].text == "C"
@@ -771,7 +774,7 @@ def test_the_worker_narrows_to_one_thread_when_other_work_arrives(monkeypatch, c
 
     monkeypatch.setattr(cpu_sharing, "watch_for_sharing", fast_watch)
     calls: list[tuple[str, int]] = []
-    batcher = Batcher(lambda: _RecordingEngines(calls), TranslateConfig(), max_batch_tokens=64, max_wait_ms=1)
+    batcher = Batcher(lambda: _RecordingEngines(calls), DecodingSettings(), max_batch_tokens=64, max_wait_ms=1)
     batcher.start()
     try:
         with caplog.at_level(logging.INFO, logger="seq2seq.serve"):
@@ -792,7 +795,7 @@ def test_an_engine_that_fails_to_load_fails_the_start() -> None:
         raise UserError("run=/nowhere: no such run directory")
 
     with pytest.raises(UserError, match="/nowhere"):
-        Batcher(broken, TranslateConfig(), max_batch_tokens=64, max_wait_ms=1).start()
+        Batcher(broken, DecodingSettings(), max_batch_tokens=64, max_wait_ms=1).start()
 
 
 def test_clients_that_send_one_line_at_a_time_share_one_batch() -> None:
@@ -811,7 +814,7 @@ def test_clients_that_send_one_line_at_a_time_share_one_batch() -> None:
         engines[0].seconds = 0.02
         return engines[0]
 
-    batcher = Batcher(load, TranslateConfig(), max_batch_tokens=4096, max_wait_ms=2000)
+    batcher = Batcher(load, DecodingSettings(), max_batch_tokens=4096, max_wait_ms=2000)
     batcher.start()
 
     async def client(number: int) -> None:
@@ -851,13 +854,15 @@ def test_a_multilingual_model_serves_every_direction_with_its_tag(multilingual_r
     /translate and /v1/translate route by source and target, decoding as seq2seq-translate tgt_lang=."""
     from starlette.testclient import TestClient
 
+    from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
     from seq2seq.serve.app import create_app
     from seq2seq.serve.requests import Limits
     from seq2seq.serve.server import _load
 
     run = str(multilingual_run.path)
-    served = _load(OmegaConf.structured(ServeConfig(run=run, beam=2, precision="fp32", device="cpu", threads=1)))
+    plan = serve_plan(ServeConfig(run=run, beam=2, precision="fp32", device="cpu", threads=1))
+    served = _load(plan, plan.models[0])
     lines = {"en": ["en1 en2 en3", "en7 en7 en0 en4"], "de": ["de5 de1 de2"]}
     try:
         assert served.info.directions == ("en-de", "en-fr", "de-en")

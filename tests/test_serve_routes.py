@@ -76,10 +76,10 @@ class UpperEngines:
 
 def served_model(source: str, target: str, seconds: float = 0.0, change: Callable[[str], str] = str.upper):
     engines = UpperEngines(seconds, change)
-    base = TranslateConfig(run=f"{source}-{target}", beam=2)
-    batcher = Batcher(lambda: engines, base, max_batch_tokens=4096, max_wait_ms=1)
+    settings = DecodingSettings(beam=2)
+    batcher = Batcher(lambda: engines, settings, max_batch_tokens=4096, max_wait_ms=1)
     batcher.start()
-    return Served(batcher, base, ServerInfo(base.run, "CTranslate2", source, target)), engines
+    return Served(batcher, settings, ServerInfo(f"{source}-{target}", "CTranslate2", source, target)), engines
 
 
 def app_of(tmp_path: Path, *, seconds: float = 0.0, source: str = "en", target: str = "de", **web: object):
@@ -541,6 +541,8 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
     from conftest import compose_config
 
     import seq2seq.serve.server as server
+    from seq2seq.cli.serve import serve_plan
+    from seq2seq.inference.job import DecodingJob
     from seq2seq.serve.engine_thread import EngineThread
 
     threads: list[tuple[str, int]] = []  # (what ran, on which thread)
@@ -552,17 +554,18 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
             threads.append(("decode", threading.get_ident()))
             return super().translate_nbest(lines, prefixes, sources)
 
-    def load(base: TranslateConfig) -> Recording:
+    def load(job: DecodingJob) -> Recording:
         threads.append(("load", threading.get_ident()))
         engines = Recording()
-        target = "fr" if "fr" in base.run else "de"
+        target = "fr" if "fr" in job.model.run else "de"
         engines.languages = ModelLanguages(None, src_lang="en", tgt_lang=target)
         engines.name = "PyTorch"
         return engines
 
     monkeypatch.setattr(server, "Engines", load)
     engine_thread = EngineThread()
-    served = [server._load(compose_config("serve", [f"run={run}"]), engine_thread) for run in ("en-de", "en-fr")]
+    plans = [serve_plan(compose_config("serve", [f"run={run}"])) for run in ("en-de", "en-fr")]
+    served = [server._load(plan, plan.models[0], engine_thread) for plan in plans]
     app = create_app(served, Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
     with TestClient(app) as client:
 
@@ -584,7 +587,7 @@ def test_two_models_of_one_direction_say_which_serves_it(tmp_path: Path, caplog)
     naming both, and the errors list each direction once (they said "en -> de, en -> de, en -> fr")."""
     first, first_engines = served_model("en", "de")
     second, second_engines = served_model("en", "de", change=lambda line: line[::-1])
-    second = Served(second.batcher, second.base, ServerInfo("other-en-de", "CTranslate2", "en", "de"))
+    second = Served(second.batcher, second.settings, ServerInfo("other-en-de", "CTranslate2", "en", "de"))
     french, _ = served_model("en", "fr")
     with caplog.at_level(logging.INFO, logger="seq2seq.serve"):
         app = create_app([first, second, french], Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))

@@ -17,7 +17,7 @@ uvicorn = pytest.importorskip("uvicorn", reason="seq2seq-serve needs: pip instal
 
 from test_serve_routes import app_of  # noqa: E402
 
-from seq2seq.serve.server import uvicorn_config  # noqa: E402
+from seq2seq.serve.slow_requests import uvicorn_config  # noqa: E402
 
 SECONDS = 1.0  # receive_seconds here (the default is ServeConfig's)
 HEAD = b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"

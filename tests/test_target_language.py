@@ -17,9 +17,9 @@ from omegaconf import OmegaConf
 
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
+from seq2seq.cli.translate import translate
 from seq2seq.config import DataConfig, TranslateConfig, UserError
 from seq2seq.data.directions import BOTH, DECODER_START, SOURCE_PREFIX, LanguageTags
-from seq2seq.inference.command import translate
 from seq2seq.inference.engine_loader import load
 from seq2seq.inference.target_language import ModelLanguages, translate_command
 

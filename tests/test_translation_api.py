@@ -24,9 +24,9 @@ from omegaconf import OmegaConf
 from seq2seq import cpuinfo
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
 from seq2seq.artifacts.freshness import checkpoint_fingerprint
+from seq2seq.cli.translate import translate
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.inference import SamplingRule, Translator
-from seq2seq.inference.command import translate
 from seq2seq.inference.settings import DecodingSettings
 
 TRAIN = [*TINY_TRAIN, "max_steps=40", "valid_every=40", "save_every=20", "optim.lr=3e-3", "optim.warmup=10"]
@@ -240,7 +240,7 @@ def test_settings_no_engine_decodes_are_refused_the_same_way_wherever_they_come_
     with pytest.raises(ValueError, match=message):
         command(tmp_path, ["a b"], run=str(run_dir), engine=engine, beam=5, nbest=9)
     with pytest.raises(ValueError, match=message):
-        settings_from_request({"nbest": 9}, TranslateConfig(run=str(run_dir), beam=5), 1000, False, max_beam=32)
+        settings_from_request({"nbest": 9}, DecodingSettings(beam=5), 1000, False, max_beam=32)
     with pytest.raises(ValueError, match=message):
         validate_distill(DistillConfig(teacher=str(run_dir), output="o", beam=5, nbest=9, select="chrf"))
     five = loaded.decoding_with(dataclasses.replace(loaded.settings, nbest=5)).translate_nbest(LINES)
@@ -556,7 +556,7 @@ def test_a_run_decodes_with_its_ctranslate2_export_by_default_as_pytorch_would(
     code = (
         "import sys; from omegaconf import OmegaConf; from seq2seq.config import TranslateConfig; "
         "from seq2seq import cpuinfo; cpuinfo.has_bf16 = lambda: False; "
-        "from seq2seq.inference.command import translate; "
+        "from seq2seq.cli.translate import translate; "
         f"translate(OmegaConf.structured(TranslateConfig(run={str(run_dir)!r}, input={str(tmp_path / 'input.txt')!r}, "
         f"output={str(tmp_path / 'out.txt')!r}))); print('torch' in sys.modules)"
     )
@@ -715,17 +715,20 @@ def test_a_servers_settings_carry_its_output_limits_to_the_shared_engine(run_dir
     """The engines read their output budget and batch size from the settings of each call: the server's
     settings (its defaults, and a request's over them) must carry the server's max_len_a, max_len_b and
     batch_size, or a shared engine decodes its requests with the schema's limits instead."""
+    from seq2seq.cli.serve import serve_plan
+    from seq2seq.config import ServeConfig
     from seq2seq.inference.engine_loader import load
-    from seq2seq.serve.settings import default_settings, settings_from_request
+    from seq2seq.serve.settings import settings_from_request
 
     if engine == "ctranslate2":
         pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
     shared = load(run_dir, engine=engine, beam=2, precision="fp32", device="cpu")  # the schema's limits
     unlimited = [best[0].tokens for best in shared.translate_nbest(LINES)]
     assert max(map(len, unlimited)) > 2  # else the limit below could not show
-    cfg = TranslateConfig(run=str(run_dir), beam=2, max_len_a=0.0, max_len_b=3, batch_size=2)
-    request = settings_from_request({"beam": 2}, cfg, vocabulary=10_000, prefix=False, max_beam=4)
-    for settings in (default_settings(cfg), request):
+    cfg = ServeConfig(run=str(run_dir), beam=2, max_len_a=0.0, max_len_b=3, batch_size=2, max_beam=4)
+    server = serve_plan(cfg).models[0].job.settings  # what /translate decodes with
+    request = settings_from_request({"beam": 2}, server, vocabulary=10_000, prefix=False, max_beam=4)
+    for settings in (server, request):
         assert (settings.max_len_a, settings.max_len_b, settings.batch_size) == (0.0, 3, 2)
         limited = [best[0].tokens for best in shared.decoding_with(settings).translate_nbest(LINES)]
         assert max(map(len, limited)) <= 2  # 3 tokens of budget, </s> included
@@ -733,18 +736,20 @@ def test_a_servers_settings_carry_its_output_limits_to_the_shared_engine(run_dir
 
 def test_neither_engine_reads_a_translate_config() -> None:
     """The engines are built from their model, the decoding settings and the load options; a translate
-    config becomes those in one place (DecodingSettings.of, EngineOptions.of)."""
+    config becomes those in one place (job.decoding_job)."""
     from seq2seq.inference import CTranslate2Translator
+    from seq2seq.inference.job import decoding_job
     from seq2seq.inference.settings import EngineOptions
 
     for init in (Translator.__init__, CTranslate2Translator.__init__):
         names = set(inspect.signature(init).parameters)
         assert "settings" in names and not names & {"cfg", "config"}, (init, names)
     cfg = TranslateConfig(run="r", beam=3, max_len_b=7, batch_size=9, device="cpu", threads=1, precision="fp32")
-    settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
+    job = decoding_job(cfg)
+    settings, options = job.settings, job.options
     assert (settings.beam, settings.max_len_b, settings.batch_size) == (3, 7, 9)
     assert options == EngineOptions(device="cpu", threads=1, precision="fp32")
-    assert DecodingSettings.of(OmegaConf.structured(cfg)) == settings  # the command's DictConfig too
+    assert decoding_job(OmegaConf.structured(cfg)).settings == settings  # the command's DictConfig too
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from omegaconf import OmegaConf
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
 from seq2seq.artifacts.export import export, write_run_exports
 from seq2seq.artifacts.run_dir import RunDir
+from seq2seq.cli.translate import translate
 from seq2seq.config import ExportConfig, UserError
 from seq2seq.distill.files import write_json, write_lines
-from seq2seq.inference.command import translate
 
 
 @pytest.fixture(scope="module")

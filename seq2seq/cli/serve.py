@@ -6,8 +6,10 @@ parses its own: by OmegaConf, or by Hydra when the command line asks for it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
+from typing import Any
 
 from seq2seq.allocator import relaunch_with_tcmalloc
 
@@ -16,7 +18,11 @@ if __name__ == "__main__":  # `python -m seq2seq.cli.serve`: the console script 
 
 from seq2seq.cli.common import CONFIG_PATH, parse_key_values, print_help, report_errors, wants_help
 from seq2seq.cli.translate import wants_hydra
-from seq2seq.config import ServeConfig, register_configs, validate_serve
+from seq2seq.config import ServeConfig, register_configs, serve_translate_config, validate_server
+from seq2seq.inference.job import decoding_job
+from seq2seq.inference.resolved_model import resolve
+from seq2seq.serve.plan import ModelPlan, ServePlan
+from seq2seq.serve.requests import Limits
 from seq2seq.startup import prepare_process
 
 USAGE = "run=<run dir> [port=5000] [key=value ...]"
@@ -51,17 +57,40 @@ def several_runs(argv: list[str]) -> list[str]:
     return [f"run={runs[0]}", f"runs={json.dumps(runs[1:])}", *rest]
 
 
-def _serve(cfg: object) -> None:
+def serve_plan(cfg: Any) -> ServePlan:
+    """seq2seq-serve's plan, built once from its config: each model's decoding job (the decoding keys
+    validated once, then the server's own; each model resolved) and the server's bounds. Nothing below
+    cli/ reads the config."""
+    job = decoding_job(serve_translate_config(cfg))
+    validate_server(cfg)
+    # Each further run decodes as run= does, with the languages its own model records.
+    further = [ModelPlan(dataclasses.replace(job, model=resolve(str(run), None))) for run in cfg.runs]
+    return ServePlan(
+        models=(ModelPlan(job, cfg.source_lang, cfg.target_lang), *further),
+        host=cfg.host,
+        port=cfg.port,
+        limits=Limits(cfg.max_request_lines, cfg.max_line_chars, cfg.max_beam),
+        max_batch_tokens=cfg.max_batch_tokens,
+        max_wait_ms=cfg.max_wait_ms,
+        cors_origins=tuple(cfg.cors_origins),
+        max_file_bytes=cfg.max_file_bytes,
+        drain_seconds=cfg.drain_seconds,
+        receive_seconds=cfg.receive_seconds,
+        api_keys_file=cfg.api_keys_file,
+    )
+
+
+def _serve(cfg: Any) -> None:
     level = logging.DEBUG if cfg.debug else logging.INFO
     logging.basicConfig(stream=sys.stderr, level=level, format="[%(levelname)s] %(message)s")
-    report_errors(lambda: validate_serve(cfg), cfg.debug)  # a bad value answers before torch is loaded
+    plan = report_errors(lambda: serve_plan(cfg), cfg.debug)  # a bad value answers before torch is loaded
     prepare_process()
     try:  # the server's packages are an extra: say how to get them, in one line
         from seq2seq.serve.server import serve
     except ImportError as err:
         name = err.name
         report_errors(lambda: _missing(name), cfg.debug)
-    report_errors(lambda: serve(cfg), cfg.debug)
+    report_errors(lambda: serve(plan), cfg.debug)
 
 
 def _missing(name: str | None) -> None:

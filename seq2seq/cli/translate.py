@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 from seq2seq.allocator import relaunch_with_tcmalloc
 
@@ -26,7 +27,8 @@ from seq2seq.cli.common import (
     report_errors,
     wants_help,
 )
-from seq2seq.config import TranslateConfig, register_configs, validate_translate
+from seq2seq.config import TranslateConfig, register_configs
+from seq2seq.inference.job import TranslatePlan, decoding_job
 from seq2seq.startup import prepare_process
 
 USAGE = "run=<run dir> [key=value ...] < input > output"
@@ -59,16 +61,32 @@ def _translate_with_hydra(argv: list[str], debug: bool) -> None:
     hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="translate")(_translate)()
 
 
-def _translate(cfg: object) -> None:
+def translate_plan(cfg: Any) -> TranslatePlan:
+    """seq2seq-translate's plan, built once from its config: the decoding job (validated, its model
+    resolved) and the files it reads and writes. Nothing below cli/ reads the config."""
+    return TranslatePlan(decoding_job(cfg), cfg.input, cfg.output, cfg.replace_output, cfg.reference)
+
+
+def translate(cfg: Any) -> dict[str, Any]:
+    """seq2seq-translate's work on a translate config given from code (the tests', a script's): its plan
+    built, then translated (seq2seq.inference.command.translate), without the command's process set-up."""
+    plan = translate_plan(cfg)
+    from seq2seq.inference.command import translate as run
+
+    return run(plan)
+
+
+def _translate(cfg: Any) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[%(levelname)s] %(message)s")
     report_errors(lambda: check_resolves(cfg), "debug=true" in sys.argv)  # before cfg.debug is read
-    report_errors(lambda: validate_translate(cfg), cfg.debug)  # a bad value answers before torch is loaded
-    report_errors(lambda: check_named_models_exist([cfg.run], cfg.checkpoint), cfg.debug)  # so does a bad path
+    plan = report_errors(lambda: translate_plan(cfg), cfg.debug)  # a bad value answers before torch is loaded
+    model = plan.job.model
+    report_errors(lambda: check_named_models_exist([model.run], model.checkpoint), cfg.debug)  # so does a bad path
     prepare_process()
-    from seq2seq.inference.command import translate_checked  # torch or ctranslate2: only for a good config
+    from seq2seq.inference.command import translate as run  # torch or ctranslate2: only for a good config
 
     # Ctrl-C: every chunk before it was written and flushed; no traceback.
-    exit_on_interrupt(lambda: report_errors(lambda: translate_checked(cfg), cfg.debug), cfg.debug)
+    exit_on_interrupt(lambda: report_errors(lambda: run(plan), cfg.debug), cfg.debug)
 
 
 if __name__ == "__main__":

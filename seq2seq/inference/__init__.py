@@ -1,17 +1,19 @@
 """Inference: decoding, everything that turns a trained model into translations. Never imports
 `seq2seq.train`; the files models travel in are `seq2seq.artifacts`'.
 
-engine_loader.py (`load`, the one way in: a model and the decoding settings -> an engine),
-resolved_model.py (what run= and checkpoint= name, read from the disk once), engine_choice.py (which
-engine seq2seq-translate picks, and whether a run's CTranslate2 export can decode a request, on that
-description), translator.py (PyTorch's engine, the Translator of the Python API: lines in, translations
-out) with loading.py (its model + tokenizer), engine_api.py (what both engines return and share),
-settings.py (DecodingSettings: what may change per call, `engine.decoding_with(settings)`;
-EngineOptions: device, threads, precision), search.py (greedy, beam and sampled decoding, forced
-prefixes) with speedups.py (its exact CPU shortcuts), sampling.py (temperature, top-k, top-p),
-ensemble.py (several checkpoints decoded as one model), ctranslate2_engine.py (the same API on a
-CTranslate2 export, without torch) with engine_probe.py (int8 timed against fp32), command.py
-(`seq2seq-translate`'s work: files, chunks, scoring), attention_plots.py (heatmaps).
+job.py (the decoding job: the resolved model, DecodingSettings, EngineOptions, the engine asked for;
+`decoding_job(cfg)`, where a config becomes one), engine_loader.py (`load`, the one way in: a job ->
+an engine), resolved_model.py (what run= and checkpoint= name, read from the disk once),
+engine_choice.py (which engine seq2seq-translate picks, and whether a run's CTranslate2 export can
+decode a request, on that description), translator.py (PyTorch's engine, the Translator of the Python
+API: lines in, translations out) with loading.py (its model + tokenizer), engine_api.py (what both
+engines return and share), settings.py (DecodingSettings: what may change per call,
+`engine.decoding_with(settings)`; EngineOptions: device, threads, precision), search.py (greedy, beam
+and sampled decoding, forced prefixes) with speedups.py (its exact CPU shortcuts), sampling.py
+(temperature, top-k, top-p), ensemble.py (several checkpoints decoded as one model),
+ctranslate2_engine.py (the same API on a CTranslate2 export, without torch) with engine_probe.py
+(int8 timed against fp32), command.py (`seq2seq-translate`'s work on its plan: files, chunks,
+scoring), attention_plots.py (heatmaps).
 """
 
 from typing import Any

@@ -1,5 +1,5 @@
-"""`translate(cfg)`, the work of `seq2seq-translate`: load a model, translate a file or stdin,
-optionally score against a reference.
+"""`translate(plan)`, the work of `seq2seq-translate` on the plan cli/translate.py built (job.py's
+TranslatePlan): load the job's model, translate a file or stdin, optionally score against a reference.
 
 Input is read and written in chunks, each flushed as soon as it is translated, so a pipe that is
 closed early still has every line translated before it, and line N of the output always belongs
@@ -20,15 +20,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from omegaconf import DictConfig
-
 from seq2seq.artifacts.replacing import output_lock, writing_file
-from seq2seq.config import UserError, validate_translate
+from seq2seq.config import UserError
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.corpus_scores import corpus_bleu, corpus_chrf
 from seq2seq.inference.engine_api import Translation, one_line
 from seq2seq.inference.engine_loader import load_engine
-from seq2seq.inference.resolved_model import resolve
+from seq2seq.inference.job import TranslatePlan
+from seq2seq.inference.resolved_model import ResolvedModel
 
 log = logging.getLogger("seq2seq.translate")
 COMMAND = "seq2seq-translate"
@@ -103,49 +102,42 @@ def split_prefixes(lines: list[str]) -> tuple[list[str], list[str]]:
     return [source for source, _ in pairs], [prefix for _, prefix in pairs]
 
 
-def translate(cfg: DictConfig) -> dict[str, Any]:
-    """seq2seq-translate's work on a translate config given from code: checked, then translated."""
-    validate_translate(cfg)
-    return translate_checked(cfg)
-
-
-def translate_checked(cfg: DictConfig) -> dict[str, Any]:
-    """`translate` on a config that `validate_translate` passed already (the command's entry checks it
-    before torch is loaded, and checks it once)."""
-    refuse_writing_over_inputs(cfg)
-    _refuse_closed_standard_streams(cfg)
+def translate(plan: TranslatePlan) -> dict[str, Any]:
+    """seq2seq-translate's work: the plan's input translated into its output (and scored)."""
+    refuse_writing_over_inputs(plan)
+    _refuse_closed_standard_streams(plan)
     # The one rule of every writer, before the model loads: one writer per file, a file replaced only
     # when this command wrote it, by a new file renamed over it once the translation is whole.
-    output = writing_file(Path(cfg.output), "output", COMMAND, cfg.replace_output) if cfg.output != "-" else None
-    attention = (
-        output_lock(Path(cfg.attention), "attention", COMMAND, make_parent=True, folder=True) if cfg.attention else None
-    )
+    out, plots = plan.output, plan.job.attention
+    output = writing_file(Path(out), "output", COMMAND, plan.replace_output) if out != "-" else None
+    attention = output_lock(Path(plots), "attention", COMMAND, make_parent=True, folder=True) if plots else None
     with output or contextlib.nullcontext() as target, attention or contextlib.nullcontext():
         try:
-            return _translate(cfg, target)
+            return _translate(plan, target)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the lines so far are not a translation
-            if target is not None and target != Path(cfg.output):
-                log.warning("output=%s: left as it was; the translation was interrupted", cfg.output)
+            if target is not None and target != Path(out):
+                log.warning("output=%s: left as it was; the translation was interrupted", out)
             raise
 
 
-def _translate(cfg: DictConfig, target: Path | None) -> dict[str, Any]:
-    translator = load_engine(cfg, resolve(cfg))
-    translator.languages.required_target(cfg.tgt_lang)  # a multilingual model's: before output= is opened
-    source = sys.stdin.buffer if cfg.input == "-" else _open_input(cfg.input)
-    sink = sys.stdout if target is None else _open_output(target, cfg.output)
+def _translate(plan: TranslatePlan, target: Path | None) -> dict[str, Any]:
+    translator = load_engine(plan.job)
+    settings = plan.job.settings
+    translator.languages.required_target(settings.tgt_lang)  # a multilingual model's: before output= is opened
+    source = sys.stdin.buffer if plan.input == "-" else _open_input(plan.input)
+    sink = sys.stdout if target is None else _open_output(target, plan.output)
     hypotheses: list[str] = []
     start, lines = time.monotonic(), 0
-    plot = _attention_plotter(translator, cfg.attention)
+    plot = _attention_plotter(translator, plan.job.attention)
     try:
-        first_chunk = min(cfg.batch_size, FIRST_CHUNK_LINES)
-        chunks = _read_chunks(source, _is_terminal(source), first_chunk, cfg.input)
+        first_chunk = min(settings.batch_size, FIRST_CHUNK_LINES)
+        chunks = _read_chunks(source, _is_terminal(source), first_chunk, plan.input)
         for chunk in chunks:
-            sources, prefixes = split_prefixes(chunk) if cfg.prefix else (chunk, None)
+            sources, prefixes = split_prefixes(chunk) if settings.prefix else (chunk, None)
             results = translator.translate_nbest(sources, prefixes, first_line_number=lines + 1)
-            text = "".join(_format(lines + offset, nbest, cfg.nbest) for offset, nbest in enumerate(results))
+            text = "".join(_format(lines + offset, nbest, settings.nbest) for offset, nbest in enumerate(results))
             hypotheses.extend(nbest[0].text for nbest in results)
-            _write(sink, text, cfg.output)
+            _write(sink, text, plan.output)
             # After the flush: a reader of the translations does not wait for the plots.
             plot(sources, [nbest[0].tokens for nbest in results], lines)  # 0-based ids, as in the n-best lines
             lines += len(chunk)
@@ -158,10 +150,10 @@ def _translate(cfg: DictConfig, target: Path | None) -> dict[str, Any]:
     seconds = time.monotonic() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
     result: dict[str, Any] = {"lines": lines, "seconds": seconds}
-    if cfg.reference:
-        result.update(_score(hypotheses, cfg.reference))
-    if cfg.attention:
-        log.info("cross-attention heatmaps of the non-empty lines are in %s", cfg.attention)
+    if plan.reference:
+        result.update(_score(hypotheses, plan.reference))
+    if plan.job.attention:
+        log.info("cross-attention heatmaps of the non-empty lines are in %s", plan.job.attention)
     return result
 
 
@@ -174,40 +166,40 @@ def _is_terminal(source: IO[bytes]) -> bool:
         return False
 
 
-def _refuse_closed_standard_streams(cfg: DictConfig) -> None:
+def _refuse_closed_standard_streams(plan: TranslatePlan) -> None:
     """`<&-` or `>&-`: Python sets sys.stdin or sys.stdout to None when the descriptor is closed."""
-    if cfg.input == "-" and sys.stdin is None:
+    if plan.input == "-" and sys.stdin is None:
         raise UserError("stdin is closed: give input=<file> or a pipe")
-    if cfg.output == "-" and sys.stdout is None:
+    if plan.output == "-" and sys.stdout is None:
         raise UserError("stdout is closed: give output=<file> or a pipe")
 
 
-def refuse_writing_over_inputs(cfg: DictConfig) -> None:
+def refuse_writing_over_inputs(plan: TranslatePlan) -> None:
     """The output is opened for writing (emptied) before the input is read: an output that is the input
     file, the reference or a file of the model (its checkpoint, tokenizer, exports: any file of the run
     or model directory it loads), by any path, symlink or redirection, would lose it. Only regular files
     are compared (a terminal or /dev/null can be both ends without harm)."""
-    output = _regular_file_id(cfg.output, sys.stdout)
+    output = _regular_file_id(plan.output, sys.stdout)
     if output is None:
         return
-    where = "stdout" if cfg.output == "-" else f"output={cfg.output}"
-    named = {"input": (cfg.input, sys.stdin), "reference": (cfg.reference, None)}
+    where = "stdout" if plan.output == "-" else f"output={plan.output}"
+    named = {"input": (plan.input, sys.stdin), "reference": (plan.reference, None)}
     for key, (path, stream) in named.items():
         if path is not None and _regular_file_id(path, stream) == output:
             what = "stdin" if path == "-" else f"{key}={path}"
             raise UserError(f"{where} is the same file as {what}: writing the translations would empty it")
-    for key, path in _model_files(cfg):
+    for key, path in _model_files(plan.job.model):
         if _regular_file_id(str(path), None) == output:
             raise UserError(f"{where} is {path}, which {key} reads: writing the translations would empty it")
 
 
-def _model_files(cfg: DictConfig) -> Iterator[tuple[str, Path]]:
+def _model_files(model: ResolvedModel) -> Iterator[tuple[str, Path]]:
     """(key, file) for every file the model keys may read: all of a directory given (a run, an export),
     and for a checkpoint file, the tokenizer files beside it and, in a run's checkpoints/, its run's."""
     from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, TOKENIZER_FILES
 
-    given = [("run=" + cfg.run, Path(cfg.run))] if cfg.run else []
-    given += [(f"checkpoint={cfg.checkpoint}", Path(p)) for p in str(cfg.checkpoint or "").split(",") if p]
+    given = [("run=" + model.run, Path(model.run))] if model.run else []
+    given += [(f"checkpoint={model.checkpoint}", Path(p)) for p in str(model.checkpoint or "").split(",") if p]
     for key, path in given:
         if path.is_file():
             yield key, path

@@ -22,10 +22,10 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from seq2seq.artifacts.ctranslate2_model import read_export, unreadable_model
-from seq2seq.config import TranslateConfig, UserError, check_cuda_device
+from seq2seq.config import UserError, check_cuda_device
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD
 from seq2seq.inference import engine_probe
@@ -36,18 +36,14 @@ from seq2seq.inference.engine_api import (
     checked_input,
     decoding_config,
     output_budget,
-    replaced,
     sources_to_decode,
     to_translate,
 )
 from seq2seq.inference.engine_choice import choose_engine
-from seq2seq.inference.resolved_model import resolve
+from seq2seq.inference.job import DecodingJob, decoding_job
 from seq2seq.inference.settings import DecodingSettings, EngineOptions
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.startup import prepare_process
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
 log = logging.getLogger("seq2seq.translate")
 CPU_BATCH_LINES = 32  # the most lines a CPU decodes in one beam-search batch (see CTranslate2Translator._post)
@@ -120,9 +116,11 @@ class CTranslate2Translator:
             samples than PyTorch's from the same seed). Bad files or settings raise
             `seq2seq.config.UserError`, one line.
         """
-        cfg = decoding_config(path, engine="ctranslate2", **settings)
-        choice = choose_engine(replaced(cfg, nbest=1, sampling=False), resolve(cfg))
-        translator = load_export(cfg, choice.model)
+        job = decoding_job(decoding_config(path, engine="ctranslate2", **settings))
+        # Which export, by the engine choice's rules for a search: n-best and sampling are allowed here.
+        search = dataclasses.replace(job.settings, nbest=1, sampling=False)
+        choice = choose_engine(dataclasses.replace(job, settings=search))
+        translator = load_export(job, choice.model)
         translator.one_line_items = True
         return translator
 
@@ -219,7 +217,7 @@ class CTranslate2Translator:
         if isinstance(lines, str):  # one line: its n-best list
             return self.translate_nbest([lines], None if prefixes is None else [prefixes], first_line_number)[0]
         lines, prefixes = checked_input(lines, prefixes, self.one_line_items)
-        cfg, tok = self.settings, self.tokenizers
+        settings, tok = self.settings, self.tokenizers
         results: list[list[Translation]] = [[Translation("", 0.0, [])] for _ in lines]
         todo = to_translate(lines, prefixes)
         ids = sources_to_decode(self, lines, todo, first_line_number, sources)
@@ -231,17 +229,17 @@ class CTranslate2Translator:
         for i in todo:
             check_prefix_fits(len(forced[i]), self.max_positions, first_line_number + i)
         budgets = {
-            i: output_budget(len(tokens[i]), len(forced[i]), cfg.max_len_a, cfg.max_len_b, self.max_positions)
+            i: output_budget(len(tokens[i]), len(forced[i]), settings.max_len_a, settings.max_len_b, self.max_positions)
             for i in todo
         }
-        options = dict(beam_size=cfg.beam, num_hypotheses=cfg.nbest, length_penalty=cfg.length_penalty)
-        if cfg.sampling:
+        options = dict(beam_size=settings.beam, num_hypotheses=settings.nbest, length_penalty=settings.length_penalty)
+        if settings.sampling:
             options = dict(
                 beam_size=1,
-                num_hypotheses=cfg.nbest,
-                sampling_topk=cfg.top_k or 0,  # CTranslate2: 0 samples from the whole vocabulary
-                sampling_topp=cfg.top_p,
-                sampling_temperature=cfg.temperature,
+                num_hypotheses=settings.nbest,
+                sampling_topk=settings.top_k or 0,  # CTranslate2: 0 samples from the whole vocabulary
+                sampling_topp=settings.top_p,
+                sampling_temperature=settings.temperature,
             )
         if only_eos := [i for i in todo if budgets[i] <= 1 and not forced[i]]:
             # A budget of one token leaves room for </s> alone (CTranslate2 refuses max_decoding_length=0):
@@ -249,9 +247,16 @@ class CTranslate2Translator:
             for i in only_eos:
                 results[i] = [Translation("", 0.0, [])]
         rows = [i for i in todo if i not in only_eos]
-        if tag and cfg.length_penalty and cfg.beam > 1 and not cfg.sampling:
-            options["num_hypotheses"] = cfg.beam  # every finished hypothesis, ranked again by ours
-        if rows and not prefixes and not tag and not cfg.sampling and cfg.beam > 1 and cfg.length_penalty != 0:
+        if tag and settings.length_penalty and settings.beam > 1 and not settings.sampling:
+            options["num_hypotheses"] = settings.beam  # every finished hypothesis, ranked again by ours
+        if (
+            rows
+            and not prefixes
+            and not tag
+            and not settings.sampling
+            and settings.beam > 1
+            and settings.length_penalty != 0
+        ):
             outputs = self._decode_at_largest_budget(rows, tokens, budgets, options)
         else:
             outputs = self._decode_by_budget(rows, tokens, forced if prefixes or tag else None, budgets, options)
@@ -359,13 +364,12 @@ class CTranslate2Translator:
         )
 
 
-def load_export(cfg: TranslateConfig | DictConfig, model: str) -> CTranslate2Translator:
-    """The CTranslate2 `model` that the engine choice picked for `cfg` (a TranslateConfig), loaded as
-    `cfg` says; precision=int8 said where it is slower than fp32 (say_if_int8_is_slower)."""
-    options = EngineOptions.of(cfg)
-    if options.precision == "int8":
-        say_if_int8_is_slower(cfg, model)
-    return CTranslate2Translator(model, DecodingSettings.of(cfg), options)
+def load_export(job: DecodingJob, model: str) -> CTranslate2Translator:
+    """The CTranslate2 `model` that the engine choice picked for `job`, loaded with the job's settings
+    and options; precision=int8 said where it is slower than fp32 (say_if_int8_is_slower)."""
+    if job.options.precision == "int8":
+        say_if_int8_is_slower(job, model)
+    return CTranslate2Translator(model, job.settings, job.options)
 
 
 def export_candidate(
@@ -376,20 +380,20 @@ def export_candidate(
     return CTranslate2Translator(export, settings, dataclasses.replace(options, precision=precision))
 
 
-def probe_loader(cfg: Any, export: str | Path) -> Callable[[str], CTranslate2Translator]:
+def probe_loader(job: DecodingJob, export: str | Path) -> Callable[[str], CTranslate2Translator]:
     """What the engine probe times for a run: its CTranslate2 `export`, "ctranslate2" (fp32) or "int8",
-    searching as `cfg` says (the probe times a search: one hypothesis, no sampling)."""
-    settings, options = DecodingSettings.of(cfg, nbest=1, sampling=False), EngineOptions.of(cfg)
-    return functools.partial(export_candidate, export, settings, options)
+    searching as `job` says (the probe times a search: one hypothesis, no sampling)."""
+    settings = dataclasses.replace(job.settings, nbest=1, sampling=False)
+    return functools.partial(export_candidate, export, settings, job.options)
 
 
-def say_if_int8_is_slower(cfg: Any, export: str | Path) -> None:
+def say_if_int8_is_slower(job: DecodingJob, export: str | Path) -> None:
     """A warning where the run's `export` decodes slower with 8-bit weights than in fp32 on this CPU (timed
-    once per machine, model shape and search, searching as `cfg` says, and cached: engine_probe.py).
+    once per machine, model shape and search, searching as `job` says, and cached: engine_probe.py).
     An export given by hand (checkpoint=) is not timed: the measurement is kept per run."""
-    if cfg.checkpoint:
+    if job.model.checkpoint:
         return
-    timing = engine_probe.cached_timing(cfg, ("ctranslate2", "int8"), probe_loader(cfg, export))
+    timing = engine_probe.cached_timing(job, ("ctranslate2", "int8"), probe_loader(job, export))
     fp32, int8 = timing.seconds["ctranslate2"], timing.seconds["int8"]
     if int8 > fp32:
         log.warning(

@@ -1,10 +1,9 @@
 """What a translator returns for one hypothesis, what both engines offer (`TranslatorAPI`), the Python
-API's settings as a translate config (`decoding_config`), and the checks and limits both apply, written
-once; no torch here, so the CTranslate2 path needs none."""
+API's settings as a translate config (`decoding_config`, made a job by job.decoding_job), and the
+checks and limits both apply, written once; no torch here, so the CTranslate2 path needs none."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from seq2seq.artifacts.path_kind import PathKind, path_kind
-from seq2seq.config import ConfigTypeError, ConfigValueError, TranslateConfig, UserError, validate_translate
+from seq2seq.config import ConfigTypeError, ConfigValueError, TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 
 if TYPE_CHECKING:
@@ -97,8 +96,9 @@ def decoding_config(
     tgt_lang: str | None = TranslateConfig.tgt_lang,
     src_lang: str | None = TranslateConfig.src_lang,
 ) -> TranslateConfig:
-    """The translate config of the Python API's `load(path, **settings)`, checked before any model is
-    read: seq2seq-translate's keys, with its defaults (TranslateConfig's).
+    """The translate config of the Python API's `load(path, **settings)`: seq2seq-translate's keys, with
+    its defaults (TranslateConfig's); the loaders build their decoding job of it (job.decoding_job),
+    which checks it before any model is read.
 
     path: a run directory (the weights-only model/ that training writes at its end, else best.pt, else
         last.pt; or its ctranslate2/ export, by the engine), a training checkpoint (.pt) with the
@@ -136,17 +136,7 @@ def decoding_config(
         src_lang=src_lang,
         **rule,
     )
-    validate_translate(cfg)
     return cfg
-
-
-def replaced(cfg: Any, **changes: Any) -> Any:
-    """A copy of a translate config (a TranslateConfig, or the command's DictConfig of one) with `changes`."""
-    if dataclasses.is_dataclass(cfg):
-        return dataclasses.replace(cfg, **changes)
-    from omegaconf import OmegaConf
-
-    return OmegaConf.merge(cfg, changes)
 
 
 def check_beam_fits(beam: int, vocabulary_size: int) -> None:

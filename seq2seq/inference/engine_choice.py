@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from seq2seq.config import UserError
-from seq2seq.inference.resolved_model import ResolvedModel
+from seq2seq.inference.job import DecodingJob
 
 log = logging.getLogger("seq2seq.translate")
 EXPORT_REASON = "the run's CTranslate2 export; engine=torch for PyTorch"
@@ -41,31 +40,33 @@ class EngineChoice:
     model: str | None  # the CTranslate2 model directory; None for torch (run= or checkpoint= as given)
     why: str  # for the log
     # CTranslate2 taken as the faster engine, not because the settings need it: where it cannot run
-    # (its CUDA libraries missing), PyTorch decodes instead (seq2seq.inference.command).
+    # (its CUDA libraries missing), PyTorch decodes instead (seq2seq.inference.engine_loader).
     preferred_only: bool = False
 
 
-def choose_engine(cfg: Any, files: ResolvedModel) -> EngineChoice:
-    """The engine and model that `cfg` (a TranslateConfig) decodes with, decided on `files` (what its
-    run= and checkpoint= name: `resolve(cfg)`, read once) without reading the disk. A forced engine that
-    cannot decode what was asked is a one-line UserError naming the key."""
+def choose_engine(job: DecodingJob) -> EngineChoice:
+    """The engine and model that `job` decodes with, decided on its resolved model (read once) without
+    reading the disk. A forced engine that cannot decode what was asked is a one-line UserError naming
+    the key."""
+    files, engine = job.model, job.engine
     if files.given_export:  # a CTranslate2 export given by hand
-        if cfg.engine == "torch":
-            raise UserError(f"config error: engine=torch: checkpoint={cfg.checkpoint} is a CTranslate2 model")
-        _check_given_export(cfg)
+        if engine == "torch":
+            raise UserError(f"config error: engine=torch: checkpoint={files.checkpoint} is a CTranslate2 model")
+        if job.attention:
+            raise UserError(f"config error: attention={job.attention!r}: not with a CTranslate2 model")
         if files.given_export_stale:
             log.warning("%s: it decodes that model", files.given_export_stale)
-        return EngineChoice("ctranslate2", str(cfg.checkpoint), "checkpoint= is a CTranslate2 model")
-    if cfg.precision == "int8":
-        if cfg.engine == "torch":
+        return EngineChoice("ctranslate2", str(files.checkpoint), "checkpoint= is a CTranslate2 model")
+    if job.options.precision == "int8":
+        if engine == "torch":
             raise UserError("config error: engine=torch: precision=int8 is CTranslate2's (engine=auto or ctranslate2)")
-        model = _int8_export(cfg, files)
+        model = _int8_export(job)
         return EngineChoice("ctranslate2", model, "precision=int8 is CTranslate2's")
-    if cfg.engine == "torch":
+    if engine == "torch":
         return EngineChoice("torch", None, "engine=torch")
-    if cfg.engine == "ctranslate2":
-        return EngineChoice("ctranslate2", _checked_export(cfg, files), EXPORT_REASON)
-    unfit = why_not_ctranslate2(cfg, files)
+    if engine == "ctranslate2":
+        return EngineChoice("ctranslate2", _checked_export(job), EXPORT_REASON)
+    unfit = why_not_ctranslate2(job)
     if unfit is not None:
         return EngineChoice("torch", None, unfit)
     return EngineChoice("ctranslate2", str(files.export), EXPORT_REASON, preferred_only=True)
@@ -76,54 +77,52 @@ def choose_engine(cfg: Any, files: ResolvedModel) -> EngineChoice:
 # one that CTranslate2 decodes alike. Read from the ResolvedModel: no file.
 
 
-def _check_given_export(cfg: Any) -> None:
-    """A CTranslate2 export given by hand (checkpoint=) decodes what `cfg` asks, or a one-line UserError."""
-    if cfg.attention:
-        raise UserError(f"config error: attention={cfg.attention!r}: not with a CTranslate2 model")
-
-
-def _checked_export(cfg: Any, files: ResolvedModel) -> str:
+def _checked_export(job: DecodingJob) -> str:
     """engine=ctranslate2 on a run: its export, or a one-line UserError saying why it cannot decode
     this request as PyTorch would."""
-    unfit = why_not_ctranslate2(cfg, files)
+    unfit = why_not_ctranslate2(job)
     if unfit is not None:
         raise UserError(f"config error: engine=ctranslate2: {unfit}")
-    return str(files.export)
+    return str(job.model.export)
 
 
-def _int8_export(cfg: Any, files: ResolvedModel) -> str:
+def _int8_export(job: DecodingJob) -> str:
     """precision=int8: the run's CTranslate2 export, quantised as it loads, or a one-line UserError. (Its
     speed against fp32 is said where it loads: ctranslate2_engine.say_if_int8_is_slower.)"""
-    unfit = why_not_ctranslate2(cfg, files, same_lines=False)
+    unfit = why_not_ctranslate2(job, same_lines=False)
     if unfit is not None:
         raise UserError(f"config error: precision=int8 decodes a run's CTranslate2 export: {unfit}")
-    return str(files.export)
+    return str(job.model.export)
 
 
-def why_not_ctranslate2(cfg: Any, files: ResolvedModel, same_lines: bool = True) -> str | None:
-    """None when the run's CTranslate2 export (as `files` found it) can decode this request (as PyTorch
-    would, with `same_lines`); else why not. Reads no file."""
+def why_not_ctranslate2(job: DecodingJob, same_lines: bool = True) -> str | None:
+    """None when the run's CTranslate2 export (as the job's model found it) can decode this request (as
+    PyTorch would, with `same_lines`); else why not. Reads no file."""
+    files = job.model
     if files.checkpoint or not files.run:
         return "checkpoint= is a PyTorch checkpoint (run= decodes with the run's CTranslate2 export)"
-    if cfg.attention:
+    if job.attention:
         return "attention= plots PyTorch's attention"
-    if same_lines and (reason := _why_other_lines(cfg)):
+    if same_lines and (reason := _why_other_lines(job)):
         return reason
-    if same_lines and cfg.beam > 1 and files.export_language_codes:  # docs/huggingface.md says where they part
+    if same_lines and job.settings.beam > 1 and files.export_language_codes:  # docs/huggingface.md says where they part
         return "beam>1 of an NLLB-200/M2M-100/mBART-50 model (CTranslate2's beam search keeps its own rules)"
     if files.export_error is not None:
         raise files.export_error
     return files.export_unfit
 
 
-def _why_other_lines(cfg: Any) -> str | None:
+def _why_other_lines(job: DecodingJob) -> str | None:
     """Why CTranslate2 would write other lines (or scores) than PyTorch for this request, if it would."""
-    if cfg.sampling:
+    settings, precision = job.settings, job.options.precision
+    if settings.sampling:
         return "sampling=true (CTranslate2 draws other samples from the same seed)"
-    if cfg.nbest > 1:
+    if settings.nbest > 1:
         return "nbest>1 (n-best lists decode on PyTorch)"
-    if cfg.prefix and cfg.beam > 1:  # seen in tests/test_translation_api.py: other lines, not only other scores
+    if (
+        settings.prefix and settings.beam > 1
+    ):  # seen in tests/test_translation_api.py: other lines, not only other scores
         return "prefix=true with beam>1 (CTranslate2 ranks hypotheses that extend a prefix differently)"
-    if cfg.precision not in ("auto", "fp32"):
-        return f"precision={cfg.precision} (the export is fp32)"
+    if precision not in ("auto", "fp32"):
+        return f"precision={precision} (the export is fp32)"
     return None

@@ -20,6 +20,7 @@ from seq2seq import cpuinfo, measurement_cache
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.inference.engine_api import TranslatorAPI
+from seq2seq.inference.job import DecodingJob
 from seq2seq.measurement_cache import cached
 
 log = logging.getLogger("seq2seq.translate")
@@ -43,15 +44,15 @@ def cache_file() -> Path:
     return measurement_cache.cache_file(CACHE_NAME)
 
 
-def probe_key(cfg: Any, candidates: tuple[str, ...]) -> str:
+def probe_key(job: DecodingJob, candidates: tuple[str, ...]) -> str:
     """Machine (CPU, threads, library versions), model shape and search: what the timing depends on."""
-    export = Path(cfg.run) / CTRANSLATE2_DIR
+    export = Path(job.model.run) / CTRANSLATE2_DIR
     config = export / "config.json"
     shape = hashlib.sha256(config.read_bytes() if config.is_file() else b"").hexdigest()[:12]
     size = (export / "model.bin").stat().st_size
     versions = "/".join(_version(p) for p in ("torch", "ctranslate2"))
-    search = "greedy" if cfg.beam == 1 else "beam"
-    threads = cfg.threads or usable_cores()
+    search = "greedy" if job.settings.beam == 1 else "beam"
+    threads = job.options.threads or usable_cores()
     return f"{cpuinfo.cpu_name()}|{threads} threads|{versions}|{shape}:{size}|{search}|{','.join(candidates)}"
 
 
@@ -62,10 +63,10 @@ def _version(package: str) -> str:
         return f"{package} none"
 
 
-def cached_timing(cfg: Any, candidates: tuple[str, ...], load: Callable[[str], TranslatorAPI]) -> Timing:
+def cached_timing(job: DecodingJob, candidates: tuple[str, ...], load: Callable[[str], TranslatorAPI]) -> Timing:
     """The timing for this machine, model and search: from the cache, or measured now and cached.
     `load(candidate)` loads a candidate's translator; it is called only to measure."""
-    return cached(CACHE_NAME, probe_key(cfg, candidates), Timing, lambda: measure_engines(candidates, load))
+    return cached(CACHE_NAME, probe_key(job, candidates), Timing, lambda: measure_engines(candidates, load))
 
 
 def measure_engines(candidates: tuple[str, ...], load: Callable[[str], TranslatorAPI], rounds: int = 2) -> Timing:

@@ -1,6 +1,6 @@
 """Loading a model for PyTorch decoding: a run's weights, a training checkpoint, a `seq2seq-export` weights
 file (several: an ensemble) or a Hugging Face Marian directory, with its tokenizer, in the precision
-asked for. `Translator.from_config` builds its Translator on it (seq2seq.inference.engine_loader)."""
+asked for. `Translator.from_job` builds its Translator on it (seq2seq.inference.engine_loader)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a translate config's run= and checkpoint= name, read from the disk once: a frozen description
+"""What a decoding job's run= and checkpoint= name, read from the disk once: a frozen description
 that the engine choice (engine_choice.py) decides on without reading the disk again, and that a server
 keeps for its life, choosing per request without a file system call.
 
@@ -12,7 +12,6 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from seq2seq.artifacts.freshness import why_stale
 from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, DECODING_FILE, PathKind, argos_package_error, path_kind
@@ -54,10 +53,10 @@ class ResolvedModel:
         return self.model_file
 
 
-def resolve(cfg: Any) -> ResolvedModel:
-    """The description of what `cfg` (a TranslateConfig) names."""
-    checkpoint = str(cfg.checkpoint or "") or None
-    run = str(cfg.run) if cfg.run else None
+def resolve(run: str | None, checkpoint: str | None) -> ResolvedModel:
+    """The description of what run= and checkpoint= (as a command or the API gives them) name."""
+    checkpoint = str(checkpoint or "") or None
+    run = str(run) if run else None
     kind = path_kind(checkpoint) if checkpoint else None  # it reads the path: once
     if kind is PathKind.ARGOS:
         raise argos_package_error(checkpoint)

@@ -10,13 +10,13 @@ The defaults and bounds are seq2seq/decoding_defaults.py's, which the translate,
 schemas read too; `DecodingSettings` checks itself as it is made, by the rules of the translate
 config (config.validate_search, validate_sampling), so settings that reach an engine by any way in
 (the commands, `load`, `decoding_with`, the server's requests, distill's teacher) are refused alike,
-with the same one line. `of(cfg)` takes them from a translate config. Imports no torch.
+with the same one line. A translate config becomes them in one place: job.decoding_job. Imports no
+torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from seq2seq import decoding_defaults as default
 from seq2seq.config import TranslateConfig, validate_sampling, validate_search
@@ -49,11 +49,6 @@ class DecodingSettings:
         validate_search(self)
         validate_sampling(self)
 
-    @classmethod
-    def of(cls, cfg: Any, **changes: Any) -> DecodingSettings:
-        """The settings of a translate config (a TranslateConfig or the command's DictConfig of one)."""
-        return cls(**{**_values(cls, cfg), **changes})
-
 
 @dataclass(frozen=True)
 class EngineOptions:
@@ -62,11 +57,3 @@ class EngineOptions:
     device: str = TranslateConfig.device  # auto, cpu, cuda, cuda:N
     threads: int | None = TranslateConfig.threads  # null: one per usable core
     precision: str = TranslateConfig.precision  # auto, fp32, bf16, fp16, int8 (CTranslate2's)
-
-    @classmethod
-    def of(cls, cfg: Any, **changes: Any) -> EngineOptions:
-        return cls(**{**_values(cls, cfg), **changes})
-
-
-def _values(cls: type, cfg: Any) -> dict[str, Any]:
-    return {field.name: getattr(cfg, field.name) for field in fields(cls)}

@@ -23,9 +23,7 @@ from seq2seq.startup import prepare_process
 prepare_process()
 
 import torch
-from omegaconf import DictConfig
 
-from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.engine_api import (
@@ -40,17 +38,18 @@ from seq2seq.inference.engine_api import (
     to_translate,
 )
 from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.job import DecodingJob, decoding_job
 from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
-from seq2seq.inference.settings import DecodingSettings, EngineOptions
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.model.transformer import Transformer
 
 
 class Translator:
     """A loaded model and its tokenizers, set up once, that translates lists of strings (`translate`).
-    `from_config` builds one from a translate config, `load` from a path and keyword settings."""
+    `from_job` builds one from a decoding job (job.py), `load` from a path and keyword settings."""
 
     kind = "torch"  # the engine it is (TranslatorAPI.kind)
     # The Python API's loaders set it: each item one line, one with a line break refused (check_one_line).
@@ -108,20 +107,23 @@ class Translator:
         return other
 
     @classmethod
-    def from_config(cls, cfg: TranslateConfig | DictConfig, model_file: str | None = None) -> Translator:
-        """The Translator that `cfg` describes: run= or checkpoint= (several, comma-separated: an
-        ensemble), device, precision, threads, search or sampling settings, batch size. The PyTorch
-        engine of `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`.
-        `model_file`: the file of run= to read, as resolved (else the run's model file now)."""
-        settings, options = DecodingSettings.of(cfg), EngineOptions.of(cfg)
+    def from_job(cls, job: DecodingJob) -> Translator:
+        """The Translator of a decoding job: its model (run= or checkpoint=, several comma-separated: an
+        ensemble; run= by the model file as resolved, refused where it was written again since), its
+        settings and its device, precision and threads. The PyTorch engine of
+        `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
+        model_file = job.model.unchanged_model_file()
+        settings, options = job.settings, job.options
         device = pick_device(options.device)
         check_precision(options.precision, device)
         if settings.sampling:
             SamplingRule(settings.temperature, settings.top_k, settings.top_p)  # its checks, before loading
-        checkpoints = str(cfg.checkpoint).split(",") if cfg.checkpoint else None
+        checkpoints = job.model.checkpoint.split(",") if job.model.checkpoint else None
         if options.threads is not None:
             torch.set_num_threads(options.threads)
-        model, tokenizers, data = load_model(cfg.run, checkpoints, options.precision, device, settings.beam, model_file)
+        model, tokenizers, data = load_model(
+            job.model.run, checkpoints, options.precision, device, settings.beam, model_file
+        )
         return cls(model, tokenizers, device, settings, ModelLanguages.of(data, tokenizers))
 
     @classmethod
@@ -134,7 +136,7 @@ class Translator:
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key
         (a setting of the wrong type is also a TypeError, a bad value also a ValueError).
         """
-        translator = cls.from_config(decoding_config(path, engine="torch", **settings))
+        translator = cls.from_job(decoding_job(decoding_config(path, engine="torch", **settings)))
         translator.one_line_items = True
         return translator
 

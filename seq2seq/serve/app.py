@@ -28,14 +28,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from seq2seq.config import TranslateConfig, UserError
+from seq2seq.config import UserError
+from seq2seq.inference.settings import DecodingSettings
 from seq2seq.serve.batcher import Batcher, ShuttingDown
 from seq2seq.serve.languages import Languages, Model
 from seq2seq.serve.libretranslate import LibreTranslate
 from seq2seq.serve.native import NativeApi
 from seq2seq.serve.requests import BadRequest, Limits
 from seq2seq.serve.service import ClientGone, Service
-from seq2seq.serve.settings import default_settings
 from seq2seq.serve.spec import spec
 
 log = logging.getLogger("seq2seq.serve")
@@ -61,10 +61,11 @@ class Web:
 
 @dataclass(frozen=True)
 class Served:
-    """One model behind the server: its batcher (which owns its engines) and the settings it decodes with."""
+    """One model behind the server: its batcher (which owns its engines) and the settings it decodes with
+    (its job's: what /translate decodes with, and what a /v1/translate request changes)."""
 
     batcher: Batcher
-    base: TranslateConfig
+    settings: DecodingSettings
     info: ServerInfo
 
 
@@ -87,7 +88,7 @@ def create_app(
     web = web or Web()
     first = served[0]
     info = first.info
-    defaults = default_settings(first.base)
+    defaults = first.settings
     service = Service([model.batcher for model in served], limits, keys)
     languages = Languages([model for m in served for model in _models(m)])
     files_dir = web.files_dir or _temporary_folder()

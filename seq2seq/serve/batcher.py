@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from seq2seq.config import TranslateConfig
 from seq2seq.inference.engine_api import Translation, encode_sources
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.serve.engine_thread import EngineThread
@@ -86,7 +85,7 @@ class Batcher:
     def __init__(
         self,
         load_engines: Callable[[], Engines],
-        base: TranslateConfig,
+        settings: DecodingSettings,
         max_batch_tokens: int,
         max_wait_ms: float,
         engine_thread: EngineThread | None = None,
@@ -95,7 +94,7 @@ class Batcher:
         self._owns_engine_thread = engine_thread is None
         self._engine_thread = engine_thread  # None: start() starts one of its own
         self.engines: Engines  # set by start(), loaded on the engine thread
-        self.base = base
+        self.settings = settings  # the model's own: what /translate decodes with
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000
         self._pending: list[Job] = []
@@ -277,6 +276,13 @@ class Batcher:
             job.finish(self._engine_thread.call(lambda: job.work(self.engines)))
         except Exception as err:  # noqa: BLE001
             job.finish(error=err)
+
+
+def stop_all(batchers: list[Batcher], timeout: float) -> None:
+    """Each batcher stops; together they wait at most `timeout` for batches nobody waits for."""
+    deadline = time.monotonic() + timeout
+    for batcher in batchers:
+        batcher.stop(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class Stats:

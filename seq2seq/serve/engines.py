@@ -12,12 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, cast
 
-from seq2seq.config import TranslateConfig
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI
 from seq2seq.inference.engine_choice import choose_engine
 from seq2seq.inference.engine_loader import load_engine
-from seq2seq.inference.resolved_model import resolve
+from seq2seq.inference.job import DecodingJob
 from seq2seq.inference.settings import DecodingSettings
 
 if TYPE_CHECKING:
@@ -25,10 +24,12 @@ if TYPE_CHECKING:
 
 
 class Engines:
-    def __init__(self, base: TranslateConfig) -> None:
-        self.base = base
-        self.files = resolve(base)  # read once: each request's engine is chosen without the disk
-        self.main = load_engine(base, self.files)
+    def __init__(self, job: DecodingJob) -> None:
+        """`job`: the model's, as the command built it (its model resolved once: each request's engine
+        is chosen without the disk)."""
+        self.job = job
+        self.files = job.model
+        self.main = load_engine(job)
         self.main_kind = self.main.kind
         self._torch: Translator | None = cast("Translator", self.main) if self.main_kind == "torch" else None
         self._kinds: dict[DecodingSettings, str] = {}
@@ -45,8 +46,7 @@ class Engines:
         """The engine seq2seq-translate decodes `settings` with; a forced engine that cannot is a
         UserError (e.g. "config error: engine=ctranslate2: sampling=true ...")."""
         if settings not in self._kinds:
-            cfg = dataclasses.replace(self.base, **dataclasses.asdict(settings))
-            self._kinds[settings] = choose_engine(cfg, self.files).engine
+            self._kinds[settings] = choose_engine(dataclasses.replace(self.job, settings=settings)).engine
         return self._kinds[settings]
 
     def for_settings(self, settings: DecodingSettings) -> TranslatorAPI:
@@ -58,7 +58,10 @@ class Engines:
     def torch(self) -> Translator:
         """PyTorch's Translator for this model, loaded on first use."""
         if self._torch is None:
-            precision = "auto" if self.base.precision == "int8" else self.base.precision  # int8 is CTranslate2's
-            engine = load_engine(dataclasses.replace(self.base, engine="torch", precision=precision), self.files)
-            self._torch = cast("Translator", engine)
+            options = self.job.options
+            precision = "auto" if options.precision == "int8" else options.precision  # int8 is CTranslate2's
+            torch_job = dataclasses.replace(
+                self.job, engine="torch", options=dataclasses.replace(options, precision=precision)
+            )
+            self._torch = cast("Translator", load_engine(torch_job))
         return self._torch

@@ -14,7 +14,7 @@ from seq2seq.serve.attention import cross_attention
 from seq2seq.serve.languages import Languages, Model
 from seq2seq.serve.requests import NATIVE_KEYS, BadRequest, Limits, lines_of
 from seq2seq.serve.service import Service
-from seq2seq.serve.settings import default_settings, settings_from_request
+from seq2seq.serve.settings import settings_from_request
 
 
 class NativeApi:
@@ -50,7 +50,9 @@ class NativeApi:
         prefixes = _prefixes(body, len(texts), listed)
         vocabulary = model.batcher.engines.tokenizers.tgt.get_vocab_size()
         try:
-            settings = settings_from_request(body, model.base, vocabulary, prefixes is not None, self.limits.max_beam)
+            settings = settings_from_request(
+                body, model.settings, vocabulary, prefixes is not None, self.limits.max_beam
+            )
         except UserError as err:
             raise BadRequest(str(err)) from err
         results = await self.service.decode(request, model.batcher, texts, direction.settings(settings), prefixes)
@@ -68,7 +70,7 @@ class NativeApi:
         batcher = model.batcher
         if not batcher.engines.has_torch_weights():
             raise BadRequest(f"no attention maps: {model.info.model} has no PyTorch weights (serve run=<run dir>)")
-        settings = direction.settings(default_settings(model.base))
+        settings = direction.settings(model.settings)
         ((best, *_),) = await self.service.decode(request, batcher, texts, settings)
         data = await batcher.run_alone(
             lambda engines: cross_attention(engines, texts[0], best.tokens, settings.src_lang, settings.tgt_lang)

@@ -1,6 +1,6 @@
-"""`serve(cfg)`, the work of `seq2seq-serve` on the config it has validated: read the API keys, check
-that the models exist, bind the port, load the engine once, run the app on uvicorn until SIGTERM or
-Ctrl-C, then finish the requests in flight and return.
+"""`serve(plan)`, the work of `seq2seq-serve` on the plan its command built (plan.py): read the API
+keys, check that the models exist, bind the port, load the engine once, run the app on uvicorn until
+SIGTERM or Ctrl-C, then finish the requests in flight and return.
 
 The port is bound before the model loads, so a port in use is a one-line error at once, and the
 socket is handed to uvicorn, so nothing can take the port in between.
@@ -16,7 +16,6 @@ import signal
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,33 +23,31 @@ from typing import Any
 import uvicorn
 
 from seq2seq.artifacts.path_kind import check_named_models_exist
-from seq2seq.config import UserError, serve_translate_config
+from seq2seq.config import UserError
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app
-from seq2seq.serve.batcher import Batcher
+from seq2seq.serve.batcher import Batcher, stop_all
 from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
-from seq2seq.serve.requests import Limits
-from seq2seq.serve.slow_requests import with_receive_deadline
+from seq2seq.serve.plan import ModelPlan, ServePlan
+from seq2seq.serve.slow_requests import ANSWER_SECONDS, uvicorn_config
 
 log = logging.getLogger("seq2seq.serve")
 SUMMARY_SECONDS = 60
-# After the drain time, the requests refused then still need their answers written: uvicorn's own
-# deadline (after which it cancels what is left, and a client would get no JSON) comes this much later.
-ANSWER_SECONDS = 5
 
 
-def serve(cfg: Any) -> None:
-    """`cfg`: a ServeConfig that seq2seq-serve has validated (validate_serve)."""
-    keys = read_keys(Path(cfg.api_keys_file)) if cfg.api_keys_file else None
-    check_models_exist(cfg)  # a model not there is what the user typed wrong, not the port it would use
-    listener = bind(cfg.host, cfg.port)
+def serve(plan: ServePlan) -> None:
+    """`plan`: what seq2seq-serve built of its config, validated (cli/serve.py)."""
+    keys = read_keys(Path(plan.api_keys_file)) if plan.api_keys_file else None
+    check_models_exist(plan)  # a model not there is what the user typed wrong, not the port it would use
+    listener = bind(plan.host, plan.port)
     engine_thread = EngineThread()  # every model's PyTorch work, on one thread (engine_thread.py)
-    served = [_load(cfg, engine_thread)]  # the first model: run= (or checkpoint=), with source_lang/target_lang
+    first, *further = plan.models
+    served = [_load(plan, first, engine_thread)]  # run= (or checkpoint=), with source_lang/target_lang
     try:
-        for run in cfg.runs:  # each further model has its own batcher and engines, on the same engine thread
-            served.append(_load(_with_run(cfg, str(run)), engine_thread))
+        for model in further:  # each further model has its own batcher and engines, on the same engine thread
+            served.append(_load(plan, model, engine_thread))
     except BaseException:
-        _stop([model.batcher for model in served])
+        stop_all([model.batcher for model in served], ANSWER_SECONDS)
         engine_thread.stop()
         raise
     batchers = [model.batcher for model in served]
@@ -65,79 +62,53 @@ def serve(cfg: Any) -> None:
             for summary in summaries:
                 summary.cancel()
             # uvicorn has waited for the requests in flight, each answered by the drain time at the latest.
-            _stop(batchers)
+            stop_all(batchers, ANSWER_SECONDS)
             log.info("stopped")
 
-    limits = Limits(cfg.max_request_lines, cfg.max_line_chars, cfg.max_beam)
+    drain = plan.drain_seconds
     files = tempfile.TemporaryDirectory(prefix="seq2seq-serve-files-")  # translated files, removed at exit
-    web = Web(tuple(cfg.cors_origins), Path(files.name), cfg.max_file_bytes)
-    app = create_app(served, limits, keys, lifespan, web)
-    server = _Server(uvicorn_config(app, cfg.drain_seconds, cfg.receive_seconds))
-    server.on_exit = lambda: [batcher.drain(cfg.drain_seconds) for batcher in batchers]
+    web = Web(plan.cors_origins, Path(files.name), plan.max_file_bytes)
+    app = create_app(served, plan.limits, keys, lifespan, web)
+    server = _Server(uvicorn_config(app, drain, plan.receive_seconds))
+    server.on_exit = lambda: [batcher.drain(drain) for batcher in batchers]
     # Logged once uvicorn listens: a client that reads this line can connect (the tests do).
     models = ", ".join(f"{m.info.model} ({m.info.engine}, {_pairs(m.info)})" for m in served)
     server.ready_message = f"serving {models} on http://{address[0]}:{address[1]}"
     try:
         server.run(sockets=[listener])
     finally:
-        _stop(batchers)  # already stopped by the lifespan, unless uvicorn failed first
+        stop_all(batchers, ANSWER_SECONDS)  # already stopped by the lifespan, unless uvicorn failed first
         engine_thread.stop()
         files.cleanup()
     if not server.started:
         raise UserError("the server did not start (see the log above)")
 
 
-def uvicorn_config(app: Any, drain_seconds: float, receive_seconds: float) -> uvicorn.Config:
-    """How uvicorn runs the app: our logging, the drain after SIGTERM, the deadline of a request that
-    arrives too slowly (slow_requests.py)."""
-    return uvicorn.Config(
-        app,
-        http=with_receive_deadline(receive_seconds),
-        log_config=None,  # our logging (stderr), not uvicorn's
-        access_log=False,  # one line per batch at debug and a summary per minute instead
-        timeout_graceful_shutdown=drain_seconds + ANSWER_SECONDS,
-        lifespan="on",
-        loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
-    )
-
-
-def _load(cfg: Any, engine_thread: EngineThread | None = None) -> Served:
-    """One model's batcher, started: its engines loaded on `engine_thread` (None: one of its own)."""
-    base = serve_translate_config(cfg)
-    batcher = Batcher(lambda: Engines(base), base, cfg.max_batch_tokens, cfg.max_wait_ms, engine_thread)
+def _load(plan: ServePlan, model: ModelPlan, engine_thread: EngineThread | None = None) -> Served:
+    """One of the plan's models, its batcher started: its engines loaded on `engine_thread` (None: one
+    of its own)."""
+    job = model.job
+    batcher = Batcher(lambda: Engines(job), job.settings, plan.max_batch_tokens, plan.max_wait_ms, engine_thread)
     batcher.start()  # loads the model on the engine thread, the only one that runs PyTorch
+    name = str(job.model.run or job.model.checkpoint)  # the model as given
     tags = batcher.engines.main.languages.tags
     if tags is not None:  # a multilingual model: each direction it was trained on, by its tag
         try:
-            directions = tags.client_directions(cfg.source_lang, cfg.target_lang)  # NLLB's eng_Latn as en
+            directions = tags.client_directions(model.source_lang, model.target_lang)  # NLLB's eng_Latn as en
         except UserError:
             batcher.stop()  # its thread and model go with the refusal
             raise
         source, target = directions[0].split("-")
-        info = ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target, directions)
-        return Served(batcher, base, info)
-    model = batcher.engines.main.languages
-    source, target = languages(cfg, model.src_lang, model.tgt_lang)
-    return Served(batcher, base, ServerInfo(str(cfg.run or cfg.checkpoint), batcher.engines.name, source, target))
+        info = ServerInfo(name, batcher.engines.name, source, target, directions)
+        return Served(batcher, job.settings, info)
+    own = batcher.engines.main.languages
+    source, target = languages(model, own.src_lang, own.tgt_lang)
+    return Served(batcher, job.settings, ServerInfo(name, batcher.engines.name, source, target))
 
 
 def _pairs(info: ServerInfo) -> str:
     directions = info.directions or (f"{info.source}-{info.target}",)
     return ", ".join(name.replace("-", " -> ") for name in directions)
-
-
-def _with_run(cfg: Any, run: str) -> Any:
-    """The server's settings for a further model: its run, and the languages its run says."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.merge(cfg, {"run": run, "checkpoint": None, "source_lang": None, "target_lang": None})
-
-
-def _stop(batchers: list[Batcher]) -> None:
-    """Each batcher stops; together they wait at most ANSWER_SECONDS for batches nobody waits for."""
-    deadline = time.monotonic() + ANSWER_SECONDS
-    for batcher in batchers:
-        batcher.stop(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class _Server(uvicorn.Server):
@@ -200,10 +171,10 @@ def bind(host: str, port: int) -> socket.socket:
     return listener
 
 
-def check_models_exist(cfg: Any) -> None:
+def check_models_exist(plan: ServePlan) -> None:
     """Each model named is there: checked before the port is bound, so that a run typed wrong is what
     the user hears of, not the default port being taken."""
-    check_named_models_exist([cfg.run, *cfg.runs] if cfg.run else list(cfg.runs), cfg.checkpoint)
+    check_named_models_exist([model.job.model.run for model in plan.models], plan.models[0].job.model.checkpoint)
 
 
 def read_keys(path: Path) -> list[str]:
@@ -218,20 +189,23 @@ def read_keys(path: Path) -> list[str]:
     return keys
 
 
-def languages(cfg: Any, recorded_source: str | None = None, recorded_target: str | None = None) -> tuple[str, str]:
+def languages(
+    model: ModelPlan, recorded_source: str | None = None, recorded_target: str | None = None
+) -> tuple[str, str]:
     """source_lang/target_lang, else the languages the model itself records (its checkpoint's or
     export's data.src_lang/tgt_lang: a model served from anywhere, each of several models its own), else
     the data.src_lang/tgt_lang of the run's .hydra/config.yaml."""
-    source, target = cfg.source_lang, cfg.target_lang
+    source, target = model.source_lang, model.target_lang
+    run, checkpoint = model.job.model.run, model.job.model.checkpoint
     if source and target:
         return source, target
     if recorded_source and recorded_target:
         return source or recorded_source, target or recorded_target
     candidates = []
-    if cfg.run:
-        candidates.append(Path(cfg.run))
-    if cfg.checkpoint:
-        found = Path(cfg.checkpoint)
+    if run:
+        candidates.append(Path(run))
+    if checkpoint:
+        found = Path(checkpoint)
         candidates += [found, found.parent, found.parent.parent]
     for directory in candidates:
         saved = directory / ".hydra" / "config.yaml"

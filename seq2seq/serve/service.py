@@ -22,7 +22,6 @@ from seq2seq.serve.batcher import Batcher
 from seq2seq.serve.languages import Route
 from seq2seq.serve.requests import BadRequest, Limits, check_keys, check_unicode, merged, parse_json
 from seq2seq.serve.sentences import Line, split_line
-from seq2seq.serve.settings import default_settings
 
 DISCONNECT_POLL_SECONDS = 0.05  # how often a waiting request checks that its client is still there
 
@@ -103,7 +102,7 @@ class Service:
         decoded: list[Any] = []
         if sentences:
             for model in route.models[:-1]:
-                first = model.settings(default_settings(model.decoder.base))  # the server's search, one translation
+                first = model.settings(model.decoder.settings)  # the server's search, one translation
                 sentences = [best.text for best, *_ in await self.decode(request, model.decoder, sentences, first)]
             last = route.models[-1]
             decoded = await self.decode(request, last.decoder, sentences, last.settings(settings))

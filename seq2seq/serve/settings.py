@@ -12,38 +12,31 @@ import math
 import typing
 from typing import Any
 
-from seq2seq.config import TranslateConfig, UserError
+from seq2seq.config import UserError
 from seq2seq.inference.engine_api import check_beam_fits
 from seq2seq.inference.settings import DecodingSettings
 
-# What /v1/translate may set, and the TranslateConfig key each one is.
+# What /v1/translate may set: DecodingSettings' fields, of their types.
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")
-_TYPES = {key: typing.get_type_hints(TranslateConfig)[key] for key in OPTIONS}  # the schema's types
+_TYPES = {key: typing.get_type_hints(DecodingSettings)[key] for key in OPTIONS}
 SEARCH_SIZES = ("beam", "nbest")  # what a request's decoding costs grows with: bounded by max_beam
 LIMITS = ("max_len_a", "max_len_b", "batch_size")  # the server's own: no request sets them
 
 
-def default_settings(cfg: TranslateConfig) -> DecodingSettings:
-    """The server's own search: its beam, length penalty and limits, one translation, no sampling."""
-    return DecodingSettings(
-        beam=cfg.beam, length_penalty=cfg.length_penalty, **{key: getattr(cfg, key) for key in LIMITS}
-    )
-
-
 def settings_from_request(
-    body: dict[str, Any], base: TranslateConfig, vocabulary: int, prefix: bool, max_beam: int
+    body: dict[str, Any], server: DecodingSettings, vocabulary: int, prefix: bool, max_beam: int
 ) -> DecodingSettings:
-    """The settings a /v1/translate body asks for over the server's; a wrong type or value is a
-    UserError with the config's one-line message (e.g. "config error: beam=0: must be positive"):
+    """The settings a /v1/translate body asks for over `server`'s (its model's job's); a wrong type or
+    value is a UserError with the config's one-line message (e.g. "config error: beam=0: must be positive"):
     DecodingSettings checks itself by the rules of every way in. Only the server's own bounds are
     kept here (max_beam, finite numbers from JSON, which no command line can spell: NaN, 1e999)."""
-    values = {key: getattr(base, key) for key in OPTIONS}
+    values = {key: getattr(server, key) for key in OPTIONS}
     for key in OPTIONS:
         if key in body:
             values[key] = _typed(key, body[key])
             if key in SEARCH_SIZES and values[key] > max_beam:
                 raise UserError(f"config error: {key}={values[key]}: must be at most max_beam={max_beam}")
-    limits = {key: getattr(base, key) for key in LIMITS}
+    limits = {key: getattr(server, key) for key in LIMITS}
     settings = DecodingSettings(**values, **limits, prefix=prefix)
     if not settings.sampling:
         check_beam_fits(settings.beam, vocabulary)

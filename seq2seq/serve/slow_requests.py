@@ -6,6 +6,7 @@ were served). Nor can ASGI middleware help with a head, since the app is called 
 So uvicorn's HTTP protocol (httptools' where installed, else h11's) is given a deadline: a request's
 head must arrive whole within `seconds` of its first byte (of the connection, for its first request),
 and its body may pause no longer than `seconds` between two reads. docs/serve.md states the bound.
+`uvicorn_config` is the whole of how the server runs uvicorn, this protocol included.
 """
 
 from __future__ import annotations
@@ -90,3 +91,24 @@ def with_receive_deadline(seconds: float, protocol: type | None = None) -> type:
             self.transport.close()
 
     return ReceiveDeadline
+
+
+# After the drain time, the requests refused then still need their answers written: uvicorn's own
+# deadline (after which it cancels what is left, and a client would get no JSON) comes this much later.
+ANSWER_SECONDS = 5
+
+
+def uvicorn_config(app: Any, drain_seconds: float, receive_seconds: float) -> Any:
+    """How uvicorn runs the app: our logging, the drain after SIGTERM, the deadline of a request that
+    arrives too slowly (with_receive_deadline)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        http=with_receive_deadline(receive_seconds),
+        log_config=None,  # our logging (stderr), not uvicorn's
+        access_log=False,  # one line per batch at debug and a summary per minute instead
+        timeout_graceful_shutdown=drain_seconds + ANSWER_SECONDS,
+        lifespan="on",
+        loop="asyncio",  # not uvloop: after a graceful SIGTERM it still ended the process by the signal
+    )
