@@ -15,6 +15,7 @@ from conftest import TINY_TRAIN, compose_config
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.batching import Batch, EpochBatches
+from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.pipeline import StreamingStats, cache_key, prepare_data
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import EOS_ID
@@ -65,7 +66,7 @@ def expected_pairs(cfg: DataConfig, tokenizers) -> Counter:
 
 
 def stream(cfg: DataConfig, tokenizers) -> StreamingBatches:
-    return StreamingBatches(cfg, tokenizers, batch_tokens=64, seed=5, max_positions=64)
+    return StreamingBatches(plan_corpus(cfg), tokenizers, batch_tokens=64, seed=5, max_positions=64)
 
 
 def one_epoch(streams: list[StreamingBatches]) -> Counter:
@@ -155,7 +156,8 @@ def test_a_resumed_stream_refuses_another_batch_tokens_or_seed(prepared, key: st
     cfg, data = prepared
     state = stream(cfg, data.tokenizers).state_dict()
     changed = {"batch_tokens": 64, "seed": 5, key: value}
-    resumed = StreamingBatches(cfg, data.tokenizers, changed["batch_tokens"], changed["seed"], max_positions=64)
+    corpus = plan_corpus(cfg)
+    resumed = StreamingBatches(corpus, data.tokenizers, changed["batch_tokens"], changed["seed"], max_positions=64)
     with pytest.raises(UserError, match=rf"^resume: {key}={value} differs from the checkpoint's {key}={state[key]},"):
         resumed.load_state_dict(state)
 

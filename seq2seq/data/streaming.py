@@ -17,10 +17,11 @@ from itertools import chain, islice
 
 import numpy as np
 
-from seq2seq.config import DataConfig, UserError
+from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, check_same_stream, collate, make_batches
 from seq2seq.data.cleaning import CleaningReport
 from seq2seq.data.corpora import iter_training_rows
+from seq2seq.data.corpus_plan import CorpusPlan
 from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
 from seq2seq.data.tokenizer import BOS_ID, Tokenizers
 
@@ -35,7 +36,7 @@ def token_column(rows: list[list[int]]) -> TokenColumn:
 class StreamingBatches:
     def __init__(
         self,
-        cfg: DataConfig,
+        corpus: CorpusPlan,
         tokenizers: Tokenizers,
         batch_tokens: int,
         seed: int,
@@ -43,7 +44,8 @@ class StreamingBatches:
         start_id: int = BOS_ID,
         pad_multiple: int = 1,
     ) -> None:
-        self.cfg, self.tokenizers, self.start_id, self.pad_multiple = cfg, tokenizers, start_id, pad_multiple
+        self.corpus, self.tokenizers, self.start_id, self.pad_multiple = corpus, tokenizers, start_id, pad_multiple
+        self.data = corpus.data  # the filters and the buffer size
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
         self.epoch, self.buffer, self.position = 1, 0, 0
@@ -59,30 +61,32 @@ class StreamingBatches:
         """Opens the corpus for `epoch` and loads buffer number `buffer` (0-based)."""
         self.epoch, self.buffer, self.position = epoch, buffer - 1, 0
         # data.clean's rules on the way, afresh each epoch (the duplicates of this pass, counted anew)
-        self._pairs = iter_training_rows(self.cfg, {}, CleaningReport())
+        self._pairs = iter_training_rows(
+            self.corpus.streams, self.data.clean_settings, self.corpus.languages, {}, CleaningReport()
+        )
         for _ in range(buffer):  # resuming: skip the lines of the buffers already trained on
-            for _pair in islice(self._pairs, self.cfg.stream_buffer_pairs):
+            for _pair in islice(self._pairs, self.data.stream_buffer_pairs):
                 pass
         if not self._next_buffer():
             raise UserError(
-                f"no training pair to stream from buffer {buffer} on (data.max_tokens={self.cfg.max_tokens}, "
-                f"data.max_length_ratio={self.cfg.max_length_ratio}, data.stream_buffer_pairs="
-                f"{self.cfg.stream_buffer_pairs})"
+                f"no training pair to stream from buffer {buffer} on (data.max_tokens={self.data.max_tokens}, "
+                f"data.max_length_ratio={self.data.max_length_ratio}, data.stream_buffer_pairs="
+                f"{self.data.stream_buffer_pairs})"
             )
 
     def _next_buffer(self) -> bool:
         """Reads, tokenizes and batches the next buffer; False at the end of the corpus."""
-        while read := list(islice(self._pairs, self.cfg.stream_buffer_pairs)):
+        while read := list(islice(self._pairs, self.data.stream_buffer_pairs)):
             self.buffer += 1
             early = {"dropped_empty": 0, "dropped_too_long": 0}
-            pairs = list(drop_by_text(read, self.cfg.max_tokens, early))  # before the slow tokenizer
+            pairs = list(drop_by_text(read, self.data.max_tokens, early))  # before the slow tokenizer
             self.dropped += len(read) - len(pairs)
             sources = self.tokenizers.encode_src([s for s, _ in pairs])
             targets = self.tokenizers.encode_tgt([t for _, t in pairs])
             kept = [
                 (s, t)
                 for s, t in zip(sources, targets, strict=True)
-                if keep_pair(len(s), len(t), self.cfg.max_tokens, self.cfg.max_length_ratio) is None
+                if keep_pair(len(s), len(t), self.data.max_tokens, self.data.max_length_ratio) is None
             ]
             self.dropped += len(pairs) - len(kept)
             if not kept:
