@@ -54,11 +54,12 @@ def student_tokenizers(teacher_data: dict[str, Any], vocab: int, corpus: list[Pa
     tags), on `corpus`, as training makes them."""
     from seq2seq.config import DataConfig
     from seq2seq.data.corpus import iter_lines
+    from seq2seq.data.corpus_plan import TokenizerPlan
     from seq2seq.data.pipeline import train_tokenizers
 
     known = {k: v for k, v in teacher_data.items() if k in DataConfig.__dataclass_fields__}
     cfg = DataConfig(**{**known, "vocab_size": vocab})
-    return train_tokenizers(cfg, iter_lines(corpus[0]), iter_lines(corpus[1]), directory)
+    return train_tokenizers(TokenizerPlan.of(cfg), iter_lines(corpus[0]), iter_lines(corpus[1]), directory)
 
 
 def export_random(payload: dict[str, Any], model_cfg: Any, tokenizers: Any, out: Path) -> int:

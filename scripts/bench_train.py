@@ -120,7 +120,7 @@ def build_trainer(args: argparse.Namespace, batch_tokens: int, model: str | None
     torch.set_num_threads(args.threads)
     torch.manual_seed(cfg.seed)
     data = prepare_data(cfg.data)
-    return Trainer(cfg, Path(args.run_dir), data, torch.device(args.device), DistContext())
+    return Trainer.from_config(cfg, Path(args.run_dir), data, torch.device(args.device), DistContext())
 
 
 def _recorded(batches: list, used: list[np.ndarray]) -> list:
@@ -191,7 +191,7 @@ def batch_make_seconds(trainer: Trainer, updates: int) -> float:
     state = stream.state_dict()
     start = time.perf_counter()
     for _ in range(updates):
-        for batch in stream.next_update(1, 0, trainer.cfg.accum_steps):
+        for batch in stream.next_update(1, 0, trainer.loop.accum_steps):
             batch.to(trainer.device)
     synchronize(str(trainer.device))
     seconds = (time.perf_counter() - start) / updates
@@ -205,7 +205,7 @@ def counts(trainer: Trainer, updates: int = 3) -> dict[str, float]:
     step = trainer.train_step
     result = {
         **operator_calls_per_update(step, updates),
-        **host_reads_per_update(step, trainer.cfg.log_every, trainer.device),
+        **host_reads_per_update(step, trainer.loop.log_every, trainer.device),
     }
     if trainer.device.type == "cuda":
         result.update(gpu_time_per_update(step, max(updates, 5)))
@@ -224,8 +224,8 @@ def gpu_code_path_counts(trainer: Trainer, updates: int = 3) -> dict[str, float]
 
 def epoch_batches(trainer: Trainer, multiple: int) -> list[np.ndarray]:
     """The first epoch's batches as training makes them, padded to `multiple`."""
-    stream, rng = trainer.stream, np.random.default_rng([trainer.cfg.seed, 1])
-    return make_batches(stream.src_len, stream.tgt_len, trainer.cfg.batch_tokens, rng, multiple)
+    stream, rng = trainer.stream, np.random.default_rng([trainer.loop.seed, 1])
+    return make_batches(stream.src_len, stream.tgt_len, trainer.loop.batch_tokens, rng, multiple)
 
 
 def epoch_shapes(trainer: Trainer) -> list[dict]:

@@ -233,20 +233,20 @@ def compiled_graphs_per_epoch(trainer: Any, batches: list[np.ndarray], multiple:
     from seq2seq.data.batching import collate
     from seq2seq.train.compiled_update import CompiledUpdate
 
-    stream, cfg, update = trainer.stream, trainer.cfg, trainer.update
+    stream, update = trainer.stream, trainer.update
     first_of_shape: dict[tuple[int, int, int], np.ndarray] = {}
     for indices in batches:
         first_of_shape.setdefault(batch_shape(stream.src_len, stream.tgt_len, indices, multiple), indices)
     torch._dynamo.reset()
     counters.clear()
     compiled = CompiledUpdate(
-        trainer.objective, update.parameters, update.optimizer, cfg.optim.clip_norm, update.autocast, None
+        trainer.objective, update.parameters, update.optimizer, update.parts.optim.clip_norm, update.autocast, None
     )
     compiled._last = torch.compile(compiled._last_pass_and_step, backend="eager")
     trainer.objective.train()
     began = time.perf_counter()
     for indices in first_of_shape.values():
-        batch = collate(trainer.data.train, indices, cfg.model.max_positions, pad_multiple=multiple)
+        batch = collate(trainer.data.train, indices, trainer.parts.batches.max_positions, pad_multiple=multiple)
         batch = batch.to(trainer.device)
         lr = update.optimizer.next_rate()
         compiled.last_pass_and_step(batch, 1.0 / batch.tgt_tokens, torch.zeros((), device=trainer.device), lr)

@@ -186,13 +186,13 @@ def test_no_update_after_recipe_auto_names_the_recipe_to_give(tmp_path, slow_mac
     import seq2seq.train.run as run
     from seq2seq.config import UserError
 
-    prepare = run.prepare_data
+    prepare = run.prepare_corpus
 
     def slow_preparation(*args, **kwargs):
         slow_machine.now += 90.0
         return prepare(*args, **kwargs)
 
-    monkeypatch.setattr(run, "prepare_data", slow_preparation)
+    monkeypatch.setattr(run, "prepare_corpus", slow_preparation)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "notes.txt").write_text("mine")
     recipes = "recipes=[{name: only, overrides: ['model.dropout=0.2']}]"

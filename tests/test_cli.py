@@ -341,14 +341,14 @@ def test_train_validates_its_config_once(tmp_path: Path, run_main, monkeypatch: 
     # The command checked the composed config before Hydra ran, then train() checked it again.
     import seq2seq.cli.train as command
     import seq2seq.config as config
-    import seq2seq.train.run as run
+    import seq2seq.train.plan as plan
 
     calls = []
     for name in ("validate_train", "validate_recipes"):
         real = getattr(config, name)
         counting = lambda cfg, real=real, name=name: calls.append(name) or real(cfg)  # noqa: E731
         monkeypatch.setattr(command, name, counting)
-        monkeypatch.setattr(run, name, counting)
+        monkeypatch.setattr(plan, name, counting)
     result = run_main(["seq2seq-train", *TINY_RUN, "max_steps=1", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert calls == ["validate_train", "validate_recipes"]

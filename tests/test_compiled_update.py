@@ -31,6 +31,7 @@ from seq2seq.train.distributed import DistContext
 from seq2seq.train.flat_parameters import FlatParameters
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.update import Update, training_model
 
 
@@ -66,7 +67,8 @@ def test_the_whole_update_traces_into_one_graph() -> None:
 def make_update(cfg: DictConfig, data: PreparedData) -> Update:
     torch.manual_seed(0)
     cpu = torch.device("cpu")
-    return Update(cfg, training_model(cfg, data, cpu), cpu, DistContext(), "fp32", lambda step: 0.0)
+    parts = TrainingParts.of(cfg, cpu)
+    return Update(parts.update, training_model(parts.model, data, cpu), cpu, DistContext(), "fp32", lambda step: 0.0)
 
 
 def config(compile_: bool, overrides: list[str] = ()) -> DictConfig:

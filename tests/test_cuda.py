@@ -44,7 +44,7 @@ def test_a_real_out_of_memory_is_survived_by_splitting_the_batch(tmp_path: Path)
     same gradients up to the order of the sums, and the update is made."""
     trainer = make_trainer(tmp_path, CUDA, ["model=small", "precision=fp32", "data.task_train_size=3000"])
     sentences = np.arange(3000)
-    batch = collate(trainer.data.train, sentences, trainer.cfg.model.max_positions)
+    batch = collate(trainer.data.train, sentences, trainer.parts.model.config.max_positions)
     whole_peak, (expected_loss, _) = _reserved_peak(trainer, [batch.to(CUDA)])
     expected = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters()}
     half_peak, _ = _reserved_peak(trainer, [b.to(CUDA) for b in split_batch(batch)])
@@ -91,7 +91,7 @@ def test_training_attention_runs_no_cudnn_kernel(tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     trainer = make_trainer(tmp_path, CUDA, ["precision=bf16"])
-    batch = collate(trainer.data.train, np.arange(16), trainer.cfg.model.max_positions).to(CUDA)
+    batch = collate(trainer.data.train, np.arange(16), trainer.parts.model.config.max_positions).to(CUDA)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiled, trainer.update.autocast():
         loss, _ = trainer.objective(batch.src, batch.tgt_in, batch.tgt_out)
         loss.backward()
@@ -119,10 +119,10 @@ def test_every_training_attention_call_may_run_flash_or_memory_efficient_attenti
 
     monkeypatch.setattr(kernels.F, "scaled_dot_product_attention", recording)
     trainer = make_trainer(tmp_path, CUDA, ["precision=bf16"])
-    batch = collate(trainer.data.train, np.arange(16), trainer.cfg.model.max_positions).to(CUDA)
+    batch = collate(trainer.data.train, np.arange(16), trainer.parts.model.config.max_positions).to(CUDA)
     with trainer.update.autocast():
         trainer.objective(batch.src, batch.tgt_in, batch.tgt_out)
-    layers = trainer.cfg.model.encoder_layers + 2 * trainer.cfg.model.decoder_layers
+    layers = trainer.parts.model.config.encoder_layers + 2 * trainer.parts.model.config.decoder_layers
     assert len(calls) == layers
     assert any(call.is_causal for call in calls)  # the decoder's self-attention reached SDPA as causal
     for call in calls:
@@ -138,7 +138,7 @@ def test_fp16_overflow_is_skipped_by_the_scaler_and_training_goes_on(tmp_path: P
     parameter moves, Adam's moments stay zero), the scaler halves its scale, and later updates train."""
     trainer = make_trainer(tmp_path, CUDA, ["precision=fp16", "data.task_train_size=400"])
     assert trainer.scaler.is_enabled()
-    fixed = collate(trainer.data.train, np.arange(64), trainer.cfg.model.max_positions)
+    fixed = collate(trainer.data.train, np.arange(64), trainer.parts.model.config.max_positions)
     trainer.stream.next_update = lambda *_args: [fixed]
     trainer.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**60)  # the backward overflows fp16 (6.5e4)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}

@@ -69,7 +69,7 @@ def one_update(micro_batches: list[np.ndarray], out: str, dist: DistContext) -> 
     cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(micro_batches)}"])
     data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
     torch.manual_seed(0)  # the same initial weights on every rank
-    trainer = Trainer(cfg, Path(out).parent, data, torch.device("cpu"), dist)
+    trainer = Trainer.from_config(cfg, Path(out).parent, data, torch.device("cpu"), dist)
     allreduces = []
     if dist.enabled:
 
@@ -249,7 +249,7 @@ def slow_rank_zero_run(rank: int, world_size: int, port: int, run_dir: str, cach
     os.environ["SEQ2SEQ_CACHE"] = cache
     torch.set_num_threads(1)
     if rank == 0:
-        prepare, validate = run.prepare_data, LoopTrainer.validate
+        prepare, validate = run.prepare_corpus, LoopTrainer.validate
 
         def slow_prepare(*args, **kwargs):
             time.sleep(seconds)
@@ -259,7 +259,7 @@ def slow_rank_zero_run(rank: int, world_size: int, port: int, run_dir: str, cach
             time.sleep(seconds)
             return validate(self)
 
-        run.prepare_data = slow_prepare
+        run.prepare_corpus = slow_prepare
         LoopTrainer.validate = slow_validate
     overrides = [*OVERRIDES, "max_steps=4", "valid_every=2", "progress=false", "dist_timeout_minutes=0.05"]
     summary = run.train(compose_config("train", overrides), Path(run_dir))

@@ -49,7 +49,7 @@ def make_trainer(setup: tuple, tmp_path: Path, batches: list[Batch]) -> Trainer:
     """A trainer whose every update is made from `batches` (its micro-batches), from seed-0 weights."""
     cfg, data = setup
     torch.manual_seed(0)
-    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    trainer = Trainer.from_config(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
     trainer.stream.next_update = lambda *_args: list(batches)
     return trainer
 
@@ -169,7 +169,7 @@ def test_updates_are_read_back_every_log_every_updates(setup, tmp_path):
     cfg, data = setup
     cfg = cfg.copy()
     cfg.log_every = 5
-    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    trainer = Trainer.from_config(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
     trainer.stream.next_update = lambda *_args: [batch_of(data, np.arange(0, 8))]
     poison(trainer, set(range(3, 100)), "nan_loss")
     for _ in range(4):
@@ -248,7 +248,7 @@ def test_a_validation_whose_loss_is_nan_is_never_the_best(setup, tmp_path, caplo
     assert "(new best)" not in caplog.text
     # Nor after a finite best, whatever the diverged weights' other metrics say.
     trainer.best = {"value": -1.0, "step": 2}
-    assert not trainer.improved({**trainer.last_metrics, trainer.cfg.best_metric: 100.0})
+    assert not trainer.improved({**trainer.last_metrics, trainer.loop.best_metric: 100.0})
 
 
 # --- out of memory --------------------------------------------------------------------------------
@@ -405,7 +405,7 @@ def fp16_trainer(setup: tuple, tmp_path: Path, batches: list[Batch], monkeypatch
     cfg.precision = "fp16"
     torch.manual_seed(0)
     fp16 = PrecisionChoice("fp16", "test on a CPU")
-    trainer = Trainer(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext(), precision=fp16)
+    trainer = Trainer.from_config(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext(), precision=fp16)
     trainer.stream.next_update = lambda *_args: list(batches)
     assert trainer.scaler.is_enabled()
     return trainer

@@ -185,6 +185,8 @@ def test_the_trainer_is_given_its_precision_and_leaves_the_config_alone(tmp_path
 
     cfg = compose_config("train", [*TINY_TRAIN, "precision=auto"])
     given = precision.PrecisionChoice("fp32", "given by the test")
-    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext(), precision=given)
+    trainer = Trainer.from_config(
+        cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext(), precision=given
+    )
     assert cfg.precision == "auto" and trainer.precision == "fp32" and trainer.precision_choice is given
     assert trainer.training_state().config["precision"] == "fp32"

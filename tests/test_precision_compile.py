@@ -34,11 +34,11 @@ def make_trainer(tmp_path: Path, device: torch.device, overrides: list[str]) -> 
     cfg = compose_config("train", [*OVERRIDES, *overrides])
     data = prepare_data(cfg.data)
     torch.manual_seed(0)
-    return Trainer(cfg, tmp_path, data, device, DistContext())
+    return Trainer.from_config(cfg, tmp_path, data, device, DistContext())
 
 
 def loss_and_grads(module: torch.nn.Module, trainer: Trainer, device: torch.device) -> tuple[float, dict]:
-    batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions).to(device)
+    batch = collate(trainer.data.train, SENTENCES, trainer.parts.model.config.max_positions).to(device)
     trainer.model.zero_grad(set_to_none=True)
     with trainer.update.autocast():
         loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
@@ -98,8 +98,8 @@ def test_compiled_objective_gives_the_eager_loss_and_gradients(
     # and brings its own exp and log: the same function up to reordered float32 sums. The loss sums every target token's
     # log-softmax over the vocabulary; a gradient element sums over the batch's tokens at the end of a
     # backward chain through every layer's dot products of up to ffn_dim terms.
-    batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions)
-    model = trainer.cfg.model
+    batch = collate(trainer.data.train, SENTENCES, trainer.parts.model.config.max_positions)
+    model = trainer.parts.model.config
     loss_terms = batch.tgt_tokens * trainer.data.tokenizers.tgt.get_vocab_size()
     loss_tolerance = reordered_sum_tolerance(loss_terms, abs(eager_loss))
     assert abs(compiled_loss - eager_loss) <= loss_tolerance, (compiled_loss, eager_loss, loss_tolerance)
@@ -122,7 +122,7 @@ def test_mixed_precision_update_on_cuda(tmp_path: Path, precision: str) -> None:
     reference_loss, _ = loss_and_grads(reference.objective, reference, cuda)
 
     trainer = make_trainer(tmp_path / precision, cuda, [f"precision={precision}"])
-    batch = collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions).to(cuda)
+    batch = collate(trainer.data.train, SENTENCES, trainer.parts.model.config.max_positions).to(cuda)
     with trainer.update.autocast():
         loss, _ = trainer.update.training_objective(batch.src, batch.tgt_in, batch.tgt_out)
     assert loss.dtype == torch.float32  # the softmax and loss are taken in fp32
@@ -130,7 +130,7 @@ def test_mixed_precision_update_on_cuda(tmp_path: Path, precision: str) -> None:
 
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     trainer.stream.next_update = lambda *_args: [
-        collate(trainer.data.train, SENTENCES, trainer.cfg.model.max_positions)
+        collate(trainer.data.train, SENTENCES, trainer.parts.model.config.max_positions)
     ]
     assert trainer.train_step() is not None
     assert trainer.scaler.is_enabled() == (precision == "fp16")

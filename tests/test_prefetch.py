@@ -73,7 +73,7 @@ def test_training_through_it_is_bitwise_the_training_without(tmp_path):
     trainers = []
     for name in ("plain", "ahead"):
         torch.manual_seed(0)
-        trainer = Trainer(cfg, tmp_path / name, data, CPU, DistContext())
+        trainer = Trainer.from_config(cfg, tmp_path / name, data, CPU, DistContext())
         if name == "ahead":
             trainer.stream = Prefetcher(trainer.stream, CPU, 1, 0, cfg.accum_steps)
         for _ in range(6):

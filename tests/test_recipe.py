@@ -51,7 +51,7 @@ def paced_machine(monkeypatch: pytest.MonkeyPatch) -> PacedMachine:
     apply_update, choose_recipe = update.Update._apply, run.choose_recipe
 
     def paced_update(self, *args):
-        clock.advance(self.cfg.model.d_model)
+        clock.advance(self.parts.d_model)
         apply_update(self, *args)
 
     def choose_then_run(*args, **kwargs):
@@ -120,9 +120,9 @@ def test_a_fast_machine_gets_the_larger_recipe_without_timing_the_rest(tmp_path,
     timed = []
     original = update.Update.__init__
 
-    def counting_init(self, cfg, *args, **kwargs):
-        timed.append(cfg.model.d_model)
-        original(self, cfg, *args, **kwargs)
+    def counting_init(self, parts, *args, **kwargs):
+        timed.append(parts.d_model)
+        original(self, parts, *args, **kwargs)
 
     monkeypatch.setattr(update.Update, "__init__", counting_init)
     trainers = []
@@ -221,13 +221,13 @@ def test_the_choice_counts_the_minutes_spent_before_it(tmp_path, paced_machine, 
     minutes make wide's 20 updates from the start; a minute of data preparation leaves too few."""
     minutes, preparing = 3.6, 60.0
     assert at_the_slow_end(minutes, 7.0) >= 20 > updates_in(minutes, 7.0, preparing + WIDE_TIMED)
-    prepare = run.prepare_data
+    prepare = run.prepare_corpus
 
     def slow_preparation(*args, **kwargs):
         paced_machine.now += preparing
         return prepare(*args, **kwargs)
 
-    monkeypatch.setattr(run, "prepare_data", slow_preparation)
+    monkeypatch.setattr(run, "prepare_corpus", slow_preparation)
     _, lines = train_logging(recipe_config(minutes), tmp_path / "run")
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["recipe"] == "narrow"
     choice = next(line for line in lines if line.startswith("recipe: "))

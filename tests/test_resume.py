@@ -247,7 +247,7 @@ def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog
     from seq2seq.train.trainer import Trainer
 
     cfg = compose_config("train", TINY_TRAIN)
-    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer.from_config(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
     torch.manual_seed(3)
     state = trainer.training_state()
     expected = torch.rand(4)
@@ -284,7 +284,7 @@ def test_time_driven_schedule_reads_the_run_clock(tmp_path: Path) -> None:
 
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.lr=1e-3", "optim.warmup=1", "max_minutes=1"]
     cfg = compose_config("train", [*overrides, "max_steps=null"])
-    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer.from_config(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
     trainer.budget.started = time.monotonic() - 30.0
     assert trainer.budget.used(5) == pytest.approx(0.5, abs=0.01)
     assert trainer.optimizer.lr_at(5) == pytest.approx(0.5e-3, rel=0.02)
@@ -419,7 +419,7 @@ def test_the_final_validation_is_kept_inside_max_minutes(tmp_path: Path) -> None
 
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.warmup=1", "max_minutes=1", "max_steps=null"]
     cfg = compose_config("train", overrides)
-    trainer = Trainer(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer.from_config(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
     trainer.budget.started = time.monotonic() - 45.0  # 0.75 of the 1-minute budget spent
     assert trainer.stop_reason() is None
     trainer.budget.validation_minutes = 0.1
@@ -573,3 +573,29 @@ def test_a_resume_refuses_a_corpus_file_that_changed_since_the_run_started(tmp_p
     overrides = [f"resume={run}", "max_steps=4", *moved]
     assert train(compose_config("train", overrides), run, overrides=overrides)["step"] == 4
     assert load_checkpoint(run / "checkpoints" / "last.pt")["vocab"] == vocab  # the same tokenizer, rebuilt
+
+
+def test_a_resume_reads_each_corpus_file_once_to_hash_it(tmp_path, monkeypatch):
+    """Regression: a resume hashed the whole corpus twice, once to check it against the checkpoint's
+    record and again to key the cache (a large corpus's SHA-256 costs minutes)."""
+    import hashlib
+
+    from seq2seq.config import DataConfig
+    from seq2seq.data.builtin import reverse_task
+
+    targets = reverse_task(DataConfig(task_train_size=200, task_valid_size=10))["train"][1]
+    corpus = _parallel_corpus(tmp_path / "corpus", targets)
+    run = tmp_path / "run"
+    train(compose_config("train", [*TINY_TRAIN, *corpus, "max_steps=2", "valid_every=2"]), run)
+    hashed: list[str] = []
+    file_digest = hashlib.file_digest
+
+    def counting(handle, digest):
+        hashed.append(Path(handle.name).name)
+        return file_digest(handle, digest)
+
+    monkeypatch.setattr(hashlib, "file_digest", counting)
+    overrides = [f"resume={run}", "max_steps=4"]
+    assert train(compose_config("train", overrides), run, overrides=overrides)["step"] == 4
+    corpus_files = sorted(name for name in hashed if name.startswith(("train.", "valid.")))
+    assert corpus_files == ["train.src", "train.tgt", "valid.src", "valid.tgt"]

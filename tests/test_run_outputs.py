@@ -210,11 +210,12 @@ def test_the_command_line_refuses_a_users_folder_before_writing_anything(tmp_pat
 def test_a_run_directory_the_command_checked_and_claimed_is_not_checked_again(tmp_path, monkeypatch):
     """seq2seq-train checks its run directory and claims it before Hydra writes there; train() does
     not check it again. Called from code, train() checks the directory itself."""
+    import seq2seq.train.plan as plan
     import seq2seq.train.run as run
     from seq2seq.cli.train import check_run_directory
 
     checks: list[str] = []
-    monkeypatch.setattr(run, "check_new_run_directory", lambda *args: checks.append("new"))
+    monkeypatch.setattr(plan, "check_new_run_directory", lambda *args: checks.append("new"))
     monkeypatch.setattr(run, "check_writable", lambda *args: checks.append("writable"))
     claimed = tmp_path / "claimed"
     check_run_directory([f"hydra.run.dir={claimed}"])

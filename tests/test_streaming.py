@@ -16,6 +16,7 @@ from conftest import TINY_TRAIN, compose_config
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import CorpusConfig, DataConfig, UserError
 from seq2seq.data.batching import Batch, EpochBatches
+from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.pipeline import StreamingStats, cache_key, prepare_data
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import EOS_ID
@@ -66,7 +67,7 @@ def expected_pairs(cfg: DataConfig, tokenizers) -> Counter:
 
 
 def stream(cfg: DataConfig, tokenizers) -> StreamingBatches:
-    return StreamingBatches(cfg, tokenizers, batch_tokens=64, seed=5, max_positions=64)
+    return StreamingBatches(plan_corpus(cfg), tokenizers, batch_tokens=64, seed=5, max_positions=64)
 
 
 def one_epoch(streams: list[StreamingBatches]) -> Counter:
@@ -156,7 +157,8 @@ def test_a_resumed_stream_refuses_another_batch_tokens_or_seed(prepared, key: st
     cfg, data = prepared
     state = stream(cfg, data.tokenizers).state_dict()
     changed = {"batch_tokens": 64, "seed": 5, key: value}
-    resumed = StreamingBatches(cfg, data.tokenizers, changed["batch_tokens"], changed["seed"], max_positions=64)
+    corpus = plan_corpus(cfg)
+    resumed = StreamingBatches(corpus, data.tokenizers, changed["batch_tokens"], changed["seed"], max_positions=64)
     with pytest.raises(UserError, match=rf"^resume: {key}={value} differs from the checkpoint's {key}={state[key]},"):
         resumed.load_state_dict(state)
 
@@ -343,7 +345,6 @@ def test_streaming_corpora_keeps_memory_flat(tmp_path: Path) -> None:
     import tracemalloc
 
     from seq2seq.data.cleaning import CleaningReport
-    from seq2seq.data.corpora import training_streams
     from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 
     peaks = []
@@ -351,10 +352,12 @@ def test_streaming_corpora_keeps_memory_flat(tmp_path: Path) -> None:
         folder = tmp_path / str(len(peaks))
         folder.mkdir()
         cfg = streamed_corpora(folder, ("alpha", n, 1.0), ("beta", n, 1.5))
-        lines = [corpus_lines(s) for s in training_streams(cfg)]
+        corpus = plan_corpus(cfg)
+        lines = [corpus_lines(s) for s in corpus.streams]
         assert lines == [n, n]
+        parts = (corpus.streams, cfg.clean_settings, corpus.languages, CleaningReport(), {}, lines)
         tracemalloc.start()
-        count = sum(1 for _ in mixed_rows(cfg, CleaningReport(), {}, lines, np.random.default_rng(0)))
+        count = sum(1 for _ in mixed_rows(*parts, corpus.corpus_weights, np.random.default_rng(0)))
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
         assert count == n + n * 3 // 2

@@ -24,10 +24,10 @@ def reverse_pair(source: str) -> str:
     return " ".join(reversed(source.upper().split()))
 
 
-def reverse_task(cfg: DataConfig) -> dict[str, tuple[list[str], list[str]]]:
+def reverse_task(data: DataConfig) -> dict[str, tuple[list[str], list[str]]]:
     rng = random.Random(TASK_SEED)
-    letters = string.ascii_lowercase[: cfg.task_alphabet]
-    sizes = {"valid": cfg.task_valid_size, "test": cfg.task_test_size, "train": cfg.task_train_size}
+    letters = string.ascii_lowercase[: data.task_alphabet]
+    sizes = {"valid": data.task_valid_size, "test": data.task_test_size, "train": data.task_train_size}
     seen: set[str] = set()
     corpus = {}
     for split, size in sizes.items():  # held-out splits first, so training can avoid them
@@ -35,7 +35,7 @@ def reverse_task(cfg: DataConfig) -> dict[str, tuple[list[str], list[str]]]:
         attempts = 0
         while len(sources) < size and attempts < 20 * size:
             attempts += 1
-            length = rng.randint(cfg.task_min_len, cfg.task_max_len)
+            length = rng.randint(data.task_min_len, data.task_max_len)
             source = " ".join(rng.choice(letters) for _ in range(length))
             if source in seen:
                 continue

@@ -92,16 +92,6 @@ def visible_length(text: str) -> int:
     return sum(1 for char in text if not char.isspace())
 
 
-def language_candidates(cfg: Any) -> list[str]:
-    """The codes the language rule's identifier may answer: the run's languages (every direction's,
-    or data.src_lang and tgt_lang) and data.clean_settings.languages."""
-    codes = [cfg.src_lang, cfg.tgt_lang]
-    for entry in cfg.directions or ():
-        codes.extend(str(entry).split("-"))
-    codes.extend(cfg.clean_settings.languages)
-    return sorted(set(codes))
-
-
 @dataclass
 class StreamReport:
     """What cleaning did to one stream: pairs read and kept, drops per rule, a few dropped pairs each."""

@@ -11,15 +11,15 @@ can show each corpus its weight's worth (corpus_weights.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from seq2seq.config import DataConfig, UserError, as_dict, clean_rules, data_config
-from seq2seq.data.cleaning import Cleaner, CleaningReport, language_candidates
+from seq2seq.config import CleanSettings, DataConfig, UserError, as_dict, clean_rules, data_config
+from seq2seq.data.cleaning import Cleaner, CleaningReport
 from seq2seq.data.corpus import corpus_sources, iter_split
 from seq2seq.data.directions import Direction, configured_directions, direction_config, is_multilingual
 from seq2seq.data.language_id import identifier as make_identifier
@@ -82,7 +82,8 @@ class Stream:
 
 
 def training_streams(cfg: Any) -> list[Stream]:
-    """Every (corpus, direction) the training split is read from, corpora first, in config order."""
+    """Every (corpus, direction) the training split is read from, corpora first, in config order (the
+    corpus plan asks once: seq2seq.data.corpus_plan)."""
     directions = configured_directions(cfg) if is_multilingual(cfg) else [None]
     corpora = list(cfg.corpora) if has_corpora(cfg) else [None]
     streams = []
@@ -98,32 +99,39 @@ def training_streams(cfg: Any) -> list[Stream]:
     return streams
 
 
-def text_schema(cfg: Any) -> pa.Schema:
-    """The raw training rows' columns: the two texts, then the direction and corpus indices a run has."""
+def text_schema(multilingual: bool, corpora: bool) -> pa.Schema:
+    """The raw training rows' columns: the two texts, then the direction and corpus indices a run has
+    (`multilingual`: data.directions; `corpora`: data.corpora)."""
     columns = [("src_text", pa.string()), ("tgt_text", pa.string())]
-    if is_multilingual(cfg):
+    if multilingual:
         columns.append((DIRECTION, pa.int16()))
-    if has_corpora(cfg):
+    if corpora:
         columns.append((CORPUS, pa.int16()))
     return pa.schema(columns)
 
 
-def iter_training_rows(cfg: Any, read: dict[str, int], report: CleaningReport) -> Iterator[tuple]:
-    """(source, target, *indices) rows of every stream, cleaned; `read` receives each direction's pairs
-    as read (before cleaning, for the check that none is empty), `report` each stream's cleaning. A
-    reader's error names the stream it was reading."""
-    streams = training_streams(cfg)
+def iter_training_rows(
+    streams: Sequence[Stream],
+    settings: CleanSettings,
+    languages: Sequence[str],
+    read: dict[str, int],
+    report: CleaningReport,
+) -> Iterator[tuple]:
+    """(source, target, *indices) rows of every stream, cleaned by its rules with data.clean_settings
+    (`settings`; `languages`: what the language rule's identifier may answer); `read` receives each
+    direction's pairs as read (before cleaning, for the check that none is empty), `report` each
+    stream's cleaning. A reader's error names the stream it was reading."""
     identifier = None
     if any("language" in stream.rules for stream in streams):
         try:
-            identifier = make_identifier(language_candidates(cfg))
+            identifier = make_identifier(list(languages))
         except ImportError as err:
             raise UserError("data.clean: the language rule needs py3langid (pip install py3langid)") from err
     for stream in streams:
         direction = stream.direction.name if stream.direction else SINGLE_CORPUS
         read.setdefault(direction, 0)
         cleaner = Cleaner(
-            stream.rules, cfg.clean_settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
+            stream.rules, settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
         )
         try:
             pairs = iter_split(stream.cfg, "train")
@@ -148,10 +156,10 @@ def named_error(err: UserError, stream: Stream) -> UserError:
     return UserError(f"{', '.join(parts)}: {err}")
 
 
-def training_sources(cfg: Any) -> list[str]:
-    """The files of every corpus of data.corpora (each once, in order), for the cache key."""
+def training_sources(streams: Sequence[Stream]) -> list[str]:
+    """The files of every stream (each once, in order), for the cache key."""
     sources: list[str] = []
-    for stream in training_streams(cfg):
+    for stream in streams:
         try:
             named = corpus_sources(stream.cfg)
         except UserError as err:
@@ -162,11 +170,12 @@ def training_sources(cfg: Any) -> list[str]:
     return sources
 
 
-def check_back_translations(cfg: Any) -> None:
+def check_back_translations(streams: Sequence[Stream]) -> None:
     """A corpus of scripts/back_translate.py's pairs (its mark beside them) must be read as it was
     made: its translations as the sources, in this run's source language, of text in its target
-    language. A corpus read the wrong way round, or made for other languages, is a one-line error."""
-    for stream in training_streams(cfg):
+    language. A corpus read the wrong way round, or made for other languages, is a one-line error.
+    `streams`: the corpus plan's (seq2seq.data.corpus_plan)."""
+    for stream in streams:
         one = stream.cfg
         if stream.corpus is None or one.kind != "parallel_files":
             continue

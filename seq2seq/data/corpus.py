@@ -112,26 +112,26 @@ def multi30k_file(directory: Path, split: str, lang: str) -> Path:
     )
 
 
-def multi30k_dir(cfg: DataConfig) -> Path:
+def multi30k_dir(data: DataConfig) -> Path:
     """data.dir, which must be a folder: when it is missing, the error gives the command that fetches Multi30k."""
-    directory = Path(cfg.dir)
+    directory = Path(data.dir)
     if not directory.exists():
         raise UserError(
-            f"data.dir={cfg.dir}: no such folder; fetch Multi30k into it with: {fetch_multi30k_command(directory)}"
+            f"data.dir={data.dir}: no such folder; fetch Multi30k into it with: {fetch_multi30k_command(directory)}"
         )
     if not directory.is_dir():
-        raise UserError(f"data.dir={cfg.dir}: not a directory")
+        raise UserError(f"data.dir={data.dir}: not a directory")
     return directory
 
 
-def check_corpus_exists(cfg: DataConfig) -> None:
+def check_corpus_exists(data: DataConfig) -> None:
     """The folder or files the corpus is read from are there, reading none of them: seq2seq-train
     checks it before torch loads, so that a path typed wrong is answered at once."""
-    if cfg.kind == "multi30k":
-        multi30k_dir(cfg)
+    if data.kind == "multi30k":
+        multi30k_dir(data)
         return
     for key in FILE_KEYS:
-        if (path := getattr(cfg, key)) and not Path(path).exists():
+        if (path := getattr(data, key)) and not Path(path).exists():
             raise UserError(f"data.{key}={path}: no such file")
 
 
@@ -139,70 +139,70 @@ def fetch_multi30k_command(directory: Path) -> str:
     return f"python scripts/get_multi30k.py {shlex.quote(str(directory))}"
 
 
-def iter_multi30k(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]]:
-    directory = multi30k_dir(cfg)
+def iter_multi30k(data: DataConfig, split: str) -> Iterator[tuple[str, str]]:
+    directory = multi30k_dir(data)
     name = MULTI30K_SPLITS[split]
-    return iter_parallel(multi30k_file(directory, name, cfg.src_lang), multi30k_file(directory, name, cfg.tgt_lang))
+    return iter_parallel(multi30k_file(directory, name, data.src_lang), multi30k_file(directory, name, data.tgt_lang))
 
 
-def read_hub(cfg: DataConfig) -> Corpus:
+def read_hub(data: DataConfig) -> Corpus:
     """A translation dataset from the hub (rows {"translation": {src_lang: .., tgt_lang: ..}}); needs the network."""
     import datasets
 
-    loaded = datasets.load_dataset(cfg.hub_name, cfg.hub_subset)
+    loaded = datasets.load_dataset(data.hub_name, data.hub_subset)
     corpus = {}
     for split, names in {"train": ("train",), "valid": ("validation", "valid", "dev"), "test": ("test",)}.items():
         name = next((n for n in names if n in loaded), None)
         if name is not None:
             pairs = loaded[name]["translation"]
-            corpus[split] = ([p[cfg.src_lang] for p in pairs], [p[cfg.tgt_lang] for p in pairs])
+            corpus[split] = ([p[data.src_lang] for p in pairs], [p[data.tgt_lang] for p in pairs])
     return corpus
 
 
-def iter_split(cfg: DataConfig, split: str) -> Iterator[tuple[str, str]] | None:
+def iter_split(data: DataConfig, split: str) -> Iterator[tuple[str, str]] | None:
     """The (source, target) pairs of one split (train, valid or test), read lazily from the corpus
     files so that a corpus larger than memory can be tokenized; None when the config has no such split."""
-    if cfg.kind == "multi30k":
-        return iter_multi30k(cfg, split)
-    if cfg.kind == "parallel_files":
-        src, tgt = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
+    if data.kind == "multi30k":
+        return iter_multi30k(data, split)
+    if data.kind == "parallel_files":
+        src, tgt = getattr(data, f"{split}_src"), getattr(data, f"{split}_tgt")
         return iter_parallel(src, tgt) if src and tgt else None
-    if cfg.kind in ("tsv", "jsonl"):
-        path = getattr(cfg, split)
+    if data.kind in ("tsv", "jsonl"):
+        path = getattr(data, split)
         if not path:
             return None
-        return iter_tsv(path) if cfg.kind == "tsv" else iter_jsonl(path, cfg.src_key, cfg.tgt_key)
-    corpus = reverse_task(cfg) if cfg.kind == "builtin" else read_hub(cfg)  # already in memory
+        return iter_tsv(path) if data.kind == "tsv" else iter_jsonl(path, data.src_key, data.tgt_key)
+    corpus = reverse_task(data) if data.kind == "builtin" else read_hub(data)  # already in memory
     return zip(*corpus[split], strict=True) if split in corpus else None
 
 
-def require_pairs(cfg: DataConfig, split: str, count: int) -> None:
+def require_pairs(data: DataConfig, split: str, count: int) -> None:
     if count == 0:
-        files = split_files(cfg, split)
+        files = split_files(data, split)
         where = f": no pairs in {' and '.join(files)}" if files else ""
-        raise UserError(f"the {split} split of data.kind={cfg.kind} is empty{where}")
+        raise UserError(f"the {split} split of data.kind={data.kind} is empty{where}")
 
 
-def split_files(cfg: DataConfig, split: str) -> list[str]:
+def split_files(data: DataConfig, split: str) -> list[str]:
     """The files a split is read from (error messages; whether a split is there); empty for generated or
     hub data. Multi30k without a language's file: the UserError multi30k_file gives."""
-    if cfg.kind == "parallel_files":
-        return [getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")]
-    if cfg.kind in ("tsv", "jsonl"):
-        return [getattr(cfg, split)]
-    if cfg.kind == "multi30k":
+    if data.kind == "parallel_files":
+        return [getattr(data, f"{split}_src"), getattr(data, f"{split}_tgt")]
+    if data.kind in ("tsv", "jsonl"):
+        return [getattr(data, split)]
+    if data.kind == "multi30k":
         name = MULTI30K_SPLITS[split]
-        return [str(multi30k_file(multi30k_dir(cfg), name, lang)) for lang in (cfg.src_lang, cfg.tgt_lang)]
+        return [str(multi30k_file(multi30k_dir(data), name, lang)) for lang in (data.src_lang, data.tgt_lang)]
     return []
 
 
-def corpus_sources(cfg: DataConfig) -> list[str]:
+def corpus_sources(data: DataConfig) -> list[str]:
     """Files the corpus is read from (for the cache key); empty for generated or hub data."""
-    if cfg.kind == "multi30k":
-        directory = multi30k_dir(cfg)
+    if data.kind == "multi30k":
+        directory = multi30k_dir(data)
         return [
             str(multi30k_file(directory, n, lang))
             for n in MULTI30K_SPLITS.values()
-            for lang in (cfg.src_lang, cfg.tgt_lang)
+            for lang in (data.src_lang, data.tgt_lang)
         ]
-    return [getattr(cfg, k) for k in FILE_KEYS if getattr(cfg, k)]
+    return [getattr(data, k) for k in FILE_KEYS if getattr(data, k)]

@@ -20,16 +20,16 @@ import gzip
 import heapq
 import math
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seq2seq.config import UserError
-from seq2seq.data.cleaning import Cleaner, CleaningReport, language_candidates
-from seq2seq.data.corpora import SINGLE_CORPUS, Stream, named_error, training_streams
+from seq2seq.config import CleanSettings, UserError
+from seq2seq.data.cleaning import Cleaner, CleaningReport
+from seq2seq.data.corpora import SINGLE_CORPUS, Stream, named_error
 from seq2seq.data.corpus import iter_split, split_files
 from seq2seq.data.language_id import identifier as make_identifier
 
@@ -57,22 +57,24 @@ def corpus_lines(stream: Stream) -> int:
     return lines + (last != b"\n")
 
 
-def identifier_for(cfg: Any, streams: list[Stream]) -> Any:
-    """The language rule's identifier, when any stream's rules have it (loaded once for all)."""
+def identifier_for(languages: Sequence[str], streams: Sequence[Stream]) -> Any:
+    """The language rule's identifier, answering one of `languages`, when any stream's rules have it
+    (loaded once for all)."""
     if not any("language" in stream.rules for stream in streams):
         return None
     try:
-        return make_identifier(language_candidates(cfg))
+        return make_identifier(list(languages))
     except ImportError as err:
         raise UserError("data.clean: the language rule needs py3langid (pip install py3langid)") from err
 
 
 def one_pass(
-    cfg: Any, stream: Stream, identifier: Any, report: CleaningReport, read: dict[str, int]
+    settings: CleanSettings, stream: Stream, identifier: Any, report: CleaningReport, read: dict[str, int]
 ) -> Iterator[tuple | None]:
-    """A row, or DROPPED, for each line of one pass over a corpus, cleaned by a Cleaner of its own."""
+    """A row, or DROPPED, for each line of one pass over a corpus, cleaned by a Cleaner of its own
+    (`settings`: data.clean_settings)."""
     cleaner = Cleaner(
-        stream.rules, cfg.clean_settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
+        stream.rules, settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
     )
     pairs = iter(iter_split(stream.cfg, "train") or ())
     while True:
@@ -111,7 +113,7 @@ def sampled(items: Iterator[tuple | None], fraction: float, rng: np.random.Gener
 
 
 def passes(
-    cfg: Any,
+    settings: CleanSettings,
     stream: Stream,
     weight: float,
     rng: np.random.Generator,
@@ -123,9 +125,9 @@ def passes(
     passes, then the fraction's, sampled by `rng`."""
     whole, fraction = math.floor(weight), weight - math.floor(weight)
     for _ in range(whole):
-        yield from one_pass(cfg, stream, identifier, report, read)
+        yield from one_pass(settings, stream, identifier, report, read)
     if fraction > 0:
-        yield from sampled(one_pass(cfg, stream, identifier, report, read), fraction, rng)
+        yield from sampled(one_pass(settings, stream, identifier, report, read), fraction, rng)
 
 
 def interleave(sources: list[Iterator[tuple | None]], totals: list[int]) -> Iterator[tuple]:
@@ -146,22 +148,27 @@ def interleave(sources: list[Iterator[tuple | None]], totals: list[int]) -> Iter
 
 
 def mixed_rows(
-    cfg: Any,
+    streams: Sequence[Stream],
+    settings: CleanSettings,
+    languages: Sequence[str],
     report: CleaningReport,
     read: dict[str, int],
-    lines: list[int],
+    lines: Sequence[int],
+    weights: Sequence[float] | None = None,
     rng: np.random.Generator | None = None,
 ) -> Iterator[tuple]:
-    """(source, target, corpus) rows of one epoch of data.corpora, cleaned and weighted, interleaved.
-    `lines`: each corpus's lines (corpus_lines). Without `rng`, one pass of each corpus, unweighted:
-    the head the tokenizer learns from, as the cached mode's learns from each kept pair once."""
-    streams = training_streams(cfg)
-    identifier = identifier_for(cfg, streams)
+    """(source, target, corpus) rows of one epoch of data.corpora (`streams`: the corpus plan's, one a
+    corpus), cleaned by their rules with data.clean_settings (`settings`; `languages`: what the language
+    rule's identifier may answer), weighted and interleaved. `lines`: each corpus's lines (corpus_lines);
+    `weights`: each corpus's, its passes' fraction sampled by `rng`. Without them, one pass of each
+    corpus, unweighted: the head the tokenizer learns from, as the cached mode's learns from each kept
+    pair once."""
+    identifier = identifier_for(languages, streams)
     read.setdefault(SINGLE_CORPUS, 0)
-    weights = [float(corpus.weight) for corpus in cfg.corpora] if rng is not None else [1.0] * len(streams)
+    weights = [float(weight) for weight in weights] if weights is not None else [1.0] * len(streams)
     rngs = (rng or np.random.default_rng(0)).spawn(len(streams))  # one a corpus: adding one leaves the others'
     sources = [
-        passes(cfg, stream, weight, each, identifier, report, read)
+        passes(settings, stream, weight, each, identifier, report, read)
         for stream, weight, each in zip(streams, weights, rngs, strict=True)
     ]
     yield from interleave(sources, [n * math.ceil(w) for n, w in zip(lines, weights, strict=True)])

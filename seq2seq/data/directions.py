@@ -63,15 +63,15 @@ def language_record(data: dict[str, Any]) -> dict[str, Any]:
     return {key: _comparable(data[key]) if key == "directions" else data[key] for key in LANGUAGE_KEYS if key in data}
 
 
-def configured_directions(cfg: Any) -> list[Direction]:
+def configured_directions(data: Any) -> list[Direction]:
     """data.directions as Directions, in the order given; empty for a single-direction run."""
-    return [Direction(*parse_direction(entry)) for entry in (cfg.directions or [])]
+    return [Direction(*parse_direction(entry)) for entry in (data.directions or [])]
 
 
-def is_multilingual(cfg: Any) -> bool:
+def is_multilingual(data: Any) -> bool:
     """Whether the run tags its sentences: data.directions is set (even with one entry: a run that
     asks for tags gets them, so a model later given more directions keeps its convention)."""
-    return bool(cfg.directions)
+    return bool(data.directions)
 
 
 def target_languages(directions: Iterable[Direction]) -> list[str]:
@@ -79,16 +79,16 @@ def target_languages(directions: Iterable[Direction]) -> list[str]:
     return sorted({d.tgt for d in directions})
 
 
-def tag_tokens(cfg: Any) -> list[str]:
+def tag_tokens(data: Any) -> list[str]:
     """The special tokens a multilingual run adds to its vocabulary (none for a single direction)."""
-    return [language_tag(lang) for lang in target_languages(configured_directions(cfg))]
+    return [language_tag(lang) for lang in target_languages(configured_directions(data))]
 
 
-def direction_config(cfg: Any, direction: Direction) -> DataConfig:
-    """`cfg` as a single-direction DataConfig for `direction`: src_lang/tgt_lang are its codes and {src}
+def direction_config(data: Any, direction: Direction) -> DataConfig:
+    """`data` as a single-direction DataConfig for `direction`: src_lang/tgt_lang are its codes and {src}
     and {tgt} in the file and field names of PATH_KEYS are replaced by them, so every reader of
     seq2seq.data.corpus reads one direction as it reads a bilingual corpus."""
-    settings = as_dict(cfg) if not isinstance(cfg, dict) else dict(cfg)
+    settings = as_dict(data) if not isinstance(data, dict) else dict(data)
     settings.update(src_lang=direction.src, tgt_lang=direction.tgt, directions=None)
     for key in PATH_KEYS.get(settings["kind"], ()):
         if isinstance(settings[key], str):
@@ -96,20 +96,22 @@ def direction_config(cfg: Any, direction: Direction) -> DataConfig:
     return data_config(settings)
 
 
-def check_readable_per_direction(cfg: Any) -> None:
+def check_readable_per_direction(data: Any) -> None:
     """With several directions, each must be read from its own files or fields: a key of PATH_KEYS
     without {src} or {tgt} would give every direction the same pairs. Multi30k and the hub name
     their files and fields by language already."""
-    directions = configured_directions(cfg)
-    keys = PATH_KEYS.get(cfg.kind, ())
-    if len(directions) < 2 or cfg.kind not in ("parallel_files", "tsv", "jsonl"):
+    directions = configured_directions(data)
+    keys = PATH_KEYS.get(data.kind, ())
+    if len(directions) < 2 or data.kind not in ("parallel_files", "tsv", "jsonl"):
         return
-    named = [k for k in keys if isinstance(getattr(cfg, k), str) and any(p in getattr(cfg, k) for p in PLACEHOLDERS)]
+    named = [k for k in keys if isinstance(getattr(data, k), str) and any(p in getattr(data, k) for p in PLACEHOLDERS)]
     if not named:
-        shown = "data.train_src/train_tgt" if cfg.kind == "parallel_files" else "data.train"
-        extra = " or data.src_key/tgt_key (one JSON object per line with every language)" if cfg.kind == "jsonl" else ""
+        shown = "data.train_src/train_tgt" if data.kind == "parallel_files" else "data.train"
+        extra = (
+            " or data.src_key/tgt_key (one JSON object per line with every language)" if data.kind == "jsonl" else ""
+        )
         raise UserError(
-            f"data.directions={list(cfg.directions)}: data.kind={cfg.kind} would read the same pairs for every "
+            f"data.directions={list(data.directions)}: data.kind={data.kind} would read the same pairs for every "
             f"direction; put {{src}} and {{tgt}} in {shown}{extra}, e.g. train.{{src}}-{{tgt}}.{{src}}"
         )
 
@@ -203,20 +205,20 @@ class LanguageTags:
         return dataclasses.asdict(self)
 
 
-def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
-    """The tags of a run with data config `cfg` (a checkpoint's config["data"] will do) and its
+def language_tags(data: Any, tokenizers: Any) -> LanguageTags | None:
+    """The tags of a run with data config `data` (a checkpoint's config["data"] will do) and its
     tokenizers; None for a single-direction run. Each tag must be one entry of the vocabulary it goes
     into: a tokenizer without one is not this run's (or predates data.directions)."""
-    if isinstance(cfg, dict):
-        cfg = data_config(cfg)
-    if cfg.lang_tag == LANGUAGE_CODES:
-        return _language_codes(cfg, tokenizers)
-    if not is_multilingual(cfg):
+    if isinstance(data, dict):
+        data = data_config(data)
+    if data.lang_tag == LANGUAGE_CODES:
+        return _language_codes(data, tokenizers)
+    if not is_multilingual(data):
         return None
     places = ((tokenizers.tgt, TARGET_TAGGED), (tokenizers.src, SOURCE_TAGGED))
-    sides = [side for side, placements in places if cfg.lang_tag in placements]  # where the tag goes
+    sides = [side for side, placements in places if data.lang_tag in placements]  # where the tag goes
     ids = {}
-    for lang in target_languages(configured_directions(cfg)):
+    for lang in target_languages(configured_directions(data)):
         found = {side.token_to_id(language_tag(lang)) for side in sides}
         if None in found:
             raise UserError(
@@ -228,10 +230,10 @@ def language_tags(cfg: Any, tokenizers: Any) -> LanguageTags | None:
                 "vocabularies; it needs one (train the tokenizers with data.directions)"
             )
         ids[lang] = found.pop()
-    return LanguageTags(cfg.lang_tag, tuple(d.name for d in configured_directions(cfg)), ids)
+    return LanguageTags(data.lang_tag, tuple(d.name for d in configured_directions(data)), ids)
 
 
-def _language_codes(cfg: Any, tokenizers: Any) -> LanguageTags:
+def _language_codes(data: Any, tokenizers: Any) -> LanguageTags:
     """A pretrained model's own language codes (every language it has, by its tokenizer), the
     directions a run trained (none for the model as it came), and the aliases of its languages."""
     side = tokenizers.tgt
@@ -241,8 +243,8 @@ def _language_codes(cfg: Any, tokenizers: Any) -> LanguageTags:
             "tokenizer (init_from=<its directory>)"
         )
     ids = {lang: side.token_to_id(token) for lang, token in side.languages.items()}
-    tags = LanguageTags(LANGUAGE_CODES, tuple(d.name for d in configured_directions(cfg)), ids, side.aliases())
-    for direction in configured_directions(cfg):
+    tags = LanguageTags(LANGUAGE_CODES, tuple(d.name for d in configured_directions(data)), ids, side.aliases())
+    for direction in configured_directions(data):
         tags.tag_id(direction.src, "data.directions")
         tags.tag_id(direction.tgt, "data.directions")
     return tags
@@ -259,16 +261,16 @@ def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> N
         )
 
 
-def check_same_directions(saved: Any, cfg: Any) -> None:
+def check_same_directions(saved: Any, data: Any) -> None:
     """A resumed run must train the directions, tag placement and sampling it started with: its data
     position and its model's tags mean nothing under others. `saved`: the checkpoint's data config
-    (a dict); `cfg`: the resumed run's. For train/run.py to call where it compares a resume's config;
+    (a dict); `data`: the resumed run's. For train/run.py to call where it compares a resume's config;
     the batch stream checks the same against its saved state (seq2seq.data.batching)."""
     saved = saved if isinstance(saved, dict) else as_dict(saved)
     defaults = DataConfig()
-    multilingual = bool(saved.get("directions")) or is_multilingual(cfg)
+    multilingual = bool(saved.get("directions")) or is_multilingual(data)
     for key in ("directions", "lang_tag", "sampling_temperature") if multilingual else ():
-        before, now = _comparable(saved.get(key, getattr(defaults, key))), _comparable(getattr(cfg, key))
+        before, now = _comparable(saved.get(key, getattr(defaults, key))), _comparable(getattr(data, key))
         if before != now:
             raise UserError(
                 f"resume: data.{key}={now} differs from the checkpoint's data.{key}={before}; keep it, or start "

@@ -3,35 +3,34 @@ one vocabulary learnt from each language's text, and each pair tagged with its t
 
 Pairs carry their direction's index (the order of data.directions) in a `direction` column, from the
 raw text through the cached token ids, so sampling can give each direction its share (see
-direction_sampling) and validation can be scored per direction.
+direction_sampling) and validation can be scored per direction. Each function is handed the
+directions as the corpus plan made them (seq2seq.data.corpus_plan): each with its own settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from seq2seq.config import UserError
-from seq2seq.data.corpora import CORPUS, DIRECTION, training_streams
-from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs
-from seq2seq.data.directions import (
-    TARGET_TAGGED,
-    configured_directions,
-    direction_config,
-    language_tags,
-)
+from seq2seq.config import DataConfig, UserError
+from seq2seq.data.corpora import CORPUS, DIRECTION, Stream
+from seq2seq.data.corpus import iter_split, require_pairs
+from seq2seq.data.directions import TARGET_TAGGED, Direction, LanguageTags
+
+# data.directions as the corpus plan holds them: each direction with its single-direction settings.
+Directions = Sequence[tuple[Direction, DataConfig]]
 
 
-def iter_directed_pairs(cfg: Any, split: str, counts: dict[str, int]) -> Iterator[tuple[str, str, int]]:
+def iter_directed_pairs(directions: Directions, split: str, counts: dict[str, int]) -> Iterator[tuple[str, str, int]]:
     """(source, target, direction index) of every direction's `split`, one direction after another.
     `counts` receives each direction's pairs as they are read. A reader's error (a missing file, a
     bad line) names the direction it was reading."""
-    for index, direction in enumerate(configured_directions(cfg)):
+    for index, (direction, one) in enumerate(directions):
         counts[direction.name] = 0
         try:
-            pairs = iter_split(direction_config(cfg, direction), split)
+            pairs = iter_split(one, split)
             for src, tgt in pairs if pairs is not None else ():
                 counts[direction.name] += 1
                 yield src, tgt, index
@@ -49,23 +48,11 @@ def unzip_directed(rows: Iterable[tuple[str, str, int]]) -> tuple[list[str], lis
     return sources, targets, directions
 
 
-def directed_sources(cfg: Any) -> list[str]:
-    """The files of every direction (each once, in order), for the cache key."""
-    sources: list[str] = []
-    for direction in configured_directions(cfg):
-        try:
-            named = corpus_sources(direction_config(cfg, direction))
-        except UserError as err:
-            raise UserError(f"data.directions={direction.name}: {err}") from err
-        sources.extend(name for name in named if name not in sources)
-    return sources
-
-
-def require_every_direction(cfg: Any, split: str, counts: dict[str, int]) -> None:
+def require_every_direction(directions: Directions, split: str, counts: dict[str, int]) -> None:
     """A direction listed without pairs in `split`: the error names it and its files."""
-    for direction in configured_directions(cfg):
+    for direction, one in directions:
         try:
-            require_pairs(direction_config(cfg, direction), split, counts.get(direction.name, 0))
+            require_pairs(one, split, counts.get(direction.name, 0))
         except UserError as err:
             raise UserError(f"data.directions={direction.name}: {err}") from err
 
@@ -86,14 +73,16 @@ def side_source(one: Any, side: str) -> tuple:
     return (one.kind, one.hub_name, one.hub_subset, lang)
 
 
-def tokenizer_texts(cfg: Any, raw: Any, batch_rows: int) -> tuple[Iterator[str], Iterator[str]]:
+def tokenizer_texts(
+    streams: Sequence[Stream], directions: int, corpora: int, raw: Any, batch_rows: int
+) -> tuple[Iterator[str], Iterator[str]]:
     """The source and target texts the tokenizer learns from: of the raw training pairs `raw` (a
     datasets.Dataset with a direction column, and a corpus column with data.corpora), each side whose
-    source was not already given by an earlier stream (a corpus in a direction)."""
-    corpora = max(len(cfg.corpora or ()), 1)
+    source was not already given by an earlier stream (a corpus in a direction). `directions`,
+    `corpora`: how many the run has (corpora: 1 without data.corpora)."""
     seen: set[tuple] = set()
     keep = {"src": {}, "tgt": {}}
-    for stream in training_streams(cfg):
+    for stream in streams:
         direction, corpus = stream.extra[0], (stream.extra[1] if len(stream.extra) > 1 else 0)
         for side in ("src", "tgt"):
             source = side_source(stream.cfg, side)
@@ -101,7 +90,7 @@ def tokenizer_texts(cfg: Any, raw: Any, batch_rows: int) -> tuple[Iterator[str],
             seen.add(source)
 
     def texts(side: str) -> Iterator[str]:
-        wanted = np.zeros(len(configured_directions(cfg)) * corpora, dtype=bool)
+        wanted = np.zeros(directions * corpora, dtype=bool)
         for code, take in keep[side].items():
             wanted[code] = take
         for batch in raw.iter(batch_size=batch_rows):
@@ -114,11 +103,11 @@ def tokenizer_texts(cfg: Any, raw: Any, batch_rows: int) -> tuple[Iterator[str],
     return texts("src"), texts("tgt")
 
 
-def direction_tag_ids(cfg: Any, tokenizers: Any) -> list[tuple[list[int], list[int]]]:
+def direction_tag_ids(tags: LanguageTags, directions: Sequence[Direction]) -> list[tuple[list[int], list[int]]]:
     """Each direction's (by index) ids put before its sources and its targets, where data.lang_tag puts
-    them: its target language's tag (or, under language_codes, each side's own language code)."""
-    tags = language_tags(cfg, tokenizers)
-    return [(tags.source_ids([], d.tgt, d.src), tags.target_prefix(d.tgt)) for d in configured_directions(cfg)]
+    them (`tags`: the run's): its target language's tag (or, under language_codes, each side's own
+    language code)."""
+    return [(tags.source_ids([], d.tgt, d.src), tags.target_prefix(d.tgt)) for d in directions]
 
 
 def tag_ids(src: list[int], tgt: list[int], tags: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
@@ -127,22 +116,24 @@ def tag_ids(src: list[int], tgt: list[int], tags: tuple[list[int], list[int]]) -
 
 
 def tag_directions(
-    cfg: Any, tokenizers: Any, sources: list[list[int]], targets: list[list[int]], directions: list[int]
+    ids: list[tuple[list[int], list[int]]], sources: list[list[int]], targets: list[list[int]], directions: list[int]
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Held-out pairs' ids, tagged (lists, in place of the untagged ones)."""
-    ids = direction_tag_ids(cfg, tokenizers)
+    """Held-out pairs' ids, tagged (lists, in place of the untagged ones); `ids`: `direction_tag_ids`."""
     tagged = [tag_ids(s, t, ids[d]) for s, t, d in zip(sources, targets, directions, strict=True)]
     return [s for s, _ in tagged], [t for _, t in tagged]
 
 
-def attach_directions(data: Any, cfg: Any) -> None:
+def attach_directions(
+    data: Any, directions: Sequence[Direction], lang_tag: str, temperature: float, tags: LanguageTags | None
+) -> None:
     """What the cached splits do not hold: the direction names, the sampling temperature, where the tag
-    is, and the run's LanguageTags (on PreparedData, for validation, translation and export)."""
-    names = tuple(d.name for d in configured_directions(cfg))
+    is (data.lang_tag), and the run's LanguageTags `tags` (on PreparedData, for validation, translation
+    and export)."""
+    names = tuple(d.name for d in directions)
     for split in (data.train, data.valid):
         if split is not None:
             split.direction_names = names
-            split.target_tag = cfg.lang_tag in TARGET_TAGGED
+            split.target_tag = lang_tag in TARGET_TAGGED
     if data.train is not None:
-        data.train.sampling_temperature = float(cfg.sampling_temperature)
-    data.languages = language_tags(cfg, data.tokenizers)
+        data.train.sampling_temperature = float(temperature)
+    data.languages = tags

@@ -13,7 +13,6 @@ kept (`cp -p`, `rsync -t`, `tar`); docs/data.md gives the cost.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -26,33 +25,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from seq2seq.config import DataConfig, UserError, as_dict
+from seq2seq.config import DataConfig, UserError
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.cleaning import CleaningReport, refuse_emptied_head
 from seq2seq.data.cleaning import summary as cleaning_summary
-from seq2seq.data.corpora import (
-    BACK_TRANSLATION_TAG,
-    CORPUS,
-    check_back_translations,
-    corpus_names,
-    corpus_tags,
-    corpus_weights,
-    has_corpora,
-    iter_training_rows,
-    tagged_corpora,
-    text_schema,
-    training_sources,
-    training_streams,
-)
-from seq2seq.data.corpus import corpus_sources, iter_split, require_pairs, unzip
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, check_back_translations, iter_training_rows, text_schema
+from seq2seq.data.corpus import iter_split, require_pairs, unzip
+from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's, named here as it always was
+from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
+from seq2seq.data.corpus_plan import content_digest as content_digest
 from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
-from seq2seq.data.directions import LanguageTags, check_readable_per_direction, is_multilingual, tag_tokens
+from seq2seq.data.directions import LanguageTags, check_readable_per_direction, language_tags
 from seq2seq.data.multilingual import (
     DIRECTION,
     attach_directions,
-    directed_sources,
     direction_tag_ids,
     iter_directed_pairs,
     require_every_direction,
@@ -63,8 +51,8 @@ from seq2seq.data.multilingual import (
 )
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
-from seq2seq.data.tokenizer import Tokenizers, load_pretrained_tokenizers, pretrained_tokenizer_files
-from seq2seq.measurement_cache import CACHE_SETTING, cache_root
+from seq2seq.data.tokenizer import Tokenizers, load_pretrained_tokenizers
+from seq2seq.measurement_cache import CACHE_SETTING
 from seq2seq.stop_signals import stop_signals_raise
 
 if TYPE_CHECKING:
@@ -72,7 +60,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CLEANING_FILE = "cleaning.json"  # data.clean's report, in the cache and copied into the run
-CACHE_VERSION = 4  # bump when the cached layout, tokenization or filtering changes (4: blank sides, TSV columns)
 
 
 @dataclass
@@ -161,57 +148,14 @@ class PreparedData:
     languages: LanguageTags | None = None  # data.directions: the tags and where they go
     corpus: list[dict[str, Any]] = field(default_factory=list)  # the files read (corpus_files); checkpoints record them
     cleaning: dict[str, Any] | None = None  # data.clean's report (cleaning.json), when a rule ran
+    plan: CorpusPlan | None = None  # what it was prepared from: a streamed run reads its streams as it trains
 
 
-def corpus_files(cfg: DataConfig) -> list[dict[str, Any]]:
-    """Each file the corpus is read from, by content: {"path" (resolved), "bytes", "sha256"}; None for
-    a file that cannot be read. The cache key hashes them; a checkpoint records them, so that a resume
-    trains on the corpus its run started with (seq2seq.train.resume)."""
-    sources = directed_sources(cfg) if is_multilingual(cfg) else corpus_sources(cfg)
-    if has_corpora(cfg):
-        sources += [name for name in training_sources(cfg) if name not in sources]
-    found = []
-    for name in sources:
-        path = Path(name).resolve()
-        size = path.stat().st_size if path.is_file() else None
-        found.append({"path": str(path), "bytes": size, "sha256": content_digest(path)})
-    return found
-
-
-def cache_key(cfg: DataConfig, pretrained: Path | None = None, files: list[dict[str, Any]] | None = None) -> str:
-    """`pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
-    contents are part of the key. `files`: corpus_files(cfg), when the caller has them."""
-    files = [[f["path"], f["sha256"]] for f in (corpus_files(cfg) if files is None else files)]
-    # The sampling temperature acts on batching, not on what is cached; a single-direction run's cache
-    # keeps the key it had before data.directions existed.
-    unkeyed = ("cache_dir", "stream_buffer_pairs", "sampling_temperature")
-    if not is_multilingual(cfg):
-        unkeyed += ("directions", "lang_tag")
-    # ... and a run without data.corpora or cleaning the key it had before they existed
-    if not has_corpora(cfg):
-        unkeyed += ("corpora",)
-    if not any(stream.rules for stream in training_streams(cfg)):
-        unkeyed += ("clean", "clean_settings")
-    settings = {k: v for k, v in as_dict(cfg).items() if k not in unkeyed}
-    if cfg.tokenizer != "sentencepiece":  # a byte-level run's cache keeps the key it had before the key existed
-        del settings["sentencepiece_type"]
-    key = {"version": CACHE_VERSION, "data": settings, "files": files}
-    if pretrained is not None:
-        key["tokenizers"] = [
-            hashlib.sha256(path.read_bytes()).hexdigest() for path in pretrained_tokenizer_files(pretrained)
-        ]
-    blob = json.dumps(key, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def content_digest(path: Path) -> str | None:
-    """The SHA-256 of a file's bytes, read in chunks (a corpus need not fit in memory); None for a
-    file that cannot be read, which reading the corpus then reports."""
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
-    except OSError:
-        return None
+def cache_key(data: DataConfig, pretrained: Path | None = None, files: list[dict[str, Any]] | None = None) -> str:
+    """The cache key of the corpus `data` describes (`plan_corpus(...).key`), for a caller without its
+    plan. `pretrained`: a directory of SentencePiece tokenizers used instead of training one; their
+    contents are part of the key. `files`: the corpus's files (a plan's), when the caller has them."""
+    return plan_corpus(data, pretrained, files).key
 
 
 def keep_pair(src_len: int, tgt_len: int, max_tokens: int, max_ratio: float) -> str | None:
@@ -306,31 +250,40 @@ def _in_memory(columns: dict, features: datasets.Features) -> datasets.Dataset:
 
 
 def train_tokenizers(
-    cfg: DataConfig, src_texts: Iterable[str], tgt_texts: Iterable[str], directory: Path
+    tokenizer: TokenizerPlan, src_texts: Iterable[str], tgt_texts: Iterable[str], directory: Path
 ) -> Tokenizers | SentencePieceTokenizers:
-    """The tokenizers `cfg` asks for (its kind, size, joint or not, the language tags of its
-    directions), trained on the texts; a SentencePiece model's files are written into `directory`."""
-    tags = tag_tokens(cfg) + corpus_tags(cfg)  # none for one direction of untagged corpora
-    if cfg.tokenizer == "sentencepiece":
+    """The tokenizers the plan asks for (their kind, size, joint or not, the special tokens of the run's
+    directions and corpora), trained on the texts; a SentencePiece model's files are written into
+    `directory`."""
+    tags = list(tokenizer.special)
+    if tokenizer.kind == "sentencepiece":
         return train_sentencepiece(
-            src_texts, tgt_texts, cfg.sentencepiece_type, cfg.vocab_size, cfg.joint_vocab, directory, tags=tags
+            src_texts,
+            tgt_texts,
+            tokenizer.sentencepiece_type,
+            tokenizer.vocab_size,
+            tokenizer.joint,
+            directory,
+            tags=tags,
         )
-    return Tokenizers.train(src_texts, tgt_texts, cfg.tokenizer, cfg.vocab_size, cfg.joint_vocab, tags=tags)
+    return Tokenizers.train(src_texts, tgt_texts, tokenizer.kind, tokenizer.vocab_size, tokenizer.joint, tags=tags)
 
 
-def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.Dataset, output: Path) -> tuple:
+def _tokenize_and_filter(
+    corpus: CorpusPlan, tokenizers: Tokenizers, tags: list | None, raw: datasets.Dataset, output: Path
+) -> tuple:
     """The training split's token ids, without the pairs `keep_pair` drops, written to `output` batch
     by batch. Returns the dataset and how many pairs each rule dropped. With data.directions each pair
-    gets its target language's tag after filtering: the length rules are about the text."""
+    gets its direction's tags (`tags`: `direction_tag_ids`) after filtering: the length rules are about
+    the text."""
     import datasets
 
     dropped = {"dropped_empty": 0, "dropped_too_long": 0, "dropped_length_ratio": 0}
     # Read once: a DictConfig attribute costs tens of microseconds, and this loop runs once per pair
     # (a fifth of the whole preparation of 50k pairs, profiled).
-    max_tokens, max_ratio = int(cfg.max_tokens), float(cfg.max_length_ratio)
-    tags = direction_tag_ids(cfg, tokenizers) if is_multilingual(cfg) else None
+    max_tokens, max_ratio = int(corpus.data.max_tokens), float(corpus.data.max_length_ratio)
     indices = [column for column in (DIRECTION, CORPUS) if column in raw.column_names]  # carried through
-    tagged = set(tagged_corpora(cfg))
+    tagged = set(corpus.tagged)
     bt_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if tagged else None
     if tagged and bt_id is None:  # a pretrained model's tokenizer, which the tag cannot join
         raise UserError(f"data.corpora: tag=true needs {BACK_TRANSLATION_TAG} in the source vocabulary, which has none")
@@ -368,70 +321,86 @@ def _tokenize_and_filter(cfg: DataConfig, tokenizers: Tokenizers, raw: datasets.
     return tokens, dropped
 
 
-def _build(cfg: DataConfig, target: Path, pretrained: Path | None) -> None:
+def _direction_tags(corpus: CorpusPlan, tokenizers: Tokenizers) -> list | None:
+    """Each direction's tag ids (`direction_tag_ids`) by the run's LanguageTags; None for one direction."""
+    if not corpus.multilingual:
+        return None
+    return direction_tag_ids(language_tags(corpus.data, tokenizers), [d for d, _ in corpus.directions])
+
+
+def _build(corpus: CorpusPlan, target: Path) -> None:
     import datasets
 
+    data = corpus.data
     datasets.disable_progress_bars()  # our own log line says what is happening; tqdm is for training
     staging = target.with_name(f"{target.name}.tmp{owner()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         (staging / "work").mkdir(parents=True)
         early = {"dropped_empty": 0, "dropped_too_long": 0}
-        multilingual = is_multilingual(cfg)
+        multilingual = corpus.multilingual
         if multilingual:
-            check_readable_per_direction(cfg)
+            check_readable_per_direction(data)
         read: dict[str, int] = {}
         cleaning = CleaningReport()
-        rows = iter_training_rows(cfg, read, cleaning)
-        if cfg.streaming and has_corpora(cfg):  # the head of the corpora interleaved, not the first corpus alone
-            rows = mixed_rows(cfg, cleaning, read, [corpus_lines(stream) for stream in training_streams(cfg)])
-        train_pairs = drop_by_text(rows, cfg.max_tokens, early)
+        if data.streaming and corpus.corpus_names:  # the head of the corpora interleaved, not the first corpus alone
+            lines = [corpus_lines(stream) for stream in corpus.streams]
+            rows = mixed_rows(corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines)
+        else:
+            rows = iter_training_rows(corpus.streams, data.clean_settings, corpus.languages, read, cleaning)
+        train_pairs = drop_by_text(rows, data.max_tokens, early)
         # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
-        if cfg.streaming:
-            train_pairs = islice(train_pairs, cfg.stream_tokenizer_pairs)
-        written = _write_text(train_pairs, staging / "work" / "raw.arrow", text_schema(cfg))
-        if cfg.streaming:  # all that is read before training: a rule that emptied it says so now
+        if data.streaming:
+            train_pairs = islice(train_pairs, data.stream_tokenizer_pairs)
+        schema = text_schema(multilingual, bool(corpus.corpus_names))
+        written = _write_text(train_pairs, staging / "work" / "raw.arrow", schema)
+        if data.streaming:  # all that is read before training: a rule that emptied it says so now
             refuse_emptied_head(cleaning)
         if multilingual:
-            require_every_direction(cfg, "train", read)
+            require_every_direction(corpus.directions, "train", read)
         pairs = written + sum(early.values())  # after data.clean: its drops are in its report
-        require_pairs(cfg, "train", pairs)
+        require_pairs(data, "train", pairs)
         if written == 0:
-            raise UserError(f"no training pair survives filtering (data.max_tokens={cfg.max_tokens})")
+            raise UserError(f"no training pair survives filtering (data.max_tokens={data.max_tokens})")
         raw = datasets.Dataset.from_file(str(staging / "work" / "raw.arrow"))
         texts = (
-            tokenizer_texts(cfg, raw, ROWS_PER_BATCH)
+            tokenizer_texts(
+                corpus.streams, len(corpus.directions), max(len(corpus.corpus_names), 1), raw, ROWS_PER_BATCH
+            )
             if multilingual
             else (_texts(raw, "src_text"), _texts(raw, "tgt_text"))
         )
-        if pretrained is not None:
-            tokenizers = load_pretrained_tokenizers(pretrained)
+        if corpus.tokenizer.pretrained is not None:
+            tokenizers = load_pretrained_tokenizers(corpus.tokenizer.pretrained)
         else:  # SentencePiece's files are written where the cache publishes them (save() then copies nothing)
-            tokenizers = train_tokenizers(cfg, *texts, staging)
-        if cfg.streaming:
+            tokenizers = train_tokenizers(corpus.tokenizer, *texts, staging)
+        tags = _direction_tags(corpus, tokenizers)
+        if data.streaming:
             train, stats = None, StreamingStats(tokenizer_pairs=written)
         else:
-            train, dropped = _tokenize_and_filter(cfg, tokenizers, raw, staging / "work" / "tokens.arrow")
+            train, dropped = _tokenize_and_filter(corpus, tokenizers, tags, raw, staging / "work" / "tokens.arrow")
             dropped = {reason: count + early.get(reason, 0) for reason, count in dropped.items()}
             stats = FilterStats(train_pairs=pairs, **dropped, train_kept=len(train))
         if train is not None and len(train) == 0:
             raise UserError(
-                f"no training pair survives filtering (data.max_tokens={cfg.max_tokens}, "
-                f"data.max_length_ratio={cfg.max_length_ratio})"
+                f"no training pair survives filtering (data.max_tokens={data.max_tokens}, "
+                f"data.max_length_ratio={data.max_length_ratio})"
             )
         tagging = None
         if multilingual:
             read = {}
-            valid_src, valid_tgt, valid_directions = unzip_directed(iter_directed_pairs(cfg, "valid", read))
-            require_every_direction(cfg, "valid", read)
+            valid_src, valid_tgt, valid_directions = unzip_directed(
+                iter_directed_pairs(corpus.directions, "valid", read)
+            )
+            require_every_direction(corpus.directions, "valid", read)
             valid = (valid_src, valid_tgt)
 
             def tagging(src_ids: list, tgt_ids: list) -> tuple:
-                return (*tag_directions(cfg, tokenizers, src_ids, tgt_ids, valid_directions), valid_directions)
+                return (*tag_directions(tags, src_ids, tgt_ids, valid_directions), valid_directions)
 
         else:
-            valid = unzip(iter_split(cfg, "valid"))
-            require_pairs(cfg, "valid", len(valid[0]))
+            valid = unzip(iter_split(data, "valid"))
+            require_pairs(data, "valid", len(valid[0]))
         tokenizers.save(staging)
         if train is not None:
             train.save_to_disk(str(staging / "train"))
@@ -466,15 +435,20 @@ def load_saved_split(directory: Path) -> pa.Table:
 
 
 def prepare_data(
-    cfg: DataConfig, barrier: Callable[[], None] = lambda: None, is_main: bool = True, pretrained: Path | None = None
+    data: DataConfig, barrier: Callable[[], None] = lambda: None, is_main: bool = True, pretrained: Path | None = None
 ) -> PreparedData:
-    """Tokenized splits for `cfg`, built once and then loaded from the cache. Under DDP only the
-    main process builds; the others wait at `barrier` and load what it wrote. `pretrained`: a
+    """`prepare_corpus` of the corpus `data` describes, for a caller without its plan. `pretrained`: a
     directory with a Marian model's SentencePiece tokenizers, used instead of training one."""
-    check_back_translations(cfg)  # at every start, cached or not: it is about how the files are read
-    root = Path(cfg.cache_dir) if cfg.cache_dir else cache_root()
-    files = corpus_files(cfg)
-    target = root / cache_key(cfg, pretrained, files)
+    return prepare_corpus(plan_corpus(data, pretrained), barrier, is_main)
+
+
+def prepare_corpus(
+    corpus: CorpusPlan, barrier: Callable[[], None] = lambda: None, is_main: bool = True
+) -> PreparedData:
+    """Tokenized splits of the planned corpus, built once and then loaded from the cache. Under DDP only
+    the main process builds; the others wait at `barrier` and load what it wrote."""
+    check_back_translations(corpus.streams)  # at every start, cached or not: it is about how the files are read
+    root, target = corpus.root, corpus.target
     if is_main and (swept := remove_abandoned_builds(root)):
         log.info("removed %s bytes of cache builds left by processes that were killed", f"{swept:,}")
     if is_main and target.is_dir() and (damage := _why_unreadable(target)):
@@ -485,10 +459,10 @@ def prepare_data(
     if is_main and not target.is_dir():
         try:
             root.mkdir(parents=True, exist_ok=True)
-            moved_by = "data.cache_dir" if cfg.cache_dir else f"data.cache_dir or {CACHE_SETTING}"
+            moved_by = "data.cache_dir" if corpus.data.cache_dir else f"data.cache_dir or {CACHE_SETTING}"
             log.info("tokenizing the corpus (cached in %s for the next run; %s sets the folder)", target, moved_by)
             with stop_signals_raise():  # the build's staging directory, as large as the corpus, goes
-                _build(cfg, target, pretrained)
+                _build(corpus, target)
         except OSError as err:
             raise UserError(
                 f"{root}: cannot write the tokenized data there ({err.strerror or err}); "
@@ -496,15 +470,17 @@ def prepare_data(
             ) from err
     barrier()
     data = _load(target)
-    data.corpus = files
-    if has_corpora(cfg) and data.train is not None:
-        data.train.corpus_names, data.train.corpus_weights = corpus_names(cfg), corpus_weights(cfg)
+    data.corpus, data.plan = [dict(file) for file in corpus.files], corpus
+    if corpus.corpus_names and data.train is not None:
+        data.train.corpus_names, data.train.corpus_weights = corpus.corpus_names, corpus.corpus_weights
         if is_main:
             log.info("corpora: %s", describe_corpora(data.train))
-    if is_multilingual(cfg):
-        attach_directions(data, cfg)
+    if corpus.multilingual:
+        directions = [d for d, _ in corpus.directions]
+        tags = language_tags(corpus.data, data.tokenizers)
+        attach_directions(data, directions, corpus.data.lang_tag, corpus.data.sampling_temperature, tags)
         if is_main:
-            log.info("directions: %s", describe_directions(data.train, cfg.sampling_temperature))
+            log.info("directions: %s", describe_directions(data.train, corpus.data.sampling_temperature))
     if is_main and data.cleaning is not None:
         log.info("cleaning (data.clean): %s", cleaning_summary(data.cleaning))
     return data

@@ -21,18 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.config import DataConfig, UserError
+from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, check_same_corpora, check_same_stream, collate, make_batches
 from seq2seq.data.cleaning import CleaningReport
-from seq2seq.data.corpora import (
-    BACK_TRANSLATION_TAG,
-    corpus_names,
-    corpus_weights,
-    has_corpora,
-    iter_training_rows,
-    tagged_corpora,
-    training_streams,
-)
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, iter_training_rows
+from seq2seq.data.corpus_plan import CorpusPlan
 from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import CorpusTally
 from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
@@ -49,7 +42,7 @@ def token_column(rows: list[list[int]]) -> TokenColumn:
 class StreamingBatches:
     def __init__(
         self,
-        cfg: DataConfig,
+        corpus: CorpusPlan,
         tokenizers: Tokenizers,
         batch_tokens: int,
         seed: int,
@@ -57,15 +50,16 @@ class StreamingBatches:
         start_id: int = BOS_ID,
         pad_multiple: int = 1,
     ) -> None:
-        self.cfg, self.tokenizers, self.start_id, self.pad_multiple = cfg, tokenizers, start_id, pad_multiple
+        self.corpus, self.tokenizers, self.start_id, self.pad_multiple = corpus, tokenizers, start_id, pad_multiple
+        self.data = corpus.data  # the filters and the buffer size
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
         self.epoch, self.buffer, self.position = 1, 0, 0
         # data.corpora: each corpus's lines (counted once, for the interleave), its rows of this epoch, the tag
-        self.corpora = has_corpora(cfg)
-        self.corpus_tally = CorpusTally(corpus_names(cfg)) if self.corpora else None
+        self.corpora = bool(corpus.corpus_names)
+        self.corpus_tally = CorpusTally(corpus.corpus_names) if self.corpora else None
         self._lines: list[int] | None = None
-        self.tagged = set(tagged_corpora(cfg))
+        self.tagged = set(corpus.tagged)
         self.tag_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if self.tagged else None
         self._batches: list[np.ndarray] | None = None  # read on first use, so a resume reads its buffer only
 
@@ -81,31 +75,34 @@ class StreamingBatches:
         # data.clean's rules on the way, afresh each epoch (the duplicates of this pass, counted anew)
         self._pairs = self._epoch_rows(epoch)
         for _ in range(buffer):  # resuming: skip the lines of the buffers already trained on
-            for _pair in islice(self._pairs, self.cfg.stream_buffer_pairs):
+            for _pair in islice(self._pairs, self.data.stream_buffer_pairs):
                 pass
         if not self._next_buffer():
             raise UserError(
-                f"no training pair to stream from buffer {buffer} on (data.max_tokens={self.cfg.max_tokens}, "
-                f"data.max_length_ratio={self.cfg.max_length_ratio}, data.stream_buffer_pairs="
-                f"{self.cfg.stream_buffer_pairs})"
+                f"no training pair to stream from buffer {buffer} on (data.max_tokens={self.data.max_tokens}, "
+                f"data.max_length_ratio={self.data.max_length_ratio}, data.stream_buffer_pairs="
+                f"{self.data.stream_buffer_pairs})"
             )
 
     def _epoch_rows(self, epoch: int) -> Iterator[tuple]:
         """One epoch's rows: data.kind's corpus as it reads, or data.corpora weighted and interleaved
         (corpus_stream.py), as a pure function of (seed, epoch) so that a resume reads the same."""
+        corpus, settings = self.corpus, self.data.clean_settings
         if not self.corpora:
-            return iter_training_rows(self.cfg, {}, CleaningReport())
+            return iter_training_rows(corpus.streams, settings, corpus.languages, {}, CleaningReport())
         if self._lines is None:
-            self._lines = [corpus_lines(stream) for stream in training_streams(self.cfg)]
+            self._lines = [corpus_lines(stream) for stream in corpus.streams]
         rng = np.random.default_rng([self.seed, epoch, 0])  # [seed, epoch, buffer] seeds the batches
-        return mixed_rows(self.cfg, CleaningReport(), {}, self._lines, rng)
+        return mixed_rows(
+            corpus.streams, settings, corpus.languages, CleaningReport(), {}, self._lines, corpus.corpus_weights, rng
+        )
 
     def _next_buffer(self) -> bool:
         """Reads, tokenizes and batches the next buffer; False at the end of the corpus."""
-        while read := list(islice(self._pairs, self.cfg.stream_buffer_pairs)):
+        while read := list(islice(self._pairs, self.data.stream_buffer_pairs)):
             self.buffer += 1
             early = {"dropped_empty": 0, "dropped_too_long": 0}
-            pairs = list(drop_by_text(read, self.cfg.max_tokens, early))  # before the slow tokenizer
+            pairs = list(drop_by_text(read, self.data.max_tokens, early))  # before the slow tokenizer
             self.dropped += len(read) - len(pairs)
             kept = self._tokenized(pairs)
             self.dropped += len(pairs) - len(kept)
@@ -129,7 +126,7 @@ class StreamingBatches:
         targets = self.tokenizers.encode_tgt([pair[1] for pair in pairs])
         kept = []
         for pair, src, tgt in zip(pairs, sources, targets, strict=True):
-            if keep_pair(len(src), len(tgt), self.cfg.max_tokens, self.cfg.max_length_ratio) is not None:
+            if keep_pair(len(src), len(tgt), self.data.max_tokens, self.data.max_length_ratio) is not None:
                 continue
             if self.tagged and pair[2] in self.tagged:
                 src = [self.tag_id, *src]
@@ -181,7 +178,7 @@ class StreamingBatches:
             "batch_tokens": self.batch_tokens,
         }
         if self.corpus_tally is not None:  # what the position counts in, and the epoch's rows so far
-            state["corpora"] = dict(zip(corpus_names(self.cfg), corpus_weights(self.cfg), strict=True))
+            state["corpora"] = dict(zip(self.corpus.corpus_names, self.corpus.corpus_weights, strict=True))
             state["corpus_rows"] = self.corpus_tally.rows.tolist()
         return state
 
@@ -190,7 +187,7 @@ class StreamingBatches:
             raise UserError("this checkpoint was not trained with data.streaming=true; resume without it")
         check_same_stream(state, self.batch_tokens, self.seed)
         if self.corpus_tally is not None or "corpora" in state:
-            check_same_corpora(state, corpus_names(self.cfg), corpus_weights(self.cfg))
+            check_same_corpora(state, self.corpus.corpus_names, self.corpus.corpus_weights)
         self.epoch, self.buffer, self.position = int(state["epoch"]), int(state["buffer"]), int(state["position"])
         self._batches = None
         if self.corpus_tally is not None:

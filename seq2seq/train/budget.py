@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from omegaconf import DictConfig
-
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import translated_sentences
@@ -20,9 +18,21 @@ log = logging.getLogger(__name__)
 
 
 class Budget:
-    def __init__(self, cfg: DictConfig, dist: DistContext, clock: Callable[[], float], started: float) -> None:
-        """`started`: when the run's command started (on `clock`), so that max_minutes counts its set-up."""
-        self.cfg, self.dist, self.clock = cfg, dist, clock
+    def __init__(
+        self,
+        max_minutes: float | None,
+        max_steps: int | None,
+        valid_max_sentences: int | None,
+        batch_tokens: int,
+        dist: DistContext,
+        clock: Callable[[], float],
+        started: float,
+    ) -> None:
+        """The run's max_minutes and max_steps; valid_max_sentences and batch_tokens size a validation
+        for its estimate. `started`: when the run's command started (on `clock`), so that max_minutes
+        counts its set-up."""
+        self.max_minutes, self.max_steps, self.dist, self.clock = max_minutes, max_steps, dist, clock
+        self.valid_max_sentences, self.batch_tokens = valid_max_sentences, batch_tokens
         self.started = started
         self.elapsed_before = 0.0  # seconds spent in earlier segments of this run (from the checkpoint)
         # How long the latest validation (and its saves) took, or an estimate before the first: kept back
@@ -47,8 +57,8 @@ class Budget:
     def used(self, step: int) -> float:
         """The fraction of the run's budget spent when update `step` starts: of max_steps or of
         max_minutes, whichever is nearer its end (linear_to_zero reaches zero there)."""
-        used = (step - 1) / self.cfg.max_steps if self.cfg.max_steps else 0.0
-        if self.cfg.max_minutes:
+        used = (step - 1) / self.max_steps if self.max_steps else 0.0
+        if self.max_minutes:
             fraction = self.elapsed_minutes() / max(self.training_minutes(), 1e-9)
             if self.dist.enabled:  # one learning rate on every rank, or their weights drift apart
                 fraction = self.dist.sum(fraction) / self.dist.world_size
@@ -59,20 +69,20 @@ class Budget:
         """The part of max_minutes that training may use: all but the final validation's share (and,
         while that share is an estimate, the time to estimate it again)."""
         retiming = self.probe_minutes if self.estimated_at is not None else 0.0
-        return self.cfg.max_minutes - self.validation_minutes - retiming
+        return self.max_minutes - self.validation_minutes - retiming
 
     def out_of_time(self) -> bool:
         """Another update would end past the time training may use: stopping now ends the run (final
         validation included) by max_minutes, where the machine keeps the pace it had."""
-        if self.cfg.max_minutes is None:
+        if self.max_minutes is None:
             return False
         return self.elapsed_minutes() + self.update_seconds / 60.0 >= self.training_minutes()
 
     def deadline(self) -> float | None:
         """When max_minutes runs out, on the clock, counting what earlier segments of the run spent."""
-        if not self.cfg.max_minutes:
+        if not self.max_minutes:
             return None
-        return self.clock() + (self.cfg.max_minutes - self.elapsed_minutes()) * 60
+        return self.clock() + (self.max_minutes - self.elapsed_minutes()) * 60
 
     def validation_timed(self, minutes: float) -> None:
         """A validation (and its saves) took `minutes`: the final one is kept that much."""
@@ -85,7 +95,7 @@ class Budget:
         validation's time: after the first update (whose time the estimate uses), and again when
         that estimate would stop the run and the weights have since made as many updates again (an
         estimate on untrained weights errs long: their translations run to the length limit)."""
-        if not self.cfg.max_minutes or not self.dist.is_main:
+        if not self.max_minutes or not self.dist.is_main:
             return
         first = self.validation_minutes == 0.0 and self.estimated_at is None
         stale = self.estimated_at is not None and step >= 2 * self.estimated_at and self.out_of_time()
@@ -96,13 +106,13 @@ class Budget:
         if first:
             log.info(
                 "max_minutes=%g: %.1f minutes kept for the final validation (estimated before the first)",
-                self.cfg.max_minutes,
+                self.max_minutes,
                 self.validation_minutes,
             )
         else:
             log.info(
                 "max_minutes=%g: the final validation timed again at update %d: %.2f minutes kept (was %.2f)",
-                self.cfg.max_minutes,
+                self.max_minutes,
                 step,
                 self.validation_minutes,
                 was,
@@ -115,12 +125,12 @@ class Budget:
         `probe_sentences` validation sentences, timed and scaled to the sentences a validation
         translates, plus the loss pass (a forward pass, about a third of an update, per update's worth
         of tokens). An untrained model's translations run to their length limit, so this errs long."""
-        valid, limit = data.valid, self.cfg.valid_max_sentences
+        valid, limit = data.valid, self.valid_max_sentences
         translated = translated_sentences(valid, limit)
         probe = valid.src_text[: min(probe_sentences, translated)]
         start = self.clock()
         translate(probe)
         self.probe_minutes = (self.clock() - start) / 60.0
         translation = self.probe_minutes * 60.0 * translated / max(len(probe), 1)
-        loss_pass = self.update_seconds / 3.0 * float(valid.tgt.lengths().sum()) / self.cfg.batch_tokens
+        loss_pass = self.update_seconds / 3.0 * float(valid.tgt.lengths().sum()) / self.batch_tokens
         return (translation + loss_pass) / 60.0

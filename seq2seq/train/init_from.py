@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from seq2seq.artifacts.checkpoint import Vocabulary
 from seq2seq.artifacts.huggingface import load_pretrained
@@ -18,20 +17,20 @@ from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model
 from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, RunDir
-from seq2seq.config import UserError, as_dict
+from seq2seq.config import UserError
 
 log = logging.getLogger(__name__)
 
 
-def init_weights_from(model: torch.nn.Module, path: str, cfg: DictConfig, vocab: Vocabulary) -> None:
-    """Loads the weights `path` names into `model`, built from `cfg` for a tokenizer of `vocab`; refused
-    in one line when their architecture or vocabulary sizes differ."""
+def init_weights_from(model: torch.nn.Module, path: str, settings: dict[str, Any], vocab: Vocabulary) -> None:
+    """Loads the weights `path` names into `model`, built from model.* `settings` (a plain dict) for a
+    tokenizer of `vocab`; refused in one line when their architecture or vocabulary sizes differ."""
     if is_huggingface_model(path):
         payload, _ = load_pretrained(path)
-        payload["config"]["model"].update({k: cfg.model[k] for k in TRAINING_ONLY_KEYS})
+        payload["config"]["model"].update({k: settings[k] for k in TRAINING_ONLY_KEYS})
     else:
         _, payload = read_model_file(weights_file_of(path))
-    if differences := model_differences(payload["config"]["model"], as_dict(cfg.model)):
+    if differences := model_differences(payload["config"]["model"], settings):
         raise UserError(
             f"init_from={path}: its model config differs from model.* of this run: {'; '.join(differences)}"
         )

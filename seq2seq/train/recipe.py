@@ -38,6 +38,7 @@ from seq2seq.config import FIXED_RECIPE as FIXED
 from seq2seq.config import parse_overrides
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.train.distributed import DistContext
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.rng import rng_state, set_rng_state
 from seq2seq.train.run_precision import choose_run_precision
 from seq2seq.train.update import Update, training_batches, training_model
@@ -138,14 +139,17 @@ def measure_pace(
     state = rng_state()
     try:
         dist = DistContext()
-        model = training_model(probe, data, device)
-        precision = choose_run_precision(probe, device, dist).precision
-        update = Update(probe, model, device, dist, precision, _at_the_start)
-        batches = training_batches(probe, data, device, dist)
+        parts = TrainingParts.of(probe, device)
+        model = training_model(parts.model, data, device)
+        precision = choose_run_precision(
+            probe.precision, probe.model.d_model, probe.model.ffn_dim, device, dist
+        ).precision
+        update = Update(parts.update, model, device, dist, precision, _at_the_start)
+        batches = training_batches(parts.batches, data, device, dist)
         times = []
         for step in range(1, TIMED_UPDATES + 2):
             start = clock()
-            made = update(batches.next_update(1, 0, probe.accum_steps), step)
+            made = update(batches.next_update(1, 0, parts.batches.accum_steps), step)
             update.read_back([made] if made is not None else [])  # waits for the device, which finishes later
             times.append(clock() - start)
         # The first allocated and warmed caches (and compiled): not in the pace.

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
 
 from seq2seq.data.corpus_weights import CorpusTally, describe_shown
 from seq2seq.train.dashboard import Dashboard
@@ -55,12 +54,18 @@ class Report:
 
     @classmethod
     def open(
-        cls, cfg: DictConfig, run_dir: Path, step: int, deadline: float | None, clock: Callable[[], float]
+        cls,
+        run_dir: Path,
+        step: int,
+        max_steps: int | None,
+        progress: bool,
+        attention_images_share: float,
+        deadline: float | None,
+        clock: Callable[[], float],
     ) -> Report:
-        """Rank 0's: a dashboard from update `step` on; `deadline` when max_minutes runs out."""
-        return cls(
-            Dashboard(run_dir, step, cfg.max_steps, cfg.progress, deadline, cfg.attention_images_share, clock=clock)
-        )
+        """Rank 0's: a dashboard from update `step` on (the bar runs to max_steps; progress= and
+        attention_images_share= as the run has them); `deadline` when max_minutes runs out."""
+        return cls(Dashboard(run_dir, step, max_steps, progress, deadline, attention_images_share, clock=clock))
 
     def window(self, step: int, window: TrainWindow, now: float, **figures: float) -> None:
         """A window's train metrics; `figures`: lr, epoch, skipped_updates as the Trainer has them now."""

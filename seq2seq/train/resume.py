@@ -11,6 +11,7 @@ training on from a data position and a vocabulary made for another text is anoth
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import TRAIN_GROUPS, TrainConfig, UserError
 from seq2seq.data.directions import check_same_directions
-from seq2seq.data.pipeline import corpus_files
 
 log = logging.getLogger("seq2seq.train")
 
@@ -109,13 +109,15 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def check_same_corpus(recorded: list[dict[str, Any]] | None, data: DictConfig, run: str) -> None:
-    """The files `data` reads are those the run started on (`recorded`, from its checkpoint), by
-    content; else one line naming the file that differs. A checkpoint older than the record: unchecked."""
+def check_same_corpus(
+    recorded: list[dict[str, Any]] | None, now: Sequence[dict[str, Any]], data: DictConfig, run: str
+) -> None:
+    """The files `data` reads (`now`, its corpus plan's, by content) are those the run started on
+    (`recorded`, from its checkpoint); else one line naming the file that differs. A checkpoint older
+    than the record: unchecked."""
     if recorded is None:
         log.info("resume: %s predates the record of its corpus files: they are not checked", run)
         return
-    now = corpus_files(data)
     new_run = f"start a new run with init_from={run}"
     if len(now) != len(recorded):
         raise UserError(

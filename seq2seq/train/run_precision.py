@@ -6,17 +6,19 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from omegaconf import DictConfig
 
 from seq2seq.artifacts.checkpoint import TrainingState
 from seq2seq.precision import PrecisionChoice, choose_precision
 from seq2seq.train.distributed import DistContext
 
 
-def choose_run_precision(cfg: DictConfig, device: torch.device, dist: DistContext) -> PrecisionChoice:
-    """cfg.precision made concrete: precision=auto becomes what this machine runs the model fastest in.
-    Ranks measure alike but could disagree when close: rank 0 decides."""
-    choice = choose_precision(cfg.precision, device, cfg.model.d_model, cfg.model.ffn_dim)
+def choose_run_precision(
+    asked: str, d_model: int, ffn_dim: int, device: torch.device, dist: DistContext
+) -> PrecisionChoice:
+    """precision=`asked` made concrete: auto becomes what this machine runs a model of that width
+    (model.d_model, model.ffn_dim) fastest in. Ranks measure alike but could disagree when close: rank 0
+    decides."""
+    choice = choose_precision(asked, device, d_model, ffn_dim)
     return dataclasses.replace(choice, precision=dist.broadcast(choice.precision))
 
 

@@ -1,7 +1,8 @@
 """The training loop: updates, validation, checkpoints, and exact resume.
 
 The Trainer owns a run once run.py hands it over: the loop and its stop rules, the run's clock, the
-step, best and patience, the final validation and save (`run`); it reads the config, never edits it.
+step, best and patience, the final validation and save (`run`); it is handed the parts of the config
+it reads (parts.py), never the config.
 It composes the update (update.py), the time budget (budget.py) and what it shows (reporting.py).
 Everything a run needs to continue bit-for-bit lives in its checkpoints, taken between updates only,
 so a run resumed from one replays exactly what the uninterrupted run did.
@@ -9,6 +10,7 @@ so a run resumed from one replays exactly what the uninterrupted run did.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -21,7 +23,6 @@ from omegaconf import DictConfig
 from seq2seq import cpu_sharing
 from seq2seq.artifacts.checkpoint import TrainingState, Vocabulary, save_training_state
 from seq2seq.artifacts.run_dir import RunDir
-from seq2seq.config import as_dict
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.precision import PrecisionChoice
@@ -29,6 +30,7 @@ from seq2seq.stop_signals import stop_on_signals
 from seq2seq.train.budget import Budget
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.evaluate import score_directions, validation_loss, validation_translations, validation_translator
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.reporting import Report, TrainWindow
 from seq2seq.train.rng import restore_rank_state, rng_state
 from seq2seq.train.run_precision import choose_run_precision, resumed_precision
@@ -51,7 +53,7 @@ class Trainer:
 
     def __init__(
         self,
-        cfg: DictConfig,
+        parts: TrainingParts,
         run_dir: Path,
         data: PreparedData,
         device: torch.device,
@@ -59,19 +61,25 @@ class Trainer:
         started: float | None = None,
         precision: PrecisionChoice | None = None,
     ) -> None:
-        """`started`: when the run's command started (on `clock`), so that max_minutes counts its set-up.
-        `precision`: what the run computes in (run.py resolves precision=auto first, `choose_run_precision`);
-        without it the Trainer resolves cfg.precision itself. The Trainer never edits the config."""
-        self.cfg, self.run_dir, self.data, self.device, self.dist = cfg, run_dir, data, device, dist
-        self.budget = Budget(cfg, dist, self.clock, self.clock() if started is None else started)
-        model = training_model(cfg, data, device)  # first: measuring the precision draws random numbers
-        self.precision_asked = cfg.precision  # what the user wrote: a resume logs what auto chose and why
-        self.precision_choice = precision or choose_run_precision(cfg, device, dist)
+        """`parts`: what the run's config says of the model, the batches, the update and the loop
+        (parts.TrainingParts.of; `from_config` makes them). `started`: when the run's command started
+        (on `clock`), so that max_minutes counts its set-up. `precision`: what the run computes in (run.py
+        resolves precision=auto first, `choose_run_precision`); without it the Trainer resolves it itself."""
+        self.parts, self.loop = parts, parts.loop
+        self.run_dir, self.data, self.device, self.dist = run_dir, data, device, dist
+        loop, shape = parts.loop, parts.model.config
+        limits = (loop.max_minutes, loop.max_steps, loop.valid_max_sentences, loop.batch_tokens)
+        self.budget = Budget(*limits, dist, self.clock, self.clock() if started is None else started)
+        model = training_model(parts.model, data, device)  # first: measuring the precision draws random numbers
+        self.precision_asked = loop.precision  # what the user wrote: a resume logs what auto chose and why
+        self.precision_choice = precision or choose_run_precision(
+            loop.precision, shape.d_model, shape.ffn_dim, device, dist
+        )
         self.precision = self.precision_choice.precision  # fp32 | bf16 | fp16; the checkpoint's config records it
-        self.update = Update(cfg, model, device, dist, self.precision, self.budget.used)
+        self.update = Update(parts.update, model, device, dist, self.precision, self.budget.used)
         self.model, self.objective = self.update.model, self.update.objective
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
-        self.stream = training_batches(cfg, data, device, dist)
+        self.stream = training_batches(parts.batches, data, device, dist)
         self.translator = validation_translator(self.model, data, device)
         self.step = 0
         self.best: dict[str, float] | None = None  # {"value", "step"} of best_metric
@@ -91,15 +99,30 @@ class Trainer:
         self.vocab: Vocabulary = {**sizes, "tokenizer": tok.fingerprint()}
         # On a CPU whose OpenMP threads spin long (the run started on an idle machine): one thread while
         # other work runs (cpu_sharing.py). Not in a deterministic run, whose sums must not depend on load.
-        cpu = device.type == "cpu" and not cfg.deterministic
+        cpu = device.type == "cpu" and not loop.deterministic
         self.sharing = cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads) if cpu else None
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: DictConfig,
+        run_dir: Path,
+        data: PreparedData,
+        device: torch.device,
+        dist: DistContext,
+        started: float | None = None,
+        precision: PrecisionChoice | None = None,
+    ) -> Trainer:
+        """A Trainer for the training config `cfg` (its parts, `TrainingParts.of`), for tests and tools
+        that hold a config; run.py makes the parts itself."""
+        return cls(TrainingParts.of(cfg, device), run_dir, data, device, dist, started, precision)
 
     # ---- the checkpoint: what the run is, and how it goes on ------------------------------------
     def training_state(self, rng: list[dict[str, Any]] | None = None) -> TrainingState:
         """`rng`: every rank's RNG state, in rank order (see `save`); default this process's only."""
         return TrainingState(
             model=self.update.model_state(),
-            config={**as_dict(self.cfg), "precision": self.precision},  # a resume computes as the run did
+            config={**copy.deepcopy(self.loop.record), "precision": self.precision},  # a resume computes as the run did
             vocab=self.vocab,
             step=self.step,
             data=self.stream.state_dict(),
@@ -128,7 +151,7 @@ class Trainer:
         self.step, self.best, self.last_metrics = state.step, state.best, state.metrics
         self.validations_since_best, self.skipped_updates = state.validations_since_best, state.skipped_updates
         self.budget.elapsed_before, self.budget.validation_minutes = state.elapsed_seconds, state.validation_minutes
-        restore_rank_state(state.rng, self.dist.rank, self.dist.world_size, self.cfg.seed + self.dist.rank + self.step)
+        restore_rank_state(state.rng, self.dist.rank, self.dist.world_size, self.loop.seed + self.dist.rank + self.step)
         self.precision_asked, self.precision_choice = resumed_precision(
             self.precision_asked, self.precision_choice, state
         )
@@ -139,14 +162,14 @@ class Trainer:
         token counts (this rank's), or None when the update was skipped for lack of memory. An update
         whose loss or gradient is not finite leaves the weights as they were; `check_updates` tells which."""
         started = self.clock()
-        micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.cfg.accum_steps)
+        micro_batches = self.stream.next_update(self.dist.world_size, self.dist.rank, self.loop.accum_steps)
         update = self.update(micro_batches, self.step + 1)
         if update is None:
             self._count_oom_skip()
             return None
         self.step, self.consecutive_oom_skips = update.step, 0
         self.pending.append(update)
-        if self.step % self.cfg.log_every == 0:
+        if self.step % self.loop.log_every == 0:
             self.check_updates()
         self.budget.update_seconds = self.clock() - started
         return {"tgt_tokens": update.tgt_tokens, "src_tokens": update.src_tokens}
@@ -176,20 +199,20 @@ class Trainer:
         if self.scaler.is_enabled() and math.isfinite(update.loss):
             return  # the grad scaler's business
         self.consecutive_skips += 1
-        if self.consecutive_skips >= self.cfg.max_skipped_updates:
+        if self.consecutive_skips >= self.loop.max_skipped_updates:
             raise NonFiniteLoss(
                 f"{self.consecutive_skips} updates in a row had a non-finite loss or gradient "
-                f"(max_skipped_updates={self.cfg.max_skipped_updates}); {self._last_good_checkpoint()}"
+                f"(max_skipped_updates={self.loop.max_skipped_updates}); {self._last_good_checkpoint()}"
             )
 
     def _count_oom_skip(self) -> None:
         self.skipped_updates += 1
         self.consecutive_oom_skips += 1
         # Without a limit a batch size that never fits would skip forever without a single update.
-        if self.consecutive_oom_skips >= self.cfg.max_skipped_updates:
+        if self.consecutive_oom_skips >= self.loop.max_skipped_updates:
             raise RepeatedOutOfMemory(
                 f"{self.consecutive_oom_skips} updates in a row ran out of memory even with their batches split "
-                f"in two (max_skipped_updates={self.cfg.max_skipped_updates}); lower batch_tokens. "
+                f"in two (max_skipped_updates={self.loop.max_skipped_updates}); lower batch_tokens. "
                 f"{self._last_good_checkpoint(capital=True)}"
             )
 
@@ -197,13 +220,13 @@ class Trainer:
         """Where to go on from, for the message that stops the run: never a directory that is not there."""
         if self.files.checkpoint("last").is_file():
             return f"{'T' if capital else 't'}he last good checkpoint is in {self.files.checkpoints}"
-        return f"{'N' if capital else 'n'}o checkpoint was saved yet (the first save is at update {min(self.cfg.save_every, self.cfg.valid_every)})"
+        return f"{'N' if capital else 'n'}o checkpoint was saved yet (the first save is at update {min(self.loop.save_every, self.loop.valid_every)})"
 
     # ---- validation, best and patience, checkpoints -----------------------------------------------
     def validate(self) -> dict[str, float]:
         valid, autocast = self.data.valid, self.update.autocast
-        metrics = validation_loss(self.objective, valid, self.cfg.batch_tokens, self.device, autocast)
-        results = validation_translations(self.translator, valid, self.cfg.valid_max_sentences)
+        metrics = validation_loss(self.objective, valid, self.loop.batch_tokens, self.device, autocast)
+        results = validation_translations(self.translator, valid, self.loop.valid_max_sentences)
         metrics.update(score_directions(results))
         self.last_metrics = metrics
         # The first direction's: the one self.translator translates (the attention images use it).
@@ -212,18 +235,18 @@ class Trainer:
         return metrics
 
     def improved(self, metrics: dict[str, float]) -> bool:
-        value = metrics[self.cfg.best_metric]
+        value = metrics[self.loop.best_metric]
         # Weights whose loss is NaN (or infinite) have diverged: never the best, whatever their BLEU,
         # and a NaN metric compares false with everything, so it would otherwise pass as a first best.
         if not math.isfinite(metrics["loss"]) or math.isnan(value):
             return False
         if self.best is None:
             return True
-        return value < self.best["value"] if self.cfg.best_metric == "loss" else value > self.best["value"]
+        return value < self.best["value"] if self.loop.best_metric == "loss" else value > self.best["value"]
 
     def validate_and_save(self, report: Report) -> None:
         """Validation on rank 0 (best and patience follow it), then a checkpoint from every rank."""
-        cfg, step = self.cfg, self.step
+        loop, step = self.loop, self.step
         self.check_updates()  # a run of non-finite updates stops the run before it is validated
         started = self.clock()
         names: list[str] = []
@@ -231,12 +254,12 @@ class Trainer:
             metrics = self.validate()
             better = self.improved(metrics)
             if better:
-                self.best = {"value": metrics[cfg.best_metric], "step": step}
+                self.best = {"value": metrics[loop.best_metric], "step": step}
             self.validations_since_best = 0 if better else self.validations_since_best + 1
-            report.validation(step, metrics, better, cfg.best_metric, self.best)
-            seconds = self.budget.elapsed_minutes() * 60.0 if cfg.attention_images else None
+            report.validation(step, metrics, better, loop.best_metric, self.best)
+            seconds = self.budget.elapsed_minutes() * 60.0 if loop.attention_images else None
             report.samples(step, self.samples, self.translator, seconds)
-            periodic = [RunDir.step_name(step)] if step % cfg.save_every == 0 else []
+            periodic = [RunDir.step_name(step)] if step % loop.save_every == 0 else []
             names = ["last"] + (["best"] if better else []) + periodic
         self.dist.wait_for_main()  # before any other collective: rank 0 may have validated for a long time
         self.validations_since_best, names = self.dist.broadcast((self.validations_since_best, names))
@@ -255,7 +278,7 @@ class Trainer:
             for name in sorted(names, key=lambda n: n == "last"):
                 save_training_state(state, self.files.checkpoint(name))
             if any(RunDir.step_of(name) is not None for name in names):
-                self.files.prune_periodic(self.cfg.keep_checkpoints)
+                self.files.prune_periodic(self.loop.keep_checkpoints)
         self.dist.wait_for_main()
 
     # ---- the run: the loop, its stop rules, the final validation and save ------------------------
@@ -263,9 +286,17 @@ class Trainer:
         """The run from where the Trainer stands to its end: updates until a stop rule says stop (its
         reason is returned), then the final weights validated and saved, unless a signal asked to stop
         now. Rank 0 shows it on the dashboard (TensorBoard, the progress bar)."""
-        cfg = self.cfg
+        loop = self.loop
         report = (
-            Report.open(cfg, self.run_dir, self.step, self.budget.deadline(), self.clock)
+            Report.open(
+                self.run_dir,
+                self.step,
+                loop.max_steps,
+                loop.progress,
+                loop.attention_images_share,
+                self.budget.deadline(),
+                self.clock,
+            )
             if self.dist.is_main
             else Report()
         )
@@ -274,10 +305,12 @@ class Trainer:
             reason = self.fit(report)
             if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
                 self.save("last")
-            elif self.step % cfg.valid_every != 0:  # the final weights get validated and saved too
+            elif self.step % loop.valid_every != 0:  # the final weights get validated and saved too
                 self.validate_and_save(report)
             if self.best is not None:  # the config as computed: precision=auto named by what it chose
-                report.hparams({**as_dict(cfg), "precision": self.precision}, self.last_metrics, cfg.best_metric)
+                report.hparams(
+                    {**copy.deepcopy(loop.record), "precision": self.precision}, self.last_metrics, loop.best_metric
+                )
         finally:
             report.close(self.budget.elapsed_minutes() * 60.0)
         return reason
@@ -285,7 +318,7 @@ class Trainer:
     def fit(self, report: Report) -> str:
         """Updates until a stop rule says stop, validating and saving on schedule; returns why it stopped.
         The train metrics come from `check_updates`, every log_every updates (and the first)."""
-        cfg = self.cfg
+        loop = self.loop
         window = TrainWindow(self.clock())
         while (reason := self.stop_reason()) is None:
             update_start = self.clock()
@@ -295,7 +328,7 @@ class Trainer:
                 continue
             step = self.step
             self.budget.reserve_for_the_final_validation(self.translator.translate, self.data, step)
-            if step % cfg.log_every == 0 or step == 1:
+            if step % loop.log_every == 0 or step == 1:
                 self.check_updates()
                 window.results += self.take_read_back()  # with what saves read back since the last
                 figures = {"lr": self.optimizer.lr, "epoch": self.stream.epoch, "skipped_updates": self.skipped_updates}
@@ -303,9 +336,9 @@ class Trainer:
                 report.corpora(step, self.stream.corpus_tally)
                 window = TrainWindow(self.clock())
             report.progress(tokens["tgt_tokens"] * self.dist.world_size / max(self.clock() - update_start, 1e-9))
-            if step % cfg.valid_every == 0:
+            if step % loop.valid_every == 0:
                 self.validate_and_save(report)
-            elif step % cfg.save_every == 0:
+            elif step % loop.save_every == 0:
                 self.save("last", RunDir.step_name(step))
         report.corpora(self.step, self.stream.corpus_tally, final=True)
         return reason
@@ -324,29 +357,27 @@ class Trainer:
 
     def stop_reason(self) -> str | None:
         """Why the run stops before another update, or None. Every rank gives the same answer."""
-        cfg = self.cfg
+        loop = self.loop
         # One collective for the three flags a rank may see alone, before every update.
         flags = [self.target_reached(), self.budget.out_of_time(), self.stop_requested]
         target, late, signalled = self.dist.any_of(flags)
         if target:
-            return (
-                f"reached the target {cfg.target_metric} {'<=' if cfg.target_metric == 'loss' else '>='} {cfg.target:g}"
-            )
-        if cfg.max_steps and self.step >= cfg.max_steps:
-            return f"reached max_steps={cfg.max_steps}"
-        if cfg.max_epochs and self.stream.epochs_done(self.dist.world_size, cfg.accum_steps) >= cfg.max_epochs:
-            return f"finished max_epochs={cfg.max_epochs}"
+            return f"reached the target {loop.target_metric} {'<=' if loop.target_metric == 'loss' else '>='} {loop.target:g}"
+        if loop.max_steps and self.step >= loop.max_steps:
+            return f"reached max_steps={loop.max_steps}"
+        if loop.max_epochs and self.stream.epochs_done(self.dist.world_size, loop.accum_steps) >= loop.max_epochs:
+            return f"finished max_epochs={loop.max_epochs}"
         if late:
-            return f"used max_minutes={cfg.max_minutes}"
+            return f"used max_minutes={loop.max_minutes}"
         if signalled:
             return STOPPED_BY_SIGNAL
-        if cfg.patience and self.validations_since_best >= cfg.patience:
-            return f"no better {cfg.best_metric} in {cfg.patience} validations (patience)"
+        if loop.patience and self.validations_since_best >= loop.patience:
+            return f"no better {loop.best_metric} in {loop.patience} validations (patience)"
         return None
 
     def target_reached(self) -> bool:
         """The latest validation met `target` (the weights now are the ones that learnt the task)."""
-        cfg, value = self.cfg, self.last_metrics.get(self.cfg.target_metric)
-        if cfg.target is None or value is None:
+        loop, value = self.loop, self.last_metrics.get(self.loop.target_metric)
+        if loop.target is None or value is None:
             return False
-        return value <= cfg.target if cfg.target_metric == "loss" else value >= cfg.target
+        return value <= loop.target if loop.target_metric == "loss" else value >= loop.target

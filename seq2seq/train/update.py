@@ -18,14 +18,13 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from seq2seq.config import UserError, compiles
+from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, EpochBatches, split_batch
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.data.prefetch import Prefetcher
 from seq2seq.data.streaming import StreamingBatches
-from seq2seq.data.tokenizer import PAD_ID, decoder_start_id
+from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import build_model
 from seq2seq.train.compiled_update import CompiledUpdate
 from seq2seq.train.distributed import DistContext
@@ -33,6 +32,7 @@ from seq2seq.train.flat_parameters import FlatParameters, independent_copies
 from seq2seq.train.freezing import freeze
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
+from seq2seq.train.parts import BatchParts, ModelParts, UpdateParts
 
 log = logging.getLogger(__name__)
 # An update's summed loss and nll, and the gradient norm where its step was made with them (compiled).
@@ -70,28 +70,25 @@ class UpdateResult:
     skipped: bool  # the loss or the gradient was not finite: the weights did not move
 
 
-def training_batches(cfg: DictConfig, data: PreparedData, device: torch.device, dist: DistContext) -> Any:
-    """The training batches. On a GPU made one update ahead on a thread (on a CPU the thread would
-    take a core from the update). Widths are padded to multiples of 8 where compiled code runs on a
-    GPU (few shapes to compile for); elsewhere padding is compute spent on nothing: Multi30k's
-    short sentences gain about a quarter in tokens (docs/performance.md)."""
-    start = decoder_start_id(cfg.model.decoder_start)
-    multiple = cfg.pad_to_multiple or (8 if device.type == "cuda" and compiles(cfg) else 1)
-    args = (cfg.batch_tokens, cfg.seed, cfg.model.max_positions, start, multiple)
+def training_batches(batches: BatchParts, data: PreparedData, device: torch.device, dist: DistContext) -> Any:
+    """The training batches `batches` describes (its widths: parts.TrainingParts.of). On a GPU made one
+    update ahead on a thread (on a CPU the thread would take a core from the update)."""
+    b = batches
+    args = (b.batch_tokens, b.seed, b.max_positions, b.start_id, b.pad_multiple)
     stream = (
-        StreamingBatches(cfg.data, data.tokenizers, *args) if cfg.data.streaming else EpochBatches(data.train, *args)
+        StreamingBatches(data.plan, data.tokenizers, *args) if data.train is None else EpochBatches(data.train, *args)
     )
     if device.type == "cuda":
-        return Prefetcher(stream, device, dist.world_size, dist.rank, cfg.accum_steps)
+        return Prefetcher(stream, device, dist.world_size, dist.rank, b.accum_steps)
     return stream
 
 
-def training_model(cfg: DictConfig, data: PreparedData, device: torch.device) -> torch.nn.Module:
-    """The model `cfg` describes, for `data`'s tokenizers, freshly initialised from torch's generator,
+def training_model(parts: ModelParts, data: PreparedData, device: torch.device) -> torch.nn.Module:
+    """The model `parts` describes, for `data`'s tokenizers, freshly initialised from torch's generator,
     with the parts freeze= and trainable_top_layers= name frozen."""
     tok = data.tokenizers
-    model = build_model(cfg.model, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
-    freeze(model, list(cfg.freeze or []), cfg.trainable_top_layers)  # before FlatParameters sees the model
+    model = build_model(parts.config, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
+    freeze(model, list(parts.freeze), parts.trainable_top_layers)  # before FlatParameters sees the model
     return model
 
 
@@ -100,7 +97,7 @@ class Update:
 
     def __init__(
         self,
-        cfg: DictConfig,
+        parts: UpdateParts,
         model: torch.nn.Module,
         device: torch.device,
         dist: DistContext,
@@ -108,11 +105,11 @@ class Update:
         budget_used: Callable[[int], float],
     ) -> None:
         """`precision`: fp32 | bf16 | fp16; `budget_used`: the schedule's share of the run spent at a step."""
-        self.cfg, self.model, self.device, self.dist, self.precision = cfg, model, device, dist, precision
+        self.parts, self.model, self.device, self.dist, self.precision = parts, model, device, dist, precision
         # First: DDP and the compiler must see the parameters as they will stay, views of the buffers.
         self.parameters = FlatParameters(model.parameters())
-        self.objective = TeacherForcedLoss(self.model, cfg.label_smoothing, cfg.rdrop_alpha)  # validation: eval()
-        self.optimizer = build_optimizer(self.parameters, cfg.optim, cfg.model.d_model, budget_used)
+        self.objective = TeacherForcedLoss(self.model, parts.label_smoothing, parts.rdrop_alpha)  # validation: eval()
+        self.optimizer = build_optimizer(self.parameters, parts.optim, parts.d_model, budget_used)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.compiled = self._compiled_update()
         self.training_objective = self._wrap_for_training(self.objective)
@@ -123,17 +120,14 @@ class Update:
         carry the whole buffer, and safetensors refuses tensors that share memory)."""
         return independent_copies(self.model.state_dict())
 
-    def _compile_mode(self) -> str | None:
-        return None if self.cfg.compile_mode == "default" else self.cfg.compile_mode
-
     def _compiled_update(self) -> CompiledUpdate | None:
         """compile=true in one process without the grad scaler: the whole update compiled as one graph
         (compiled_update.py). Under torchrun or in fp16 the objective alone is (`_wrap_for_training`)."""
-        if not compiles(self.cfg) or self.dist.enabled or self.precision == "fp16":
+        if not self.parts.compiled or self.dist.enabled or self.precision == "fp16":
             return None
-        clip = self.cfg.optim.clip_norm
+        clip = self.parts.optim.clip_norm
         return CompiledUpdate(
-            self.objective, self.parameters, self.optimizer, clip, self.autocast, self._compile_mode()
+            self.objective, self.parameters, self.optimizer, clip, self.autocast, self.parts.compile_mode
         )
 
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
@@ -144,8 +138,8 @@ class Update:
         if self.dist.enabled:
             ids = [self.device.index] if self.device.type == "cuda" else None
             module = torch.nn.parallel.DistributedDataParallel(objective, device_ids=ids)
-        if compiles(self.cfg) and self.compiled is None:
-            module = torch.compile(module, dynamic=True, mode=self._compile_mode())
+        if self.parts.compiled and self.compiled is None:
+            module = torch.compile(module, dynamic=True, mode=self.parts.compile_mode)
         return module
 
     def autocast(self) -> AbstractContextManager:
@@ -276,8 +270,10 @@ class Update:
         self.scaler.unscale_(self.optimizer)
         # Over the flat gradient buffers (usually one): a few operators, not a loop over parameters.
         norm = self.parameters.gradient_norm()
-        if self.cfg.optim.clip_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(self.parameters.buffers, self.cfg.optim.clip_norm, norm, foreach=True)
+        if self.parts.optim.clip_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(
+                self.parameters.buffers, self.parts.optim.clip_norm, norm, foreach=True
+            )
         return norm
 
     def _not_finite_on_any_rank(self, loss_sum: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
