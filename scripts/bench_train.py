@@ -63,9 +63,11 @@ from machine import machine_info  # noqa: E402
 from step_profile import (  # noqa: E402
     compiled_graphs_per_epoch,
     count_generated_kernels,
+    generated_kernel_names,
     gpu_time_per_update,
     host_reads_per_update,
     operator_calls_per_update,
+    peak_allocated_per_update,
     shapes_per_epoch,
 )
 
@@ -387,10 +389,14 @@ def counts_report(args: argparse.Namespace) -> dict:
             compiler = trainer.update.compiled
             graphs = compiler.graphs if compiler else 0
             counted = {k: round(v, 2) for k, v in operator_calls_per_update(trainer.train_step, 3).items()}
+            counted["peak_allocated_mb"] = round(
+                peak_allocated_per_update(trainer.train_step, 3)["peak_allocated_mb"], 1
+            )
             if compiler is not None:
                 counted["graphs"] = compiler.graphs
                 counted["graphs_compiled_while_counting"] = compiler.graphs - graphs
                 counted["compile_seconds"] = round(compiler.compile_seconds, 1)
+                counted["generated_kernels_by_name"] = generated_kernel_names(trainer.train_step)
             row["precision"] = trainer.precision
             row["compiled" if compiled else "eager"] = counted
         eager_calls, launches = row["eager"]["operator_calls_per_update"], row["compiled"].get("launches_per_update")

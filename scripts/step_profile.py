@@ -163,6 +163,39 @@ def operator_calls_per_update(step: Callable[[], object], updates: int) -> dict[
     return counts
 
 
+def peak_allocated_per_update(step: Callable[[], object], updates: int) -> dict[str, float]:
+    """The most host memory the updates held at once beyond what was held before the first, from the
+    profiler's record of every allocation and free through torch's CPU allocator (profile_memory), in
+    time order: activations, gradients' temporaries, the loss's logits; not the weights and optimiser
+    state allocated before. An allocation count, so it does not drift with load (oneDNN's scratch
+    space is not in it: it does not go through torch's allocator)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        for _ in range(updates):
+            step()
+    host = (torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.MKLDNN)
+    records = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() in host
+    )
+    held = peak = 0
+    for _, nbytes in records:
+        held += nbytes
+        peak = max(peak, held)
+    return {"peak_allocated_mb": peak / 2**20}
+
+
+def generated_kernel_names(step: Callable[[], object]) -> dict[str, int]:
+    """Inductor's generated kernels of one update by name (`count_generated_kernels`), less the graph's
+    number: the names list the operators each kernel fused (e.g. cpp_fused_add_native_layer_norm_3)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    names = collections.Counter(
+        GENERATED_KERNEL.sub("cpp_", e.name) for e in prof.events() if GENERATED_KERNEL.match(e.name)
+    )
+    return dict(sorted(names.items()))
+
+
 def gpu_time_per_update(step: Callable[[], object], updates: int) -> dict[str, float]:
     """GPU kernels per update and the time the GPU spent in them (their intervals' union, so two
     overlapping kernels count once), from the profiler's CUDA activity."""

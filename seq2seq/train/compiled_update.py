@@ -6,7 +6,8 @@ clipping, the finiteness check and Adam over the flat buffers), Inductor fuses p
 reductions across all of them into a few generated kernels (C++ on a CPU, Triton on a GPU) around the
 matrix products. TorchDynamo traces `loss.backward()` as autograd.grad plus the accumulation into each
 parameter's gradient (`trace_autograd_ops`), so the backward and the optimiser are in the same graph as
-the forward.
+the forward. The loss is the projection and label-smoothed loss in a fixed count of row chunks
+(compiled_loss.py): the logits are never held whole, and one graph serves every row count.
 
 Shapes: every batch has its own sentences and widths. Its dimensions are marked dynamic, so one graph
 serves them all; TorchDynamo still recompiles where a guard it made on the first batches stops holding

@@ -8,6 +8,9 @@ Two implementations of the same number:
   training step (8k vocabulary x 4k tokens = 130 MB in fp32, several times over with their softmax
   and gradients); in chunks they are never held whole, and the backward needs one pass over each
   chunk instead of autograd's five (log_softmax, gather, mean and their backwards).
+
+Code that torch.compile traces takes a third, the same number again in a fixed count of chunks
+(`compiled_loss.chunked_smoothed_loss`): this one's row loop would be a graph per batch size there.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import nn
 
 from seq2seq.model.transformer import Transformer
+from seq2seq.train.compiled_loss import chunked_smoothed_loss
 
 CHUNK_ROWS = 1024  # rows of logits alive at once: 1024 x 8k x 4 bytes = 32 MB
 # On a GPU each chunk's ~50 operators (forward and back) are kernel launches, and the host issuing them
@@ -177,15 +181,15 @@ class TeacherForcedLoss(nn.Module):
         target = tgt_out.flatten().index_select(0, tgt_positions)
         if rdrop:
             return rdrop_loss(self.model.logits(hidden), target, self.smoothing, self.rdrop_alpha)
-        if torch.compiler.is_compiling():
-            # Traced by torch.compile (compile=true): the plain loss, whose softmax, gather and mean the
-            # compiler fuses itself. The chunked one's row loop would be fixed to each batch's size
-            # (a recompile per batch), and an opaque autograd.Function would break the graph.
-            return label_smoothed_loss(self.model.logits(hidden), target, self.smoothing)
         dtype = (
             torch.get_autocast_dtype(hidden.device.type)
             if torch.is_autocast_enabled(hidden.device.type)
             else hidden.dtype
         )
         weight, bias = self.model.output.weight, self.model.output_bias
+        if torch.compiler.is_compiling():
+            # Traced by torch.compile (compile=true): this loss's row loop would be unrolled to each
+            # batch's row count (a recompile per batch); compiled_loss.py cuts the rows into a fixed
+            # number of chunks instead, one graph for all.
+            return chunked_smoothed_loss(hidden, weight, target, self.smoothing, dtype, bias)
         return ProjectedSmoothedLoss.apply(hidden, weight, target, self.smoothing, dtype, bias)
