@@ -35,10 +35,13 @@ def _exit_on_signal(number: int, frame: object) -> None:
     raise SystemExit(128 + number)
 
 
-def stop_on_signals(request_stop: Callable[[int], None]) -> None:
-    """Ctrl-C and SIGTERM call `request_stop(signal)`, which asks the work to stop where it can (training:
-    after the update, with a save). Where it raises KeyboardInterrupt (a second Ctrl-C) the signal's
-    default comes back, so a third one ends the process at once."""
+@contextlib.contextmanager
+def stop_on_signals(request_stop: Callable[[int], None]) -> Iterator[None]:
+    """While the body runs, Ctrl-C and SIGTERM call `request_stop(signal)`, which asks the work to stop
+    where it can (training: after the update, with a save). Where it raises KeyboardInterrupt (a second
+    Ctrl-C) the signal's default comes back, so a third one ends the process at once. The handlers that
+    were there come back after the body: a program that trains through the Python API gets its Ctrl-C
+    back, and what follows training (the exports) is interrupted as any code is."""
 
     def handler(signum: int, _frame: Any) -> None:
         try:
@@ -47,5 +50,9 @@ def stop_on_signals(request_stop: Callable[[int], None]) -> None:
             signal.signal(signum, signal.SIG_DFL)
             raise
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    previous = {number: signal.signal(number, handler) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, earlier in previous.items():
+            signal.signal(number, earlier)

@@ -61,3 +61,20 @@ def test_a_staging_folder_a_killed_run_left_goes_at_the_next_start(tmp_path: Pat
     mine.write_text("mine")
     assert RunDir(run).remove_stale_temporaries() == 1
     assert not left.exists() and mine.read_text() == "mine"
+
+
+def test_training_from_code_gives_the_program_its_signal_handlers_back(tmp_path: Path) -> None:
+    # train() from the Python API left its stop handlers installed: the program's Ctrl-C then only asked
+    # a finished run to stop, and no longer raised KeyboardInterrupt.
+    import signal
+
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("not called")
+
+    before = {number: signal.signal(number, mine) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        train(compose_config("train", FIRST), tmp_path / "run")
+        assert signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)

@@ -300,19 +300,21 @@ class Trainer:
             if self.dist.is_main
             else Report()
         )
-        stop_on_signals(self.request_stop)
-        try:
-            reason = self.fit(report)
-            if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
-                self.save("last")
-            elif self.step % loop.valid_every != 0:  # the final weights get validated and saved too
-                self.validate_and_save(report)
-            if self.best is not None:  # the config as computed: precision=auto named by what it chose
-                report.hparams(
-                    {**copy.deepcopy(loop.record), "precision": self.precision}, self.last_metrics, loop.best_metric
-                )
-        finally:
-            report.close(self.budget.elapsed_minutes() * 60.0)
+        with stop_on_signals(self.request_stop):
+            try:
+                reason = self.fit(report)
+                if reason == STOPPED_BY_SIGNAL:  # the user wants out now: save, skip the final validation
+                    self.save("last")
+                elif self.step % loop.valid_every != 0:  # the final weights get validated and saved too
+                    self.validate_and_save(report)
+                if self.best is not None:  # the config as computed: precision=auto named by what it chose
+                    report.hparams(
+                        {**copy.deepcopy(loop.record), "precision": self.precision},
+                        self.last_metrics,
+                        loop.best_metric,
+                    )
+            finally:
+                report.close(self.budget.elapsed_minutes() * 60.0)
         return reason
 
     def fit(self, report: Report) -> str:
