@@ -174,7 +174,7 @@ def write_new_file(target: Path, write: Callable[[Path], None]) -> None:
 
 def write_files_into(directory: Path, write: Callable[[Path], None]) -> None:
     """`write(folder)` fills a new folder inside `directory`; each file it wrote then takes its
-    namesake's place in `directory` as write_new_file's do, except where the same bytes are there
+    namesake's place in `directory` as write_new_file's do (renamed over it), except where the same bytes are there
     already (a resumed run saving the tokenizer it has): no file of `directory` is ever half-written,
     and a kill leaves the new folder, a dot folder remove_stale_temporaries knows."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -187,7 +187,7 @@ def write_files_into(directory: Path, write: Callable[[Path], None]) -> None:
             if target.is_file() and filecmp.cmp(new, target, shallow=False):
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_new_file(target, lambda path, new=new: shutil.copyfile(new, path))
+            _finish(new, target)  # renamed, not copied: the new file is beside it already
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
