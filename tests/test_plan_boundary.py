@@ -37,7 +37,6 @@ SCHEMA = "seq2seq/config.py"
 # inference/ and serve/ never enter it.
 NOT_YET_CONVERTED = [
     "seq2seq/artifacts/export.py",
-    "seq2seq/data/corpora.py",
     "seq2seq/distill/command.py",
     "seq2seq/distill/student.py",
     "seq2seq/distill/teacher.py",

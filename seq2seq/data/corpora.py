@@ -21,7 +21,7 @@ import pyarrow as pa
 from seq2seq.config import CleanSettings, DataConfig, UserError, as_dict, clean_rules, data_config
 from seq2seq.data.cleaning import Cleaner, CleaningReport
 from seq2seq.data.corpus import corpus_sources, iter_split
-from seq2seq.data.directions import Direction, configured_directions, direction_config, is_multilingual
+from seq2seq.data.directions import Direction, direction_config
 from seq2seq.data.language_id import identifier as make_identifier
 
 CORPUS = "corpus"  # the column of a pair's corpus index
@@ -36,14 +36,10 @@ DIRECTION = "direction"  # the column of a pair's direction index (seq2seq.data.
 SINGLE_CORPUS = "train"
 
 
-def has_corpora(cfg: Any) -> bool:
-    return bool(cfg.corpora)
-
-
-def corpus_config(cfg: Any, corpus: Any) -> DataConfig:
-    """`cfg` with one corpus of data.corpora as its training split: the corpus's kind and files in
+def corpus_config(data: DataConfig, corpus: Any) -> DataConfig:
+    """`data` with one corpus of data.corpora as its training split: the corpus's kind and files in
     place of data.kind's (validation and test are not read from it)."""
-    settings = as_dict(cfg) if not isinstance(cfg, dict) else dict(cfg)
+    settings = as_dict(data)
     entry = as_dict(corpus) if not isinstance(corpus, dict) else dict(corpus)
     settings.update(corpora=None, kind=entry["kind"])
     for key in ("train_src", "train_tgt", "train", "src_key", "tgt_key", "dir", "hub_name", "hub_subset"):
@@ -51,22 +47,14 @@ def corpus_config(cfg: Any, corpus: Any) -> DataConfig:
     return data_config(settings)
 
 
-def corpus_names(cfg: Any) -> tuple[str, ...]:
-    return tuple(corpus.name for corpus in cfg.corpora or ())
-
-
-def tagged_corpora(cfg: Any) -> list[int]:
+def tagged_corpora(data: DataConfig) -> list[int]:
     """The indices of the corpora whose sources carry BACK_TRANSLATION_TAG."""
-    return [index for index, corpus in enumerate(cfg.corpora or ()) if corpus.tag]
+    return [index for index, corpus in enumerate(data.corpora or ()) if corpus.tag]
 
 
-def corpus_tags(cfg: Any) -> list[str]:
+def corpus_tags(data: DataConfig) -> list[str]:
     """The special tokens data.corpora adds to the vocabulary: the tag, when a corpus is tagged."""
-    return [BACK_TRANSLATION_TAG] if tagged_corpora(cfg) else []
-
-
-def corpus_weights(cfg: Any) -> tuple[float, ...]:
-    return tuple(float(corpus.weight) for corpus in cfg.corpora or ())
+    return [BACK_TRANSLATION_TAG] if tagged_corpora(data) else []
 
 
 @dataclass(frozen=True)
@@ -81,21 +69,24 @@ class Stream:
     rules: tuple[str, ...]  # data.clean's (or the corpus's own) rules
 
 
-def training_streams(cfg: Any) -> list[Stream]:
+def training_streams(data: DataConfig, directions: Sequence[tuple[Direction, DataConfig]]) -> list[Stream]:
     """Every (corpus, direction) the training split is read from, corpora first, in config order (the
-    corpus plan asks once: seq2seq.data.corpus_plan)."""
-    directions = configured_directions(cfg) if is_multilingual(cfg) else [None]
-    corpora = list(cfg.corpora) if has_corpora(cfg) else [None]
+    corpus plan asks once: seq2seq.data.corpus_plan). `directions`: data.directions, each with its
+    single-direction settings (the plan's); () for a run of one direction."""
+    corpora = list(data.corpora) if data.corpora else [None]
     streams = []
     for corpus_index, corpus in enumerate(corpora):
-        base = cfg if corpus is None else corpus_config(cfg, corpus)
-        rules = clean_rules(cfg.clean if corpus is None or corpus.clean is None else corpus.clean)
-        for direction_index, direction in enumerate(directions):
-            one = base if direction is None else direction_config(base, direction)
+        base = data if corpus is None else corpus_config(data, corpus)
+        rules = clean_rules(data.clean if corpus is None or corpus.clean is None else corpus.clean)
+        for direction_index, (direction, settings) in enumerate(directions or [(None, data)]):
+            if corpus is not None and direction is not None:  # the corpus's own files, in this direction
+                settings = direction_config(base, direction)
+            elif corpus is not None:
+                settings = base
             name = SINGLE_CORPUS if corpus is None else corpus.name
             label = name if direction is None else f"{name} {direction.name}"
             extra = (() if direction is None else (direction_index,)) + (() if corpus is None else (corpus_index,))
-            streams.append(Stream(label, None if corpus is None else name, one, direction, extra, rules))
+            streams.append(Stream(label, None if corpus is None else name, settings, direction, extra, rules))
     return streams
 
 

@@ -87,7 +87,7 @@ def plan_corpus(
     settings = as_dict(data) if not isinstance(data, dict) else dict(data)
     one = data_config(settings)
     directions = tuple((d, direction_config(settings, d)) for d in configured_directions(one))
-    streams = tuple(training_streams(one))
+    streams = tuple(training_streams(one, directions))
     if files is None:
         files = corpus_files(one, directions, streams)
     return CorpusPlan(
