@@ -132,11 +132,12 @@ class Dashboard:
         fit = step + int(max(self.deadline - now, 0.0) / ((now - self.started) / done))
         return min(fit, self.max_steps) if self.max_steps else fit
 
-    def hparams(self, config: dict[str, Any], metric_tags: list[str]) -> None:
-        """The resolved config for the HParams tab (compare sweep runs), against `metric_tags`: scalar
-        tags the run already writes (valid/bleu, valid/best_bleu, ...), whose latest values the tab
-        shows. Writing the metrics again under hparam/* put one-point cards before every learning curve."""
-        flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in _flatten(config).items()}
+    def hparams(self, record: dict[str, Any], metric_tags: list[str]) -> None:
+        """The run's config as its checkpoints record it (`record`), for the HParams tab (compare sweep
+        runs), against `metric_tags`: scalar tags the run already writes (valid/bleu, valid/best_bleu,
+        ...), whose latest values the tab shows. Writing the metrics again under hparam/* put one-point
+        cards before every learning curve."""
+        flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in _flatten(record).items()}
         # Into this run's own event file: SummaryWriter.add_hparams writes a second run (<run>/tb/<name>),
         # which TensorBoard lists beside every run. The metric values are not needed: only their tags.
         for summary in hparams(flat, dict.fromkeys(metric_tags, 0.0)):

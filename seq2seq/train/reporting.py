@@ -139,11 +139,11 @@ class Report:
             sources = [source for source, _, _ in samples[:ATTENTION_SENTENCES]]
             self.dashboard.attention(step, translator, sources, seconds)
 
-    def hparams(self, config: dict[str, Any], metrics: dict[str, float], best_metric: str) -> None:
-        """The HParams tab's metrics: the validation tags the run writes; their last points are the final
-        weights' scores and the best so far."""
+    def hparams(self, record: dict[str, Any], metrics: dict[str, float], best_metric: str) -> None:
+        """The HParams tab: `record` (the config as the checkpoints keep it) against the validation tags
+        the run writes; their last points are the final weights' scores and the best so far."""
         if self.dashboard is not None:
-            self.dashboard.hparams(config, [*(f"valid/{k}" for k in metrics), f"valid/best_{best_metric}"])
+            self.dashboard.hparams(record, [*(f"valid/{k}" for k in metrics), f"valid/best_{best_metric}"])
 
     def close(self, training_seconds: float) -> None:
         if self.dashboard is None:
