@@ -55,6 +55,7 @@ from seq2seq.data.pipeline import prepare_data  # noqa: E402
 from seq2seq.model import dropout  # noqa: E402
 from seq2seq.train import loss  # noqa: E402
 from seq2seq.train.distributed import DistContext  # noqa: E402
+from seq2seq.train.parts import TrainingParts  # noqa: E402
 from seq2seq.train.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -122,7 +123,13 @@ def build_trainer(args: argparse.Namespace, batch_tokens: int, model: str | None
     torch.set_num_threads(args.threads)
     torch.manual_seed(cfg.seed)
     data = prepare_data(cfg.data)
-    return Trainer.from_config(cfg, Path(args.run_dir), data, torch.device(args.device), DistContext())
+    return Trainer(
+        TrainingParts.of(cfg, torch.device(args.device)),
+        Path(args.run_dir),
+        data,
+        torch.device(args.device),
+        DistContext(),
+    )
 
 
 def _recorded(batches: list, used: list[np.ndarray]) -> list:

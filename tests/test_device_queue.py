@@ -15,6 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 from seq2seq.data.batching import EpochBatches, collate
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.train.distributed import DistContext
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.trainer import Trainer
 
 step_profile = load_script("step_profile")
@@ -24,7 +25,13 @@ def test_updates_between_log_points_read_nothing_back(tmp_path):
     cfg = compose_config(
         "train", [*TINY_TRAIN, "data.task_train_size=300", "log_every=4", f"data.cache_dir={tmp_path / 'cache'}"]
     )
-    trainer = Trainer.from_config(cfg, tmp_path / "run", prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")),
+        tmp_path / "run",
+        prepare_data(cfg.data),
+        torch.device("cpu"),
+        DistContext(),
+    )
     for _ in range(4):  # warm-up, to the read-back at update 4
         trainer.train_step()
     with step_profile.count_conversions() as conversions, profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -47,7 +54,13 @@ def test_clipping_is_torchs_and_dispatches_nothing_per_parameter(tmp_path, clip_
     parameter to get them (torch's own takes a norm per parameter and moves each to the first one's
     device: one `aten::to` each)."""
     cfg = compose_config("train", [*TINY_TRAIN, f"optim.clip_norm={clip_norm}", f"data.cache_dir={tmp_path / 'cache'}"])
-    trainer = Trainer.from_config(cfg, tmp_path / "run", prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")),
+        tmp_path / "run",
+        prepare_data(cfg.data),
+        torch.device("cpu"),
+        DistContext(),
+    )
     batch = collate(trainer.data.train, np.arange(8), cfg.model.max_positions)
     loss, _ = trainer.objective(batch.src, batch.tgt_in, batch.tgt_out)
     loss.backward()

@@ -23,6 +23,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from seq2seq.data.batching import collate
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.trainer import Trainer
 
 OVERRIDES = [
@@ -69,7 +70,7 @@ def one_update(micro_batches: list[np.ndarray], out: str, dist: DistContext) -> 
     cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(micro_batches)}"])
     data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
     torch.manual_seed(0)  # the same initial weights on every rank
-    trainer = Trainer.from_config(cfg, Path(out).parent, data, torch.device("cpu"), dist)
+    trainer = Trainer(TrainingParts.of(cfg, torch.device("cpu")), Path(out).parent, data, torch.device("cpu"), dist)
     allreduces = []
     if dist.enabled:
 

@@ -23,6 +23,7 @@ from seq2seq.data.pipeline import PreparedData, prepare_data
 from seq2seq.precision import PrecisionChoice
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.loss import TeacherForcedLoss
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.reporting import Report
 from seq2seq.train.run import train
 from seq2seq.train.trainer import NonFiniteLoss, RepeatedOutOfMemory, Trainer
@@ -49,7 +50,9 @@ def make_trainer(setup: tuple, tmp_path: Path, batches: list[Batch]) -> Trainer:
     """A trainer whose every update is made from `batches` (its micro-batches), from seed-0 weights."""
     cfg, data = setup
     torch.manual_seed(0)
-    trainer = Trainer.from_config(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")), tmp_path / "run", data, torch.device("cpu"), DistContext()
+    )
     trainer.stream.next_update = lambda *_args: list(batches)
     return trainer
 
@@ -169,7 +172,9 @@ def test_updates_are_read_back_every_log_every_updates(setup, tmp_path):
     cfg, data = setup
     cfg = cfg.copy()
     cfg.log_every = 5
-    trainer = Trainer.from_config(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext())
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")), tmp_path / "run", data, torch.device("cpu"), DistContext()
+    )
     trainer.stream.next_update = lambda *_args: [batch_of(data, np.arange(0, 8))]
     poison(trainer, set(range(3, 100)), "nan_loss")
     for _ in range(4):
@@ -405,7 +410,14 @@ def fp16_trainer(setup: tuple, tmp_path: Path, batches: list[Batch], monkeypatch
     cfg.precision = "fp16"
     torch.manual_seed(0)
     fp16 = PrecisionChoice("fp16", "test on a CPU")
-    trainer = Trainer.from_config(cfg, tmp_path / "run", data, torch.device("cpu"), DistContext(), precision=fp16)
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")),
+        tmp_path / "run",
+        data,
+        torch.device("cpu"),
+        DistContext(),
+        precision=fp16,
+    )
     trainer.stream.next_update = lambda *_args: list(batches)
     assert trainer.scaler.is_enabled()
     return trainer

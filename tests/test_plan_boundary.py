@@ -44,7 +44,6 @@ NOT_YET_CONVERTED = [
     "seq2seq/train/resume.py",
     "seq2seq/train/run.py",
     "seq2seq/train/run_compile.py",
-    "seq2seq/train/trainer.py",
 ]
 
 

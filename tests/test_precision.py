@@ -181,12 +181,18 @@ def test_the_trainer_is_given_its_precision_and_leaves_the_config_alone(tmp_path
     choice it is given, the config keeps what the user wrote, and the checkpoint records the choice."""
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
+    from seq2seq.train.parts import TrainingParts
     from seq2seq.train.trainer import Trainer
 
     cfg = compose_config("train", [*TINY_TRAIN, "precision=auto"])
     given = precision.PrecisionChoice("fp32", "given by the test")
-    trainer = Trainer.from_config(
-        cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext(), precision=given
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")),
+        tmp_path,
+        prepare_data(cfg.data),
+        torch.device("cpu"),
+        DistContext(),
+        precision=given,
     )
     assert cfg.precision == "auto" and trainer.precision == "fp32" and trainer.precision_choice is given
     assert trainer.training_state().config["precision"] == "fp32"

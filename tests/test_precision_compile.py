@@ -18,6 +18,7 @@ from numerics import assert_close, reordered_sum_tolerance
 from seq2seq.data.batching import collate
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.train.distributed import DistContext
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.trainer import Trainer
 
 OVERRIDES = [
@@ -34,7 +35,7 @@ def make_trainer(tmp_path: Path, device: torch.device, overrides: list[str]) -> 
     cfg = compose_config("train", [*OVERRIDES, *overrides])
     data = prepare_data(cfg.data)
     torch.manual_seed(0)
-    return Trainer.from_config(cfg, tmp_path, data, device, DistContext())
+    return Trainer(TrainingParts.of(cfg, device), tmp_path, data, device, DistContext())
 
 
 def loss_and_grads(module: torch.nn.Module, trainer: Trainer, device: torch.device) -> tuple[float, dict]:

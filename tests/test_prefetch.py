@@ -66,6 +66,7 @@ def test_training_through_it_is_bitwise_the_training_without(tmp_path):
     """As the Trainer uses it on a GPU, here on the CPU: the same updates, bit for bit, and a
     checkpoint's data position that of the updates made."""
     from seq2seq.train.distributed import DistContext
+    from seq2seq.train.parts import TrainingParts
     from seq2seq.train.trainer import Trainer
 
     cfg = compose_config("train", [*TINY_TRAIN, "data.task_train_size=300", f"data.cache_dir={tmp_path / 'cache'}"])
@@ -73,7 +74,7 @@ def test_training_through_it_is_bitwise_the_training_without(tmp_path):
     trainers = []
     for name in ("plain", "ahead"):
         torch.manual_seed(0)
-        trainer = Trainer.from_config(cfg, tmp_path / name, data, CPU, DistContext())
+        trainer = Trainer(TrainingParts.of(cfg, CPU), tmp_path / name, data, CPU, DistContext())
         if name == "ahead":
             trainer.stream = Prefetcher(trainer.stream, CPU, 1, 0, cfg.accum_steps)
         for _ in range(6):

@@ -243,11 +243,14 @@ def test_a_checkpoint_with_one_random_state_still_resumes(tmp_path: Path, caplog
     from seq2seq.artifacts.checkpoint import TrainingState, upgrade
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
+    from seq2seq.train.parts import TrainingParts
     from seq2seq.train.rng import rng_state
     from seq2seq.train.trainer import Trainer
 
     cfg = compose_config("train", TINY_TRAIN)
-    trainer = Trainer.from_config(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")), tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext()
+    )
     torch.manual_seed(3)
     state = trainer.training_state()
     expected = torch.rand(4)
@@ -280,11 +283,14 @@ def test_time_driven_schedule_reads_the_run_clock(tmp_path: Path) -> None:
     """linear_to_zero with max_minutes: 30 s into a 1-minute budget, past warmup, the rate is half the peak."""
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
+    from seq2seq.train.parts import TrainingParts
     from seq2seq.train.trainer import Trainer
 
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.lr=1e-3", "optim.warmup=1", "max_minutes=1"]
     cfg = compose_config("train", [*overrides, "max_steps=null"])
-    trainer = Trainer.from_config(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")), tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext()
+    )
     trainer.budget.started = time.monotonic() - 30.0
     assert trainer.budget.used(5) == pytest.approx(0.5, abs=0.01)
     assert trainer.optimizer.lr_at(5) == pytest.approx(0.5e-3, rel=0.02)
@@ -415,11 +421,14 @@ def test_the_final_validation_is_kept_inside_max_minutes(tmp_path: Path) -> None
     the deadline (the final validation then ends by it), and linear_to_zero reaches zero there."""
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.train.distributed import DistContext
+    from seq2seq.train.parts import TrainingParts
     from seq2seq.train.trainer import Trainer
 
     overrides = [*TINY_TRAIN, "optim.schedule=linear_to_zero", "optim.warmup=1", "max_minutes=1", "max_steps=null"]
     cfg = compose_config("train", overrides)
-    trainer = Trainer.from_config(cfg, tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext())
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")), tmp_path, prepare_data(cfg.data), torch.device("cpu"), DistContext()
+    )
     trainer.budget.started = time.monotonic() - 45.0  # 0.75 of the 1-minute budget spent
     assert trainer.stop_reason() is None
     trainer.budget.validation_minutes = 0.1

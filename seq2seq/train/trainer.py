@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
 from seq2seq.artifacts.checkpoint import TrainingState, Vocabulary, save_training_state
@@ -62,7 +61,7 @@ class Trainer:
         precision: PrecisionChoice | None = None,
     ) -> None:
         """`parts`: what the run's config says of the model, the batches, the update and the loop
-        (parts.TrainingParts.of; `from_config` makes them). `started`: when the run's command started
+        (parts.TrainingParts.of). `started`: when the run's command started
         (on `clock`), so that max_minutes counts its set-up. `precision`: what the run computes in (run.py
         resolves precision=auto first, `choose_run_precision`); without it the Trainer resolves it itself."""
         self.parts, self.loop = parts, parts.loop
@@ -101,21 +100,6 @@ class Trainer:
         # other work runs (cpu_sharing.py). Not in a deterministic run, whose sums must not depend on load.
         cpu = device.type == "cpu" and not loop.deterministic
         self.sharing = cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads) if cpu else None
-
-    @classmethod
-    def from_config(
-        cls,
-        cfg: DictConfig,
-        run_dir: Path,
-        data: PreparedData,
-        device: torch.device,
-        dist: DistContext,
-        started: float | None = None,
-        precision: PrecisionChoice | None = None,
-    ) -> Trainer:
-        """A Trainer for the training config `cfg` (its parts, `TrainingParts.of`), for tests and tools
-        that hold a config; run.py makes the parts itself."""
-        return cls(TrainingParts.of(cfg, device), run_dir, data, device, dist, started, precision)
 
     # ---- the checkpoint: what the run is, and how it goes on ------------------------------------
     def training_state(self, rng: list[dict[str, Any]] | None = None) -> TrainingState:
