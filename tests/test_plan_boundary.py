@@ -41,7 +41,6 @@ NOT_YET_CONVERTED = [
     "seq2seq/distill/student.py",
     "seq2seq/distill/teacher.py",
     "seq2seq/train/recipe.py",
-    "seq2seq/train/resume.py",
     "seq2seq/train/run.py",
     "seq2seq/train/run_compile.py",
 ]

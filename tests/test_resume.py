@@ -468,7 +468,7 @@ def test_a_resume_names_each_model_key_it_would_change_with_both_values(tmp_path
     resume = f"resume={tmp_path}"
     cfg = compose_config("train", [resume])
     with pytest.raises(UserError) as info:
-        resumed_config(cfg, [resume, "model.d_model=128", "model.heads=2"], saved)
+        resumed_config(cfg.resume, [resume, "model.d_model=128", "model.heads=2"], saved)
     d_model, heads = saved["model"]["d_model"], saved["model"]["heads"]
     assert f"model.d_model: {d_model} in the checkpoint, 128 given" in str(info.value)
     assert f"model.heads: {heads} in the checkpoint, 2 given" in str(info.value)
@@ -513,15 +513,17 @@ def test_every_data_and_model_key_a_resume_cannot_honour_is_refused_by_name(tmp_
     assert not any(key.startswith("model.") for key in allowed)  # the checkpoint's model is the model
     started = {key: OmegaConf.select(OmegaConf.create(saved), key) for key in schema}
     changes = {key: _another_value(started[key], str(field.type)) for key, field in schema.items()}
-    honoured = resume_module.resumed_config(cfg, [resume, *(f"{k}={changes[k]}" for k in sorted(allowed))], saved)
+    honoured = resume_module.resumed_config(
+        cfg.resume, [resume, *(f"{k}={changes[k]}" for k in sorted(allowed))], saved
+    )
     for key in allowed:
         assert str(OmegaConf.select(honoured, key)) == changes[key], key
     # A list of directions makes the run multilingual: check_same_directions's words, the same facts.
     with pytest.raises(UserError, match=r"data\.directions=\['aa-bb'\] differs .* data\.directions=None"):
-        resume_module.resumed_config(cfg, [resume, "data.directions=[aa-bb]"], saved)
+        resume_module.resumed_config(cfg.resume, [resume, "data.directions=[aa-bb]"], saved)
     refused = [key for key in schema if key not in allowed and key != "data.directions"]
     with pytest.raises(UserError) as info:  # every one of them named in the one line, with both values
-        resume_module.resumed_config(cfg, [resume, *(f"{k}={changes[k]}" for k in refused)], saved)
+        resume_module.resumed_config(cfg.resume, [resume, *(f"{k}={changes[k]}" for k in refused)], saved)
     message = str(info.value)
     assert len(message.splitlines()) == 1
     for key in refused:

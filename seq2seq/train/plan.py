@@ -56,7 +56,7 @@ def plan_run(
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
         resumed = load_training_state(RunDir(cfg.resume).find_checkpoint(prefer=("last",)))
-        cfg, checked = resumed_config(cfg, overrides, resumed.config), False
+        cfg, checked = resumed_config(cfg.resume, overrides, resumed.config), False
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
         cfg, checked = pretrained_config(cfg, overrides), False
     elif cfg.data.tokenizer == "sentencepiece":

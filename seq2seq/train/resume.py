@@ -45,9 +45,9 @@ RESUMABLE_KEYS = frozenset(
 CHECKED_GROUPS = ("data", "model")
 
 
-def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any]) -> DictConfig:
-    """The run's saved config with the command line's key overrides on top; a group override
-    (model=small) or a data.*/model.* key the resume cannot honour is refused in one line."""
+def resumed_config(resume: str, overrides: list[str], saved: dict[str, Any]) -> DictConfig:
+    """The saved config of the run directory `resume`, with the command line's key overrides on top; a
+    group override (model=small) or a data.*/model.* key the resume cannot honour is refused in one line."""
     keys = []
     for override in overrides:
         key = override.lstrip("+").split("=", 1)[0]
@@ -60,14 +60,14 @@ def resumed_config(cfg: DictConfig, overrides: list[str], saved: dict[str, Any])
     # The saved config on the schema (keys newer than the checkpoint at their defaults), then the overrides.
     started = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
     merged = OmegaConf.merge(started, OmegaConf.from_dotlist(keys))
-    merged.resume = cfg.resume
+    merged.resume = resume
     merged.init_from = None  # the weights come from the checkpoint now, not from where the run started
     check_same_directions(saved["data"], merged.data)  # a multilingual run keeps its directions and tags
     changed = [line for group in CHECKED_GROUPS for line in differences(group, started[group], merged[group])]
     if changed:
         raise UserError(
-            f"resume: {cfg.resume} trains as it started, not with {'; '.join(changed)} "
-            f"(drop {'it' if len(changed) == 1 else 'them'}, or start a new run with init_from={cfg.resume})"
+            f"resume: {resume} trains as it started, not with {'; '.join(changed)} "
+            f"(drop {'it' if len(changed) == 1 else 'them'}, or start a new run with init_from={resume})"
         )
     return merged
 
