@@ -40,7 +40,9 @@ def main() -> None:
     import seq2seq.precision as precision
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.device import pick_device
-    from seq2seq.train.recipe import apply_recipe, measure_pace
+    from seq2seq.train.parts import TrainingParts
+    from seq2seq.train.plan import apply_recipe
+    from seq2seq.train.recipe import measure_pace
 
     if base.threads is not None:
         torch.set_num_threads(base.threads)
@@ -61,7 +63,7 @@ def main() -> None:
         paces = {}
         for name in ("fp32", "bf16"):
             cfg.precision = name
-            pace = measure_pace(cfg, data, device, time.perf_counter)
+            pace = measure_pace(TrainingParts.of(cfg, device, compiled=False), data, device, time.perf_counter)
             paces[name] = {"seconds_per_update": round(pace.seconds, 4), "spread": round(pace.spread, 3)}
         candidates.append(
             {"recipe": recipe.name, "d_model": d_model, "ffn_dim": ffn, "matmul_gflops": rates, "update": paces}

@@ -46,6 +46,7 @@ def one_choice(experiment: str, data_dir: str, minutes: float, data_cache: str) 
     from seq2seq.data.pipeline import prepare_data
     from seq2seq.device import pick_device
     from seq2seq.train.distributed import DistContext
+    from seq2seq.train.plan import plan_recipes
     from seq2seq.train.recipe import choose_recipe
     from seq2seq.train.trainer import Trainer
 
@@ -61,10 +62,11 @@ def one_choice(experiment: str, data_dir: str, minutes: float, data_cache: str) 
     logging.getLogger("seq2seq").setLevel(logging.INFO)
     data = prepare_data(cfg.data)
     started = time.perf_counter()
-    chosen = choose_recipe(cfg, overrides, data, pick_device(cfg.device), DistContext(), Trainer.clock)
+    recipes = plan_recipes(cfg, overrides)
+    chosen = choose_recipe(recipes, data, pick_device(cfg.device), DistContext(), Trainer.clock)
     seconds = time.perf_counter() - started
     recipe_lines = [line for line in lines if line.startswith("recipe")]
-    return {"recipe": chosen.recipe, "choice_seconds": round(seconds, 2), "log": recipe_lines}
+    return {"recipe": chosen.name, "choice_seconds": round(seconds, 2), "log": recipe_lines}
 
 
 def main() -> None:

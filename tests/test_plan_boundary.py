@@ -20,14 +20,21 @@ CONFIG_NAMES = {"cfg", "config"}
 # Where a command's config becomes its plan: the one place each reads it (cli/ is allowed wholesale).
 PLAN_BUILDERS = {
     "seq2seq/inference/job.py": {"decoding_job"},  # the decoding job of translate, serve and the Python API
-    # seq2seq-train's run plan: the config after resume= and init_from=, the run directory, the corpus plan
+    # seq2seq-train's run plan: the config after resume= and init_from=, the run directory, the corpus plan;
+    # each recipe's config (recipe=), and compile=auto's choice written into the config
     "seq2seq/train/plan.py": {
         "plan_run",
         "pretrained_config",
         "language_code_data",
         "sentencepiece_config",
-        "pretrained_tokenizers",
+        "plan_recipes",
+        "recipe_overrides",
+        "apply_recipe",
+        "with_compile",
     },
+    # The Python entry of a training run (seq2seq-train's, distill's, the tests'): it builds the plan and
+    # hands only the plan on (run_planned)
+    "seq2seq/train/run.py": {"train"},
     "seq2seq/train/parts.py": {"of"},  # the parts each training room reads, from the config trained with
 }
 # The schema itself: its dataclasses and the validators every builder calls.
@@ -40,9 +47,6 @@ NOT_YET_CONVERTED = [
     "seq2seq/distill/command.py",
     "seq2seq/distill/student.py",
     "seq2seq/distill/teacher.py",
-    "seq2seq/train/recipe.py",
-    "seq2seq/train/run.py",
-    "seq2seq/train/run_compile.py",
 ]
 
 

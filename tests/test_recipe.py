@@ -20,7 +20,8 @@ import seq2seq.train.trainer as loop
 import seq2seq.train.update as update
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError, validate_recipes
-from seq2seq.train.recipe import MIN_SPREAD, TIMED_UPDATES, UPDATE_SHARE, Pace, apply_recipe, set_by_user
+from seq2seq.train.plan import apply_recipe, set_by_user
+from seq2seq.train.recipe import MIN_SPREAD, TIMED_UPDATES, UPDATE_SHARE, Pace
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
 # Each update of the run once its recipe is chosen: what the tests check is decided by then, so the run

@@ -10,6 +10,8 @@ from conftest import TINY_TRAIN, compose_config
 from seq2seq.config import ConfigValueError, compiles, validate_train
 from seq2seq.measurement_cache import cache_file
 from seq2seq.train.distributed import DistContext
+from seq2seq.train.parts import TrainingParts
+from seq2seq.train.plan import with_compile
 from seq2seq.train.run_compile import CompileTimings, choose_compile, compile_pays
 
 # Compiled 0.6 s an update against eager's 1.0, after 300 s of compiling.
@@ -57,26 +59,28 @@ def test_the_reason_names_the_timings_it_decided_on() -> None:
 
 def test_auto_becomes_the_measured_choice_once_per_machine() -> None:
     """The config the Trainer gets says true or false; a second run on the machine reads the cached
-    timings instead of measuring; true and false are left as they are."""
+    timings instead of measuring."""
     calls = []
 
     def measure() -> CompileTimings:
         calls.append(1)
         return FASTER
 
-    cfg = compose_config("train", [*TINY_TRAIN, "compile=auto", "max_steps=2000"])
     cpu, dist = torch.device("cpu"), DistContext()
-    chosen = choose_compile(cfg, None, cpu, dist, "fp32", lambda: 0.0, measure)
-    assert chosen.compile == "true" and compiles(chosen) and cfg.compile == "auto"
+
+    def choose(cfg) -> bool:
+        eager, compiled = (TrainingParts.of(cfg, cpu, compiled=c) for c in (False, True))
+        return choose_compile(eager, compiled, None, cpu, dist, "fp32", lambda: 0.0, measure)
+
+    cfg = compose_config("train", [*TINY_TRAIN, "compile=auto", "max_steps=2000"])
+    assert choose(cfg) is True
     assert cache_file("compile.json").is_file()
-    again = choose_compile(cfg, None, cpu, dist, "fp32", lambda: 0.0, measure)
-    assert again.compile == "true" and calls == [1]
+    assert choose(cfg) is True and calls == [1]
+    chosen = with_compile(cfg, True)
+    assert chosen.compile == "true" and compiles(chosen) and cfg.compile == "auto"
+    assert with_compile(cfg, False).compile == "false"
     shorter = compose_config("train", [*TINY_TRAIN, "compile=auto", "max_steps=500"])
-    assert choose_compile(shorter, None, cpu, dist, "fp32", lambda: 0.0, measure).compile == "false"
-    for setting in ("true", "false"):
-        given = compose_config("train", [*TINY_TRAIN, f"compile={setting}"])
-        assert choose_compile(given, None, cpu, dist, "fp32", lambda: 0.0, measure) is given
-    assert calls == [1]
+    assert choose(shorter) is False and calls == [1]
 
 
 def test_compile_takes_true_false_or_auto() -> None:

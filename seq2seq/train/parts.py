@@ -92,13 +92,14 @@ class TrainingParts:
     loop: LoopParts
 
     @classmethod
-    def of(cls, cfg: Any, device: torch.device) -> TrainingParts:
-        """The parts of the training config `cfg` (a TrainConfig or Hydra's) on `device`. Widths are
+    def of(cls, cfg: Any, device: torch.device, compiled: bool | None = None) -> TrainingParts:
+        """The parts of the training config `cfg` (a TrainConfig or Hydra's) on `device`; `compiled`: the
+        update compiled or not whatever compile= says (compile=auto's probes time both). Widths are
         padded to multiples of 8 where compiled code runs on a GPU (few shapes to compile for); elsewhere
         padding is compute spent on nothing: Multi30k's short sentences gain about a quarter in tokens
         (docs/performance.md)."""
         m = cfg.model
-        compiled = compiles(cfg)
+        compiled = compiles(cfg) if compiled is None else compiled
         multiple = cfg.pad_to_multiple or (8 if device.type == "cuda" and compiled else 1)
         mode = None if cfg.compile_mode == "default" else cfg.compile_mode
         return cls(

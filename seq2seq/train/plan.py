@@ -5,10 +5,16 @@ files by content, tokenizer and cache key).
 
     plan_run(cfg, run_dir, overrides) -> RunPlan
         .config   the resolved config: run.py's steps read their keys from it; recipe= and compile=
-                  are chosen later, on copies, where the data and the device are there to time
+                  are chosen later, where the data and the device are there to time
         .resumed  the TrainingState a resume continues from (its corpus checked against .corpus.files)
         .run_dir, .claimed   where the run writes, and whether seq2seq-train checked and locked it
         .corpus   what the data preparation reads (seq2seq.data.pipeline.prepare_corpus)
+        .recipes  recipe= of a new run: each candidate's config, its overrides applied (the command
+                  line's kept); seq2seq.train.recipe.choose_recipe picks one
+
+The plan is where a run's config is edited: after resume=, init_from= and sentencepiece (here), after
+recipe= (plan_recipes) and after compile=auto (with_compile, once run_compile has measured). Nothing
+below takes a whole config: run.py reads the plan's keys, the Trainer gets its parts (seq2seq.train.parts).
 
 The corpus files are hashed once, here: a resume's check against its checkpoint's record reads the
 plan's digests, and the data preparation keys its cache with the same ones.
@@ -17,20 +23,30 @@ plan's digests, and the data preparation keys its cache with the same ones.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
 from seq2seq.artifacts.huggingface import has_language_codes, pretrained_model_config
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory
 from seq2seq.artifacts.run_dir import RunDir
-from seq2seq.config import UserError, check_weights_source, validate_recipes, validate_train
+from seq2seq.config import (
+    AUTO_RECIPE,
+    FIXED_RECIPE,
+    UserError,
+    check_weights_source,
+    parse_overrides,
+    validate_recipes,
+    validate_train,
+)
 from seq2seq.data.corpus_plan import CorpusPlan, plan_corpus
 from seq2seq.data.directions import LANGUAGE_CODES
 from seq2seq.data.tokenizer import is_pretrained_tokenizer_directory
 from seq2seq.inference.target_language import UNNAMED
+from seq2seq.train.recipe import Candidate, RecipePlan
 from seq2seq.train.resume import check_same_corpus, resumed_config
 from seq2seq.train.run_outputs import check_new_run_directory
 
@@ -41,8 +57,8 @@ class RunPlan:
     resumed: TrainingState | None  # the checkpoint resume= continues from
     run_dir: Path
     claimed: bool  # seq2seq-train checked this directory and holds its lock: not checked again
-    overrides: tuple[str, ...]  # the command line's, for the recipe (the user's keys win)
     corpus: CorpusPlan
+    recipes: RecipePlan | None  # recipe= of a new run (auto or a name); None: fixed, or a resumed run's own
 
 
 def plan_run(
@@ -53,12 +69,15 @@ def plan_run(
     validated here all the same. `claimed`: the directory was checked and locked by seq2seq-train; else a
     new run's is checked here (no earlier run in it, or overwrite=true). `cfg` itself is left as given."""
     cfg, resumed = copy.deepcopy(cfg), None  # edited below (a Marian model's architecture, ...): ours now
+    pretrained = None  # SentencePiece tokenizers the run uses as they are; None: it trains its own
     check_weights_source(cfg.resume, cfg.init_from)  # before resumed_config drops init_from
     if cfg.resume:
         resumed = load_training_state(RunDir(cfg.resume).find_checkpoint(prefer=("last",)))
         cfg, checked = resumed_config(cfg.resume, overrides, resumed.config), False
+        pretrained = Path(cfg.resume) if is_pretrained_tokenizer_directory(Path(cfg.resume)) else None
     elif cfg.init_from and is_huggingface_model(cfg.init_from):
-        cfg, checked = pretrained_config(cfg, overrides), False
+        pretrained = local_directory(cfg.init_from)
+        cfg, checked = pretrained_config(cfg, overrides, pretrained), False
     elif cfg.data.tokenizer == "sentencepiece":
         cfg = sentencepiece_config(cfg, overrides)  # decoder_start=pad: a valid choice, whatever was checked
     if not checked:
@@ -66,16 +85,17 @@ def plan_run(
         validate_recipes(cfg)
     if resumed is None and not claimed:  # before the corpus is hashed: a wrong directory costs nothing
         check_new_run_directory(run_dir, cfg.overwrite)
-    corpus = plan_corpus(cfg.data, pretrained_tokenizers(cfg))  # the corpus files hashed, once
+    corpus = plan_corpus(cfg.data, pretrained)  # the corpus files hashed, once
     if resumed is not None:
         check_same_corpus(resumed.corpus, corpus.files, cfg.data, cfg.resume)
-    return RunPlan(cfg, resumed, run_dir, claimed, tuple(overrides), corpus)
+    recipes = plan_recipes(cfg, overrides) if resumed is None else None  # a resumed run's config holds its choice
+    return RunPlan(cfg, resumed, run_dir, claimed, corpus, recipes)
 
 
-def pretrained_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """The run's config with the architecture of the Marian model init_from names: model.* comes from
-    it (a command-line override of an architecture key is an error), and the vocabulary is its."""
-    directory = local_directory(cfg.init_from)
+def pretrained_config(cfg: DictConfig, overrides: list[str], directory: Path) -> DictConfig:
+    """The run's config with the architecture of the Marian model init_from names (in `directory`):
+    model.* comes from it (a command-line override of an architecture key is an error), and the
+    vocabulary is its."""
     cfg.model = pretrained_model_config(directory, overrides, cfg.model)
     if has_language_codes(directory):
         language_code_data(cfg, overrides)
@@ -126,11 +146,54 @@ def sentencepiece_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def pretrained_tokenizers(cfg: DictConfig) -> Path | None:
-    """Where the run's SentencePiece tokenizers come from, if it has them: the run directory being
-    resumed, or the Marian model it starts from; None: the run trains its own tokenizer."""
-    if cfg.resume:
-        return Path(cfg.resume) if is_pretrained_tokenizer_directory(Path(cfg.resume)) else None
-    if cfg.init_from and is_huggingface_model(cfg.init_from):
-        return local_directory(cfg.init_from)
-    return None
+def plan_recipes(cfg: DictConfig, overrides: Sequence[str]) -> RecipePlan | None:
+    """recipe=auto or a recipe's name: every candidate's config, its overrides applied except those the
+    command line set (the user's word wins); None for recipe=fixed, which trains the config as it is."""
+    if cfg.recipe == FIXED_RECIPE:
+        return None
+    user_keys = user_override_keys(overrides)
+    candidates = []
+    for recipe in cfg.recipes if cfg.recipe == AUTO_RECIPE else [r for r in cfg.recipes if r.name == cfg.recipe]:
+        config = copy.deepcopy(cfg)
+        applied = apply_recipe(config, recipe.name, user_keys)
+        kept = sorted(key for key in recipe_overrides(cfg, recipe.name) if set_by_user(key, user_keys))
+        candidates.append(Candidate(recipe.name, recipe.min_updates, config, tuple(applied), tuple(kept)))
+    return RecipePlan(cfg.recipe, tuple(candidates), cfg.max_minutes, cfg.max_steps)
+
+
+def recipe_overrides(cfg: DictConfig, name: str) -> dict[str, str]:
+    index = [r.name for r in cfg.recipes].index(name)
+    return parse_overrides(cfg.recipes[index], index)
+
+
+def apply_recipe(cfg: DictConfig, name: str, user_keys: set[str]) -> list[str]:
+    """Sets cfg.recipe to `name` and applies its overrides, except those the user gave on the command
+    line (the user's word wins). Returns the overrides applied, as key=value."""
+    applied = []
+    for key, value in recipe_overrides(cfg, name).items():
+        if set_by_user(key, user_keys):
+            continue
+        # from_dotlist parses the value as the command line would (numbers, booleans, null)
+        OmegaConf.update(cfg, key, OmegaConf.select(OmegaConf.from_dotlist([f"{key}={value}"]), key), merge=False)
+        applied.append(f"{key}={value}")
+    cfg.recipe = name
+    return applied
+
+
+def user_override_keys(overrides: Sequence[str]) -> set[str]:
+    """The config keys a Hydra command line sets (group choices such as model=small included)."""
+    return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+
+
+def set_by_user(key: str, user_keys: set[str]) -> bool:
+    """model.dropout is the user's if the command line set model.dropout, or chose the group model=."""
+    parts = key.split(".")
+    return any(".".join(parts[:n]) in user_keys for n in range(1, len(parts) + 1))
+
+
+def with_compile(cfg: DictConfig, compiled: bool) -> DictConfig:
+    """A copy of `cfg` with compile=auto's choice as compile=true or false: the checkpoints keep it, so a
+    resumed run continues as it started and measures nothing."""
+    chosen = copy.deepcopy(cfg)
+    chosen.compile = "true" if compiled else "false"
+    return chosen

@@ -16,14 +16,13 @@ the median of several timed updates, its spread is reported, and a candidate who
 straddle its minimum within that spread (a close call) is not taken: the next one is. Near a minimum the
 two recipes score alike (that is what the minimum marks), so the rule only has to be the same every time.
 
-The choice is the run's config: `choose_recipe` returns a copy of the config given with `recipe` set to
-the recipe's name and its overrides applied (run.py builds the Trainer from it), which the checkpoints
-keep: a resumed run continues with the same recipe and measures nothing.
+The run's plan holds each candidate's config, its overrides applied (seq2seq.train.plan.plan_recipes);
+`choose_recipe` picks one, and run.py builds the Trainer from its config, which the checkpoints keep: a
+resumed run continues with the same recipe and measures nothing.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import statistics
@@ -31,11 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from seq2seq.config import AUTO_RECIPE as AUTO
-from seq2seq.config import FIXED_RECIPE as FIXED
-from seq2seq.config import parse_overrides
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.parts import TrainingParts
@@ -96,54 +93,50 @@ class Estimate:
         return self.fewest < self.minimum <= self.most
 
 
-def recipe_overrides(cfg: DictConfig, name: str) -> dict[str, str]:
-    index = [r.name for r in cfg.recipes].index(name)
-    return parse_overrides(cfg.recipes[index], index)
+@dataclass(frozen=True)
+class Candidate:
+    """One of recipes=, as the run would train with it: the run's config with the recipe's overrides
+    applied, except those the command line set (the plan makes it: seq2seq.train.plan)."""
+
+    name: str
+    minimum: int  # min_updates: the fewest updates for which it is the better choice
+    config: DictConfig  # recipe=name, its overrides applied
+    applied: tuple[str, ...]  # the overrides applied, as key=value
+    kept: tuple[str, ...]  # the keys it would set that the command line set: the user's word wins
 
 
-def apply_recipe(cfg: DictConfig, name: str, user_keys: set[str]) -> list[str]:
-    """Sets cfg.recipe to `name` and applies its overrides, except those the user gave on the command
-    line (the user's word wins). Returns the overrides applied, as key=value."""
-    applied = []
-    for key, value in recipe_overrides(cfg, name).items():
-        if set_by_user(key, user_keys):
-            continue
-        # from_dotlist parses the value as the command line would (numbers, booleans, null)
-        OmegaConf.update(cfg, key, OmegaConf.select(OmegaConf.from_dotlist([f"{key}={value}"]), key), merge=False)
-        applied.append(f"{key}={value}")
-    cfg.recipe = name
-    return applied
+@dataclass(frozen=True)
+class RecipePlan:
+    """recipe= on a new run: the recipe asked for (auto, or a name) and every candidate of recipes=."""
 
+    asked: str
+    candidates: tuple[Candidate, ...]
+    max_minutes: float | None  # the budget the choice is logged against (each candidate times its own)
+    max_steps: int | None
 
-def user_override_keys(overrides: Sequence[str]) -> set[str]:
-    """The config keys a Hydra command line sets (group choices such as model=small included)."""
-    return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
-
-
-def set_by_user(key: str, user_keys: set[str]) -> bool:
-    """model.dropout is the user's if the command line set model.dropout, or chose the group model=."""
-    parts = key.split(".")
-    return any(".".join(parts[:n]) in user_keys for n in range(1, len(parts) + 1))
+    def named(self, name: str) -> Candidate:
+        return next(candidate for candidate in self.candidates if candidate.name == name)
 
 
 def measure_pace(
-    cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float], compiled: bool = False
+    parts: TrainingParts,
+    data: PreparedData,
+    device: torch.device,
+    clock: Callable[[], float],
+    precision: str | None = None,
 ) -> Pace:
-    """A few real updates of the model `cfg` builds, made as the Trainer makes them (update.py), with
-    no Trainer around them, each timed: the machine's pace for that recipe, in the precision it would
-    train in, under whatever load it has now; `compiled`: with compile=true (compile=auto's probe; a
-    recipe's is eager: compiling would cost more than the probe measures, and speeds all recipes
-    alike). Leaves every random generator as it found it."""
-    probe = copy.deepcopy(cfg)
-    probe.compile = "true" if compiled else "false"
+    """A few real updates of the model `parts` describe, made as the Trainer makes them (update.py),
+    with no Trainer around them, each timed: the machine's pace for that recipe, in the precision it
+    would train in (`precision`: this one, already chosen), under whatever load it has now. A recipe's
+    probe is eager (compiling would cost more than the probe measures, and speeds all recipes alike);
+    compile=auto's times both. Leaves every random generator as it found it."""
     state = rng_state()
     try:
         dist = DistContext()
-        parts = TrainingParts.of(probe, device)
         model = training_model(parts.model, data, device)
-        precision = choose_run_precision(
-            probe.precision, probe.model.d_model, probe.model.ffn_dim, device, dist
-        ).precision
+        shape = parts.model.config
+        asked = precision or parts.loop.precision
+        precision = choose_run_precision(asked, shape.d_model, shape.ffn_dim, device, dist).precision
         update = Update(parts.update, model, device, dist, precision, _at_the_start)
         batches = training_batches(parts.batches, data, device, dist)
         times = []
@@ -164,77 +157,69 @@ def _at_the_start(step: int) -> float:
 
 
 def choose_recipe(
-    cfg: DictConfig,
-    overrides: Sequence[str],
+    recipes: RecipePlan,
     data: PreparedData,
     device: torch.device,
     dist: DistContext,
     clock: Callable[[], float],
     started: float | None = None,
-) -> DictConfig:
-    """The config to train with: auto becomes a measured choice, a name applies that recipe, fixed
-    leaves the config as it is. Rank 0 measures on `clock` (the run's) and decides; every rank applies
-    its choice. `started`: when the command started, on `clock` (default now): max_minutes counts
-    from there, so each candidate's updates are counted in what is left of it once its pace is known.
-    `cfg` itself is left as it was."""
-    if cfg.recipe == FIXED:
-        return cfg
-    user_keys = user_override_keys(overrides)
-    if cfg.recipe != AUTO:
-        chosen = copy.deepcopy(cfg)
-        applied = apply_recipe(chosen, cfg.recipe, user_keys)
-        log.info("recipe: %s, as asked (%s)", cfg.recipe, ", ".join(applied) or "no overrides")
+) -> Candidate:
+    """The recipe to train with: auto becomes a measured choice, a name is that recipe. Rank 0 measures
+    on `clock` (the run's) and decides; every rank takes its choice. `started`: when the command
+    started, on `clock` (default now): max_minutes counts from there, so each candidate's updates are
+    counted in what is left of it once its pace is known."""
+    if recipes.asked != AUTO:
+        chosen = recipes.named(recipes.asked)
+        log.info("recipe: %s, as asked (%s)", chosen.name, ", ".join(chosen.applied) or "no overrides")
         return chosen
     estimates: list[Estimate] = []
     choice = None
     if dist.is_main:
         timing = clock()
         started = timing if started is None else started
-        for recipe in cfg.recipes:
-            candidate = copy.deepcopy(cfg)
-            apply_recipe(candidate, recipe.name, user_keys)
-            estimates.append(_estimate(candidate, recipe.min_updates, data, device, clock, started))
+        for candidate in recipes.candidates:
+            estimates.append(_estimate(candidate, data, device, clock, started))
             if estimates[-1].makes_its_minimum:
                 break  # the first that makes its minimum wins: the smaller ones need not be timed
-        choice = cfg.recipes[len(estimates) - 1].name  # the one that made its minimum, else the last
-        _log_choice(cfg, estimates, choice, clock() - timing, (clock() - started) / 60.0)
-    choice = dist.broadcast(choice)
-    chosen = copy.deepcopy(cfg)
-    applied = apply_recipe(chosen, choice, user_keys)
+        choice = recipes.candidates[len(estimates) - 1].name  # the one that made its minimum, else the last
+        _log_choice(recipes, estimates, choice, clock() - timing, (clock() - started) / 60.0)
+    chosen = recipes.named(dist.broadcast(choice))
     if dist.is_main:
-        kept = sorted(key for key in recipe_overrides(cfg, choice) if set_by_user(key, user_keys))
         log.info(
             "recipe %s sets %s%s",
-            choice,
-            ", ".join(applied) or "nothing",
-            f" (kept from the command line: {', '.join(kept)})" if kept else "",
+            chosen.name,
+            ", ".join(chosen.applied) or "nothing",
+            f" (kept from the command line: {', '.join(chosen.kept)})" if chosen.kept else "",
         )
     return chosen
 
 
 def _estimate(
-    cfg: DictConfig,
-    minimum: int,
+    candidate: Candidate,
     data: PreparedData,
     device: torch.device,
     clock: Callable[[], float],
     started: float,
 ) -> Estimate:
-    """How many updates `cfg` will make: max_steps where no time budget is set, else the share for
-    updates of what is left of the budget (spent from `started` up to the end of this timing) over
+    """How many updates `candidate` will make: max_steps where no time budget is set, else the share
+    for updates of what is left of the budget (spent from `started` up to the end of this timing) over
     the measured pace, whichever is fewer."""
-    if not cfg.max_minutes:
-        steps = cfg.max_steps or UNLIMITED
-        return Estimate(cfg.recipe, minimum, None, steps, steps, steps)
-    pace = measure_pace(cfg, data, device, clock)
-    left = max(cfg.max_minutes * 60.0 - (clock() - started), 0.0)
+    parts = TrainingParts.of(candidate.config, device, compiled=False)
+    max_minutes, max_steps = parts.loop.max_minutes, parts.loop.max_steps
+    if not max_minutes:
+        steps = max_steps or UNLIMITED
+        return Estimate(candidate.name, candidate.minimum, None, steps, steps, steps)
+    pace = measure_pace(parts, data, device, clock)
+    left = max(max_minutes * 60.0 - (clock() - started), 0.0)
 
     def updates_at(seconds: float) -> int:
         updates = int(left * UPDATE_SHARE / max(seconds, 1e-9))
-        return min(updates, cfg.max_steps) if cfg.max_steps else updates
+        return min(updates, max_steps) if max_steps else updates
 
     slow, fast = pace.seconds * (1.0 + pace.spread), pace.seconds * (1.0 - pace.spread)
-    return Estimate(cfg.recipe, minimum, pace, updates_at(pace.seconds), updates_at(slow), updates_at(fast))
+    return Estimate(
+        candidate.name, candidate.minimum, pace, updates_at(pace.seconds), updates_at(slow), updates_at(fast)
+    )
 
 
 def describe(estimate: Estimate) -> str:
@@ -253,13 +238,14 @@ def describe(estimate: Estimate) -> str:
 
 
 def _log_choice(
-    cfg: DictConfig, estimates: Sequence[Estimate], choice: str, probe_seconds: float, spent_minutes: float
+    recipes: RecipePlan, estimates: Sequence[Estimate], choice: str, probe_seconds: float, spent_minutes: float
 ) -> None:
+    max_minutes, max_steps = recipes.max_minutes, recipes.max_steps
     budget = (
-        f"{cfg.max_minutes:g} minutes ({max(cfg.max_minutes - spent_minutes, 0.0):.1f} left)"
-        if cfg.max_minutes
-        else f"max_steps={cfg.max_steps}"
-        if cfg.max_steps
+        f"{max_minutes:g} minutes ({max(max_minutes - spent_minutes, 0.0):.1f} left)"
+        if max_minutes
+        else f"max_steps={max_steps}"
+        if max_steps
         else "no budget"
     )
     timed = f" (timed in {probe_seconds:.1f} s)" if any(e.pace for e in estimates) else ""

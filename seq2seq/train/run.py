@@ -23,8 +23,8 @@ from omegaconf import DictConfig
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.artifacts.replacing import write_files_into, write_new_file
-from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, MARKER_TEXT, RunDir
-from seq2seq.config import AUTO_RECIPE, TRAIN_GROUPS, UserError, as_dict
+from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, RunDir
+from seq2seq.config import AUTO_RECIPE, TRAIN_GROUPS, UserError, as_dict, compile_setting
 from seq2seq.data.pipeline import prepare_corpus
 from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.inference.target_language import translate_command
@@ -39,14 +39,14 @@ from seq2seq.train.distributed import (
 from seq2seq.train.init_from import init_weights_from
 from seq2seq.train.lock import holds_run_directory, run_directory_lock
 from seq2seq.train.parts import TrainingParts
-from seq2seq.train.plan import RunPlan, plan_run
+from seq2seq.train.plan import RunPlan, plan_run, with_compile
 from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.rng import seed_everything
 from seq2seq.train.run_compile import choose_compile
 from seq2seq.train.run_outputs import (
     BeforeStart,
     check_writable,
-    clear_earlier_run,
+    clear_leftovers,
     files_not_a_runs,
     holds_only_startup_files,
 )
@@ -151,7 +151,7 @@ def run_planned(plan: RunPlan, before: BeforeStart, started: float | None = None
                 held.enter_context(run_directory_lock(run_dir))
             with before.taken_back_on_failure(dist.is_main):  # rank 0 holds the lock: no other run writes there
                 if dist.is_main:
-                    _clear_leftovers(run_dir, overwrite=config.overwrite and not config.resume)
+                    clear_leftovers(run_dir, overwrite=config.overwrite and not config.resume)
                 trainer = _build_trainer(plan, run_dir, device, dist, start)
             set_up_minutes = (Trainer.clock() - start) / 60.0
             if dist.is_main:
@@ -192,20 +192,6 @@ def _set_up_this_process(threads: int | None, deterministic: bool, seed: int, de
     seed_everything(seed)
 
 
-def _clear_leftovers(run_dir: Path, overwrite: bool) -> None:
-    """Rank 0, holding the run directory's lock: an earlier run's files (`overwrite`: a new run with
-    overwrite=true) and the unfinished writes of an interrupted one; then the marker that says the
-    directory is a run's."""
-    if overwrite and (removed := clear_earlier_run(run_dir)):
-        log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
-    if stale := RunDir(run_dir).remove_stale_temporaries():
-        log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
-    if stale := _remove_stale_exports(run_dir):
-        log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
-    if not (marker := RunDir(run_dir).marker).is_file():
-        marker.write_text(MARKER_TEXT, encoding="utf-8")
-
-
 def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: DistContext, start: float) -> Trainer:
     """The data, the recipe (chosen on a new run), the precision, and the Trainer with its weights:
     restored (resume=), imported (init_from=) or fresh."""
@@ -217,10 +203,13 @@ def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: Dis
             report = json.dumps(data.cleaning, indent=1, ensure_ascii=False) + "\n"
             write_new_file(RunDir(run_dir).cleaning_report, lambda path: path.write_text(report))
     chosen = plan.config
-    if plan.resumed is None:  # a resumed run's config holds the recipe it chose
-        chosen = choose_recipe(chosen, list(plan.overrides), data, device, dist, Trainer.clock, start)
+    if plan.recipes is not None:  # a resumed run's config holds the recipe it chose
+        chosen = choose_recipe(plan.recipes, data, device, dist, Trainer.clock, start).config
     precision = choose_run_precision(chosen.precision, chosen.model.d_model, chosen.model.ffn_dim, device, dist)
-    chosen = choose_compile(chosen, data, device, dist, precision.precision, Trainer.clock)  # auto: measured here
+    if compile_setting(chosen.compile) == "auto":  # measured here, on the data and the device
+        eager, compiled = (TrainingParts.of(chosen, device, compiled=c) for c in (False, True))
+        pays = choose_compile(eager, compiled, data, device, dist, precision.precision, Trainer.clock)
+        chosen = with_compile(chosen, pays)
     parts = TrainingParts.of(chosen, device)
     trainer = Trainer(parts, run_dir, data, device, dist, started=start, precision=precision)
     if plan.resumed is not None:
@@ -246,12 +235,6 @@ def _agree_on_run_dir(run_dir: Path, dist: DistContext) -> Path:
     if chosen != run_dir and holds_only_startup_files(run_dir, LOCK_FREE_STARTUP_FILES):
         shutil.rmtree(run_dir, ignore_errors=True)
     return chosen
-
-
-def _remove_stale_exports(run_dir: Path) -> int:
-    from seq2seq.artifacts.export import remove_stale_export_directories
-
-    return remove_stale_export_directories(run_dir)
 
 
 def hydra_argument(key: str, value: str) -> str:

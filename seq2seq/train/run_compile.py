@@ -11,26 +11,25 @@ the cache folder, keyed by the CPU or GPU, torch, threads, the model's shape, ba
 precision), so later runs decide at once; they compile faster than the first did (Inductor's own cache),
 so the rule's compile time is on the safe side.
 
-The choice is the run's config: compile becomes "true" or "false" before the Trainer is built, and the
-checkpoints keep it, so a resumed run continues as it started and measures nothing.
+The choice becomes the run's config (compile=true or false: seq2seq.train.plan.with_compile) before
+the Trainer is built, and the checkpoints keep it, so a resumed run continues as it started and
+measures nothing.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig
 
 from seq2seq import cpuinfo
-from seq2seq.config import compile_setting
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.measurement_cache import cached
 from seq2seq.precision import cpu_capability
 from seq2seq.train.distributed import DistContext
+from seq2seq.train.parts import TrainingParts
 from seq2seq.train.recipe import UPDATE_SHARE, measure_pace
 
 log = logging.getLogger(__name__)
@@ -96,48 +95,53 @@ def _by_time(t: CompileTimings, steps: int) -> CompileChoice:
     )
 
 
-def _machine_key(cfg: DictConfig, device: torch.device, precision: str) -> str:
+def _machine_key(parts: TrainingParts, device: torch.device, precision: str) -> str:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpuinfo.cpu_name()} {cpu_capability()}"
-    m = cfg.model
+    m = parts.model.config
     shape = f"d{m.d_model} ffn{m.ffn_dim} h{m.heads} {m.encoder_layers}+{m.decoder_layers} layers"
-    parts = [where, f"torch {torch.__version__}", f"{torch.get_num_threads()} threads", shape]
-    return "|".join([*parts, f"{cfg.batch_tokens} tokens", precision, f"mode {cfg.compile_mode}"])
+    mode = parts.update.compile_mode or "default"
+    parts_of_key = [where, f"torch {torch.__version__}", f"{torch.get_num_threads()} threads", shape]
+    return "|".join([*parts_of_key, f"{parts.batches.batch_tokens} tokens", precision, f"mode {mode}"])
 
 
 def measure_timings(
-    cfg: DictConfig, data: PreparedData, device: torch.device, clock: Callable[[], float]
+    eager: TrainingParts,
+    compiled: TrainingParts,
+    data: PreparedData,
+    device: torch.device,
+    precision: str,
+    clock: Callable[[], float],
 ) -> CompileTimings:
-    eager = measure_pace(cfg, data, device, clock, compiled=False)
-    compiled = measure_pace(cfg, data, device, clock, compiled=True)
-    return CompileTimings(eager.seconds, compiled.seconds, max(compiled.first_seconds - eager.first_seconds, 0.0))
+    """The probes of `eager` and `compiled` (the run's parts with the update eager, and compiled), both
+    in `precision`; the compile time is the compiled probe's first update less the eager one's."""
+    eager_pace = measure_pace(eager, data, device, clock, precision)
+    compiled_pace = measure_pace(compiled, data, device, clock, precision)
+    compile_seconds = max(compiled_pace.first_seconds - eager_pace.first_seconds, 0.0)
+    return CompileTimings(eager_pace.seconds, compiled_pace.seconds, compile_seconds)
 
 
 def choose_compile(
-    cfg: DictConfig,
+    eager: TrainingParts,
+    compiled: TrainingParts,
     data: PreparedData,
     device: torch.device,
     dist: DistContext,
     precision: str,
     clock: Callable[[], float],
     measure: Callable[[], CompileTimings] | None = None,
-) -> DictConfig:
-    """The config to train with: compile=auto made "true" or "false" (rank 0 measures and decides;
-    every rank applies its choice); other settings leave `cfg` as it is. `measure`: the timing
-    (default: cached per machine, `measure_timings`)."""
-    if compile_setting(cfg.compile) != "auto":
-        return cfg
+) -> bool:
+    """compile=auto's choice: whether the run compiles its update (rank 0 measures and decides; every
+    rank gets its choice). `eager`, `compiled`: the run's parts both ways, as the probes train them.
+    `measure`: the timing (default: cached per machine, `measure_timings`)."""
     choice = None
     if dist.is_main:
-        probe = copy.deepcopy(cfg)
-        probe.precision = precision
 
         def timed() -> CompileTimings:
-            return measure_timings(probe, data, device, clock)
+            return measure_timings(eager, compiled, data, device, precision, clock)
 
-        timings = cached(CACHE_NAME, _machine_key(cfg, device, precision), CompileTimings, measure or timed)
-        choice = compile_pays(timings, cfg.max_minutes, cfg.max_steps)
-        log.info("compile: %s (%s)", "true" if choice.compile else "false", choice.reason)
-        choice = choice.compile
-    chosen = copy.deepcopy(cfg)
-    chosen.compile = "true" if dist.broadcast(choice) else "false"
-    return chosen
+        timings = cached(CACHE_NAME, _machine_key(eager, device, precision), CompileTimings, measure or timed)
+        loop = eager.loop
+        decided = compile_pays(timings, loop.max_minutes, loop.max_steps)
+        log.info("compile: %s (%s)", "true" if decided.compile else "false", decided.reason)
+        choice = decided.compile
+    return bool(dist.broadcast(choice))

@@ -8,7 +8,8 @@ there (a user's model/my_model.py) stops the new run before anything is removed,
 elsewhere in the directory (notes, .hydra/, train.log) are never touched.
 
 A start that fails (a bad init_from=, unreadable data) takes back what it added to the directory and
-nothing else: `BeforeStart` is the directory as it stood before the start wrote into it.
+nothing else: `BeforeStart` is the directory as it stood before the start wrote into it. Once the run
+holds the directory, `clear_leftovers` removes what an earlier or interrupted run left there.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from seq2seq.artifacts.run_dir import (
 )
 from seq2seq.config import UserError
 
+log = logging.getLogger("seq2seq.train")  # run.py's: the run's log lines, wherever they are written
 TOP_FILES = (*TOKENIZER_FILES, CLEANING_REPORT)  # what a run writes at the top of its directory
 
 
@@ -254,3 +256,19 @@ def _close_log_files_under(path: Path) -> None:
         if target == path or path in target.parents:
             root.removeHandler(handler)
             handler.close()
+
+
+def clear_leftovers(run_dir: Path, overwrite: bool) -> None:
+    """Rank 0, holding the run directory's lock: an earlier run's files (`overwrite`: a new run with
+    overwrite=true) and the unfinished writes of an interrupted one; then the marker that says the
+    directory is a run's."""
+    from seq2seq.artifacts.export import remove_stale_export_directories  # when used, as run.py imports it
+
+    if overwrite and (removed := clear_earlier_run(run_dir)):
+        log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
+    if stale := RunDir(run_dir).remove_stale_temporaries():
+        log.info("removed %s bytes of unfinished checkpoint writes from an interrupted run", f"{stale:,}")
+    if stale := remove_stale_export_directories(run_dir):
+        log.info("removed %s bytes of unfinished exports from an interrupted run", f"{stale:,}")
+    if not (marker := RunDir(run_dir).marker).is_file():
+        marker.write_text(MARKER_TEXT, encoding="utf-8")
