@@ -10,18 +10,19 @@ can show each corpus its weight's worth (corpus_weights.py).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
-from seq2seq.config import CleanSettings, DataConfig, UserError, as_dict, clean_rules, data_config
+from seq2seq.config import CleanSettings, CorpusConfig, DataConfig, UserError, clean_rules
 from seq2seq.data.cleaning import Cleaner, CleaningReport
 from seq2seq.data.corpus import corpus_sources, iter_split
-from seq2seq.data.directions import Direction, direction_config
+from seq2seq.data.directions import Direction, direction_settings
 from seq2seq.data.language_id import identifier as make_identifier
 
 CORPUS = "corpus"  # the column of a pair's corpus index
@@ -34,17 +35,15 @@ BACK_TRANSLATION_MARK = ".back-translation.json"
 DIRECTION = "direction"  # the column of a pair's direction index (seq2seq.data.multilingual's)
 # data.kind's training split, as the report and the log name it when data.corpora is not set.
 SINGLE_CORPUS = "train"
+# What a data.corpora entry sets of the config it is read with: its own files and fields.
+CORPUS_FILE_KEYS = ("train_src", "train_tgt", "train", "src_key", "tgt_key", "dir", "hub_name", "hub_subset")
 
 
-def corpus_config(data: DataConfig, corpus: Any) -> DataConfig:
-    """`data` with one corpus of data.corpora as its training split: the corpus's kind and files in
-    place of data.kind's (validation and test are not read from it)."""
-    settings = as_dict(data)
-    entry = as_dict(corpus) if not isinstance(corpus, dict) else dict(corpus)
-    settings.update(corpora=None, kind=entry["kind"])
-    for key in ("train_src", "train_tgt", "train", "src_key", "tgt_key", "dir", "hub_name", "hub_subset"):
-        settings[key] = entry[key]
-    return data_config(settings)
+def corpus_config(data: DataConfig, corpus: CorpusConfig) -> DataConfig:
+    """A copy of `data` with one corpus of data.corpora as its training split: the corpus's kind and
+    files in place of data.kind's (validation and test are not read from it)."""
+    taken = {key: getattr(corpus, key) for key in CORPUS_FILE_KEYS}
+    return dataclasses.replace(copy.deepcopy(data), corpora=None, kind=corpus.kind, **taken)
 
 
 def tagged_corpora(data: DataConfig) -> list[int]:
@@ -80,7 +79,7 @@ def training_streams(data: DataConfig, directions: Sequence[tuple[Direction, Dat
         rules = clean_rules(data.clean if corpus is None or corpus.clean is None else corpus.clean)
         for direction_index, (direction, settings) in enumerate(directions or [(None, data)]):
             if corpus is not None and direction is not None:  # the corpus's own files, in this direction
-                settings = direction_config(base, direction)
+                settings = direction_settings(base, direction)
             elif corpus is not None:
                 settings = base
             name = SINGLE_CORPUS if corpus is None else corpus.name

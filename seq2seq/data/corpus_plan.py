@@ -24,7 +24,7 @@ from typing import Any
 from seq2seq.config import DataConfig, UserError, as_dict, data_config
 from seq2seq.data.corpora import Stream, corpus_tags, tagged_corpora, training_sources, training_streams
 from seq2seq.data.corpus import corpus_sources
-from seq2seq.data.directions import Direction, configured_directions, direction_config, tag_tokens
+from seq2seq.data.directions import Direction, configured_directions, direction_settings, tag_tokens
 from seq2seq.data.tokenizer import pretrained_tokenizer_files
 from seq2seq.measurement_cache import cache_root
 
@@ -86,7 +86,7 @@ def plan_corpus(
     already; else they are hashed here."""
     settings = as_dict(data) if not isinstance(data, dict) else dict(data)
     one = data_config(settings)
-    directions = tuple((d, direction_config(settings, d)) for d in configured_directions(one))
+    directions = tuple((d, direction_settings(one, d)) for d in configured_directions(one))
     streams = tuple(training_streams(one, directions))
     if files is None:
         files = corpus_files(one, directions, streams)

@@ -16,6 +16,7 @@ server ask about a run's convention (`LanguageTags`), given its config and its t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -85,15 +86,25 @@ def tag_tokens(data: Any) -> list[str]:
 
 
 def direction_config(data: Any, direction: Direction) -> DataConfig:
-    """`data` as a single-direction DataConfig for `direction`: src_lang/tgt_lang are its codes and {src}
-    and {tgt} in the file and field names of PATH_KEYS are replaced by them, so every reader of
-    seq2seq.data.corpus reads one direction as it reads a bilingual corpus."""
-    settings = as_dict(data) if not isinstance(data, dict) else dict(data)
-    settings.update(src_lang=direction.src, tgt_lang=direction.tgt, directions=None)
-    for key in PATH_KEYS.get(settings["kind"], ()):
-        if isinstance(settings[key], str):
-            settings[key] = settings[key].replace("{src}", direction.src).replace("{tgt}", direction.tgt)
-    return data_config(settings)
+    """`data` (a DataConfig, Hydra's data section or a plain dict) as a single-direction DataConfig for
+    `direction`: see `direction_settings`."""
+    if not isinstance(data, DataConfig):
+        data = data_config(as_dict(data) if not isinstance(data, dict) else dict(data))
+    return direction_settings(data, direction)
+
+
+def direction_settings(data: DataConfig, direction: Direction) -> DataConfig:
+    """A copy of `data` for `direction`: src_lang/tgt_lang are its codes and {src} and {tgt} in the file
+    and field names of PATH_KEYS are replaced by them, so every reader of seq2seq.data.corpus reads one
+    direction as it reads a bilingual corpus."""
+    paths = {}
+    for key in PATH_KEYS.get(data.kind, ()):
+        if isinstance(value := getattr(data, key), str):
+            paths[key] = value.replace("{src}", direction.src).replace("{tgt}", direction.tgt)
+    # a deep copy: each direction's settings are its own, as the readers were always handed them
+    return dataclasses.replace(
+        copy.deepcopy(data), src_lang=direction.src, tgt_lang=direction.tgt, directions=None, **paths
+    )
 
 
 def check_readable_per_direction(data: Any) -> None:

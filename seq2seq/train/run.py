@@ -24,7 +24,7 @@ from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.artifacts.replacing import write_files_into, write_new_file
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, RunDir
-from seq2seq.config import AUTO_RECIPE, TRAIN_GROUPS, UserError, as_dict, compile_setting
+from seq2seq.config import AUTO_RECIPE, TRAIN_GROUPS, UserError, compile_setting
 from seq2seq.data.pipeline import prepare_corpus
 from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.inference.target_language import translate_command
@@ -223,7 +223,7 @@ def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: Dis
             f"; max_minutes={chosen.max_minutes} counts them" if chosen.max_minutes else "",
         )
     elif chosen.init_from:
-        init_weights_from(trainer.model, chosen.init_from, as_dict(chosen.model), trainer.vocab)
+        init_weights_from(trainer.model, chosen.init_from, trainer.loop.record["model"], trainer.vocab)
         log.info("initialised weights from %s", chosen.init_from)
     return trainer
 
