@@ -20,7 +20,7 @@ import seq2seq.train.trainer as loop
 import seq2seq.train.update as update
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.config import UserError, validate_recipes
-from seq2seq.train.plan import apply_recipe, set_by_user
+from seq2seq.train.plan import apply_recipe, plan_recipes, set_by_user
 from seq2seq.train.recipe import MIN_SPREAD, TIMED_UPDATES, UPDATE_SHARE, Pace
 
 SECONDS_PER_UPDATE = {64: 7.0, 32: 2.0}  # by model.d_model: the wide candidate is 3.5x slower
@@ -255,6 +255,24 @@ def test_set_by_user_covers_group_choices():
     assert set_by_user("model.dropout", {"model"})
     assert set_by_user("model.dropout", {"model.dropout"})
     assert not set_by_user("model.dropout", {"model.d_model", "optim"})
+
+
+def test_the_plan_holds_each_candidates_config_with_the_users_keys_kept():
+    """recipe=auto: every candidate, in order, its overrides applied to a copy except the keys the command
+    line set; a named recipe: that one alone; fixed: none. The config given is left as it was."""
+    user = ["model.dropout=0.25"]
+    cfg = recipe_config(2.0, user)
+    recipes = plan_recipes(cfg, [*CANDIDATES, *user])
+    assert recipes.asked == "auto" and [c.name for c in recipes.candidates] == ["wide", "narrow"]
+    assert [c.minimum for c in recipes.candidates] == [20, 0]
+    narrow = recipes.named("narrow")
+    assert narrow.applied == ("model.d_model=32", "model.encoder_layers=4", "model.decoder_layers=4")
+    assert narrow.kept == ("model.dropout",)
+    assert (narrow.config.model.d_model, narrow.config.model.dropout, narrow.config.recipe) == (32, 0.25, "narrow")
+    assert (cfg.model.d_model, cfg.recipe) == (64, "auto")  # the run's own config: untouched
+    named = plan_recipes(compose_config("train", [*TINY_TRAIN, *CANDIDATES[1:], "recipe=narrow"]), [])
+    assert [c.name for c in named.candidates] == ["narrow"] and named.candidates[0].config.model.dropout == 0.3
+    assert plan_recipes(compose_config("train", TINY_TRAIN), []) is None  # recipe=fixed by default
 
 
 def test_apply_recipe_parses_values_as_the_command_line_does():

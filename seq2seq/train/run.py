@@ -203,7 +203,7 @@ def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: Dis
             report = json.dumps(data.cleaning, indent=1, ensure_ascii=False) + "\n"
             write_new_file(RunDir(run_dir).cleaning_report, lambda path: path.write_text(report))
     chosen = plan.config
-    if plan.recipes is not None:  # a resumed run's config holds the recipe it chose
+    if plan.recipes is not None:  # None: recipe=fixed, or a resume (its config holds the recipe it chose)
         chosen = choose_recipe(plan.recipes, data, device, dist, Trainer.clock, start).config
     precision = choose_run_precision(chosen.precision, chosen.model.d_model, chosen.model.ffn_dim, device, dist)
     if compile_setting(chosen.compile) == "auto":  # measured here, on the data and the device
