@@ -9,6 +9,7 @@ from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.config import ConfigValueError, compiles, validate_train
 from seq2seq.measurement_cache import cache_file
+from seq2seq.precision import PrecisionChoice
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.parts import TrainingParts
 from seq2seq.train.plan import with_compile
@@ -70,7 +71,9 @@ def test_auto_becomes_the_measured_choice_once_per_machine() -> None:
 
     def choose(cfg) -> bool:
         eager, compiled = (TrainingParts.of(cfg, cpu, compiled=c) for c in (False, True))
-        return choose_compile(eager, compiled, None, cpu, dist, "fp32", lambda: 0.0, measure)
+        return choose_compile(
+            eager, compiled, None, cpu, dist, PrecisionChoice("fp32", "as asked"), lambda: 0.0, measure
+        )
 
     cfg = compose_config("train", [*TINY_TRAIN, "compile=auto", "max_steps=2000"])
     assert choose(cfg) is True

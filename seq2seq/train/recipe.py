@@ -34,11 +34,11 @@ from omegaconf import DictConfig
 
 from seq2seq.config import AUTO_RECIPE as AUTO
 from seq2seq.data.pipeline import PreparedData
+from seq2seq.precision import PrecisionChoice
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.parts import TrainingParts
 from seq2seq.train.rng import rng_state, set_rng_state
-from seq2seq.train.run_precision import choose_run_precision
-from seq2seq.train.update import Update, training_batches, training_model
+from seq2seq.train.update import training_batches, training_update
 
 log = logging.getLogger(__name__)
 
@@ -123,21 +123,17 @@ def measure_pace(
     data: PreparedData,
     device: torch.device,
     clock: Callable[[], float],
-    precision: str | None = None,
+    precision: PrecisionChoice | None = None,
 ) -> Pace:
-    """A few real updates of the model `parts` describe, made as the Trainer makes them (update.py),
-    with no Trainer around them, each timed: the machine's pace for that recipe, in the precision it
-    would train in (`precision`: this one, already chosen), under whatever load it has now. A recipe's
-    probe is eager (compiling would cost more than the probe measures, and speeds all recipes alike);
-    compile=auto's times both. Leaves every random generator as it found it."""
+    """A few real updates of the model `parts` describe, built and made as the Trainer makes them
+    (update.training_update), with no Trainer around them, each timed: the machine's pace for that
+    recipe, in the precision it would train in (`precision`: this one, already chosen), under whatever
+    load it has now. A recipe's probe is eager (compiling would cost more than the probe measures, and
+    speeds all recipes alike); compile=auto's times both. Leaves every random generator as it found it."""
     state = rng_state()
     try:
         dist = DistContext()
-        model = training_model(parts.model, data, device)
-        shape = parts.model.config
-        asked = precision or parts.loop.precision
-        precision = choose_run_precision(asked, shape.d_model, shape.ffn_dim, device, dist).precision
-        update = Update(parts.update, model, device, dist, precision, _at_the_start)
+        update, precision = training_update(parts, data, device, dist, _at_the_start, precision)
         batches = training_batches(parts.batches, data, device, dist)
         times = []
         for step in range(1, TIMED_UPDATES + 2):
@@ -146,7 +142,7 @@ def measure_pace(
             update.read_back([made] if made is not None else [])  # waits for the device, which finishes later
             times.append(clock() - start)
         # The first allocated and warmed caches (and compiled): not in the pace.
-        return dataclasses.replace(Pace.of(times[1:], precision), first_seconds=times[0])
+        return dataclasses.replace(Pace.of(times[1:], precision.precision), first_seconds=times[0])
     finally:
         set_rng_state(state)
 

@@ -208,7 +208,7 @@ def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: Dis
     precision = choose_run_precision(chosen.precision, chosen.model.d_model, chosen.model.ffn_dim, device, dist)
     if compile_setting(chosen.compile) == "auto":  # measured here, on the data and the device
         eager, compiled = (TrainingParts.of(chosen, device, compiled=c) for c in (False, True))
-        pays = choose_compile(eager, compiled, data, device, dist, precision.precision, Trainer.clock)
+        pays = choose_compile(eager, compiled, data, device, dist, precision, Trainer.clock)
         chosen = with_compile(chosen, pays)
     parts = TrainingParts.of(chosen, device)
     trainer = Trainer(parts, run_dir, data, device, dist, started=start, precision=precision)

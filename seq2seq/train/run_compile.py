@@ -27,7 +27,7 @@ import torch
 from seq2seq import cpuinfo
 from seq2seq.data.pipeline import PreparedData
 from seq2seq.measurement_cache import cached
-from seq2seq.precision import cpu_capability
+from seq2seq.precision import PrecisionChoice, cpu_capability
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.parts import TrainingParts
 from seq2seq.train.recipe import UPDATE_SHARE, measure_pace
@@ -95,13 +95,13 @@ def _by_time(t: CompileTimings, steps: int) -> CompileChoice:
     )
 
 
-def _machine_key(parts: TrainingParts, device: torch.device, precision: str) -> str:
+def _machine_key(parts: TrainingParts, device: torch.device, precision: PrecisionChoice) -> str:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpuinfo.cpu_name()} {cpu_capability()}"
     m = parts.model.config
     shape = f"d{m.d_model} ffn{m.ffn_dim} h{m.heads} {m.encoder_layers}+{m.decoder_layers} layers"
     mode = parts.update.compile_mode or "default"
     parts_of_key = [where, f"torch {torch.__version__}", f"{torch.get_num_threads()} threads", shape]
-    return "|".join([*parts_of_key, f"{parts.batches.batch_tokens} tokens", precision, f"mode {mode}"])
+    return "|".join([*parts_of_key, f"{parts.batches.batch_tokens} tokens", precision.precision, f"mode {mode}"])
 
 
 def measure_timings(
@@ -109,7 +109,7 @@ def measure_timings(
     compiled: TrainingParts,
     data: PreparedData,
     device: torch.device,
-    precision: str,
+    precision: PrecisionChoice,
     clock: Callable[[], float],
 ) -> CompileTimings:
     """The probes of `eager` and `compiled` (the run's parts with the update eager, and compiled), both
@@ -126,7 +126,7 @@ def choose_compile(
     data: PreparedData,
     device: torch.device,
     dist: DistContext,
-    precision: str,
+    precision: PrecisionChoice,
     clock: Callable[[], float],
     measure: Callable[[], CompileTimings] | None = None,
 ) -> bool:

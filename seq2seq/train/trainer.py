@@ -32,15 +32,14 @@ from seq2seq.train.evaluate import score_directions, validation_loss, validation
 from seq2seq.train.parts import TrainingParts
 from seq2seq.train.reporting import Report, TrainWindow
 from seq2seq.train.rng import restore_rank_state, rng_state
-from seq2seq.train.run_precision import choose_run_precision, resumed_precision
+from seq2seq.train.run_precision import resumed_precision
 from seq2seq.train.update import (
     NonFiniteLoss,
     PendingUpdate,
     RepeatedOutOfMemory,
-    Update,
     UpdateResult,
     training_batches,
-    training_model,
+    training_update,
 )
 
 log = logging.getLogger(__name__)
@@ -66,16 +65,12 @@ class Trainer:
         resolves precision=auto first, `choose_run_precision`); without it the Trainer resolves it itself."""
         self.parts, self.loop = parts, parts.loop
         self.run_dir, self.data, self.device, self.dist = run_dir, data, device, dist
-        loop, shape = parts.loop, parts.model.config
+        loop = parts.loop
         limits = (loop.max_minutes, loop.max_steps, loop.valid_max_sentences, loop.batch_tokens)
         self.budget = Budget(*limits, dist, self.clock, self.clock() if started is None else started)
-        model = training_model(parts.model, data, device)  # first: measuring the precision draws random numbers
         self.precision_asked = loop.precision  # what the user wrote: a resume logs what auto chose and why
-        self.precision_choice = precision or choose_run_precision(
-            loop.precision, shape.d_model, shape.ffn_dim, device, dist
-        )
+        self.update, self.precision_choice = training_update(parts, data, device, dist, self.budget.used, precision)
         self.precision = self.precision_choice.precision  # fp32 | bf16 | fp16; the checkpoint's config records it
-        self.update = Update(parts.update, model, device, dist, self.precision, self.budget.used)
         self.model, self.objective = self.update.model, self.update.objective
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.stream = training_batches(parts.batches, data, device, dist)

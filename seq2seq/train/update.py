@@ -26,13 +26,15 @@ from seq2seq.data.prefetch import Prefetcher
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import build_model
+from seq2seq.precision import PrecisionChoice
 from seq2seq.train.compiled_update import CompiledUpdate
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.flat_parameters import FlatParameters, independent_copies
 from seq2seq.train.freezing import freeze
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import build_optimizer
-from seq2seq.train.parts import BatchParts, ModelParts, UpdateParts
+from seq2seq.train.parts import BatchParts, ModelParts, TrainingParts, UpdateParts
+from seq2seq.train.run_precision import choose_run_precision
 
 log = logging.getLogger(__name__)
 # An update's summed loss and nll, and the gradient norm where its step was made with them (compiled).
@@ -90,6 +92,24 @@ def training_model(parts: ModelParts, data: PreparedData, device: torch.device) 
     model = build_model(parts.config, tok.src.get_vocab_size(), tok.tgt.get_vocab_size(), PAD_ID).to(device)
     freeze(model, list(parts.freeze), parts.trainable_top_layers)  # before FlatParameters sees the model
     return model
+
+
+def training_update(
+    parts: TrainingParts,
+    data: PreparedData,
+    device: torch.device,
+    dist: DistContext,
+    budget_used: Callable[[int], float],
+    precision: PrecisionChoice | None = None,
+) -> tuple[Update, PrecisionChoice]:
+    """A fresh model of `parts` and the Update of it, in `precision` (None: precision= of the parts,
+    made concrete here): what the Trainer trains and what recipe=auto's and compile=auto's probes time,
+    built the one way."""
+    model = training_model(parts.model, data, device)  # first: measuring the precision draws random numbers
+    if precision is None:
+        shape = parts.model.config
+        precision = choose_run_precision(parts.loop.precision, shape.d_model, shape.ffn_dim, device, dist)
+    return Update(parts.update, model, device, dist, precision.precision, budget_used), precision
 
 
 class Update:
