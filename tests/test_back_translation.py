@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from seq2seq.cli.distill import main
+from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DistillConfig, UserError
 from seq2seq.data.directions import Direction
 from seq2seq.distill import command
@@ -62,12 +62,13 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
         cache=str(tmp_path / "c"),
         trained_targets="references",
         back_translate=["de-fr", "fr-de"],
+        check_language=False,
     )
     planned = plan(list(cfg.back_translate), TRAINED)
-    held_out = command.read_held_out(corpus)
-    held_out["test"].update(command.corpus_tests(corpus, planned))
+    distillation = distill_plan(cfg, [], [])
+    held_out = distillation.held_out
     root = tmp_path / "data"
-    selection = command.distilled_corpus(cfg, teacher, corpus, held_out, root, planned)
+    selection = command.distilled_corpus(distillation, root)
     assert sorted(selection) == ["de-en", "de-fr", "en-de", "en-fr", "fr-de"]
     engine = load(str(multilingual_run.path), beam=5)
     corpus_dir = multilingual_run.corpus
@@ -105,15 +106,14 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
 def test_translations_a_distilled_direction_made_are_reused_and_timed_once(multilingual_run, tmp_path):
     """The corpus is multi-way: en-fr's English is en-de's, so de-fr's sources are the teacher's en -> de
     translations that distilling en-de made; selection.json names them and counts their time there."""
-    teacher = read_teacher(str(multilingual_run.path))
-    corpus = corpus_config(teacher, [])
     cfg = DistillConfig(
-        teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), back_translate=["de-fr"]
+        teacher=str(multilingual_run.path),
+        output=str(tmp_path),
+        cache=str(tmp_path / "c"),
+        back_translate=["de-fr"],
+        check_language=False,
     )
-    planned = plan(list(cfg.back_translate), TRAINED)
-    selection = command.distilled_corpus(
-        cfg, teacher, corpus, command.read_held_out(corpus), tmp_path / "data", planned
-    )
+    selection = command.distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert selection["de-fr"]["translations"] == selection["en-de"]["translations"]
     assert selection["de-fr"]["translations_of"] == "en-de" and selection["de-fr"]["teacher_seconds"] is None
     assert selection["en-de"]["teacher_seconds"] > 0

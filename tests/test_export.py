@@ -25,6 +25,7 @@ from seq2seq.artifacts.export import export
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.artifacts.safetensors import load_weights
+from seq2seq.cli.export import export_plan
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
@@ -100,7 +101,7 @@ def ct2_translate(model_dir: Path, lines: list[str], beam: int, max_positions: i
 
 
 def export_to(output: Path, fmt: str, **kwargs: object) -> Path:
-    return export(OmegaConf.structured(ExportConfig(output=str(output), format=fmt, **kwargs)))[0]
+    return export(export_plan(OmegaConf.structured(ExportConfig(output=str(output), format=fmt, **kwargs))))[0]
 
 
 # --- the trained model ------------------------------------------------------------------------------
@@ -274,7 +275,7 @@ def test_bad_settings_are_one_line(tmp_path: Path, kwargs: dict, expected: str) 
     cfg = OmegaConf.structured(ExportConfig(checkpoint=str(checkpoint), output=str(tmp_path / "out")))
     cfg = OmegaConf.merge(cfg, kwargs)
     with pytest.raises(UserError, match=expected):
-        export(cfg)
+        export(export_plan(cfg))
     assert leftovers(tmp_path) == ["ckpt"]
 
 

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
 from seq2seq.artifacts.export import export, write_run_exports
 from seq2seq.artifacts.run_dir import RunDir
+from seq2seq.cli.export import export_plan
 from seq2seq.cli.translate import translate
 from seq2seq.config import ExportConfig, UserError
 from seq2seq.distill.files import write_json, write_lines
@@ -208,7 +209,7 @@ def test_every_writer_of_a_file_someone_else_is_writing_is_refused(run, tmp_path
         write: Callable[[], object] = lambda: average_files(inputs, target)  # noqa: E731
     elif writer == "seq2seq-export":
         cfg = OmegaConf.structured(ExportConfig(run=str(run), output=str(target)))
-        write = lambda: export(cfg)  # noqa: E731
+        write = lambda: export(export_plan(cfg))  # noqa: E731
     else:
         write = lambda: translating(run, tmp_path, f"attention={target}", "engine=torch")(1)  # noqa: E731
     holder = hold_lock_in_another_process(target, "another command")

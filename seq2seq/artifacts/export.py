@@ -1,4 +1,4 @@
-"""`export(cfg)`, the work of `seq2seq-export`: a training checkpoint as files for inference only, in
+"""`export(plan)`, the work of `seq2seq-export`: a training checkpoint as files for inference only, in
 one of the formats of this package: safetensors (safetensors.py), ctranslate2 (ctranslate2_model.py),
 huggingface (a MarianMTModel directory, marian.py) or argos (an .argosmodel package, argos.py).
 `seq2seq-translate checkpoint=<output>` translates a safetensors or ctranslate2 export.
@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from seq2seq.artifacts.model_files import load_tokenizers
 from seq2seq.artifacts.replacing import output_lock
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer
-from seq2seq.config import ModelConfig, UserError, validate_export
+from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.fairseq_vocab import FairseqTokenizers
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
@@ -33,19 +34,30 @@ from seq2seq.data.tokenizer import Tokenizers
 COMMAND = "seq2seq-export"
 
 
-def export(cfg: Any) -> tuple[Path, ModelConfig]:
-    """Writes the export described by `cfg` (an ExportConfig or DictConfig); returns its directory and
-    the model's config."""
-    validate_export(cfg)  # the command checked already; the API's callers have not
-    output = Path(cfg.output)
+@dataclass(frozen=True)
+class ExportPlan:
+    """What seq2seq-export writes, as cli/export.py's `export_plan` checked it (validate_export)."""
+
+    output: Path  # a new directory (an .argosmodel file for format=argos)
+    format: str  # safetensors | ctranslate2 | huggingface | argos
+    run: str | None = None  # its best checkpoint, else its last, unless checkpoint= names one
+    checkpoint: str | None = None
+    quantization: str | None = None  # ctranslate2 and argos
+    src_lang: str | None = None  # argos: the direction of a multilingual run packaged
+    tgt_lang: str | None = None
+
+
+def export(plan: ExportPlan) -> tuple[Path, ModelConfig]:
+    """Writes the export `plan` describes; returns its directory and the model's config."""
+    output = plan.output
     if output.exists() or output.is_symlink():
         raise UserError(f"{output}: already exists; give output= a new directory")
-    path = Path(cfg.checkpoint) if cfg.checkpoint else RunDir(cfg.run).find_checkpoint()
+    path = Path(plan.checkpoint) if plan.checkpoint else RunDir(plan.run).find_checkpoint()
     payload = load_checkpoint(path)
-    tokenizers = load_tokenizers(path, cfg.run, payload.get("config", {}).get("data"))
+    tokenizers = load_tokenizers(path, plan.run, payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
-    if cfg.format == "huggingface" and isinstance(tokenizers, FairseqTokenizers):  # NLLB-200, M2M-100, mBART-50
+    if plan.format == "huggingface" and isinstance(tokenizers, FairseqTokenizers):  # NLLB-200, M2M-100, mBART-50
         from seq2seq.artifacts import m2m100, mbart
 
         if model_cfg.embedding_norm:  # mBART-50's layernorm_embedding
@@ -53,27 +65,27 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
             write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, card, mbart.MBART)
         else:
             write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, m2m100.model_card(payload))
-    elif cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
+    elif plan.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
         from seq2seq.artifacts.marian import huggingface_writer, model_card
 
-        card = model_card(payload, cfg.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))
+        card = model_card(payload, plan.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))
         write_all = huggingface_writer(payload, model_cfg, tokenizers, path, card)
-    elif cfg.format == "argos" and isinstance(tokenizers, FairseqTokenizers):
+    elif plan.format == "argos" and isinstance(tokenizers, FairseqTokenizers):
         raise UserError(
             f"{path}: format=argos: an NLLB-200/M2M-100/mBART-50 model (its own vocabulary of all its languages, "
             "its decoder starting from </s>) is no Argos package; distil it into one: seq2seq-distill teacher=<run>"
         )
-    elif cfg.format == "argos":  # one file, not a directory
+    elif plan.format == "argos":  # one file, not a directory
         from seq2seq.artifacts.argos import argos_writer
 
         model = functools.partial(
-            ctranslate2_writer, payload, model_cfg, tokenizers, path, cfg.quantization, without_pad=True
+            ctranslate2_writer, payload, model_cfg, tokenizers, path, plan.quantization, without_pad=True
         )
         with output_lock(output, "output", COMMAND, make_parent=True):
-            argos_writer(payload, tokenizers, path, model, cfg.src_lang, cfg.tgt_lang)(output)
+            argos_writer(payload, tokenizers, path, model, plan.src_lang, plan.tgt_lang)(output)
         return output, model_cfg
     else:
-        write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
+        write_all = _writer(plan.format, payload, model_cfg, tokenizers, path, plan.quantization)
     with output_lock(output, "output", COMMAND, make_parent=True, folder=True):  # one export per output at a time
         _write_directory(output, write_all)
     return output, model_cfg

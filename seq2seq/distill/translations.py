@@ -23,6 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from seq2seq import measurement_cache
 from seq2seq.config import UserError
 from seq2seq.decoding_defaults import SEARCH_VERSION
 from seq2seq.distill.files import held, read_json, write_json
@@ -39,6 +40,18 @@ class Progress:
     seconds: float = 0.0  # the teacher's decoding time so far, summed over the runs that wrote them
     finished: bool = False
     sha256: str | None = None  # translations.jsonl's, once finished (None: finished by older code)
+
+
+def cache_folder(given: str | None) -> Path:
+    """cache=: where the teacher's translations are kept (by default the machine's cache folder's distill/);
+    a path that is no directory is refused in one line, before anything is written."""
+    root = Path(given) if given else measurement_cache.cache_root() / "distill"
+    for above in (root, *root.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise UserError(f"cache={root}: {above} is not a directory; give cache= a directory")
+            break
+    return root
 
 
 def file_digest(path: Path) -> str:
