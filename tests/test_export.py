@@ -12,6 +12,7 @@ import shutil
 import string
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -248,6 +249,31 @@ def test_ctranslate2_and_safetensors_carry_each_architecture_option(tmp_path: Pa
 
 def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
+
+
+def test_a_failed_export_takes_back_the_folders_it_made_for_output(tmp_path: Path, monkeypatch) -> None:
+    """A failed export said "nothing was written" and left behind the folders it had made for output=
+    (its lock made them; issue 78): they go with the rest, and a folder that was there stays."""
+    import errno
+
+    import seq2seq.artifacts.export as exporting
+
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+
+    def full_disk(*_: object) -> Callable[[Path], None]:
+        def write(directory: Path) -> None:
+            (directory / "model.safetensors").write_bytes(b"part")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return write
+
+    monkeypatch.setattr(exporting, "safetensors_writer", full_disk)
+    (tmp_path / "mine").mkdir()
+    for output in (tmp_path / "new" / "deeper" / "out", tmp_path / "mine" / "new" / "out"):
+        with pytest.raises(UserError) as info:
+            export_to(output, "safetensors", checkpoint=str(checkpoint))
+        assert str(info.value) == f"{output}: could not write the export (No space left on device); nothing was written"
+    assert leftovers(tmp_path) == ["ckpt", "mine"] and leftovers(tmp_path / "mine") == []
 
 
 def test_existing_output_directory_is_refused_and_left_alone(tmp_path: Path) -> None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 from seq2seq.artifacts.checkpoint import check_vocabulary, current_umask, load_checkpoint, model_config_of
 from seq2seq.artifacts.ctranslate2_model import ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
-from seq2seq.artifacts.replacing import output_lock
+from seq2seq.artifacts.replacing import check_new, new_output, remove_folder_leftovers, replaced_folder
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer
 from seq2seq.config import ModelConfig, UserError
@@ -50,8 +48,7 @@ class ExportPlan:
 def export(plan: ExportPlan) -> tuple[Path, ModelConfig]:
     """Writes the export `plan` describes; returns its directory and the model's config."""
     output = plan.output
-    if output.exists() or output.is_symlink():
-        raise UserError(f"{output}: already exists; give output= a new directory")
+    check_new(output, "output")  # before the checkpoint is read: a wrong output= costs nothing
     path = Path(plan.checkpoint) if plan.checkpoint else RunDir(plan.run).find_checkpoint()
     payload = load_checkpoint(path)
     tokenizers = load_tokenizers(path, plan.run, payload.get("config", {}).get("data"))
@@ -81,13 +78,12 @@ def export(plan: ExportPlan) -> tuple[Path, ModelConfig]:
         model = functools.partial(
             ctranslate2_writer, payload, model_cfg, tokenizers, path, plan.quantization, without_pad=True
         )
-        with output_lock(output, "output", COMMAND, make_parent=True):
-            argos_writer(payload, tokenizers, path, model, plan.src_lang, plan.tgt_lang)(output)
+        with new_output(output, "output", COMMAND, folder=False) as staging:  # one export per output at a time
+            argos_writer(payload, tokenizers, path, model, plan.src_lang, plan.tgt_lang)(staging, output)
         return output, model_cfg
     else:
         write_all = _writer(plan.format, payload, model_cfg, tokenizers, path, plan.quantization)
-    with output_lock(output, "output", COMMAND, make_parent=True, folder=True):  # one export per output at a time
-        _write_directory(output, write_all)
+    _write_directory(output, write_all)
     return output, model_cfg
 
 
@@ -98,13 +94,7 @@ RUN_EXPORTS = {INFERENCE_DIR: "safetensors", CTRANSLATE2_DIR: "ctranslate2"}
 def remove_stale_export_directories(run_dir: Path) -> int:
     """Deletes what killed exports left beside a run's model/ and ctranslate2/ (their .NAME.*.tmp
     staging and .NAME.*.old directories); returns their total size. Only while holding the run's lock."""
-    removed = 0
-    for name in RUN_EXPORTS:
-        for leftover in [*run_dir.glob(f".{name}.*.tmp"), *run_dir.glob(f".{name}.*.old")]:
-            if leftover.is_dir() and not leftover.is_symlink():
-                removed += sum(f.stat().st_size for f in leftover.rglob("*") if f.is_file())
-                shutil.rmtree(leftover, ignore_errors=True)
-    return removed
+    return sum(remove_folder_leftovers(run_dir / name) for name in RUN_EXPORTS)
 
 
 def write_run_exports(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, Path | UserError]:
@@ -162,36 +152,20 @@ def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:
 
 
 def _write_directory(output: Path, write: Callable[[Path], None], replace: bool = False) -> None:
-    """Runs `write` on a temporary directory beside `output`, then renames it to `output` (with
-    `replace`, an existing `output` is moved aside first and deleted once the new one is in place)."""
+    """`write` fills a new directory that then takes `output`'s name, by replacing.py's rule: a new
+    output= under its lock (`new_output`), or with `replace` a run's own export replaced whole
+    (`replaced_folder`). A failure leaves nothing behind, and is one line."""
+    placing = replaced_folder(output) if replace else new_output(output, "output", COMMAND)
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
-    except OSError as err:
-        raise UserError(f"{output}: cannot create the output directory ({err.strerror or err})") from err
-    try:
-        mask = current_umask()
-        write(staging)
-        for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
-            # A folder in it (an NLLB-family run's huggingface_tokenizer/) keeps its x bits, or it could not be entered.
-            os.chmod(file, (0o777 if file.is_dir() else 0o666) & ~mask)
-        os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it 0700
-        if output.exists() and not replace:  # appeared while we were writing
-            raise UserError(f"{output}: already exists; give output= a new directory")
-        if output.exists():  # replace: the old one leaves under a temporary name, then goes
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
-            os.rename(output, old / output.name)
-            os.rename(staging, output)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(staging, output)
+        with placing as staging:
+            mask = current_umask()
+            write(staging)
+            for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
+                # A folder in it (an NLLB-family run's huggingface_tokenizer/) keeps its x bits, or it could not be entered.
+                os.chmod(file, (0o777 if file.is_dir() else 0o666) & ~mask)
+            os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it 0700
     except UserError:
-        shutil.rmtree(staging, ignore_errors=True)
         raise
     except Exception as err:  # OSError, and the writers' own: safetensors' SafetensorError on a full disk
-        shutil.rmtree(staging, ignore_errors=True)
         detail = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise UserError(f"{output}: could not write the export ({detail}); nothing was written") from err
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.replacing import claim_folder
 from seq2seq.config import UserError
 from seq2seq.distill.files import read_json, write_json
 
@@ -20,19 +21,9 @@ SETTINGS = "settings.json"
 
 
 def claim_output(path: Path) -> bool:
-    """Makes `path` this command's, or finds it already is; True when it resumes an earlier run's."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"output={path}: is a file; give a new folder")
-    if (path / MARKER).is_file():
-        return True
-    if path.is_dir() and any(path.iterdir()):
-        raise UserError(f"output={path}: holds files seq2seq-distill did not write; give a new folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"output={path}: cannot write there ({err.strerror or err})") from err
-    return False
+    """Makes `path` this command's, or finds it already is (the rule of replacing.claim_folder); True
+    when it resumes an earlier run's."""
+    return claim_folder(path, "output", "seq2seq-distill", MARKER, MARKER_TEXT)
 
 
 def check_settings(path: Path, settings: dict[str, Any]) -> None:
