@@ -15,8 +15,9 @@ import pytest
 from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DistillConfig, UserError
 from seq2seq.data.directions import Direction
+from seq2seq.data.parallel_corpus import corpus_test_pairs
 from seq2seq.distill import command
-from seq2seq.distill.back_translation import BackTranslated, plan
+from seq2seq.distill.back_translation import BackTranslated, plan, with_back_translated
 from seq2seq.distill.student import student_config
 from seq2seq.distill.teacher import corpus_config, read_teacher
 from seq2seq.inference.engine_api import one_line
@@ -95,9 +96,7 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
         for lang in name.split("-"):
             assert lines(root / "distilled" / f"train.{name}.{lang}") == lines(corpus_dir / f"train.{name}.{lang}")
     # The student learns the five, as big as its teacher with student=teacher.
-    student = student_config(
-        teacher, "teacher", command.with_back_translated(corpus, planned), [], root, "test" in held_out
-    )
+    student = student_config(teacher, "teacher", with_back_translated(corpus, planned), [], root, "test" in held_out)
     assert list(student.data.directions) == ["en-de", "en-fr", "de-en", "de-fr", "fr-de"]
     assert student.model.d_model == multilingual_run.cfg.model.d_model
     assert student.model.encoder_layers == multilingual_run.cfg.model.encoder_layers
@@ -130,12 +129,12 @@ def test_test_pairs_that_are_missing_are_skipped_and_broken_ones_refused(multili
     planned = plan(["de-fr", "fr-de"], TRAINED)
     for lang in ("fr", "de"):
         (corpus_dir / f"test.fr-de.{lang}").unlink()
-    found = command.corpus_tests(corpus, planned)
+    found = corpus_test_pairs(corpus, [item.direction for item in planned])
     assert list(found) == ["de-fr"] and found["de-fr"][1] == lines(corpus_dir / "test.de-fr.fr")
     broken = corpus_dir / "test.de-fr.fr"
     broken.write_text("\n".join(lines(broken)[:-1]) + "\n")
     with pytest.raises(UserError, match="lines but .* they must pair up"):
-        command.corpus_tests(corpus, planned)
+        corpus_test_pairs(corpus, [item.direction for item in planned])
 
 
 def test_the_command_trains_a_student_on_back_translated_pairs_and_scores_them(multilingual_run, tmp_path):

@@ -22,6 +22,7 @@ from script_module import load_script
 
 from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
+from seq2seq.data import parallel_corpus
 from seq2seq.data.builtin import reverse_task
 from seq2seq.distill import command, translations
 from seq2seq.distill.selection import select
@@ -355,7 +356,7 @@ def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(mult
     cfg = DistillConfig(
         teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), check_language=False
     )
-    held_out = command.read_held_out(corpus)
+    held_out = parallel_corpus.held_out(corpus)
     selection = command.distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert sorted(selection) == ["de-en", "en-de", "en-fr"]
     engine = load(str(multilingual_run.path), beam=5)

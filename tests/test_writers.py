@@ -20,11 +20,12 @@ from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
 from seq2seq.artifacts.export import export, write_run_exports
+from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.translate import translate
 from seq2seq.config import ExportConfig, UserError
-from seq2seq.distill.files import write_json, write_lines
+from seq2seq.distill.files import write_lines
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ def run_exports(run: Path, tmp: Path) -> Callable[[int], Path]:
 
 def distill_json(run: Path, tmp: Path) -> Callable[[int], Path]:
     def write(value: int) -> Path:
-        write_json(tmp / "state.json", {"seconds": value})
+        write_new_json(tmp / "state.json", {"seconds": value})
         return tmp / "state.json"
 
     return write
@@ -337,8 +338,7 @@ OUTPUT_WRITERS = {
     "seq2seq.artifacts.export._write_directory": {"new_output", "replaced_folder"},  # and a run's exports
     "seq2seq.artifacts.export.remove_stale_export_directories": {"remove_folder_leftovers"},
     "seq2seq.distill.output.claim_output": {"claim_folder"},  # seq2seq-distill's output= folder
-    "seq2seq.distill.files.write_json": {"write_new_text"},  # ... and every file in it
-    "seq2seq.distill.files.write_lines": {"write_new_text"},
+    "seq2seq.distill.files.write_lines": {"write_new_text"},  # ... and its corpus files
 }
 OUTPUT_MODULES = (
     "seq2seq.inference.command",

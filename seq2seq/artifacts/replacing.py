@@ -299,6 +299,29 @@ def write_new_text(target: Path, text: str) -> None:
     write_new_file(target, lambda new: new.write_bytes(text.encode("utf-8")))
 
 
+def fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (POSIX); not possible on every platform."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_new_json(target: Path, value: Any) -> None:
+    """`target` holding `value` as JSON, replaced whole (write_new_text) and the rename made durable: a
+    state file holds the old value or the new one, never a part. A failed write (a full disk) leaves no
+    part of a file, and the OSError goes on to the caller, which names the key."""
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"  # a value JSON cannot hold: nothing written
+    write_new_text(target, text)
+    fsync_directory(target.parent)
+
+
 def _finish(temporary: Path, target: Path) -> None:
     """The new file as an ordinary one (mkstemp makes it 0600: the old file's mode, or the umask's),
     on the disk before its name is, then renamed over `target`."""

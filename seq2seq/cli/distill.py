@@ -67,13 +67,15 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     and checked once, before anything is written (a corpus that cannot be read, a cache= that cannot be
     one: one line). Imports torch: after prepare_process."""
     from seq2seq.config import DISTILL_SEARCH_KEYS, as_dict
-    from seq2seq.distill import command
+    from seq2seq.data.directions import each_direction
+    from seq2seq.data.parallel_corpus import corpus_test_pairs, held_out
     from seq2seq.distill.back_translation import plan as back_translation_plan
+    from seq2seq.distill.back_translation import with_back_translated
     from seq2seq.distill.plan import DistillPlan, ReportPlan, Targets
     from seq2seq.distill.report import model_path
     from seq2seq.distill.source_language import check_source_language
     from seq2seq.distill.student import StudentRun, student_config
-    from seq2seq.distill.teacher import corpus_config, directions, read_teacher
+    from seq2seq.distill.teacher import corpus_config, read_teacher
     from seq2seq.distill.translations import cache_folder, file_digest
     from seq2seq.inference.engine_api import decoding_config
     from seq2seq.inference.job import decoding_job
@@ -81,14 +83,14 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     teacher = read_teacher(cfg.teacher)
     corpus = corpus_config(teacher, data)
     output = Path(cfg.output).resolve()
-    back_translated = back_translation_plan(list(cfg.back_translate), [d for d, _ in directions(corpus)])
-    held_out = command.read_held_out(corpus)
-    if "test" in held_out:  # a back-translated direction is tested on the corpus's own pairs, where it has them
-        held_out["test"].update(command.corpus_tests(corpus, back_translated))
+    back_translated = back_translation_plan(list(cfg.back_translate), [d for d, _ in each_direction(corpus)])
+    held_out_pairs = held_out(corpus)  # read once: a corpus that cannot be read is one line, nothing written
+    if "test" in held_out_pairs:  # a back-translated direction is tested on the corpus's own pairs, where it has them
+        held_out_pairs["test"].update(corpus_test_pairs(corpus, [item.direction for item in back_translated]))
     if cfg.check_language:
         check_source_language(corpus)
-    has_test = "test" in held_out
-    student_data = command.with_back_translated(corpus, back_translated)
+    has_test = "test" in held_out_pairs
+    student_data = with_back_translated(corpus, back_translated)
     config = student_config(teacher, cfg.student, student_data, train, output / "data", has_test)
     student = StudentRun(config, output / "student", "student")
     cache = cache_folder(cfg.cache)  # a cache= that cannot be one: refused before anything is written
@@ -112,7 +114,7 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
         teacher_job=teacher_job,
         corpus=corpus,
         back_translated=tuple(back_translated),
-        held_out=held_out,
+        held_out=held_out_pairs,
         targets=Targets(cfg.trained_targets, cfg.select, cfg.min_score),
         chunk_lines=cfg.chunk_lines,
         student=student,

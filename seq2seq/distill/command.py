@@ -21,7 +21,6 @@ settings: another student of the same teacher and corpus reuses them.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import sys
@@ -31,17 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq import cpu_sharing
-from seq2seq.config import DataConfig, UserError, validate_directions
-from seq2seq.data.corpus import iter_split, require_pairs, split_files, unzip
-from seq2seq.data.directions import Direction, direction_config
+from seq2seq.artifacts.replacing import write_new_json
+from seq2seq.config import DataConfig, UserError
+from seq2seq.data.directions import Direction, direction_config, each_direction
+from seq2seq.data.parallel_corpus import pair_files, split_pairs
 from seq2seq.distill import report
 from seq2seq.distill.back_translation import BackTranslated
-from seq2seq.distill.files import held, read_json, write_json, write_lines
+from seq2seq.distill.files import held, read_json, write_lines
 from seq2seq.distill.output import check_settings, claim_output
 from seq2seq.distill.plan import DistillPlan
 from seq2seq.distill.selection import select
 from seq2seq.distill.student import LOG_FORMAT, train_once
-from seq2seq.distill.teacher import directions
 from seq2seq.distill.translations import cache_key, cut_to_count, read_translations, translate_cached
 from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.engine_loader import api_engine
@@ -93,55 +92,9 @@ def _distill(plan: DistillPlan) -> dict[str, Any]:
         with _timed(state, "report", output):
             result = compare(plan, selection, summary, baseline)
         result["seconds"] = state["seconds"]
-        write_json(output / RESULT, result)
+        write_new_json(output / RESULT, result)
         log.info("teacher against student: %s", output / RESULT)
         return result
-
-
-def read_held_out(corpus: DataConfig) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
-    """{"valid": {direction: (sources, references)}, "test": ...}: the original pairs the student is
-    validated and tested on (no "test" when the corpus has no test split)."""
-    found: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
-    for split in ("valid", "test"):
-        for direction, one in directions(corpus):
-            pairs = iter_split(one, split)
-            if pairs is None:
-                if split == "valid":
-                    raise UserError(f"data.kind={one.kind}: the corpus has no validation split ({direction.name})")
-                break
-            sources, references = unzip(pairs)
-            require_pairs(one, split, len(sources))
-            found.setdefault(split, {})[direction.name] = (sources, references)
-    return found
-
-
-def corpus_tests(corpus: DataConfig, planned: list[BackTranslated]) -> dict[str, tuple[list[str], list[str]]]:
-    """The corpus's own test pairs of each back-translated direction that it has (Multi30k: every pair
-    of its languages), to score teacher (zero-shot) and student on."""
-    found = {}
-    for item in planned:
-        one = direction_config(corpus, item.direction)
-        try:
-            files = split_files(one, "test")
-        except UserError:  # Multi30k without this language's test file
-            continue
-        if not all(Path(file).is_file() for file in files):  # no test pairs of it: trained, not tested
-            continue
-        pairs = iter_split(one, "test")  # a file that is there but wrong is the one-line error it always is
-        sources, references = unzip(pairs) if pairs is not None else ([], [])
-        if sources:
-            found[item.direction.name] = (sources, references)
-    return found
-
-
-def with_back_translated(corpus: DataConfig, planned: list[BackTranslated]) -> DataConfig:
-    """The student's data settings: the teacher's directions and the back-translated ones."""
-    if not planned:
-        return corpus
-    names = [*corpus.directions, *(item.direction.name for item in planned)]
-    student = dataclasses.replace(corpus, directions=names)
-    validate_directions(student)
-    return student
 
 
 def distilled_corpus(plan: DistillPlan, root: Path) -> dict[str, Any]:
@@ -154,7 +107,7 @@ def distilled_corpus(plan: DistillPlan, root: Path) -> dict[str, Any]:
         (root / folder).mkdir(parents=True, exist_ok=True)
     engine = api_engine(plan.teacher_job)  # the teacher as seq2seq-translate decodes it with these settings
     selection = {}
-    for direction, one in directions(plan.corpus):
+    for direction, one in each_direction(plan.corpus):
         if plan.targets.trained_targets == "references":
             selection[direction.name] = references_direction(direction, one, root / "distilled")
         else:
@@ -168,7 +121,7 @@ def distilled_corpus(plan: DistillPlan, root: Path) -> dict[str, Any]:
     for split, by_direction in plan.held_out.items():
         for name, (sources, references) in by_direction.items():
             write_pairs(root / "original", split, Direction(*name.split("-")), sources, references)
-    write_json(root / SELECTION, selection)
+    write_new_json(root / SELECTION, selection)
     return selection
 
 
@@ -177,8 +130,7 @@ def distil_direction(
 ) -> dict[str, Any]:
     """One direction's training pairs, translated by the teacher, a target chosen per line and bad lines
     dropped, written as train.<src>-<tgt>.<lang> in `folder`; returns its entry of selection.json."""
-    sources, references = unzip(iter_split(one, "train"))
-    require_pairs(one, "train", len(sources))
+    sources, references = split_pairs(one, "train")
     nbests, progress, cached = teacher_translations(plan, engine, direction.name, sources)
     targets = plan.targets
     kept = select(sources, nbests, references, targets.select, targets.min_score)
@@ -198,9 +150,9 @@ def distil_direction(
 
 
 def write_pairs(folder: Path, split: str, direction: Direction, sources: list[str], targets: list[str]) -> None:
-    """<split>.<src>-<tgt>.<src> and .<tgt> in `folder`: the parallel files the student reads (with_files)."""
-    write_lines(folder / f"{split}.{direction.name}.{direction.src}", sources)
-    write_lines(folder / f"{split}.{direction.name}.{direction.tgt}", targets)
+    """One direction's split as the student reads it (data/parallel_corpus.py), each file replaced whole."""
+    for path, lines in zip(pair_files(folder, split, direction), (sources, targets), strict=True):
+        write_lines(path, lines)
 
 
 def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
@@ -216,8 +168,7 @@ def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
 def references_direction(direction: Direction, one: DataConfig, folder: Path) -> dict[str, Any]:
     """One direction's training pairs as the corpus has them: trained_targets=references, and the
     baseline's data/original/."""
-    sources, references = unzip(iter_split(one, "train"))
-    require_pairs(one, "train", len(sources))
+    sources, references = split_pairs(one, "train")
     write_pairs(folder, "train", direction, sources, references)
     log.info("%s: %d pairs with their references, in %s", direction.name, len(sources), folder)
     return {"lines": len(sources), "kept": len(sources), "targets": "references"}
@@ -232,8 +183,7 @@ def back_translate_direction(
     one = direction_config(plan.corpus, item.pairs_from)
     entry: dict[str, Any] = {"pivot": item.pivot, "pairs_from": item.pairs_from.name}
     for split, folder in (("train", "distilled"), ("valid", "original")):
-        sources, references = unzip(iter_split(one, split))
-        require_pairs(one, split, len(sources))
+        sources, references = split_pairs(one, split)
         nbests, progress, cached = teacher_translations(plan, engine, item.translated_by.name, sources)
         kept = [(best[0], reference) for best, reference in zip(nbests, references, strict=True) if best[0].strip()]
         write_pairs(root / folder, split, item.direction, [s for s, _ in kept], [t for _, t in kept])
@@ -252,7 +202,7 @@ def back_translate_direction(
 def original_training_pairs(corpus: DataConfig, root: Path, planned: Sequence[BackTranslated] = ()) -> None:
     """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun),
     and the back-translated directions' pairs as the student has them (they have no references)."""
-    for direction, one in directions(corpus):
+    for direction, one in each_direction(corpus):
         references_direction(direction, one, root / "original")
     for item in planned:
         for lang in (item.direction.src, item.direction.tgt):
@@ -274,10 +224,10 @@ def teacher_translations(
     }
     key, parts = cache_key(plan.teacher.weights, sources, decoding)
     folder = plan.cache / key
-    try:  # a full disk, a read-only one: one line naming cache= (write_json leaves no part of a file)
+    try:  # a full disk, a read-only one: one line naming cache= (write_new_json leaves no part of a file)
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "key.json").is_file():
-            write_json(folder / "key.json", parts)
+            write_new_json(folder / "key.json", parts)
         progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, plan.chunk_lines)
     except OSError as err:
         cut_to_count(folder)
@@ -338,7 +288,7 @@ def _timed(state: dict[str, Any], step: str, output: Path) -> Iterator[None]:
     finally:
         seconds = state["seconds"]
         seconds[step] = round(seconds.get(step, 0.0) + time.monotonic() - began, 1)
-        write_json(output / STATE, state)
+        write_new_json(output / STATE, state)
 
 
 @contextlib.contextmanager

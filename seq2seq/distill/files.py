@@ -1,5 +1,5 @@
-"""Small crash-safe file operations the distillation's state rests on: a JSON file replaced whole,
-and a folder held by one process at a time."""
+"""The distillation's state: its JSON files read back (replacing.write_new_json writes them), its text
+files written whole, and a folder held by one process at a time."""
 
 from __future__ import annotations
 
@@ -10,22 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts import file_lock
-from seq2seq.artifacts.checkpoint import fsync_directory
 from seq2seq.artifacts.replacing import write_new_text
 from seq2seq.config import UserError
 
 
-def write_json(path: Path, value: Any) -> None:
-    """`path` holds the old JSON or the new one, never a part (replacing.write_new_text: written beside
-    it, fsynced, renamed); a failed write (a full disk) leaves no part of a file, and the OSError goes
-    on to the caller, which names the key."""
-    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"  # a value JSON cannot hold: nothing written
-    write_new_text(path, text)
-    fsync_directory(path.parent)
-
-
 def write_lines(path: Path, lines: list[str]) -> None:
-    """A text file of `lines`, replaced whole as write_json replaces JSON."""
+    """A text file of `lines`, replaced whole (replacing.write_new_text)."""
     write_new_text(path, "".join(f"{line}\n" for line in lines))
 
 

@@ -24,13 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import DataConfig
+from seq2seq.data.parallel_corpus import HeldOut
 from seq2seq.distill.back_translation import BackTranslated
 from seq2seq.distill.student import StudentRun
 from seq2seq.distill.teacher import Teacher
 from seq2seq.inference.job import DecodingJob
-
-# {"valid": {direction: (sources, references)}, "test": ...}
-HeldOut = dict[str, dict[str, tuple[list[str], list[str]]]]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import (
     STUDENT_AS_TEACHER,
@@ -34,7 +35,8 @@ from seq2seq.config import (
     validate_recipes,
     validate_train,
 )
-from seq2seq.distill.files import read_json, write_json
+from seq2seq.data.parallel_corpus import reading_files
+from seq2seq.distill.files import read_json
 from seq2seq.distill.teacher import Teacher
 
 log = logging.getLogger("seq2seq.distill")
@@ -74,7 +76,7 @@ def student_config(
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "train"
         raise UserError(f"train.{key}: {str(err).strip().splitlines()[0]}") from err
-    cfg.data = data_files(cfg.data, root, "distilled", has_test)
+    cfg.data = reading_files(cfg.data, root, "distilled", has_test)
     if preset != STUDENT_AS_TEACHER:  # the teacher's own sizes were asked for
         warn_if_not_smaller(cfg.model, saved.get("model", {}), preset)
     validate_train(cfg)
@@ -96,25 +98,6 @@ def warn_if_not_smaller(student: Any, teacher: dict[str, Any], preset: str) -> N
         )
 
 
-def data_files(data: DictConfig, root: Path, train_folder: str, has_test: bool) -> DictConfig:
-    """The data settings `data` reading parallel files under `root`: training pairs from `train_folder`,
-    validation and test pairs from original/ (those files are written before training starts)."""
-    d = copy.deepcopy(data)
-    d.kind, d.dir, d.hub_name, d.hub_subset, d.train, d.valid, d.test = "parallel_files", *[None] * 6
-    for split in ("train", "valid", "test"):
-        folder = train_folder if split == "train" else "original"
-        for side in ("src", "tgt"):
-            if split == "test" and not has_test:
-                d[f"{split}_{side}"] = None
-                continue
-            if d.directions:  # each direction's files: {src} and {tgt} become its codes
-                name = f"{split}.{{src}}-{{tgt}}.{{{side}}}"
-            else:
-                name = f"{split}.{d.src_lang}-{d.tgt_lang}.{d.src_lang if side == 'src' else d.tgt_lang}"
-            d[f"{split}_{side}"] = str(root / folder / name)
-    return d
-
-
 @dataclass(frozen=True)
 class StudentRun:
     """One training of the distillation: its config (student_config's, validated) and its run directory
@@ -129,7 +112,7 @@ class StudentRun:
         """The baseline: the same student on the original references (data/original/), stopped only by
         the update count train_once gives it (no clock, target or patience stops it sooner)."""
         config = copy.deepcopy(self.config)
-        config.data = data_files(config.data, root, "original", has_test)
+        config.data = reading_files(config.data, root, "original", has_test)
         config.max_minutes, config.max_epochs, config.target, config.patience = None, None, None, None
         return StudentRun(config, self.run_dir.with_name("baseline"), "baseline (original references)")
 
@@ -162,7 +145,7 @@ def train_once(run: StudentRun, max_steps: int | None = None) -> dict[str, Any]:
         summary = run_planned(plan_run(config, run_dir, []), before)
     summary = json.loads(json.dumps(summary, default=str))
     if not summary.get("exit_status"):  # stopped by a signal: the rerun resumes it
-        write_json(run_dir / SUMMARY, summary)
+        write_new_json(run_dir / SUMMARY, summary)
     return summary
 
 

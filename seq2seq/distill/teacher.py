@@ -27,7 +27,7 @@ from seq2seq.artifacts.checkpoint import is_checkpoint_file, load_checkpoint
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import DataConfig, UserError, as_dict, data_config, validate_directions
-from seq2seq.data.directions import LANGUAGE_CODES, Direction, configured_directions, direction_config
+from seq2seq.data.directions import LANGUAGE_CODES
 
 # data.* keys that fix what the student reads and writes: they must be the teacher's.
 SAME_AS_TEACHER = ("src_lang", "tgt_lang", "directions", "lang_tag", "tokenizer", "sentencepiece_type")
@@ -121,15 +121,6 @@ def corpus_config(teacher: Teacher, overrides: list[str]) -> DataConfig:
     cfg = data_config(as_dict(merged))
     validate_directions(cfg)
     return cfg
-
-
-def directions(data: DataConfig) -> list[tuple[Direction, DataConfig]]:
-    """Each direction the corpus has, with its single-direction data config (a run without
-    data.directions: its one, named src_lang-tgt_lang)."""
-    found = configured_directions(data)
-    if not found:
-        return [(Direction(data.src_lang, data.tgt_lang), data)]
-    return [(d, direction_config(data, d)) for d in found]
 
 
 def _plain(value: Any) -> Any:
