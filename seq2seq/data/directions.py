@@ -96,6 +96,15 @@ def direction_config(data: Any, direction: Direction) -> DataConfig:
     return data_config(settings)
 
 
+def each_direction(data: DataConfig) -> list[tuple[Direction, DataConfig]]:
+    """Each direction the corpus has, with its single-direction data config (a run without
+    data.directions: its one, named src_lang-tgt_lang)."""
+    found = configured_directions(data)
+    if not found:
+        return [(Direction(data.src_lang, data.tgt_lang), data)]
+    return [(d, direction_config(data, d)) for d in found]
+
+
 def check_readable_per_direction(data: Any) -> None:
     """With several directions, each must be read from its own files or fields: a key of PATH_KEYS
     without {src} or {tgt} would give every direction the same pairs. Multi30k and the hub name
