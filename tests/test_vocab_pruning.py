@@ -237,3 +237,29 @@ def test_the_export_without_the_model_it_was_pruned_from_is_one_line(pruned: Sim
     finally:
         moved.rename(pruned.model)
     assert "\n" not in str(info.value) and not (tmp_path / "hf").exists()
+
+
+def test_the_counts_script_counts_the_600m_shape_and_a_models_kept_ids(tmp_path: Path) -> None:
+    """scripts/prune_counts.py: the 600M architecture loses exactly the dropped rows x d_model (one
+    embedding, tied to the output layer); --model's count is the pipeline's on the same text."""
+    import gzip
+
+    from script_module import load_script
+
+    script = load_script("prune_counts")
+    full, pruned = script.shape_counts(256206), script.shape_counts(10000)
+    assert full["parameters"] == 615073792  # as transformers counts NLLB-200-distilled-600M's
+    assert full["parameters"] - pruned["parameters"] == (256206 - 10000) * 1024
+    assert pruned["embedding_parameters"] == 10000 * 1024
+    model = hf_directory(tmp_path / "model", "nllb")
+    corpus = tmp_path / "multi30k"
+    corpus.mkdir()
+    lines = {("train", "en"): "a man sits.", ("train", "de"): "ein Mann sitzt.", ("val", "en"): "a dog runs."}
+    for (split, lang), line in {**lines, ("val", "de"): "ein Hund läuft."}.items():
+        with gzip.open(corpus / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(model / "sentencepiece.bpe.model"))
+    texts = [*lines.values(), "ein Hund läuft."]
+    pieces = {piece for text in texts for piece in processor.encode(text, out_type=str)}
+    counted = script.kept_ids(model, corpus)
+    assert counted["kept"] == len(pieces) + 4 + 2 and counted["counts"]["corpus"] == len(pieces)

@@ -1,7 +1,7 @@
 """data.prune_vocab: a pretrained NLLB-200, M2M-100 or mBART-50 model's vocabulary cut to the ids a run
-uses. NLLB's 256,206 rows serve 200 languages; a run of one pair reads a few thousand of them, and the
-embedding (tied to the output layer) is 262M of the 600M model's parameters, its softmax most of the
-loss's work (docs/huggingface.md gives the figures).
+uses. NLLB's 256,206 rows serve 200 languages; a run of one pair reads a fraction of them, and the
+embedding (tied to the output layer) is 262M of the 600M model's parameters, its softmax the largest
+matrix product of the loss (docs/huggingface.md gives the figures).
 
 Kept: every id the training pairs (after data.clean, before the length filters) and the validation pairs
 tokenize to, the four special tokens and the language codes of the run's directions. The tokenizer
