@@ -213,16 +213,44 @@ def test_a_language_the_pruned_vocabulary_dropped_is_one_line(pruned: SimpleName
 
 
 def test_pruning_a_vocabulary_of_no_such_model_is_one_line(tmp_path: Path) -> None:
-    """The built-in task trains its own tokenizer: nothing to prune. (A Marian init_from= is refused alike,
-    its layout not the language codes'.)"""
+    """The built-in task trains its own tokenizer, and a Marian model (OPUS-MT) has no language codes:
+    nothing to prune. Nothing of either run is left behind."""
     from conftest import TINY_TRAIN
+    from test_huggingface import marian_directory
 
     from seq2seq.train.run import train
 
-    overrides = [*TINY_TRAIN, PRUNE]
-    with pytest.raises(UserError, match=r"data\.prune_vocab=True: prunes the vocabulary of an NLLB-200") as info:
+    marian = marian_directory(tmp_path / "marian", "swish", True)
+    runs = {
+        "trains its own tokenizer": [*TINY_TRAIN, PRUNE],
+        f"init_from={marian} is not one": [
+            *FINE_TUNE,
+            *parallel_corpus(tmp_path / "corpus"),
+            f"init_from={marian}",
+            PRUNE,
+        ],
+    }
+    for index, (why, overrides) in enumerate(runs.items()):
+        run = tmp_path / f"run{index}"
+        with pytest.raises(UserError, match=r"data\.prune_vocab=True: prunes the vocabulary of an NLLB-200") as info:
+            train(compose_config("train", overrides), run, overrides=overrides)
+        assert "\n" not in str(info.value) and why in str(info.value) and not run.exists()
+
+
+def test_pruning_a_streamed_corpus_is_one_line(tmp_path: Path) -> None:
+    from seq2seq.train.run import train
+
+    directory = hf_directory(tmp_path / "model", "nllb")
+    overrides = [
+        *FINE_TUNE,
+        *parallel_corpus(tmp_path / "corpus"),
+        f"init_from={directory}",
+        PRUNE,
+        "data.streaming=true",
+    ]
+    with pytest.raises(UserError, match=r"^config error: data\.prune_vocab=True: counts the ids to keep") as info:
         train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
-    assert "\n" not in str(info.value) and "trains its own tokenizer" in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("pruned", ["nllb"], indirect=True)
