@@ -291,3 +291,55 @@ def test_the_counts_script_counts_the_600m_shape_and_a_models_kept_ids(tmp_path:
     pieces = {piece for text in texts for piece in processor.encode(text, out_type=str)}
     counted = script.kept_ids(model, corpus)
     assert counted["kept"] == len(pieces) + 4 + 2 and counted["counts"]["corpus"] == len(pieces)
+
+
+@pytest.mark.parametrize("pruned", ["nllb"], indirect=True)
+def test_the_server_serves_a_pruned_run_by_a_libretranslate_clients_codes(pruned: SimpleNamespace) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from seq2seq.cli.serve import serve_plan
+    from seq2seq.config import ServeConfig
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.requests import Limits
+    from seq2seq.serve.server import _load
+
+    plan = serve_plan(ServeConfig(run=str(pruned.run), beam=2, precision="fp32", device="cpu", threads=1))
+    served = _load(plan, plan.models[0])
+    lines = corpus_texts(pruned.corpus)[:4]
+    expected = Translator.load(
+        pruned.run, beam=2, precision="fp32", device="cpu", src_lang="en", tgt_lang="de"
+    ).translate(lines)
+    try:
+        assert served.info.directions == ("en-de",)
+        with TestClient(create_app([served], Limits(16, 200, 8), None)) as client:
+            answer = client.post("/translate", json={"q": lines, "source": "en", "target": "de"})
+            assert answer.status_code == 200 and answer.json()["translatedText"] == expected
+    finally:
+        served.batcher.stop()
+
+
+@pytest.mark.parametrize("pruned", ["nllb"], indirect=True)
+def test_a_pruned_teacher_distils_into_a_student_of_its_own_vocabulary(
+    pruned: SimpleNamespace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The student trains its own tokenizer on the teacher's translations: the teacher's data.prune_vocab
+    (its pretrained model's vocabulary) is not the student's (regression: the student was refused)."""
+    from seq2seq.cli.distill import main
+
+    output = tmp_path / "out"
+    argv = [
+        f"teacher={pruned.run}", f"output={output}", "student=tiny", "threads=1", "speed_lines=4",
+        f"cache={tmp_path / 'c'}", "train.max_steps=4", "speed_threads=[1]", "data.vocab_size=400",
+    ]  # fmt: skip
+    capsys.readouterr()
+    try:
+        main(argv)
+        status = 0
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    out, err = capsys.readouterr()
+    assert status == 0, err[-2000:]
+    assert json.loads(out)["student"]["steps"] == 4
+    student = torch.load(output / "student" / "checkpoints" / "last.pt", weights_only=True)["config"]["data"]
+    assert student["prune_vocab"] is False and student["tokenizer"] == "sentencepiece"
