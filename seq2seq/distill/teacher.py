@@ -86,6 +86,7 @@ def for_student(trained_with: dict[str, Any]) -> dict[str, Any]:
         tokenizer="sentencepiece",
         sentencepiece_type=defaults.sentencepiece_type,
         joint_vocab=defaults.joint_vocab,
+        prune_vocab=defaults.prune_vocab,  # the pretrained model's vocabulary was pruned, not the student's own
         lang_tag=defaults.lang_tag if one else "decoder_start",  # what an Argos package of one direction reads
         directions=None if one else names,
     )
