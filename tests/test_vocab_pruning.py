@@ -29,6 +29,7 @@ from seq2seq.artifacts.checkpoint import model_from_checkpoint
 from seq2seq.artifacts.export import export
 from seq2seq.artifacts.huggingface import load_pretrained
 from seq2seq.artifacts.vocab_rows import kept_rows
+from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.settings import DecodingSettings
@@ -147,7 +148,9 @@ def test_the_huggingface_export_generates_the_runs_lines(pruned: SimpleNamespace
     """The export has the family's whole vocabulary: the kept rows at their ids, the others the model's own
     (transformers loads it as any such model); its generation config suppresses the dropped ids and
     renormalises, so `generate` writes the run's lines, greedy and beam 5."""
-    output, _ = export(ExportConfig(run=str(pruned.run), output=str(tmp_path / "hf"), format="huggingface"))
+    output, _ = export(
+        export_plan(ExportConfig(run=str(pruned.run), output=str(tmp_path / "hf"), format="huggingface"))
+    )
     record = record_of(pruned.run)
     exported = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(output))
     original = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(pruned.model))
@@ -261,7 +264,7 @@ def test_the_export_without_the_model_it_was_pruned_from_is_one_line(pruned: Sim
         with pytest.raises(
             UserError, match=r"its vocabulary was pruned \(data\.prune_vocab\) from .*not there"
         ) as info:
-            export(ExportConfig(run=str(pruned.run), output=str(tmp_path / "hf"), format="huggingface"))
+            export(export_plan(ExportConfig(run=str(pruned.run), output=str(tmp_path / "hf"), format="huggingface")))
     finally:
         moved.rename(pruned.model)
     assert "\n" not in str(info.value) and not (tmp_path / "hf").exists()
