@@ -32,10 +32,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.config import UserError
 from seq2seq.data.corpora import BACK_TRANSLATION_MARK
 from seq2seq.data.corpus import read_lines
-from seq2seq.distill.files import write_json
 from seq2seq.distill.source_language import SAMPLE_LINES, SURE
 from seq2seq.distill.teacher import Teacher, read_teacher
 from seq2seq.distill.translations import cache_key, read_translations, translate_cached
@@ -123,7 +123,7 @@ def back_translate(args: argparse.Namespace) -> dict[str, Any]:
     folder = cache / key
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "key.json").is_file():
-        write_json(folder / "key.json", parts)
+        write_new_json(folder / "key.json", parts)
     progress = translate_cached(engine, targets, folder, args.chunk_lines)
     sources = [nbest[0] for nbest in read_translations(folder, len(targets))]
     out.mkdir(parents=True, exist_ok=True)

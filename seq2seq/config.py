@@ -186,6 +186,11 @@ class DataConfig:
     sentencepiece_type: str = setting("unigram", "data.tokenizer=sentencepiece: unigram | bpe")
     vocab_size: int = setting(8000, "per vocabulary (joint: shared); at least 260 (the 256 bytes + 4 special tokens)")
     joint_vocab: bool = setting(True, "one tokenizer for both languages (needed for model.share_embeddings)")
+    prune_vocab: bool = setting(
+        False,
+        "init_from=<an NLLB-200, M2M-100 or mBART-50 directory>: keep only the ids the corpus uses (with the special"
+        " tokens and the directions' language codes); exports map back to the whole vocabulary",
+    )
     max_tokens: int = setting(128, "drop training pairs longer than this on either side")
     max_length_ratio: float = setting(3.0, "drop training pairs whose token counts differ by more than this factor")
     cache_dir: str | None = setting(None, "tokenized Arrow data + tokenizer; default ~/.cache/seq2seq")
@@ -750,6 +755,7 @@ def validate_train(cfg: Any) -> None:
     top = cfg.trainable_top_layers
     fewest = min(cfg.model.encoder_layers, cfg.model.decoder_layers)
     _check(top is None or 0 <= top <= fewest, "trainable_top_layers", top, f"must be null or 0 to {fewest} (layers)")
+    validate_pruning(d, cfg.init_from)
     validate_directions(d)
     _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")
     _check(d.stream_buffer_pairs > 0, "data.stream_buffer_pairs", d.stream_buffer_pairs, "must be positive")
@@ -891,6 +897,19 @@ def _is_iso_639(code: str) -> bool:
 
     key = "alpha_2" if len(code) == 2 else "alpha_3"
     return pycountry.languages.get(**{key: code}) is not None
+
+
+def validate_pruning(d: Any, init_from: str | None) -> None:
+    """data.prune_vocab: only for a pretrained model's own vocabulary of many languages (whose layout,
+    data.lang_tag=language_codes, init_from= has set by now), counted from the whole corpus."""
+    if not d.prune_vocab:
+        return
+    why = "prunes the vocabulary of an NLLB-200, M2M-100 or mBART-50 model given to init_from=; " + (
+        f"init_from={init_from} is not one" if init_from else "this run trains its own tokenizer"
+    )
+    _check(d.lang_tag == LANG_TAG_PLACES[-1], "data.prune_vocab", True, why)
+    why = "counts the ids to keep in the whole corpus before training; set data.streaming=false"
+    _check(not d.streaming, "data.prune_vocab", True, why)
 
 
 def validate_directions(d: Any) -> None:

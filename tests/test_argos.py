@@ -24,6 +24,7 @@ from conftest import (
 )
 
 from seq2seq.artifacts.export import export
+from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError, validate_export
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.translator import Translator
@@ -63,7 +64,11 @@ def test_the_package_installs_and_translates_as_translate(
     if quantization:  # an int8 package as Argos decodes it by default
         monkeypatch.setattr(importlib.import_module("argostranslate.settings"), "compute_type", "auto")
     output = tmp_path / "model.argosmodel"
-    export(ExportConfig(run=str(sentencepiece_run), output=str(output), format="argos", quantization=quantization))
+    export(
+        export_plan(
+            ExportConfig(run=str(sentencepiece_run), output=str(output), format="argos", quantization=quantization)
+        )
+    )
     names = zipfile.ZipFile(output).namelist()
     folder = names[0].split("/")[0]
     assert all(name.startswith(folder + "/") for name in names)  # one folder, as Argos extracts it
@@ -96,7 +101,7 @@ def test_each_direction_of_a_multilingual_model_is_a_package_that_writes_its_lan
     run = train_multilingual(tmp_path / "ml", "data.lang_tag=decoder_start", "data.tokenizer=sentencepiece")
     for target in ("de", "fr"):
         output = tmp_path / f"en_{target}.argosmodel"
-        export(ExportConfig(run=str(run.path), output=str(output), format="argos", tgt_lang=target))
+        export(export_plan(ExportConfig(run=str(run.path), output=str(output), format="argos", tgt_lang=target)))
         package.install_from_path(output)
     installed = {(p.from_code, p.to_code): p for p in package.get_installed_packages()}
     assert sorted(installed) == [("en", "de"), ("en", "fr")]
@@ -144,7 +149,11 @@ def test_a_multilingual_package_writes_the_commands_lines_short_of_the_length_li
     translate = importlib.import_module("argostranslate.translate")
     steps = ["max_steps=10", "valid_every=10", "save_every=10"]  # barely trained: many lines run on
     run = train_multilingual(tmp_path / "ml", "data.lang_tag=decoder_start", "data.tokenizer=sentencepiece", *steps)
-    export(ExportConfig(run=str(run.path), output=str(tmp_path / "en_fr.argosmodel"), format="argos", tgt_lang="fr"))
+    export(
+        export_plan(
+            ExportConfig(run=str(run.path), output=str(tmp_path / "en_fr.argosmodel"), format="argos", tgt_lang="fr")
+        )
+    )
     package.install_from_path(tmp_path / "en_fr.argosmodel")
     lines = [digit_sentence("en", 60_000 + i) for i in range(30)]
     theirs = [translate.translate(line, "en", "fr") for line in lines]
@@ -168,11 +177,11 @@ def test_a_multilingual_package_needs_the_decoder_tag_and_a_direction(
 ) -> None:
     output = str(tmp_path / "m.argosmodel")
     with pytest.raises(UserError, match=r"source tags \(data\.lang_tag=source_prefix\).*data\.lang_tag=decoder_start"):
-        export(ExportConfig(run=str(multilingual_run.path), output=output, format="argos", tgt_lang="de"))
+        export(export_plan(ExportConfig(run=str(multilingual_run.path), output=output, format="argos", tgt_lang="de")))
     with pytest.raises(UserError, match=r"one language pair; give tgt_lang= .*: en-de, en-fr, de-en$"):
-        export(ExportConfig(run=str(decoder_start_run.path), output=output, format="argos"))
+        export(export_plan(ExportConfig(run=str(decoder_start_run.path), output=output, format="argos")))
     with pytest.raises(UserError, match=r"tgt_lang=cs is not one of them$"):
-        export(ExportConfig(run=str(decoder_start_run.path), output=output, format="argos", tgt_lang="cs"))
+        export(export_plan(ExportConfig(run=str(decoder_start_run.path), output=output, format="argos", tgt_lang="cs")))
     with pytest.raises(UserError, match=r"^config error: tgt_lang=de: only for format=argos"):
         validate_export(ExportConfig(run="r", output=str(tmp_path / "ct2"), format="ctranslate2", tgt_lang="de"))
     assert list(tmp_path.iterdir()) == []
@@ -182,13 +191,15 @@ def test_a_byte_level_run_is_refused_naming_the_setting(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2", "save_every=2"]), run_dir)
     with pytest.raises(UserError, match=r"byte-level; train with data\.tokenizer=sentencepiece$"):
-        export(ExportConfig(run=str(run_dir), output=str(tmp_path / "m.argosmodel"), format="argos"))
+        export(export_plan(ExportConfig(run=str(run_dir), output=str(tmp_path / "m.argosmodel"), format="argos")))
     assert list(tmp_path.iterdir()) == [run_dir]
 
 
 def test_the_file_name_is_checked_first(sentencepiece_run: Path, tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"ends in \.argosmodel"):
-        export(ExportConfig(run=str(sentencepiece_run), output=str(tmp_path / "model.zip"), format="argos"))
+        export(
+            export_plan(ExportConfig(run=str(sentencepiece_run), output=str(tmp_path / "model.zip"), format="argos"))
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -256,7 +267,7 @@ def test_the_package_translates_offline_with_its_own_sentence_splitter(
     package = importlib.import_module("argostranslate.package")
     translate = importlib.import_module("argostranslate.translate")
     output = tmp_path / "model.argosmodel"
-    export(ExportConfig(run=str(sentencepiece_run), output=str(output), format="argos"))
+    export(export_plan(ExportConfig(run=str(sentencepiece_run), output=str(output), format="argos")))
     package.install_from_path(output)
     lines = [*SENTENCEPIECE_LINES[:6], "a b c. d e f. a b"]  # the last: three sentences by punctuation
     theirs = [translate.translate(line, "src", "tgt") for line in lines]

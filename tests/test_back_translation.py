@@ -12,11 +12,12 @@ import sys
 
 import pytest
 
-from seq2seq.cli.distill import main
+from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DistillConfig, UserError
 from seq2seq.data.directions import Direction
+from seq2seq.data.parallel_corpus import corpus_test_pairs
 from seq2seq.distill import command
-from seq2seq.distill.back_translation import BackTranslated, plan
+from seq2seq.distill.back_translation import BackTranslated, plan, with_back_translated
 from seq2seq.distill.student import student_config
 from seq2seq.distill.teacher import corpus_config, read_teacher
 from seq2seq.inference.engine_api import one_line
@@ -62,12 +63,13 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
         cache=str(tmp_path / "c"),
         trained_targets="references",
         back_translate=["de-fr", "fr-de"],
+        check_language=False,
     )
     planned = plan(list(cfg.back_translate), TRAINED)
-    held_out = command.read_held_out(corpus)
-    held_out["test"].update(command.corpus_tests(corpus, planned))
+    distillation = distill_plan(cfg, [], [])
+    held_out = distillation.held_out
     root = tmp_path / "data"
-    selection = command.distilled_corpus(cfg, teacher, corpus, held_out, root, planned)
+    selection = command.distilled_corpus(distillation, root)
     assert sorted(selection) == ["de-en", "de-fr", "en-de", "en-fr", "fr-de"]
     engine = load(str(multilingual_run.path), beam=5)
     corpus_dir = multilingual_run.corpus
@@ -94,9 +96,7 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
         for lang in name.split("-"):
             assert lines(root / "distilled" / f"train.{name}.{lang}") == lines(corpus_dir / f"train.{name}.{lang}")
     # The student learns the five, as big as its teacher with student=teacher.
-    student = student_config(
-        teacher, "teacher", command.with_back_translated(corpus, planned), [], root, "test" in held_out
-    )
+    student = student_config(teacher, "teacher", with_back_translated(corpus, planned), [], root, "test" in held_out)
     assert list(student.data.directions) == ["en-de", "en-fr", "de-en", "de-fr", "fr-de"]
     assert student.model.d_model == multilingual_run.cfg.model.d_model
     assert student.model.encoder_layers == multilingual_run.cfg.model.encoder_layers
@@ -105,15 +105,14 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
 def test_translations_a_distilled_direction_made_are_reused_and_timed_once(multilingual_run, tmp_path):
     """The corpus is multi-way: en-fr's English is en-de's, so de-fr's sources are the teacher's en -> de
     translations that distilling en-de made; selection.json names them and counts their time there."""
-    teacher = read_teacher(str(multilingual_run.path))
-    corpus = corpus_config(teacher, [])
     cfg = DistillConfig(
-        teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), back_translate=["de-fr"]
+        teacher=str(multilingual_run.path),
+        output=str(tmp_path),
+        cache=str(tmp_path / "c"),
+        back_translate=["de-fr"],
+        check_language=False,
     )
-    planned = plan(list(cfg.back_translate), TRAINED)
-    selection = command.distilled_corpus(
-        cfg, teacher, corpus, command.read_held_out(corpus), tmp_path / "data", planned
-    )
+    selection = command.distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert selection["de-fr"]["translations"] == selection["en-de"]["translations"]
     assert selection["de-fr"]["translations_of"] == "en-de" and selection["de-fr"]["teacher_seconds"] is None
     assert selection["en-de"]["teacher_seconds"] > 0
@@ -130,12 +129,12 @@ def test_test_pairs_that_are_missing_are_skipped_and_broken_ones_refused(multili
     planned = plan(["de-fr", "fr-de"], TRAINED)
     for lang in ("fr", "de"):
         (corpus_dir / f"test.fr-de.{lang}").unlink()
-    found = command.corpus_tests(corpus, planned)
+    found = corpus_test_pairs(corpus, [item.direction for item in planned])
     assert list(found) == ["de-fr"] and found["de-fr"][1] == lines(corpus_dir / "test.de-fr.fr")
     broken = corpus_dir / "test.de-fr.fr"
     broken.write_text("\n".join(lines(broken)[:-1]) + "\n")
     with pytest.raises(UserError, match="lines but .* they must pair up"):
-        command.corpus_tests(corpus, planned)
+        corpus_test_pairs(corpus, [item.direction for item in planned])
 
 
 def test_the_command_trains_a_student_on_back_translated_pairs_and_scores_them(multilingual_run, tmp_path):

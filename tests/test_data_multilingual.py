@@ -403,7 +403,15 @@ def test_direction_config_fills_the_placeholders():
 def main_cache_key(cfg: DataConfig, files: list[str]) -> str:
     """The cache key as the code before data.directions computed it (seq2seq/data/pipeline.py on main)."""
     settings = {k: v for k, v in as_dict(cfg).items() if k not in ("cache_dir", "stream_buffer_pairs")}
-    new_keys = ("directions", "lang_tag", "sampling_temperature", "sentencepiece_type", "corpora", "clean")
+    new_keys = (
+        "directions",
+        "lang_tag",
+        "sampling_temperature",
+        "sentencepiece_type",
+        "corpora",
+        "clean",
+        "prune_vocab",
+    )
     for new in (*new_keys, "clean_settings"):
         del settings[new]
     key = {

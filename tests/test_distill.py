@@ -20,8 +20,9 @@ import sacrebleu
 from conftest import TINY_TRAIN, compose_config
 from script_module import load_script
 
-from seq2seq.cli.distill import main
+from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
+from seq2seq.data import parallel_corpus
 from seq2seq.data.builtin import reverse_task
 from seq2seq.distill import command, translations
 from seq2seq.distill.selection import select
@@ -258,14 +259,18 @@ def test_a_folder_from_before_the_teachers_weights_were_recorded_gets_them_on_it
 def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teacher, tmp_path, caplog, monkeypatch):
     sources = training_sources()
     teacher_ = read_teacher(str(teacher))
-    cfg = DistillConfig(teacher=str(teacher), output=str(tmp_path / "out"), cache=str(tmp_path / "cache"), threads=1)
+    plan = distill_plan(
+        DistillConfig(teacher=str(teacher), output=str(tmp_path / "out"), cache=str(tmp_path / "cache"), threads=1),
+        [],
+        [],
+    )
     first = CountingEngine(load(str(teacher), beam=5, threads=1))
     first.kind, first.with_languages = "ctranslate2", lambda src, tgt: first
-    command.teacher_translations(cfg, teacher_, first, "src-tgt", sources)
+    command.teacher_translations(plan, first, "src-tgt", sources)
     second = CountingEngine(None)
     second.kind, second.with_languages = "ctranslate2", lambda src, tgt: second
     with caplog.at_level(logging.INFO, logger="seq2seq.distill"):
-        rows, _, _ = command.teacher_translations(cfg, teacher_, second, "src-tgt", sources)
+        rows, _, _ = command.teacher_translations(plan, second, "src-tgt", sources)
     assert second.calls == 0 and "reused" in caplog.text
     assert [r[0] for r in rows] == [one_line(t) for t in first.engine.translate(sources)]
     key = cache_key(teacher_.weights, sources, {"beam": 5})[0]
@@ -348,9 +353,11 @@ def test_a_folder_it_did_not_make_is_left_alone(teacher, tmp_path, capsys):
 def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(multilingual_run, tmp_path):
     teacher_ = read_teacher(str(multilingual_run.path))
     corpus = corpus_config(teacher_, [])
-    cfg = DistillConfig(teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"))
-    held_out = command.read_held_out(corpus)
-    selection = command.distilled_corpus(cfg, teacher_, corpus, held_out, tmp_path / "data")
+    cfg = DistillConfig(
+        teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), check_language=False
+    )
+    held_out = parallel_corpus.held_out(corpus)
+    selection = command.distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert sorted(selection) == ["de-en", "en-de", "en-fr"]
     engine = load(str(multilingual_run.path), beam=5)
     for name in selection:
@@ -374,7 +381,7 @@ def test_an_ensemble_teacher_translates_as_seq2seq_translate_decodes_it(teacher,
     assert not taught.is_run and taught.weights == [Path(c) for c in checkpoints]
     corpus = corpus_config(taught, ["data.task_train_size=30"])  # an ensemble decodes on PyTorch: fewer lines
     cfg = DistillConfig(teacher=",".join(checkpoints), output=str(tmp_path), cache=str(tmp_path / "c"), threads=1)
-    command.distilled_corpus(cfg, taught, corpus, command.read_held_out(corpus), tmp_path / "data")
+    command.distilled_corpus(distill_plan(cfg, ["data.task_train_size=30"], []), tmp_path / "data")
     sources = reverse_task(corpus)["train"][0]
     assert len(sources) == 30
     expected = [one_line(t) for t in load(checkpoints, beam=5).translate(sources) if t.strip()]

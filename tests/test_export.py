@@ -12,6 +12,7 @@ import shutil
 import string
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from seq2seq.artifacts.export import export
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.artifacts.safetensors import load_weights
+from seq2seq.cli.export import export_plan
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
@@ -100,7 +102,7 @@ def ct2_translate(model_dir: Path, lines: list[str], beam: int, max_positions: i
 
 
 def export_to(output: Path, fmt: str, **kwargs: object) -> Path:
-    return export(OmegaConf.structured(ExportConfig(output=str(output), format=fmt, **kwargs)))[0]
+    return export(export_plan(OmegaConf.structured(ExportConfig(output=str(output), format=fmt, **kwargs))))[0]
 
 
 # --- the trained model ------------------------------------------------------------------------------
@@ -249,6 +251,31 @@ def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
+def test_a_failed_export_takes_back_the_folders_it_made_for_output(tmp_path: Path, monkeypatch) -> None:
+    """A failed export said "nothing was written" and left behind the folders it had made for output=
+    (its lock made them; issue 78): they go with the rest, and a folder that was there stays."""
+    import errno
+
+    import seq2seq.artifacts.export as exporting
+
+    checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
+
+    def full_disk(*_: object) -> Callable[[Path], None]:
+        def write(directory: Path) -> None:
+            (directory / "model.safetensors").write_bytes(b"part")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return write
+
+    monkeypatch.setattr(exporting, "safetensors_writer", full_disk)
+    (tmp_path / "mine").mkdir()
+    for output in (tmp_path / "new" / "deeper" / "out", tmp_path / "mine" / "new" / "out"):
+        with pytest.raises(UserError) as info:
+            export_to(output, "safetensors", checkpoint=str(checkpoint))
+        assert str(info.value) == f"{output}: could not write the export (No space left on device); nothing was written"
+    assert leftovers(tmp_path) == ["ckpt", "mine"] and leftovers(tmp_path / "mine") == []
+
+
 def test_existing_output_directory_is_refused_and_left_alone(tmp_path: Path) -> None:
     checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
     (tmp_path / "out").mkdir()
@@ -274,7 +301,7 @@ def test_bad_settings_are_one_line(tmp_path: Path, kwargs: dict, expected: str) 
     cfg = OmegaConf.structured(ExportConfig(checkpoint=str(checkpoint), output=str(tmp_path / "out")))
     cfg = OmegaConf.merge(cfg, kwargs)
     with pytest.raises(UserError, match=expected):
-        export(cfg)
+        export(export_plan(cfg))
     assert leftovers(tmp_path) == ["ckpt"]
 
 

@@ -18,6 +18,7 @@ from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config, 
 from seq2seq.artifacts.checkpoint import atomic_save, model_from_checkpoint
 from seq2seq.artifacts.export import export
 from seq2seq.artifacts.marian import load_pretrained
+from seq2seq.cli.export import export_plan
 from seq2seq.config import DataConfig, ExportConfig, TranslateConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.corpus import read_lines
@@ -154,7 +155,9 @@ def save_as_checkpoint(payload: dict, tokenizers, directory: Path) -> Path:
 def test_import_then_export_gives_back_the_model(marian: Path, tmp_path: Path) -> None:
     payload, tokenizers = load_pretrained(str(marian))
     checkpoint = save_as_checkpoint(payload, tokenizers, tmp_path / "run")
-    output, _ = export(ExportConfig(checkpoint=str(checkpoint), output=str(tmp_path / "hf"), format="huggingface"))
+    output, _ = export(
+        export_plan(ExportConfig(checkpoint=str(checkpoint), output=str(tmp_path / "hf"), format="huggingface"))
+    )
     original, _ = hf_logits(marian, SENTENCES, SENTENCES)
     again, _ = hf_logits(output, SENTENCES, SENTENCES)
     config = json.loads((output / "config.json").read_text())
@@ -215,7 +218,7 @@ def test_fine_tuned_marian_model_exports_and_generates_as_translate(marian: Path
     assert summary["step"] == 6
     saved = json.loads(json.dumps(torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]))
     assert saved["model"]["decoder_start"] == "pad" and saved["init_from"] == str(marian)
-    output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    output, _ = export(export_plan(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface")))
     agree = agreement(run_dir, output, VALID)
     assert agree[1] == 1.0 and agree[5] >= 0.7, f"generate vs translate line agreement: {agree}"
     # The run's own CTranslate2 export (its output bias, the zero start vector) decodes as PyTorch does.
@@ -243,7 +246,7 @@ def test_from_scratch_model_exports_as_marian(tmp_path: Path) -> None:
     decoder_start_token_id=BOS and a PreTrainedTokenizerFast."""
     run_dir = tmp_path / "run"
     train(compose_config("train", [*TINY_TRAIN, "max_steps=30", "valid_every=30", "save_every=30"]), run_dir)
-    output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    output, _ = export(export_plan(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface")))
     translator = Translator.load(run_dir, beam=1, precision="fp32", device="cpu")
     src = torch.tensor([[*ids, EOS_ID] for ids in translator.tokenizers.encode_src(["a b c"])])
     tgt = torch.tensor([[1, *translator.tokenizers.encode_tgt(["C B A"])[0]]])
@@ -263,7 +266,7 @@ def test_pre_norm_model_is_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "model.norm_first=true"]), run_dir)
     with pytest.raises(UserError, match="pre-norm.*format=safetensors"):
-        export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+        export(export_plan(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface")))
     assert not (tmp_path / "hf").exists()
 
 
@@ -271,7 +274,7 @@ def test_a_dropped_residual_is_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "model.encoder_drop_residual_layer=0"]), run_dir)
     with pytest.raises(UserError, match=r"model\.encoder_drop_residual_layer=0: MarianMTModel.*format=safetensors"):
-        export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+        export(export_plan(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface")))
     assert not (tmp_path / "hf").exists()
 
 
@@ -317,7 +320,7 @@ def test_attention_plots_start_from_the_models_start_token(marian: Path) -> None
 @pytest.fixture(scope="module")
 def sentencepiece_export(sentencepiece_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("hf") / "model"
-    export(ExportConfig(run=str(sentencepiece_run), output=str(output), format="huggingface"))
+    export(export_plan(ExportConfig(run=str(sentencepiece_run), output=str(output), format="huggingface")))
     return output
 
 
@@ -394,7 +397,7 @@ def test_a_multilingual_export_takes_opus_mt_tags_in_marian_tokenizer(tmp_path: 
     tgt_lang=fr writes, in that language, for each target."""
     run = train_multilingual(tmp_path / "ml", "data.tokenizer=sentencepiece")
     output = tmp_path / "hf"
-    export(ExportConfig(run=str(run.path), output=str(output), format="huggingface"))
+    export(export_plan(ExportConfig(run=str(run.path), output=str(output), format="huggingface")))
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(output))
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(output)).eval()
     translator = Translator.load(run.path, precision="fp32", device="cpu")

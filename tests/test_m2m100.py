@@ -271,6 +271,7 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     with the model's own tokenizer files, which transformers loads and whose `generate` writes the run's
     lines."""
     from seq2seq.artifacts.export import export
+    from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
     from seq2seq.train.run import train
 
@@ -283,7 +284,7 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
     assert list(saved["data"]["directions"]) == ["en-de"]
     assert (run_dir / "ctranslate2" / "model.bin").is_file()  # tests/test_m2m100_export.py decodes it
-    output, _ = export(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface"))
+    output, _ = export(export_plan(ExportConfig(run=str(run_dir), output=str(tmp_path / "hf"), format="huggingface")))
     architecture = "MBartForConditionalGeneration" if name == "mbart50" else "M2M100ForConditionalGeneration"
     assert json.loads((output / "config.json").read_text())["architectures"] == [architecture]
     lines = sentences("en", 16, 5)

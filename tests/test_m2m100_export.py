@@ -18,6 +18,7 @@ from conftest import RecordingEngine, compose_config
 from test_m2m100 import CODES, FINE_TUNE, OUTPUT_TOKENS, code_token, generated, hf_directory, parallel_corpus, sentences
 
 from seq2seq.artifacts.export import export
+from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
@@ -35,7 +36,7 @@ def fine_tuned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     directory = hf_directory(root / "model", request.param)
     overrides = [*FINE_TUNE, *parallel_corpus(root / "corpus"), f"init_from={directory}"]
     train(compose_config("train", overrides), root / "run", overrides=overrides)
-    hf, _ = export(ExportConfig(run=str(root / "run"), output=str(root / "hf"), format="huggingface"))
+    hf, _ = export(export_plan(ExportConfig(run=str(root / "run"), output=str(root / "hf"), format="huggingface")))
     return SimpleNamespace(family=request.param, run=root / "run", hf=hf, root=root)
 
 
@@ -51,7 +52,9 @@ def test_the_ctranslate2_export_translates_greedily_as_generate_and_the_pytorch_
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
     from seq2seq.inference.translator import Translator
 
-    output, _ = export(ExportConfig(run=str(fine_tuned.run), output=str(tmp_path / "ct2"), format="ctranslate2"))
+    output, _ = export(
+        export_plan(ExportConfig(run=str(fine_tuned.run), output=str(tmp_path / "ct2"), format="ctranslate2"))
+    )
     lines = sentences("en", 100, 21)
     engine = CTranslate2Translator.load(output, beam=1, max_len_b=OUTPUT_TOKENS, **SETTINGS)
     ours = [nbest[0].tokens for nbest in engine.translate_nbest(lines)]
@@ -179,7 +182,7 @@ def test_an_argos_package_of_the_model_itself_is_refused_naming_distillation(
 ) -> None:
     output = tmp_path / "model.argosmodel"
     with pytest.raises(UserError, match=r"format=argos: .* seq2seq-distill teacher=") as info:
-        export(ExportConfig(run=str(fine_tuned.run), output=str(output), format="argos"))
+        export(export_plan(ExportConfig(run=str(fine_tuned.run), output=str(output), format="argos")))
     assert "\n" not in str(info.value) and not output.exists()
 
 
@@ -214,7 +217,7 @@ def test_a_tiny_nllb_teacher_distils_into_a_student_that_exports_to_argos(
     assert student["data"]["tokenizer"] == "sentencepiece" and student["data"]["lang_tag"] != "language_codes"
     assert student["model"]["decoder_start"] == "pad"  # a Marian-style student, as Argos reads one
     package = tmp_path / "student.argosmodel"
-    export(ExportConfig(run=str(output / "student"), output=str(package), format="argos"))
+    export(export_plan(ExportConfig(run=str(output / "student"), output=str(package), format="argos")))
     names = zipfile.ZipFile(package).namelist()
     assert any(n.endswith("/model/model.bin") for n in names) and any(n.endswith("/metadata.json") for n in names)
 

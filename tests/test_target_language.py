@@ -245,12 +245,17 @@ def test_the_tag_ids_follow_the_placement():
 def test_argos_refuses_a_source_tagged_run_naming_the_key(multilingual_run, tmp_path):
     """Argos puts nothing before the source: a package of a multilingual model needs the decoder's tag."""
     from seq2seq.artifacts.export import export
+    from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
 
     with pytest.raises(
         UserError, match=r"\(data\.lang_tag=source_prefix\) cannot reach the model; train with data\.lang_tag"
     ):
-        export(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "m.argosmodel"), format="argos"))
+        export(
+            export_plan(
+                ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "m.argosmodel"), format="argos")
+            )
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -259,11 +264,18 @@ def test_huggingface_export_takes_a_source_tag_and_refuses_a_decoder_start_one(
 ):
     pytest.importorskip("transformers")
     from seq2seq.artifacts.export import export
+    from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
 
     with pytest.raises(UserError, match=r"data\.lang_tag=decoder_start has no Marian convention"):
-        export(ExportConfig(run=str(decoder_start_run.path), output=str(tmp_path / "hf1"), format="huggingface"))
-    output = export(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "hf"), format="huggingface"))[0]
+        export(
+            export_plan(
+                ExportConfig(run=str(decoder_start_run.path), output=str(tmp_path / "hf1"), format="huggingface")
+            )
+        )
+    output = export(
+        export_plan(ExportConfig(run=str(multilingual_run.path), output=str(tmp_path / "hf"), format="huggingface"))
+    )[0]
     card = (output / "README.md").read_text()
     assert "language: [de, en, fr]" in card and "- directions: en-de, en-fr, de-en (multilingual" in card
     # transformers, given the tag as the card spells it, writes what seq2seq-translate tgt_lang= writes.
@@ -304,6 +316,7 @@ def random_tagged_model(root, lang_tag: str, seed: int, eos_bias: float):
 
     from seq2seq.artifacts.checkpoint import atomic_save
     from seq2seq.artifacts.export import export
+    from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.sentencepiece_training import train_sentencepiece
     from seq2seq.data.tokenizer import EOS_ID
@@ -333,7 +346,7 @@ def random_tagged_model(root, lang_tag: str, seed: int, eos_bias: float):
         "step": 0,
     }
     atomic_save(payload, ckpt / "model.pt")
-    export(ExportConfig(checkpoint=str(ckpt / "model.pt"), output=str(root / "ct2"), format="ctranslate2"))
+    export(export_plan(ExportConfig(checkpoint=str(ckpt / "model.pt"), output=str(root / "ct2"), format="ctranslate2")))
     return ckpt / "model.pt", root / "ct2"
 
 
@@ -422,6 +435,7 @@ def untrained_byte_level_tagged_model(root, lang_tag: str, pad_and_bos_logit: fl
 
     from seq2seq.artifacts.checkpoint import atomic_save
     from seq2seq.artifacts.export import export
+    from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizers
     from seq2seq.model.transformer import build_model
@@ -451,7 +465,7 @@ def untrained_byte_level_tagged_model(root, lang_tag: str, pad_and_bos_logit: fl
         "step": 0,
     }
     atomic_save(payload, ckpt / "model.pt")
-    export(ExportConfig(checkpoint=str(ckpt / "model.pt"), output=str(root / "ct2"), format="ctranslate2"))
+    export(export_plan(ExportConfig(checkpoint=str(ckpt / "model.pt"), output=str(root / "ct2"), format="ctranslate2")))
     return ckpt / "model.pt", root / "ct2"
 
 

@@ -480,10 +480,13 @@ def test_attention_plots_are_refused_for_an_ensemble(run_dir: Path, tmp_path: Pa
 def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
     from seq2seq.artifacts.export import export
+    from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
 
     ct2 = export(
-        OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
+        export_plan(
+            OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
+        )
     )[0]
     positions = load_checkpoint(run_dir / "checkpoints" / "best.pt")["config"]["model"]["max_positions"]
     best = run_dir / "checkpoints" / "best.pt"
@@ -512,10 +515,13 @@ def test_both_engines_cut_a_source_longer_than_the_model_and_say_which_line(
 ) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
     from seq2seq.artifacts.export import export
+    from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
 
     ct2 = export(
-        OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
+        export_plan(
+            OmegaConf.structured(ExportConfig(run=str(run_dir), output=str(tmp_path / "ct2"), format="ctranslate2"))
+        )
     )[0]
     positions = load_checkpoint(run_dir / "checkpoints" / "best.pt")["config"]["model"]["max_positions"]
     lines = ["a b c", " ".join("abcdefgh"[i % 8] for i in range(positions + 20)), "d e"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -137,8 +136,9 @@ def argos_writer(
     model_writer: Callable[[], Callable[[Path], None]],
     src_lang: str | None = None,
     tgt_lang: str | None = None,
-) -> Callable[[Path], None]:
-    """Checks everything up front; the returned function writes the package file `output`.
+) -> Callable[[Path, Path], None]:
+    """Checks everything up front; the returned function writes the package file `output` as the file
+    of its name in the folder `into` (replacing.new_output's, which then gives it its name).
     `model_writer` builds (and checks) the CTranslate2 model without pad and returns its writer."""
     src, tgt, target_prefix = package_direction(payload, path, src_lang, tgt_lang)
     if not isinstance(tokenizers, SentencePieceTokenizers):
@@ -158,33 +158,28 @@ def argos_writer(
         spm = with_user_defined_pieces(spm, sorted(tokenizers.tgt.language_codes))
     folder = f"{meta['code']}-{meta['package_version'].replace('.', '_')}"
 
-    def write(output: Path) -> None:
+    def write(into: Path, output: Path) -> None:
         try:
-            _write(output)
+            _write(into, output.name)
         except OSError as err:
             raise UserError(
                 f"{output}: could not write the package ({err.strerror or err}); nothing was written"
             ) from err
 
-    def _write(output: Path) -> None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as staging:
-            root = Path(staging) / folder
-            (root / "model").mkdir(parents=True)
-            write_model(root / "model")
-            (root / "model" / DECODING_FILE).unlink(missing_ok=True)  # seq2seq's record: names this machine's paths
-            (root / ARGOS_SPM).write_bytes(spm)
-            (root / folder_file(src)).parent.mkdir()
-            (root / folder_file(src)).write_bytes(splitter)  # Argos's splitter, without its download
-            (root / ARGOS_METADATA).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-            (root / "README.md").write_text(readme(meta, payload), encoding="utf-8")
-            archive = Path(staging) / output.name
-            with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
-                for file in sorted(root.rglob("*")):
-                    zipped.write(file, file.relative_to(staging))
-            os.chmod(archive, 0o666 & ~current_umask())
-            if output.exists():  # appeared while we were writing
-                raise UserError(f"{output}: already exists; give output= a new file")
-            os.rename(archive, output)
+    def _write(staging: Path, name: str) -> None:
+        root = staging / folder
+        (root / "model").mkdir(parents=True)
+        write_model(root / "model")
+        (root / "model" / DECODING_FILE).unlink(missing_ok=True)  # seq2seq's record: names this machine's paths
+        (root / ARGOS_SPM).write_bytes(spm)
+        (root / folder_file(src)).parent.mkdir()
+        (root / folder_file(src)).write_bytes(splitter)  # Argos's splitter, without its download
+        (root / ARGOS_METADATA).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        (root / "README.md").write_text(readme(meta, payload), encoding="utf-8")
+        archive = staging / name
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+            for file in sorted(root.rglob("*")):
+                zipped.write(file, file.relative_to(staging))
+        os.chmod(archive, 0o666 & ~current_umask())
 
     return write

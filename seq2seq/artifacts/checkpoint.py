@@ -22,6 +22,7 @@ from typing import Any, NotRequired, TypedDict
 import torch
 
 from seq2seq.artifacts.path_kind import PathKind, argos_package_error, path_kind
+from seq2seq.artifacts.replacing import fsync_directory
 from seq2seq.artifacts.run_dir import temporary_affixes
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
@@ -182,20 +183,6 @@ def _is_disk_full(err: BaseException) -> bool:
     if isinstance(err, OSError):
         return err.errno == errno.ENOSPC
     return isinstance(err, RuntimeError) and "inline_container" in str(err)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (POSIX); not possible on every platform."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

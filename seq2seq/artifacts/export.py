@@ -1,4 +1,4 @@
-"""`export(cfg)`, the work of `seq2seq-export`: a training checkpoint as files for inference only, in
+"""`export(plan)`, the work of `seq2seq-export`: a training checkpoint as files for inference only, in
 one of the formats of this package: safetensors (safetensors.py), ctranslate2 (ctranslate2_model.py),
 huggingface (a MarianMTModel directory, marian.py) or argos (an .argosmodel package, argos.py).
 `seq2seq-translate checkpoint=<output>` translates a safetensors or ctranslate2 export.
@@ -13,19 +13,18 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.checkpoint import check_vocabulary, current_umask, load_checkpoint, model_config_of
 from seq2seq.artifacts.ctranslate2_model import ctranslate2_writer
 from seq2seq.artifacts.model_files import load_tokenizers
-from seq2seq.artifacts.replacing import output_lock
+from seq2seq.artifacts.replacing import check_new, new_output, remove_folder_leftovers, replaced_folder
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.artifacts.safetensors import safetensors_writer
-from seq2seq.config import ModelConfig, UserError, validate_export
+from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.fairseq_vocab import FairseqTokenizers
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.tokenizer import Tokenizers
@@ -33,19 +32,29 @@ from seq2seq.data.tokenizer import Tokenizers
 COMMAND = "seq2seq-export"
 
 
-def export(cfg: Any) -> tuple[Path, ModelConfig]:
-    """Writes the export described by `cfg` (an ExportConfig or DictConfig); returns its directory and
-    the model's config."""
-    validate_export(cfg)  # the command checked already; the API's callers have not
-    output = Path(cfg.output)
-    if output.exists() or output.is_symlink():
-        raise UserError(f"{output}: already exists; give output= a new directory")
-    path = Path(cfg.checkpoint) if cfg.checkpoint else RunDir(cfg.run).find_checkpoint()
+@dataclass(frozen=True)
+class ExportPlan:
+    """What seq2seq-export writes, as cli/export.py's `export_plan` checked it (validate_export)."""
+
+    output: Path  # a new directory (an .argosmodel file for format=argos)
+    format: str  # safetensors | ctranslate2 | huggingface | argos
+    run: str | None = None  # its best checkpoint, else its last, unless checkpoint= names one
+    checkpoint: str | None = None
+    quantization: str | None = None  # ctranslate2 and argos
+    src_lang: str | None = None  # argos: the direction of a multilingual run packaged
+    tgt_lang: str | None = None
+
+
+def export(plan: ExportPlan) -> tuple[Path, ModelConfig]:
+    """Writes the export `plan` describes; returns its directory and the model's config."""
+    output = plan.output
+    check_new(output, "output")  # before the checkpoint is read: a wrong output= costs nothing
+    path = Path(plan.checkpoint) if plan.checkpoint else RunDir(plan.run).find_checkpoint()
     payload = load_checkpoint(path)
-    tokenizers = load_tokenizers(path, cfg.run, payload.get("config", {}).get("data"))
+    tokenizers = load_tokenizers(path, plan.run, payload.get("config", {}).get("data"))
     model_cfg = _model_config(payload, path)
     check_vocabulary(payload, tokenizers, path)
-    if cfg.format == "huggingface" and isinstance(tokenizers, FairseqTokenizers):  # NLLB-200, M2M-100, mBART-50
+    if plan.format == "huggingface" and isinstance(tokenizers, FairseqTokenizers):  # NLLB-200, M2M-100, mBART-50
         from seq2seq.artifacts import m2m100, mbart
 
         if model_cfg.embedding_norm:  # mBART-50's layernorm_embedding
@@ -53,29 +62,28 @@ def export(cfg: Any) -> tuple[Path, ModelConfig]:
             write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, card, mbart.MBART)
         else:
             write_all = m2m100.huggingface_writer(payload, model_cfg, tokenizers, path, m2m100.model_card(payload))
-    elif cfg.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
+    elif plan.format == "huggingface":  # a writer of its own: transformers writes the tokenizer files
         from seq2seq.artifacts.marian import huggingface_writer, model_card
 
-        card = model_card(payload, cfg.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))
+        card = model_card(payload, plan.run or str(path.parent.parent), isinstance(tokenizers, SentencePieceTokenizers))
         write_all = huggingface_writer(payload, model_cfg, tokenizers, path, card)
-    elif cfg.format == "argos" and isinstance(tokenizers, FairseqTokenizers):
+    elif plan.format == "argos" and isinstance(tokenizers, FairseqTokenizers):
         raise UserError(
             f"{path}: format=argos: an NLLB-200/M2M-100/mBART-50 model (its own vocabulary of all its languages, "
             "its decoder starting from </s>) is no Argos package; distil it into one: seq2seq-distill teacher=<run>"
         )
-    elif cfg.format == "argos":  # one file, not a directory
+    elif plan.format == "argos":  # one file, not a directory
         from seq2seq.artifacts.argos import argos_writer
 
         model = functools.partial(
-            ctranslate2_writer, payload, model_cfg, tokenizers, path, cfg.quantization, without_pad=True
+            ctranslate2_writer, payload, model_cfg, tokenizers, path, plan.quantization, without_pad=True
         )
-        with output_lock(output, "output", COMMAND, make_parent=True):
-            argos_writer(payload, tokenizers, path, model, cfg.src_lang, cfg.tgt_lang)(output)
+        with new_output(output, "output", COMMAND, folder=False) as staging:  # one export per output at a time
+            argos_writer(payload, tokenizers, path, model, plan.src_lang, plan.tgt_lang)(staging, output)
         return output, model_cfg
     else:
-        write_all = _writer(cfg.format, payload, model_cfg, tokenizers, path, cfg.quantization)
-    with output_lock(output, "output", COMMAND, make_parent=True, folder=True):  # one export per output at a time
-        _write_directory(output, write_all)
+        write_all = _writer(plan.format, payload, model_cfg, tokenizers, path, plan.quantization)
+    _write_directory(output, write_all)
     return output, model_cfg
 
 
@@ -86,13 +94,7 @@ RUN_EXPORTS = {INFERENCE_DIR: "safetensors", CTRANSLATE2_DIR: "ctranslate2"}
 def remove_stale_export_directories(run_dir: Path) -> int:
     """Deletes what killed exports left beside a run's model/ and ctranslate2/ (their .NAME.*.tmp
     staging and .NAME.*.old directories); returns their total size. Only while holding the run's lock."""
-    removed = 0
-    for name in RUN_EXPORTS:
-        for leftover in [*run_dir.glob(f".{name}.*.tmp"), *run_dir.glob(f".{name}.*.old")]:
-            if leftover.is_dir() and not leftover.is_symlink():
-                removed += sum(f.stat().st_size for f in leftover.rglob("*") if f.is_file())
-                shutil.rmtree(leftover, ignore_errors=True)
-    return removed
+    return sum(remove_folder_leftovers(run_dir / name) for name in RUN_EXPORTS)
 
 
 def write_run_exports(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, Path | UserError]:
@@ -150,36 +152,20 @@ def _model_config(payload: dict[str, Any], path: Path) -> ModelConfig:
 
 
 def _write_directory(output: Path, write: Callable[[Path], None], replace: bool = False) -> None:
-    """Runs `write` on a temporary directory beside `output`, then renames it to `output` (with
-    `replace`, an existing `output` is moved aside first and deleted once the new one is in place)."""
+    """`write` fills a new directory that then takes `output`'s name, by replacing.py's rule: a new
+    output= under its lock (`new_output`), or with `replace` a run's own export replaced whole
+    (`replaced_folder`). A failure leaves nothing behind, and is one line."""
+    placing = replaced_folder(output) if replace else new_output(output, "output", COMMAND)
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
-    except OSError as err:
-        raise UserError(f"{output}: cannot create the output directory ({err.strerror or err})") from err
-    try:
-        mask = current_umask()
-        write(staging)
-        for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
-            # A folder in it (an NLLB-family run's huggingface_tokenizer/) keeps its x bits, or it could not be entered.
-            os.chmod(file, (0o777 if file.is_dir() else 0o666) & ~mask)
-        os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it 0700
-        if output.exists() and not replace:  # appeared while we were writing
-            raise UserError(f"{output}: already exists; give output= a new directory")
-        if output.exists():  # replace: the old one leaves under a temporary name, then goes
-            old = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".old", dir=output.parent))
-            os.rename(output, old / output.name)
-            os.rename(staging, output)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(staging, output)
+        with placing as staging:
+            mask = current_umask()
+            write(staging)
+            for file in staging.iterdir():  # safetensors writes 0600; an export is an ordinary directory
+                # A folder in it (an NLLB-family run's huggingface_tokenizer/) keeps its x bits, or it could not be entered.
+                os.chmod(file, (0o777 if file.is_dir() else 0o666) & ~mask)
+            os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it 0700
     except UserError:
-        shutil.rmtree(staging, ignore_errors=True)
         raise
     except Exception as err:  # OSError, and the writers' own: safetensors' SafetensorError on a full disk
-        shutil.rmtree(staging, ignore_errors=True)
         detail = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise UserError(f"{output}: could not write the export ({detail}); nothing was written") from err
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from seq2seq.artifacts import vocab_rows
 from seq2seq.artifacts.checkpoint import FORMAT, ModelPayload, Vocabulary
 from seq2seq.artifacts.marian import (
     _fused,
@@ -142,13 +143,17 @@ def read_pretrained(
 @dataclass(frozen=True)
 class HuggingFaceFamily:
     """What the export writes for one family: transformers' config and model classes, the conversion of
-    our state dict to theirs, whether its position table is a learned weight (else built from the config)."""
+    our state dict to theirs, whether its position table is a learned weight (else built from the config);
+    and how its model is read (`config_of`, `to_ours`: as `read_pretrained` takes them), for the rows a
+    pruned vocabulary dropped."""
 
     config_class: str
     model_class: str
     convert: Callable[[dict[str, torch.Tensor], ModelConfig, list[int]], dict[str, torch.Tensor]]
     learned_positions: bool
     tag: str  # the model card's tag: transformers' model_type
+    config_of: Callable[[Any, str], ModelConfig] = model_config
+    to_ours: Callable[[dict[str, torch.Tensor], ModelConfig, list[int]], dict[str, torch.Tensor]] = to_seq2seq
 
 
 M2M100 = HuggingFaceFamily("M2M100Config", "M2M100ForConditionalGeneration", to_m2m100, False, MODEL_TYPE)
@@ -165,6 +170,9 @@ def huggingface_writer(
     """Checks and converts everything up front; the returned function writes the directory. mBART-50
     writes through here too, as `family` (seq2seq.artifacts.mbart.MBART)."""
     transformers = transformers_module()
+    pruned = tokenizers if tokenizers.src.pruned is not None else None
+    if pruned is not None:  # data.prune_vocab: the model's whole vocabulary again, as transformers knows it
+        payload, tokenizers = vocab_rows.all_rows(payload, pruned, path, lambda source: _read_family(source, family))
     # mBART-50: learned positions and layernorm_embedding; M2M-100 / NLLB-200: sinusoids and neither.
     if (cfg.positions == "learned", cfg.embedding_norm) != (family.learned_positions, family.learned_positions):
         raise UserError(f"{path}: the checkpoint's model is not an {family.model_class}; export format=safetensors")
@@ -202,6 +210,8 @@ def huggingface_writer(
     model.generation_config.decoder_start_token_id = ids["</s>"]
     model.generation_config.bad_words_ids = [[ids["<pad>"]], [ids["<s>"]]]  # what seq2seq's search never emits
     decoding_defaults(model.generation_config, cfg)
+    if pruned is not None:
+        vocab_rows.suppress_dropped(model.generation_config, pruned)
 
     def write(directory: Path) -> None:
         model.save_pretrained(str(directory))
@@ -211,6 +221,12 @@ def huggingface_writer(
         (directory / "README.md").write_text(card, encoding="utf-8")
 
     return write
+
+
+def _read_family(directory: Path, family: HuggingFaceFamily) -> ModelPayload:
+    """The payload of the `family` model in `directory` (the one a pruned run was pruned from)."""
+    hf_config = transformers_module().AutoConfig.from_pretrained(str(directory))
+    return read_pretrained(directory, hf_config, family.model_class, family.config_of, family.to_ours)[0]
 
 
 def model_card(

@@ -62,7 +62,9 @@ def to_mbart(state: dict[str, torch.Tensor], cfg: ModelConfig, order: list[int])
     return hf
 
 
-MBART = m2m100.HuggingFaceFamily("MBartConfig", "MBartForConditionalGeneration", to_mbart, True, MODEL_TYPE)
+MBART = m2m100.HuggingFaceFamily(
+    "MBartConfig", "MBartForConditionalGeneration", to_mbart, True, MODEL_TYPE, model_config, to_seq2seq
+)
 CODES = ("en_XX", "de_DE")  # English and German as mBART-50 names them (the model card's example)
 
 

@@ -1,10 +1,13 @@
-"""The one rule for every command that writes a file the user names (`seq2seq-average output=`,
-`seq2seq-translate output=`): an existing file is replaced only when this command wrote it and nobody
-changed it since, or when the user asks for exactly that file with `replace_output=true`.
+"""The one rule for every command that writes what the user names: a file (`seq2seq-average output=`,
+`seq2seq-translate output=`) is replaced only when this command wrote it and nobody changed it since,
+or when the user asks for exactly that file with `replace_output=true`; a folder (`seq2seq-distill
+output=`, `claim_folder`) is written only when this command made it (its marker) or it is new or empty;
+an output that must be new (`seq2seq-export output=`, `new_output`) is refused when anything is there.
 
 Anything else is refused with one line naming the file, before any work is done: a user's text file,
-a run's tokenizer, log or exports, another run's CTranslate2 model. `seq2seq-export` needs no ledger
-(its output must be new: it takes only the lock) and the server writes only into a directory it made.
+a run's tokenizer, log or exports, another run's CTranslate2 model, a folder of the user's. Files a
+writer owns by where they are (a run's exports, `replaced_folder`; a distillation's files,
+`write_new_text`) need no ledger; the server writes only into a directory it made.
 tests/test_writers.py lists every module that writes files and the rule each follows.
 
 What "this command wrote it" means is kept in a ledger beside the machine's measurement cache
@@ -190,6 +193,133 @@ def write_files_into(directory: Path, write: Callable[[Path], None]) -> None:
             _finish(new, target)  # renamed, not copied: the new file is beside it already
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# --- outputs that are folders ---------------------------------------------------------------------------
+# seq2seq-export's output= must be new (`new_output`); a run's own exports are replaced whole
+# (`replaced_folder`); seq2seq-distill's output= is a folder it made, resumed by it (`claim_folder`).
+
+
+def check_new(path: Path, key: str) -> None:
+    """An output that must be new: anything at `path` (a dangling link too) is refused in one line."""
+    if path.exists() or path.is_symlink():
+        raise UserError(f"{path}: already exists; give {key}= a new directory")
+
+
+@contextlib.contextmanager
+def new_output(path: Path, key: str, command: str, folder: bool = True) -> Iterator[Path]:
+    """The rule for an output that must be new (seq2seq-export's output=): refused when anything is
+    there, its writers' lock held throughout, the parents it needs made. Yields a new folder beside
+    `path` (.NAME.XXXXXX.tmp) to write in: when the block ends, that folder takes `path`'s name (not
+    `folder`: the file of `path`'s name written in it does); when it raises, the folder goes and so do
+    the parents made for it, so nothing is left behind. Something that took `path` meanwhile is kept,
+    and this one refused."""
+    check_new(path, key)
+    made = [parent for parent in Path(os.path.abspath(path)).parents if not os.path.isdir(parent)]
+    try:
+        with output_lock(path, key, command, make_parent=True, folder=folder):
+            staging = _new_folder_beside(path)
+            try:
+                yield staging
+                if path.exists() or path.is_symlink():  # appeared while this one was written
+                    raise UserError(f"{path}: already exists; give {key}= a new {'directory' if folder else 'file'}")
+                os.rename(staging if folder else staging / path.name, path)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)  # what is left of it
+    except BaseException:
+        for parent in made:  # the deepest first, each only while empty
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
+        raise
+
+
+@contextlib.contextmanager
+def replaced_folder(path: Path) -> Iterator[Path]:
+    """A folder that is its writer's own by where it is (a run's model/ under the run's lock), replaced
+    whole: the block fills a new folder beside it, which then takes its name; the old one is moved
+    aside (.NAME.XXXXXX.old) before and deleted after, so that `path` is always one whole folder. When
+    the block raises, the new folder goes and `path` is as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = _new_folder_beside(path)
+    try:
+        yield staging
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.rename(path, old / path.name)
+            os.rename(staging, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_folder_leftovers(path: Path) -> int:
+    """Deletes what killed writers of the folder `path` left beside it (new_output's and
+    replaced_folder's .NAME.*.tmp and .NAME.*.old folders); returns their total size. Only while
+    holding what owns `path` (a run's lock)."""
+    removed = 0
+    escaped = glob.escape(path.name)
+    for leftover in [*path.parent.glob(f".{escaped}.*.tmp"), *path.parent.glob(f".{escaped}.*.old")]:
+        if leftover.is_dir() and not leftover.is_symlink():
+            removed += sum(f.stat().st_size for f in leftover.rglob("*") if f.is_file())
+            shutil.rmtree(leftover, ignore_errors=True)
+    return removed
+
+
+def _new_folder_beside(path: Path) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as err:
+        raise UserError(f"{path}: cannot create the output directory ({err.strerror or err})") from err
+
+
+def claim_folder(path: Path, key: str, command: str, marker: str, text: str) -> bool:
+    """Makes the folder `path` this command's, or finds it already is; True when it is (a rerun resumes
+    it). Its `marker` file says so, by content (as `own_kind` does for a file: a cleared cache or another
+    machine keeps it this command's). A folder that holds anything without the marker is someone
+    else's: refused in one line, nothing written (an empty one is taken). A file there is refused too."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{key}={path}: is a file; give a new folder")
+    if (path / marker).is_file():
+        return True
+    if path.is_dir() and any(path.iterdir()):
+        raise UserError(f"{key}={path}: holds files {command} did not write; give a new folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / marker).write_text(text, encoding="utf-8")  # a part of it is a marker all the same
+    except OSError as err:
+        raise UserError(f"{key}={path}: cannot write there ({err.strerror or err})") from err
+    return False
+
+
+def write_new_text(target: Path, text: str) -> None:
+    """`target` holding `text`, in UTF-8 with \\n line ends, replaced whole (write_new_file)."""
+    write_new_file(target, lambda new: new.write_bytes(text.encode("utf-8")))
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (POSIX); not possible on every platform."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_new_json(target: Path, value: Any) -> None:
+    """`target` holding `value` as JSON, replaced whole (write_new_text) and the rename made durable: a
+    state file holds the old value or the new one, never a part. A failed write (a full disk) leaves no
+    part of a file, and the OSError goes on to the caller, which names the key."""
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"  # a value JSON cannot hold: nothing written
+    write_new_text(target, text)
+    fsync_directory(target.parent)
 
 
 def _finish(temporary: Path, target: Path) -> None:

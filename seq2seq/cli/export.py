@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seq2seq.artifacts.export import ExportPlan
 
 USAGE = """\
 usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface|argos]
@@ -50,7 +54,7 @@ def _run(argv: list[str]) -> None:
     from seq2seq.artifacts.export import export  # torch: only once the command line is known to be good
 
     with stop_signals_raise():  # SIGTERM mid-write: the staging directory beside output= goes too
-        output, model_cfg = export(cfg)
+        output, model_cfg = export(export_plan(cfg))
     if cfg.format == "argos":
         print(f"wrote {output} (argos, {output.stat().st_size / 1e6:.1f} MB)")
         install = f"import argostranslate.package as p; p.install_from_path({json.dumps(str(output))})"
@@ -102,6 +106,24 @@ def parse_arguments(argv: list[str]) -> object:
     from seq2seq.config import ExportConfig
 
     return parse_key_values(argv, ExportConfig)
+
+
+def export_plan(cfg: Any) -> ExportPlan:
+    """seq2seq-export's plan of a config (an ExportConfig or its DictConfig), checked: what `export`
+    writes. The Python API's callers come here too; the command has checked it already."""
+    from seq2seq.artifacts.export import ExportPlan
+    from seq2seq.config import validate_export
+
+    validate_export(cfg)
+    return ExportPlan(
+        output=Path(cfg.output),
+        format=cfg.format,
+        run=cfg.run,
+        checkpoint=cfg.checkpoint,
+        quantization=cfg.quantization,
+        src_lang=cfg.src_lang,
+        tgt_lang=cfg.tgt_lang,
+    )
 
 
 if __name__ == "__main__":

@@ -172,6 +172,8 @@ def _cache_key(
         unkeyed += ("corpora",)
     if not any(stream.rules for stream in streams):
         unkeyed += ("clean", "clean_settings")
+    if not data.prune_vocab:  # ... and a run that keeps the whole vocabulary the key it had before
+        unkeyed += ("prune_vocab",)
     keyed = {k: v for k, v in settings.items() if k not in unkeyed}
     if data.tokenizer != "sentencepiece":  # a byte-level run's cache keeps the key it had before the key existed
         del keyed["sentencepiece_type"]
@@ -180,5 +182,7 @@ def _cache_key(
         key["tokenizers"] = [
             hashlib.sha256(path.read_bytes()).hexdigest() for path in pretrained_tokenizer_files(pretrained)
         ]
+        if data.prune_vocab:  # the pruned tokenizer names the directory its rows came from (for the export)
+            key["pruned_from"] = str(pretrained.resolve())
     blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

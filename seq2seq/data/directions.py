@@ -107,6 +107,15 @@ def direction_settings(data: DataConfig, direction: Direction) -> DataConfig:
     )
 
 
+def each_direction(data: DataConfig) -> list[tuple[Direction, DataConfig]]:
+    """Each direction the corpus has, with its single-direction data config (a run without
+    data.directions: its one, named src_lang-tgt_lang)."""
+    found = configured_directions(data)
+    if not found:
+        return [(Direction(data.src_lang, data.tgt_lang), data)]
+    return [(d, direction_config(data, d)) for d in found]
+
+
 def check_readable_per_direction(data: Any) -> None:
     """With several directions, each must be read from its own files or fields: a key of PATH_KEYS
     without {src} or {tgt} would give every direction the same pairs. Multi30k and the hub name
@@ -143,6 +152,8 @@ class LanguageTags:
     # language_codes: other names of the model's languages (the ISO 639-1 code a LibreTranslate client
     # sends, de -> deu_Latn), resolved before `ids` is read; see seq2seq.data.fairseq_vocab.
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)
+    # language_codes: the run pruned the model's vocabulary to its directions (data.prune_vocab)
+    pruned: bool = False
 
     def tag(self, tgt_lang: str) -> str:
         self.tag_id(tgt_lang)
@@ -158,6 +169,12 @@ class LanguageTags:
             verb = "reads" if key == "src_lang" else "writes"
             if self.placement == LANGUAGE_CODES:  # a pretrained model's 100-200 languages: not all listed
                 known = sorted(self.ids)
+                if self.pruned:
+                    raise UserError(
+                        f"{key}={tgt_lang}: not one of the {len(known)} languages the run's pruned vocabulary kept "
+                        f"(data.prune_vocab: its directions' codes): {', '.join(known)}; translating another needs a "
+                        "run without data.prune_vocab"
+                    )
                 raise UserError(
                     f"{key}={tgt_lang}: not one of the model's {len(known)} languages: its codes ({', '.join(known[:4])}, "
                     f"...) or their ISO 639-1 codes ({', '.join(sorted(self.aliases)[:4]) or 'none'}, ...){trained}"
@@ -254,7 +271,8 @@ def _language_codes(data: Any, tokenizers: Any) -> LanguageTags:
             "tokenizer (init_from=<its directory>)"
         )
     ids = {lang: side.token_to_id(token) for lang, token in side.languages.items()}
-    tags = LanguageTags(LANGUAGE_CODES, tuple(d.name for d in configured_directions(data)), ids, side.aliases())
+    pruned = getattr(side, "pruned", None) is not None
+    tags = LanguageTags(LANGUAGE_CODES, tuple(d.name for d in configured_directions(data)), ids, side.aliases(), pruned)
     for direction in configured_directions(data):
         tags.tag_id(direction.src, "data.directions")
         tags.tag_id(direction.tgt, "data.directions")

@@ -142,12 +142,17 @@ class FairseqVocab(PieceVocab):
         theirs: list[str | None] = vocab["tokens"]
         ids = {token: i for i, token in enumerate(theirs) if token is not None}
         specials = [ids[t] for t in (PAD, BOS, EOS, UNK)]
-        self.order = specials + [i for i in range(len(theirs)) if i not in specials]  # our id -> the model's
+        # data.prune_vocab's record (seq2seq.data.vocab_pruning): the model's ids a run kept, and the model
+        # they were kept from; None: every id of the model.
+        self.pruned: dict[str, Any] | None = vocab.get("pruned")
+        rows = self.pruned["ids"] if self.pruned is not None else range(len(theirs))
+        self.order = specials + [i for i in rows if i not in specials]  # our id -> the model's
         self.pieces = [theirs[i] if theirs[i] is not None else f"<unnamed {i}>" for i in self.order]
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.unk_id = self.ids[UNK]
         self.family: str = vocab["family"]
-        self.languages: dict[str, str] = dict(vocab["languages"])  # language -> its code's token
+        # language -> its code's token; a pruned vocabulary has the codes of the run's directions alone
+        self.languages: dict[str, str] = {lang: code for lang, code in vocab["languages"].items() if code in self.ids}
         self.language_codes = set(self.languages.values())
         # Everything that is no SentencePiece piece (language codes, <mask>, unnamed rows): no text of its own.
         spm_pieces = {self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())}
@@ -193,6 +198,15 @@ class FairseqTokenizers(PieceSides):
             raise UserError(f"{directory / 'config.json'}: no readable vocab_size ({err})") from err
         side = FairseqVocab(directory / SPM_FILE, read_huggingface_vocab(directory, vocab_size), None, directory)
         return cls(side, side)
+
+    def with_pruning(self, record: dict[str, Any] | None) -> FairseqTokenizers:
+        """These tokenizers numbering only the model's ids that `record` keeps ({"ids", ...}:
+        seq2seq.data.vocab_pruning), or, with None, every id of the model again (for the export)."""
+        vocab = {key: value for key, value in self.src.vocab.items() if key != "pruned"}
+        if record is not None:
+            vocab["pruned"] = record
+        side = FairseqVocab(self.src.spm_path, vocab, None, self.src.huggingface_files)
+        return type(self)(side, side)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

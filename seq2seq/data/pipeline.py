@@ -18,7 +18,7 @@ import logging
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
 from seq2seq.data.directions import LanguageTags, check_readable_per_direction, language_tags
+from seq2seq.data.fairseq_vocab import FairseqTokenizers
 from seq2seq.data.multilingual import (
     DIRECTION,
     attach_directions,
@@ -52,6 +53,7 @@ from seq2seq.data.multilingual import (
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
 from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import Tokenizers, load_pretrained_tokenizers
+from seq2seq.data.vocab_pruning import describe, prune_to_corpus, pruned_record
 from seq2seq.measurement_cache import CACHE_SETTING
 from seq2seq.stop_signals import stop_signals_raise
 
@@ -328,6 +330,17 @@ def _direction_tags(corpus: CorpusPlan, tokenizers: Tokenizers) -> list | None:
     return direction_tag_ids(language_tags(corpus.data, tokenizers), [d for d, _ in corpus.directions])
 
 
+def _pruned(corpus: CorpusPlan, tokenizers: FairseqTokenizers, raw: datasets.Dataset) -> FairseqTokenizers:
+    """data.prune_vocab: the pretrained model's tokenizers cut to the ids of the training pairs `raw` (after
+    cleaning), the validation pairs and the directions' language codes; a resumed run's, pruned when it
+    started, as they are (its data are numbered by them)."""
+    if pruned_record(tokenizers) is not None:
+        return tokenizers
+    valid = (text for src, tgt, _ in iter_directed_pairs(corpus.directions, "valid", {}) for text in (src, tgt))
+    texts = chain(_texts(raw, "src_text"), _texts(raw, "tgt_text"), valid)
+    return prune_to_corpus(tokenizers, texts, _direction_tags(corpus, tokenizers) or [], corpus.tokenizer.pretrained)
+
+
 def _build(corpus: CorpusPlan, target: Path) -> None:
     import datasets
 
@@ -372,6 +385,8 @@ def _build(corpus: CorpusPlan, target: Path) -> None:
         )
         if corpus.tokenizer.pretrained is not None:
             tokenizers = load_pretrained_tokenizers(corpus.tokenizer.pretrained)
+            if data.prune_vocab:
+                tokenizers = _pruned(corpus, tokenizers, raw)
         else:  # SentencePiece's files are written where the cache publishes them (save() then copies nothing)
             tokenizers = train_tokenizers(corpus.tokenizer, *texts, staging)
         tags = _direction_tags(corpus, tokenizers)
@@ -483,6 +498,8 @@ def prepare_corpus(
             log.info("directions: %s", describe_directions(data.train, corpus.data.sampling_temperature))
     if is_main and data.cleaning is not None:
         log.info("cleaning (data.clean): %s", cleaning_summary(data.cleaning))
+    if is_main and (pruned := pruned_record(data.tokenizers)) is not None:
+        log.info(describe(pruned))
     return data
 
 

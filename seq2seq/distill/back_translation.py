@@ -17,9 +17,11 @@ translations are the ones distillation of p-x makes: the cache gives them once.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from seq2seq.config import UserError, parse_direction
+from seq2seq.config import DataConfig, UserError, parse_direction, validate_directions
 from seq2seq.data.directions import Direction
 
 
@@ -64,3 +66,12 @@ def plan(names: list[str], trained: list[Direction]) -> list[BackTranslated]:
     if len({p.direction for p in planned}) != len(planned):
         raise UserError(f"back_translate={names}: a direction is listed twice")
     return planned
+
+
+def with_back_translated(corpus: DataConfig, planned: Sequence[BackTranslated]) -> DataConfig:
+    """The student's data settings: the teacher's directions and the back-translated ones."""
+    if not planned:
+        return corpus
+    student = dataclasses.replace(corpus, directions=[*corpus.directions, *(item.direction.name for item in planned)])
+    validate_directions(student)
+    return student

@@ -1,5 +1,6 @@
-"""`distill(cfg)`: seq2seq-distill's work, step by step, each step's result kept in the output folder so
-that a rerun of the same command after a kill goes on from where it stopped.
+"""`distill(plan)`: seq2seq-distill's work, step by step, each step's result kept in the output folder so
+that a rerun of the same command after a kill goes on from where it stopped. cli/distill.py builds the
+plan (distill/plan.py) of the command line; nothing here reads the command's config.
 
     <output>/.seq2seq-distill      the marker: this command made the folder
     <output>/settings.json         what decides the contents (a rerun must give the same)
@@ -20,7 +21,6 @@ settings: another student of the same teacher and corpus reuses them.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import sys
@@ -29,161 +29,75 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
-from seq2seq import cpu_sharing, measurement_cache
-from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict, validate_directions
-from seq2seq.data.corpus import iter_split, require_pairs, split_files, unzip
-from seq2seq.data.directions import Direction, direction_config
+from seq2seq import cpu_sharing
+from seq2seq.artifacts.replacing import write_new_json
+from seq2seq.config import DataConfig, UserError
+from seq2seq.data.directions import Direction, direction_config, each_direction
+from seq2seq.data.parallel_corpus import pair_files, split_pairs
 from seq2seq.distill import report
-from seq2seq.distill.back_translation import BackTranslated, plan
-from seq2seq.distill.files import held, read_json, write_json, write_lines
+from seq2seq.distill.back_translation import BackTranslated
+from seq2seq.distill.files import held, read_json, write_lines
 from seq2seq.distill.output import check_settings, claim_output
+from seq2seq.distill.plan import DistillPlan
 from seq2seq.distill.selection import select
-from seq2seq.distill.source_language import check_source_language
-from seq2seq.distill.student import LOG_FORMAT, baseline_config, student_config, train_once, with_files
-from seq2seq.distill.teacher import Teacher, corpus_config, directions, read_teacher
-from seq2seq.distill.translations import cache_key, cut_to_count, file_digest, read_translations, translate_cached
+from seq2seq.distill.student import LOG_FORMAT, train_once
+from seq2seq.distill.translations import cache_key, cut_to_count, read_translations, translate_cached
 from seq2seq.inference.engine_api import TranslatorAPI
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.engine_loader import api_engine
 
 log = logging.getLogger("seq2seq.distill")
 SELECTION, RESULT, STATE = "selection.json", "result.json", "state.json"
 
 
-def distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) -> dict[str, Any]:
-    """The whole command: `data` are its data.KEY=VALUE arguments, `train` its train.KEY=VALUE ones
-    (without "train."). Returns result.json's contents, or {"exit_status": N} when a signal stopped
+def distill(plan: DistillPlan) -> dict[str, Any]:
+    """The whole command. Returns result.json's contents, or {"exit_status": N} when a signal stopped
     the student's training (rerun to resume). A write into the output folder that fails (a full or
     read-only disk) is one line naming output=: each step's files are replaced whole, so what was kept
     is whole, and a rerun goes on from it."""
-    output = Path(cfg.output).resolve()
     try:
-        return _distill(cfg, data, train)
+        return _distill(plan)
     except OSError as err:
-        if err.filename is not None and not Path(os.path.abspath(err.filename)).is_relative_to(output):
+        if err.filename is not None and not Path(os.path.abspath(err.filename)).is_relative_to(plan.output):
             raise  # not the output folder's
         raise UserError(
-            f"output={output}: cannot write there ({err.strerror or err}); "
+            f"output={plan.output}: cannot write there ({err.strerror or err}); "
             "free some space and rerun the same command: it goes on from the last step kept"
         ) from err
 
 
-def _distill(cfg: DistillConfig | DictConfig, data: list[str], train: list[str]) -> dict[str, Any]:
-    teacher = read_teacher(cfg.teacher)
-    corpus = corpus_config(teacher, data)
-    output = Path(cfg.output).resolve()
-    planned = plan(list(cfg.back_translate), [d for d, _ in directions(corpus)])
-    held_out = read_held_out(corpus)  # before anything is written: a corpus that cannot be read is one line
-    if "test" in held_out:  # a back-translated direction is tested on the corpus's own pairs, where it has them
-        held_out["test"].update(corpus_tests(corpus, planned))
-    if cfg.check_language:
-        check_source_language(corpus)
-    student_corpus = with_back_translated(corpus, planned)
-    student = student_config(teacher, cfg.student, student_corpus, train, output / "data", "test" in held_out)
-    cache_root(cfg)  # a cache= that cannot be one: refused before anything is written
+def _distill(plan: DistillPlan) -> dict[str, Any]:
+    output = plan.output
     resumed = claim_output(output)
     with held(output, "a distillation"), _logging(output / "distill.log"):
-        check_settings(output, settings(cfg, teacher, data, train))
+        check_settings(output, plan.settings)
         log.info("%s %s", "resuming" if resumed else "distilling into", output)
         state = read_json(output / STATE) if (output / STATE).is_file() else {"seconds": {}}
         done = read_json(output / RESULT) if (output / RESULT).is_file() else None
-        if done is not None and (not cfg.baseline or "baseline" in done):  # baseline=true may come on a rerun
+        if done is not None and (plan.baseline is None or "baseline" in done):  # baseline=true may come later
             log.info("finished earlier: %s", output / RESULT)
             return done
         with _timed(state, "teacher_and_selection", output):
-            selection = distilled_corpus(cfg, teacher, corpus, held_out, output / "data", planned)
+            selection = distilled_corpus(plan, output / "data")
         with _timed(state, "student", output):
-            summary = train_once(student, output / "student", "student")
+            summary = train_once(plan.student)
         if summary.get("exit_status"):
             return summary
         baseline = None
-        if cfg.baseline:
+        if plan.baseline is not None:
             with _timed(state, "baseline", output):
-                original_training_pairs(corpus, output / "data", planned)
-                config = baseline_config(
-                    with_files(student, output / "data", "original", "test" in held_out), summary["step"]
-                )
-                baseline = train_once(config, output / "baseline", "baseline (original references)")
+                original_training_pairs(plan.corpus, output / "data", plan.back_translated)
+                baseline = train_once(plan.baseline, max_steps=summary["step"])
             if baseline.get("exit_status"):
                 return baseline
         with _timed(state, "report", output):
-            result = compare(cfg, teacher, output, held_out, selection, summary, baseline)
+            result = compare(plan, selection, summary, baseline)
         result["seconds"] = state["seconds"]
-        write_json(output / RESULT, result)
+        write_new_json(output / RESULT, result)
         log.info("teacher against student: %s", output / RESULT)
         return result
 
 
-def settings(cfg: Any, teacher: Teacher, data: list[str], train: list[str]) -> dict[str, Any]:
-    """What decides an output folder's contents (output.check_settings)."""
-    keys = ("student", "beam", "nbest", "select", "min_score", "length_penalty", "trained_targets")
-    chosen = {k: getattr(cfg, k) for k in keys}
-    return {
-        "teacher": teacher.paths,
-        # By content: a teacher's files replaced (best.pt by another checkpoint) are another teacher.
-        "teacher_weights": [{"file": str(path.resolve()), "sha256": file_digest(path)} for path in teacher.weights],
-        **chosen,
-        "back_translate": list(cfg.back_translate),
-        "data": list(data),
-        "train": list(train),
-    }
-
-
-def read_held_out(corpus: DataConfig) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
-    """{"valid": {direction: (sources, references)}, "test": ...}: the original pairs the student is
-    validated and tested on (no "test" when the corpus has no test split)."""
-    found: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
-    for split in ("valid", "test"):
-        for direction, one in directions(corpus):
-            pairs = iter_split(one, split)
-            if pairs is None:
-                if split == "valid":
-                    raise UserError(f"data.kind={one.kind}: the corpus has no validation split ({direction.name})")
-                break
-            sources, references = unzip(pairs)
-            require_pairs(one, split, len(sources))
-            found.setdefault(split, {})[direction.name] = (sources, references)
-    return found
-
-
-def corpus_tests(corpus: DataConfig, planned: list[BackTranslated]) -> dict[str, tuple[list[str], list[str]]]:
-    """The corpus's own test pairs of each back-translated direction that it has (Multi30k: every pair
-    of its languages), to score teacher (zero-shot) and student on."""
-    found = {}
-    for item in planned:
-        one = direction_config(corpus, item.direction)
-        try:
-            files = split_files(one, "test")
-        except UserError:  # Multi30k without this language's test file
-            continue
-        if not all(Path(file).is_file() for file in files):  # no test pairs of it: trained, not tested
-            continue
-        pairs = iter_split(one, "test")  # a file that is there but wrong is the one-line error it always is
-        sources, references = unzip(pairs) if pairs is not None else ([], [])
-        if sources:
-            found[item.direction.name] = (sources, references)
-    return found
-
-
-def with_back_translated(corpus: DataConfig, planned: list[BackTranslated]) -> DataConfig:
-    """The student's data settings: the teacher's directions and the back-translated ones."""
-    if not planned:
-        return corpus
-    names = [*corpus.directions, *(item.direction.name for item in planned)]
-    student = dataclasses.replace(corpus, directions=names)
-    validate_directions(student)
-    return student
-
-
-def distilled_corpus(
-    cfg: Any,
-    teacher: Teacher,
-    corpus: DataConfig,
-    held_out: dict[str, Any],
-    root: Path,
-    planned: Sequence[BackTranslated] = (),
-) -> dict[str, Any]:
+def distilled_corpus(plan: DistillPlan, root: Path) -> dict[str, Any]:
     """Step 1 and 2 for every direction, the back-translated directions, and the original held-out pairs
     beside them: the files the student reads. Done once: selection.json says it is."""
     if (root / SELECTION).is_file():
@@ -191,39 +105,40 @@ def distilled_corpus(
         return read_json(root / SELECTION)
     for folder in ("distilled", "original"):
         (root / folder).mkdir(parents=True, exist_ok=True)
-    engine = load_teacher(cfg, teacher)
+    engine = api_engine(plan.teacher_job)  # the teacher as seq2seq-translate decodes it with these settings
     selection = {}
-    for direction, one in directions(corpus):
-        if cfg.trained_targets == "references":
+    for direction, one in each_direction(plan.corpus):
+        if plan.targets.trained_targets == "references":
             selection[direction.name] = references_direction(direction, one, root / "distilled")
         else:
-            selection[direction.name] = distil_direction(cfg, teacher, engine, direction, one, root / "distilled")
-    for item in planned:
-        entry = back_translate_direction(cfg, teacher, engine, corpus, item, root)
+            selection[direction.name] = distil_direction(plan, engine, direction, one, root / "distilled")
+    for item in plan.back_translated:
+        entry = back_translate_direction(plan, engine, item, root)
         made_for = [name for name, earlier in selection.items() if earlier.get("translations") == entry["translations"]]
         if made_for:  # a distilled direction's translations, reused: their time is counted there, once
             entry.update(teacher_seconds=None, teacher_lines_per_second=None, translations_of=made_for[0])
         selection[item.direction.name] = entry
-    for split, by_direction in held_out.items():
+    for split, by_direction in plan.held_out.items():
         for name, (sources, references) in by_direction.items():
             write_pairs(root / "original", split, Direction(*name.split("-")), sources, references)
-    write_json(root / SELECTION, selection)
+    write_new_json(root / SELECTION, selection)
     return selection
 
 
 def distil_direction(
-    cfg: Any, teacher: Teacher, engine: TranslatorAPI, direction: Direction, one: DataConfig, folder: Path
+    plan: DistillPlan, engine: TranslatorAPI, direction: Direction, one: DataConfig, folder: Path
 ) -> dict[str, Any]:
     """One direction's training pairs, translated by the teacher, a target chosen per line and bad lines
     dropped, written as train.<src>-<tgt>.<lang> in `folder`; returns its entry of selection.json."""
-    sources, references = unzip(iter_split(one, "train"))
-    require_pairs(one, "train", len(sources))
-    nbests, progress, cached = teacher_translations(cfg, teacher, engine, direction.name, sources)
-    kept = select(sources, nbests, references, cfg.select, cfg.min_score)
+    sources, references = split_pairs(one, "train")
+    nbests, progress, cached = teacher_translations(plan, engine, direction.name, sources)
+    targets = plan.targets
+    kept = select(sources, nbests, references, targets.select, targets.min_score)
     write_pairs(folder, "train", direction, kept.sources, kept.targets)
     log.info(
         "%s: %d of %d lines kept (%d empty, %d below min_score=%g)",
-        *(direction.name, len(kept.sources), len(sources), kept.dropped_empty, kept.dropped_low_score, cfg.min_score),
+        *(direction.name, len(kept.sources), len(sources), kept.dropped_empty, kept.dropped_low_score),
+        targets.min_score,
     )
     return {
         "lines": len(sources),
@@ -235,9 +150,9 @@ def distil_direction(
 
 
 def write_pairs(folder: Path, split: str, direction: Direction, sources: list[str], targets: list[str]) -> None:
-    """<split>.<src>-<tgt>.<src> and .<tgt> in `folder`: the parallel files the student reads (with_files)."""
-    write_lines(folder / f"{split}.{direction.name}.{direction.src}", sources)
-    write_lines(folder / f"{split}.{direction.name}.{direction.tgt}", targets)
+    """One direction's split as the student reads it (data/parallel_corpus.py), each file replaced whole."""
+    for path, lines in zip(pair_files(folder, split, direction), (sources, targets), strict=True):
+        write_lines(path, lines)
 
 
 def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
@@ -253,25 +168,23 @@ def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
 def references_direction(direction: Direction, one: DataConfig, folder: Path) -> dict[str, Any]:
     """One direction's training pairs as the corpus has them: trained_targets=references, and the
     baseline's data/original/."""
-    sources, references = unzip(iter_split(one, "train"))
-    require_pairs(one, "train", len(sources))
+    sources, references = split_pairs(one, "train")
     write_pairs(folder, "train", direction, sources, references)
     log.info("%s: %d pairs with their references, in %s", direction.name, len(sources), folder)
     return {"lines": len(sources), "kept": len(sources), "targets": "references"}
 
 
 def back_translate_direction(
-    cfg: Any, teacher: Teacher, engine: TranslatorAPI, corpus: DataConfig, item: BackTranslated, root: Path
+    plan: DistillPlan, engine: TranslatorAPI, item: BackTranslated, root: Path
 ) -> dict[str, Any]:
     """One back_translate= direction x-y: the training and validation pairs of p-y with their p side
     translated into x by the teacher (back_translation.py); a line translated to nothing is dropped.
     Returns its entry of selection.json."""
-    one = direction_config(corpus, item.pairs_from)
+    one = direction_config(plan.corpus, item.pairs_from)
     entry: dict[str, Any] = {"pivot": item.pivot, "pairs_from": item.pairs_from.name}
     for split, folder in (("train", "distilled"), ("valid", "original")):
-        sources, references = unzip(iter_split(one, split))
-        require_pairs(one, split, len(sources))
-        nbests, progress, cached = teacher_translations(cfg, teacher, engine, item.translated_by.name, sources)
+        sources, references = split_pairs(one, split)
+        nbests, progress, cached = teacher_translations(plan, engine, item.translated_by.name, sources)
         kept = [(best[0], reference) for best, reference in zip(nbests, references, strict=True) if best[0].strip()]
         write_pairs(root / folder, split, item.direction, [s for s, _ in kept], [t for _, t in kept])
         log.info(
@@ -289,7 +202,7 @@ def back_translate_direction(
 def original_training_pairs(corpus: DataConfig, root: Path, planned: Sequence[BackTranslated] = ()) -> None:
     """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun),
     and the back-translated directions' pairs as the student has them (they have no references)."""
-    for direction, one in directions(corpus):
+    for direction, one in each_direction(corpus):
         references_direction(direction, one, root / "original")
     for item in planned:
         for lang in (item.direction.src, item.direction.tgt):
@@ -297,70 +210,41 @@ def original_training_pairs(corpus: DataConfig, root: Path, planned: Sequence[Ba
             write_lines(root / "original" / name, (root / "distilled" / name).read_text(encoding="utf-8").splitlines())
 
 
-def load_teacher(cfg: Any, teacher: Teacher) -> TranslatorAPI:
-    """The teacher as seq2seq-translate would load it with these settings (the default engine)."""
-    return load(
-        report.model_path(teacher.paths),
-        beam=cfg.beam,
-        nbest=cfg.nbest,
-        length_penalty=cfg.length_penalty,
-        batch_size=cfg.batch_size,
-        threads=cfg.threads,
-    )
-
-
 def teacher_translations(
-    cfg: Any, teacher: Teacher, engine: TranslatorAPI, direction: str, sources: list[str]
+    plan: DistillPlan, engine: TranslatorAPI, direction: str, sources: list[str]
 ) -> tuple[list[list[str]], Any, Path]:
     """The teacher's n-best lists of one direction's sources, from the cache or translated into it."""
+    search = plan.teacher_job.settings
     decoding = {
-        "beam": cfg.beam,
-        "nbest": cfg.nbest,
-        "length_penalty": cfg.length_penalty,
+        "beam": search.beam,
+        "nbest": search.nbest,
+        "length_penalty": search.length_penalty,
         "engine": engine.kind,
         "direction": direction,
     }
-    key, parts = cache_key(teacher.weights, sources, decoding)
-    root = cache_root(cfg)
-    folder = root / key
-    try:  # a full disk, a read-only one: one line naming cache= (write_json leaves no part of a file)
+    key, parts = cache_key(plan.teacher.weights, sources, decoding)
+    folder = plan.cache / key
+    try:  # a full disk, a read-only one: one line naming cache= (write_new_json leaves no part of a file)
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "key.json").is_file():
-            write_json(folder / "key.json", parts)
-        progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, cfg.chunk_lines)
+            write_new_json(folder / "key.json", parts)
+        progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, plan.chunk_lines)
     except OSError as err:
         cut_to_count(folder)
         raise UserError(
-            f"cache={root}: cannot keep the teacher's translations there ({err.strerror or err}); "
+            f"cache={plan.cache}: cannot keep the teacher's translations there ({err.strerror or err}); "
             "free some space or give cache= another directory (a rerun resumes what was kept)"
         ) from err
     return read_translations(folder, len(sources)), progress, folder
 
 
-def cache_root(cfg: Any) -> Path:
-    """Where the teacher's translations are kept; a path that is no directory is refused in one line."""
-    root = Path(cfg.cache) if cfg.cache else measurement_cache.cache_root() / "distill"
-    for above in (root, *root.parents):
-        if above.exists():
-            if not above.is_dir():
-                raise UserError(f"cache={root}: {above} is not a directory; give cache= a directory")
-            break
-    return root
-
-
 def compare(
-    cfg: Any,
-    teacher: Teacher,
-    output: Path,
-    held_out: dict[str, Any],
-    selection: dict[str, Any],
-    summary: dict[str, Any],
-    baseline: dict[str, Any] | None,
+    plan: DistillPlan, selection: dict[str, Any], summary: dict[str, Any], baseline: dict[str, Any] | None
 ) -> dict[str, Any]:
     """result.json: teacher and student side by side (and the baseline's scores, with baseline=true)."""
-    split = "test" if "test" in held_out else "valid"
-    pairs = held_out[split]
-    threads = list(cfg.speed_threads)
+    split = "test" if "test" in plan.held_out else "valid"
+    pairs = plan.held_out[split]
+    threads, lines, student = list(plan.report.speed_threads), plan.report.speed_lines, plan.student.run_dir
     load_before = round(os.getloadavg()[0], 2)
     # Other processes' threads now, before the timings: the load average cannot tell other work from this
     # command's own training winding down and its own timing threads (publish_distill.py reads this).
@@ -370,23 +254,24 @@ def compare(
         "experiment": "distill",
         "direction": ",".join(pairs),
         "split": split,
-        "settings": {**as_dict(cfg), "teacher": teacher.paths},
+        "settings": plan.report.settings,
         "corpus": selection,
-        "teacher": report.model_report(teacher.paths, pairs, cfg.speed_lines, threads),
+        "teacher": report.model_report(plan.teacher.paths, pairs, lines, threads),
         "student": {
-            **report.model_report([str(output / "student")], pairs, cfg.speed_lines, threads),
-            "run": str(output / "student"),
+            **report.model_report([str(student)], pairs, lines, threads),
+            "run": str(student),
             "steps": summary["step"],
             "train_minutes": round(summary["minutes"], 2),
         },
     }
-    if baseline is not None:
-        engine_scores = report.test_scores([str(output / "baseline")], pairs, 2 if 2 in threads else max(threads))
-        result["baseline"] = {**engine_scores, "run": str(output / "baseline"), "steps": baseline["step"]}
+    if baseline is not None and plan.baseline is not None:
+        trained = plan.baseline.run_dir
+        engine_scores = report.test_scores([str(trained)], pairs, 2 if 2 in threads else max(threads))
+        result["baseline"] = {**engine_scores, "run": str(trained), "steps": baseline["step"]}
     teacher_speed, student_speed = result["teacher"]["lines_per_second"], result["student"]["lines_per_second"]
     result["speedup"] = round(student_speed / teacher_speed, 2) if teacher_speed and student_speed else None
     result["bleu_lowercase_gap"] = round(result["teacher"]["bleu_lowercase"] - result["student"]["bleu_lowercase"], 2)
-    result["speed_lines"] = min(cfg.speed_lines, len(next(iter(pairs.values()))[0]))
+    result["speed_lines"] = min(lines, len(next(iter(pairs.values()))[0]))
     result["load_average_during_speed"] = [load_before, round(os.getloadavg()[0], 2)]
     result["other_threads_before_speed"] = None if others is None else round(others, 1)
     result["machine"] = report.machine()
@@ -403,7 +288,7 @@ def _timed(state: dict[str, Any], step: str, output: Path) -> Iterator[None]:
     finally:
         seconds = state["seconds"]
         seconds[step] = round(seconds.get(step, 0.0) + time.monotonic() - began, 1)
-        write_json(output / STATE, state)
+        write_new_json(output / STATE, state)
 
 
 @contextlib.contextmanager

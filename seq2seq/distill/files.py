@@ -1,45 +1,22 @@
-"""Small crash-safe file operations the distillation's state rests on: a JSON file replaced whole,
-and a folder held by one process at a time."""
+"""The distillation's state: its JSON files read back (replacing.write_new_json writes them), its text
+files written whole, and a folder held by one process at a time."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from seq2seq.artifacts import file_lock
-from seq2seq.artifacts.checkpoint import fsync_directory
+from seq2seq.artifacts.replacing import write_new_text
 from seq2seq.config import UserError
 
 
-def write_json(path: Path, value: Any) -> None:
-    """`path` holds the old JSON or the new one, never a part: written beside it, fsynced, renamed."""
-    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"  # a value JSON cannot hold: nothing written
-    _replace_whole(path, lambda file: file.write(text))
-    fsync_directory(path.parent)
-
-
 def write_lines(path: Path, lines: list[str]) -> None:
-    """A text file of `lines`, replaced whole as write_json replaces JSON."""
-    _replace_whole(path, lambda file: file.write("".join(f"{line}\n" for line in lines)))
-
-
-def _replace_whole(path: Path, write: Callable[[IO[str]], object]) -> None:
-    """Written beside `path`, fsynced, renamed over it; a failed write (a full disk) removes the part
-    it wrote, and the OSError goes on to the caller, which names the key."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        with temporary.open("w", encoding="utf-8", newline="\n") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    """A text file of `lines`, replaced whole (replacing.write_new_text)."""
+    write_new_text(path, "".join(f"{line}\n" for line in lines))
 
 
 def read_json(path: Path) -> Any:

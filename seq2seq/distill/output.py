@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts.replacing import claim_folder, write_new_json
 from seq2seq.config import UserError
-from seq2seq.distill.files import read_json, write_json
+from seq2seq.distill.files import read_json
 
 MARKER = ".seq2seq-distill"
 MARKER_TEXT = "a seq2seq-distill output folder: rerun the same command to resume it\n"
@@ -20,26 +21,16 @@ SETTINGS = "settings.json"
 
 
 def claim_output(path: Path) -> bool:
-    """Makes `path` this command's, or finds it already is; True when it resumes an earlier run's."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"output={path}: is a file; give a new folder")
-    if (path / MARKER).is_file():
-        return True
-    if path.is_dir() and any(path.iterdir()):
-        raise UserError(f"output={path}: holds files seq2seq-distill did not write; give a new folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"output={path}: cannot write there ({err.strerror or err})") from err
-    return False
+    """Makes `path` this command's, or finds it already is (the rule of replacing.claim_folder); True
+    when it resumes an earlier run's."""
+    return claim_folder(path, "output", "seq2seq-distill", MARKER, MARKER_TEXT)
 
 
 def check_settings(path: Path, settings: dict[str, Any]) -> None:
     """The first run records `settings`; a rerun must give the same."""
     file = path / SETTINGS
     if not file.is_file():
-        write_json(file, settings)
+        write_new_json(file, settings)
         return
     before = read_json(file)
     if "teacher_weights" in before:
@@ -51,7 +42,7 @@ def check_settings(path: Path, settings: dict[str, Any]) -> None:
                 "rerun it as it was, or give a new output="
             )
     if "teacher_weights" not in before:  # a folder from before they were recorded: nothing to compare yet
-        write_json(file, {**before, "teacher_weights": settings["teacher_weights"]})
+        write_new_json(file, {**before, "teacher_weights": settings["teacher_weights"]})
 
 
 def check_teacher_weights(path: Path, before: list[dict[str, str]], now: list[dict[str, str]]) -> None:

@@ -11,7 +11,7 @@ import logging
 
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.corpus import iter_split
-from seq2seq.distill.teacher import directions
+from seq2seq.data.directions import each_direction
 from seq2seq.inference.target_language import UNNAMED
 
 log = logging.getLogger("seq2seq.distill")
@@ -27,7 +27,7 @@ def check_source_language(corpus: DataConfig) -> None:
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
     identifier = None
-    for direction, one in directions(corpus):
+    for direction, one in each_direction(corpus):
         expected = direction.src.partition("_")[0]
         pairs = iter_split(one, "train")
         if pairs is None or expected in UNNAMED:  # a run that never named its languages: nothing to compare

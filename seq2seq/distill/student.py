@@ -17,12 +17,14 @@ import importlib.resources
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import (
     STUDENT_AS_TEACHER,
@@ -33,7 +35,8 @@ from seq2seq.config import (
     validate_recipes,
     validate_train,
 )
-from seq2seq.distill.files import read_json, write_json
+from seq2seq.data.parallel_corpus import reading_files
+from seq2seq.distill.files import read_json
 from seq2seq.distill.teacher import Teacher
 
 log = logging.getLogger("seq2seq.distill")
@@ -73,7 +76,7 @@ def student_config(
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "train"
         raise UserError(f"train.{key}: {str(err).strip().splitlines()[0]}") from err
-    cfg = with_files(cfg, root, "distilled", has_test)
+    cfg.data = reading_files(cfg.data, root, "distilled", has_test)
     if preset != STUDENT_AS_TEACHER:  # the teacher's own sizes were asked for
         warn_if_not_smaller(cfg.model, saved.get("model", {}), preset)
     validate_train(cfg)
@@ -95,47 +98,54 @@ def warn_if_not_smaller(student: Any, teacher: dict[str, Any], preset: str) -> N
         )
 
 
-def with_files(cfg: DictConfig, root: Path, train_folder: str, has_test: bool) -> DictConfig:
-    """`cfg` reading parallel files under `root`: training pairs from `train_folder`, validation and test
-    pairs from original/ (those files are written before training starts)."""
-    cfg = copy.deepcopy(cfg)
-    d = cfg.data
-    d.kind, d.dir, d.hub_name, d.hub_subset, d.train, d.valid, d.test = "parallel_files", *[None] * 6
-    for split in ("train", "valid", "test"):
-        folder = train_folder if split == "train" else "original"
-        for side in ("src", "tgt"):
-            if split == "test" and not has_test:
-                d[f"{split}_{side}"] = None
-                continue
-            if d.directions:  # each direction's files: {src} and {tgt} become its codes
-                name = f"{split}.{{src}}-{{tgt}}.{{{side}}}"
-            else:
-                name = f"{split}.{d.src_lang}-{d.tgt_lang}.{d.src_lang if side == 'src' else d.tgt_lang}"
-            d[f"{split}_{side}"] = str(root / folder / name)
-    return cfg
+@dataclass(frozen=True)
+class StudentRun:
+    """One training of the distillation: its config (student_config's, validated) and its run directory
+    inside the output folder. train/plan.py's `plan_run` plans it when it starts, once the files it
+    reads are written (the plan hashes them)."""
+
+    config: DictConfig
+    run_dir: Path
+    what: str  # how the log names it
+
+    def on_references(self, root: Path, has_test: bool) -> StudentRun:
+        """The baseline: the same student on the original references (data/original/), stopped only by
+        the update count train_once gives it (no clock, target or patience stops it sooner)."""
+        config = copy.deepcopy(self.config)
+        config.data = reading_files(config.data, root, "original", has_test)
+        config.max_minutes, config.max_epochs, config.target, config.patience = None, None, None, None
+        return StudentRun(config, self.run_dir.with_name("baseline"), "baseline (original references)")
 
 
-def train_once(cfg: DictConfig, run_dir: Path, what: str) -> dict[str, Any]:
-    """Trains `cfg` into `run_dir` (inside the output folder: ours) and returns its summary: a finished
-    run's as it recorded it, a killed run's resumed from its last checkpoint, else a fresh run."""
-    from seq2seq.train.run import train  # torch: once the command line and config are known to be good
+def train_once(run: StudentRun, max_steps: int | None = None) -> dict[str, Any]:
+    """Trains `run` (inside the output folder: ours) and returns its summary: a finished run's as it
+    recorded it, a killed run's resumed from its last checkpoint, else a fresh run (of `max_steps`
+    updates where given: the baseline's, the student's count)."""
+    # torch: once the command line and config are known to be good
+    from seq2seq.train.plan import plan_run
+    from seq2seq.train.run import run_planned
+    from seq2seq.train.run_outputs import BeforeStart
 
+    run_dir = run.run_dir
     if (run_dir / SUMMARY).is_file():
-        log.info("%s: trained earlier (%s)", what, run_dir)
+        log.info("%s: trained earlier (%s)", run.what, run_dir)
         return read_json(run_dir / SUMMARY)
-    cfg = copy.deepcopy(cfg)
+    config = copy.deepcopy(run.config)
+    if max_steps is not None:
+        config.max_steps = max_steps
     if RunDir(run_dir).checkpoint("last").is_file():
-        cfg.resume = str(run_dir)
-        log.info("%s: resuming %s from its last checkpoint", what, run_dir)
+        config.resume = str(run_dir)
+        log.info("%s: resuming %s from its last checkpoint", run.what, run_dir)
     else:
-        cfg.overwrite = True  # an interrupted start of our own, if anything
-        log.info("%s: training into %s", what, run_dir)
+        config.overwrite = True  # an interrupted start of our own, if anything
+        log.info("%s: training into %s", run.what, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with _train_log(run_dir):
-        summary = train(cfg, run_dir)
+        before = BeforeStart.of(run_dir)
+        summary = run_planned(plan_run(config, run_dir, []), before)
     summary = json.loads(json.dumps(summary, default=str))
     if not summary.get("exit_status"):  # stopped by a signal: the rerun resumes it
-        write_json(run_dir / SUMMARY, summary)
+        write_new_json(run_dir / SUMMARY, summary)
     return summary
 
 
@@ -152,11 +162,3 @@ def _train_log(run_dir: Path) -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         handler.close()
-
-
-def baseline_config(cfg: DictConfig, steps: int) -> DictConfig:
-    """The student's config on the original references for exactly `steps` updates: no clock, target or
-    patience stops it sooner."""
-    cfg = copy.deepcopy(cfg)
-    cfg.max_steps, cfg.max_minutes, cfg.max_epochs, cfg.target, cfg.patience = steps, None, None, None, None
-    return cfg

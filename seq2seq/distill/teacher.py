@@ -27,7 +27,7 @@ from seq2seq.artifacts.checkpoint import is_checkpoint_file, load_checkpoint
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import DataConfig, UserError, as_dict, data_config, validate_directions
-from seq2seq.data.directions import LANGUAGE_CODES, Direction, configured_directions, direction_config
+from seq2seq.data.directions import LANGUAGE_CODES
 
 # data.* keys that fix what the student reads and writes: they must be the teacher's.
 SAME_AS_TEACHER = ("src_lang", "tgt_lang", "directions", "lang_tag", "tokenizer", "sentencepiece_type")
@@ -70,15 +70,15 @@ def read_teacher(spec: str) -> Teacher:
     return Teacher(resolved, [Path(p) for p in resolved], for_student(load_checkpoint(paths[0])["config"]))
 
 
-def for_student(config: dict[str, Any]) -> dict[str, Any]:
+def for_student(trained_with: dict[str, Any]) -> dict[str, Any]:
     """The teacher's training config as its student inherits it. A pretrained NLLB-200/M2M-100/mBART-50
     teacher (data.lang_tag=language_codes): its data settings without its model's tokenizer and layout
     (the student trains a SentencePiece tokenizer of its own, with >>xx<< tags at the decoder's start
     where there is more than one direction), its model settings reduced to its sizes (see the module's
     docstring for why)."""
-    data = dict(config.get("data") or {})
+    data = dict(trained_with.get("data") or {})
     if data.get("lang_tag") != LANGUAGE_CODES:
-        return config
+        return trained_with
     defaults = DataConfig()
     names = list(data.get("directions") or [])
     one = len(names) == 1 and names[0] == f"{data.get('src_lang')}-{data.get('tgt_lang')}"
@@ -86,11 +86,12 @@ def for_student(config: dict[str, Any]) -> dict[str, Any]:
         tokenizer="sentencepiece",
         sentencepiece_type=defaults.sentencepiece_type,
         joint_vocab=defaults.joint_vocab,
+        prune_vocab=defaults.prune_vocab,  # the pretrained model's vocabulary was pruned, not the student's own
         lang_tag=defaults.lang_tag if one else "decoder_start",  # what an Argos package of one direction reads
         directions=None if one else names,
     )
-    model = {k: v for k, v in (config.get("model") or {}).items() if k in SIZE_KEYS}
-    return {**config, "data": data, "model": model, "pretrained_teacher": True}
+    model = {k: v for k, v in (trained_with.get("model") or {}).items() if k in SIZE_KEYS}
+    return {**trained_with, "data": data, "model": model, "pretrained_teacher": True}
 
 
 def corpus_config(teacher: Teacher, overrides: list[str]) -> DataConfig:
@@ -121,15 +122,6 @@ def corpus_config(teacher: Teacher, overrides: list[str]) -> DataConfig:
     cfg = data_config(as_dict(merged))
     validate_directions(cfg)
     return cfg
-
-
-def directions(cfg: DataConfig) -> list[tuple[Direction, DataConfig]]:
-    """Each direction the corpus has, with its single-direction data config (a run without
-    data.directions: its one, named src_lang-tgt_lang)."""
-    found = configured_directions(cfg)
-    if not found:
-        return [(Direction(cfg.src_lang, cfg.tgt_lang), cfg)]
-    return [(d, direction_config(cfg, d)) for d in found]
 
 
 def _plain(value: Any) -> Any:

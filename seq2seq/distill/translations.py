@@ -23,9 +23,11 @@ from typing import Any
 
 from tqdm import tqdm
 
+from seq2seq import measurement_cache
+from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.config import UserError
 from seq2seq.decoding_defaults import SEARCH_VERSION
-from seq2seq.distill.files import held, read_json, write_json
+from seq2seq.distill.files import held, read_json
 from seq2seq.inference.engine_api import TranslatorAPI, one_line
 
 log = logging.getLogger("seq2seq.distill")
@@ -39,6 +41,18 @@ class Progress:
     seconds: float = 0.0  # the teacher's decoding time so far, summed over the runs that wrote them
     finished: bool = False
     sha256: str | None = None  # translations.jsonl's, once finished (None: finished by older code)
+
+
+def cache_folder(given: str | None) -> Path:
+    """cache=: where the teacher's translations are kept (by default the machine's cache folder's distill/);
+    a path that is no directory is refused in one line, before anything is written."""
+    root = Path(given) if given else measurement_cache.cache_root() / "distill"
+    for above in (root, *root.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise UserError(f"cache={root}: {above} is not a directory; give cache= a directory")
+            break
+    return root
 
 
 def file_digest(path: Path) -> str:
@@ -92,11 +106,11 @@ def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, ch
                 out.flush()
                 os.fsync(out.fileno())
                 progress = Progress(start + len(chunk), out.tell(), progress.seconds + seconds)
-                write_json(folder / PROGRESS, asdict(progress))
+                write_new_json(folder / PROGRESS, asdict(progress))
                 bar.update(len(chunk))
             bar.close()
         progress.finished, progress.sha256 = True, file_digest(path)
-        write_json(folder / PROGRESS, asdict(progress))
+        write_new_json(folder / PROGRESS, asdict(progress))
         rate = progress.lines / progress.seconds if progress.seconds else float("inf")
         log.info("teacher translated %d lines in %.1f s (%.1f lines/s)", progress.lines, progress.seconds, rate)
         return progress
@@ -112,7 +126,7 @@ def check_finished(folder: Path, progress: Progress) -> None:
         raise UserError(f"{path}: unreadable ({err.strerror or err}); remove {folder} to translate again") from err
     if progress.sha256 is None:
         progress.sha256 = digest
-        write_json(folder / PROGRESS, asdict(progress))
+        write_new_json(folder / PROGRESS, asdict(progress))
     elif digest != progress.sha256:
         raise UserError(
             f"{path}: not the translations this cache finished with (sha256 {digest[:12]}, "

@@ -33,7 +33,13 @@ def load(path: str | Path | Sequence[str | Path], **settings: Any) -> Translator
     """The engine seq2seq-translate decodes `path` with, set to `settings`: the keyword arguments of
     `seq2seq.inference.engine_api.decoding_config` (engine=auto unless given), with its defaults. Each
     item it translates must be one line, as for `Translator.load`."""
-    engine = load_engine(decoding_job(decoding_config(path, **settings)))
+    return api_engine(decoding_job(decoding_config(path, **settings)))
+
+
+def api_engine(job: DecodingJob) -> TranslatorAPI:
+    """The engine of `job` as the Python API hands it out (`load`; seq2seq-distill's teacher): each item
+    it translates must be one line."""
+    engine = load_engine(job)
     engine.one_line_items = True
     return engine
 

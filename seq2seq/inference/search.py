@@ -69,7 +69,9 @@ def _next_log_probs(
     outputs: banned, and the rest renormalised. Without renormalising, a prefix after which the model gave
     them more probability scored lower than under CTranslate2's suppress_sequences, and a young model's
     beams ranked otherwise there. `renormalise=False`: transformers' `generate` rule (a pretrained
-    NLLB-200/M2M-100 model, which CTranslate2 does not decode here), banned after the softmax."""
+    NLLB-200/M2M-100 model, which CTranslate2 does not decode here), banned after the softmax. A pruned
+    vocabulary (data.prune_vocab) renormalises, as its Hugging Face export's `generate` does (its
+    renormalize_logits, seq2seq.artifacts.vocab_rows)."""
     log_probs = model.decode_step(tokens, state)
     log_probs[:, banned_outputs(bos)] = NEG_INF
     return log_probs - log_probs.logsumexp(dim=-1, keepdim=True) if renormalise else log_probs
@@ -120,6 +122,7 @@ def greedy_search(
     generator: torch.Generator | None = None,
     given: int = 0,
     count_given: bool = False,
+    renormalise: bool | None = None,
 ) -> list[Hypothesis]:
     """src: (B, S) ids -> the most likely next token at every step, for each sentence; with a
     `sampling` rule, a token drawn from the model's (filtered) distribution instead (`generator`
@@ -128,7 +131,9 @@ def greedy_search(
     prefix per sentence (see `force_prefix`; `given`: its first steps that cost nothing; `count_given`:
     see `Hypothesis.scored`). Sentences
     leave the batch as they finish, in steps of
-    `row_multiple` (see `rows_to_keep`)."""
+    `row_multiple` (see `rows_to_keep`). `renormalise`: see `_next_log_probs`; by default
+    as `count_given` says (False with it: transformers' rule)."""
+    renormalise = not count_given if renormalise is None else renormalise
     batch = src.size(0)
     state = model.start_decoding(src)
     alive = torch.arange(batch, device=src.device)  # original index of each row still decoding
@@ -138,7 +143,7 @@ def greedy_search(
     results: list[Hypothesis | None] = [None] * batch
     limits = max_len.tolist()
     for step in range(int(max_len.max())):
-        log_probs = _next_log_probs(model, tokens, state, bos, not count_given)  # (B_alive, V)
+        log_probs = _next_log_probs(model, tokens, state, bos, renormalise)  # (B_alive, V)
         _only_eos(log_probs, max_len[alive] <= step + 1, eos)
         force_prefix(log_probs, forced, alive, step, given)
         if sampling is None:
@@ -183,6 +188,7 @@ def beam_search(
     forced: torch.Tensor | None = None,
     given: int = 0,
     count_given: bool = False,
+    renormalise: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
     hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
@@ -191,7 +197,8 @@ def beam_search(
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
     `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
     live prefix, as at the start, and right after it only the best candidate may end the line
-    (`end_after_prefix_from_the_best_only`)."""
+    (`end_after_prefix_from_the_best_only`). `renormalise`: as in `greedy_search`."""
+    renormalise = not count_given if renormalise is None else renormalise
     # The first step decodes one row per sentence (its k beams would all be BOS), the next ones k:
     # `beams.rows` decoder rows per sentence, B*rows in all.
     state = model.start_decoding(src)
@@ -199,7 +206,7 @@ def beam_search(
     limit = max_len.tolist()
     prefix_length = (forced >= 0).sum(dim=1) if forced is not None else None  # (B,)
     for step in range(int(max_len.max())):
-        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos, not count_given)  # (B*rows, V)
+        log_probs = _next_log_probs(model, beams.last_tokens(), state, bos, renormalise)  # (B*rows, V)
         cut = [limit[i] <= step + 1 for i in beams.alive]  # a budget of one: EOS is the cut
         last = [limit[i] <= step + 2 for i in beams.alive]  # each sentence's last token (see Beams.finish)
         if count_given:  # transformers' generate ends a line at its budget by the forced </s> alone

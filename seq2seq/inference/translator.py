@@ -25,6 +25,7 @@ prepare_process()
 import torch
 
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
+from seq2seq.data.vocab_pruning import pruned_record
 from seq2seq.device import half_precision_on_cpu, pick_device
 from seq2seq.inference.engine_api import (
     Translation,
@@ -177,11 +178,13 @@ class Translator:
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
         given = len(self.languages.forced_tag(self.settings.tgt_lang))  # a decoder_start tag: given, not predicted
         count_given = self.languages.counts_forced_tag
+        # A pruned vocabulary renormalises after banning pad and <s> (generate's renormalize_logits on its export).
+        renormalise = not count_given or pruned_record(self.tokenizers) is not None
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.settings.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
                 self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.settings.length_penalty, multiple,
-                repeat(forced), self.sampling, self.generator, given, count_given,
+                repeat(forced), self.sampling, self.generator, given, count_given, renormalise,
             )  # fmt: skip
             return [hyps[i : i + self.settings.nbest] for i in range(0, len(hyps), self.settings.nbest)]
         if self.settings.beam == 1:
@@ -196,6 +199,7 @@ class Translator:
                 forced,
                 given=given,
                 count_given=count_given,
+                renormalise=renormalise,
             )
             return [[h] for h in hyps]
         return beam_search(
@@ -211,6 +215,7 @@ class Translator:
             forced,
             given,
             count_given,
+            renormalise,
         )
 
     def translate(self, lines: str | Iterable[str], prefixes: str | Iterable[str] | None = None) -> str | list[str]:

@@ -17,16 +17,24 @@ from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model
 from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, RunDir
+from seq2seq.artifacts.vocab_rows import kept_rows
 from seq2seq.config import UserError
+from seq2seq.data.vocab_pruning import pruned_record
 
 log = logging.getLogger(__name__)
 
 
-def init_weights_from(model: torch.nn.Module, path: str, settings: dict[str, Any], vocab: Vocabulary) -> None:
+def init_weights_from(
+    model: torch.nn.Module, path: str, settings: dict[str, Any], vocab: Vocabulary, tokenizers: Any = None
+) -> None:
     """Loads the weights `path` names into `model`, built from model.* `settings` (a plain dict) for a
-    tokenizer of `vocab`; refused in one line when their architecture or vocabulary sizes differ."""
+    tokenizer of `vocab`; refused in one line when their architecture or vocabulary sizes differ.
+    `tokenizers`: the run's; where they are a pruned vocabulary (data.prune_vocab), a Hugging Face
+    model's rows are cut to theirs."""
     if is_huggingface_model(path):
-        payload, _ = load_pretrained(path)
+        payload, full = load_pretrained(path)
+        if tokenizers is not None and pruned_record(tokenizers) is not None:
+            payload = kept_rows(payload, full, tokenizers)
         payload["config"]["model"].update({k: settings[k] for k in TRAINING_ONLY_KEYS})
     else:
         _, payload = read_model_file(weights_file_of(path))

@@ -223,7 +223,7 @@ def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: Dis
             f"; max_minutes={chosen.max_minutes} counts them" if chosen.max_minutes else "",
         )
     elif chosen.init_from:
-        init_weights_from(trainer.model, chosen.init_from, trainer.loop.record["model"], trainer.vocab)
+        init_weights_from(trainer.model, chosen.init_from, trainer.loop.record["model"], trainer.vocab, data.tokenizers)
         log.info("initialised weights from %s", chosen.init_from)
     return trainer
 
