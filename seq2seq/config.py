@@ -131,6 +131,10 @@ class CleanSettings:
         metadata={"help": "language: other codes the identifier may answer besides the run's own (e.g. [fr, es])"},
     )
     report_samples: int = setting(5, "dropped pairs per rule and corpus kept in cleaning.json")
+    alignment_pairs: int = setting(50000, "alignment: the first pairs of each corpus its word tables learn from")
+    alignment_max_mads: float = setting(
+        3.0, "alignment: a pair scoring this many (scaled) median deviations below the median drops"
+    )
 
 
 @dataclass
@@ -929,7 +933,7 @@ def validate_directions(d: Any) -> None:
 
 
 # data.clean's rules, in the order a pair meets them (seq2seq/data/cleaning.py): the first that matches
-# is the one a dropped pair is counted under; `default` is all of them.
+# is the one a dropped pair is counted under; `default` is all of them but the opt-in ones.
 CLEAN_RULES = (
     "control_chars",
     "length",
@@ -941,7 +945,12 @@ CLEAN_RULES = (
     "duplicate",
     "near_duplicate",
     "language",
+    "alignment",
 )
+# Rules named only by choice (`[default, alignment]`): alignment learns word tables from the corpus
+# before the first pair is judged, which the rules above never need.
+OPT_IN_RULES = ("alignment",)
+DEFAULT_CLEAN_RULES = tuple(rule for rule in CLEAN_RULES if rule not in OPT_IN_RULES)
 CORPUS_KINDS = ("parallel_files", "tsv", "jsonl", "multi30k", "hub")
 # What each kind of corpus must name, in data.corpora.
 CORPUS_FILES = {
@@ -954,14 +963,17 @@ CORPUS_FILES = {
 
 
 def clean_rules(value: Any, key: str = "data.clean") -> tuple[str, ...]:
-    """data.clean (or a corpus's clean) as the rules it names, in CLEAN_RULES' order: default is all,
-    none is none; an unknown name is a one-line error naming `key`."""
+    """data.clean (or a corpus's clean) as the rules it names, in CLEAN_RULES' order: default is all but
+    the opt-in ones (also inside a list: `[default, alignment]`), none is none; an unknown name is a
+    one-line error naming `key`."""
     if isinstance(value, str):
         _choice(key, value, ("default", "none"))
-        return CLEAN_RULES if value == "default" else ()
+        return DEFAULT_CLEAN_RULES if value == "default" else ()
     names = [str(name) for name in value]
-    unknown = [name for name in names if name not in CLEAN_RULES]
-    _check(not unknown, key, names, f"{', '.join(unknown)}: not a rule; the rules: {', '.join(CLEAN_RULES)}")
+    unknown = [name for name in names if name not in CLEAN_RULES and name != "default"]
+    _check(not unknown, key, names, f"{', '.join(unknown)}: not a rule; the rules: default, {', '.join(CLEAN_RULES)}")
+    if "default" in names:
+        names += DEFAULT_CLEAN_RULES
     return tuple(rule for rule in CLEAN_RULES if rule in names)
 
 
@@ -975,6 +987,8 @@ def validate_corpora(d: Any) -> None:
         _check(getattr(c, key) >= 1.0, f"data.clean_settings.{key}", getattr(c, key), "must be at least 1")
     for key in ("max_similarity", "max_symbol_share"):
         _check(0.0 <= getattr(c, key) <= 1.0, f"data.clean_settings.{key}", getattr(c, key), "must be in [0, 1]")
+    _check(c.alignment_pairs >= 100, "data.clean_settings.alignment_pairs", c.alignment_pairs, "must be >= 100")
+    _check(c.alignment_max_mads > 0, "data.clean_settings.alignment_max_mads", c.alignment_max_mads, "must be > 0")
     corpora = list(d.corpora or [])
     if not corpora:
         return

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 from conftest import TINY_TRAIN, compose_config
 
-from seq2seq.config import CLEAN_RULES, CleanSettings, CorpusConfig, DataConfig, UserError, clean_rules
+from seq2seq.config import (
+    DEFAULT_CLEAN_RULES,
+    CleanSettings,
+    CorpusConfig,
+    DataConfig,
+    UserError,
+    clean_rules,
+)
 from seq2seq.data.cleaning import Cleaner, CleaningReport, SeenHashes, normalised, summary
 from seq2seq.data.language_id import identifier
 from seq2seq.data.pipeline import prepare_data
@@ -97,7 +104,7 @@ def test_a_side_in_the_wrong_language():
 def test_a_pair_is_counted_under_the_first_rule_that_drops_it_and_samples_are_kept():
     report = CleaningReport()
     pairs = [GOOD, GOOD, GOOD, ("<p>\x07</p>", "x"), ("same text here", "same text here")]
-    rules = tuple(r for r in CLEAN_RULES if r != "language")
+    rules = tuple(r for r in DEFAULT_CLEAN_RULES if r != "language")
     cleaner = Cleaner(rules, CleanSettings(report_samples=1), "en", "de", None, report, "web")
     assert [cleaner.keep(*pair) for pair in pairs] == [True, False, False, False, False]
     entry = report.to_dict()["streams"]["web"]
@@ -118,7 +125,7 @@ def test_normalised_keeps_letters_case_folded():
 
 
 def test_rule_names_default_and_none():
-    assert clean_rules("default") == CLEAN_RULES and clean_rules("none") == ()
+    assert clean_rules("default") == DEFAULT_CLEAN_RULES and clean_rules("none") == ()
     assert clean_rules(["language", "length"]) == ("length", "language")  # CLEAN_RULES' order
     with pytest.raises(UserError, match=r"data.clean=\['lenght'\]: lenght: not a rule"):
         clean_rules(["lenght"])

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from seq2seq.config import CLEAN_RULES, UserError
+from seq2seq.data.alignment import AlignmentScorer
 
 URL_OR_MARKUP = re.compile(
     r"https?://|www\.\w|</?[A-Za-z][A-Za-z0-9]*(\s[^<>]*)?/?>|&(#\d+|#x[0-9A-Fa-f]+|[A-Za-z]+);|\[\[|\]\]|\{\{"
@@ -170,7 +173,10 @@ class Cleaner:
         identifier: Any,
         report: CleaningReport,
         label: str,
+        head: Callable[[], Iterable[tuple[str, str]]] | None = None,
     ) -> None:
+        """`head`: the stream's pairs from its start, read again for the alignment rule's word tables
+        (its first `settings.alignment_pairs`) before any pair is judged."""
         self.rules, self.settings, self.label = rules, settings, label
         self.langs = (src_lang, tgt_lang)
         self.identifier = identifier
@@ -181,6 +187,12 @@ class Cleaner:
         self.report = report.stream(label, rules)
         self.seen = SeenHashes()  # exact pairs kept so far, by hash
         self.seen_normalised = SeenHashes()
+        self.alignment = None
+        if "alignment" in rules:
+            if head is None:
+                raise UserError(f"data.clean: the alignment rule cannot reread {label} from its start")
+            pairs = itertools.islice(head(), settings.alignment_pairs)
+            self.alignment = AlignmentScorer(pairs, settings.alignment_max_mads, label)
         self.checks = [(rule, getattr(self, f"_{rule}")) for rule in CLEAN_RULES if rule in rules]
 
     def keep(self, src: str, tgt: str) -> bool:
@@ -244,6 +256,9 @@ class Cleaner:
 
     def _near_duplicate(self, src: str, tgt: str) -> bool:
         return self.seen_normalised.seen_or_add(pair_hash(normalised(src), normalised(tgt)))
+
+    def _alignment(self, src: str, tgt: str) -> bool:
+        return self.alignment.misaligned(src, tgt)
 
     def _language(self, src: str, tgt: str) -> bool:
         known = self.identifier.nb_classes

@@ -120,10 +120,17 @@ def iter_training_rows(
     for stream in streams:
         direction = stream.direction.name if stream.direction else SINGLE_CORPUS
         read.setdefault(direction, 0)
-        cleaner = Cleaner(
-            stream.rules, settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
-        )
         try:
+            cleaner = Cleaner(
+                stream.rules,
+                settings,
+                stream.cfg.src_lang,
+                stream.cfg.tgt_lang,
+                identifier,
+                report,
+                stream.label,
+                head=lambda stream=stream: iter_split(stream.cfg, "train") or (),
+            )
             pairs = iter_split(stream.cfg, "train")
             for src, tgt in pairs if pairs is not None else ():  # None: require_every_direction names it
                 read[direction] += 1

@@ -74,7 +74,14 @@ def one_pass(
     """A row, or DROPPED, for each line of one pass over a corpus, cleaned by a Cleaner of its own
     (`settings`: data.clean_settings)."""
     cleaner = Cleaner(
-        stream.rules, settings, stream.cfg.src_lang, stream.cfg.tgt_lang, identifier, report, stream.label
+        stream.rules,
+        settings,
+        stream.cfg.src_lang,
+        stream.cfg.tgt_lang,
+        identifier,
+        report,
+        stream.label,
+        head=lambda stream=stream: iter_split(stream.cfg, "train") or (),
     )
     pairs = iter(iter_split(stream.cfg, "train") or ())
     while True:
