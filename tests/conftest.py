@@ -284,6 +284,20 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
     return run
 
 
+def distill_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """seq2seq-distill's main in this process: (exit status, stdout, stderr)."""
+    from seq2seq.cli.distill import main
+
+    capsys.readouterr()
+    try:
+        main(argv)
+        status = 0
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
 def _loggers() -> dict[str, logging.Logger]:
     named = logging.root.manager.loggerDict.items()
     return {"": logging.getLogger(), **{name: log for name, log in named if isinstance(log, logging.Logger)}}
