@@ -69,6 +69,19 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{MULTI30K_SETTING}={os.environ[MULTI30K_SETTING]}: not a complete Multi30k folder; "
             f"fetch it with: python scripts/get_multi30k.py {MULTI30K_SEARCHED[0]}"
         )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        one_thread_a_worker()
+
+
+def one_thread_a_worker() -> None:
+    """Under pytest-xdist (pyproject's addopts) each worker has a core of its own: torch's default of a
+    thread a core would run two workers' four threads on 2 cores, each OpenMP team spinning while it
+    waits for a thread the other worker holds. The commands a test starts in a subprocess inherit
+    OMP_NUM_THREADS (a user's own is kept)."""
+    import torch
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -282,6 +295,20 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         return subprocess.CompletedProcess(args, status, out.out, out.err)
 
     return run
+
+
+def distill_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """seq2seq-distill's main in this process: (exit status, stdout, stderr)."""
+    from seq2seq.cli.distill import main
+
+    capsys.readouterr()
+    try:
+        main(argv)
+        status = 0
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    out = capsys.readouterr()
+    return status, out.out, out.err
 
 
 def _loggers() -> dict[str, logging.Logger]:

@@ -135,6 +135,22 @@ def test_sigterm_from_outside_ends_the_command_with_status_143_after_saving(tmp_
     assert "stopped: stopped by signal" in log.read_text()
 
 
+def test_training_from_code_gives_the_program_its_signal_handlers_back(tmp_path):
+    """Regression: train() from the Python API left its stop handlers installed: the program's Ctrl-C then
+    only asked a finished run to stop, and no longer raised KeyboardInterrupt."""
+
+    def mine(signum, frame):
+        raise AssertionError("not called")
+
+    before = {number: signal.signal(number, mine) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        train_logging(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2"]), tmp_path / "run")
+        assert signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
 def test_the_final_validations_reserve_is_timed_again_on_weights_that_have_learnt(tmp_path, slow_machine, monkeypatch):
     """Regression: the reserve was timed once, after the first update, on weights whose translations
     ran to their length limit, and kept: a run made 17 updates in 2.8 of its 5 minutes, keeping 3.1

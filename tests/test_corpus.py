@@ -125,6 +125,22 @@ def test_a_very_long_line_is_read_intact(tmp_path):
     assert len(lines) == 3 and lines[1] == long_line and len(lines[1]) == 100_000
 
 
+@pytest.mark.parametrize("name", ["plain.txt", "packed.txt.gz"])
+def test_a_reader_left_unfinished_closes_in_a_torn_down_module(tmp_path, monkeypatch, name):
+    """Regression: a streamed run stopping mid-epoch printed "Exception ignored in: <generator object
+    iter_lines>" at exit. The unfinished reader is closed while the interpreter tears modules down (their
+    names set to None), and closing it looked up zlib.error in an except clause around its yield."""
+    import seq2seq.data.corpus as corpus
+
+    text = "".join(f"line {i}\n" for i in range(10))
+    path = write(tmp_path / name, gzip.compress(text.encode()) if name.endswith(".gz") else text)
+    lines = corpus.iter_lines(path)
+    assert next(lines) == "line 0"
+    for global_name in [n for n in vars(corpus) if not n.startswith("__")]:  # as the interpreter's end does
+        monkeypatch.setattr(corpus, global_name, None)
+    lines.close()  # raised AttributeError: 'NoneType' object has no attribute 'error'
+
+
 # --- parallel, TSV, JSONL -----------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import sacrebleu
-from conftest import TINY_TRAIN, compose_config
+from conftest import TINY_TRAIN, compose_config, distill_main
 from script_module import load_script
 
 from seq2seq.cli.distill import distill_plan, main
@@ -51,17 +51,6 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
         patch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))
         train(compose_config("train", overrides), root / "run", overrides=overrides)
     return root / "run"
-
-
-def distill_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(argv)
-        status = 0
-    except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else 1
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
@@ -39,9 +41,16 @@ HALF_A, HALF_B = np.arange(0, 12), np.arange(12, 24)
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each socket is held until all are bound, so none is given twice."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
 
 
 def updates(
@@ -106,15 +115,11 @@ def record_gradients_at_the_update(trainer: Trainer) -> dict[str, torch.Tensor]:
     return grads
 
 
-def run(world_size: int, plans: dict[str, list[list[np.ndarray]]], tmp_path: Path) -> dict[str, dict]:
-    """Each named plan's update on `world_size` ranks, all in one spawn."""
+def in_this_process(plans: dict[str, list[list[np.ndarray]]], tmp_path: Path) -> dict[str, dict]:
+    """Each named plan's update in this process, without a process group (the two ranks': two_ranks)."""
     outs = [str(tmp_path / f"{name}.pt") for name in plans]
-    args = (world_size, free_port() if world_size > 1 else 0, list(plans.values()), str(tmp_path / "cache"), outs)
-    if world_size == 1:
-        with mock.patch.dict(os.environ):  # the rank's variables and cache stay out of later tests
-            updates(0, *args)
-    else:
-        mp.spawn(updates, args=args, nprocs=world_size, join=True)
+    with mock.patch.dict(os.environ):  # the rank's variables and cache stay out of later tests
+        updates(0, 1, 0, list(plans.values()), str(tmp_path / "cache"), outs)
     return {name: torch.load(out, weights_only=True) for name, out in zip(plans, outs, strict=True)}
 
 
@@ -133,11 +138,30 @@ def gradient_tolerance(grad: torch.Tensor, tokens: int, model: DictConfig) -> fl
 
 
 @pytest.fixture(scope="module")
-def ddp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """Two updates on two ranks, one spawn for both (a spawn costs seconds): each rank with one
-    micro-batch, and each with two."""
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """Everything that needs two spawned ranks, in one spawn (a spawn starts two interpreters that import
+    torch: seconds): two updates, each rank with one micro-batch and each with two; then a training whose
+    rank 1 hangs (hung_rank_one_run)."""
+    root = tmp_path_factory.mktemp("ddp")
     plans = {"one": [[HALF_A], [HALF_B]], "two": [[HALF_A[:6], HALF_A[6:]], [HALF_B[:6], HALF_B[6:]]]}
-    return run(2, plans, tmp_path_factory.mktemp("ddp"))
+    outs = [str(root / f"{name}.pt") for name in plans]
+    hung = SimpleNamespace(run=root / "hung" / "run", cache=root / "hung" / "cache", errors=root / "hung" / "rank0.txt")
+    update_port, hung_port = free_ports(2)
+    updates_args = (2, update_port, list(plans.values()), str(root / "cache"), outs)
+    hung_args = (hung_port, str(hung.run), str(hung.cache), str(hung.errors))
+    mp.spawn(updates_then_a_hung_rank, args=(updates_args, hung_args), nprocs=2, join=True)
+    done = {name: torch.load(out, weights_only=True) for name, out in zip(plans, outs, strict=True)}
+    return SimpleNamespace(updates=done, hung=hung)
+
+
+def updates_then_a_hung_rank(rank: int, updates_args: tuple, hung_args: tuple) -> None:
+    updates(rank, *updates_args)  # leaves its process group
+    hung_rank_one_run(rank, *hung_args)  # joins a new one
+
+
+@pytest.fixture(scope="module")
+def ddp(two_ranks: SimpleNamespace) -> dict[str, dict]:
+    return two_ranks.updates
 
 
 def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path, ddp: dict[str, dict]) -> None:
@@ -146,7 +170,7 @@ def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path, ddp: dict
     weights, are compared: Adam's first step is lr * g / (|g| + eps), which turns a rounding-level
     difference in a near-zero gradient into a weight difference of up to 2 * lr."""
     both = np.concatenate([HALF_A, HALF_B])
-    one = run(1, {"big": [[both]], "accum": [[HALF_A, HALF_B]]}, tmp_path)
+    one = in_this_process({"big": [[both]], "accum": [[HALF_A, HALF_B]]}, tmp_path)
     single_big_batch, accumulated, two_ranks = one["big"], one["accum"], ddp["one"]
     tokens = two_ranks["tokens"]
     assert tokens == single_big_batch["tokens"] == accumulated["tokens"]
@@ -307,17 +331,15 @@ def hung_rank_one_run(rank: int, port: int, run_dir: str, cache: str, errors: st
         Path(errors).write_text(f"{type(error).__name__}: {error}")
 
 
-def test_the_rank_left_waiting_for_a_hung_one_says_so_in_one_line(tmp_path: Path) -> None:
+def test_the_rank_left_waiting_for_a_hung_one_says_so_in_one_line(two_ranks: SimpleNamespace) -> None:
     """Regression (#30): the survivor stopped after dist_timeout_minutes as promised, but with gloo's
     raw RuntimeError ("Timed out waiting 3000ms for recv operation to complete")."""
-    errors = tmp_path / "rank0.txt"
-    args = (free_port(), str(tmp_path / "run"), str(tmp_path / "cache"), str(errors))
-    mp.spawn(hung_rank_one_run, args=args, nprocs=2, join=True)
-    message = errors.read_text()
+    hung = two_ranks.hung
+    message = hung.errors.read_text()
     assert message.startswith("UserError: rank 0: rank 1 stopped answering"), message
-    assert "dist_timeout_minutes=0.05" in message and f"resume={tmp_path / 'run'}" in message
+    assert "dist_timeout_minutes=0.05" in message and f"resume={hung.run}" in message
     assert "\n" not in message
-    assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()  # what the resume continues from
+    assert (hung.run / "checkpoints" / "last.pt").is_file()  # what the resume continues from
 
 
 def test_one_rank_under_torchrun_joins_a_group_of_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import RecordingEngine, compose_config
+from conftest import RecordingEngine, compose_config, distill_main
 from test_m2m100 import CODES, FINE_TUNE, OUTPUT_TOKENS, code_token, generated, hf_directory, parallel_corpus, sentences
 
 from seq2seq.artifacts.export import export
@@ -196,20 +196,12 @@ def test_a_tiny_nllb_teacher_distils_into_a_student_that_exports_to_argos(
     """seq2seq-distill teacher=<the fine-tuned run>: the teacher translates the corpus in its layout, the
     student trains its own SentencePiece tokenizer on those translations (no language codes, no 256k
     vocabulary) and, like any such run, exports to an Argos package."""
-    from seq2seq.cli.distill import main
-
     output = tmp_path / "out"
     argv = [
         f"teacher={fine_tuned.run}", f"output={output}", "student=tiny", "threads=1", "speed_lines=4",
         f"cache={tmp_path / 'c'}", "train.max_steps=4", "speed_threads=[1]", "data.vocab_size=400",
     ]  # fmt: skip
-    capsys.readouterr()
-    try:
-        main(argv)
-        status = 0
-    except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else 1
-    out, err = capsys.readouterr()
+    status, out, err = distill_main(argv, capsys)
     assert status == 0, err[-2000:]
     result = json.loads(out)
     assert result["student"]["steps"] == 4

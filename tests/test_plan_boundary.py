@@ -132,5 +132,6 @@ def test_the_decoding_wing_is_never_allowed_one() -> None:
 
 def test_the_list_of_files_not_yet_converted_only_shrinks() -> None:
     """A file that no longer takes a whole config leaves the list, so that it cannot take one again."""
-    clean = [name for name in NOT_YET_CONVERTED if name not in offenders()]
+    found = offenders()  # once: in the comprehension's condition it parsed the package once a name
+    clean = [name for name in NOT_YET_CONVERTED if name not in found]
     assert not clean, f"no longer take a whole config: remove them from NOT_YET_CONVERTED: {clean}"

@@ -5,6 +5,7 @@ checkpoints no tokenizer can read)."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,16 +18,29 @@ from seq2seq.train.run import train
 FIRST = [*TINY_TRAIN, "max_steps=2", "valid_every=2", "save_every=2"]
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FIRST, trained once for the module: each test takes a copy (copying is cheap, training is not)."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    with pytest.MonkeyPatch.context() as patch:  # module scope: conftest's per-test cache is not set yet
+        patch.setenv("SEQ2SEQ_CACHE", str(tmp_path_factory.getbasetemp() / "seq2seq-cache"))
+        train(compose_config("train", FIRST), run)
+    return run
+
+
+@pytest.fixture
+def run(trained: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(trained, tmp_path / "run"))
+
+
 def resume(run: Path) -> None:
     option = f"resume={run}"
     train(compose_config("train", [*FIRST, option]), run, overrides=[option, "max_steps=4"])
 
 
 def test_a_kill_while_the_resumed_run_saves_its_tokenizer_leaves_the_old_file_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    run: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run = tmp_path / "run"
-    train(compose_config("train", FIRST), run)
     before = (run / JOINT_FILE).read_bytes()
 
     def killed_while_saving(self: Tokenizers, directory: Path) -> None:
@@ -40,9 +54,7 @@ def test_a_kill_while_the_resumed_run_saves_its_tokenizer_leaves_the_old_file_wh
     assert not list(run.glob(".staging.*"))  # the new folder went with the failed save
 
 
-def test_a_resumed_run_leaves_its_unchanged_tokenizer_file_untouched(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    train(compose_config("train", FIRST), run)
+def test_a_resumed_run_leaves_its_unchanged_tokenizer_file_untouched(run: Path) -> None:
     past = 1_000_000_000_000_000_000  # 2001, in nanoseconds: any write of the file would change it
     os.utime(run / JOINT_FILE, ns=(past, past))
     inode = (run / JOINT_FILE).stat().st_ino
@@ -51,9 +63,7 @@ def test_a_resumed_run_leaves_its_unchanged_tokenizer_file_untouched(tmp_path: P
     assert (run / JOINT_FILE).stat().st_ino == inode
 
 
-def test_a_staging_folder_a_killed_run_left_goes_at_the_next_start(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    train(compose_config("train", FIRST), run)
+def test_a_staging_folder_a_killed_run_left_goes_at_the_next_start(run: Path) -> None:
     left = run / ".staging.abc123.tmp"
     left.mkdir()
     (left / JOINT_FILE).write_text("{")
@@ -61,20 +71,3 @@ def test_a_staging_folder_a_killed_run_left_goes_at_the_next_start(tmp_path: Pat
     mine.write_text("mine")
     assert RunDir(run).remove_stale_temporaries() == 1
     assert not left.exists() and mine.read_text() == "mine"
-
-
-def test_training_from_code_gives_the_program_its_signal_handlers_back(tmp_path: Path) -> None:
-    # train() from the Python API left its stop handlers installed: the program's Ctrl-C then only asked
-    # a finished run to stop, and no longer raised KeyboardInterrupt.
-    import signal
-
-    def mine(signum: int, frame: object) -> None:
-        raise AssertionError("not called")
-
-    before = {number: signal.signal(number, mine) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        train(compose_config("train", FIRST), tmp_path / "run")
-        assert signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is mine
-    finally:
-        for number, handler in before.items():
-            signal.signal(number, handler)

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from itertools import zip_longest
 from pathlib import Path
+from typing import BinaryIO
 
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.builtin import reverse_task
@@ -35,17 +36,30 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a text file")
-    number = 0
     try:
-        with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as file:
-            for number, line in enumerate(file, start=1):  # binary files split on b"\n" only
-                try:
-                    decoded = line.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise UserError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from err
-                if number == 1:
-                    decoded = decoded.removeprefix("\ufeff")
-                yield decoded.removesuffix("\n").removesuffix("\r")
+        file = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    except OSError as err:
+        raise UserError(f"{path}: cannot read after line 0: {err}") from err
+    number = 0
+    with file:
+        # The yield stays outside every try: a reader left unfinished when the process ends (a streamed run
+        # stopping mid-epoch) is closed at the yield, where an except clause would look up zlib in a module
+        # already torn down ("Exception ignored in: <generator object iter_lines>").
+        while line := next_line(file, path, number):  # binary files split on b"\n" only
+            number += 1
+            try:
+                decoded = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}:{number}: invalid UTF-8 at byte {err.start} of the line") from err
+            if number == 1:
+                decoded = decoded.removeprefix("\ufeff")
+            yield decoded.removesuffix("\n").removesuffix("\r")
+
+
+def next_line(file: BinaryIO, path: Path, number: int) -> bytes:
+    """The next line of `file` (b"" at its end); a failed read is a UserError naming the last line read."""
+    try:
+        return file.readline()
     except (OSError, EOFError, zlib.error) as err:  # zlib.error: a corrupt .gz
         raise UserError(f"{path}: cannot read after line {number}: {err}") from err
 
