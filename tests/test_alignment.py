@@ -110,7 +110,9 @@ def test_the_tables_learn_from_the_head_alone() -> None:
 
 
 def test_too_few_pairs_to_learn_from_is_one_line_naming_the_corpus() -> None:
-    with pytest.raises(UserError, match=r"alignment rule .* data.corpora\[tiny\] has 4 with 1 to 80 words .* fewer than 100"):
+    with pytest.raises(
+        UserError, match=r"alignment rule .* data.corpora\[tiny\] has 4 with 1 to 80 words .* fewer than 100"
+    ):
         AlignmentScorer(KOEHN, 3.0, "data.corpora[tiny]")
 
 
