@@ -10,7 +10,7 @@ this is plain `F.dropout`.
 Traced by torch.compile (compile=true, any device) the mask is `torch.randint`'s 15 bits compared
 with the same threshold. Inductor writes `rand` (what `F.dropout` draws) out as an fp32 buffer, which
 the backward then needs: 4 bytes per element held from each dropout to its backward, against eager's
-1-byte mask. `randint` it leaves a pure function of the seed and the element's index, which the
+1-byte mask. `randint` it leaves as a function of the seed and the element's index, which the
 forward's kernel and the backward's each recompute where they use it: no mask is held at all
 (docs/performance.md, "The compiled update's memory").
 """
