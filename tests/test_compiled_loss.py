@@ -123,3 +123,36 @@ def test_the_chunk_count_is_a_constant_whatever_the_rows(monkeypatch) -> None:
     products.clear()
     ours(*rows_of(50)[:3], None, 1.0)
     assert len(products) == 3 * compiled_loss.LOSS_CHUNKS
+
+
+def test_each_chunk_waits_for_the_loss_terms_of_the_one_before() -> None:
+    """Chunk k + 1's logits product depends on chunk k's loss terms (the target's gather and the
+    mean over the vocabulary), not only on its gradient: otherwise the compiler may leave every
+    chunk's terms to one kernel after the last chunk, which holds all their logits at once (it did,
+    in the compiled update: three chunks' logits, 84 MB of small's peak). Read off the traced graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    hidden, weight, target, _ = rows_of(50)
+    graph = make_fx(
+        lambda h, w, t: compiled_loss._chunked(h, w, t, SMOOTHING, torch.float32, None, with_gradients=True)
+    )(hidden, weight, target).graph
+    per_chunk = -(-50 // LOSS_CHUNKS) + 1
+
+    def ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
+        seen, stack = set(), list(node.all_input_nodes)
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(n.all_input_nodes)
+        return seen
+
+    def calls(op: object) -> list[torch.fx.Node]:
+        return [n for n in graph.nodes if n.target is op]
+
+    logits = [n for n in calls(torch.ops.aten.mm.default) if tuple(n.meta["val"].shape) == (per_chunk, VOCAB)]
+    gathers, means = calls(torch.ops.aten.gather.default), calls(torch.ops.aten.mean.dim)
+    assert len(logits) == len(gathers) == len(means) == LOSS_CHUNKS
+    for chunk in range(LOSS_CHUNKS - 1):
+        before_next = ancestors(logits[chunk + 1])
+        assert gathers[chunk] in before_next and means[chunk] in before_next, chunk

@@ -1,9 +1,11 @@
-"""The CPU dropout: drops the requested fraction, rescales what it keeps, and is reproducible."""
+"""The CPU dropout: drops the requested fraction, rescales what it keeps, and is reproducible; traced
+by torch.compile, it draws its mask with `randint` (which Inductor recomputes instead of storing)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch._dynamo
 
 from seq2seq.model.dropout import Dropout
 
@@ -48,3 +50,23 @@ def test_identity_in_eval_mode_and_reproducible_from_the_seed() -> None:
     first = Dropout(0.5).train()(x)
     torch.manual_seed(3)
     assert torch.equal(Dropout(0.5).train()(x), first)
+
+
+def test_traced_dropout_draws_a_recomputable_mask_at_the_same_rate() -> None:
+    """Traced, the mask is `randint`'s 15 bits against the cheap mask's threshold: no `rand`, which
+    Inductor writes out as fp32 and holds from each dropout to its backward (4 bytes an element where
+    eager holds a 1-byte mask). Run through AOTAutograd (the compiler's forward and backward, no
+    code generated), it drops the fraction asked and passes gradient only where it kept."""
+    layer = Dropout(0.25).train()
+    explained = torch._dynamo.explain(layer)(torch.ones(4, 4))
+    assert explained.graph_break_count == 0
+    code = explained.graphs[0].code
+    assert "randint" in code and "rand(" not in code and "dropout(" not in code, code
+    torch.manual_seed(4)
+    x = torch.ones(1000, 1000, requires_grad=True)
+    y = torch.compile(layer, backend="aot_eager", fullgraph=True)(x)
+    assert abs(float((y == 0).float().mean()) - 0.25) < 0.003
+    y.sum().backward()
+    kept = y.detach() != 0
+    assert torch.all(x.grad[~kept] == 0)
+    torch.testing.assert_close(x.grad[kept], torch.full_like(x.grad[kept], 1.0 / 0.75), rtol=1e-4, atol=0)

@@ -6,6 +6,13 @@ rounded to a multiple of 2^-15 (0.1 becomes 0.100006). One int32 draw (uniform o
 15-bit fields of two elements, so the generator runs once per two elements. The mask still comes from
 torch's CPU generator, so seeding and checkpointed RNG state reproduce it exactly. Elsewhere (CUDA)
 this is plain `F.dropout`.
+
+Traced by torch.compile (compile=true, any device) the mask is `torch.randint`'s 15 bits compared
+with the same threshold. Inductor writes `rand` (what `F.dropout` draws) out as an fp32 buffer, which
+the backward then needs: 4 bytes per element held from each dropout to its backward, against eager's
+1-byte mask. `randint` it leaves as a function of the seed and the element's index, which the
+forward's kernel and the backward's each recompute where they use it: no mask is held at all
+(docs/performance.md, "The compiled update's memory").
 """
 
 from __future__ import annotations
@@ -20,11 +27,17 @@ INT16_LEVELS = 2**15  # int16.random_() draws uniformly from [0, 2^15)
 
 
 def cheap_mask_applies(x: torch.Tensor) -> bool:
-    """The cheaper mask is for CPU tensors run eagerly. A GPU takes `F.dropout`, and so does code that
-    torch.compile traces (compile=true), on any device: the mask's in-place `random_` cannot be traced
-    (it would break the graph at every dropout), and the compiler draws F.dropout's random numbers
-    inside its own fused kernels, where no mask is written out."""
+    """The cheaper mask is for CPU tensors run eagerly; a GPU run eagerly takes `F.dropout`. Code that
+    torch.compile traces takes `traced_keep_mask` on any device: the cheap mask's in-place `random_`
+    cannot be traced (it would break the graph at every dropout)."""
     return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def traced_keep_mask(x: torch.Tensor, threshold: int) -> torch.Tensor:
+    """True where x's element is kept: a uniform 15-bit draw at or above `threshold`, as the cheap
+    mask decides it, from `torch.randint`, which Inductor recomputes from the seed where it is used
+    instead of storing it (see the module's docstring)."""
+    return torch.randint(0, INT16_LEVELS, x.shape, device=x.device) >= threshold
 
 
 class Dropout(nn.Module):
@@ -37,6 +50,8 @@ class Dropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
+        if torch.compiler.is_compiling():
+            return x * traced_keep_mask(x, self.threshold) * self.scale
         if not cheap_mask_applies(x):
             return F.dropout(x, self.p, training=True)
         return x * self._keep_mask(x.shape) * self.scale

@@ -103,10 +103,14 @@ def _chunked(
     for chunk in range(LOSS_CHUNKS):  # a constant count: unrolled alike for every batch
         h_c, t_c, real_c = h[chunk], t[chunk], real[chunk]
         if chunk > 0:
-            # Each chunk waits for the one before (its last result, times 0): independent, Inductor
+            # Each chunk waits for the one before (its results so far, times 0): independent, Inductor
             # fuses the chunks' pointwise work into one kernel, which holds every chunk's logits at
-            # once. 0 * x is not folded away; it is NaN only where x is, when the loss is not finite.
-            h_c = h_c + 0.0 * (grad_weight[0, 0] if with_gradients else loss).to(h_c.dtype)
+            # once. The sums too: waiting for the gradient alone, the chunks' loss terms (a gather
+            # and a mean of the logits) were left to one kernel after the last chunk, which held
+            # three chunks' logits. 0 * x is not folded away; it is NaN only where x is, when the
+            # loss is not finite.
+            so_far = loss + nll + (grad_weight[0, 0] if with_gradients else 0.0)
+            h_c = h_c + 0.0 * so_far.to(h_c.dtype)
         logits = h_c @ w.t()  # (n, V)
         logits = logits.float() if bias is None else logits.float() + bias.float()
         lse = torch.logsumexp(logits, dim=-1)

@@ -4,10 +4,10 @@ Eager, an update is thousands of small operators, each a kernel launch on a GPU 
 "What keeps a GPU waiting"). Compiled whole (the forward pass, the loss, the backward pass, the gradient
 clipping, the finiteness check and Adam over the flat buffers), Inductor fuses pointwise work and
 reductions across all of them into a few generated kernels (C++ on a CPU, Triton on a GPU) around the
-matrix products. TorchDynamo traces `loss.backward()` as autograd.grad plus the accumulation into each
-parameter's gradient (`trace_autograd_ops`), so the backward and the optimiser are in the same graph as
-the forward. The loss is the projection and label-smoothed loss in a fixed count of row chunks
-(compiled_loss.py): the logits are never held whole, and one graph serves every row count.
+matrix products. TorchDynamo traces autograd.grad (`trace_autograd_ops`), so the backward, the
+accumulation into the flat gradient buffer and the optimiser are in the same graph as the forward.
+The loss is the projection and label-smoothed loss in a fixed count of row chunks (compiled_loss.py):
+the logits are never held whole, and one graph serves every row count.
 
 Shapes: every batch has its own sentences and widths. Its dimensions are marked dynamic, so one graph
 serves them all; TorchDynamo still recompiles where a guard it made on the first batches stops holding
@@ -147,7 +147,13 @@ class CompiledUpdate:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with self.autocast():
             loss, nll = self.objective(src, tgt_in, tgt_out, tgt_positions)
-        (loss * scale).backward()
+        # Not `.backward()`: TorchDynamo writes that as autograd.grad, then the accumulations into the
+        # buffer in the parameters' order, embeddings first, whose gradients are made last. The
+        # accumulations are a chain (each writes the one buffer), so none could run before the
+        # backward's end, and Inductor fused each weight's gradient product and bias sum into its
+        # accumulation there: every layer's saved inputs and output gradients held to the end.
+        gradients = torch.autograd.grad(loss * scale, self.parameters.params, allow_unused=True)
+        self.parameters.accumulate(gradients)
         return loss.detach().float(), nll.detach().float()
 
     def _last_pass_and_step(

@@ -15,7 +15,7 @@ optimiser over the buffer updates every parameter every step; in this model the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -81,6 +81,16 @@ class FlatParameters:
                     "`param.grad` (copy_, zero_) instead"
                 )
         return [values.grad for values in self.buffers]
+
+    def accumulate(self, gradients: Sequence[torch.Tensor | None]) -> None:
+        """Adds each parameter's new gradient (None: the loss did not reach it) into its view of the
+        buffer, the last parameter first: about the order a backward pass completes them (the last
+        layer's first, the embeddings' last). Compiled, the additions are a chain on one buffer, so
+        that order decides how early each can run and free what its gradient was made from."""
+        pairs = zip(self.split_gradients(), gradients, strict=True)
+        for view, gradient in reversed(list(pairs)):
+            if gradient is not None:
+                view.add_(gradient)
 
     def gradient_norm(self) -> torch.Tensor:
         """The 2-norm of all gradients, as a device scalar (see NORM_ROW). Unchecked: the optimiser's
