@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -100,6 +101,20 @@ def text_schema(multilingual: bool, corpora: bool) -> pa.Schema:
     return pa.schema(columns)
 
 
+def stream_cleaner(stream: Stream, settings: CleanSettings, identifier: Any, report: CleaningReport) -> Cleaner:
+    """The Cleaner of one stream's training pairs; the alignment rule reads the stream again from its start."""
+    return Cleaner(
+        stream.rules,
+        settings,
+        stream.cfg.src_lang,
+        stream.cfg.tgt_lang,
+        identifier,
+        report,
+        stream.label,
+        head=lambda: iter_split(stream.cfg, "train") or (),
+    )
+
+
 def iter_training_rows(
     streams: Sequence[Stream],
     settings: CleanSettings,
@@ -121,16 +136,7 @@ def iter_training_rows(
         direction = stream.direction.name if stream.direction else SINGLE_CORPUS
         read.setdefault(direction, 0)
         try:
-            cleaner = Cleaner(
-                stream.rules,
-                settings,
-                stream.cfg.src_lang,
-                stream.cfg.tgt_lang,
-                identifier,
-                report,
-                stream.label,
-                head=lambda stream=stream: iter_split(stream.cfg, "train") or (),
-            )
+            cleaner = stream_cleaner(stream, settings, identifier, report)
             pairs = iter_split(stream.cfg, "train")
             for src, tgt in pairs if pairs is not None else ():  # None: require_every_direction names it
                 read[direction] += 1

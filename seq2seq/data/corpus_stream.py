@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from seq2seq.config import CleanSettings, UserError
-from seq2seq.data.cleaning import Cleaner, CleaningReport
-from seq2seq.data.corpora import SINGLE_CORPUS, Stream, named_error
+from seq2seq.data.cleaning import CleaningReport
+from seq2seq.data.corpora import SINGLE_CORPUS, Stream, named_error, stream_cleaner
 from seq2seq.data.corpus import iter_split, split_files
 from seq2seq.data.language_id import identifier as make_identifier
 
@@ -73,16 +73,7 @@ def one_pass(
 ) -> Iterator[tuple | None]:
     """A row, or DROPPED, for each line of one pass over a corpus, cleaned by a Cleaner of its own
     (`settings`: data.clean_settings)."""
-    cleaner = Cleaner(
-        stream.rules,
-        settings,
-        stream.cfg.src_lang,
-        stream.cfg.tgt_lang,
-        identifier,
-        report,
-        stream.label,
-        head=lambda stream=stream: iter_split(stream.cfg, "train") or (),
-    )
+    cleaner = stream_cleaner(stream, settings, identifier, report)
     pairs = iter(iter_split(stream.cfg, "train") or ())
     while True:
         # The yield stays outside the try: a pass left unfinished when the process ends is closed at the
