@@ -32,15 +32,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seq2seq.artifacts.replacing import write_new_json
-from seq2seq.config import UserError
-from seq2seq.data.corpora import BACK_TRANSLATION_MARK
-from seq2seq.data.corpus import read_lines
-from seq2seq.distill.source_language import SAMPLE_LINES, SURE
-from seq2seq.distill.teacher import Teacher, read_teacher
-from seq2seq.distill.translations import cache_key, read_translations, translate_cached
-from seq2seq.inference import load
-from seq2seq.inference.target_language import UNNAMED
+# isort: off
+from seq2seq.startup import prepare_process
+
+# Before torch loads (seq2seq.distill imports it), as the commands do: else OpenMP's threads spin long
+# and, on a machine shared with other work, take the cores from it while the script decodes.
+prepare_process()
+# isort: on
+
+from seq2seq.artifacts.replacing import write_new_json  # noqa: E402
+from seq2seq.config import UserError  # noqa: E402
+from seq2seq.data.corpora import BACK_TRANSLATION_MARK  # noqa: E402
+from seq2seq.data.corpus import read_lines  # noqa: E402
+from seq2seq.distill.source_language import SAMPLE_LINES, SURE  # noqa: E402
+from seq2seq.distill.teacher import Teacher, read_teacher  # noqa: E402
+from seq2seq.distill.translations import cache_key, read_translations, translate_cached  # noqa: E402
+from seq2seq.inference import load  # noqa: E402
+from seq2seq.inference.target_language import UNNAMED  # noqa: E402
 
 MARK = BACK_TRANSLATION_MARK  # what this script writes beside the pairs: which cache entry, which languages
 

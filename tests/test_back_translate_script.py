@@ -4,6 +4,9 @@ corpus, cached and resumed as seq2seq-distill's are, and the user's files left a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import TINY_TRAIN, compose_config, digit_sentence
@@ -121,3 +124,17 @@ def test_a_model_beside_another_run_s_tokenizer_is_refused_before_translating(tm
     with pytest.raises(SystemExit, match=mismatch):
         load_script("back_translate").main(argv)
     assert not (tmp_path / "bt").exists() and not (tmp_path / "bt-cache").exists()
+
+
+def test_the_process_is_set_up_before_torch_loads():
+    """The script set up its process only when seq2seq.inference was imported, after seq2seq.distill had
+    imported torch: its log said "torch was imported before the command set up the process, so OpenMP's
+    threads spin long", and on a shared machine they took the cores from the other work."""
+    probe = (
+        "import sys; from script_module import load_script; load_script('back_translate'); "
+        "from seq2seq import cpu_sharing, startup; "
+        "print(startup._prepared, cpu_sharing._openmp_loaded_first)"
+    )
+    tests = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tests, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "False"]
