@@ -1,7 +1,7 @@
 """The training objective as compile=true compiles it under torchrun or in fp16 (update.py; elsewhere the
 whole update is one graph: tests/test_compiled_update.py): one graph, no graph break, so the step runs as
-few large kernels and CUDA graphs can capture it whole. The CPU's cheaper dropout mask is for eager code:
-traced, dropout draws `randint` on every device (the mask's in-place `random_` cannot be traced)."""
+few large kernels and CUDA graphs can capture it whole. Traced on a CPU, dropout's cheaper mask is one
+custom operator in the graph (its in-place `random_` cannot be traced as it is)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ def test_the_training_objective_compiles_into_one_graph(dynamic):
     assert explained.graph_count == 1
 
 
-def test_traced_dropout_is_randint_and_eager_dropout_the_cheap_mask(monkeypatch):
-    """The check above would pass vacuously if the trace saw no dropout: traced, the layer draws
-    `randint` in the graph (no break); run eagerly on a CPU it still draws the cheaper mask."""
+def test_traced_dropout_is_the_mask_operator_and_eager_dropout_the_cheap_mask(monkeypatch):
+    """The check above would pass vacuously if the trace saw no dropout: traced, the layer calls the
+    mask operator in the graph (no break); run eagerly on a CPU it draws the cheaper mask itself."""
     torch.manual_seed(0)
     layer = dropout.Dropout(0.1).train()
     masks = []
@@ -51,7 +51,7 @@ def test_traced_dropout_is_randint_and_eager_dropout_the_cheap_mask(monkeypatch)
 
     explained = torch._dynamo.explain(scaled)(torch.ones(4, 4))
     assert explained.graph_break_count == 0
-    assert "randint" in explained.graphs[0].code
+    assert "seq2seq.keep_mask" in explained.graphs[0].code
     assert masks == []
     scaled(torch.ones(4, 4))
     assert masks == [torch.Size([4, 4])]

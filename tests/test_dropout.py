@@ -52,16 +52,16 @@ def test_identity_in_eval_mode_and_reproducible_from_the_seed() -> None:
     assert torch.equal(Dropout(0.5).train()(x), first)
 
 
-def test_traced_dropout_draws_a_recomputable_mask_at_the_same_rate() -> None:
-    """Traced, the mask is `randint`'s 15 bits against the cheap mask's threshold: no `rand`, which
-    Inductor writes out as fp32 and holds from each dropout to its backward (4 bytes an element where
-    eager holds a 1-byte mask). Run through AOTAutograd (the compiler's forward and backward, no
-    code generated), it drops the fraction asked and passes gradient only where it kept."""
+def test_traced_dropout_draws_the_cheap_mask_at_the_same_rate() -> None:
+    """Traced on a CPU, the mask is the cheap mask's custom operator: no `rand` (which Inductor writes
+    out as fp32 and holds to the backward) and no `randint` (which it recomputes in every loop that
+    reads the mask). Run through AOTAutograd (the compiler's forward and backward, no code generated),
+    it drops the fraction asked and passes gradient only where it kept."""
     layer = Dropout(0.25).train()
     explained = torch._dynamo.explain(layer)(torch.ones(4, 4))
     assert explained.graph_break_count == 0
     code = explained.graphs[0].code
-    assert "randint" in code and "rand(" not in code and "dropout(" not in code, code
+    assert "seq2seq.keep_mask" in code and "rand" not in code and "dropout(" not in code, code
     torch.manual_seed(4)
     x = torch.ones(1000, 1000, requires_grad=True)
     y = torch.compile(layer, backend="aot_eager", fullgraph=True)(x)
@@ -70,3 +70,35 @@ def test_traced_dropout_draws_a_recomputable_mask_at_the_same_rate() -> None:
     kept = y.detach() != 0
     assert torch.all(x.grad[~kept] == 0)
     torch.testing.assert_close(x.grad[kept], torch.full_like(x.grad[kept], 1.0 / 0.75), rtol=1e-4, atol=0)
+
+
+def test_compiled_dropout_draws_each_mask_once_and_holds_it_for_the_backward(monkeypatch) -> None:
+    """Compiled by Inductor, a forward and backward through two dropouts and a layer norm (whose kernels
+    loop over their rows more than once) draw two masks: the backward holds each, recomputes none.
+    With `randint` in the graph the count was 0 (Inductor's own draws, recomputed in each loop of the
+    forward's and the backward's kernels: the compiled update ran 0.86x eager, docs/performance.md);
+    a mask recomputed for the backward would count 4. The same seed gives the eager layer's masks."""
+    import seq2seq.model.dropout as module
+
+    draws = []
+    cheap = module.cheap_keep_mask
+    monkeypatch.setattr(
+        module, "cheap_keep_mask", lambda shape, threshold: draws.append(shape) or cheap(shape, threshold)
+    )
+    first, second = Dropout(0.3).train(), Dropout(0.3).train()
+    norm = torch.nn.LayerNorm(16)
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return second(norm(x + first(x)))
+
+    x = torch.randn(8, 16, requires_grad=True)
+    compiled = torch.compile(block, fullgraph=True)
+    torch.manual_seed(7)
+    compiled(x).sum().backward()  # compiles, then runs
+    draws.clear()
+    torch.manual_seed(7)
+    y = compiled(x)
+    y.sum().backward()
+    assert draws == [torch.Size([8, 16])] * 2
+    torch.manual_seed(7)
+    torch.testing.assert_close(y, block(x))

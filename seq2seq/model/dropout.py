@@ -7,12 +7,14 @@ rounded to a multiple of 2^-15 (0.1 becomes 0.100006). One int32 draw (uniform o
 torch's CPU generator, so seeding and checkpointed RNG state reproduce it exactly. Elsewhere (CUDA)
 this is plain `F.dropout`.
 
-Traced by torch.compile (compile=true, any device) the mask is `torch.randint`'s 15 bits compared
-with the same threshold. Inductor writes `rand` (what `F.dropout` draws) out as an fp32 buffer, which
-the backward then needs: 4 bytes per element held from each dropout to its backward, against eager's
-1-byte mask. `randint` it leaves as a function of the seed and the element's index, which the
-forward's kernel and the backward's each recompute where they use it: no mask is held at all
-(docs/performance.md, "The compiled update's memory").
+Traced by torch.compile (compile=true) on a CPU, the same cheap mask is drawn by a custom operator
+(`seq2seq::keep_mask`), which Inductor calls as it is: the mask is a 1-byte tensor made once and held
+to the backward, as eager holds it. Inductor's own random numbers cost more on a CPU: `rand` (what
+`F.dropout` draws) it writes out as an fp32 buffer held to the backward (4 bytes an element), and
+`randint` it recomputes from the seed in every loop of every kernel that reads the mask (a layer norm's
+kernels loop over their rows two or three times, forward and backward), which made the compiled update
+slower than eager (docs/performance.md, "The compiled update's memory"). On a GPU, traced, the mask is
+`randint`'s 15 bits against the same threshold: recomputing it there is cheap and holds no mask.
 """
 
 from __future__ import annotations
@@ -28,15 +30,37 @@ INT16_LEVELS = 2**15  # int16.random_() draws uniformly from [0, 2^15)
 
 def cheap_mask_applies(x: torch.Tensor) -> bool:
     """The cheaper mask is for CPU tensors run eagerly; a GPU run eagerly takes `F.dropout`. Code that
-    torch.compile traces takes `traced_keep_mask` on any device: the cheap mask's in-place `random_`
-    cannot be traced (it would break the graph at every dropout)."""
+    torch.compile traces takes `traced_keep_mask`: the cheap mask's in-place `random_` cannot be
+    traced as it is (it would break the graph at every dropout), so it is wrapped in a custom operator."""
     return x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
+def cheap_keep_mask(shape: torch.Size | tuple[int, ...], threshold: int) -> torch.Tensor:
+    """True where an element is kept: its 15-bit field of an int32 draw at or above `threshold`."""
+    count = math.prod(shape)
+    bits = torch.empty((count + 1) // 2, dtype=torch.int32).random_().view(torch.int16)[:count]
+    return (bits.bitwise_and_(INT16_LEVELS - 1) >= threshold).view(shape)
+
+
+# nondeterministic_seeded: two calls on equal inputs are different draws (the compiler must not merge
+# them) and the backward may not recompute one: it holds the mask the forward drew.
+@torch.library.custom_op("seq2seq::keep_mask", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
+def keep_mask_op(like: torch.Tensor, threshold: int) -> torch.Tensor:
+    """The cheap mask in `like`'s shape, as one operator the compiler calls but does not trace."""
+    return cheap_keep_mask(like.shape, threshold)
+
+
+@keep_mask_op.register_fake
+def _(like: torch.Tensor, threshold: int) -> torch.Tensor:
+    return torch.empty(like.shape, dtype=torch.bool, device=like.device)
+
+
 def traced_keep_mask(x: torch.Tensor, threshold: int) -> torch.Tensor:
-    """True where x's element is kept: a uniform 15-bit draw at or above `threshold`, as the cheap
-    mask decides it, from `torch.randint`, which Inductor recomputes from the seed where it is used
-    instead of storing it (see the module's docstring)."""
+    """True where x's element is kept, drawn as the cheap mask decides it: on a CPU by the cheap mask
+    itself (`keep_mask_op`), elsewhere from `torch.randint`, which Inductor recomputes from the seed
+    where it is used instead of storing it (see the module's docstring)."""
+    if x.device.type == "cpu":
+        return keep_mask_op(x.detach(), threshold)
     return torch.randint(0, INT16_LEVELS, x.shape, device=x.device) >= threshold
 
 
@@ -57,9 +81,7 @@ class Dropout(nn.Module):
         return x * self._keep_mask(x.shape) * self.scale
 
     def _keep_mask(self, shape: torch.Size) -> torch.Tensor:
-        count = math.prod(shape)
-        bits = torch.empty((count + 1) // 2, dtype=torch.int32).random_().view(torch.int16)[:count]
-        return (bits.bitwise_and_(INT16_LEVELS - 1) >= self.threshold).view(shape)
+        return cheap_keep_mask(shape, self.threshold)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
