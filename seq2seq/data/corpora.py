@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from seq2seq.config import CleanSettings, CorpusConfig, DataConfig, UserError, clean_rules
 from seq2seq.data.cleaning import Cleaner, CleaningReport
 from seq2seq.data.corpus import corpus_sources, iter_split
@@ -88,17 +86,6 @@ def training_streams(data: DataConfig, directions: Sequence[tuple[Direction, Dat
             extra = (() if direction is None else (direction_index,)) + (() if corpus is None else (corpus_index,))
             streams.append(Stream(label, None if corpus is None else name, settings, direction, extra, rules))
     return streams
-
-
-def text_schema(multilingual: bool, corpora: bool) -> pa.Schema:
-    """The raw training rows' columns: the two texts, then the direction and corpus indices a run has
-    (`multilingual`: data.directions; `corpora`: data.corpora)."""
-    columns = [("src_text", pa.string()), ("tgt_text", pa.string())]
-    if multilingual:
-        columns.append((DIRECTION, pa.int16()))
-    if corpora:
-        columns.append((CORPUS, pa.int16()))
-    return pa.schema(columns)
 
 
 def stream_cleaner(stream: Stream, settings: CleanSettings, identifier: Any, report: CleaningReport) -> Cleaner:
