@@ -52,6 +52,16 @@ def test_a_directory_without_a_model_is_one_line(first_run: Path, tmp_path: Path
     assert str(info.value).startswith(f"init_from={empty}: a directory with no model in it")
 
 
+def test_a_directory_without_a_model_is_refused_before_the_corpus_is_tokenized(tmp_path: Path) -> None:
+    # The run's plan locates init_from='s weights; it was found out only after the data were prepared.
+    empty, cache = tmp_path / "empty", tmp_path / "cache"
+    empty.mkdir()
+    cfg = compose_config("train", [*TRAIN, f"data.cache_dir={cache}", f"init_from={empty}"])
+    with pytest.raises(UserError, match="a directory with no model in it"):
+        train(cfg, tmp_path / "run")
+    assert not cache.exists() or not any(cache.iterdir())
+
+
 def test_a_model_of_another_shape_names_each_key_that_differs(first_run: Path, tmp_path: Path) -> None:
     # It said "its model config differs from model.* of this run" and left the user to guess which key.
     cache = first_run.parent / "cache"

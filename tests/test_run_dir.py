@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.artifacts.run_dir import RUN_DIRECTORIES, RunDir, temporary_affixes
+from seq2seq.artifacts.replacing import temporary_affixes
+from seq2seq.artifacts.run_dir import RUN_DIRECTORIES, RunDir
 from seq2seq.config import UserError
 
 PACKAGE = Path(__file__).resolve().parents[1] / "seq2seq"

@@ -22,8 +22,7 @@ from typing import Any, NotRequired, TypedDict
 import torch
 
 from seq2seq.artifacts.path_kind import PathKind, argos_package_error, path_kind
-from seq2seq.artifacts.replacing import fsync_directory
-from seq2seq.artifacts.run_dir import temporary_affixes
+from seq2seq.artifacts.replacing import fsync_directory, temporary_affixes
 from seq2seq.config import ModelConfig, UserError, validate_model
 from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model

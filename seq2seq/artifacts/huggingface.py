@@ -43,7 +43,11 @@ def has_language_codes(directory: Path) -> bool:
 
 def load_pretrained(value: str) -> tuple[ModelPayload, Any]:
     """(payload, tokenizers) of the Hugging Face model `value` names (a directory or a Hub id)."""
-    directory = marian.local_directory(value)
+    return read_pretrained_directory(marian.local_directory(value))
+
+
+def read_pretrained_directory(directory: Path) -> tuple[ModelPayload, Any]:
+    """(payload, tokenizers) of the Hugging Face model in the local `directory`, whichever family it is."""
     config = hf_config(directory)
     if config.model_type in LANGUAGE_CODE_FAMILIES:
         return LANGUAGE_CODE_FAMILIES[config.model_type].read_pretrained(directory, config)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts import file_lock
-from seq2seq.artifacts.run_dir import RUN_MARKER, STAGING_NAME, temporary_affixes
+from seq2seq.artifacts.run_dir import RUN_MARKER, STAGING_NAME, TEMPORARY_SUFFIX
 from seq2seq.config import UserError
 from seq2seq.measurement_cache import cache_file
 from seq2seq.stop_signals import stop_signals_raise
@@ -153,6 +153,13 @@ def _is_stream(path: Path) -> bool:
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def temporary_affixes(target: Path) -> tuple[str, str]:
+    """(prefix, suffix) of the new file a writer of `target` fills beside it before it takes the name
+    (this module's writers and checkpoint.atomic_save): a dot file, so that no tool lists it as an
+    output or a checkpoint, and one `RunDir.remove_stale_temporaries` finds."""
+    return f".{target.name}.", TEMPORARY_SUFFIX
 
 
 def _new_file_beside(target: Path) -> Path:

@@ -47,7 +47,9 @@ LOCK_FREE_STARTUP_FILES = {".hydra", "train.log"}  # ... and that no run has loc
 
 _PERIODIC = re.compile(r"step_(\d+)")  # step_N: the periodic checkpoint of update N
 PERIODIC_GLOB = "step_*.pt"  # the periodic checkpoints, as messages name them
-_TEMPORARY_SUFFIX = ".tmp"
+# The suffix of a new file or folder written beside what it replaces (replacing.temporary_affixes):
+# what remove_stale_temporaries finds of a killed writer's.
+TEMPORARY_SUFFIX = ".tmp"
 # replacing.write_files_into's new folder in the run directory: .staging.XXXX.tmp, left only by a kill
 STAGING_NAME = "staging"
 
@@ -64,12 +66,6 @@ RUN_DIRECTORIES: dict[str, re.Pattern[str]] = {
     ),
     DASHBOARD_DIR: re.compile(r"events\.out\.tfevents\..+"),
 }
-
-
-def temporary_affixes(target: Path) -> tuple[str, str]:
-    """(prefix, suffix) of the temporary file a crash-safe save of `target` writes beside it: a dot
-    file, so that no tool lists it as a checkpoint, and one `RunDir.remove_stale_temporaries` finds."""
-    return f".{target.name}.", _TEMPORARY_SUFFIX
 
 
 class RunDir:
@@ -167,12 +163,12 @@ class RunDir:
         returns their total size. Call it only while holding the run directory's lock (no save can be
         under way)."""
         removed = 0
-        for tmp in self.checkpoints.glob(f".*.pt.*{_TEMPORARY_SUFFIX}"):
+        for tmp in self.checkpoints.glob(f".*.pt.*{TEMPORARY_SUFFIX}"):
             with contextlib.suppress(OSError):
                 size = tmp.stat().st_size
                 tmp.unlink()
                 removed += size
-        for staging in self.root.glob(f".{STAGING_NAME}.*{_TEMPORARY_SUFFIX}"):
+        for staging in self.root.glob(f".{STAGING_NAME}.*{TEMPORARY_SUFFIX}"):
             if staging.is_dir() and not staging.is_symlink():
                 removed += sum(path.stat().st_size for path in staging.rglob("*") if path.is_file())
                 shutil.rmtree(staging, ignore_errors=True)

@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from seq2seq.config import CleanSettings, CorpusConfig, DataConfig, UserError, clean_rules
+from seq2seq.config import CleanSettings, CorpusConfig, DataConfig, UserError
 from seq2seq.data.cleaning import Cleaner, CleaningReport
-from seq2seq.data.corpus import corpus_sources, iter_split
-from seq2seq.data.directions import Direction, direction_settings
+from seq2seq.data.corpus import iter_split
+from seq2seq.data.directions import Direction
 from seq2seq.data.language_id import identifier as make_identifier
 
 CORPUS = "corpus"  # the column of a pair's corpus index
@@ -47,16 +45,6 @@ def corpus_config(data: DataConfig, corpus: CorpusConfig) -> DataConfig:
     return dataclasses.replace(copy.deepcopy(data), corpora=None, kind=corpus.kind, **taken)
 
 
-def tagged_corpora(data: DataConfig) -> list[int]:
-    """The indices of the corpora whose sources carry BACK_TRANSLATION_TAG."""
-    return [index for index, corpus in enumerate(data.corpora or ()) if corpus.tag]
-
-
-def corpus_tags(data: DataConfig) -> list[str]:
-    """The special tokens data.corpora adds to the vocabulary: the tag, when a corpus is tagged."""
-    return [BACK_TRANSLATION_TAG] if tagged_corpora(data) else []
-
-
 @dataclass(frozen=True)
 class Stream:
     """The training pairs of one corpus in one direction, as one bilingual config reads them."""
@@ -67,38 +55,6 @@ class Stream:
     direction: Direction | None  # None: a run without data.directions
     extra: tuple[int, ...]  # what each row carries after (source, target): direction and corpus indices
     rules: tuple[str, ...]  # data.clean's (or the corpus's own) rules
-
-
-def training_streams(data: DataConfig, directions: Sequence[tuple[Direction, DataConfig]]) -> list[Stream]:
-    """Every (corpus, direction) the training split is read from, corpora first, in config order (the
-    corpus plan asks once: seq2seq.data.corpus_plan). `directions`: data.directions, each with its
-    single-direction settings (the plan's); () for a run of one direction."""
-    corpora = list(data.corpora) if data.corpora else [None]
-    streams = []
-    for corpus_index, corpus in enumerate(corpora):
-        base = data if corpus is None else corpus_config(data, corpus)
-        rules = clean_rules(data.clean if corpus is None or corpus.clean is None else corpus.clean)
-        for direction_index, (direction, settings) in enumerate(directions or [(None, data)]):
-            if corpus is not None and direction is not None:  # the corpus's own files, in this direction
-                settings = direction_settings(base, direction)
-            elif corpus is not None:
-                settings = base
-            name = SINGLE_CORPUS if corpus is None else corpus.name
-            label = name if direction is None else f"{name} {direction.name}"
-            extra = (() if direction is None else (direction_index,)) + (() if corpus is None else (corpus_index,))
-            streams.append(Stream(label, None if corpus is None else name, settings, direction, extra, rules))
-    return streams
-
-
-def text_schema(multilingual: bool, corpora: bool) -> pa.Schema:
-    """The raw training rows' columns: the two texts, then the direction and corpus indices a run has
-    (`multilingual`: data.directions; `corpora`: data.corpora)."""
-    columns = [("src_text", pa.string()), ("tgt_text", pa.string())]
-    if multilingual:
-        columns.append((DIRECTION, pa.int16()))
-    if corpora:
-        columns.append((CORPUS, pa.int16()))
-    return pa.schema(columns)
 
 
 def stream_cleaner(stream: Stream, settings: CleanSettings, identifier: Any, report: CleaningReport) -> Cleaner:
@@ -157,20 +113,6 @@ def named_error(err: UserError, stream: Stream) -> UserError:
     if stream.direction is not None:
         parts.append(f"data.directions={stream.direction.name}")
     return UserError(f"{', '.join(parts)}: {err}")
-
-
-def training_sources(streams: Sequence[Stream]) -> list[str]:
-    """The files of every stream (each once, in order), for the cache key."""
-    sources: list[str] = []
-    for stream in streams:
-        try:
-            named = corpus_sources(stream.cfg)
-        except UserError as err:
-            if stream.corpus is None and stream.direction is None:
-                raise
-            raise named_error(err, stream) from err
-        sources.extend(name for name in named if name not in sources)
-    return sources
 
 
 def check_back_translations(streams: Sequence[Stream]) -> None:

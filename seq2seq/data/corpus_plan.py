@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seq2seq.config import DataConfig, UserError, as_dict, data_config
-from seq2seq.data.corpora import Stream, corpus_tags, tagged_corpora, training_sources, training_streams
+from seq2seq.config import DataConfig, UserError, as_dict, clean_rules, data_config
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, SINGLE_CORPUS, Stream, corpus_config, named_error
 from seq2seq.data.corpus import corpus_sources
 from seq2seq.data.directions import Direction, configured_directions, direction_settings, tag_tokens
 from seq2seq.data.tokenizer import pretrained_tokenizer_files
@@ -103,6 +103,51 @@ def plan_corpus(
         key=_cache_key(settings, one, streams, pretrained, files),
         root=Path(one.cache_dir) if one.cache_dir else cache_root(),
     )
+
+
+def training_streams(data: DataConfig, directions: Sequence[tuple[Direction, DataConfig]]) -> list[Stream]:
+    """Every (corpus, direction) the training split is read from, corpora first, in config order; read
+    by seq2seq.data.corpora. `directions`: data.directions, each with its single-direction settings
+    (the plan's); () for a run of one direction."""
+    corpora = list(data.corpora) if data.corpora else [None]
+    streams = []
+    for corpus_index, corpus in enumerate(corpora):
+        base = data if corpus is None else corpus_config(data, corpus)
+        rules = clean_rules(data.clean if corpus is None or corpus.clean is None else corpus.clean)
+        for direction_index, (direction, settings) in enumerate(directions or [(None, data)]):
+            if corpus is not None and direction is not None:  # the corpus's own files, in this direction
+                settings = direction_settings(base, direction)
+            elif corpus is not None:
+                settings = base
+            name = SINGLE_CORPUS if corpus is None else corpus.name
+            label = name if direction is None else f"{name} {direction.name}"
+            extra = (() if direction is None else (direction_index,)) + (() if corpus is None else (corpus_index,))
+            streams.append(Stream(label, None if corpus is None else name, settings, direction, extra, rules))
+    return streams
+
+
+def tagged_corpora(data: DataConfig) -> list[int]:
+    """The indices of the corpora whose sources carry BACK_TRANSLATION_TAG."""
+    return [index for index, corpus in enumerate(data.corpora or ()) if corpus.tag]
+
+
+def corpus_tags(data: DataConfig) -> list[str]:
+    """The special tokens data.corpora adds to the vocabulary: the tag, when a corpus is tagged."""
+    return [BACK_TRANSLATION_TAG] if tagged_corpora(data) else []
+
+
+def training_sources(streams: Sequence[Stream]) -> list[str]:
+    """The files of every stream (each once, in order), for the cache key."""
+    sources: list[str] = []
+    for stream in streams:
+        try:
+            named = corpus_sources(stream.cfg)
+        except UserError as err:
+            if stream.corpus is None and stream.direction is None:
+                raise
+            raise named_error(err, stream) from err
+        sources.extend(name for name in named if name not in sources)
+    return sources
 
 
 def language_candidates(data: DataConfig) -> list[str]:

@@ -29,7 +29,7 @@ from seq2seq.config import DataConfig, UserError
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.cleaning import CleaningReport, refuse_emptied_head
 from seq2seq.data.cleaning import summary as cleaning_summary
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, check_back_translations, iter_training_rows, text_schema
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, check_back_translations, iter_training_rows
 from seq2seq.data.corpus import iter_split, require_pairs, unzip
 from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's, named here as it always was
 from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
@@ -202,11 +202,21 @@ def _token_features() -> dict[str, datasets.Sequence]:
     }
 
 
-TEXT_SCHEMA = pa.schema([("src_text", pa.string()), ("tgt_text", pa.string())])
 ROWS_PER_BATCH = 10_000
 
 
-def _write_text(pairs: Iterator[tuple], path: Path, schema: pa.Schema = TEXT_SCHEMA) -> int:
+def text_schema(multilingual: bool, corpora: bool) -> pa.Schema:
+    """The raw training rows' columns: the two texts, then the direction and corpus indices a run has
+    (`multilingual`: data.directions; `corpora`: data.corpora)."""
+    columns = [("src_text", pa.string()), ("tgt_text", pa.string())]
+    if multilingual:
+        columns.append((DIRECTION, pa.int16()))
+    if corpora:
+        columns.append((CORPUS, pa.int16()))
+    return pa.schema(columns)
+
+
+def _write_text(pairs: Iterator[tuple], path: Path, schema: pa.Schema) -> int:
     """Streams (source, target[, direction]) rows into an Arrow file, ROWS_PER_BATCH at a time. Returns the count."""
     count = 0
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:

@@ -1,19 +1,21 @@
 """init_from=: a new run's weights taken from a trained model (fine-tuning). Weights only: the
 optimiser, the schedule and the data start fresh. What it names: a run directory (its model), a
 training checkpoint, a weights-only export (model.safetensors or its directory), or a Hugging Face
-model: Marian, M2M-100, NLLB-200 (whose architecture and tokenizers run.py has already taken)."""
+model: Marian, M2M-100, NLLB-200 (whose architecture and tokenizers the plan has already taken). The
+run's plan locates what it names once (`locate_weights`); the Trainer's model is then loaded from there."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from seq2seq.artifacts.checkpoint import Vocabulary
-from seq2seq.artifacts.huggingface import load_pretrained
-from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS, is_huggingface_model
+from seq2seq.artifacts.huggingface import read_pretrained_directory
+from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS
 from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import CHECKPOINTS_DIR, RunDir
@@ -24,20 +26,38 @@ from seq2seq.data.vocab_pruning import pruned_record
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class WeightsSource:
+    """What init_from= names, located once by the run's plan (seq2seq.train.plan)."""
+
+    given: str  # init_from= as the user wrote it: what messages name
+    path: Path  # a Hugging Face model's local directory, or the model file of a run, checkpoint or export
+    huggingface: bool
+
+
+def locate_weights(init_from: str, pretrained: Path | None) -> WeightsSource:
+    """Where the weights init_from= names are: `pretrained`, the local directory of the Hugging Face
+    model it names (the plan has it already), else the file `weights_file_of` finds."""
+    if pretrained is not None:
+        return WeightsSource(init_from, pretrained, True)
+    return WeightsSource(init_from, weights_file_of(init_from), False)
+
+
 def init_weights_from(
-    model: torch.nn.Module, path: str, settings: dict[str, Any], vocab: Vocabulary, tokenizers: Any = None
+    model: torch.nn.Module, source: WeightsSource, settings: dict[str, Any], vocab: Vocabulary, tokenizers: Any = None
 ) -> None:
-    """Loads the weights `path` names into `model`, built from model.* `settings` (a plain dict) for a
+    """Loads the weights at `source` into `model`, built from model.* `settings` (a plain dict) for a
     tokenizer of `vocab`; refused in one line when their architecture or vocabulary sizes differ.
     `tokenizers`: the run's; where they are a pruned vocabulary (data.prune_vocab), a Hugging Face
     model's rows are cut to theirs."""
-    if is_huggingface_model(path):
-        payload, full = load_pretrained(path)
+    path = source.given
+    if source.huggingface:
+        payload, full = read_pretrained_directory(source.path)
         if tokenizers is not None and pruned_record(tokenizers) is not None:
             payload = kept_rows(payload, full, tokenizers)
         payload["config"]["model"].update({k: settings[k] for k in TRAINING_ONLY_KEYS})
     else:
-        _, payload = read_model_file(weights_file_of(path))
+        _, payload = read_model_file(source.path)
     if differences := model_differences(payload["config"]["model"], settings):
         raise UserError(
             f"init_from={path}: its model config differs from model.* of this run: {'; '.join(differences)}"

@@ -8,6 +8,7 @@ files by content, tokenizer and cache key).
                   are chosen later, where the data and the device are there to time
         .resumed  the TrainingState a resume continues from (its corpus checked against .corpus.files)
         .run_dir, .claimed   where the run writes, and whether seq2seq-train checked and locked it
+        .init_from  where the weights init_from= names are (seq2seq.train.init_from), located once
         .corpus   what the data preparation reads (seq2seq.data.pipeline.prepare_corpus)
         .recipes  recipe= of a new run: each candidate's config, its overrides applied (the command
                   line's kept); seq2seq.train.recipe.choose_recipe picks one
@@ -46,6 +47,7 @@ from seq2seq.data.corpus_plan import CorpusPlan, plan_corpus
 from seq2seq.data.directions import LANGUAGE_CODES
 from seq2seq.data.tokenizer import is_pretrained_tokenizer_directory
 from seq2seq.inference.target_language import UNNAMED
+from seq2seq.train.init_from import WeightsSource, locate_weights
 from seq2seq.train.recipe import Candidate, RecipePlan
 from seq2seq.train.resume import check_same_corpus, resumed_config
 from seq2seq.train.run_outputs import check_new_run_directory
@@ -59,6 +61,7 @@ class RunPlan:
     claimed: bool  # seq2seq-train checked this directory and holds its lock: not checked again
     corpus: CorpusPlan
     recipes: RecipePlan | None  # recipe= of a new run (auto or a name); None: fixed, or a resumed run's own
+    init_from: WeightsSource | None = None  # a new run's init_from=, located; None: fresh weights, or a resume
 
 
 def plan_run(
@@ -85,11 +88,12 @@ def plan_run(
         validate_recipes(cfg)
     if resumed is None and not claimed:  # before the corpus is hashed: a wrong directory costs nothing
         check_new_run_directory(run_dir, cfg.overwrite)
+    init_from = locate_weights(cfg.init_from, pretrained) if resumed is None and cfg.init_from else None
     corpus = plan_corpus(cfg.data, pretrained)  # the corpus files hashed, once
     if resumed is not None:
         check_same_corpus(resumed.corpus, corpus.files, cfg.data, cfg.resume)
     recipes = plan_recipes(cfg, overrides) if resumed is None else None  # a resumed run's config holds its choice
-    return RunPlan(cfg, resumed, run_dir, claimed, corpus, recipes)
+    return RunPlan(cfg, resumed, run_dir, claimed, corpus, recipes, init_from)
 
 
 def pretrained_config(cfg: DictConfig, overrides: list[str], directory: Path) -> DictConfig:

@@ -222,9 +222,9 @@ def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: Dis
             trainer.budget.elapsed_before / 60.0,
             f"; max_minutes={chosen.max_minutes} counts them" if chosen.max_minutes else "",
         )
-    elif chosen.init_from:
-        init_weights_from(trainer.model, chosen.init_from, trainer.loop.record["model"], trainer.vocab, data.tokenizers)
-        log.info("initialised weights from %s", chosen.init_from)
+    elif plan.init_from is not None:
+        init_weights_from(trainer.model, plan.init_from, trainer.loop.record["model"], trainer.vocab, data.tokenizers)
+        log.info("initialised weights from %s", plan.init_from.given)
     return trainer
 
 
