@@ -50,6 +50,7 @@ MIX = (
     ("memory", "tsv", 0.1, 2.0, False),
 )
 FIRST_UPDATE = re.compile(r"^update 1\b")  # progress_lines.py's line at the first update
+TAB = "\t"
 LOGGED_LINES = 80  # log lines kept (with their times) from before the first update
 
 
@@ -66,8 +67,8 @@ def write_mix(src: list[str], tgt: list[str], pairs: int, folder: Path, seed: in
         entry: dict[str, Any] = {"name": name, "kind": kind, "weight": weight, "pairs": count, "cleaned": cleaned}
         if kind == "tsv":
             entry["train"] = str(folder / f"{name}.tsv")
-            with open(entry["train"], "w", encoding="utf-8") as out:
-                out.writelines(f"{s}\t{t}\n" for s, t in made)
+            with open(entry["train"], "w", encoding="utf-8") as out:  # a few Multi30k captions hold a tab
+                out.writelines(f"{s.replace(TAB, ' ')}\t{t.replace(TAB, ' ')}\n" for s, t in made)
         else:
             entry["train_src"], entry["train_tgt"] = str(folder / f"{name}.en"), str(folder / f"{name}.de")
             with (
@@ -141,7 +142,13 @@ def first_update(command: list[str], env: dict[str, str], timeout: float) -> dic
     peaks = Peaks(child.pid)
     logged: list[list[Any]] = []
     seconds = None
-    killer = threading.Timer(timeout, child.kill)  # a start that hangs is stopped, and said so below
+    timed_out = threading.Event()
+
+    def stop() -> None:  # a start that hangs is stopped, and said so below
+        timed_out.set()
+        child.kill()
+
+    killer = threading.Timer(timeout, stop)
     killer.start()
     try:
         for line in child.stdout:
@@ -158,7 +165,12 @@ def first_update(command: list[str], env: dict[str, str], timeout: float) -> dic
         child.wait()
     if seconds is None:
         tail = "\n".join(text for _, text in logged[-15:])
-        raise SystemExit(f"error: no first update within {timeout:.0f} s (exit {child.returncode}):\n{tail}")
+        why = (
+            f"no first update within {timeout:.0f} s"
+            if timed_out.is_set()
+            else "seq2seq-train ended before its first update"
+        )
+        raise SystemExit(f"error: {why} (exit {child.returncode}):\n{tail}")
     return {"seconds_to_first_update": seconds, **memory, "before": before, "after": load(), "log": logged}
 
 

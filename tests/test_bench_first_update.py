@@ -14,7 +14,7 @@ from script_module import SCRIPTS, load_script
 
 from seq2seq.config import validate_train
 
-SOURCES = [f"a dog number {i} runs" for i in range(50)]
+SOURCES = [f"a dog number {i} runs" for i in range(49)] + ["a dog\twith a tab"]  # Multi30k has such captions
 TARGETS = [f"ein Hund Nummer {i} rennt" for i in range(50)]
 
 
@@ -32,7 +32,7 @@ def test_the_mix_has_its_shares_files_and_weights(tmp_path: Path) -> None:
         else:
             sides = (Path(corpus[key]).read_text().splitlines() for key in ("train_src", "train_tgt"))
             rows = [list(row) for row in zip(*sides, strict=True)]
-        assert len(rows) == corpus["pairs"]
+        assert len(rows) == corpus["pairs"] and all(len(row) == 2 for row in rows)
         for src, tgt in rows:
             assert src.count("dog") == tgt.count("Hund") in (1, 2, 3)
     crawl, clean = (Path(c["train_src"]).read_text() for c in corpora[:2])
