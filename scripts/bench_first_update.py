@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "name": "bench_first_update",
         "what": "seconds from launching seq2seq-train (data.streaming=true, a mix of three corpora) to its first "
-        "update, and its peak memory by then; from an empty cache and from the cache that left",
+        "update, and its peak memory by then; from an empty cache and from the cache the first start left",
         "crawl_clean": args.crawl_clean,
         "model": args.model,
         "seed": args.seed,
