@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,20 @@ import numpy as np
 def read(path: Path) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as lines:
         return [line.rstrip("\n") for line in lines]
+
+
+def joined_pairs(src: list[str], tgt: list[str], pairs: int, rng: np.random.Generator) -> Iterator[tuple[str, str]]:
+    """`pairs` pairs, each 1 to 3 of the (src, tgt) pairs chosen by `rng` and joined, drawn a chunk at a
+    time (bench_first_update.py's corpora are made the same way)."""
+    chunk = 100_000
+    for start in range(0, pairs, chunk):
+        count = min(chunk, pairs - start)
+        sizes = rng.integers(1, 4, size=count)
+        picks = rng.integers(0, len(src), size=int(sizes.sum()))
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        for i in range(count):
+            chosen = picks[bounds[i] : bounds[i + 1]]
+            yield " ".join(src[j] for j in chosen), " ".join(tgt[j] for j in chosen)
 
 
 def main() -> None:
@@ -35,20 +50,13 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     src, tgt = (read(data / f"train.{lang}.gz") for lang in (args.src, args.tgt))
     rng = np.random.default_rng(args.seed)
-    chunk = 100_000
     with (
         (out / f"train.{args.src}").open("w", encoding="utf-8") as src_out,
         (out / f"train.{args.tgt}").open("w", encoding="utf-8") as tgt_out,
     ):
-        for start in range(0, args.pairs, chunk):
-            count = min(chunk, args.pairs - start)
-            sizes = rng.integers(1, 4, size=count)
-            picks = rng.integers(0, len(src), size=int(sizes.sum()))
-            bounds = np.concatenate([[0], np.cumsum(sizes)])
-            for i in range(count):
-                chosen = picks[bounds[i] : bounds[i + 1]]
-                src_out.write(" ".join(src[j] for j in chosen) + "\n")
-                tgt_out.write(" ".join(tgt[j] for j in chosen) + "\n")
+        for src_line, tgt_line in joined_pairs(src, tgt, args.pairs, rng):
+            src_out.write(src_line + "\n")
+            tgt_out.write(tgt_line + "\n")
     for lang in (args.src, args.tgt):
         (out / f"valid.{lang}").write_text("\n".join(read(data / f"val.{lang}.gz")) + "\n", encoding="utf-8")
     print(f"{args.pairs} pairs in {out}")

@@ -1,17 +1,31 @@
 """data.clean's alignment rule (seq2seq/data/alignment.py): IBM Model 1's tables against a textbook
-implementation in plain Python, and the rule against pairs whose alignment the test made."""
+implementation in plain Python, the rule against pairs whose alignment the test made, and the rule as
+training reads a corpus (cached, and streamed: its tables learnt once, not at every pass)."""
 
 from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 
-from seq2seq.config import CLEAN_RULES, DEFAULT_CLEAN_RULES, CleanSettings, UserError, clean_rules
+from seq2seq.config import (
+    CLEAN_RULES,
+    DEFAULT_CLEAN_RULES,
+    CleanSettings,
+    CorpusConfig,
+    DataConfig,
+    UserError,
+    clean_rules,
+)
 from seq2seq.data.alignment import NULL, AlignmentScorer, learn_table, words
 from seq2seq.data.cleaning import Cleaner, CleaningReport
+from seq2seq.data.corpus_plan import plan_corpus
+from seq2seq.data.pipeline import keep_pair, prepare_data
+from seq2seq.data.streaming import StreamingBatches
+from seq2seq.data.tokenizer import EOS_ID
 
 KOEHN = [("das Haus", "the house"), ("das Buch", "the book"), ("ein Buch", "a book"), ("ein Haus", "a house")]
 
@@ -123,3 +137,113 @@ def test_alignment_is_named_by_choice_not_by_default() -> None:
     assert clean_rules(["alignment", "length"]) == ("length", "alignment")
     with pytest.raises(UserError, match="the rules: default, control_chars"):
         clean_rules(["aligment"])
+
+
+# ---- the rule as training reads a corpus: learnt once per stream, cached or streamed -----------------
+
+
+@pytest.fixture()
+def learnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The label of every AlignmentScorer made (each learns both tables from a corpus's head)."""
+    made: list[str] = []
+    original = AlignmentScorer.__init__
+
+    def counted(self, pairs, max_mads: float, label: str) -> None:
+        made.append(label)
+        original(self, pairs, max_mads, label)
+
+    monkeypatch.setattr(AlignmentScorer, "__init__", counted)
+    return made
+
+
+def aligned_corpus(directory: Path, **settings) -> tuple[DataConfig, list[tuple[str, str]], set[tuple[str, str]]]:
+    """made_corpus's pairs (with 40 misaligned) as parallel files, and the pairs the rule keeps, judged
+    here by one Cleaner over the whole list."""
+    pairs, _ = made_corpus(seed=5, aligned=400, misaligned=40)
+    files = {}
+    for split, lines in {"train": pairs, "valid": pairs[:5]}.items():
+        for index, side in enumerate(("src", "tgt")):
+            path = directory / f"{split}.{side}"
+            path.write_text("".join(pair[index] + "\n" for pair in lines))
+            files[f"{split}_{side}"] = str(path)
+    cfg = DataConfig(
+        kind="parallel_files",
+        **files,
+        vocab_size=300,
+        clean=["alignment"],
+        cache_dir=str(directory / "cache"),
+        **settings,
+    )
+    cleaner = Cleaner(("alignment",), cfg.clean_settings, "en", "de", None, CleaningReport(), "t", head=lambda: pairs)
+    kept = {pair for pair in pairs if cleaner.keep(*pair)}
+    assert 0 < len(pairs) - len(kept) < 80  # the rule drops pairs here: what the tests below see it do
+    return cfg, pairs, kept
+
+
+def token_rows(batches) -> Counter:
+    """(source ids, target ids) of every row of one update, read back from the padded tensors."""
+    seen: Counter = Counter()
+    for batch in batches:
+        for src, tgt in zip(batch.src.tolist(), batch.tgt_out.tolist(), strict=True):
+            seen[(tuple(src[: src.index(EOS_ID)]), tuple(tgt[: tgt.index(EOS_ID)]))] += 1
+    return seen
+
+
+def encoded(tokenizers, cfg: DataConfig, pairs: list[tuple[str, str]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The pairs as token ids, those the length filters (data.max_tokens, max_length_ratio) keep."""
+    sources = tokenizers.encode_src([src for src, _ in pairs])
+    targets = tokenizers.encode_tgt([tgt for _, tgt in pairs])
+    rows = [(tuple(s), tuple(t)) for s, t in zip(sources, targets, strict=True)]
+    return [(s, t) for s, t in rows if keep_pair(len(s), len(t), cfg.max_tokens, cfg.max_length_ratio) is None]
+
+
+def streamed_epochs(batches: StreamingBatches, epochs: int) -> list[Counter]:
+    seen = [Counter() for _ in range(epochs)]
+    while True:
+        update = batches.next_update(1, 0, 1)  # taken in the epoch the stream is in afterwards
+        if batches.epoch > epochs:
+            return seen
+        seen[batches.epoch - 1] += token_rows(update)
+
+
+def test_a_cached_corpus_learns_the_tables_once_and_keeps_what_the_rule_keeps(tmp_path: Path, learnings) -> None:
+    cfg, pairs, kept = aligned_corpus(tmp_path)
+    learnings.clear()
+    data = prepare_data(cfg)
+    assert learnings == ["train"]
+    assert data.cleaning["streams"]["train"]["dropped"] == {"alignment": len(pairs) - len(kept)}
+    assert data.stats.train_pairs == len(kept)
+
+
+def test_a_streamed_corpus_learns_the_tables_once_for_every_epoch(tmp_path: Path, learnings) -> None:
+    cfg, pairs, kept = aligned_corpus(tmp_path, streaming=True, stream_buffer_pairs=128)
+    data = prepare_data(cfg)  # the head the tokenizer learns from: one pass, cleaned
+    learnings.clear()
+    batches = StreamingBatches(plan_corpus(cfg), data.tokenizers, batch_tokens=4096, seed=1, max_positions=256)
+    epochs = streamed_epochs(batches, 3)
+    # Before the fix each pass learnt the tables again: four times here (the 4th epoch opens).
+    assert learnings == ["train"]
+    # Every pass drops the same pairs, those one Cleaner over the corpus drops, counted here.
+    expected = Counter(encoded(data.tokenizers, cfg, [pair for pair in pairs if pair in kept]))
+    assert epochs == [expected] * 3
+
+
+def test_streamed_corpora_learn_each_corpus_s_tables_once_for_all_its_passes(tmp_path: Path, learnings) -> None:
+    cfg, pairs, kept = aligned_corpus(tmp_path, streaming=True, stream_buffer_pairs=128)
+    tsv = tmp_path / "made.tsv"
+    tsv.write_text("".join(f"{src}\t{tgt}\n" for src, tgt in pairs))
+    plain = tmp_path / "plain.tsv"
+    plain.write_text("".join(f"w{i} w{i + 1}\tx{i} x{i + 1}\n" for i in range(30)))
+    cfg.corpora = [
+        CorpusConfig(name="made", kind="tsv", train=str(tsv), weight=2.0),  # two passes an epoch
+        CorpusConfig(name="plain", kind="tsv", train=str(plain), clean="none"),  # no rule: no tables
+    ]
+    cfg.train_src = cfg.train_tgt = None
+    data = prepare_data(cfg)
+    learnings.clear()
+    batches = StreamingBatches(plan_corpus(cfg), data.tokenizers, batch_tokens=4096, seed=1, max_positions=256)
+    epochs = streamed_epochs(batches, 2)
+    assert learnings == ["made"]  # before the fix: once a pass, five times (the 3rd epoch opens)
+    made = Counter({row: 2 for row in encoded(data.tokenizers, cfg, [pair for pair in pairs if pair in kept])})
+    lines = [tuple(line.split("\t")) for line in plain.read_text().splitlines()]
+    assert epochs == [made + Counter(encoded(data.tokenizers, cfg, lines))] * 2

@@ -174,9 +174,12 @@ class Cleaner:
         report: CleaningReport,
         label: str,
         head: Callable[[], Iterable[tuple[str, str]]] | None = None,
+        alignment: AlignmentScorer | None = None,
     ) -> None:
         """`head`: the stream's pairs from its start, read again for the alignment rule's word tables
-        (its first `settings.alignment_pairs`) before any pair is judged."""
+        (its first `settings.alignment_pairs`) before any pair is judged. `alignment`: the scorer an
+        earlier pass over the same stream learnt, judged by instead of learning it again (`head` is then
+        not read); the Cleaner's own, learnt or given, is its `alignment`."""
         self.rules, self.settings, self.label = rules, settings, label
         self.langs = (src_lang, tgt_lang)
         self.identifier = identifier
@@ -187,8 +190,8 @@ class Cleaner:
         self.report = report.stream(label, rules)
         self.seen = SeenHashes()  # exact pairs kept so far, by hash
         self.seen_normalised = SeenHashes()
-        self.alignment = None
-        if "alignment" in rules:
+        self.alignment = alignment if "alignment" in rules else None
+        if "alignment" in rules and alignment is None:
             if head is None:
                 raise UserError(f"data.clean: the alignment rule cannot reread {label} from its start")
             pairs = itertools.islice(head(), settings.alignment_pairs)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import CleanSettings, CorpusConfig, DataConfig, UserError
+from seq2seq.data.alignment import AlignmentScorer
 from seq2seq.data.cleaning import Cleaner, CleaningReport
 from seq2seq.data.corpus import iter_split
 from seq2seq.data.directions import Direction
@@ -57,9 +58,23 @@ class Stream:
     rules: tuple[str, ...]  # data.clean's (or the corpus's own) rules
 
 
-def stream_cleaner(stream: Stream, settings: CleanSettings, identifier: Any, report: CleaningReport) -> Cleaner:
-    """The Cleaner of one stream's training pairs; the alignment rule reads the stream again from its start."""
-    return Cleaner(
+# The alignment rule's scorer of each stream (by its label) that a pass learnt, for the next pass to judge
+# by: a streamed corpus is read again every epoch, and w times an epoch at weight w. Its tables and cut
+# are the corpus's head's (the same at every pass), so learning them again would only cost the time
+# again; each pass still has a Cleaner of its own, for its duplicates and its counts.
+AlignmentScorers = dict[str, AlignmentScorer]
+
+
+def stream_cleaner(
+    stream: Stream,
+    settings: CleanSettings,
+    identifier: Any,
+    report: CleaningReport,
+    scorers: AlignmentScorers | None = None,
+) -> Cleaner:
+    """The Cleaner of one stream's training pairs; the alignment rule reads the stream again from its
+    start, unless `scorers` holds the stream's scorer already (where it is kept once learnt)."""
+    cleaner = Cleaner(
         stream.rules,
         settings,
         stream.cfg.src_lang,
@@ -68,7 +83,11 @@ def stream_cleaner(stream: Stream, settings: CleanSettings, identifier: Any, rep
         report,
         stream.label,
         head=lambda: iter_split(stream.cfg, "train") or (),
+        alignment=None if scorers is None else scorers.get(stream.label),
     )
+    if scorers is not None and cleaner.alignment is not None:
+        scorers[stream.label] = cleaner.alignment
+    return cleaner
 
 
 def iter_training_rows(
@@ -77,11 +96,13 @@ def iter_training_rows(
     languages: Sequence[str],
     read: dict[str, int],
     report: CleaningReport,
+    scorers: AlignmentScorers | None = None,
 ) -> Iterator[tuple]:
     """(source, target, *indices) rows of every stream, cleaned by its rules with data.clean_settings
     (`settings`; `languages`: what the language rule's identifier may answer); `read` receives each
     direction's pairs as read (before cleaning, for the check that none is empty), `report` each
-    stream's cleaning. A reader's error names the stream it was reading."""
+    stream's cleaning; `scorers`: the alignment rule's, kept between passes (stream_cleaner). A
+    reader's error names the stream it was reading."""
     identifier = None
     if any("language" in stream.rules for stream in streams):
         try:
@@ -92,7 +113,7 @@ def iter_training_rows(
         direction = stream.direction.name if stream.direction else SINGLE_CORPUS
         read.setdefault(direction, 0)
         try:
-            cleaner = stream_cleaner(stream, settings, identifier, report)
+            cleaner = stream_cleaner(stream, settings, identifier, report, scorers)
             pairs = iter_split(stream.cfg, "train")
             for src, tgt in pairs if pairs is not None else ():  # None: require_every_direction names it
                 read[direction] += 1

@@ -6,7 +6,8 @@ its n kept pairs that pass takes floor(n f + u), u drawn from the epoch's genera
 up), drawn without replacement within each block of BLOCK kept pairs (a block ending at pair k brings
 the count taken to floor(k f + u), so the sample is spread over the corpus), another sample each epoch.
 The cached mode draws from the whole corpus at once; a stream holds one block. Each pass is cleaned
-afresh, so its duplicates are those within the pass, as the cached mode's are those within the corpus.
+afresh, so its duplicates are those within the pass, as the cached mode's are those within the corpus;
+the alignment rule's word tables, learnt from the corpus's head, are learnt once and judge every pass.
 
 The passes run side by side: the next line is always read from the corpus furthest behind in the lines
 it has to read this epoch (its lines, counted once at the start, times its passes), so every buffer
@@ -29,7 +30,7 @@ import numpy as np
 
 from seq2seq.config import CleanSettings, UserError
 from seq2seq.data.cleaning import CleaningReport
-from seq2seq.data.corpora import SINGLE_CORPUS, Stream, named_error, stream_cleaner
+from seq2seq.data.corpora import SINGLE_CORPUS, AlignmentScorers, Stream, named_error, stream_cleaner
 from seq2seq.data.corpus import iter_split, split_files
 from seq2seq.data.language_id import identifier as make_identifier
 
@@ -69,11 +70,16 @@ def identifier_for(languages: Sequence[str], streams: Sequence[Stream]) -> Any:
 
 
 def one_pass(
-    settings: CleanSettings, stream: Stream, identifier: Any, report: CleaningReport, read: dict[str, int]
+    settings: CleanSettings,
+    stream: Stream,
+    identifier: Any,
+    report: CleaningReport,
+    read: dict[str, int],
+    scorers: AlignmentScorers | None = None,
 ) -> Iterator[tuple | None]:
     """A row, or DROPPED, for each line of one pass over a corpus, cleaned by a Cleaner of its own
-    (`settings`: data.clean_settings)."""
-    cleaner = stream_cleaner(stream, settings, identifier, report)
+    (`settings`: data.clean_settings; `scorers`: the alignment rule's, kept between passes)."""
+    cleaner = stream_cleaner(stream, settings, identifier, report, scorers)
     pairs = iter(iter_split(stream.cfg, "train") or ())
     while True:
         # The yield stays outside the try: a pass left unfinished when the process ends is closed at the
@@ -118,14 +124,15 @@ def passes(
     identifier: Any,
     report: CleaningReport,
     read: dict[str, int],
+    scorers: AlignmentScorers | None = None,
 ) -> Iterator[tuple | None]:
     """A row, or DROPPED, for each line the corpus's passes of one epoch read: floor(weight) whole
     passes, then the fraction's, sampled by `rng`."""
     whole, fraction = math.floor(weight), weight - math.floor(weight)
     for _ in range(whole):
-        yield from one_pass(settings, stream, identifier, report, read)
+        yield from one_pass(settings, stream, identifier, report, read, scorers)
     if fraction > 0:
-        yield from sampled(one_pass(settings, stream, identifier, report, read), fraction, rng)
+        yield from sampled(one_pass(settings, stream, identifier, report, read, scorers), fraction, rng)
 
 
 def interleave(sources: list[Iterator[tuple | None]], totals: list[int]) -> Iterator[tuple]:
@@ -154,19 +161,21 @@ def mixed_rows(
     lines: Sequence[int],
     weights: Sequence[float] | None = None,
     rng: np.random.Generator | None = None,
+    scorers: AlignmentScorers | None = None,
 ) -> Iterator[tuple]:
     """(source, target, corpus) rows of one epoch of data.corpora (`streams`: the corpus plan's, one a
     corpus), cleaned by their rules with data.clean_settings (`settings`; `languages`: what the language
     rule's identifier may answer), weighted and interleaved. `lines`: each corpus's lines (corpus_lines);
     `weights`: each corpus's, its passes' fraction sampled by `rng`. Without them, one pass of each
     corpus, unweighted: the head the tokenizer learns from, as the cached mode's learns from each kept
-    pair once."""
+    pair once. `scorers`: the alignment rule's of each corpus, learnt at its first pass and kept there
+    for every later one (this epoch's and, handed in again, the next epochs')."""
     identifier = identifier_for(languages, streams)
     read.setdefault(SINGLE_CORPUS, 0)
     weights = [float(weight) for weight in weights] if weights is not None else [1.0] * len(streams)
     rngs = (rng or np.random.default_rng(0)).spawn(len(streams))  # one a corpus: adding one leaves the others'
     sources = [
-        passes(settings, stream, weight, each, identifier, report, read)
+        passes(settings, stream, weight, each, identifier, report, read, scorers)
         for stream, weight, each in zip(streams, weights, rngs, strict=True)
     ]
     yield from interleave(sources, [n * math.ceil(w) for n, w in zip(lines, weights, strict=True)])

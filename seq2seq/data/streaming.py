@@ -24,7 +24,7 @@ import numpy as np
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, check_same_corpora, check_same_stream, collate, make_batches
 from seq2seq.data.cleaning import CleaningReport
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, iter_training_rows
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, AlignmentScorers, iter_training_rows
 from seq2seq.data.corpus_plan import CorpusPlan
 from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import CorpusTally
@@ -62,6 +62,8 @@ class StreamingBatches:
         self.tagged = set(corpus.tagged)
         self.tag_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if self.tagged else None
         self._batches: list[np.ndarray] | None = None  # read on first use, so a resume reads its buffer only
+        # The alignment rule's scorer of each stream, learnt at the first pass and judging every later one
+        self._scorers: AlignmentScorers = {}
 
     def _ensure_loaded(self) -> None:
         if self._batches is None:
@@ -72,7 +74,8 @@ class StreamingBatches:
     def _start(self, epoch: int, buffer: int) -> None:
         """Opens the corpus for `epoch` and loads buffer number `buffer` (0-based)."""
         self.epoch, self.buffer, self.position = epoch, buffer - 1, 0
-        # data.clean's rules on the way, afresh each epoch (the duplicates of this pass, counted anew)
+        # data.clean's rules on the way, afresh each epoch (the duplicates of this pass, counted anew; the
+        # alignment rule's tables kept from the first)
         self._pairs = self._epoch_rows(epoch)
         for _ in range(buffer):  # resuming: skip the lines of the buffers already trained on
             for _pair in islice(self._pairs, self.data.stream_buffer_pairs):
@@ -89,13 +92,12 @@ class StreamingBatches:
         (corpus_stream.py), as a pure function of (seed, epoch) so that a resume reads the same."""
         corpus, settings = self.corpus, self.data.clean_settings
         if not self.corpora:
-            return iter_training_rows(corpus.streams, settings, corpus.languages, {}, CleaningReport())
+            return iter_training_rows(corpus.streams, settings, corpus.languages, {}, CleaningReport(), self._scorers)
         if self._lines is None:
             self._lines = [corpus_lines(stream) for stream in corpus.streams]
         rng = np.random.default_rng([self.seed, epoch, 0])  # [seed, epoch, buffer] seeds the batches
-        return mixed_rows(
-            corpus.streams, settings, corpus.languages, CleaningReport(), {}, self._lines, corpus.corpus_weights, rng
-        )
+        rows = (corpus.streams, settings, corpus.languages, CleaningReport(), {}, self._lines, corpus.corpus_weights)
+        return mixed_rows(*rows, rng, self._scorers)
 
     def _next_buffer(self) -> bool:
         """Reads, tokenizes and batches the next buffer; False at the end of the corpus."""
