@@ -1,7 +1,8 @@
 """NLLB-200, M2M-100 and mBART-50 runs out of this tool: their CTranslate2 export (written by this
 project's spec writer, as training leaves it in <run>/ctranslate2/) translates as transformers' `generate`
-does on the run's Hugging Face export, and as the PyTorch engine does, greedy and beam 5, in each
-family's layout; CTranslate2's own converter, given the Hugging Face export, writes the same lines; and a
+does on the run's Hugging Face export, and as the PyTorch engine does, greedy as they are and beam 5
+under CTranslate2's three rules of its own (test_m2m100's as_ctranslate2), in each family's layout;
+CTranslate2's own converter, given the Hugging Face export, writes the same lines; and a
 tiny NLLB-family teacher distils into a student that exports to Argos. The tiny random models and their
 tokenizers are test_m2m100's (transformers' own config classes, a SentencePiece model trained there)."""
 
