@@ -192,27 +192,96 @@ def test_a_directory_without_its_tokenizer_is_one_line(family: tuple[str, Path],
 OUTPUT_TOKENS = 12  # each line's budget, </s> included: one for all, so that one generate call has it too
 
 
-def generated(directory: Path, family: str, lines: list[str], beam: int) -> list[list[int]]:
+def generated(directory: Path, family: str, lines: list[str], beam: int, **options: object) -> list[list[int]]:
     """transformers' generate on the lines as one padded batch, the target language's code forced
     first (forced_bos_token_id), pad and <s> banned as seq2seq's search bans them: each line's ids
-    after the decoder's start, without </s> and padding (the code first)."""
+    after the decoder's start, without </s> and padding (the code first). `options`: generate's
+    arguments instead of these (`as_ctranslate2`)."""
     src_lang, tgt_lang = CODES[family]
     tokenizer = hf_tokenizer(directory, src_lang, tgt_lang)
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(directory)).eval()
     batch = tokenizer(lines, return_tensors="pt", padding=True)
+    settings = dict(
+        num_beams=beam,
+        max_new_tokens=OUTPUT_TOKENS + 1,  # seq2seq's budget (tokens and </s>) and the code, which it leaves out
+        early_stopping=True,  # done at `beam` finished hypotheses, seq2seq's rule
+        length_penalty=1.0,
+        forced_bos_token_id=tokenizer.convert_tokens_to_ids(code_token(family, tgt_lang)),
+        bad_words_ids=[[model.config.pad_token_id], [model.config.bos_token_id]],
+        forced_eos_token_id=model.config.eos_token_id,  # a line cut at the budget ends with </s>, as seq2seq's
+    )
     with torch.no_grad():
-        out = model.generate(
-            **batch,
-            num_beams=beam,
-            max_new_tokens=OUTPUT_TOKENS + 1,  # seq2seq's budget (tokens and </s>) and the code, which it leaves out
-            early_stopping=True,  # done at `beam` finished hypotheses, seq2seq's rule
-            length_penalty=1.0,
-            forced_bos_token_id=tokenizer.convert_tokens_to_ids(code_token(family, tgt_lang)),
-            bad_words_ids=[[model.config.pad_token_id], [model.config.bos_token_id]],
-            forced_eos_token_id=model.config.eos_token_id,  # a line cut at the budget ends with </s>, as seq2seq's
-        )
+        out = model.generate(**batch, **{**settings, **options})
     ends = (model.config.eos_token_id, model.config.pad_token_id)
     return [[i for i in row[1:] if i not in ends] for row in out.tolist()]
+
+
+class Renormalised(transformers.LogitsProcessor):
+    """The banned ids (<pad>, <s>; a pruned run's dropped ids) out of the softmax, as CTranslate2's
+    suppress_sequences takes them out before its softmax: generate's processors ban them after its
+    log_softmax, which leaves each beam's remaining log-probabilities as they were."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores.log_softmax(dim=-1)
+
+
+class BestOnlyEndsAfterTheCode(transformers.LogitsProcessor):
+    """CTranslate2's rule at the first step after a forced target prefix (src/decoding.cc,
+    update_sample_with_prefix; its issue #277): a </s> ranked below the best candidate is replaced by a
+    dead candidate that keeps its place among the top `beam`, so the beam goes on with the beam - 1
+    best other tokens and one dead beam, where generate would finish the empty line and go on with the
+    `beam` best others. Here, at the step after [</s>, code] (only the first beam is alive: the others
+    are copies at -1e9, as CTranslate2's at -1e10): where </s> ranks 1 to beam - 1, it and every token
+    below the top `beam` are banned, so that generate's `beam` live beams are those beam - 1 and one of
+    its dead copies. `fired`: the rows it changed (`beam` rows a line)."""
+
+    def __init__(self, eos: int, beam: int) -> None:
+        self.eos, self.beam, self.fired = eos, beam, 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] != 2 or self.beam == 1:
+            return scores
+        ranked = scores.argsort(dim=-1, descending=True, stable=True)
+        eos_rank = (ranked == self.eos).to(torch.int8).argmax(dim=-1)
+        rows = (eos_rank > 0) & (eos_rank < self.beam)
+        self.fired += int(rows.sum())
+        banned = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, ranked[:, self.beam :], True)
+        banned[:, self.eos] = True
+        return scores.masked_fill(banned & rows[:, None], float("-inf"))
+
+
+def as_ctranslate2(beam: int, eos: int = 2) -> dict:
+    """generate's options for the search of ctranslate2.Translator with max_decoding_length=OUTPUT_TOKENS
+    (the forced code counted), suppress_sequences=[<pad>, <s>], min_decoding_length=0, the code as
+    target_prefix, length_penalty=1 (docs/huggingface.md): CTranslate2's three rules of its own.
+    - The bans renormalised (`Renormalised`): generate's own renormalize_logits (a pruned run's export
+      sets it) would run after the next processor, so it is off.
+    - Only the best candidate may end the line right after the code (`BestOnlyEndsAfterTheCode`).
+    - At the last step every one of the top `beam` candidates ends, cut or not, and a cut line's length
+      has no </s>: generate's max length there (max_new_tokens=OUTPUT_TOKENS) with no forced </s>.
+    The processors run after generate's bans and forcing."""
+    return dict(
+        logits_processor=[Renormalised(), BestOnlyEndsAfterTheCode(eos, beam)],
+        renormalize_logits=False,
+        max_new_tokens=OUTPUT_TOKENS,
+        forced_eos_token_id=None,
+    )
+
+
+def search_as_ctranslate2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """seq2seq's beam search, for the rest of the test, under CTranslate2's rules: the bans renormalised,
+    only the best candidate ending the line after the code, the top `beam` candidates ending at the
+    budget's last token (search.beam_search's `ctranslate2_rules`); its lengths stay generate's."""
+    import inspect
+
+    from seq2seq.inference import search, translator
+
+    def beam_search(*args: object, **kwargs: object) -> list:
+        bound = inspect.signature(search.beam_search).bind(*args, **kwargs)
+        bound.arguments.update(renormalise=True, ctranslate2_rules=True)
+        return search.beam_search(*bound.args, **bound.kwargs)
+
+    monkeypatch.setattr(translator, "beam_search", beam_search)
 
 
 @pytest.mark.parametrize("count", [16, pytest.param(100, marks=pytest.mark.slow)])

@@ -1,7 +1,8 @@
 """NLLB-200, M2M-100 and mBART-50 runs out of this tool: their CTranslate2 export (written by this
 project's spec writer, as training leaves it in <run>/ctranslate2/) translates as transformers' `generate`
-does on the run's Hugging Face export, and as the PyTorch engine does, greedy and beam 5, in each
-family's layout; CTranslate2's own converter, given the Hugging Face export, writes the same lines; and a
+does on the run's Hugging Face export, and as the PyTorch engine does, greedy as they are and beam 5
+under CTranslate2's three rules of its own (test_m2m100's as_ctranslate2), in each family's layout;
+CTranslate2's own converter, given the Hugging Face export, writes the same lines; and a
 tiny NLLB-family teacher distils into a student that exports to Argos. The tiny random models and their
 tokenizers are test_m2m100's (transformers' own config classes, a SentencePiece model trained there)."""
 
@@ -15,7 +16,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import RecordingEngine, compose_config, distill_main
-from test_m2m100 import CODES, FINE_TUNE, OUTPUT_TOKENS, code_token, generated, hf_directory, parallel_corpus, sentences
+from test_m2m100 import (
+    CODES,
+    FINE_TUNE,
+    OUTPUT_TOKENS,
+    as_ctranslate2,
+    code_token,
+    generated,
+    hf_directory,
+    parallel_corpus,
+    search_as_ctranslate2,
+    sentences,
+)
 
 from seq2seq.artifacts.export import export
 from seq2seq.cli.export import export_plan
@@ -63,6 +75,62 @@ def test_the_ctranslate2_export_translates_greedily_as_generate_and_the_pytorch_
     assert [nbest[0].tokens for nbest in pytorch.translate_nbest(lines)] == theirs  # the reference holds
     assert ours == theirs
     assert len({tuple(t) for t in ours}) >= 3 and max(map(len, ours)) > 2  # not one line for all, nor empty ones
+
+
+def raw_ctranslate2(model: Path, family: str, hf: Path, lines: list[str], beam: int) -> list[list[str]]:
+    """ctranslate2.Translator itself on the CTranslate2 `model` (our engine's rescoring left out): the
+    best hypothesis of each line as tokens, the code first, with the options `as_ctranslate2` mirrors;
+    the source in the family's layout, by the Hugging Face tokenizer of `hf`, its </s> left to the model
+    where the model adds it (add_source_eos)."""
+    src_lang, tgt_lang = CODES[family]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf), src_lang=src_lang)
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(lines).input_ids]  # code ... </s>
+    if json.loads((model / "config.json").read_text(encoding="utf-8")).get("add_source_eos", False):
+        sources = [tokens[:-1] for tokens in sources]
+    translator = ctranslate2.Translator(str(model), device="cpu", intra_threads=1)
+    results = translator.translate_batch(
+        sources,
+        [[code_token(family, tgt_lang)]] * len(lines),
+        beam_size=beam,
+        length_penalty=1.0,
+        max_decoding_length=OUTPUT_TOKENS,
+        min_decoding_length=0,
+        suppress_sequences=[["<pad>"], ["<s>"]],
+    )
+    return [result.hypotheses[0] for result in results]
+
+
+def hf_tokens(hf: Path, ids: list[list[int]]) -> list[list[str]]:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
+    return [tokenizer.convert_ids_to_tokens(line) for line in ids]
+
+
+@pytest.mark.parametrize("count", [16, pytest.param(100, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("beam", [1, 5])
+def test_the_ctranslate2_export_searches_as_generate_under_ctranslate2s_rules(
+    fine_tuned: SimpleNamespace, beam: int, count: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """<run>/ctranslate2/ through ctranslate2.Translator, beam `beam`, writes the lines of transformers'
+    `generate` on the run's Hugging Face export under CTranslate2's three rules of its own
+    (`as_ctranslate2`: the bans renormalised, only the best candidate ending the line right after the
+    code, the top `beam` candidates ending at the last step); the lengths a score is divided by and
+    the end at `beam` finished lines are the same in both. Through seq2seq's CTranslate2 engine, which
+    ranks the finished lines by generate's lengths (a cut line's </s> counted), it writes the lines of
+    seq2seq's own beam search under those rules (`search_as_ctranslate2`)."""
+    from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+    from seq2seq.inference.translator import Translator
+
+    lines = sentences("en", count, 23)
+    export_dir = fine_tuned.run / "ctranslate2"
+    raw = raw_ctranslate2(export_dir, fine_tuned.family, fine_tuned.hf, lines, beam)
+    options = as_ctranslate2(beam)
+    assert raw == hf_tokens(fine_tuned.hf, generated(fine_tuned.hf, fine_tuned.family, lines, beam, **options))
+    assert len({tuple(t) for t in raw}) >= 3 and max(map(len, raw)) > 3  # not one line for all, nor empty ones
+    engine = CTranslate2Translator.load(export_dir, beam=beam, max_len_b=OUTPUT_TOKENS, **SETTINGS)
+    ours = [nbest[0].tokens for nbest in engine.translate_nbest(lines)]
+    search_as_ctranslate2(monkeypatch)
+    pytorch = Translator.load(fine_tuned.run, beam=beam, max_len_b=OUTPUT_TOKENS, **SETTINGS)
+    assert [nbest[0].tokens for nbest in pytorch.translate_nbest(lines)] == ours
 
 
 def test_beam_search_of_such_a_run_stays_on_pytorch_under_engine_auto(fine_tuned: SimpleNamespace) -> None:

@@ -18,11 +18,13 @@ from test_m2m100 import (
     CODES,
     FINE_TUNE,
     OUTPUT_TOKENS,
+    as_ctranslate2,
     code_token,
     generated,
     hf_directory,
     hf_tokenizer,
     parallel_corpus,
+    search_as_ctranslate2,
 )
 
 from seq2seq.artifacts.checkpoint import model_from_checkpoint
@@ -181,6 +183,35 @@ def test_the_ctranslate2_export_stays_pruned_and_translates_as_pytorch(pruned: S
     engine = CTranslate2Translator.load(export_dir, beam=1, max_len_b=OUTPUT_TOKENS, **SETTINGS)
     pytorch = Translator.load(pruned.run, beam=1, max_len_b=OUTPUT_TOKENS, **SETTINGS)
     assert engine.translate(lines) == pytorch.translate(lines)
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_the_pruned_ctranslate2_export_searches_as_the_whole_vocabulary_restricted_to_the_kept_rows(
+    pruned: SimpleNamespace, beam: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """<run>/ctranslate2/, pruned, through ctranslate2.Translator writes the lines of `generate` on the
+    run's Hugging Face export (the family's whole vocabulary, the dropped ids suppressed and the rest
+    renormalised, as its generation config says), greedy and beam 5, under CTranslate2's rules
+    (`as_ctranslate2`); through seq2seq's CTranslate2 engine, the lines of seq2seq's own beam search on
+    the pruned run under those rules (test_m2m100_export's test of the whole vocabulary, pruned)."""
+    pytest.importorskip("ctranslate2")
+    from test_m2m100_export import hf_tokens, raw_ctranslate2
+
+    from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
+
+    output, _ = export(
+        export_plan(ExportConfig(run=str(pruned.run), output=str(tmp_path / "hf"), format="huggingface"))
+    )
+    lines = corpus_texts(pruned.corpus)[:32]
+    export_dir = pruned.run / "ctranslate2"
+    raw = raw_ctranslate2(export_dir, pruned.family, output, lines, beam)
+    assert raw == hf_tokens(output, generated(output, pruned.family, lines, beam, **as_ctranslate2(beam)))
+    assert len({tuple(t) for t in raw}) >= 3
+    engine = CTranslate2Translator.load(export_dir, beam=beam, max_len_b=OUTPUT_TOKENS, **SETTINGS)
+    ours = [nbest[0].tokens for nbest in engine.translate_nbest(lines)]
+    search_as_ctranslate2(monkeypatch)
+    translator = Translator.load(pruned.run, beam=beam, max_len_b=OUTPUT_TOKENS, **SETTINGS)
+    assert [nbest[0].tokens for nbest in translator.translate_nbest(lines)] == ours
 
 
 @pytest.mark.parametrize("pruned", ["nllb"], indirect=True)

@@ -189,6 +189,7 @@ def beam_search(
     given: int = 0,
     count_given: bool = False,
     renormalise: bool | None = None,
+    ctranslate2_rules: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
     hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
@@ -197,8 +198,16 @@ def beam_search(
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
     `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
     live prefix, as at the start, and right after it only the best candidate may end the line
-    (`end_after_prefix_from_the_best_only`). `renormalise`: as in `greedy_search`."""
+    (`end_after_prefix_from_the_best_only`). `renormalise`: as in `greedy_search`.
+
+    `ctranslate2_rules`: the two rules of CTranslate2's search above (the end right after a prefix;
+    the top `beam` candidates all ending at the budget's last token, `Beams.finish`'s `last`): on by
+    default, off under `count_given`, which follows transformers' `generate` (it has neither: a line
+    ends at its budget by the forced </s> alone). True with `count_given`: how CTranslate2 searches an
+    NLLB-200/M2M-100/mBART-50 export, whose hypotheses `CTranslate2Translator` then ranks by generate's
+    lengths (tests/test_m2m100_export.py)."""
     renormalise = not count_given if renormalise is None else renormalise
+    ctranslate2_rules = not count_given if ctranslate2_rules is None else ctranslate2_rules
     # The first step decodes one row per sentence (its k beams would all be BOS), the next ones k:
     # `beams.rows` decoder rows per sentence, B*rows in all.
     state = model.start_decoding(src)
@@ -209,7 +218,7 @@ def beam_search(
         log_probs = _next_log_probs(model, beams.last_tokens(), state, bos, renormalise)  # (B*rows, V)
         cut = [limit[i] <= step + 1 for i in beams.alive]  # a budget of one: EOS is the cut
         last = [limit[i] <= step + 2 for i in beams.alive]  # each sentence's last token (see Beams.finish)
-        if count_given:  # transformers' generate ends a line at its budget by the forced </s> alone
+        if not ctranslate2_rules:  # transformers' generate ends a line at its budget by the forced </s> alone
             last = [False] * len(last)
         at_limit = torch.tensor(cut, device=src.device)
         _only_eos(log_probs, at_limit.repeat_interleave(beams.rows), eos)
@@ -219,7 +228,7 @@ def beam_search(
         cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
-        if prefix_length is not None and not count_given:  # transformers' generate has no such rule
+        if prefix_length is not None and ctranslate2_rules:
             lengths = prefix_length[torch.tensor(beams.alive, device=src.device)]
             end_after_prefix_from_the_best_only(
                 cand_scores, cand_token, (lengths == step) & (lengths > 0), eos, model.pad_id
