@@ -552,7 +552,7 @@ def test_a_closed_stdin_or_stdout_is_one_line(run_dir, redirect, message):
 
 def test_ctrl_c_while_translating_exits_130_without_a_traceback(run_dir, tmp_path):
     source = tmp_path / "input.txt"
-    source.write_text("a b c d e f g h\n" * 20000)
+    source.write_text("a b c d e f g h\n" * 200000)
     command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={run_dir}", f"input={source}"]
     process = subprocess.Popen([*command, "beam=1", "threads=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout.readline().endswith(b"\n")  # translating: the first chunk is out

@@ -47,7 +47,7 @@ def tiny_compiled_update() -> CompiledUpdate:
 
 def test_the_whole_update_traces_into_one_graph() -> None:
     """No graph break anywhere in the update, on the CPU's own code path: the graph holds the
-    backward (autograd.grad), the dropout (randint), the clipping and Adam's arithmetic, not just the forward."""
+    backward (autograd.grad), the dropout (the mask operator), the clipping and Adam's arithmetic, not just the forward."""
     compiled = tiny_compiled_update()
     src, tgt_in, tgt_out = (torch.randint(1, 40, (3, 7)) for _ in range(3))
     tgt_out[0, -2:] = 0
@@ -61,7 +61,7 @@ def test_the_whole_update_traces_into_one_graph() -> None:
     assert explained.graph_count == 1
     code = explained.graphs[0].code
     # autograd_function_apply: the loss in fixed chunks (compiled_loss.py), its backward in the graph
-    for part in ("torch.autograd.grad", "randint", "_foreach_mul_", ".lerp(", "autograd_function_apply"):
+    for part in ("torch.autograd.grad", "seq2seq.keep_mask", "_foreach_mul_", ".lerp(", "autograd_function_apply"):
         assert part in code, part
 
 
