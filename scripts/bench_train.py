@@ -160,9 +160,14 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
         return _recorded(batches, used)
 
     trainer.stream.next_update = timed_next_update
+    compiled = trainer.update.compiled
+    graphs_before = compiled.graphs if compiled is not None else 0
+    update_seconds = []  # each update's own wall time: one slow update (a recompile) shows in the max
     for _ in range(steps):
+        update_start = time.perf_counter()
         metrics = trainer.train_step()
         trainer.notice_other_work()  # as training does: a job that arrived after the start (--compete)
+        update_seconds.append(time.perf_counter() - update_start)
         batch_indices = used[-1]
         src_len, tgt_len = trainer.stream.src_len[batch_indices], trainer.stream.tgt_len[batch_indices]
         totals["tgt"] += metrics["tgt_tokens"]
@@ -175,6 +180,9 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     trainer.stream.next_update = next_update
     return {
         "seconds_per_update": seconds / steps,
+        # Without a device sync per update (a GPU's queue runs ahead), so the spread is the host's view
+        "update_seconds_min_median_max": [round(float(x), 4) for x in np.percentile(update_seconds, [0, 50, 100])],
+        **({"graphs_compiled_while_timed": compiled.graphs - graphs_before} if compiled is not None else {}),
         "batch_wait_seconds_per_update": waited[0] / steps,
         "batch_make_seconds_per_update": batch_make_seconds(trainer, steps),
         "tgt_tokens_per_s": totals["tgt"] / seconds,
@@ -264,7 +272,7 @@ def one_run(args: argparse.Namespace, model: str, tokens: int, peaks: tuple[floa
         "batch_tokens": tokens,
         "precision": trainer.precision,
         "parameters": sum(p.numel() for p in trainer.model.parameters()),
-        **{k: round(v, 4) for k, v in result.items()},
+        **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()},
         "model_gflops_per_s": round(achieved, 1),
         "mfu": round(achieved / own_peak, 4),
         **counted,
@@ -345,7 +353,7 @@ def main() -> None:
         "precision_reason": trainer.precision_choice.reason,
         "parameters": sum(p.numel() for p in trainer.model.parameters()),
         "startup_to_first_update_s": startup + result["first_update_s"],
-        **{k: round(v, 4) for k, v in result.items()},
+        **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()},
         "model_gflops_per_s": round(achieved, 1),
         "matmul_peak_gflops_per_s": round(peak, 1),
         "matmul_peak_bf16_gflops_per_s": round(peak_bf16, 1),
