@@ -366,11 +366,17 @@ def _build(corpus: CorpusPlan, target: Path) -> None:
             check_readable_per_direction(data)
         read: dict[str, int] = {}
         cleaning = CleaningReport()
+        # data.streaming: the alignment rule's scorers learnt on this head are kept on the plan, and
+        # training's passes judge by them rather than learn them again (the cached mode's build is its
+        # only pass)
+        scorers = corpus.alignment if data.streaming else None
         if data.streaming and corpus.corpus_names:  # the head of the corpora interleaved, not the first corpus alone
             lines = [corpus_lines(stream) for stream in corpus.streams]
-            rows = mixed_rows(corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines)
+            rows = mixed_rows(
+                corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines, scorers=scorers
+            )
         else:
-            rows = iter_training_rows(corpus.streams, data.clean_settings, corpus.languages, read, cleaning)
+            rows = iter_training_rows(corpus.streams, data.clean_settings, corpus.languages, read, cleaning, scorers)
         train_pairs = drop_by_text(rows, data.max_tokens, early)
         # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
         if data.streaming:
