@@ -144,11 +144,12 @@ def test_the_process_is_set_up_before_torch_loads():
 
 
 class _Reverser:
-    """A stand-in for the reverse model: each line's words backwards; `stop_after` chunks, then a kill."""
+    """A stand-in for the reverse model: each line's words backwards; `stop_after` chunks, then a kill.
+    `chunks`: each call's first line number and (`record`) its lines."""
 
-    def __init__(self, stop_after: int | None = None) -> None:
+    def __init__(self, stop_after: int | None = None, record: bool = True) -> None:
         self.chunks: list[tuple[int, list[str]]] = []
-        self.stop_after = stop_after
+        self.stop_after, self.record = stop_after, record
 
     def with_languages(self, *languages: str) -> _Reverser:
         return self
@@ -158,7 +159,7 @@ class _Reverser:
 
         if self.stop_after is not None and len(self.chunks) == self.stop_after:
             raise KeyboardInterrupt
-        self.chunks.append((first_line_number, list(lines)))
+        self.chunks.append((first_line_number, list(lines) if self.record else []))
         return [[SimpleNamespace(text=" ".join(reversed(line.split())))] for line in lines]
 
 
@@ -186,7 +187,7 @@ def test_a_back_translation_holds_a_chunk_not_the_monolingual_text(tmp_path, mon
     for n in (2_000, 20_000):
         (tmp_path / f"bt{n}.de").write_text("".join(line + "\n" for line in german(n)))  # written before the count
         tracemalloc.start()
-        back_translate_with(script, tmp_path, f"bt{n}", [], _Reverser(), monkeypatch)
+        back_translate_with(script, tmp_path, f"bt{n}", [], _Reverser(record=False), monkeypatch)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
         assert (tmp_path / f"bt{n}" / "train.de").read_text().splitlines() == german(n)  # as they were
