@@ -82,7 +82,7 @@ def test_jsonl_and_multi30k_entries_are_read_as_their_kinds_read(tmp_path):
     for split, n in (("train", 9), ("val", 2), ("test_2016_flickr", 2)):  # Multi30k's split names
         for lang, word in (("en", "beta"), ("de", "BETA")):
             (folder / f"{split}.{lang}").write_text("".join(sentence(word, i) + "\n" for i in range(n)))
-    cfg = corpora_config(tmp_path, ("alpha", 10, 1.0))
+    cfg = corpora_config(tmp_path, ("alpha", 10, 1.0), src_lang="en", tgt_lang="de")  # Multi30k's file names
     cfg.corpora += [
         CorpusConfig(name="memory", kind="jsonl", train=str(tmp_path / "memory.jsonl"), src_key="en", tgt_key="de"),
         CorpusConfig(name="m30k", kind="multi30k", dir=str(folder)),
