@@ -74,6 +74,33 @@ def test_one_corpus_in_corpora_reads_the_pairs_data_train_reads(tmp_path):
     assert a.train.corpora.tolist() == [0] * 30 and b.train.corpora is None
 
 
+def test_jsonl_and_multi30k_entries_are_read_as_their_kinds_read(tmp_path):
+    records = [{"id": i, "en": sentence("gamma", i), "de": sentence("GAMMA", i)} for i in range(12)]
+    (tmp_path / "memory.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    folder = tmp_path / "m30k"
+    folder.mkdir()
+    for split, n in (("train", 9), ("val", 2), ("test_2016_flickr", 2)):  # Multi30k's split names
+        for lang, word in (("en", "beta"), ("de", "BETA")):
+            (folder / f"{split}.{lang}").write_text("".join(sentence(word, i) + "\n" for i in range(n)))
+    cfg = corpora_config(tmp_path, ("alpha", 10, 1.0), src_lang="en", tgt_lang="de")  # Multi30k's file names
+    cfg.corpora += [
+        CorpusConfig(name="memory", kind="jsonl", train=str(tmp_path / "memory.jsonl"), src_key="en", tgt_key="de"),
+        CorpusConfig(name="m30k", kind="multi30k", dir=str(folder)),
+    ]
+    data = prepare_data(cfg)
+    expected = {
+        0: [(sentence("alpha", i), sentence("ALPHA", i)) for i in range(10)],
+        1: [(record["en"], record["de"]) for record in records],
+        2: [(sentence("beta", i), sentence("BETA", i)) for i in range(9)],
+    }
+    tok = data.tokenizers
+    for index, pairs in expected.items():  # each corpus's rows, by its index, are its file's pairs in order
+        rows = [i for i in range(len(data.train)) if data.train.corpora[i] == index]
+        got = [(list(data.train.src[i]), list(data.train.tgt[i])) for i in rows]
+        sources, targets = tok.encode_src([s for s, _ in pairs]), tok.encode_tgt([t for _, t in pairs])
+        assert got == [(list(s), list(t)) for s, t in zip(sources, targets, strict=True)], index
+
+
 def test_weights_1_to_3_give_each_corpus_its_share_of_an_epoch(tmp_path):
     data = prepare_data(corpora_config(tmp_path, ("alpha", 40, 1.0), ("beta", 30, 3.0)))
     counts = epoch_sources(data)

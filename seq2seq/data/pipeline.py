@@ -34,7 +34,7 @@ from seq2seq.data.corpus import iter_split, require_pairs, unzip
 from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's, named here as it always was
 from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
 from seq2seq.data.corpus_plan import content_digest as content_digest
-from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
+from seq2seq.data.corpus_stream import check_equal_sides, corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
 from seq2seq.data.directions import LanguageTags, check_readable_per_direction, language_tags
@@ -366,11 +366,20 @@ def _build(corpus: CorpusPlan, target: Path) -> None:
             check_readable_per_direction(data)
         read: dict[str, int] = {}
         cleaning = CleaningReport()
+        # data.streaming: the alignment rule's scorers learnt on this head are kept on the plan, and
+        # training's passes judge by them rather than learn them again (the cached mode's build is its
+        # only pass)
+        scorers = corpus.alignment if data.streaming else None
+        if data.streaming:  # the head is all that is read before training: sides that do not pair up, now
+            for stream in corpus.streams:
+                check_equal_sides(stream)
         if data.streaming and corpus.corpus_names:  # the head of the corpora interleaved, not the first corpus alone
             lines = [corpus_lines(stream) for stream in corpus.streams]
-            rows = mixed_rows(corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines)
+            rows = mixed_rows(
+                corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines, scorers=scorers
+            )
         else:
-            rows = iter_training_rows(corpus.streams, data.clean_settings, corpus.languages, read, cleaning)
+            rows = iter_training_rows(corpus.streams, data.clean_settings, corpus.languages, read, cleaning, scorers)
         train_pairs = drop_by_text(rows, data.max_tokens, early)
         # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
         if data.streaming:
