@@ -271,14 +271,15 @@ def as_ctranslate2(beam: int, eos: int = 2) -> dict:
 def search_as_ctranslate2(monkeypatch: pytest.MonkeyPatch) -> None:
     """seq2seq's beam search, for the rest of the test, under CTranslate2's rules: the bans renormalised,
     only the best candidate ending the line after the code, the top `beam` candidates ending at the
-    budget's last token (search.beam_search's `ctranslate2_rules`); its lengths stay generate's."""
+    budget's last token; its lengths stay generate's (search.SearchRules.CTRANSLATE2_WITH_GENERATE_LENGTHS)."""
     import inspect
 
     from seq2seq.inference import search, translator
 
     def beam_search(*args: object, **kwargs: object) -> list:
         bound = inspect.signature(search.beam_search).bind(*args, **kwargs)
-        bound.arguments.update(renormalise=True, ctranslate2_rules=True)
+        assert bound.arguments["rules"] is search.SearchRules.GENERATE  # the translator's choice for this layout
+        bound.arguments.update(rules=search.SearchRules.CTRANSLATE2_WITH_GENERATE_LENGTHS, renormalise=True)
         return search.beam_search(*bound.args, **bound.kwargs)
 
     monkeypatch.setattr(translator, "beam_search", beam_search)
