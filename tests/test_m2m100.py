@@ -375,7 +375,9 @@ def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> Non
     with pytest.raises(UserError, match=r"^tgt_lang=tlh: not one of the model's \d+ languages") as info:
         load(directory, device="cpu", src_lang="en", tgt_lang="tlh")
     assert "\n" not in str(info.value)
-    with pytest.raises(UserError, match=r"^src_lang: the model \(NLLB-200/M2M-100 layout\) starts each source"):
+    with pytest.raises(
+        UserError, match=r"^src_lang: the model \(NLLB-200/M2M-100/mBART-50 layout\) starts each source"
+    ):
         load(directory, device="cpu", tgt_lang="de").translate(["a man."])
 
 
@@ -385,11 +387,14 @@ def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> Non
 def test_a_marian_only_option_is_one_line(family: tuple[str, Path], tmp_path: Path, override: str) -> None:
     from seq2seq.train.run import train
 
-    _, directory = family
+    name, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", override]
-    with pytest.raises(UserError, match=rf"^'{override}': init_from=.* is an NLLB-200/M2M-100 model") as info:
+    with pytest.raises(UserError, match=rf"^'{override}': init_from=.* is an {FAMILY_NAMES[name]} model") as info:
         train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
     assert "\n" not in str(info.value) and not (tmp_path / "run").exists()
+
+
+FAMILY_NAMES = {"nllb": "NLLB-200", "m2m100": "M2M-100", "mbart50": "mBART-50"}  # as the messages name them
 
 
 def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Path]) -> None:
@@ -412,7 +417,9 @@ def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Pat
     name, directory = family
     src_lang, tgt_lang = CODES[name]
     settings = dict(checkpoint=str(directory), beam=2, precision="fp32", device="cpu", threads=1)
-    with pytest.raises(UserError, match=r"^source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came"):
+    with pytest.raises(
+        UserError, match=r"^source_lang, target_lang: a pretrained NLLB-200/M2M-100/mBART-50 model as it came"
+    ):
         first_model(ServeConfig(**settings))
     served = first_model(ServeConfig(**settings, source_lang=src_lang, target_lang=tgt_lang))
     lines = sentences("en", 4, 9)

@@ -200,7 +200,7 @@ class LanguageTags:
         if not names:
             if not (source and target):
                 raise UserError(
-                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came serves the direction "
+                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100/mBART-50 model as it came serves the direction "
                     "they name (e.g. source_lang=en target_lang=de)"
                 )
             self.tag_id(source, "source_lang")
@@ -218,7 +218,7 @@ class LanguageTags:
         if self.placement == LANGUAGE_CODES:
             if src_lang is None:
                 raise UserError(
-                    "src_lang: the model (NLLB-200/M2M-100 layout) starts each source with its language's code; "
+                    "src_lang: the model (NLLB-200/M2M-100/mBART-50 layout) starts each source with its language's code; "
                     f"name the source language, e.g. src_lang={sorted(self.ids)[0]}"
                 )
             return [self.tag_id(src_lang, "src_lang"), *ids]
@@ -267,7 +267,7 @@ def _language_codes(data: Any, tokenizers: Any) -> LanguageTags:
     side = tokenizers.tgt
     if not hasattr(side, "languages"):
         raise UserError(
-            "data.lang_tag=language_codes: the layout of a pretrained NLLB-200/M2M-100 model; it needs that model's "
+            "data.lang_tag=language_codes: the layout of a pretrained NLLB-200/M2M-100/mBART-50 model; it needs that model's "
             "tokenizer (init_from=<its directory>)"
         )
     ids = {lang: side.token_to_id(token) for lang, token in side.languages.items()}
