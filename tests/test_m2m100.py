@@ -397,6 +397,57 @@ def test_a_marian_only_option_is_one_line(family: tuple[str, Path], tmp_path: Pa
 FAMILY_NAMES = {"nllb": "NLLB-200", "m2m100": "M2M-100", "mbart50": "mBART-50"}  # as the messages name them
 
 
+def test_every_language_of_the_model_is_accepted_in_data_directions(family: tuple[str, Path]) -> None:
+    """data.directions' check of its codes against ISO 639 passes each of the model's own languages:
+    NLLB-200's ajp_Arab (ajp: retired from ISO 639-3 in 2023) and M2M-100's ns (Northern Sotho, not ISO
+    639-1) were refused as no language codes."""
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES as M2M100_CODES
+
+    from seq2seq.config import parse_direction
+
+    name, directory = family
+    _, tokenizers = load_pretrained(str(directory))
+    languages = sorted(tokenizers.tgt.languages)
+    own = {"nllb": "ajp_Arab", "m2m100": "ns", "mbart50": "en_XX"}[name]
+    assert own in languages and (name != "m2m100" or set(languages) == set(M2M100_CODES["m2m100"]))
+    for lang in languages:
+        other = languages[0] if lang != languages[0] else languages[1]
+        assert parse_direction(f"{other}-{lang}") == (other, lang)
+
+
+@pytest.mark.parametrize("family", ["nllb"], indirect=True)
+def test_data_directions_take_the_models_own_codes(family: tuple[str, Path], tmp_path: Path) -> None:
+    """data.directions in NLLB's own codes, ajp_Arab among them: the codes name the files ({src}, {tgt})
+    and the directions, each trained in the family's layout; the run translates each direction asked
+    for by its code or its ISO 639-1 code, as the model's codes name it."""
+    from seq2seq.train.run import train
+
+    _, directory = family
+    folder, pairs = tmp_path / "corpus", [("eng_Latn", "deu_Latn"), ("eng_Latn", "ajp_Arab")]
+    folder.mkdir()
+    for src, tgt in pairs:
+        for split, count, seed in (("train", 32, 11), ("valid", 4, 12)):
+            for lang, text in ((src, sentences("en", count, seed)), (tgt, sentences("de", count, seed + 100))):
+                (folder / f"{split}.{src}-{tgt}.{lang}").write_text("\n".join(text) + "\n", encoding="utf-8")
+    files = [f"data.{split}_{side}={folder}/{split}.{{src}}-{{tgt}}.{{{side}}}" for split in ("train", "valid")
+             for side in ("src", "tgt")]  # fmt: skip
+    directions = "data.directions=[" + ",".join(f"{src}-{tgt}" for src, tgt in pairs) + "]"
+    overrides = [*FINE_TUNE, "data.kind=parallel_files", *files, directions, f"data.cache_dir={folder / 'cache'}",
+                 f"init_from={directory}"]  # fmt: skip
+    run_dir = tmp_path / "run"
+    assert train(compose_config("train", overrides), run_dir, overrides=overrides)["step"] == 3
+    saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]["data"]
+    assert list(saved["directions"]) == ["eng_Latn-deu_Latn", "eng_Latn-ajp_Arab"]
+    lines = sentences("en", 4, 3)
+    by = {}
+    for src, tgt in (("eng_Latn", "deu_Latn"), ("en", "de"), ("en", "ajp_Arab")):
+        translator = Translator.load(run_dir, beam=1, precision="fp32", device="cpu", src_lang=src, tgt_lang=tgt)
+        by[src, tgt] = [nbest[0].tokens for nbest in translator.translate_nbest(lines)]
+        code = translator.tokenizers.tgt.token_to_id(translator.languages.tags.code(tgt))
+        assert all(tokens[0] == code for tokens in by[src, tgt])  # the target's code forced first
+    assert by["eng_Latn", "deu_Latn"] == by["en", "de"] != by["en", "ajp_Arab"]
+
+
 def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Path]) -> None:
     """seq2seq-serve on the directory as it came: the direction source_lang/target_lang name (the
     model's codes or ISO 639-1 ones), routed by the ISO codes a LibreTranslate client sends."""
