@@ -448,6 +448,48 @@ def test_data_directions_take_the_models_own_codes(family: tuple[str, Path], tmp
     assert by["eng_Latn", "deu_Latn"] == by["en", "de"] != by["en", "ajp_Arab"]
 
 
+# ISO 639-1 code -> the model's language it names, as ISO 639-3 and the model's codes say (written out
+# here, not computed): NLLB-200's macrolanguages by the individual language it has (ar: arb, Standard
+# Arabic; fa: pes; ms: zsm), a code of two of its languages by the first in sorted order (zh: zho_Hans,
+# and zt, LibreTranslate's Traditional Chinese: zho_Hant; ks: kas_Arab); mBART-50's by its region code.
+EXPECTED_ALIASES = {
+    "nllb": {
+        "en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn", "zh": "zho_Hans", "zt": "zho_Hant", "ar": "arb_Arab",
+        "fa": "pes_Arab", "ms": "zsm_Latn", "ks": "kas_Arab", "nb": "nob_Latn", "sw": "swh_Latn", "he": "heb_Hebr",
+    },
+    "mbart50": {"en": "en_XX", "de": "de_DE", "fr": "fr_XX", "zh": "zh_CN", "pt": "pt_XX", "he": "he_IL"},
+    "m2m100": {},  # its codes are ISO 639-1's already (en, de, zh)
+}  # fmt: skip
+
+
+def test_iso_639_1_codes_name_the_models_languages_and_an_ambiguous_one_says_which(
+    family: tuple[str, Path], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    from seq2seq.data import directions
+    from seq2seq.inference.engine_loader import load
+
+    name, directory = family
+    _, tokenizers = load_pretrained(str(directory))
+    aliases = tokenizers.tgt.aliases()
+    assert {code: aliases.get(code) for code in EXPECTED_ALIASES[name]} == EXPECTED_ALIASES[name]
+    if name == "m2m100":
+        assert {"en", "de", "zh"} <= set(tokenizers.tgt.languages) and not {"en", "de", "zh"} & set(aliases)
+    monkeypatch.setattr(directions, "_SAID", set())
+    with caplog.at_level(logging.WARNING, logger="seq2seq.data.directions"):
+        load(directory, device="cpu", src_lang="en", tgt_lang="zh")
+        load(directory, device="cpu", src_lang="en", tgt_lang="zh")  # said once
+    said = [r.getMessage() for r in caplog.records if r.name == "seq2seq.data.directions"]
+    if name == "nllb":
+        assert said == [
+            "tgt_lang=zh: read as zho_Hans; ISO 639-1 zh names 2 of the model's languages (zho_Hans, zho_Hant), "
+            "ask for zho_Hant (or zt) by name"
+        ]
+    else:  # mBART-50's zh is zh_CN alone; M2M-100's is its own
+        assert said == []
+
+
 def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Path]) -> None:
     """seq2seq-serve on the directory as it came: the direction source_lang/target_lang name (the
     model's codes or ISO 639-1 ones), routed by the ISO codes a LibreTranslate client sends."""
