@@ -178,6 +178,35 @@ def test_an_unknown_architecture_is_one_line(family: tuple[str, Path], tmp_path:
         assert "\n" not in str(info.value)
 
 
+def test_a_hub_id_downloads_the_models_own_tokenizer_too(
+    family: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """init_from=<a Hub id> (where the Hub is reachable): the download keeps every file the family's
+    directory needs, its sentencepiece.bpe.model among them (it was left out: "no sentencepiece.bpe.model").
+    No Hub here: a stand-in for snapshot_download serves the tiny model's directory, each file only
+    where allow_patterns matches its name, as the Hub's does."""
+    import fnmatch
+
+    import huggingface_hub
+
+    name, directory = family
+
+    def snapshot_download(repo_id: str, allow_patterns: list[str] | None = None, **_: object) -> str:
+        target = tmp_path / "hub" / repo_id.replace("/", "--")
+        target.mkdir(parents=True)
+        for file in directory.iterdir():
+            if allow_patterns is None or any(fnmatch.fnmatch(file.name, pattern) for pattern in allow_patterns):
+                shutil.copyfile(file, target / file.name)
+        return str(target)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    downloaded, tokenizers = load_pretrained(f"facebook/tiny-{name}")
+    local, local_tokenizers = load_pretrained(str(directory))
+    assert tokenizers.src.order == local_tokenizers.src.order
+    assert downloaded["model"].keys() == local["model"].keys()
+    assert all(torch.equal(downloaded["model"][k], local["model"][k]) for k in local["model"])
+
+
 def test_a_directory_without_its_tokenizer_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
     _, directory = family
     bare = tmp_path / "bare"
