@@ -178,6 +178,22 @@ def test_an_unknown_architecture_is_one_line(family: tuple[str, Path], tmp_path:
         assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("family", ["mbart50"], indirect=True)
+def test_mbart_cc25_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    """An MBartForConditionalGeneration with MBartTokenizer (mBART-cc25, the denoising model, not
+    mBART-50's many-to-many layout) is refused in one line naming its tokenizer (docs/huggingface.md)."""
+    _, directory = family
+    other = tmp_path / "cc25"
+    shutil.copytree(directory, other)
+    tokenizer_config = json.loads((other / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (other / "tokenizer_config.json").write_text(
+        json.dumps({**tokenizer_config, "tokenizer_class": "MBartTokenizer"}), encoding="utf-8"
+    )
+    with pytest.raises(UserError, match=r"tokenizer MBartTokenizer\w*; this tool reads NllbTokenizer") as info:
+        load_pretrained(str(other))
+    assert "\n" not in str(info.value)
+
+
 def test_a_hub_id_downloads_the_models_own_tokenizer_too(
     family: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -475,6 +491,17 @@ def test_data_directions_take_the_models_own_codes(family: tuple[str, Path], tmp
         code = translator.tokenizers.tgt.token_to_id(translator.languages.tags.code(tgt))
         assert all(tokens[0] == code for tokens in by[src, tgt])  # the target's code forced first
     assert by["eng_Latn", "deu_Latn"] == by["en", "de"] != by["en", "ajp_Arab"]
+
+
+def test_a_language_the_model_lacks_in_data_directions_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    from seq2seq.train.run import train
+
+    _, directory = family
+    corpus = [o for o in parallel_corpus(tmp_path / "corpus") if not o.startswith("data.tgt_lang=")]
+    overrides = [*FINE_TUNE, *corpus, f"init_from={directory}", "data.tgt_lang=tlh"]  # Klingon: ISO 639-3
+    with pytest.raises(UserError, match=r"^data\.directions=tlh: not one of the model's \d+ languages") as info:
+        train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    assert "\n" not in str(info.value) and not (tmp_path / "run").exists()
 
 
 # ISO 639-1 code -> the model's language it names, as ISO 639-3 and the model's codes say (written out
