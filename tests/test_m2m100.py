@@ -413,6 +413,29 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
         assert ours == [[to_ours[i] for i in ids] for ids in generated(output, name, lines, beam)]
 
 
+def test_trainable_top_layers_leaves_the_rest_of_the_pretrained_model_as_it_came(
+    family: tuple[str, Path], tmp_path: Path
+) -> None:
+    """trainable_top_layers=1 on the family's model: the shared embedding (the tied output layer), mBART's
+    positions, embedding norms and final_logits_bias, and the bottom layer of each stack end 3 updates
+    as the directory has them; the top layers and the final LayerNorms train."""
+    from seq2seq.artifacts.checkpoint import load_checkpoint
+    from seq2seq.train.run import train
+
+    _, directory = family
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", "trainable_top_layers=1"]
+    train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    before = load_pretrained(str(directory))[0]["model"]
+    after = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["model"]
+    kept = [k for k in before if k.startswith(("src_", "tgt_", "output", "encoder_layers.0.", "decoder_layers.0."))]
+    trained = [
+        k for k in before if k.startswith(("encoder_layers.1.", "decoder_layers.1.", "encoder_norm", "decoder_norm"))
+    ]
+    assert {"src_embed.weight", "output.weight"} <= set(kept) and set(kept) | set(trained) == set(before)
+    assert [k for k in kept if not torch.equal(before[k], after[k])] == []
+    assert all(not torch.equal(before[k], after[k]) for k in trained if k.endswith(".weight"))
+
+
 def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> None:
     from seq2seq.inference.engine_loader import load
 
