@@ -68,7 +68,8 @@ def update_flops(shape: dict, rows: int, src_len: int, tgt_len: int) -> int:
     weight's gradient and its input's), for `rows` sentences of src_len and tgt_len tokens: every
     projection and FFN of both stacks (a multiply-add is 2 FLOPs), the attention's scores and
     weighted sums (all of them, the causal mask's zeros too, as the kernels compute them), the
-    cross-attention's keys and values over the source, and the output layer over the vocabulary."""
+    cross-attention's keys and values over the source, and the output layer over the vocabulary. Model
+    FLOPs: the chunked loss's second forward of the output layer in the backward pass is not counted."""
     d, vocab = shape["d_model"], shape["vocab_size"]
     src, tgt = rows * src_len, rows * tgt_len  # tokens
     encoder = src * (4 * d * d + 2 * d * shape["encoder_ffn_dim"]) + rows * 2 * src_len * src_len * d
@@ -162,9 +163,9 @@ def main() -> None:
         flops = update_flops(shape, rows, SENTENCE_TOKENS, SENTENCE_TOKENS)
         result["seconds_per_update"][str(tokens)] = round(seconds, 3)
         result["tokens_per_second"][str(tokens)] = round(rows * SENTENCE_TOKENS / seconds, 1)  # as --tokens counts
-        result["model_tflops_per_second"][str(tokens)] = round(flops / seconds / 1e12, 3)
+        result["model_tflops_per_second"][str(tokens)] = float(f"{flops / seconds / 1e12:.4g}")
         if peak is not None:
-            result["mfu"][str(tokens)] = round(flops / seconds / 1e12 / peak, 4)
+            result["mfu"][str(tokens)] = float(f"{flops / seconds / 1e12 / peak:.4g}")
     result["peak_rss_gb"] = round(peak_rss_gb(), 2)
     if device.type == "cuda":
         result["peak_gpu_allocated_gb"] = round(torch.cuda.max_memory_allocated() / 1024**3, 2)

@@ -30,7 +30,10 @@ def test_the_update_flops_are_torchs_count_of_one_update() -> None:
     with FlopCounterMode(display=False) as counter:
         loss, _ = objective(src, tgt[:, :-1], tgt[:, 1:])
         loss.backward()
-    assert bench.update_flops(shape, rows, src_len, tgt_len) == pytest.approx(counter.get_total_flops(), rel=1e-3)
+    # torch counts one more forward of the output layer: the chunked loss computes each chunk's logits
+    # again in the backward pass instead of keeping them (a recomputation, which model FLOPs leave out).
+    recomputed = 2 * rows * tgt_len * shape["d_model"] * shape["vocab_size"]
+    assert bench.update_flops(shape, rows, src_len, tgt_len) + recomputed == counter.get_total_flops()
 
 
 def test_the_smoke_run_prints_tokens_a_second_flops_and_mfu() -> None:
@@ -42,4 +45,4 @@ def test_the_smoke_run_prints_tokens_a_second_flops_and_mfu() -> None:
     assert result["shape"] == "smoke" and result["peak_tflops"] == 2.5
     for tokens in ("64", "128"):
         assert result["tokens_per_second"][tokens] > 0 and result["model_tflops_per_second"][tokens] > 0
-        assert result["mfu"][tokens] == pytest.approx(result["model_tflops_per_second"][tokens] / 2.5, abs=2e-4)
+        assert result["mfu"][tokens] == pytest.approx(result["model_tflops_per_second"][tokens] / 2.5, rel=1e-3)
