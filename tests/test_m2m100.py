@@ -497,7 +497,8 @@ def test_data_directions_take_the_models_own_codes(family: tuple[str, Path], tmp
         for split, count, seed in (("train", 32, 11), ("valid", 4, 12)):
             for lang, text in ((src, sentences("en", count, seed)), (tgt, sentences("de", count, seed + 100))):
                 (folder / f"{split}.{src}-{tgt}.{lang}").write_text("\n".join(text) + "\n", encoding="utf-8")
-    files = [f"data.{split}_{side}={folder}/{split}.{{src}}-{{tgt}}.{{{side}}}" for split in ("train", "valid")
+    # quoted: Hydra reads {...} as a dict
+    files = [f"data.{split}_{side}='{folder}/{split}.{{src}}-{{tgt}}.{{{side}}}'" for split in ("train", "valid")
              for side in ("src", "tgt")]  # fmt: skip
     directions = "data.directions=[" + ",".join(f"{src}-{tgt}" for src, tgt in pairs) + "]"
     overrides = [*FINE_TUNE, "data.kind=parallel_files", *files, directions, f"data.cache_dir={folder / 'cache'}",
