@@ -395,6 +395,8 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     run_dir = tmp_path / "run"
     summary = train(compose_config("train", overrides), run_dir, overrides=overrides)
     assert summary["step"] == 3
+    assert {"bleu", "chrf"} <= set(summary["metrics"])  # validated as any run (valid_every=3)
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))  # TensorBoard, as any run
     saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
     assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
     assert list(saved["data"]["directions"]) == ["en-de"]
