@@ -237,6 +237,33 @@ def test_ctranslate2s_converter_on_the_huggingface_export_decodes_as_our_export(
     )
 
 
+def test_init_from_the_runs_huggingface_export_trains_on(fine_tuned: SimpleNamespace, tmp_path: Path) -> None:
+    """The run's Hugging Face export is a directory of its family as the one it started from: init_from=
+    reads it back with the run's weights (the same logits as the run's own model, on the same ids, in
+    the same numbering) and trains on in the family's layout."""
+    from seq2seq.artifacts.checkpoint import model_from_checkpoint
+    from seq2seq.artifacts.huggingface import load_pretrained
+    from seq2seq.inference.translator import Translator
+    from seq2seq.train.run import train
+
+    payload, tokenizers = load_pretrained(str(fine_tuned.hf))
+    imported = model_from_checkpoint(payload).eval()
+    run = Translator.load(fine_tuned.run, beam=1, **SETTINGS)
+    assert tokenizers.src.order == run.tokenizers.src.order and tokenizers.tgt.languages == run.tokenizers.tgt.languages
+    generator = torch.Generator().manual_seed(0)
+    vocab = len(tokenizers.src.order)
+    src = torch.randint(3, vocab, (4, 9), generator=generator)
+    tgt = torch.cat([torch.full((4, 1), 2), torch.randint(3, vocab, (4, 6), generator=generator)], dim=1)
+    with torch.no_grad():
+        ours, theirs = run.model.float().eval()(src, tgt), imported(src, tgt)
+    assert (ours - theirs).abs().max().item() < 1e-5 and ours.abs().max() > 1.0
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={fine_tuned.hf}"]
+    summary = train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    assert summary["step"] == 3
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)["config"]
+    assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
+
+
 def test_a_language_the_export_lacks_is_one_line(fine_tuned: SimpleNamespace) -> None:
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 

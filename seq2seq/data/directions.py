@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config import DataConfig, UserError, as_dict, data_config, parse_direction
 
+log = logging.getLogger(__name__)
 SOURCE_PREFIX, DECODER_START, BOTH = "source_prefix", "decoder_start", "both"
 # A pretrained NLLB-200 / M2M-100 model's layout: the source starts with its own language's code, the
 # target (after the decoder's start, </s>) with the target language's; the codes are the model's tokens.
@@ -154,6 +156,9 @@ class LanguageTags:
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)
     # language_codes: the run pruned the model's vocabulary to its directions (data.prune_vocab)
     pruned: bool = False
+    # language_codes: the aliases that name several of the model's languages -> those (zh: zho_Hans,
+    # zho_Hant); asking by one is answered by its alias, and said once (`tag_id`)
+    shared: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def tag(self, tgt_lang: str) -> str:
         self.tag_id(tgt_lang)
@@ -180,7 +185,23 @@ class LanguageTags:
                     f"...) or their ISO 639-1 codes ({', '.join(sorted(self.aliases)[:4]) or 'none'}, ...){trained}"
                 )
             raise UserError(f"{key}={tgt_lang}: the model {verb} {', '.join(sorted(self.ids))}{trained}")
+        if tgt_lang in self.shared and tgt_lang not in self.ids:
+            self._say_which(tgt_lang, key)
         return self.ids[self.code(tgt_lang)]
+
+    def _say_which(self, alias: str, key: str) -> None:
+        """Once a process for each alias: which of the model's languages of that ISO 639-1 code it read."""
+        said = (alias, self.code(alias), tuple(self.shared[alias]))
+        if said in _SAID:
+            return
+        _SAID.add(said)
+        others = [lang for lang in self.shared[alias] if lang != self.code(alias)]
+        spelled = {lang: code for code, lang in self.aliases.items() if code != alias}  # zt for zho_Hant
+        named = ", ".join(f"{lang} (or {spelled[lang]})" if lang in spelled else lang for lang in others)
+        log.warning(
+            "%s=%s: read as %s; ISO 639-1 %s names %d of the model's languages (%s), ask for %s by name",
+            key, alias, self.code(alias), alias, len(self.shared[alias]), ", ".join(self.shared[alias]), named,
+        )  # fmt: skip
 
     def is_trained(self, src_lang: str, tgt_lang: str) -> bool:
         """False: the pair would be translated zero-shot (warn once). A pretrained model's own layout
@@ -200,7 +221,7 @@ class LanguageTags:
         if not names:
             if not (source and target):
                 raise UserError(
-                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came serves the direction "
+                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100/mBART-50 model as it came serves the direction "
                     "they name (e.g. source_lang=en target_lang=de)"
                 )
             self.tag_id(source, "source_lang")
@@ -218,7 +239,7 @@ class LanguageTags:
         if self.placement == LANGUAGE_CODES:
             if src_lang is None:
                 raise UserError(
-                    "src_lang: the model (NLLB-200/M2M-100 layout) starts each source with its language's code; "
+                    "src_lang: the model (NLLB-200/M2M-100/mBART-50 layout) starts each source with its language's code; "
                     f"name the source language, e.g. src_lang={sorted(self.ids)[0]}"
                 )
             return [self.tag_id(src_lang, "src_lang"), *ids]
@@ -267,16 +288,21 @@ def _language_codes(data: Any, tokenizers: Any) -> LanguageTags:
     side = tokenizers.tgt
     if not hasattr(side, "languages"):
         raise UserError(
-            "data.lang_tag=language_codes: the layout of a pretrained NLLB-200/M2M-100 model; it needs that model's "
+            "data.lang_tag=language_codes: the layout of a pretrained NLLB-200/M2M-100/mBART-50 model; it needs that model's "
             "tokenizer (init_from=<its directory>)"
         )
     ids = {lang: side.token_to_id(token) for lang, token in side.languages.items()}
     pruned = getattr(side, "pruned", None) is not None
-    tags = LanguageTags(LANGUAGE_CODES, tuple(d.name for d in configured_directions(data)), ids, side.aliases(), pruned)
+    directions = tuple(d.name for d in configured_directions(data))
+    tags = LanguageTags(LANGUAGE_CODES, directions, ids, side.aliases(), pruned, side.shared_codes())
     for direction in configured_directions(data):
         tags.tag_id(direction.src, "data.directions")
         tags.tag_id(direction.tgt, "data.directions")
     return tags
+
+
+# The ambiguous aliases said already (`LanguageTags._say_which`): a server asks at every request.
+_SAID: set[tuple[str, str, tuple[str, ...]]] = set()
 
 
 def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> None:

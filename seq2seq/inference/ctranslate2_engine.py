@@ -273,7 +273,7 @@ class CTranslate2Translator:
         decoder_start tag is given, not predicted, so ours does not. CTranslate2's ranking only orders
         the finished hypotheses: it returns all of them (num_hypotheses=beam) and they are ranked here.
         A pretrained NLLB-200/M2M-100/mBART-50 model's code counts, and so does the </s> that ends a line
-        cut at its budget, as in transformers' `generate` (search.Hypothesis, count_given)."""
+        cut at its budget, as in transformers' `generate` (search.SearchRules.generate_lengths)."""
         alpha, scored = self.settings.length_penalty, []
         for hyp, score in zip(output.hypotheses, output.scores, strict=True):
             ids = [self.tokenizers.tgt.token_to_id(t) for t in hyp if t != EOS]

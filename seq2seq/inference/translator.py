@@ -42,7 +42,7 @@ from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.job import DecodingJob, decoding_job
 from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
-from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
+from seq2seq.inference.search import Hypothesis, SearchRules, beam_search, greedy_search
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.model.transformer import Transformer
@@ -177,14 +177,15 @@ class Translator:
         # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
         given = len(self.languages.forced_tag(self.settings.tgt_lang))  # a decoder_start tag: given, not predicted
-        count_given = self.languages.counts_forced_tag
+        # A pretrained NLLB-200/M2M-100/mBART-50 model's layout decodes as transformers' generate does.
+        rules = SearchRules.GENERATE if self.languages.counts_forced_tag else SearchRules.CTRANSLATE2
         # A pruned vocabulary renormalises after banning pad and <s> (generate's renormalize_logits on its export).
-        renormalise = not count_given or pruned_record(self.tokenizers) is not None
+        renormalise = rules.renormalises or pruned_record(self.tokenizers) is not None
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.settings.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
                 self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.settings.length_penalty, multiple,
-                repeat(forced), self.sampling, self.generator, given, count_given, renormalise,
+                repeat(forced), self.sampling, self.generator, given, rules, renormalise,
             )  # fmt: skip
             return [hyps[i : i + self.settings.nbest] for i in range(0, len(hyps), self.settings.nbest)]
         if self.settings.beam == 1:
@@ -198,7 +199,7 @@ class Translator:
                 multiple,
                 forced,
                 given=given,
-                count_given=count_given,
+                rules=rules,
                 renormalise=renormalise,
             )
             return [[h] for h in hyps]
@@ -214,7 +215,7 @@ class Translator:
             multiple,
             forced,
             given,
-            count_given,
+            rules,
             renormalise,
         )
 
