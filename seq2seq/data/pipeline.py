@@ -337,7 +337,8 @@ def _direction_tags(corpus: CorpusPlan, tokenizers: Tokenizers) -> list | None:
     """Each direction's tag ids (`direction_tag_ids`) by the run's LanguageTags; None for one direction."""
     if not corpus.multilingual:
         return None
-    return direction_tag_ids(language_tags(corpus.data, tokenizers), [d for d, _ in corpus.directions])
+    directions = [d for d, _ in corpus.directions]
+    return direction_tag_ids(language_tags(corpus.data.lang_tag, directions, tokenizers), directions)
 
 
 def _pruned(corpus: CorpusPlan, tokenizers: FairseqTokenizers, raw: datasets.Dataset) -> FairseqTokenizers:
@@ -502,7 +503,7 @@ def prepare_corpus(
             log.info("corpora: %s", describe_corpora(data.train))
     if corpus.multilingual:
         directions = [d for d, _ in corpus.directions]
-        tags = language_tags(corpus.data, data.tokenizers)
+        tags = language_tags(corpus.data.lang_tag, directions, data.tokenizers)
         attach_directions(data, directions, corpus.data.lang_tag, corpus.data.sampling_temperature, tags)
         if is_main:
             log.info("directions: %s", describe_directions(data.train, corpus.data.sampling_temperature))
