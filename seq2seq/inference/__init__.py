@@ -6,7 +6,7 @@ job.py (the decoding job: the resolved model, DecodingSettings, EngineOptions, t
 an engine), resolved_model.py (what run= and checkpoint= name, read from the disk once),
 engine_choice.py (which engine seq2seq-translate picks, and whether a run's CTranslate2 export can
 decode a request, on that description), translator.py (PyTorch's engine, the Translator of the Python
-API: lines in, translations out) with loading.py (its model + tokenizer), engine_api.py (what both
+API: lines in, translations out) with torch_model.py (its model + tokenizer), engine_api.py (what both
 engines return and share), settings.py (DecodingSettings: what may change per call,
 `engine.decoding_with(settings)`; EngineOptions: device, threads, precision), search.py (greedy, beam
 and sampled decoding, forced prefixes) with speedups.py (its exact CPU shortcuts), sampling.py

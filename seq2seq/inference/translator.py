@@ -40,11 +40,11 @@ from seq2seq.inference.engine_api import (
 )
 from seq2seq.inference.ensemble import Ensemble
 from seq2seq.inference.job import DecodingJob, decoding_job
-from seq2seq.inference.loading import check_precision, load_model
 from seq2seq.inference.sampling import SamplingRule
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
+from seq2seq.inference.torch_model import check_precision, load_model
 from seq2seq.model.transformer import Transformer
 
 
