@@ -34,8 +34,8 @@ from seq2seq.distill.translations import (
     read_translations,
     translate_cached,
 )
-from seq2seq.inference.engine_api import one_line
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
+from seq2seq.inference.translator_api import one_line
 
 TEACHER_DATA = ["data.task_train_size=120", "data.task_valid_size=12", "data.task_test_size=16"]
 

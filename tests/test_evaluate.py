@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_
 
 from seq2seq.config import UserError
 from seq2seq.data.pipeline import prepare_data
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
 from seq2seq.train.evaluate import score_directions, validation_translations
 from seq2seq.train.run import train
 

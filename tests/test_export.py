@@ -30,11 +30,11 @@ from seq2seq.cli.export import export_plan
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
+from seq2seq.inference.choice import choose_engine
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-from seq2seq.inference.engine_api import encode_sources, output_budget
-from seq2seq.inference.engine_choice import choose_engine
 from seq2seq.inference.job import decoding_job
 from seq2seq.inference.translator import Translator
+from seq2seq.inference.translator_api import encode_sources, output_budget
 from seq2seq.model.transformer import build_model
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")

@@ -419,7 +419,7 @@ def test_a_marian_directory_decodes_as_the_run_it_was_exported_from(
     """The loader reads a Marian directory as init_from= reads it (the same model, pad's column aside,
     which search never outputs), so it writes the run's lines; it was refused as "not one PyTorch
     translation reads"."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     settings = dict(beam=beam, precision="fp32", device="cpu")
     ours = Translator.load(sentencepiece_run, **settings).translate(SENTENCEPIECE_LINES)

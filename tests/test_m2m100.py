@@ -290,7 +290,7 @@ def test_translates_as_transformers_generate(family: tuple[str, Path], beam: int
     """The model as it came, through the Python API's `load` (engine=auto), with the family's own layout:
     source `code ... </s>`, decoder `</s> code ...`; the ISO 639-1 codes a LibreTranslate client sends
     name NLLB's languages (en, de -> eng_Latn, deu_Latn)."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     name, directory = family
     lines = sentences("en", count, 3)
@@ -368,7 +368,7 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
 
 
 def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> None:
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     name, directory = family
     with pytest.raises(UserError, match=r"^tgt_lang=tlh: not one of the model's \d+ languages") as info:
@@ -399,7 +399,7 @@ def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Pat
 
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
     from seq2seq.serve.app import create_app
     from seq2seq.serve.requests import Limits
     from seq2seq.serve.server import _load

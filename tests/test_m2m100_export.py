@@ -136,7 +136,7 @@ def test_the_ctranslate2_export_searches_as_generate_under_ctranslate2s_rules(
 def test_beam_search_of_such_a_run_stays_on_pytorch_under_engine_auto(fine_tuned: SimpleNamespace) -> None:
     """CTranslate2's beam search keeps its own rules after the forced language code (docs/huggingface.md),
     so engine=auto decodes beam>1 with PyTorch, whose lines are generate's; greedy takes the export."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     assert load(fine_tuned.run, beam=5, **SETTINGS).kind == "torch"
     assert load(fine_tuned.run, beam=1, **SETTINGS).kind == "ctranslate2"
@@ -145,7 +145,7 @@ def test_beam_search_of_such_a_run_stays_on_pytorch_under_engine_auto(fine_tuned
 def test_training_leaves_the_export_in_the_familys_layout(fine_tuned: SimpleNamespace) -> None:
     """<run>/ctranslate2/ (training writes it): the decoder starts from </s>, the source ends with </s>;
     seq2seq-translate's engine puts the source language's code first and forces the target's after </s>."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     export_dir = fine_tuned.run / "ctranslate2"
     config = json.loads((export_dir / "config.json").read_text(encoding="utf-8"))

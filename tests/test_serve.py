@@ -704,14 +704,14 @@ class _RecordingEngines:
         self.calls = calls
         self.batches: list[int] = []  # lines per decoded batch
         self.seconds = 0.0  # each batch's decoding time
-        self.main = self  # the engine a request is tokenized with (engine_api.encode_sources)
+        self.main = self  # the engine a request is tokenized with (translator_api.encode_sources)
         self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 256
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return [[1] * len(line.split()) for line in lines]
 
     def kind(self, settings: object) -> str:
-        self.calls.append(("kind", threading.get_ident()))  # may load or time an engine (engine_probe)
+        self.calls.append(("kind", threading.get_ident()))  # may load or time an engine (int8_probe)
         return "ctranslate2"
 
     def for_settings(self, settings: object) -> _RecordingEngines:
@@ -722,7 +722,7 @@ class _RecordingEngines:
         return self
 
     def translate_nbest(self, lines: list[str], prefixes: object, sources: object = None) -> list[list[object]]:
-        from seq2seq.inference.engine_api import Translation
+        from seq2seq.inference.translator_api import Translation
 
         self.calls.append(("decode", threading.get_ident()))
         self.batches.append(len(lines))

@@ -24,9 +24,9 @@ pytest.importorskip("starlette", reason="seq2seq-serve needs: pip install -e '.[
 from starlette.testclient import TestClient  # noqa: E402
 
 from seq2seq.config import TranslateConfig  # noqa: E402
-from seq2seq.inference.engine_api import Translation  # noqa: E402
 from seq2seq.inference.settings import DecodingSettings  # noqa: E402
 from seq2seq.inference.target_language import ModelLanguages  # noqa: E402
+from seq2seq.inference.translator_api import Translation  # noqa: E402
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app  # noqa: E402
 from seq2seq.serve.batcher import Batcher  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
@@ -38,7 +38,7 @@ class UpperEngines:
 
     def __init__(self, seconds: float = 0.0, change: Callable[[str], str] = str.upper) -> None:
         self.change = change
-        self.main = self  # the engine a request is tokenized with (engine_api.encode_sources)
+        self.main = self  # the engine a request is tokenized with (translator_api.encode_sources)
         self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 1024
         self.tgt = self
         self.seconds = seconds

@@ -20,7 +20,7 @@ from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.cli.translate import translate
 from seq2seq.config import DataConfig, TranslateConfig, UserError
 from seq2seq.data.directions import BOTH, DECODER_START, SOURCE_PREFIX, LanguageTags
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
 from seq2seq.inference.target_language import ModelLanguages, translate_command
 
 LINES = [digit_sentence("en", 30_000 + i) for i in range(8)]
@@ -401,8 +401,8 @@ def test_both_engines_write_and_score_a_tagged_model_alike(random_model, beam, l
     the same n-best lines, each scored as computed here apart from either search."""
     from seq2seq.data.tokenizer import EOS_ID
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-    from seq2seq.inference.engine_api import output_budget
     from seq2seq.inference.translator import Translator
+    from seq2seq.inference.translator_api import output_budget
 
     lang_tag, checkpoint, exported = random_model
     settings = dict(SETTINGS, beam=beam, nbest=min(beam, 3), length_penalty=length_penalty, tgt_lang="fr")
@@ -479,8 +479,8 @@ def test_both_engines_end_a_tagged_models_lines_at_the_budget_alike(tmp_path, la
     PyTorch banned <pad> and <s> after its softmax, CTranslate2 before it (the rest renormalised),
     so a young model's pad/<s> mass reordered near-tied hypotheses. Greedy agreed, and still does."""
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-    from seq2seq.inference.engine_api import output_budget
     from seq2seq.inference.translator import Translator
+    from seq2seq.inference.translator_api import output_budget
 
     checkpoint, exported = untrained_byte_level_tagged_model(tmp_path, lang_tag, pad_and_bos_logit=3.0)
     for beam in (5, 1):

@@ -128,7 +128,7 @@ def test_the_pruned_model_computes_transformers_logits_at_the_kept_ids(pruned: S
 
 
 def test_greedy_lines_are_the_whole_models_where_it_picks_no_dropped_id(pruned: SimpleNamespace) -> None:
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     model, tokenizers = pruned_model(pruned.model, pruned.run)
     lines = corpus_texts(pruned.corpus)[:64]  # the English training lines: every piece kept

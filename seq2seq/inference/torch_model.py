@@ -1,6 +1,6 @@
 """Loading a model for PyTorch decoding: a run's weights, a training checkpoint, a `seq2seq-export` weights
 file (several: an ensemble) or a Hugging Face Marian directory, with its tokenizer, in the precision
-asked for. `Translator.from_job` builds its Translator on it (seq2seq.inference.engine_loader)."""
+asked for. `Translator.from_job` builds its Translator on it (seq2seq.inference.loading)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
 from seq2seq.config import UserError
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference.engine_api import check_beam_fits
 from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.translator_api import check_beam_fits
 from seq2seq.model.transformer import Transformer
 from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
 

@@ -4,7 +4,7 @@ options) in, an engine out.
 The model is what run= or checkpoint= name: a run directory, a training checkpoint (several,
 comma-separated: an ensemble), a weights export (<run>/model/ or `seq2seq-export format=safetensors`),
 a CTranslate2 export (<run>/ctranslate2/ or `format=ctranslate2`) or a Hugging Face Marian directory.
-`load_engine` picks the engine by seq2seq-translate's rules (`seq2seq.inference.engine_choice.choose_engine`)
+`load_engine` picks the engine by seq2seq-translate's rules (`seq2seq.inference.choice.choose_engine`)
 and returns it: PyTorch's `Translator` or `CTranslate2Translator`, each saying which it is in `kind`.
 seq2seq-translate, seq2seq-serve and the Python API's `load` come here; `Translator.load` and
 `CTranslate2Translator.load` are the same with the engine forced, building their translator as this
@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seq2seq import cpu_sharing
+from seq2seq.inference.choice import EngineChoice, choose_engine
 from seq2seq.inference.ctranslate2_engine import EngineUnavailable, load_export
-from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI, decoding_config
-from seq2seq.inference.engine_choice import EngineChoice, choose_engine
 from seq2seq.inference.job import DecodingJob, decoding_job
+from seq2seq.inference.translator_api import ENGINE_NAMES, TranslatorAPI, decoding_config
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,7 +31,7 @@ log = logging.getLogger("seq2seq.translate")
 
 def load(path: str | Path | Sequence[str | Path], **settings: Any) -> TranslatorAPI:
     """The engine seq2seq-translate decodes `path` with, set to `settings`: the keyword arguments of
-    `seq2seq.inference.engine_api.decoding_config` (engine=auto unless given), with its defaults. Each
+    `seq2seq.inference.translator_api.decoding_config` (engine=auto unless given), with its defaults. Each
     item it translates must be one line, as for `Translator.load`."""
     return api_engine(decoding_job(decoding_config(path, **settings)))
 
