@@ -401,8 +401,8 @@ def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Pat
     from seq2seq.config import ServeConfig
     from seq2seq.inference.loading import load
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.command import _load
     from seq2seq.serve.requests import Limits
-    from seq2seq.serve.server import _load
 
     def first_model(cfg: ServeConfig):  # the server's plan, its first model loaded
         plan = serve_plan(cfg)

@@ -689,7 +689,7 @@ def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> N
 
 def test_the_server_never_imports_training() -> None:
     code = (
-        "import sys, seq2seq.serve.server, seq2seq.cli.serve\n"
+        "import sys, seq2seq.serve.command, seq2seq.cli.serve\n"
         "print(sorted(m for m in sys.modules if m.startswith('seq2seq.train')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -857,8 +857,8 @@ def test_a_multilingual_model_serves_every_direction_with_its_tag(multilingual_r
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.command import _load
     from seq2seq.serve.requests import Limits
-    from seq2seq.serve.server import _load
 
     run = str(multilingual_run.path)
     plan = serve_plan(ServeConfig(run=run, beam=2, precision="fp32", device="cpu", threads=1))

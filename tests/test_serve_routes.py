@@ -449,7 +449,7 @@ def test_sigterm_starts_the_drain_time() -> None:
 
     import uvicorn
 
-    from seq2seq.serve.server import _Server
+    from seq2seq.serve.command import _Server
 
     server = _Server(uvicorn.Config(app=None))
     calls: list[str] = []
@@ -540,7 +540,7 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
     OpenMP pool (with a worker per model, two models kept 0.37 of the CLI's rate: engine_thread.py)."""
     from conftest import compose_config
 
-    import seq2seq.serve.server as server
+    import seq2seq.serve.command as command
     from seq2seq.cli.serve import serve_plan
     from seq2seq.inference.job import DecodingJob
     from seq2seq.serve.engine_thread import EngineThread
@@ -562,10 +562,10 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
         engines.name = "PyTorch"
         return engines
 
-    monkeypatch.setattr(server, "Engines", load)
+    monkeypatch.setattr(command, "Engines", load)
     engine_thread = EngineThread()
     plans = [serve_plan(compose_config("serve", [f"run={run}"])) for run in ("en-de", "en-fr")]
-    served = [server._load(plan, plan.models[0], engine_thread) for plan in plans]
+    served = [command._load(plan, plan.models[0], engine_thread) for plan in plans]
     app = create_app(served, Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
     with TestClient(app) as client:
 

@@ -335,8 +335,8 @@ def test_the_server_serves_a_pruned_run_by_a_libretranslate_clients_codes(pruned
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.command import _load
     from seq2seq.serve.requests import Limits
-    from seq2seq.serve.server import _load
 
     plan = serve_plan(ServeConfig(run=str(pruned.run), beam=2, precision="fp32", device="cpu", threads=1))
     served = _load(plan, plan.models[0])

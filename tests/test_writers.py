@@ -280,7 +280,7 @@ WRITER_RULES = {
     "seq2seq.artifacts.m2m100": "format=huggingface: into export's staging directory",
     "seq2seq.measurement_cache": "the machine's cache: a new file renamed over the old",
     "seq2seq.serve.app": "a temporary folder of its own for translated files",
-    "seq2seq.serve.server": "a temporary folder of its own for translated files, removed at exit",
+    "seq2seq.serve.command": "a temporary folder of its own for translated files, removed at exit",
     "seq2seq.distill.student": "the student run's train.log appended, in the run directory it trains",
     "seq2seq.serve.libretranslate": "new names only, in the server's own folder",
     "seq2seq.cli.common": "opens /dev/null as stdout",
