@@ -25,10 +25,10 @@ from conftest import (
 
 from seq2seq.artifacts.export import export
 from seq2seq.cli.export import export_plan
+from seq2seq.cli.train import train
 from seq2seq.config import ExportConfig, UserError, validate_export
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.translator import Translator
-from seq2seq.train.run import train
 
 pytest.importorskip("argostranslate", reason="needs `pip install seq2seq[argos]`")
 

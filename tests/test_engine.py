@@ -271,7 +271,7 @@ def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch:
     pytest.importorskip("ctranslate2")
     from conftest import TINY_TRAIN, compose_config
 
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
@@ -316,8 +316,8 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     ctranslate2 = pytest.importorskip("ctranslate2")
     from conftest import TINY_TRAIN, compose_config
 
+    from seq2seq.cli.train import train
     from seq2seq.inference.ctranslate2_engine import EngineUnavailable
-    from seq2seq.train.run import train
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")

@@ -19,12 +19,12 @@ from seq2seq.artifacts.checkpoint import atomic_save, model_from_checkpoint
 from seq2seq.artifacts.export import export
 from seq2seq.artifacts.marian import load_pretrained
 from seq2seq.cli.export import export_plan
+from seq2seq.cli.train import train
 from seq2seq.config import DataConfig, ExportConfig, TranslateConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID
 from seq2seq.inference.translator import Translator
-from seq2seq.train.run import train
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
 sentencepiece = pytest.importorskip("sentencepiece", reason="needs `pip install seq2seq[huggingface]`")

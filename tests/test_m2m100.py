@@ -341,8 +341,8 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     lines."""
     from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
+    from seq2seq.cli.train import train
     from seq2seq.config import ExportConfig
-    from seq2seq.train.run import train
 
     name, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}"]
@@ -382,7 +382,7 @@ def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> Non
     "override", ["data.lang_tag=source_prefix", "data.joint_vocab=false", "data.tokenizer=sentencepiece"]
 )
 def test_a_marian_only_option_is_one_line(family: tuple[str, Path], tmp_path: Path, override: str) -> None:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     _, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", override]

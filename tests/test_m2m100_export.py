@@ -42,7 +42,7 @@ SETTINGS = dict(precision="fp32", device="cpu", threads=1, src_lang="en", tgt_la
 @pytest.fixture(scope="module", params=["nllb", "m2m100", "mbart50"])
 def fine_tuned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """A run fine-tuned for 3 updates from the family's tiny model (init_from=), and its Hugging Face export."""
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp(request.param)
     directory = hf_directory(root / "model", request.param)

@@ -47,7 +47,7 @@ PRUNE = "data.prune_vocab=true"
 
 
 def train_run(root: Path, family: str, *extra: str) -> SimpleNamespace:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     directory = hf_directory(root / "model", family)
     overrides = [*FINE_TUNE, *parallel_corpus(root / "corpus"), f"init_from={directory}", *extra]
@@ -221,7 +221,7 @@ def test_resume_and_averaging_keep_the_map(
     """A resumed run keeps the tokenizer it started with (not pruned again, which would renumber its data),
     says so in the log; its checkpoints average and translate."""
     from seq2seq.cli.average import average_files
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     run = tmp_path / "run"
     shutil.copytree(pruned.run, run)
@@ -252,7 +252,7 @@ def test_pruning_a_vocabulary_of_no_such_model_is_one_line(tmp_path: Path) -> No
     from conftest import TINY_TRAIN
     from test_huggingface import marian_directory
 
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     marian = marian_directory(tmp_path / "marian", "swish", True)
     runs = {
@@ -272,7 +272,7 @@ def test_pruning_a_vocabulary_of_no_such_model_is_one_line(tmp_path: Path) -> No
 
 
 def test_pruning_a_streamed_corpus_is_one_line(tmp_path: Path) -> None:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     directory = hf_directory(tmp_path / "model", "nllb")
     overrides = [

@@ -30,7 +30,7 @@ from seq2seq.distill.files import write_lines
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp("writers")
     overrides = [*TINY_TRAIN, "data.task_train_size=200", "max_steps=2", "valid_every=2", "save_every=2"]
@@ -269,7 +269,7 @@ WRITER_RULES = {
     "seq2seq.artifacts.safetensors": "into export's staging directory",
     "seq2seq.artifacts.ctranslate2_model": "into export's staging directory",
     "seq2seq.artifacts.marian": "into export's staging directory",
-    "seq2seq.train.run": "the run directory under train/lock.py: cleaning.json copied in",
+    "seq2seq.train.command": "the run directory under train/lock.py: cleaning.json copied in",
     "seq2seq.train.run_outputs": "the run directory under train/lock.py: its marker, made once (clear_leftovers)",
     "seq2seq.distill.command": "distill.log appended, in the folder files.held holds",
     "seq2seq.distill.translations": "translations.jsonl appended under files.held, cut back to its count",

@@ -298,7 +298,7 @@ def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> N
 def check_same_directions(saved: Any, data: Any) -> None:
     """A resumed run must train the directions, tag placement and sampling it started with: its data
     position and its model's tags mean nothing under others. `saved`: the checkpoint's data config
-    (a dict); `data`: the resumed run's. For train/run.py to call where it compares a resume's config;
+    (a dict); `data`: the resumed run's. For train/command.py to call where it compares a resume's config;
     the batch stream checks the same against its saved state (seq2seq.data.batching)."""
     saved = saved if isinstance(saved, dict) else as_dict(saved)
     defaults = DataConfig()
