@@ -23,7 +23,7 @@ from conftest import (
     train_multilingual,
 )
 
-from seq2seq.artifacts.export import export
+from seq2seq.artifacts.exports import export
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.train import train
 from seq2seq.config import ExportConfig, UserError, validate_export

@@ -22,7 +22,7 @@ from numerics import assert_equal
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint, model_from_checkpoint
-from seq2seq.artifacts.export import export
+from seq2seq.artifacts.exports import export
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.artifacts.safetensors import load_weights
@@ -256,7 +256,7 @@ def test_a_failed_export_takes_back_the_folders_it_made_for_output(tmp_path: Pat
     (its lock made them; issue 78): they go with the rest, and a folder that was there stays."""
     import errno
 
-    import seq2seq.artifacts.export as exporting
+    import seq2seq.artifacts.exports as exporting
 
     checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
 
@@ -485,7 +485,7 @@ def test_console_script_is_installed() -> None:
 
 def test_an_export_removes_what_killed_exports_left(run_dir: Path, tmp_path: Path) -> None:
     # Staging and replaced directories of killed exports (up to 23 MB each) were never removed.
-    from seq2seq.artifacts.export import write_run_exports
+    from seq2seq.artifacts.exports import write_run_exports
 
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
@@ -504,7 +504,7 @@ def test_a_full_disk_while_writing_an_export_is_one_line_and_leaves_nothing(tmp_
     # safetensors reports a failed write as its own SafetensorError, which escaped as a traceback.
     from safetensors import SafetensorError
 
-    from seq2seq.artifacts.export import _write_directory
+    from seq2seq.artifacts.exports import _write_directory
 
     def write(directory: Path) -> None:
         (directory / "model.safetensors").write_bytes(b"part")
@@ -660,7 +660,7 @@ def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_
     # SIGTERM's default action ended the process without its cleanup: .<output>.*.tmp stayed, the model's size.
     import signal
 
-    import seq2seq.artifacts.export as export_module
+    import seq2seq.artifacts.exports as export_module
 
     real = export_module._writer
 

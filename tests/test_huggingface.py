@@ -16,7 +16,7 @@ import torch
 from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config, train_multilingual
 
 from seq2seq.artifacts.checkpoint import atomic_save, model_from_checkpoint
-from seq2seq.artifacts.export import export
+from seq2seq.artifacts.exports import export
 from seq2seq.artifacts.marian import load_pretrained
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.train import train

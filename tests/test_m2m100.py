@@ -339,7 +339,7 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     exports back to its family's class (M2M100ForConditionalGeneration, MBartForConditionalGeneration)
     with the model's own tokenizer files, which transformers loads and whose `generate` writes the run's
     lines."""
-    from seq2seq.artifacts.export import export
+    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.cli.train import train
     from seq2seq.config import ExportConfig

@@ -29,7 +29,7 @@ from test_m2m100 import (
     sentences,
 )
 
-from seq2seq.artifacts.export import export
+from seq2seq.artifacts.exports import export
 from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
 

@@ -244,7 +244,7 @@ def test_the_tag_ids_follow_the_placement():
 
 def test_argos_refuses_a_source_tagged_run_naming_the_key(multilingual_run, tmp_path):
     """Argos puts nothing before the source: a package of a multilingual model needs the decoder's tag."""
-    from seq2seq.artifacts.export import export
+    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
 
@@ -263,7 +263,7 @@ def test_huggingface_export_takes_a_source_tag_and_refuses_a_decoder_start_one(
     multilingual_run, decoder_start_run, tmp_path
 ):
     pytest.importorskip("transformers")
-    from seq2seq.artifacts.export import export
+    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
 
@@ -315,7 +315,7 @@ def random_tagged_model(root, lang_tag: str, seed: int, eos_bias: float):
     import torch
 
     from seq2seq.artifacts.checkpoint import atomic_save
-    from seq2seq.artifacts.export import export
+    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.sentencepiece_training import train_sentencepiece
@@ -434,7 +434,7 @@ def untrained_byte_level_tagged_model(root, lang_tag: str, pad_and_bos_logit: fl
     import torch
 
     from seq2seq.artifacts.checkpoint import atomic_save
-    from seq2seq.artifacts.export import export
+    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizers

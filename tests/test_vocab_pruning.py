@@ -28,7 +28,7 @@ from test_m2m100 import (
 )
 
 from seq2seq.artifacts.checkpoint import model_from_checkpoint
-from seq2seq.artifacts.export import export
+from seq2seq.artifacts.exports import export
 from seq2seq.artifacts.huggingface import load_pretrained
 from seq2seq.artifacts.vocab_rows import kept_rows
 from seq2seq.cli.export import export_plan

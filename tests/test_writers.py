@@ -19,7 +19,7 @@ from lock_holder import hold_lock_in_another_process
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
-from seq2seq.artifacts.export import export, write_run_exports
+from seq2seq.artifacts.exports import export, write_run_exports
 from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.cli.export import export_plan
@@ -335,9 +335,9 @@ OUTPUT_WRITERS = {
     "seq2seq.inference.attention_plots.save_png": {"write_new_file"},  # attention='s pictures
     "seq2seq.cli.average.average_files": {"output_lock", "record"},  # output=, then the ledger's entry
     "seq2seq.cli.average.refuse_replacing": {"check_replaceable"},
-    "seq2seq.artifacts.export.export": {"check_new", "new_output"},  # output= must be new
-    "seq2seq.artifacts.export._write_directory": {"new_output", "replaced_folder"},  # and a run's exports
-    "seq2seq.artifacts.export.remove_stale_export_directories": {"remove_folder_leftovers"},
+    "seq2seq.artifacts.exports.export": {"check_new", "new_output"},  # output= must be new
+    "seq2seq.artifacts.exports._write_directory": {"new_output", "replaced_folder"},  # and a run's exports
+    "seq2seq.artifacts.exports.remove_stale_export_directories": {"remove_folder_leftovers"},
     "seq2seq.distill.output.claim_output": {"claim_folder"},  # seq2seq-distill's output= folder
     "seq2seq.distill.files.write_lines": {"write_new_text"},  # ... and its corpus files
 }
@@ -346,7 +346,7 @@ OUTPUT_MODULES = (
     "seq2seq.inference.attention_plots",
     "seq2seq.cli.average",
     "seq2seq.averaging",
-    "seq2seq.artifacts.export",
+    "seq2seq.artifacts.exports",
     "seq2seq.artifacts.argos",
     "seq2seq.distill.",
 )

@@ -228,9 +228,9 @@ def hydra_argument(key: str, value: str) -> str:
 
 
 def _write_inference_exports(run_dir: Path) -> None:
-    """What translation reads (seq2seq.artifacts.export.write_run_exports), logged. A failure here
+    """What translation reads (seq2seq.artifacts.exports.write_run_exports), logged. A failure here
     costs nothing: the checkpoints are intact and translation falls back to them."""
-    from seq2seq.artifacts.export import RUN_EXPORTS, write_run_exports
+    from seq2seq.artifacts.exports import RUN_EXPORTS, write_run_exports
 
     if not RunDir(run_dir).has_checkpoints():
         return

@@ -262,7 +262,7 @@ def clear_leftovers(run_dir: Path, overwrite: bool) -> None:
     """Rank 0, holding the run directory's lock: an earlier run's files (`overwrite`: a new run with
     overwrite=true) and the unfinished writes of an interrupted one; then the marker that says the
     directory is a run's."""
-    from seq2seq.artifacts.export import remove_stale_export_directories  # when used, as command.py imports it
+    from seq2seq.artifacts.exports import remove_stale_export_directories  # when used, as command.py imports it
 
     if overwrite and (removed := clear_earlier_run(run_dir)):
         log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)
