@@ -23,11 +23,11 @@ from conftest import (
     train_multilingual,
 )
 
-from seq2seq.artifacts.exports import export
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.train import train
 from seq2seq.config import ExportConfig, UserError, validate_export
 from seq2seq.data.corpus import read_lines
+from seq2seq.export.command import export
 from seq2seq.inference.translator import Translator
 
 pytest.importorskip("argostranslate", reason="needs `pip install seq2seq[argos]`")

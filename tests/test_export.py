@@ -22,7 +22,6 @@ from numerics import assert_equal
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint, model_from_checkpoint
-from seq2seq.artifacts.exports import export
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.artifacts.safetensors import load_weights
@@ -30,6 +29,7 @@ from seq2seq.cli.export import export_plan
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
+from seq2seq.export.command import export
 from seq2seq.inference.choice import choose_engine
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 from seq2seq.inference.job import decoding_job
@@ -504,14 +504,14 @@ def test_a_full_disk_while_writing_an_export_is_one_line_and_leaves_nothing(tmp_
     # safetensors reports a failed write as its own SafetensorError, which escaped as a traceback.
     from safetensors import SafetensorError
 
-    from seq2seq.artifacts.exports import _write_directory
+    from seq2seq.artifacts.exports import write_directory
 
     def write(directory: Path) -> None:
         (directory / "model.safetensors").write_bytes(b"part")
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
 
     with pytest.raises(UserError) as info:
-        _write_directory(tmp_path / "model", write, replace=True)
+        write_directory(tmp_path / "model", write, replace=True)
     assert str(info.value) == (
         f"{tmp_path / 'model'}: could not write the export (Error while serializing: IoError(Os {{ code: 28, "
         "kind: StorageFull })); nothing was written"
@@ -660,9 +660,9 @@ def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_
     # SIGTERM's default action ended the process without its cleanup: .<output>.*.tmp stayed, the model's size.
     import signal
 
-    import seq2seq.artifacts.exports as export_module
+    import seq2seq.export.command as export_module
 
-    real = export_module._writer
+    real = export_module.format_writer
 
     def writer_then_sigterm(*args: object) -> object:
         write = real(*args)
@@ -673,7 +673,7 @@ def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_
 
         return write_then_die
 
-    monkeypatch.setattr(export_module, "_writer", writer_then_sigterm)
+    monkeypatch.setattr(export_module, "format_writer", writer_then_sigterm)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         with pytest.raises(SystemExit) as info:

@@ -16,7 +16,6 @@ import torch
 from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config, train_multilingual
 
 from seq2seq.artifacts.checkpoint import atomic_save, model_from_checkpoint
-from seq2seq.artifacts.exports import export
 from seq2seq.artifacts.marian import load_pretrained
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.train import train
@@ -24,6 +23,7 @@ from seq2seq.config import DataConfig, ExportConfig, TranslateConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+from seq2seq.export.command import export
 from seq2seq.inference.translator import Translator
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     # seq2seq-distill: a chain over both wings (the teacher decodes, the student trains), a command of its own.
     ("seq2seq.distill",),
     ("seq2seq.serve",),  # the HTTP server, over inference (never training)
+    ("seq2seq.export",),  # seq2seq-export: a checkpoint written as inference files, by artifacts' writers
     # Training (and checkpoint averaging, a tool of the training side): validation decodes with
     # inference's Translator, so it decodes as seq2seq-translate does, and a run's end writes its exports.
     ("seq2seq.train", "seq2seq.averaging"),

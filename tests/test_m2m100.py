@@ -339,10 +339,10 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     exports back to its family's class (M2M100ForConditionalGeneration, MBartForConditionalGeneration)
     with the model's own tokenizer files, which transformers loads and whose `generate` writes the run's
     lines."""
-    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.cli.train import train
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     name, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}"]

@@ -29,9 +29,9 @@ from test_m2m100 import (
     sentences,
 )
 
-from seq2seq.artifacts.exports import export
 from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
+from seq2seq.export.command import export
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")

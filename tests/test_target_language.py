@@ -244,9 +244,9 @@ def test_the_tag_ids_follow_the_placement():
 
 def test_argos_refuses_a_source_tagged_run_naming_the_key(multilingual_run, tmp_path):
     """Argos puts nothing before the source: a package of a multilingual model needs the decoder's tag."""
-    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     with pytest.raises(
         UserError, match=r"\(data\.lang_tag=source_prefix\) cannot reach the model; train with data\.lang_tag"
@@ -263,9 +263,9 @@ def test_huggingface_export_takes_a_source_tag_and_refuses_a_decoder_start_one(
     multilingual_run, decoder_start_run, tmp_path
 ):
     pytest.importorskip("transformers")
-    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     with pytest.raises(UserError, match=r"data\.lang_tag=decoder_start has no Marian convention"):
         export(
@@ -315,11 +315,11 @@ def random_tagged_model(root, lang_tag: str, seed: int, eos_bias: float):
     import torch
 
     from seq2seq.artifacts.checkpoint import atomic_save
-    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.sentencepiece_training import train_sentencepiece
     from seq2seq.data.tokenizer import EOS_ID
+    from seq2seq.export.command import export
     from seq2seq.model.transformer import build_model
 
     ckpt = root / "ckpt"
@@ -434,10 +434,10 @@ def untrained_byte_level_tagged_model(root, lang_tag: str, pad_and_bos_logit: fl
     import torch
 
     from seq2seq.artifacts.checkpoint import atomic_save
-    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizers
+    from seq2seq.export.command import export
     from seq2seq.model.transformer import build_model
 
     ckpt = root / "ckpt"

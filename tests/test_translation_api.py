@@ -479,9 +479,9 @@ def test_attention_plots_are_refused_for_an_ensemble(run_dir: Path, tmp_path: Pa
 
 def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
-    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     ct2 = export(
         export_plan(
@@ -514,9 +514,9 @@ def test_both_engines_cut_a_source_longer_than_the_model_and_say_which_line(
     run_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
-    from seq2seq.artifacts.exports import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     ct2 = export(
         export_plan(

@@ -28,12 +28,12 @@ from test_m2m100 import (
 )
 
 from seq2seq.artifacts.checkpoint import model_from_checkpoint
-from seq2seq.artifacts.exports import export
 from seq2seq.artifacts.huggingface import load_pretrained
 from seq2seq.artifacts.vocab_rows import kept_rows
 from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.export.command import export
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translator import Translator

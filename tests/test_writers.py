@@ -19,13 +19,14 @@ from lock_holder import hold_lock_in_another_process
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
-from seq2seq.artifacts.exports import export, write_run_exports
+from seq2seq.artifacts.exports import write_run_exports
 from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.translate import translate
 from seq2seq.config import ExportConfig, UserError
 from seq2seq.distill.files import write_lines
+from seq2seq.export.command import export
 
 
 @pytest.fixture(scope="module")
@@ -335,8 +336,8 @@ OUTPUT_WRITERS = {
     "seq2seq.inference.attention_plots.save_png": {"write_new_file"},  # attention='s pictures
     "seq2seq.cli.average.average_files": {"output_lock", "record"},  # output=, then the ledger's entry
     "seq2seq.cli.average.refuse_replacing": {"check_replaceable"},
-    "seq2seq.artifacts.exports.export": {"check_new", "new_output"},  # output= must be new
-    "seq2seq.artifacts.exports._write_directory": {"new_output", "replaced_folder"},  # and a run's exports
+    "seq2seq.export.command.export": {"check_new", "new_output"},  # output= must be new
+    "seq2seq.artifacts.exports.write_directory": {"new_output", "replaced_folder"},  # and a run's exports
     "seq2seq.artifacts.exports.remove_stale_export_directories": {"remove_folder_leftovers"},
     "seq2seq.distill.output.claim_output": {"claim_folder"},  # seq2seq-distill's output= folder
     "seq2seq.distill.files.write_lines": {"write_new_text"},  # ... and its corpus files
@@ -347,6 +348,7 @@ OUTPUT_MODULES = (
     "seq2seq.cli.average",
     "seq2seq.averaging",
     "seq2seq.artifacts.exports",
+    "seq2seq.export.",
     "seq2seq.artifacts.argos",
     "seq2seq.distill.",
 )
