@@ -15,6 +15,7 @@ import torch
 from seq2seq.config import DataConfig, UserError, as_dict, validate_directions
 from seq2seq.data.batching import EpochBatches, collate, split_batch
 from seq2seq.data.corpus import iter_parallel
+from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.direction_sampling import direction_shares, epoch_counts, epoch_rows
 from seq2seq.data.directions import (
     Direction,
@@ -386,6 +387,16 @@ def test_the_same_files_for_every_direction_are_refused(tmp_path):
     cfg = DataConfig(kind="parallel_files", directions=["en-de", "en-fr"], cache_dir=str(tmp_path / "c"), **concrete)
     with pytest.raises(UserError, match=r"would read the same pairs for every direction; put \{src\} and \{tgt\}"):
         prepare_data(cfg)
+
+
+def test_the_same_files_for_every_direction_are_refused_by_the_plan(tmp_path):
+    """The run's corpus plan refuses them before it hashes a file: the cache build did, after the run had
+    been planned, its files hashed and its directory locked."""
+    paths = write_corpus(tmp_path)
+    concrete = {k: v.replace("{src}", "en").replace("{tgt}", "de") for k, v in paths.items()}
+    cfg = DataConfig(kind="parallel_files", directions=["en-de", "en-fr"], **concrete)
+    with pytest.raises(UserError, match=r"would read the same pairs for every direction; put \{src\} and \{tgt\}"):
+        plan_corpus(cfg)
 
 
 def test_iso_639_codes_with_a_script_or_region_are_taken():

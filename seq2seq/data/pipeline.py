@@ -37,7 +37,7 @@ from seq2seq.data.corpus_plan import content_digest as content_digest
 from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
-from seq2seq.data.directions import LanguageTags, check_readable_per_direction, language_tags
+from seq2seq.data.directions import LanguageTags, language_tags
 from seq2seq.data.fairseq_vocab import FairseqTokenizers
 from seq2seq.data.multilingual import (
     DIRECTION,
@@ -363,8 +363,6 @@ def _build(corpus: CorpusPlan, target: Path) -> None:
         (staging / "work").mkdir(parents=True)
         early = {"dropped_empty": 0, "dropped_too_long": 0}
         multilingual = corpus.multilingual
-        if multilingual:
-            check_readable_per_direction(data)
         read: dict[str, int] = {}
         cleaning = CleaningReport()
         if data.streaming and corpus.corpus_names:  # the head of the corpora interleaved, not the first corpus alone
