@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import DataConfig, UserError, as_dict, clean_rules, data_config
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, SINGLE_CORPUS, Stream, corpus_config, named_error
+from seq2seq.data.corpora import (
+    BACK_TRANSLATION_TAG,
+    SINGLE_CORPUS,
+    Stream,
+    check_back_translations,
+    corpus_config,
+    named_error,
+)
 from seq2seq.data.corpus import corpus_sources
 from seq2seq.data.directions import (
     Direction,
@@ -95,6 +102,7 @@ def plan_corpus(
     check_readable_per_direction(one)  # before any file is hashed: a config that reads one file for all is one line
     directions = tuple((d, direction_settings(one, d)) for d in configured_directions(one))
     streams = tuple(training_streams(one, directions))
+    check_back_translations(streams)  # how the files are read: at every start, cached or not
     if files is None:
         files = corpus_files(one, directions, streams)
     return CorpusPlan(

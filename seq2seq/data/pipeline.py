@@ -29,7 +29,7 @@ from seq2seq.config import DataConfig, UserError
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.cleaning import CleaningReport, refuse_emptied_head
 from seq2seq.data.cleaning import summary as cleaning_summary
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, check_back_translations, iter_training_rows
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, iter_training_rows
 from seq2seq.data.corpus import iter_split, require_pairs, unzip
 from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's, named here as it always was
 from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
@@ -471,7 +471,6 @@ def prepare_corpus(
 ) -> PreparedData:
     """Tokenized splits of the planned corpus, built once and then loaded from the cache. Under DDP only
     the main process builds; the others wait at `barrier` and load what it wrote."""
-    check_back_translations(corpus.streams)  # at every start, cached or not: it is about how the files are read
     root, target = corpus.root, corpus.target
     if is_main and (swept := remove_abandoned_builds(root)):
         log.info("removed %s bytes of cache builds left by processes that were killed", f"{swept:,}")
