@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_TRAIN, compose_config
 
+from seq2seq.cli.train import train
 from seq2seq.config import (
     CLEAN_RULES,
     DEFAULT_CLEAN_RULES,
@@ -27,7 +28,6 @@ from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.pipeline import keep_pair, prepare_data
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import EOS_ID
-from seq2seq.train.run import train
 
 KOEHN = [("das Haus", "the house"), ("das Buch", "the book"), ("ein Buch", "a book"), ("ein Haus", "a house")]
 

@@ -104,8 +104,8 @@ def test_the_wrong_language_stops_the_script_before_the_model_is_loaded(tmp_path
 
 
 def test_a_model_beside_another_run_s_tokenizer_is_refused_before_translating(tmp_path):
+    from seq2seq.cli.train import train
     from seq2seq.data.tokenizer import Tokenizers
-    from seq2seq.train.run import train
 
     overrides = [*TINY_TRAIN, "max_steps=2", "valid_every=2", "save_every=2", f"data.cache_dir={tmp_path / 'cache'}"]
     train(compose_config("train", overrides), tmp_path / "run")

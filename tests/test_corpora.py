@@ -14,6 +14,7 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 from seq2seq.config import CorpusConfig, DataConfig, UserError, validate_corpora
 from seq2seq.data.batching import EpochBatches
 from seq2seq.data.corpora import BACK_TRANSLATION_MARK
+from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.corpus_weights import showings, weighted_rows
 from seq2seq.data.pipeline import cache_key, prepare_data
 from seq2seq.data.tokenizer import EOS_ID
@@ -360,3 +361,17 @@ def test_back_translated_pairs_read_the_wrong_way_or_for_other_languages_are_ref
         UserError, match=r"^data.corpora\[bt\]: .*bt holds back-translations into en of de text .*fr-de"
     ):
         run("fr", "de", "train.en", "train.de")
+
+
+def test_back_translated_pairs_read_the_wrong_way_are_refused_by_the_plan(tmp_path):
+    """The run's corpus plan refuses them, before it hashes a file (the data preparation did, after the
+    run had been planned and its directory locked)."""
+    bt = tmp_path / "bt"
+    bt.mkdir()
+    (bt / "train.en").write_text("a translation\n")
+    (bt / "train.de").write_text("ein echter Satz\n")
+    (bt / BACK_TRANSLATION_MARK).write_text(json.dumps({"key": "k", "src": "en", "tgt": "de"}))
+    cfg = corpora_config(tmp_path, ("alpha", 5, 1.0), src_lang="en", tgt_lang="de")
+    cfg.corpora.append(CorpusConfig(name="bt", train_src=str(bt / "train.de"), train_tgt=str(bt / "train.en")))
+    with pytest.raises(UserError, match=r"^data.corpora\[bt\]: reads .*bt the wrong way round: train.en holds"):
+        plan_corpus(cfg)

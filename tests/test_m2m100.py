@@ -336,7 +336,7 @@ def test_translates_as_transformers_generate(family: tuple[str, Path], beam: int
     """The model as it came, through the Python API's `load` (engine=auto), with the family's own layout:
     source `code ... </s>`, decoder `</s> code ...`; the ISO 639-1 codes a LibreTranslate client sends
     name NLLB's languages (en, de -> eng_Latn, deu_Latn)."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     name, directory = family
     lines = sentences("en", count, 3)
@@ -385,10 +385,10 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     exports back to its family's class (M2M100ForConditionalGeneration, MBartForConditionalGeneration)
     with the model's own tokenizer files, which transformers loads and whose `generate` writes the run's
     lines."""
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
+    from seq2seq.cli.train import train
     from seq2seq.config import ExportConfig
-    from seq2seq.train.run import train
+    from seq2seq.export.command import export
 
     name, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}"]
@@ -422,7 +422,7 @@ def test_trainable_top_layers_leaves_the_rest_of_the_pretrained_model_as_it_came
     positions, embedding norms and final_logits_bias, and the bottom layer of each stack end 3 updates
     as the directory has them; the top layers and the final LayerNorms train."""
     from seq2seq.artifacts.checkpoint import load_checkpoint
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     _, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", "trainable_top_layers=1"]
@@ -439,7 +439,7 @@ def test_trainable_top_layers_leaves_the_rest_of_the_pretrained_model_as_it_came
 
 
 def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> None:
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     name, directory = family
     with pytest.raises(UserError, match=r"^tgt_lang=tlh: not one of the model's \d+ languages") as info:
@@ -455,7 +455,7 @@ def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> Non
     "override", ["data.lang_tag=source_prefix", "data.joint_vocab=false", "data.tokenizer=sentencepiece"]
 )
 def test_a_marian_only_option_is_one_line(family: tuple[str, Path], tmp_path: Path, override: str) -> None:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     name, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", override]
@@ -490,7 +490,7 @@ def test_data_directions_take_the_models_own_codes(family: tuple[str, Path], tmp
     """data.directions in NLLB's own codes, ajp_Arab among them: the codes name the files ({src}, {tgt})
     and the directions, each trained in the family's layout; the run translates each direction asked
     for by its code or its ISO 639-1 code, as the model's codes name it."""
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     _, directory = family
     folder, pairs = tmp_path / "corpus", [("eng_Latn", "deu_Latn"), ("eng_Latn", "ajp_Arab")]
@@ -520,7 +520,7 @@ def test_data_directions_take_the_models_own_codes(family: tuple[str, Path], tmp
 
 
 def test_a_language_the_model_lacks_in_data_directions_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     _, directory = family
     corpus = [o for o in parallel_corpus(tmp_path / "corpus") if not o.startswith("data.tgt_lang=")]
@@ -550,7 +550,7 @@ def test_iso_639_1_codes_name_the_models_languages_and_an_ambiguous_one_says_whi
     import logging
 
     from seq2seq.data import directions
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     name, directory = family
     _, tokenizers = load_pretrained(str(directory))
@@ -580,10 +580,10 @@ def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Pat
 
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.command import _load
     from seq2seq.serve.requests import Limits
-    from seq2seq.serve.server import _load
 
     def first_model(cfg: ServeConfig):  # the server's plan, its first model loaded
         plan = serve_plan(cfg)

@@ -29,9 +29,9 @@ from test_m2m100 import (
     sentences,
 )
 
-from seq2seq.artifacts.export import export
 from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
+from seq2seq.export.command import export
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")
@@ -42,7 +42,7 @@ SETTINGS = dict(precision="fp32", device="cpu", threads=1, src_lang="en", tgt_la
 @pytest.fixture(scope="module", params=["nllb", "m2m100", "mbart50"])
 def fine_tuned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """A run fine-tuned for 3 updates from the family's tiny model (init_from=), and its Hugging Face export."""
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp(request.param)
     directory = hf_directory(root / "model", request.param)
@@ -136,7 +136,7 @@ def test_the_ctranslate2_export_searches_as_generate_under_ctranslate2s_rules(
 def test_beam_search_of_such_a_run_stays_on_pytorch_under_engine_auto(fine_tuned: SimpleNamespace) -> None:
     """CTranslate2's beam search keeps its own rules after the forced language code (docs/huggingface.md),
     so engine=auto decodes beam>1 with PyTorch, whose lines are generate's; greedy takes the export."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     assert load(fine_tuned.run, beam=5, **SETTINGS).kind == "torch"
     assert load(fine_tuned.run, beam=1, **SETTINGS).kind == "ctranslate2"
@@ -145,7 +145,7 @@ def test_beam_search_of_such_a_run_stays_on_pytorch_under_engine_auto(fine_tuned
 def test_training_leaves_the_export_in_the_familys_layout(fine_tuned: SimpleNamespace) -> None:
     """<run>/ctranslate2/ (training writes it): the decoder starts from </s>, the source ends with </s>;
     seq2seq-translate's engine puts the source language's code first and forces the target's after </s>."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     export_dir = fine_tuned.run / "ctranslate2"
     config = json.loads((export_dir / "config.json").read_text(encoding="utf-8"))
@@ -243,8 +243,8 @@ def test_init_from_the_runs_huggingface_export_trains_on(fine_tuned: SimpleNames
     the same numbering) and trains on in the family's layout."""
     from seq2seq.artifacts.checkpoint import model_from_checkpoint
     from seq2seq.artifacts.huggingface import load_pretrained
+    from seq2seq.cli.train import train
     from seq2seq.inference.translator import Translator
-    from seq2seq.train.run import train
 
     payload, tokenizers = load_pretrained(str(fine_tuned.hf))
     imported = model_from_checkpoint(payload).eval()

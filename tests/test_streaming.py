@@ -15,13 +15,13 @@ import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.cli.train import train
 from seq2seq.config import CorpusConfig, DataConfig, UserError
 from seq2seq.data.batching import Batch, EpochBatches
 from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.pipeline import StreamingStats, cache_key, prepare_data
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import EOS_ID
-from seq2seq.train.run import train
 
 PAIRS = 53
 BUFFER = 8  # 7 buffers, the last one short

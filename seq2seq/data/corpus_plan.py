@@ -27,11 +27,18 @@ from seq2seq.data.corpora import (
     SINGLE_CORPUS,
     AlignmentScorers,
     Stream,
+    check_back_translations,
     corpus_config,
     named_error,
 )
 from seq2seq.data.corpus import corpus_sources
-from seq2seq.data.directions import Direction, configured_directions, direction_settings, tag_tokens
+from seq2seq.data.directions import (
+    Direction,
+    check_readable_per_direction,
+    configured_directions,
+    direction_settings,
+    tag_tokens,
+)
 from seq2seq.data.tokenizer import pretrained_tokenizer_files
 from seq2seq.measurement_cache import cache_root
 
@@ -98,8 +105,10 @@ def plan_corpus(
     already; else they are hashed here."""
     settings = as_dict(data) if not isinstance(data, dict) else dict(data)
     one = data_config(settings)
+    check_readable_per_direction(one)  # before any file is hashed: a config that reads one file for all is one line
     directions = tuple((d, direction_settings(one, d)) for d in configured_directions(one))
     streams = tuple(training_streams(one, directions))
+    check_back_translations(streams)  # how the files are read: at every start, cached or not
     if files is None:
         files = corpus_files(one, directions, streams)
     return CorpusPlan(

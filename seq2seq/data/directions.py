@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +68,13 @@ def language_record(data: dict[str, Any]) -> dict[str, Any]:
 
 def configured_directions(data: Any) -> list[Direction]:
     """data.directions as Directions, in the order given; empty for a single-direction run."""
-    return [Direction(*parse_direction(entry)) for entry in (data.directions or [])]
+    return parsed_directions(data.directions)
+
+
+def parsed_directions(entries: Iterable[str] | None) -> list[Direction]:
+    """data.directions' entries ("src-tgt", as a config or a checkpoint's config["data"] holds them) as
+    Directions, in the order given."""
+    return [Direction(*parse_direction(entry)) for entry in (entries or [])]
 
 
 def is_multilingual(data: Any) -> bool:
@@ -254,20 +260,19 @@ class LanguageTags:
         return dataclasses.asdict(self)
 
 
-def language_tags(data: Any, tokenizers: Any) -> LanguageTags | None:
-    """The tags of a run with data config `data` (a checkpoint's config["data"] will do) and its
-    tokenizers; None for a single-direction run. Each tag must be one entry of the vocabulary it goes
-    into: a tokenizer without one is not this run's (or predates data.directions)."""
-    if isinstance(data, dict):
-        data = data_config(data)
-    if data.lang_tag == LANGUAGE_CODES:
-        return _language_codes(data, tokenizers)
-    if not is_multilingual(data):
+def language_tags(lang_tag: str, directions: Sequence[Direction], tokenizers: Any) -> LanguageTags | None:
+    """The tags of a run that places them by data.lang_tag `lang_tag` over its data.directions
+    `directions` (`configured_directions`; empty for a single-direction run, which has none), with its
+    tokenizers. Each tag must be one entry of the vocabulary it goes into: a tokenizer without one is
+    not this run's (or predates data.directions)."""
+    if lang_tag == LANGUAGE_CODES:
+        return _language_codes(directions, tokenizers)
+    if not directions:
         return None
     places = ((tokenizers.tgt, TARGET_TAGGED), (tokenizers.src, SOURCE_TAGGED))
-    sides = [side for side, placements in places if data.lang_tag in placements]  # where the tag goes
+    sides = [side for side, placements in places if lang_tag in placements]  # where the tag goes
     ids = {}
-    for lang in target_languages(configured_directions(data)):
+    for lang in target_languages(directions):
         found = {side.token_to_id(language_tag(lang)) for side in sides}
         if None in found:
             raise UserError(
@@ -279,10 +284,10 @@ def language_tags(data: Any, tokenizers: Any) -> LanguageTags | None:
                 "vocabularies; it needs one (train the tokenizers with data.directions)"
             )
         ids[lang] = found.pop()
-    return LanguageTags(data.lang_tag, tuple(d.name for d in configured_directions(data)), ids)
+    return LanguageTags(lang_tag, tuple(d.name for d in directions), ids)
 
 
-def _language_codes(data: Any, tokenizers: Any) -> LanguageTags:
+def _language_codes(directions: Sequence[Direction], tokenizers: Any) -> LanguageTags:
     """A pretrained model's own language codes (every language it has, by its tokenizer), the
     directions a run trained (none for the model as it came), and the aliases of its languages."""
     side = tokenizers.tgt
@@ -293,9 +298,9 @@ def _language_codes(data: Any, tokenizers: Any) -> LanguageTags:
         )
     ids = {lang: side.token_to_id(token) for lang, token in side.languages.items()}
     pruned = getattr(side, "pruned", None) is not None
-    directions = tuple(d.name for d in configured_directions(data))
-    tags = LanguageTags(LANGUAGE_CODES, directions, ids, side.aliases(), pruned, side.shared_codes())
-    for direction in configured_directions(data):
+    names = tuple(d.name for d in directions)
+    tags = LanguageTags(LANGUAGE_CODES, names, ids, side.aliases(), pruned, side.shared_codes())
+    for direction in directions:
         tags.tag_id(direction.src, "data.directions")
         tags.tag_id(direction.tgt, "data.directions")
     return tags
@@ -319,7 +324,7 @@ def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> N
 def check_same_directions(saved: Any, data: Any) -> None:
     """A resumed run must train the directions, tag placement and sampling it started with: its data
     position and its model's tags mean nothing under others. `saved`: the checkpoint's data config
-    (a dict); `data`: the resumed run's. For train/run.py to call where it compares a resume's config;
+    (a dict); `data`: the resumed run's. For train/command.py to call where it compares a resume's config;
     the batch stream checks the same against its saved state (seq2seq.data.batching)."""
     saved = saved if isinstance(saved, dict) else as_dict(saved)
     defaults = DataConfig()

@@ -29,7 +29,7 @@ from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.config import UserError
 from seq2seq.decoding_defaults import SEARCH_VERSION
 from seq2seq.distill.files import held, read_json
-from seq2seq.inference.engine_api import TranslatorAPI, one_line
+from seq2seq.inference.translator_api import TranslatorAPI, one_line
 
 log = logging.getLogger("seq2seq.distill")
 TRANSLATIONS, PROGRESS, KEY = "translations.jsonl", "progress.json", "key.json"

@@ -27,7 +27,14 @@ import torch
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.data.vocab_pruning import pruned_record
 from seq2seq.device import half_precision_on_cpu, pick_device
-from seq2seq.inference.engine_api import (
+from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.job import DecodingJob, decoding_job
+from seq2seq.inference.sampling import SamplingRule
+from seq2seq.inference.search import Hypothesis, SearchRules, beam_search, greedy_search
+from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.target_language import ModelLanguages
+from seq2seq.inference.torch_model import check_precision, load_model
+from seq2seq.inference.translator_api import (
     Translation,
     check_beam_fits,
     check_prefix_fits,
@@ -38,13 +45,6 @@ from seq2seq.inference.engine_api import (
     sources_to_decode,
     to_translate,
 )
-from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.job import DecodingJob, decoding_job
-from seq2seq.inference.loading import check_precision, load_model
-from seq2seq.inference.sampling import SamplingRule
-from seq2seq.inference.search import Hypothesis, SearchRules, beam_search, greedy_search
-from seq2seq.inference.settings import DecodingSettings
-from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.model.transformer import Transformer
 
 
@@ -112,7 +112,7 @@ class Translator:
         """The Translator of a decoding job: its model (run= or checkpoint=, several comma-separated: an
         ensemble; run= by the model file as resolved, refused where it was written again since), its
         settings and its device, precision and threads. The PyTorch engine of
-        `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
+        `seq2seq.inference.loading` (seq2seq-translate, seq2seq-serve) and of `load`."""
         model_file = job.model.unchanged_model_file()
         settings, options = job.settings, job.options
         device = pick_device(options.device)
@@ -131,7 +131,7 @@ class Translator:
     def load(cls, path: str | Path | Sequence[str | Path], **settings: Any) -> Translator:
         """Loads a model once for translating many lists of lines, on PyTorch. `path` and the keyword
         settings (beam, nbest, length_penalty, max_len_a, max_len_b, batch_size, precision, device,
-        threads, sampling, seed) are those of `seq2seq.inference.engine_api.decoding_config`, with
+        threads, sampling, seed) are those of `seq2seq.inference.translator_api.decoding_config`, with
         seq2seq-translate's defaults; `seq2seq.inference.load` takes the same and picks the engine.
         Each item it translates must be one line: one with a line break is refused (check_one_line).
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key

@@ -4,7 +4,7 @@ run directory's decision, and the corpus plan (seq2seq.data.corpus_plan: its dir
 files by content, tokenizer and cache key).
 
     plan_run(cfg, run_dir, overrides) -> RunPlan
-        .config   the resolved config: run.py's steps read their keys from it; recipe= and compile=
+        .config   the resolved config: command.py's steps read their keys from it; recipe= and compile=
                   are chosen later, where the data and the device are there to time
         .resumed  the TrainingState a resume continues from (its corpus checked against .corpus.files)
         .run_dir, .claimed   where the run writes, and whether seq2seq-train checked and locked it
@@ -15,7 +15,7 @@ files by content, tokenizer and cache key).
 
 The plan is where a run's config is edited: after resume=, init_from= and sentencepiece (here), after
 recipe= (plan_recipes) and after compile=auto (with_compile, once run_compile has measured). Nothing
-below takes a whole config: run.py reads the plan's keys, the Trainer gets its parts (seq2seq.train.parts).
+below takes a whole config: command.py reads the plan's keys, the Trainer gets its parts (seq2seq.train.parts).
 
 The corpus files are hashed once, here: a resume's check against its checkpoint's record reads the
 plan's digests, and the data preparation keys its cache with the same ones.
