@@ -44,23 +44,30 @@ def test_values_stay_and_autograd_fills_the_flat_gradient() -> None:
     )
 
 
-def test_accumulated_gradients_are_the_backward_passes() -> None:
-    """`accumulate` (the compiled update's way in, after autograd.grad) adds to what the buffer holds,
-    as a backward does: two passes' gradients, against a separate model's two `.backward()` calls.
-    A parameter the loss did not reach (None) keeps its gradient."""
+@pytest.mark.parametrize("method", ["accumulate", "accumulate_in_one_pass"])
+def test_accumulated_gradients_are_the_backward_passes(method: str) -> None:
+    """`accumulate` and `accumulate_in_one_pass` (the compiled update's ways in, after autograd.grad)
+    add to what the buffer holds, as a backward does: two passes' gradients, against a separate
+    model's two `.backward()` calls; the buffer's gaps between parameters stay zero. A parameter the
+    loss did not reach (None) keeps its gradient."""
     net = model()
     flat = FlatParameters(net.parameters())
+    add = getattr(flat, method)
     src = torch.randint(1, 30, (3, 5))
     for _ in range(2):
         loss = net(src, src).float().square().mean()
-        flat.accumulate(torch.autograd.grad(loss, flat.params))
+        add(torch.autograd.grad(loss, flat.params))
     reference = model()
     for _ in range(2):
         reference(src, src).float().square().mean().backward()
     for (name, param), (_, theirs) in zip(net.named_parameters(), reference.named_parameters(), strict=True):
         torch.testing.assert_close(param.grad, theirs.grad, rtol=1e-6, atol=1e-7, msg=name)
+    buffer = flat.buffers[0].grad
+    assert float(buffer.double().square().sum()) == pytest.approx(
+        float(sum(p.grad.double().square().sum() for p in reference.parameters())), rel=1e-9
+    )
     before = [param.grad.clone() for param in flat.params]
-    flat.accumulate([None] * len(flat.params))
+    add([None] * len(flat.params))
     assert all(torch.equal(param.grad, old) for param, old in zip(flat.params, before, strict=True))
 
 
