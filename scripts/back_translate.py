@@ -11,7 +11,8 @@ one per line), which training reads as one more corpus with a weight and `tag: t
 
 The translations are seq2seq-distill's (seq2seq/distill/translations.py): written a chunk at a time,
 resumed after a kill without translating a finished line again, and cached by the model's weights,
-the lines and the decoding settings, so a second run with the same ones reads them back. --sampling
+the lines and the decoding settings, so a second run with the same ones reads them back. The lines
+are read from --input and written out a chunk at a time, so memory stays flat in their number. --sampling
 draws each translation from the model's distribution (Edunov et al. 2018: better than beam at scale)
 with --seed; the default is beam search. Refused in one line before anything is translated: a model that
 does not translate --tgt into --src, --input text that py3langid reads as another language than --tgt
@@ -29,6 +30,8 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +46,60 @@ prepare_process()
 from seq2seq.artifacts.replacing import write_new_json  # noqa: E402
 from seq2seq.config import UserError  # noqa: E402
 from seq2seq.data.corpora import BACK_TRANSLATION_MARK  # noqa: E402
-from seq2seq.data.corpus import read_lines  # noqa: E402
+from seq2seq.data.corpus import iter_lines  # noqa: E402
 from seq2seq.distill.source_language import SAMPLE_LINES, SURE  # noqa: E402
 from seq2seq.distill.teacher import Teacher, read_teacher  # noqa: E402
-from seq2seq.distill.translations import cache_key, read_translations, translate_cached  # noqa: E402
+from seq2seq.distill.translations import cache_key, iter_translations, translate_cached  # noqa: E402
 from seq2seq.inference import load  # noqa: E402
 from seq2seq.inference.target_language import UNNAMED  # noqa: E402
 
 MARK = BACK_TRANSLATION_MARK  # what this script writes beside the pairs: which cache entry, which languages
+
+
+class FileLines:
+    """--input's lines as seq2seq-distill's translations read a list of them (its length, iteration from
+    the start, slices in order, a chunk at a time), read from the file as they are asked for: memory holds
+    a chunk, not the monolingual corpus (millions of lines)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.count = sum(1 for _ in iter_lines(self.path))  # a file that cannot be read is refused here
+        self._reader: Iterator[str] = iter(())
+        self._at = 0  # the line _reader gives next
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        return iter_lines(self.path)
+
+    def __getitem__(self, index: slice) -> list[str]:
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("FileLines takes slices in order, lines[start:stop]")
+        start, stop, _ = index.indices(self.count)
+        if start < self._at or self._at == 0:  # from the start again: iter_lines reads forward only
+            self._reader, self._at = iter_lines(self.path), 0
+        for _ in islice(self._reader, start - self._at):
+            pass
+        lines = list(islice(self._reader, max(stop - start, 0)))
+        self._at = start + len(lines)
+        return lines
+
+
+def write_pairs(out: Path, names: list[str], translations: Iterable[list[str]], targets: Iterable[str]) -> None:
+    """names[0]: each line's best translation, names[1]: the line as it was, a line at a time; each file
+    is written beside its name and moved into place once whole."""
+    partial = [out / f"{name}.partial" for name in names]
+    try:
+        with partial[0].open("w", encoding="utf-8") as sources, partial[1].open("w", encoding="utf-8") as real:
+            for nbest, line in zip(translations, targets, strict=True):
+                sources.write(nbest[0] + "\n")
+                real.write(line + "\n")
+        for path, name in zip(partial, names, strict=True):
+            path.replace(out / name)
+    finally:
+        for path in partial:
+            path.unlink(missing_ok=True)
 
 
 def model_direction(teacher: Teacher, src: str, tgt: str) -> None:
@@ -115,7 +164,7 @@ def check_output(out: Path, names: list[str], key: str) -> None:
 def back_translate(args: argparse.Namespace) -> dict[str, Any]:
     teacher = read_teacher(args.model)
     model_direction(teacher, args.src, args.tgt)
-    targets = read_lines(args.input)
+    targets = FileLines(args.input)  # read a chunk at a time, never held whole
     if not targets:
         raise UserError(f"--input {args.input}: no lines to back-translate")
     if args.language_check:
@@ -133,10 +182,8 @@ def back_translate(args: argparse.Namespace) -> dict[str, Any]:
     if not (folder / "key.json").is_file():
         write_new_json(folder / "key.json", parts)
     progress = translate_cached(engine, targets, folder, args.chunk_lines)
-    sources = [nbest[0] for nbest in read_translations(folder, len(targets))]
     out.mkdir(parents=True, exist_ok=True)
-    (out / names[0]).write_text("".join(line + "\n" for line in sources), encoding="utf-8")
-    (out / names[1]).write_text("".join(line + "\n" for line in targets), encoding="utf-8")
+    write_pairs(out, names, iter_translations(folder, len(targets)), targets)
     summary = {
         "key": key,
         "src": args.src,  # what training checks a corpus of these files against (seq2seq/data/corpora.py)

@@ -19,7 +19,6 @@ A rate is a result only on an idle machine: the JSON records the machine and its
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -119,10 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args.smoke and not (Path(args.data_dir) / "train.en.gz").is_file():
         sys.exit(f"error: --data-dir {args.data_dir}: no train.en.gz (Multi30k: scripts/get_multi30k.py)")
     result = bench(args)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    from machine import write_json_report  # imports torch: bench() has imported it by now
+
+    write_json_report(result, args.json)
 
 
 if __name__ == "__main__":

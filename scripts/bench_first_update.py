@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     data = Path(args.data_dir)
     if not (data / "train.en.gz").is_file():
         sys.exit(f"error: --data-dir {args.data_dir}: no train.en.gz (Multi30k: scripts/get_multi30k.py)")
-    from machine import machine_info  # imports torch: not at import, so --help stays quick
+    from machine import machine_info, write_json_report  # imports torch: not at import, so --help stays quick
 
     src, tgt = (make_big_corpus.read(data / f"train.{lang}.gz") for lang in ("en", "de"))
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench_first_update_"))
@@ -247,10 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         "note": args.note,
         "machine": machine_info(),
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    write_json_report(result, args.json)
 
 
 if __name__ == "__main__":

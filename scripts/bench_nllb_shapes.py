@@ -2,18 +2,22 @@
 architecture as `init_from=<its directory>` would (its config.json's values, written out below, through
 seq2seq.artifacts.m2m100.model_config), then times fine-tuning updates of --tokens padded tokens each
 (sentences x the longest side, as batch_tokens counts them). Prints one JSON object: parameters, build
-seconds, peak memory (the process's RSS; a GPU's allocated peak too), and seconds per update at each
-size, in bf16 autocast where the CPU has bf16 instructions (or a GPU is used), else fp32.
+seconds, peak memory (the process's RSS; a GPU's allocated peak too), and at each size the seconds
+per update, the tokens a second (padded, as --tokens and batch_tokens count them) and the model FLOP/s
+(`update_flops`: the matrix multiplications of the forward and backward pass, counted from the shapes),
+with the MFU against the device's peak where it is known (--peak-tflops, or an H100/H200/A100 by
+name), in bf16 autocast where the CPU has bf16 instructions (or a GPU is used), else fp32.
 
     python scripts/bench_nllb_shapes.py                       # 2,048 tokens, the CPU
     python scripts/bench_nllb_shapes.py --tokens 2048 4096 --device cuda
+    python scripts/bench_nllb_shapes.py --device cuda --peak-tflops 989   # the GPU's dense bf16 peak
     python scripts/bench_nllb_shapes.py --smoke               # tiny shapes: that the script runs
 
 The update is the run's objective (TeacherForcedLoss: the chunked projection of the 256k vocabulary,
 label smoothing 0.1) with torch's AdamW over the model's parameters, dropout on; the project's own
-flat-parameter Adam (seq2seq.train.update) moves the same bytes. Run it on an idle machine: about
-10 GB of memory at 2,048 tokens (weights, gradients and Adam's two moments in fp32 are 16 bytes per
-parameter, 9.8 GB, before activations).
+flat-parameter Adam (seq2seq.train.update) moves the same bytes. Run it on an idle machine: 16.8 GB
+of resident memory at 2,048 tokens, 22.0 GB at 4,096 (results/nllb_600m_shapes.amx.json; weights,
+gradients and Adam's two moments in fp32 are 16 bytes per parameter, 9.8 GB, before activations).
 """
 
 from __future__ import annotations
@@ -55,6 +59,31 @@ NLLB_600M = dict(
 )
 SMOKE = dict(vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=128, decoder_ffn_dim=128)
 SENTENCE_TOKENS = 32  # each side's length: --tokens / 32 sentences
+# Dense bf16 peaks (TFLOP/s, without sparsity) of the GPUs named here, for the MFU; --peak-tflops for another.
+PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+
+def update_flops(shape: dict, rows: int, src_len: int, tgt_len: int) -> int:
+    """The FLOPs of one update's matrix multiplications, forward and backward (3x the forward's: each
+    weight's gradient and its input's), for `rows` sentences of src_len and tgt_len tokens: every
+    projection and FFN of both stacks (a multiply-add is 2 FLOPs), the attention's scores and
+    weighted sums (all of them, the causal mask's zeros too, as the kernels compute them), the
+    cross-attention's keys and values over the source, and the output layer over the vocabulary. Model
+    FLOPs: the chunked loss's second forward of the output layer in the backward pass is not counted."""
+    d, vocab = shape["d_model"], shape["vocab_size"]
+    src, tgt = rows * src_len, rows * tgt_len  # tokens
+    encoder = src * (4 * d * d + 2 * d * shape["encoder_ffn_dim"]) + rows * 2 * src_len * src_len * d
+    decoder = tgt * (4 * d * d + 2 * d * d + 2 * d * shape["decoder_ffn_dim"]) + src * 2 * d * d
+    decoder += rows * 2 * d * (tgt_len * tgt_len + tgt_len * src_len)
+    forward = 2 * (shape["encoder_layers"] * encoder + shape["decoder_layers"] * decoder + tgt * d * vocab)
+    return 3 * forward
+
+
+def peak_tflops(device: torch.device, given: float | None) -> float | None:
+    if given is not None or device.type != "cuda":
+        return given
+    name = torch.cuda.get_device_name(device)
+    return next((peak for gpu, peak in PEAK_TFLOPS.items() if gpu in name), None)
 
 
 def peak_rss_gb() -> float:
@@ -106,6 +135,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes: check that the script runs")
+    parser.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s, for the MFU")
     args = parser.parse_args()
     from seq2seq.cpuinfo import has_bf16
 
@@ -120,12 +150,22 @@ def main() -> None:
         "precision": "bf16 autocast" if bf16 else "fp32",
         "build_seconds": round(build_seconds, 2),
         "seconds_per_update": {},
+        "tokens_per_second": {},
+        "model_tflops_per_second": {},
         "machine": machine_info(),
     }
+    peak = peak_tflops(device, args.peak_tflops)
+    if peak is not None:
+        result["peak_tflops"], result["mfu"] = peak, {}
     for tokens in args.tokens:
-        result["seconds_per_update"][str(tokens)] = round(
-            seconds_per_update(model, tokens, args.updates, bf16, device), 3
-        )
+        seconds = seconds_per_update(model, tokens, args.updates, bf16, device)
+        rows = max(1, tokens // SENTENCE_TOKENS)
+        flops = update_flops(shape, rows, SENTENCE_TOKENS, SENTENCE_TOKENS)
+        result["seconds_per_update"][str(tokens)] = round(seconds, 3)
+        result["tokens_per_second"][str(tokens)] = round(rows * SENTENCE_TOKENS / seconds, 1)  # as --tokens counts
+        result["model_tflops_per_second"][str(tokens)] = float(f"{flops / seconds / 1e12:.4g}")
+        if peak is not None:
+            result["mfu"][str(tokens)] = float(f"{flops / seconds / 1e12 / peak:.4g}")
     result["peak_rss_gb"] = round(peak_rss_gb(), 2)
     if device.type == "cuda":
         result["peak_gpu_allocated_gb"] = round(torch.cuda.max_memory_allocated() / 1024**3, 2)

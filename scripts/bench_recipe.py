@@ -6,7 +6,7 @@ its log lines, and a summary.
     python scripts/bench_recipe.py multi30k_en_de --data-dir data/multi30k --minutes 30 --runs 5
     python scripts/bench_recipe.py multi30k_en_de --minutes 30 --runs 5 --competing-jobs 1
 
-It calls `choose_recipe` as `seq2seq.train.run` does, so it times the code it imports: put an older
+It calls `choose_recipe` as `seq2seq.train.command` does, so it times the code it imports: put an older
 checkout first on PYTHONPATH to measure that one the same way.
 """
 

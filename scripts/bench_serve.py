@@ -137,8 +137,8 @@ def one_line_ms(args: argparse.Namespace, engine: str, lines: list[str]) -> floa
     from omegaconf import OmegaConf
 
     from seq2seq.config import TranslateConfig
-    from seq2seq.inference.engine_loader import load_engine
     from seq2seq.inference.job import decoding_job
+    from seq2seq.inference.loading import load_engine
 
     values = dict(item.split("=", 1) for item in settings(args, engine))
     cfg = OmegaConf.merge(OmegaConf.structured(TranslateConfig), values)

@@ -5,7 +5,7 @@
 
 End to end: `seq2seq-translate` in a subprocess, process start to last line written, and the time to
 its first output line, for greedy and beam 5: as a user runs it (`run=`: the run's CTranslate2 export
-where it has one, see seq2seq/inference/engine_choice.py; the row names the engine) and on PyTorch
+where it has one, see seq2seq/inference/choice.py; the row names the engine) and on PyTorch
 (`engine=torch`). In process (PyTorch): sentences/s and output tokens/s for each
 beam size and batch size, decode time per sentence by source-length bucket, BLEU of each output,
 agreement of the cached fast path with a simple decoder that re-runs the whole prefix at every step,
@@ -45,9 +45,9 @@ from seq2seq.config import TranslateConfig  # noqa: E402
 from seq2seq.data.corpus import read_lines  # noqa: E402
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator  # noqa: E402
-from seq2seq.inference.engine_api import output_budget  # noqa: E402
 from seq2seq.inference.job import decoding_job  # noqa: E402
 from seq2seq.inference.translator import Translator  # noqa: E402
+from seq2seq.inference.translator_api import output_budget  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402

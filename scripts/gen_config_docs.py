@@ -19,8 +19,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from seq2seq.cli.common import described_fields, group_options
+from seq2seq.config import TRAIN_GROUPS as GROUPS
 from seq2seq.config import AverageConfig, DistillConfig, ExportConfig, ServeConfig, TrainConfig, TranslateConfig
-from seq2seq.train.run import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "configure-reference.md"

@@ -1,8 +1,10 @@
-"""What machine a benchmark ran on, for the JSON reports."""
+"""What machine a benchmark ran on, for the JSON reports, and how a report is given out."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 # isort: off
 from seq2seq.startup import prepare_process
@@ -27,3 +29,12 @@ def machine_info() -> dict[str, object]:
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "allocator": allocator_in_use(),  # this process's; reproduce.py replaces it with the training's
     }
+
+
+def write_json_report(result: dict[str, object], path: str | Path | None) -> None:
+    """A benchmark's result as JSON on standard output and, given `path` (its --json), the same text
+    there."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if path:
+        Path(path).write_text(text + "\n")

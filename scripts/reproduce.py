@@ -46,9 +46,9 @@ from seq2seq.data.directions import Direction, configured_directions, direction_
 from seq2seq.data.language_id import off_target_rate
 from seq2seq.distill.output import MARKER, SETTINGS
 from seq2seq.distill.teacher import read_teacher
-from seq2seq.inference.engine_api import one_line
 from seq2seq.inference.job import decoding_job
 from seq2seq.inference.translator import Translator
+from seq2seq.inference.translator_api import one_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info  # noqa: E402

@@ -62,7 +62,7 @@ def average(paths: list[Path]) -> AveragedCheckpoint:
 def check_one_vocabulary(paths: list[Path], payloads: list[dict]) -> None:
     """Weights are averaged id by id, so every checkpoint must map ids to the same tokens: the same
     vocabulary sizes and recorded tokenizer, and the same tokenizer files where they can be found (an
-    ensemble's rule, seq2seq.inference.loading). Checkpoints copied without one are judged by the record."""
+    ensemble's rule, seq2seq.inference.torch_model). Checkpoints copied without one are judged by the record."""
     first, first_path = payloads[0]["vocab"], paths[0]
     for path, payload in zip(paths[1:], payloads[1:], strict=True):
         vocab = payload["vocab"]

@@ -876,6 +876,10 @@ def validate_train(cfg: Any) -> None:
 # separates a direction's two codes, and nothing a file name or a >>tag<< cannot hold.
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
 LANG_TAG_PLACES = ("source_prefix", "decoder_start", "both", "language_codes")
+# The codes of a pretrained model's languages that ISO 639 (pycountry) does not list, accepted as its
+# codes are: NLLB-200's South Levantine Arabic (ajp_Arab: ISO 639-3 merged ajp into apc in 2023) and
+# M2M-100's Northern Sotho (ns, ISO 639-3 nso). Every other code of NLLB-200, M2M-100 and mBART-50 is ISO.
+PRETRAINED_MODEL_CODES = frozenset({"ajp", "ns"})
 
 
 def parse_direction(text: Any, key: str = "data.directions") -> tuple[str, str]:
@@ -896,7 +900,10 @@ def parse_direction(text: Any, key: str = "data.directions") -> tuple[str, str]:
 
 
 def _is_iso_639(code: str) -> bool:
-    """Whether pycountry knows `code` as a two-letter (639-1) or three-letter (639-3) language code."""
+    """Whether pycountry knows `code` as a two-letter (639-1) or three-letter (639-3) language code
+    (or it is one a pretrained model names a language by: PRETRAINED_MODEL_CODES)."""
+    if code in PRETRAINED_MODEL_CODES:
+        return True
     import pycountry  # here: only a run with data.directions pays for its tables
 
     key = "alpha_2" if len(code) == 2 else "alpha_3"

@@ -38,6 +38,6 @@ def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str]:
 def has_bf16(cpuinfo: Path = CPUINFO) -> bool:
     """Whether the CPU lists bf16 instructions, the one answer both choices read: precision=auto takes
     bf16 only here (seq2seq/precision.py; elsewhere PyTorch emulates it), so only here does engine=auto
-    weigh PyTorch in bf16 against the fp32 CTranslate2 export (seq2seq/inference/engine_choice.py). No
+    weigh PyTorch in bf16 against the fp32 CTranslate2 export (seq2seq/inference/choice.py). No
     cpuinfo (macOS, Windows): no."""
     return bool(cpu_flags(cpuinfo) & BF16_FLAGS)

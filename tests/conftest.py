@@ -110,7 +110,7 @@ SENTENCEPIECE_LINES = [
 @pytest.fixture(scope="session")
 def sentencepiece_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run directory of SENTENCEPIECE_TRAIN, trained once per session."""
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp("sentencepiece")
     overrides = [*SENTENCEPIECE_TRAIN, f"data.cache_dir={root / 'cache'}"]
@@ -200,7 +200,7 @@ def decoder_start_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
 def train_logging(cfg: DictConfig, run_dir: Path) -> tuple[dict, list[str]]:
     """train(cfg, run_dir) with the messages of the "seq2seq.train" logger captured: (summary, lines).
     For module-scoped fixtures, where pytest's function-scoped caplog cannot be used."""
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     lines: list[str] = []
     handler = logging.Handler(logging.INFO)

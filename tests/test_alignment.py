@@ -10,7 +10,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import TINY_TRAIN, compose_config
 
+from seq2seq.cli.train import train
 from seq2seq.config import (
     CLEAN_RULES,
     DEFAULT_CLEAN_RULES,
@@ -247,3 +249,60 @@ def test_streamed_corpora_learn_each_corpus_s_tables_once_for_all_its_passes(tmp
     made = Counter({row: 2 for row in encoded(data.tokenizers, cfg, [pair for pair in pairs if pair in kept])})
     lines = [tuple(line.split("\t")) for line in plain.read_text().splitlines()]
     assert epochs == [made + Counter(encoded(data.tokenizers, cfg, lines))] * 2
+
+
+# ---- a fresh streamed run: the cache's build reads the tokenizer's head, training reads every pass;
+# the tables are learnt by the first of them and handed to the other ------------------------------------
+
+
+def test_a_fresh_streamed_corpus_learns_the_tables_once_for_the_head_and_training(tmp_path: Path, learnings) -> None:
+    cfg, pairs, kept = aligned_corpus(tmp_path, streaming=True, stream_buffer_pairs=128)
+    learnings.clear()
+    data = prepare_data(cfg)  # an empty cache: its build reads and cleans the head the tokenizer learns from
+    batches = StreamingBatches(data.plan, data.tokenizers, batch_tokens=4096, seed=1, max_positions=256)
+    epochs = streamed_epochs(batches, 2)
+    # Before the fix: twice (the build's head, then training's first pass).
+    assert learnings == ["train"]
+    assert data.cleaning["streams"]["train"]["dropped"] == {"alignment": len(pairs) - len(kept)}
+    expected = Counter(encoded(data.tokenizers, cfg, [pair for pair in pairs if pair in kept]))
+    assert epochs == [expected] * 2
+
+
+def test_fresh_streamed_corpora_learn_each_corpus_s_tables_once_for_the_head_and_training(
+    tmp_path: Path, learnings
+) -> None:
+    cfg, pairs, kept = aligned_corpus(tmp_path, streaming=True, stream_buffer_pairs=128)
+    tsv = tmp_path / "made.tsv"
+    tsv.write_text("".join(f"{src}\t{tgt}\n" for src, tgt in pairs))
+    cfg.corpora = [CorpusConfig(name="made", kind="tsv", train=str(tsv), weight=2.0)]
+    cfg.train_src = cfg.train_tgt = None
+    learnings.clear()
+    data = prepare_data(cfg)
+    batches = StreamingBatches(data.plan, data.tokenizers, batch_tokens=4096, seed=1, max_positions=256)
+    epochs = streamed_epochs(batches, 2)
+    assert learnings == ["made"]  # before the fix: the head's, then training's
+    made = Counter({row: 2 for row in encoded(data.tokenizers, cfg, [pair for pair in pairs if pair in kept])})
+    assert epochs == [made] * 2
+
+
+def test_a_streamed_run_learns_the_tables_once_from_an_empty_cache_and_once_from_its_cache(
+    tmp_path: Path, learnings
+) -> None:
+    cfg, _, _ = aligned_corpus(tmp_path)
+    overrides = [
+        *TINY_TRAIN,
+        "data=parallel_files",
+        *(f"data.{key}='{getattr(cfg, key)}'" for key in ("train_src", "train_tgt", "valid_src", "valid_tgt")),
+        "data.vocab_size=300",
+        "data.clean=[alignment]",
+        "data.streaming=true",
+        "data.stream_buffer_pairs=128",
+        f"data.cache_dir='{tmp_path / 'cache'}'",
+        "max_steps=4",
+        "valid_every=1000",
+        "save_every=1000",
+    ]
+    for run in ("fresh", "cached"):
+        learnings.clear()
+        assert train(compose_config("train", overrides), tmp_path / run)["step"] == 4
+        assert learnings == ["train"], run  # before the fix the fresh run learnt them twice

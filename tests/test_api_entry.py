@@ -42,7 +42,7 @@ def test_load_prepares_the_process_as_it_loads_an_engine_not_on_import(tmp_path)
 
 def test_load_is_the_packages_own():
     import seq2seq.inference as api
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     assert api.load is load and "load" in api.__all__
     assert api.load is load  # still the function once its module is imported

@@ -23,12 +23,12 @@ from conftest import (
     train_multilingual,
 )
 
-from seq2seq.artifacts.export import export
 from seq2seq.cli.export import export_plan
+from seq2seq.cli.train import train
 from seq2seq.config import ExportConfig, UserError, validate_export
 from seq2seq.data.corpus import read_lines
+from seq2seq.export.command import export
 from seq2seq.inference.translator import Translator
-from seq2seq.train.run import train
 
 pytest.importorskip("argostranslate", reason="needs `pip install seq2seq[argos]`")
 
@@ -137,7 +137,7 @@ def test_a_multilingual_package_writes_the_commands_lines_short_of_the_length_li
     lines of seq2seq-translate beam=4 length_penalty=0.2 on every line that reaches neither engine's
     length limit; a young model's lines that run to a limit differ (Argos's limit is CTranslate2's
     default, which the package cannot set)."""
-    from seq2seq.inference.engine_api import output_budget
+    from seq2seq.inference.translator_api import output_budget
 
     monkeypatch.setenv("ARGOS_COMPUTE_TYPE", "float32")
     for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):

@@ -104,8 +104,8 @@ def test_the_wrong_language_stops_the_script_before_the_model_is_loaded(tmp_path
 
 
 def test_a_model_beside_another_run_s_tokenizer_is_refused_before_translating(tmp_path):
+    from seq2seq.cli.train import train
     from seq2seq.data.tokenizer import Tokenizers
-    from seq2seq.train.run import train
 
     overrides = [*TINY_TRAIN, "max_steps=2", "valid_every=2", "save_every=2", f"data.cache_dir={tmp_path / 'cache'}"]
     train(compose_config("train", overrides), tmp_path / "run")
@@ -138,3 +138,76 @@ def test_the_process_is_set_up_before_torch_loads():
     tests = Path(__file__).resolve().parent
     done = subprocess.run([sys.executable, "-c", probe], cwd=tests, capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "False"]
+
+
+# ---- monolingual text of any size: read and written a chunk at a time, resumed where it stopped ------
+
+
+class _Reverser:
+    """A stand-in for the reverse model: each line's words backwards; `stop_after` chunks, then a kill.
+    `chunks`: each call's first line number and (`record`) its lines."""
+
+    def __init__(self, stop_after: int | None = None, record: bool = True) -> None:
+        self.chunks: list[tuple[int, list[str]]] = []
+        self.stop_after, self.record = stop_after, record
+
+    def with_languages(self, *languages: str) -> _Reverser:
+        return self
+
+    def translate_nbest(self, lines: list[str], first_line_number: int = 1) -> list:
+        from types import SimpleNamespace
+
+        if self.stop_after is not None and len(self.chunks) == self.stop_after:
+            raise KeyboardInterrupt
+        self.chunks.append((first_line_number, list(lines) if self.record else []))
+        return [[SimpleNamespace(text=" ".join(reversed(line.split())))] for line in lines]
+
+
+def german(n: int) -> list[str]:
+    return [f"Satz Nummer {i} mit einigen deutschen Wörtern darin" for i in range(n)]
+
+
+def back_translate_with(script, tmp_path: Path, name: str, lines: list[str], engine: _Reverser, monkeypatch) -> None:
+    reverse = Teacher(["runs/de-en"], [tmp_path / "weights"], {"data": {"src_lang": "de", "tgt_lang": "en"}})
+    (tmp_path / "weights").write_bytes(b"w")
+    monkeypatch.setattr(script, "read_teacher", lambda spec: reverse)
+    monkeypatch.setattr(script, "engine_for", lambda *a: engine)
+    mono = tmp_path / f"{name}.de"
+    if not mono.exists():
+        mono.write_text("".join(line + "\n" for line in lines))
+    argv = ["--model", "runs/de-en", "--input", str(mono), "--src", "en", "--tgt", "de", "--chunk-lines", "100"]
+    script.main([*argv, "--out", str(tmp_path / name), "--cache", str(tmp_path / "cache"), "--no-language-check"])
+
+
+def test_a_back_translation_holds_a_chunk_not_the_monolingual_text(tmp_path, monkeypatch):
+    import tracemalloc
+
+    script = load_script("back_translate")
+    peaks = []
+    for n in (2_000, 20_000):
+        (tmp_path / f"bt{n}.de").write_text("".join(line + "\n" for line in german(n)))  # written before the count
+        tracemalloc.start()
+        back_translate_with(script, tmp_path, f"bt{n}", [], _Reverser(record=False), monkeypatch)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert (tmp_path / f"bt{n}" / "train.de").read_text().splitlines() == german(n)  # as they were
+        written = (tmp_path / f"bt{n}" / "train.en").read_text().splitlines()
+        assert written == [" ".join(reversed(line.split())) for line in german(n)]
+    # Ten times the lines: the lists of them (held before) would take megabytes more
+    assert peaks[1] < peaks[0] + 300_000, peaks
+
+
+def test_a_killed_back_translation_resumes_at_its_next_chunk(tmp_path, monkeypatch):
+    script = load_script("back_translate")
+    lines = german(450)
+    killed = _Reverser(stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        back_translate_with(script, tmp_path, "bt", lines, killed, monkeypatch)
+    assert not (tmp_path / "bt" / "train.en").exists()
+    resumed = _Reverser()
+    back_translate_with(script, tmp_path, "bt", lines, resumed, monkeypatch)
+    # Each line translated once, in chunks that start where the killed run stopped
+    assert [start for start, _ in killed.chunks + resumed.chunks] == [1, 101, 201, 301, 401]
+    assert [line for _, chunk in killed.chunks + resumed.chunks for line in chunk] == lines
+    assert (tmp_path / "bt" / "train.en").read_text().splitlines() == [" ".join(reversed(s.split())) for s in lines]
+    assert (tmp_path / "bt" / "train.de").read_text().splitlines() == lines

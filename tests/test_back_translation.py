@@ -20,8 +20,8 @@ from seq2seq.distill import command
 from seq2seq.distill.back_translation import BackTranslated, plan, with_back_translated
 from seq2seq.distill.student import student_config
 from seq2seq.distill.teacher import corpus_config, read_teacher
-from seq2seq.inference.engine_api import one_line
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
+from seq2seq.inference.translator_api import one_line
 
 TRAINED = [Direction("en", "de"), Direction("en", "fr"), Direction("de", "en")]  # conftest's MULTILINGUAL_DIRECTIONS
 

@@ -25,13 +25,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.cli.train import train
 from seq2seq.cli.translate import translate
 from seq2seq.config import ModelConfig, UserError
 from seq2seq.data.pipeline import prepare_data
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.model.transformer import build_model
 from seq2seq.train.lock import run_directory_lock
-from seq2seq.train.run import train
 
 # A run of the tiny model small enough for a test; max_positions=80 (the least the built-in task's
 # data.max_tokens=64 allows) makes a line "longer than the model" cheap to translate.

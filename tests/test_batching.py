@@ -260,7 +260,7 @@ def test_max_epochs_trains_every_sentence_exactly_that_many_times(tmp_path, monk
 
     from conftest import TINY_TRAIN, compose_config
 
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     seen: Counter = Counter()
     real = EpochBatches.next_update
@@ -282,8 +282,8 @@ def test_resume_with_another_batch_tokens_is_refused_through_train(tmp_path) -> 
     other batches, silently. The message names the key and the saved value."""
     from conftest import TINY_TRAIN, compose_config
 
+    from seq2seq.cli.train import train
     from seq2seq.config import UserError
-    from seq2seq.train.run import train
 
     train(compose_config("train", [*TINY_TRAIN, "max_steps=2", "valid_every=2"]), tmp_path)
     resume = f"resume={tmp_path}"

@@ -13,13 +13,14 @@ from seq2seq.config import DEFAULT_CLEAN_RULES
 
 def test_smoke_reports_every_rule_and_the_counts_of_the_corpus(tmp_path):
     out = tmp_path / "bench.json"
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench_cleaning.py"), "--smoke", "--json", str(out)],
         check=True,
         capture_output=True,
         text=True,
     )
     result = json.loads(out.read_text())
+    assert json.loads(done.stdout) == result  # printed and written alike (machine.write_json_report)
     # The corpus the smoke run cleaned, made again here: 60 clean pairs and a third as many noisy ones.
     en, de, fr = load_script("bench_cleaning").smoke_corpus()
     pairs, _ = load_script("make_noisy_multi30k").make(en, de, fr, share=1 / 3, seed=0)
@@ -34,3 +35,12 @@ def test_smoke_reports_every_rule_and_the_counts_of_the_corpus(tmp_path):
     # Together a pair is dropped at most once, and by at least the rules that drop it alone.
     assert max(row["dropped"] for row in result["per_rule"].values()) <= together["dropped"] <= len(pairs)
     assert result["machine"]["cores"] >= 1 and result["smoke"] is True
+
+
+def test_a_report_is_printed_and_written_as_the_same_json(tmp_path, capsys):
+    result = {"name": "bench", "rows": [{"lines_per_second": 7392}], "note": "Grüße"}
+    load_script("machine").write_json_report(result, tmp_path / "out.json")
+    printed = capsys.readouterr().out
+    assert json.loads(printed) == result and (tmp_path / "out.json").read_text() == printed
+    load_script("machine").write_json_report(result, None)  # no --json: printed only
+    assert json.loads(capsys.readouterr().out) == result

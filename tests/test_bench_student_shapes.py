@@ -13,7 +13,7 @@ from script_module import load_script
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.artifacts.run_dir import RunDir
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
 
 bench = load_script("bench_student_shapes")
 SENTENCES = [f"{a} {b} and {c}" for a in ("one", "two", "three") for b in ("red", "blue") for c in ("cat", "dog")]
@@ -21,7 +21,7 @@ SENTENCES = [f"{a} {b} and {c}" for a in ("one", "two", "three") for b in ("red"
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp("teacher")
     overrides = [*TINY_TRAIN, "data.task_train_size=120", "data.task_valid_size=12", f"data.cache_dir={root / 'c'}"]

@@ -199,7 +199,8 @@ def test_a_run_whose_budget_is_spent_before_its_first_update_fails_and_leaves_no
 
 def test_no_update_after_recipe_auto_names_the_recipe_to_give(tmp_path, slow_machine, monkeypatch):
     """Data preparation on the fake clock takes the whole budget; what the user had in the directory stays."""
-    import seq2seq.train.run as run
+    import seq2seq.train.command as run
+    from seq2seq.cli.train import train
     from seq2seq.config import UserError
 
     prepare = run.prepare_corpus
@@ -214,7 +215,7 @@ def test_no_update_after_recipe_auto_names_the_recipe_to_give(tmp_path, slow_mac
     recipes = "recipes=[{name: only, overrides: ['model.dropout=0.2']}]"
     overrides = [*TINY_TRAIN, "max_steps=null", "max_minutes=1", "recipe=auto", recipes]
     with pytest.raises(UserError) as error:
-        run.train(compose_config("train", overrides), tmp_path / "run")
+        train(compose_config("train", overrides), tmp_path / "run")
     message = str(error.value)  # 90 s of data, 6 updates of 7 s timing the one candidate: 2.2 minutes
     assert "2.2 of max_minutes=1 went to preparing the data and timing recipe=auto's candidates" in message
     assert "recipe=only" in message, message
@@ -224,7 +225,7 @@ def test_no_update_after_recipe_auto_names_the_recipe_to_give(tmp_path, slow_mac
 def test_the_budget_counts_from_the_commands_start(tmp_path, run_main, monkeypatch):
     """seq2seq-train hands train() the moment its main() began, before Hydra composed the config and
     torch loaded: max_minutes counts those seconds too (on a busy machine they were 15 s and more)."""
-    import seq2seq.train.run as run
+    import seq2seq.cli.train as command
 
     given = {}
 
@@ -232,7 +233,7 @@ def test_the_budget_counts_from_the_commands_start(tmp_path, run_main, monkeypat
         given.update(kwargs, called=time.monotonic())
         return {}
 
-    monkeypatch.setattr(run, "train", train)
+    monkeypatch.setattr(command, "train", train)
     before = time.monotonic()
     result = run_main(["seq2seq-train", *TINY_TRAIN, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
     assert result.returncode == 0, result.stderr
@@ -241,8 +242,8 @@ def test_the_budget_counts_from_the_commands_start(tmp_path, run_main, monkeypat
 
 def test_a_start_given_earlier_is_spent(tmp_path, slow_machine):
     """train(started=) counts from there: a minute spent before it leaves max_minutes=1 nothing."""
+    from seq2seq.cli.train import train
     from seq2seq.config import UserError
-    from seq2seq.train.run import train
 
     cfg = compose_config("train", [*TINY_TRAIN, "max_steps=null", "max_minutes=1"])
     with pytest.raises(UserError, match=r"^no update made \(used max_minutes=1\.0\)"):

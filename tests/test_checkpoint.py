@@ -28,11 +28,11 @@ from seq2seq.artifacts.checkpoint import (
 from seq2seq.artifacts.model_files import read_model_file
 from seq2seq.artifacts.path_kind import WEIGHTS_FORMAT
 from seq2seq.averaging import average
+from seq2seq.cli.train import train
 from seq2seq.config import ModelConfig, TrainConfig, UserError
 from seq2seq.model.transformer import Transformer
 from seq2seq.train.optim import build_optimizer
 from seq2seq.train.rng import rng_state, set_rng_state
-from seq2seq.train.run import train
 
 
 def sample_payload() -> dict:

@@ -223,7 +223,7 @@ def test_seen_hashes_answer_as_a_set_does_across_merges():
 def test_a_run_keeps_its_cleaning_report_and_overwrite_takes_it_back(tmp_path):
     from conftest import TINY_TRAIN, compose_config
 
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
     from seq2seq.train.run_outputs import clear_earlier_run
 
     overrides = [*TINY_TRAIN, "max_steps=2", "data.clean=[duplicate,few_letters]", f"data.cache_dir={tmp_path / 'c'}"]
@@ -236,7 +236,7 @@ def test_a_run_keeps_its_cleaning_report_and_overwrite_takes_it_back(tmp_path):
 
 
 def test_a_rule_that_drops_every_pair_stops_a_run_before_its_first_update(tmp_path):
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     valid = tsv(tmp_path / "valid.tsv", sentences(3))
     good, web = tsv(tmp_path / "a.tsv", sentences(10)), tsv(tmp_path / "b.tsv", [("<b>x</b> y", "z w")] * 4)

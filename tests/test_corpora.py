@@ -14,6 +14,7 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 from seq2seq.config import CorpusConfig, DataConfig, UserError, validate_corpora
 from seq2seq.data.batching import EpochBatches
 from seq2seq.data.corpora import BACK_TRANSLATION_MARK
+from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.corpus_weights import showings, weighted_rows
 from seq2seq.data.pipeline import cache_key, prepare_data
 from seq2seq.data.tokenizer import EOS_ID
@@ -72,6 +73,33 @@ def test_one_corpus_in_corpora_reads_the_pairs_data_train_reads(tmp_path):
     assert len(a.train) == len(b.train) == 30
     assert [list(a.train.src[i]) for i in range(30)] == [list(b.train.src[i]) for i in range(30)]
     assert a.train.corpora.tolist() == [0] * 30 and b.train.corpora is None
+
+
+def test_jsonl_and_multi30k_entries_are_read_as_their_kinds_read(tmp_path):
+    records = [{"id": i, "en": sentence("gamma", i), "de": sentence("GAMMA", i)} for i in range(12)]
+    (tmp_path / "memory.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    folder = tmp_path / "m30k"
+    folder.mkdir()
+    for split, n in (("train", 9), ("val", 2), ("test_2016_flickr", 2)):  # Multi30k's split names
+        for lang, word in (("en", "beta"), ("de", "BETA")):
+            (folder / f"{split}.{lang}").write_text("".join(sentence(word, i) + "\n" for i in range(n)))
+    cfg = corpora_config(tmp_path, ("alpha", 10, 1.0), src_lang="en", tgt_lang="de")  # Multi30k's file names
+    cfg.corpora += [
+        CorpusConfig(name="memory", kind="jsonl", train=str(tmp_path / "memory.jsonl"), src_key="en", tgt_key="de"),
+        CorpusConfig(name="m30k", kind="multi30k", dir=str(folder)),
+    ]
+    data = prepare_data(cfg)
+    expected = {
+        0: [(sentence("alpha", i), sentence("ALPHA", i)) for i in range(10)],
+        1: [(record["en"], record["de"]) for record in records],
+        2: [(sentence("beta", i), sentence("BETA", i)) for i in range(9)],
+    }
+    tok = data.tokenizers
+    for index, pairs in expected.items():  # each corpus's rows, by its index, are its file's pairs in order
+        rows = [i for i in range(len(data.train)) if data.train.corpora[i] == index]
+        got = [(list(data.train.src[i]), list(data.train.tgt[i])) for i in rows]
+        sources, targets = tok.encode_src([s for s, _ in pairs]), tok.encode_tgt([t for _, t in pairs])
+        assert got == [(list(s), list(t)) for s, t in zip(sources, targets, strict=True)], index
 
 
 def test_weights_1_to_3_give_each_corpus_its_share_of_an_epoch(tmp_path):
@@ -333,3 +361,17 @@ def test_back_translated_pairs_read_the_wrong_way_or_for_other_languages_are_ref
         UserError, match=r"^data.corpora\[bt\]: .*bt holds back-translations into en of de text .*fr-de"
     ):
         run("fr", "de", "train.en", "train.de")
+
+
+def test_back_translated_pairs_read_the_wrong_way_are_refused_by_the_plan(tmp_path):
+    """The run's corpus plan refuses them, before it hashes a file (the data preparation did, after the
+    run had been planned and its directory locked)."""
+    bt = tmp_path / "bt"
+    bt.mkdir()
+    (bt / "train.en").write_text("a translation\n")
+    (bt / "train.de").write_text("ein echter Satz\n")
+    (bt / BACK_TRANSLATION_MARK).write_text(json.dumps({"key": "k", "src": "en", "tgt": "de"}))
+    cfg = corpora_config(tmp_path, ("alpha", 5, 1.0), src_lang="en", tgt_lang="de")
+    cfg.corpora.append(CorpusConfig(name="bt", train_src=str(bt / "train.de"), train_tgt=str(bt / "train.en")))
+    with pytest.raises(UserError, match=r"^data.corpora\[bt\]: reads .*bt the wrong way round: train.en holds"):
+        plan_corpus(cfg)

@@ -15,17 +15,20 @@ import torch
 from seq2seq.config import DataConfig, UserError, as_dict, validate_directions
 from seq2seq.data.batching import EpochBatches, collate, split_batch
 from seq2seq.data.corpus import iter_parallel
+from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.direction_sampling import direction_shares, epoch_counts, epoch_rows
 from seq2seq.data.directions import (
     Direction,
     check_same_directions,
     check_tags_free,
+    configured_directions,
     direction_config,
     language_tags,
 )
 from seq2seq.data.pipeline import CACHE_VERSION, cache_key, content_digest, keep_pair, prepare_data
 from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
+from seq2seq.inference.target_language import ModelLanguages
 
 TAGS = [">>de<<", ">>en<<", ">>fr<<"]
 LANGUAGES = ("en", "de", "fr")
@@ -91,7 +94,7 @@ def test_a_tokenizer_without_the_tags_is_not_the_run_s():
     untagged = Tokenizers.train(texts("en"), texts("de"), "bpe", 300, joint=True)
     cfg = DataConfig(kind="multi30k", directions=["en-de"])
     with pytest.raises(UserError, match=r"data\.directions: the tokenizer has no >>de<< token"):
-        language_tags(cfg, untagged)
+        language_tags(cfg.lang_tag, configured_directions(cfg), untagged)
 
 
 # ---- reading and tagging every direction ------------------------------------------------------------
@@ -202,7 +205,7 @@ def test_decoder_start_tag_is_fed_and_never_predicted(request, placement):
             assert half.tgt_out[row, : len(text) + 2].tolist() == [PAD_ID, *text, EOS_ID]
     assert sum(h.tgt_tokens for h in halves) == batch.tgt_tokens
     if placement == "both":  # what translation asks of the run: the tag on both sides
-        tags = language_tags(as_dict(cfg), tok)
+        tags = language_tags(cfg.lang_tag, configured_directions(cfg), tok)
         fr = tok.tgt.token_to_id(">>fr<<")
         assert tags == data.languages
         assert (tags.source_ids([9, 10], "fr"), tags.target_prefix("fr")) == ([fr, 9, 10], [fr])
@@ -386,6 +389,16 @@ def test_the_same_files_for_every_direction_are_refused(tmp_path):
         prepare_data(cfg)
 
 
+def test_the_same_files_for_every_direction_are_refused_by_the_plan(tmp_path):
+    """The run's corpus plan refuses them before it hashes a file: the cache build did, after the run had
+    been planned, its files hashed and its directory locked."""
+    paths = write_corpus(tmp_path)
+    concrete = {k: v.replace("{src}", "en").replace("{tgt}", "de") for k, v in paths.items()}
+    cfg = DataConfig(kind="parallel_files", directions=["en-de", "en-fr"], **concrete)
+    with pytest.raises(UserError, match=r"would read the same pairs for every direction; put \{src\} and \{tgt\}"):
+        plan_corpus(cfg)
+
+
 def test_iso_639_codes_with_a_script_or_region_are_taken():
     validate_directions(DataConfig(kind="multi30k", directions=["eng-fra", "en-zh_Hant", "pt_BR-de", "en-cs"]))
 
@@ -452,8 +465,9 @@ def test_one_direction_gives_today_s_examples_and_cache(tmp_path, directions):
 
 def test_language_tags_say_where_the_tag_goes(prefixed, decoder_started):
     for (cfg, data), placement in ((prefixed, "source_prefix"), (decoder_started, "decoder_start")):
-        tags = language_tags(as_dict(cfg), data.tokenizers)  # a checkpoint's config["data"] will do
+        tags = language_tags(cfg.lang_tag, configured_directions(cfg), data.tokenizers)
         assert tags == data.languages
+        assert ModelLanguages.of(as_dict(cfg), data.tokenizers).tags == tags  # a checkpoint's config["data"]
         side = data.tokenizers.src if placement == "source_prefix" else data.tokenizers.tgt
         fr = side.token_to_id(">>fr<<")
         assert tags.tag_id("fr") == fr and tags.tag("fr") == ">>fr<<"
@@ -464,7 +478,8 @@ def test_language_tags_say_where_the_tag_goes(prefixed, decoder_started):
         assert tags.is_trained("de", "en") and not tags.is_trained("de", "fr")  # de-fr: zero-shot
         with pytest.raises(UserError, match=r"^tgt_lang=cs: the model writes de, en, fr \(its data\.directions: "):
             tags.tag_id("cs")
-    assert language_tags(DataConfig(), None) is None  # one direction: no tags
+    assert language_tags(DataConfig().lang_tag, [], None) is None  # one direction: no tags
+    assert ModelLanguages.of(as_dict(DataConfig()), None).tags is None
 
 
 def test_hub_reads_each_direction_s_languages(tmp_path, monkeypatch):

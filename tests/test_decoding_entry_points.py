@@ -2,7 +2,7 @@
 script's `main`), the Python API (`seq2seq.inference.load`, `Translator.load`) and seq2seq-serve (a
 real server: /translate and /v1/translate), for greedy and beam search, n-best lists, sampling with a
 seed and forced prefixes. Each is held to the engine built by hand, below every config and plan
-(`Translator(...)` on `loading.load_model`, `CTranslate2Translator(...)` on the run's export, given
+(`Translator(...)` on `torch_model.load_model`, `CTranslate2Translator(...)` on the run's export, given
 `DecodingSettings` and `EngineOptions` directly): what a command or the API builds of its settings
 must reach the engine unchanged, whichever way it travels."""
 
@@ -48,9 +48,9 @@ def by_hand(run_dir: Path, engine: str, settings: dict) -> list[list[tuple[str, 
     import torch
 
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-    from seq2seq.inference.loading import load_model
     from seq2seq.inference.settings import DecodingSettings, EngineOptions
     from seq2seq.inference.target_language import ModelLanguages
+    from seq2seq.inference.torch_model import load_model
     from seq2seq.inference.translator import Translator
 
     decoding = DecodingSettings(**{key: value for key, value in settings.items() if key != "engine"})

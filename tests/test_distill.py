@@ -34,8 +34,8 @@ from seq2seq.distill.translations import (
     read_translations,
     translate_cached,
 )
-from seq2seq.inference.engine_api import one_line
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
+from seq2seq.inference.translator_api import one_line
 
 TEACHER_DATA = ["data.task_train_size=120", "data.task_valid_size=12", "data.task_test_size=16"]
 
@@ -43,7 +43,7 @@ TEACHER_DATA = ["data.task_train_size=120", "data.task_valid_size=12", "data.tas
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny run on the built-in task (8 updates): translations of some sort, in seconds."""
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp("teacher")
     overrides = [*TINY_TRAIN, *TEACHER_DATA, f"data.cache_dir={root / 'cache'}"]

@@ -265,7 +265,8 @@ def slow_rank_zero_run(rank: int, world_size: int, port: int, run_dir: str, cach
     prepare the data and for every validation, as tokenizing a large corpus or a long BLEU pass would."""
     import time
 
-    import seq2seq.train.run as run
+    import seq2seq.train.command as run
+    from seq2seq.cli.train import train
     from seq2seq.train.trainer import Trainer as LoopTrainer
 
     os.environ.update(
@@ -287,7 +288,7 @@ def slow_rank_zero_run(rank: int, world_size: int, port: int, run_dir: str, cach
         run.prepare_corpus = slow_prepare
         LoopTrainer.validate = slow_validate
     overrides = [*OVERRIDES, "max_steps=4", "valid_every=2", "progress=false", "dist_timeout_minutes=0.05"]
-    summary = run.train(compose_config("train", overrides), Path(run_dir))
+    summary = train(compose_config("train", overrides), Path(run_dir))
     assert summary["step"] == 4
 
 
@@ -306,7 +307,7 @@ def hung_rank_one_run(rank: int, port: int, run_dir: str, cache: str, errors: st
     dist_timeout_minutes, until rank 0 has written what it raised to `errors`), then leaves."""
     import time
 
-    import seq2seq.train.run as run
+    from seq2seq.cli.train import train
     from seq2seq.train.trainer import Trainer as LoopTrainer
 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": "2"})
@@ -326,7 +327,7 @@ def hung_rank_one_run(rank: int, port: int, run_dir: str, cache: str, errors: st
         LoopTrainer.train_step = hang_at_update_two
     overrides = [*OVERRIDES, "max_steps=6", "valid_every=100", "save_every=1", "progress=false"]
     try:
-        run.train(compose_config("train", [*overrides, "dist_timeout_minutes=0.05"]), Path(run_dir))
+        train(compose_config("train", [*overrides, "dist_timeout_minutes=0.05"]), Path(run_dir))
     except Exception as error:
         Path(errors).write_text(f"{type(error).__name__}: {error}")
 

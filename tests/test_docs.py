@@ -26,6 +26,7 @@ from seq2seq.cli.average import key_values
 from seq2seq.cli.common import check_override_keys, parse_key_values
 from seq2seq.cli.export import main as export_main
 from seq2seq.cli.translate import wants_hydra
+from seq2seq.config import TRAIN_GROUPS as GROUPS
 from seq2seq.config import (
     AverageConfig,
     DataConfig,
@@ -35,7 +36,6 @@ from seq2seq.config import (
     TrainConfig,
     TranslateConfig,
 )
-from seq2seq.train.run import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

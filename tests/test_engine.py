@@ -1,4 +1,4 @@
-"""Which engine seq2seq-translate decodes with (seq2seq/inference/engine_choice.py): the run's CTranslate2
+"""Which engine seq2seq-translate decodes with (seq2seq/inference/choice.py): the run's CTranslate2
 export wherever it decodes as PyTorch would, PyTorch for everything else, a forced engine that cannot
 do what was asked is one line naming the key. The run directories here are small stand-in files: the
 rule reads only names, a checkpoint's zip directory and the record inside the export."""
@@ -18,12 +18,12 @@ from seq2seq.artifacts.freshness import checkpoint_record
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.config import TranslateConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference import ctranslate2_engine, engine_choice, engine_probe, resolved_model
+from seq2seq.inference import ctranslate2_engine, int8_probe, resolved_model
+from seq2seq.inference.choice import EngineChoice, choose_engine
 from seq2seq.inference.ctranslate2_engine import probe_loader
-from seq2seq.inference.engine_api import TranslatorAPI
-from seq2seq.inference.engine_choice import EngineChoice, choose_engine
-from seq2seq.inference.engine_loader import load_engine
 from seq2seq.inference.job import decoding_job
+from seq2seq.inference.loading import load_engine
+from seq2seq.inference.translator_api import TranslatorAPI
 
 
 def resolved_choice(cfg: TranslateConfig) -> EngineChoice:
@@ -60,7 +60,7 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(resolved_model, "ctranslate2_installed", lambda: True)
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: False)
     # The runs here are empty files: what a measurement would time is given, equal for every engine.
-    monkeypatch.setattr(engine_probe, "measure_engines", lambda c, load: engine_probe.Timing(dict.fromkeys(c, 1.0)))
+    monkeypatch.setattr(int8_probe, "measure_engines", lambda c, load: int8_probe.Timing(dict.fromkeys(c, 1.0)))
 
 
 @pytest.mark.usefixtures("installed")
@@ -172,9 +172,7 @@ def test_int8_decodes_the_runs_export_whatever_the_search(tmp_path: Path) -> Non
     run = make_run(tmp_path / "run")
     for settings in (dict(), dict(beam=4, nbest=2), dict(sampling=True), dict(prefix=True, beam=2)):
         choice = resolved_choice(TranslateConfig(run=str(run), precision="int8", **settings))
-        assert choice == engine_choice.EngineChoice(
-            "ctranslate2", str(run / "ctranslate2"), "precision=int8 is CTranslate2's"
-        )
+        assert choice == EngineChoice("ctranslate2", str(run / "ctranslate2"), "precision=int8 is CTranslate2's")
         forced = resolved_choice(TranslateConfig(run=str(run), precision="int8", engine="ctranslate2", **settings))
         assert forced == choice
 
@@ -213,7 +211,7 @@ def test_auto_decodes_with_the_export_in_fp32_even_where_bf16_is_faster(
     monkeypatch.setattr(cpuinfo, "has_bf16", lambda: bf16)
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     measured: list[tuple[str, ...]] = []
-    monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: measured.append(candidates))
+    monkeypatch.setattr(int8_probe, "measure_engines", lambda candidates, load: measured.append(candidates))
     run = make_run(tmp_path / "run")
     for settings in (dict(), dict(device="cpu"), dict(beam=4), dict(beam=1)):
         choice = resolved_choice(TranslateConfig(run=str(run), **settings))
@@ -245,8 +243,8 @@ def test_int8_says_so_where_it_is_slower_than_fp32(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, int8_seconds, warned
 ) -> None:
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
-    timing = engine_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
-    monkeypatch.setattr(engine_probe, "measure_engines", lambda candidates, load: timing)
+    timing = int8_probe.Timing({"ctranslate2": 2.0, "int8": int8_seconds})
+    monkeypatch.setattr(int8_probe, "measure_engines", lambda candidates, load: timing)
     run = make_run(tmp_path / "run")
     ctranslate2_engine.say_if_int8_is_slower(
         decoding_job(TranslateConfig(run=str(run), precision="int8")), run / "ctranslate2"
@@ -260,8 +258,8 @@ def test_choosing_int8_times_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
     """The choice is made on the resolved description alone: int8's timing against fp32 is taken where
     the export loads (say_if_int8_is_slower), not each time a server chooses for a request's settings."""
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(engine_probe, "measure_engines", lambda *args: pytest.fail("the choice timed engines"))
-    monkeypatch.setattr(engine_probe, "cached", lambda *args: pytest.fail("the choice read the cache"))
+    monkeypatch.setattr(int8_probe, "measure_engines", lambda *args: pytest.fail("the choice timed engines"))
+    monkeypatch.setattr(int8_probe, "cached", lambda *args: pytest.fail("the choice read the cache"))
     run = make_run(tmp_path / "run")
     for settings in (dict(), dict(beam=4, nbest=2), dict(engine="ctranslate2")):
         assert resolved_choice(TranslateConfig(run=str(run), precision="int8", **settings)).engine == "ctranslate2"
@@ -273,18 +271,18 @@ def test_the_probe_times_real_engines_on_a_real_run(tmp_path: Path, monkeypatch:
     pytest.importorskip("ctranslate2")
     from conftest import TINY_TRAIN, compose_config
 
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")
     job = decoding_job(TranslateConfig(run=str(tmp_path / "run"), beam=2))
     load = probe_loader(job, tmp_path / "run" / "ctranslate2")
-    timing = engine_probe.cached_timing(job, ("ctranslate2", "int8"), load)
+    timing = int8_probe.cached_timing(job, ("ctranslate2", "int8"), load)
     assert set(timing.seconds) == {"ctranslate2", "int8"} and all(s > 0 for s in timing.seconds.values())
-    sentences = engine_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
-    assert len(sentences) == engine_probe.PROBE_SENTENCES and all(sentences)
-    monkeypatch.setattr(engine_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
-    assert engine_probe.cached_timing(job, ("ctranslate2", "int8"), load) == timing
+    sentences = int8_probe.probe_sentences(Tokenizers.load(tmp_path / "run").src)
+    assert len(sentences) == int8_probe.PROBE_SENTENCES and all(sentences)
+    monkeypatch.setattr(int8_probe, "measure_engines", lambda *a: pytest.fail("measured again"))
+    assert int8_probe.cached_timing(job, ("ctranslate2", "int8"), load) == timing
 
 
 @pytest.mark.parametrize(
@@ -318,8 +316,8 @@ def test_an_export_that_cannot_decode_on_the_gpu_leaves_auto_on_pytorch(tmp_path
     ctranslate2 = pytest.importorskip("ctranslate2")
     from conftest import TINY_TRAIN, compose_config
 
+    from seq2seq.cli.train import train
     from seq2seq.inference.ctranslate2_engine import EngineUnavailable
-    from seq2seq.train.run import train
 
     monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     train(compose_config("train", [*TINY_TRAIN, "max_steps=4"]), tmp_path / "run")

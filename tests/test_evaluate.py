@@ -12,11 +12,11 @@ import sacrebleu
 from conftest import MULTILINGUAL_DIRECTIONS, compose_config
 from tensorboard.backend.event_processing.event_accumulator import DEFAULT_SIZE_GUIDANCE, EventAccumulator
 
+from seq2seq.cli.train import train
 from seq2seq.config import UserError
 from seq2seq.data.pipeline import prepare_data
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
 from seq2seq.train.evaluate import score_directions, validation_translations
-from seq2seq.train.run import train
 
 
 def language_share(lines: list[str], lang: str) -> float:

@@ -22,7 +22,6 @@ from numerics import assert_equal
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint, model_from_checkpoint
-from seq2seq.artifacts.export import export
 from seq2seq.artifacts.path_kind import DECODING_FILE
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.artifacts.safetensors import load_weights
@@ -30,11 +29,12 @@ from seq2seq.cli.export import export_plan
 from seq2seq.cli.export import main as export_main
 from seq2seq.config import ExportConfig, ModelConfig, TranslateConfig, UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers
+from seq2seq.export.command import export
+from seq2seq.inference.choice import choose_engine
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-from seq2seq.inference.engine_api import encode_sources, output_budget
-from seq2seq.inference.engine_choice import choose_engine
 from seq2seq.inference.job import decoding_job
 from seq2seq.inference.translator import Translator
+from seq2seq.inference.translator_api import encode_sources, output_budget
 from seq2seq.model.transformer import build_model
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")
@@ -256,7 +256,7 @@ def test_a_failed_export_takes_back_the_folders_it_made_for_output(tmp_path: Pat
     (its lock made them; issue 78): they go with the rest, and a folder that was there stays."""
     import errno
 
-    import seq2seq.artifacts.export as exporting
+    import seq2seq.artifacts.exports as exporting
 
     checkpoint, _ = random_checkpoint(tmp_path / "ckpt")
 
@@ -485,7 +485,7 @@ def test_console_script_is_installed() -> None:
 
 def test_an_export_removes_what_killed_exports_left(run_dir: Path, tmp_path: Path) -> None:
     # Staging and replaced directories of killed exports (up to 23 MB each) were never removed.
-    from seq2seq.artifacts.export import write_run_exports
+    from seq2seq.artifacts.exports import write_run_exports
 
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
@@ -504,14 +504,14 @@ def test_a_full_disk_while_writing_an_export_is_one_line_and_leaves_nothing(tmp_
     # safetensors reports a failed write as its own SafetensorError, which escaped as a traceback.
     from safetensors import SafetensorError
 
-    from seq2seq.artifacts.export import _write_directory
+    from seq2seq.artifacts.exports import write_directory
 
     def write(directory: Path) -> None:
         (directory / "model.safetensors").write_bytes(b"part")
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
 
     with pytest.raises(UserError) as info:
-        _write_directory(tmp_path / "model", write, replace=True)
+        write_directory(tmp_path / "model", write, replace=True)
     assert str(info.value) == (
         f"{tmp_path / 'model'}: could not write the export (Error while serializing: IoError(Os {{ code: 28, "
         "kind: StorageFull })); nothing was written"
@@ -660,9 +660,9 @@ def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_
     # SIGTERM's default action ended the process without its cleanup: .<output>.*.tmp stayed, the model's size.
     import signal
 
-    import seq2seq.artifacts.export as export_module
+    import seq2seq.export.command as export_module
 
-    real = export_module._writer
+    real = export_module.format_writer
 
     def writer_then_sigterm(*args: object) -> object:
         write = real(*args)
@@ -673,7 +673,7 @@ def test_sigterm_while_exporting_leaves_no_staging_directory(run_dir: Path, tmp_
 
         return write_then_die
 
-    monkeypatch.setattr(export_module, "_writer", writer_then_sigterm)
+    monkeypatch.setattr(export_module, "format_writer", writer_then_sigterm)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         with pytest.raises(SystemExit) as info:

@@ -17,6 +17,7 @@ from conftest import TINY_TRAIN, compose_config
 from numerics import assert_equal
 
 from seq2seq.artifacts.checkpoint import load_checkpoint, model_from_checkpoint
+from seq2seq.cli.train import train
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, collate, split_batch
 from seq2seq.data.pipeline import PreparedData, prepare_data
@@ -25,7 +26,6 @@ from seq2seq.train.distributed import DistContext
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.parts import TrainingParts
 from seq2seq.train.reporting import Report
-from seq2seq.train.run import train
 from seq2seq.train.trainer import NonFiniteLoss, RepeatedOutOfMemory, Trainer
 
 LOOP_LOGGER = "seq2seq.train"  # the loop (trainer.py) and its update (update.py)

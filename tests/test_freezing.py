@@ -9,10 +9,10 @@ import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.cli.train import train
 from seq2seq.config import ConfigValueError, ModelConfig, validate_train
 from seq2seq.model.transformer import build_model
 from seq2seq.train.freezing import frozen_names
-from seq2seq.train.run import train
 
 TRAIN = [*TINY_TRAIN, "max_steps=3", "valid_every=3", "save_every=3", "data.task_train_size=200"]
 

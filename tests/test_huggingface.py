@@ -16,15 +16,15 @@ import torch
 from conftest import MULTI30K, SENTENCEPIECE_LINES, TINY_TRAIN, compose_config, train_multilingual
 
 from seq2seq.artifacts.checkpoint import atomic_save, model_from_checkpoint
-from seq2seq.artifacts.export import export
 from seq2seq.artifacts.marian import load_pretrained
 from seq2seq.cli.export import export_plan
+from seq2seq.cli.train import train
 from seq2seq.config import DataConfig, ExportConfig, TranslateConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID
+from seq2seq.export.command import export
 from seq2seq.inference.translator import Translator
-from seq2seq.train.run import train
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
 sentencepiece = pytest.importorskip("sentencepiece", reason="needs `pip install seq2seq[huggingface]`")
@@ -419,7 +419,7 @@ def test_a_marian_directory_decodes_as_the_run_it_was_exported_from(
     """The loader reads a Marian directory as init_from= reads it (the same model, pad's column aside,
     which search never outputs), so it writes the run's lines; it was refused as "not one PyTorch
     translation reads"."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     settings = dict(beam=beam, precision="fp32", device="cpu")
     ours = Translator.load(sentencepiece_run, **settings).translate(SENTENCEPIECE_LINES)

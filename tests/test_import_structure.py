@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     # seq2seq-distill: a chain over both wings (the teacher decodes, the student trains), a command of its own.
     ("seq2seq.distill",),
     ("seq2seq.serve",),  # the HTTP server, over inference (never training)
+    ("seq2seq.export",),  # seq2seq-export: a checkpoint written as inference files, by artifacts' writers
     # Training (and checkpoint averaging, a tool of the training side): validation decodes with
     # inference's Translator, so it decodes as seq2seq-translate does, and a run's end writes its exports.
     ("seq2seq.train", "seq2seq.averaging"),
@@ -143,10 +144,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_walk_sees_imports_at_the_top_and_inside_functions() -> None:
     """The graph is what the code says: spot checks of each kind of import it must see."""
     graph = import_graph()
-    assert "seq2seq.config" in graph["seq2seq.inference.engine_choice"]  # from a import b (a name)
-    assert (
-        "seq2seq.inference.engine_probe" in graph["seq2seq.inference.ctranslate2_engine"]
-    )  # from a import b (a module)
+    assert "seq2seq.config" in graph["seq2seq.inference.choice"]  # from a import b (a name)
+    assert "seq2seq.inference.int8_probe" in graph["seq2seq.inference.ctranslate2_engine"]  # from a import b (a module)
     assert "seq2seq.cli.train" in graph["seq2seq.cli.launch"]  # inside a function
     assert "seq2seq.cpu_sharing" in graph["seq2seq.startup"]  # from package import module
     assert graph[ROOT] == set()  # importing the package imports nothing of it (a command prepares the process)

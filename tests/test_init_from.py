@@ -10,8 +10,8 @@ import torch
 from conftest import TINY_TRAIN, compose_config, train_logging
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.cli.train import train
 from seq2seq.config import UserError
-from seq2seq.train.run import train
 
 TRAIN = [*TINY_TRAIN, "max_steps=4", "valid_every=4", "save_every=4", "data.task_train_size=200"]
 
@@ -28,7 +28,7 @@ def test_a_run_directory_starts_a_new_run_from_its_model(first_run: Path, tmp_pa
     cache = first_run.parent / "cache"
     cfg = compose_config("train", [*TRAIN, "max_steps=1", f"data.cache_dir={cache}", f"init_from={first_run}"])
     seen = {}
-    import seq2seq.train.run as run
+    import seq2seq.train.command as run
 
     real = run.init_weights_from
 

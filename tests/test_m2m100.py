@@ -178,6 +178,51 @@ def test_an_unknown_architecture_is_one_line(family: tuple[str, Path], tmp_path:
         assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("family", ["mbart50"], indirect=True)
+def test_mbart_cc25_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    """An MBartForConditionalGeneration with MBartTokenizer (mBART-cc25, the denoising model, not
+    mBART-50's many-to-many layout) is refused in one line naming its tokenizer (docs/huggingface.md)."""
+    _, directory = family
+    other = tmp_path / "cc25"
+    shutil.copytree(directory, other)
+    tokenizer_config = json.loads((other / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (other / "tokenizer_config.json").write_text(
+        json.dumps({**tokenizer_config, "tokenizer_class": "MBartTokenizer"}), encoding="utf-8"
+    )
+    with pytest.raises(UserError, match=r"tokenizer MBartTokenizer\w*; this tool reads NllbTokenizer") as info:
+        load_pretrained(str(other))
+    assert "\n" not in str(info.value)
+
+
+def test_a_hub_id_downloads_the_models_own_tokenizer_too(
+    family: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """init_from=<a Hub id> (where the Hub is reachable): the download keeps every file the family's
+    directory needs, its sentencepiece.bpe.model among them (it was left out: "no sentencepiece.bpe.model").
+    No Hub here: a stand-in for snapshot_download serves the tiny model's directory, each file only
+    where allow_patterns matches its name, as the Hub's does."""
+    import fnmatch
+
+    import huggingface_hub
+
+    name, directory = family
+
+    def snapshot_download(repo_id: str, allow_patterns: list[str] | None = None, **_: object) -> str:
+        target = tmp_path / "hub" / repo_id.replace("/", "--")
+        target.mkdir(parents=True)
+        for file in directory.iterdir():
+            if allow_patterns is None or any(fnmatch.fnmatch(file.name, pattern) for pattern in allow_patterns):
+                shutil.copyfile(file, target / file.name)
+        return str(target)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    downloaded, tokenizers = load_pretrained(f"facebook/tiny-{name}")
+    local, local_tokenizers = load_pretrained(str(directory))
+    assert tokenizers.src.order == local_tokenizers.src.order
+    assert downloaded["model"].keys() == local["model"].keys()
+    assert all(torch.equal(downloaded["model"][k], local["model"][k]) for k in local["model"])
+
+
 def test_a_directory_without_its_tokenizer_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
     _, directory = family
     bare = tmp_path / "bare"
@@ -271,14 +316,15 @@ def as_ctranslate2(beam: int, eos: int = 2) -> dict:
 def search_as_ctranslate2(monkeypatch: pytest.MonkeyPatch) -> None:
     """seq2seq's beam search, for the rest of the test, under CTranslate2's rules: the bans renormalised,
     only the best candidate ending the line after the code, the top `beam` candidates ending at the
-    budget's last token (search.beam_search's `ctranslate2_rules`); its lengths stay generate's."""
+    budget's last token; its lengths stay generate's (search.SearchRules.CTRANSLATE2_WITH_GENERATE_LENGTHS)."""
     import inspect
 
     from seq2seq.inference import search, translator
 
     def beam_search(*args: object, **kwargs: object) -> list:
         bound = inspect.signature(search.beam_search).bind(*args, **kwargs)
-        bound.arguments.update(renormalise=True, ctranslate2_rules=True)
+        assert bound.arguments["rules"] is search.SearchRules.GENERATE  # the translator's choice for this layout
+        bound.arguments.update(rules=search.SearchRules.CTRANSLATE2_WITH_GENERATE_LENGTHS, renormalise=True)
         return search.beam_search(*bound.args, **bound.kwargs)
 
     monkeypatch.setattr(translator, "beam_search", beam_search)
@@ -290,7 +336,7 @@ def test_translates_as_transformers_generate(family: tuple[str, Path], beam: int
     """The model as it came, through the Python API's `load` (engine=auto), with the family's own layout:
     source `code ... </s>`, decoder `</s> code ...`; the ISO 639-1 codes a LibreTranslate client sends
     name NLLB's languages (en, de -> eng_Latn, deu_Latn)."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     name, directory = family
     lines = sentences("en", count, 3)
@@ -339,16 +385,18 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
     exports back to its family's class (M2M100ForConditionalGeneration, MBartForConditionalGeneration)
     with the model's own tokenizer files, which transformers loads and whose `generate` writes the run's
     lines."""
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
+    from seq2seq.cli.train import train
     from seq2seq.config import ExportConfig
-    from seq2seq.train.run import train
+    from seq2seq.export.command import export
 
     name, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}"]
     run_dir = tmp_path / "run"
     summary = train(compose_config("train", overrides), run_dir, overrides=overrides)
     assert summary["step"] == 3
+    assert {"bleu", "chrf"} <= set(summary["metrics"])  # validated as any run (valid_every=3)
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))  # TensorBoard, as any run
     saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]
     assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
     assert list(saved["data"]["directions"]) == ["en-de"]
@@ -367,14 +415,39 @@ def test_init_from_fine_tunes_and_exports_to_its_family(family: tuple[str, Path]
         assert ours == [[to_ours[i] for i in ids] for ids in generated(output, name, lines, beam)]
 
 
+def test_trainable_top_layers_leaves_the_rest_of_the_pretrained_model_as_it_came(
+    family: tuple[str, Path], tmp_path: Path
+) -> None:
+    """trainable_top_layers=1 on the family's model: the shared embedding (the tied output layer), mBART's
+    positions, embedding norms and final_logits_bias, and the bottom layer of each stack end 3 updates
+    as the directory has them; the top layers and the final LayerNorms train."""
+    from seq2seq.artifacts.checkpoint import load_checkpoint
+    from seq2seq.cli.train import train
+
+    _, directory = family
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", "trainable_top_layers=1"]
+    train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    before = load_pretrained(str(directory))[0]["model"]
+    after = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["model"]
+    kept = [k for k in before if k.startswith(("src_", "tgt_", "output", "encoder_layers.0.", "decoder_layers.0."))]
+    trained = [
+        k for k in before if k.startswith(("encoder_layers.1.", "decoder_layers.1.", "encoder_norm", "decoder_norm"))
+    ]
+    assert {"src_embed.weight", "output.weight"} <= set(kept) and set(kept) | set(trained) == set(before)
+    assert [k for k in kept if not torch.equal(before[k], after[k])] == []
+    assert all(not torch.equal(before[k], after[k]) for k in trained if k.endswith(".weight"))
+
+
 def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> None:
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     name, directory = family
     with pytest.raises(UserError, match=r"^tgt_lang=tlh: not one of the model's \d+ languages") as info:
         load(directory, device="cpu", src_lang="en", tgt_lang="tlh")
     assert "\n" not in str(info.value)
-    with pytest.raises(UserError, match=r"^src_lang: the model \(NLLB-200/M2M-100 layout\) starts each source"):
+    with pytest.raises(
+        UserError, match=r"^src_lang: the model \(NLLB-200/M2M-100/mBART-50 layout\) starts each source"
+    ):
         load(directory, device="cpu", tgt_lang="de").translate(["a man."])
 
 
@@ -382,13 +455,121 @@ def test_a_language_the_model_lacks_is_one_line(family: tuple[str, Path]) -> Non
     "override", ["data.lang_tag=source_prefix", "data.joint_vocab=false", "data.tokenizer=sentencepiece"]
 )
 def test_a_marian_only_option_is_one_line(family: tuple[str, Path], tmp_path: Path, override: str) -> None:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
-    _, directory = family
+    name, directory = family
     overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={directory}", override]
-    with pytest.raises(UserError, match=rf"^'{override}': init_from=.* is an NLLB-200/M2M-100 model") as info:
+    with pytest.raises(UserError, match=rf"^'{override}': init_from=.* is an {FAMILY_NAMES[name]} model") as info:
         train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
     assert "\n" not in str(info.value) and not (tmp_path / "run").exists()
+
+
+FAMILY_NAMES = {"nllb": "NLLB-200", "m2m100": "M2M-100", "mbart50": "mBART-50"}  # as the messages name them
+
+
+def test_every_language_of_the_model_is_accepted_in_data_directions(family: tuple[str, Path]) -> None:
+    """data.directions' check of its codes against ISO 639 passes each of the model's own languages:
+    NLLB-200's ajp_Arab (ajp: retired from ISO 639-3 in 2023) and M2M-100's ns (Northern Sotho, not ISO
+    639-1) were refused as no language codes."""
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES as M2M100_CODES
+
+    from seq2seq.config import parse_direction
+
+    name, directory = family
+    _, tokenizers = load_pretrained(str(directory))
+    languages = sorted(tokenizers.tgt.languages)
+    own = {"nllb": "ajp_Arab", "m2m100": "ns", "mbart50": "en_XX"}[name]
+    assert own in languages and (name != "m2m100" or set(languages) == set(M2M100_CODES["m2m100"]))
+    for lang in languages:
+        other = languages[0] if lang != languages[0] else languages[1]
+        assert parse_direction(f"{other}-{lang}") == (other, lang)
+
+
+@pytest.mark.parametrize("family", ["nllb"], indirect=True)
+def test_data_directions_take_the_models_own_codes(family: tuple[str, Path], tmp_path: Path) -> None:
+    """data.directions in NLLB's own codes, ajp_Arab among them: the codes name the files ({src}, {tgt})
+    and the directions, each trained in the family's layout; the run translates each direction asked
+    for by its code or its ISO 639-1 code, as the model's codes name it."""
+    from seq2seq.cli.train import train
+
+    _, directory = family
+    folder, pairs = tmp_path / "corpus", [("eng_Latn", "deu_Latn"), ("eng_Latn", "ajp_Arab")]
+    folder.mkdir()
+    for src, tgt in pairs:
+        for split, count, seed in (("train", 32, 11), ("valid", 4, 12)):
+            for lang, text in ((src, sentences("en", count, seed)), (tgt, sentences("de", count, seed + 100))):
+                (folder / f"{split}.{src}-{tgt}.{lang}").write_text("\n".join(text) + "\n", encoding="utf-8")
+    # quoted: Hydra reads {...} as a dict
+    files = [f"data.{split}_{side}='{folder}/{split}.{{src}}-{{tgt}}.{{{side}}}'" for split in ("train", "valid")
+             for side in ("src", "tgt")]  # fmt: skip
+    directions = "data.directions=[" + ",".join(f"{src}-{tgt}" for src, tgt in pairs) + "]"
+    overrides = [*FINE_TUNE, "data.kind=parallel_files", *files, directions, f"data.cache_dir={folder / 'cache'}",
+                 f"init_from={directory}"]  # fmt: skip
+    run_dir = tmp_path / "run"
+    assert train(compose_config("train", overrides), run_dir, overrides=overrides)["step"] == 3
+    saved = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["config"]["data"]
+    assert list(saved["directions"]) == ["eng_Latn-deu_Latn", "eng_Latn-ajp_Arab"]
+    lines = sentences("en", 4, 3)
+    by = {}
+    for src, tgt in (("eng_Latn", "deu_Latn"), ("en", "de"), ("en", "ajp_Arab")):
+        translator = Translator.load(run_dir, beam=1, precision="fp32", device="cpu", src_lang=src, tgt_lang=tgt)
+        by[src, tgt] = [nbest[0].tokens for nbest in translator.translate_nbest(lines)]
+        code = translator.tokenizers.tgt.token_to_id(translator.languages.tags.code(tgt))
+        assert all(tokens[0] == code for tokens in by[src, tgt])  # the target's code forced first
+    assert by["eng_Latn", "deu_Latn"] == by["en", "de"] != by["en", "ajp_Arab"]
+
+
+def test_a_language_the_model_lacks_in_data_directions_is_one_line(family: tuple[str, Path], tmp_path: Path) -> None:
+    from seq2seq.cli.train import train
+
+    _, directory = family
+    corpus = [o for o in parallel_corpus(tmp_path / "corpus") if not o.startswith("data.tgt_lang=")]
+    overrides = [*FINE_TUNE, *corpus, f"init_from={directory}", "data.tgt_lang=tlh"]  # Klingon: ISO 639-3
+    with pytest.raises(UserError, match=r"^data\.directions=tlh: not one of the model's \d+ languages") as info:
+        train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    assert "\n" not in str(info.value) and not (tmp_path / "run").exists()
+
+
+# ISO 639-1 code -> the model's language it names, as ISO 639-3 and the model's codes say (written out
+# here, not computed): NLLB-200's macrolanguages by the individual language it has (ar: arb, Standard
+# Arabic; fa: pes; ms: zsm), a code of two of its languages by the first in sorted order (zh: zho_Hans,
+# and zt, LibreTranslate's Traditional Chinese: zho_Hant; ks: kas_Arab); mBART-50's by its region code.
+EXPECTED_ALIASES = {
+    "nllb": {
+        "en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn", "zh": "zho_Hans", "zt": "zho_Hant", "ar": "arb_Arab",
+        "fa": "pes_Arab", "ms": "zsm_Latn", "ks": "kas_Arab", "nb": "nob_Latn", "sw": "swh_Latn", "he": "heb_Hebr",
+    },
+    "mbart50": {"en": "en_XX", "de": "de_DE", "fr": "fr_XX", "zh": "zh_CN", "pt": "pt_XX", "he": "he_IL"},
+    "m2m100": {},  # its codes are ISO 639-1's already (en, de, zh)
+}  # fmt: skip
+
+
+def test_iso_639_1_codes_name_the_models_languages_and_an_ambiguous_one_says_which(
+    family: tuple[str, Path], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    from seq2seq.data import directions
+    from seq2seq.inference.loading import load
+
+    name, directory = family
+    _, tokenizers = load_pretrained(str(directory))
+    aliases = tokenizers.tgt.aliases()
+    assert {code: aliases.get(code) for code in EXPECTED_ALIASES[name]} == EXPECTED_ALIASES[name]
+    if name == "m2m100":
+        assert {"en", "de", "zh"} <= set(tokenizers.tgt.languages) and not {"en", "de", "zh"} & set(aliases)
+    monkeypatch.setattr(directions, "_SAID", set())
+    with caplog.at_level(logging.WARNING, logger="seq2seq.data.directions"):
+        load(directory, device="cpu", src_lang="en", tgt_lang="zh")
+        load(directory, device="cpu", src_lang="en", tgt_lang="zh")  # said once
+    said = [r.getMessage() for r in caplog.records if r.name == "seq2seq.data.directions"]
+    if name == "nllb":
+        assert said == [
+            "tgt_lang=zh: read as zho_Hans; ISO 639-1 zh names 2 of the model's languages (zho_Hans, zho_Hant), "
+            "ask for zho_Hant (or zt) by name"
+        ]
+    else:  # mBART-50's zh is zh_CN alone; M2M-100's is its own
+        assert said == []
 
 
 def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Path]) -> None:
@@ -399,10 +580,10 @@ def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Pat
 
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.command import _load
     from seq2seq.serve.requests import Limits
-    from seq2seq.serve.server import _load
 
     def first_model(cfg: ServeConfig):  # the server's plan, its first model loaded
         plan = serve_plan(cfg)
@@ -411,7 +592,9 @@ def test_the_server_routes_a_libretranslate_clients_codes(family: tuple[str, Pat
     name, directory = family
     src_lang, tgt_lang = CODES[name]
     settings = dict(checkpoint=str(directory), beam=2, precision="fp32", device="cpu", threads=1)
-    with pytest.raises(UserError, match=r"^source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came"):
+    with pytest.raises(
+        UserError, match=r"^source_lang, target_lang: a pretrained NLLB-200/M2M-100/mBART-50 model as it came"
+    ):
         first_model(ServeConfig(**settings))
     served = first_model(ServeConfig(**settings, source_lang=src_lang, target_lang=tgt_lang))
     lines = sentences("en", 4, 9)

@@ -29,9 +29,9 @@ from test_m2m100 import (
     sentences,
 )
 
-from seq2seq.artifacts.export import export
 from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
+from seq2seq.export.command import export
 
 transformers = pytest.importorskip("transformers", reason="needs `pip install seq2seq[huggingface]`")
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 export needs `pip install seq2seq[export]`")
@@ -42,7 +42,7 @@ SETTINGS = dict(precision="fp32", device="cpu", threads=1, src_lang="en", tgt_la
 @pytest.fixture(scope="module", params=["nllb", "m2m100", "mbart50"])
 def fine_tuned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """A run fine-tuned for 3 updates from the family's tiny model (init_from=), and its Hugging Face export."""
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp(request.param)
     directory = hf_directory(root / "model", request.param)
@@ -136,7 +136,7 @@ def test_the_ctranslate2_export_searches_as_generate_under_ctranslate2s_rules(
 def test_beam_search_of_such_a_run_stays_on_pytorch_under_engine_auto(fine_tuned: SimpleNamespace) -> None:
     """CTranslate2's beam search keeps its own rules after the forced language code (docs/huggingface.md),
     so engine=auto decodes beam>1 with PyTorch, whose lines are generate's; greedy takes the export."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     assert load(fine_tuned.run, beam=5, **SETTINGS).kind == "torch"
     assert load(fine_tuned.run, beam=1, **SETTINGS).kind == "ctranslate2"
@@ -145,7 +145,7 @@ def test_beam_search_of_such_a_run_stays_on_pytorch_under_engine_auto(fine_tuned
 def test_training_leaves_the_export_in_the_familys_layout(fine_tuned: SimpleNamespace) -> None:
     """<run>/ctranslate2/ (training writes it): the decoder starts from </s>, the source ends with </s>;
     seq2seq-translate's engine puts the source language's code first and forces the target's after </s>."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     export_dir = fine_tuned.run / "ctranslate2"
     config = json.loads((export_dir / "config.json").read_text(encoding="utf-8"))
@@ -235,6 +235,33 @@ def test_ctranslate2s_converter_on_the_huggingface_export_decodes_as_our_export(
     assert (
         max(abs(a - b) for (_, x), (_, y) in zip(ours, theirs, strict=True) for a, b in zip(x, y, strict=True)) < 1e-4
     )
+
+
+def test_init_from_the_runs_huggingface_export_trains_on(fine_tuned: SimpleNamespace, tmp_path: Path) -> None:
+    """The run's Hugging Face export is a directory of its family as the one it started from: init_from=
+    reads it back with the run's weights (the same logits as the run's own model, on the same ids, in
+    the same numbering) and trains on in the family's layout."""
+    from seq2seq.artifacts.checkpoint import model_from_checkpoint
+    from seq2seq.artifacts.huggingface import load_pretrained
+    from seq2seq.cli.train import train
+    from seq2seq.inference.translator import Translator
+
+    payload, tokenizers = load_pretrained(str(fine_tuned.hf))
+    imported = model_from_checkpoint(payload).eval()
+    run = Translator.load(fine_tuned.run, beam=1, **SETTINGS)
+    assert tokenizers.src.order == run.tokenizers.src.order and tokenizers.tgt.languages == run.tokenizers.tgt.languages
+    generator = torch.Generator().manual_seed(0)
+    vocab = len(tokenizers.src.order)
+    src = torch.randint(3, vocab, (4, 9), generator=generator)
+    tgt = torch.cat([torch.full((4, 1), 2), torch.randint(3, vocab, (4, 6), generator=generator)], dim=1)
+    with torch.no_grad():
+        ours, theirs = run.model.float().eval()(src, tgt), imported(src, tgt)
+    assert (ours - theirs).abs().max().item() < 1e-5 and ours.abs().max() > 1.0
+    overrides = [*FINE_TUNE, *parallel_corpus(tmp_path / "corpus"), f"init_from={fine_tuned.hf}"]
+    summary = train(compose_config("train", overrides), tmp_path / "run", overrides=overrides)
+    assert summary["step"] == 3
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)["config"]
+    assert saved["model"]["decoder_start"] == "eos" and saved["data"]["lang_tag"] == "language_codes"
 
 
 def test_a_language_the_export_lacks_is_one_line(fine_tuned: SimpleNamespace) -> None:

@@ -109,7 +109,7 @@ def test_an_argos_package_given_as_a_model_says_what_it_is_and_how_to_use_one(tm
     from seq2seq.artifacts.checkpoint import load_checkpoint
     from seq2seq.artifacts.model_files import read_model_file
     from seq2seq.inference import CTranslate2Translator
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     package = argos_package(tmp_path / "en_de.argosmodel")
     expected = (

@@ -32,9 +32,6 @@ PLAN_BUILDERS = {
         "apply_recipe",
         "with_compile",
     },
-    # The Python entry of a training run (seq2seq-train's, the tests'): it builds the plan and hands only
-    # the plan on (run_planned, which seq2seq-distill's student calls with its own plan)
-    "seq2seq/train/run.py": {"train"},
     "seq2seq/train/parts.py": {"of"},  # the parts each training room reads, from the config trained with
 }
 # The schema itself: its dataclasses and the validators every builder calls.

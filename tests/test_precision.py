@@ -162,7 +162,7 @@ def test_training_logs_the_choice_records_it_and_a_resume_keeps_it(
 
     monkeypatch.setattr(precision, "cached_matmul_rates", fake(AVX2))
     resume = [f"resume={tmp_path / 'run'}", "max_steps=6"]
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     train(compose_config("train", [*overrides, *resume]), tmp_path / "run", overrides=resume)
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]["precision"] == "bf16"

@@ -15,7 +15,7 @@ from conftest import TINY_TRAIN, compose_config, train_logging
 from omegaconf import OmegaConf
 from test_budget import FakeClock
 
-import seq2seq.train.run as run
+import seq2seq.train.command as run
 import seq2seq.train.trainer as loop
 import seq2seq.train.update as update
 from seq2seq.artifacts.checkpoint import load_checkpoint
@@ -142,7 +142,7 @@ def test_a_fast_machine_gets_the_larger_recipe_without_timing_the_rest(tmp_path,
 def test_the_command_line_wins_over_the_recipe(tmp_path, paced_machine):
     overrides = ["model.dropout=0.05"]
     cfg = recipe_config(2.0, overrides)
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     train(cfg, tmp_path / "run", [*CANDIDATES, *overrides])
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
@@ -154,7 +154,7 @@ def test_a_resumed_run_keeps_its_recipe_and_measures_nothing(tmp_path, paced_mac
     train_logging(recipe_config(2.0), tmp_path / "run")
     monkeypatch.setattr("seq2seq.train.recipe.measure_pace", pytest.fail)  # any timing fails the test
     resumed = compose_config("train", [*TINY_TRAIN, f"resume={tmp_path / 'run'}", "max_minutes=3"])
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     train(resumed, tmp_path / "run", [f"resume={tmp_path / 'run'}", "max_minutes=3"])
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]

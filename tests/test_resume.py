@@ -20,8 +20,8 @@ from numerics import assert_equal
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.cli.train import train
 from seq2seq.config import UserError
-from seq2seq.train.run import train
 
 DETERMINISTIC = [*TINY_TRAIN, "deterministic=true", "model.dropout=0.2"]
 
@@ -370,7 +370,7 @@ def test_ctrl_c_says_how_to_translate_and_how_to_resume(tmp_path, monkeypatch):
 @pytest.mark.parametrize("path", ["/tmp/it's", "/tmp/back\\slash\\", "/tmp/$HOME x", 'a"b c'])
 def test_the_printed_resume_command_gives_hydra_the_path_back(path):
     from seq2seq.cli.common import parse_command_line
-    from seq2seq.train.run import hydra_argument
+    from seq2seq.train.command import hydra_argument
 
     assert parse_command_line(shlex.split(hydra_argument("resume", path)))[1][0].value() == path
 

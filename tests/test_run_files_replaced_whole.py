@@ -12,8 +12,8 @@ import pytest
 from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.artifacts.run_dir import RunDir
+from seq2seq.cli.train import train
 from seq2seq.data.tokenizer import JOINT_FILE, Tokenizers
-from seq2seq.train.run import train
 
 FIRST = [*TINY_TRAIN, "max_steps=2", "valid_every=2", "save_every=2"]
 

@@ -18,9 +18,9 @@ from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
 from seq2seq.artifacts.run_dir import RUN_MARKER
+from seq2seq.cli.train import train
 from seq2seq.config import UserError
 from seq2seq.train.lock import run_directory_lock
-from seq2seq.train.run import train
 from seq2seq.train.run_outputs import check_new_run_directory, is_run_directory
 
 SMALL_RUN = [*TINY_TRAIN, "data.task_train_size=200", "max_steps=2", "valid_every=2", "save_every=2"]
@@ -167,7 +167,7 @@ def test_a_start_that_loses_the_lock_removes_nothing_and_overwrite_waits_for_the
 
 def test_a_runs_exports_never_replace_a_directory_holding_a_users_file(finished_run, tmp_path, caplog):
     # The export at a (resumed) run's end replaced model/ whole, and with it the user's notes there.
-    from seq2seq.train.run import _write_inference_exports
+    from seq2seq.train.command import _write_inference_exports
 
     run_dir = copy_of(finished_run, tmp_path)
     (run_dir / "model" / "notes.txt").write_text("which checkpoint this was\n")
@@ -210,8 +210,8 @@ def test_the_command_line_refuses_a_users_folder_before_writing_anything(tmp_pat
 def test_a_run_directory_the_command_checked_and_claimed_is_not_checked_again(tmp_path, monkeypatch):
     """seq2seq-train checks its run directory and claims it before Hydra writes there; train() does
     not check it again. Called from code, train() checks the directory itself."""
+    import seq2seq.train.command as run
     import seq2seq.train.plan as plan
-    import seq2seq.train.run as run
     from seq2seq.cli.train import check_run_directory
 
     checks: list[str] = []

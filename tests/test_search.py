@@ -13,9 +13,9 @@ from torch import nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.inference.engine_api import output_budget
 from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
 from seq2seq.inference.speedups import rows_to_keep, top_k_rows
+from seq2seq.inference.translator_api import output_budget
 from seq2seq.model.transformer import Transformer
 
 VOCAB = 7  # 0 pad, 1 bos, 2 eos, 3..6 ordinary tokens

@@ -14,6 +14,7 @@ import torch
 from conftest import MULTI30K, SENTENCEPIECE_LINES, SENTENCEPIECE_TRAIN, TINY_TRAIN, compose_config
 
 import seq2seq.data.pipeline as pipeline
+from seq2seq.cli.train import train
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.builtin import reverse_task
 from seq2seq.data.sentencepiece import SentencePieceTokenizers
@@ -21,7 +22,6 @@ from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import Tokenizers
 from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
 from seq2seq.inference.translator import Translator
-from seq2seq.train.run import train
 
 sentencepiece = pytest.importorskip("sentencepiece")
 model_pb2 = pytest.importorskip("sentencepiece.sentencepiece_model_pb2")

@@ -689,7 +689,7 @@ def test_a_server_of_a_ctranslate2_model_never_imports_torch(run_dir: Path) -> N
 
 def test_the_server_never_imports_training() -> None:
     code = (
-        "import sys, seq2seq.serve.server, seq2seq.cli.serve\n"
+        "import sys, seq2seq.serve.command, seq2seq.cli.serve\n"
         "print(sorted(m for m in sys.modules if m.startswith('seq2seq.train')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -704,14 +704,14 @@ class _RecordingEngines:
         self.calls = calls
         self.batches: list[int] = []  # lines per decoded batch
         self.seconds = 0.0  # each batch's decoding time
-        self.main = self  # the engine a request is tokenized with (engine_api.encode_sources)
+        self.main = self  # the engine a request is tokenized with (translator_api.encode_sources)
         self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 256
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         return [[1] * len(line.split()) for line in lines]
 
     def kind(self, settings: object) -> str:
-        self.calls.append(("kind", threading.get_ident()))  # may load or time an engine (engine_probe)
+        self.calls.append(("kind", threading.get_ident()))  # may load or time an engine (int8_probe)
         return "ctranslate2"
 
     def for_settings(self, settings: object) -> _RecordingEngines:
@@ -722,7 +722,7 @@ class _RecordingEngines:
         return self
 
     def translate_nbest(self, lines: list[str], prefixes: object, sources: object = None) -> list[list[object]]:
-        from seq2seq.inference.engine_api import Translation
+        from seq2seq.inference.translator_api import Translation
 
         self.calls.append(("decode", threading.get_ident()))
         self.batches.append(len(lines))
@@ -857,8 +857,8 @@ def test_a_multilingual_model_serves_every_direction_with_its_tag(multilingual_r
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.command import _load
     from seq2seq.serve.requests import Limits
-    from seq2seq.serve.server import _load
 
     run = str(multilingual_run.path)
     plan = serve_plan(ServeConfig(run=run, beam=2, precision="fp32", device="cpu", threads=1))

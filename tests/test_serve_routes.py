@@ -24,9 +24,9 @@ pytest.importorskip("starlette", reason="seq2seq-serve needs: pip install -e '.[
 from starlette.testclient import TestClient  # noqa: E402
 
 from seq2seq.config import TranslateConfig  # noqa: E402
-from seq2seq.inference.engine_api import Translation  # noqa: E402
 from seq2seq.inference.settings import DecodingSettings  # noqa: E402
 from seq2seq.inference.target_language import ModelLanguages  # noqa: E402
+from seq2seq.inference.translator_api import Translation  # noqa: E402
 from seq2seq.serve.app import Served, ServerInfo, Web, create_app  # noqa: E402
 from seq2seq.serve.batcher import Batcher  # noqa: E402
 from seq2seq.serve.requests import Limits  # noqa: E402
@@ -38,7 +38,7 @@ class UpperEngines:
 
     def __init__(self, seconds: float = 0.0, change: Callable[[str], str] = str.upper) -> None:
         self.change = change
-        self.main = self  # the engine a request is tokenized with (engine_api.encode_sources)
+        self.main = self  # the engine a request is tokenized with (translator_api.encode_sources)
         self.tokenizers, self.languages, self.max_positions = self, ModelLanguages(None), 1024
         self.tgt = self
         self.seconds = seconds
@@ -449,7 +449,7 @@ def test_sigterm_starts_the_drain_time() -> None:
 
     import uvicorn
 
-    from seq2seq.serve.server import _Server
+    from seq2seq.serve.command import _Server
 
     server = _Server(uvicorn.Config(app=None))
     calls: list[str] = []
@@ -540,7 +540,7 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
     OpenMP pool (with a worker per model, two models kept 0.37 of the CLI's rate: engine_thread.py)."""
     from conftest import compose_config
 
-    import seq2seq.serve.server as server
+    import seq2seq.serve.command as command
     from seq2seq.cli.serve import serve_plan
     from seq2seq.inference.job import DecodingJob
     from seq2seq.serve.engine_thread import EngineThread
@@ -562,10 +562,10 @@ def test_two_models_load_and_decode_on_one_engine_thread(monkeypatch: pytest.Mon
         engines.name = "PyTorch"
         return engines
 
-    monkeypatch.setattr(server, "Engines", load)
+    monkeypatch.setattr(command, "Engines", load)
     engine_thread = EngineThread()
     plans = [serve_plan(compose_config("serve", [f"run={run}"])) for run in ("en-de", "en-fr")]
-    served = [server._load(plan, plan.models[0], engine_thread) for plan in plans]
+    served = [command._load(plan, plan.models[0], engine_thread) for plan in plans]
     app = create_app(served, Limits(16, 40, 8), None, None, Web(files_dir=tmp_path))
     with TestClient(app) as client:
 

@@ -5,22 +5,23 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_TRAIN, compose_config
+from conftest import TINY_TRAIN, compose_config, train_logging
 
 from seq2seq.artifacts.checkpoint import load_checkpoint
+from seq2seq.cli.train import train
 from seq2seq.config import CorpusConfig, DataConfig, UserError
 from seq2seq.data.batching import Batch, EpochBatches
 from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.pipeline import StreamingStats, cache_key, prepare_data
 from seq2seq.data.streaming import StreamingBatches
 from seq2seq.data.tokenizer import EOS_ID
-from seq2seq.train.run import train
 
 PAIRS = 53
 BUFFER = 8  # 7 buffers, the last one short
@@ -392,11 +393,30 @@ def test_a_streamed_run_of_corpora_charts_each_corpus_s_rows(tmp_path: Path) -> 
         "max_epochs=1",
         "valid_every=1000",
     ]
-    summary = train(compose_config("train", overrides), tmp_path / "run")
+    summary, lines = train_logging(compose_config("train", overrides), tmp_path / "run")
     assert summary["reason"] == "finished max_epochs=1"
     events = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={k: 0 for k in DEFAULT_SIZE_GUIDANCE})
     events.Reload()
-    # Independently: one epoch is 40 alpha rows and 3 x 40 beta rows.
+    # Independently: one epoch is 40 alpha rows and 3 x 40 beta rows, in TensorBoard and in the log.
     assert [events.Scalars(f"data/corpus_pairs/{name}")[-1].value for name in WORDS] == [40, 120]
+    assert [events.Scalars(f"data/corpus_share/{name}")[-1].value for name in WORDS] == pytest.approx([0.25, 0.75])
+    assert any(
+        line.startswith("corpora shown: epoch 1") and "alpha 40 (25.0%), beta 120 (75.0%)" in line for line in lines
+    )
     state = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["data"]
     assert state["corpora"] == {"alpha": 1.0, "beta": 3.0} and sum(state["corpus_rows"]) == 160
+
+
+def test_unequal_sides_of_a_streamed_corpus_are_refused_before_training(tmp_path: Path) -> None:
+    # The head the tokenizer learns from ends long before the shorter side does: without counting both
+    # sides first, the error would come at the end of the first epoch, mid-run.
+    cfg = write_corpus(tmp_path)
+    cfg.stream_tokenizer_pairs = 10
+    Path(cfg.train_tgt).write_text("".join(Path(cfg.train_tgt).read_text().splitlines(keepends=True)[:-1]))
+    src, tgt = re.escape(cfg.train_src), re.escape(cfg.train_tgt)
+    with pytest.raises(UserError, match=rf"^{src} has {PAIRS} lines but {tgt} has {PAIRS - 1}: they must pair up"):
+        prepare_data(cfg)
+    corpora = streamed_corpora(tmp_path, ("alpha", 30, 1.0), stream_tokenizer_pairs=10)
+    corpora.corpora.append(CorpusConfig(name="short", train_src=cfg.train_src, train_tgt=cfg.train_tgt))
+    with pytest.raises(UserError, match=rf"^data.corpora\[short\]: {src} has {PAIRS} lines but {tgt} has {PAIRS - 1}"):
+        prepare_data(corpora)

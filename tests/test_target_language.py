@@ -20,7 +20,7 @@ from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.cli.translate import translate
 from seq2seq.config import DataConfig, TranslateConfig, UserError
 from seq2seq.data.directions import BOTH, DECODER_START, SOURCE_PREFIX, LanguageTags
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
 from seq2seq.inference.target_language import ModelLanguages, translate_command
 
 LINES = [digit_sentence("en", 30_000 + i) for i in range(8)]
@@ -244,9 +244,9 @@ def test_the_tag_ids_follow_the_placement():
 
 def test_argos_refuses_a_source_tagged_run_naming_the_key(multilingual_run, tmp_path):
     """Argos puts nothing before the source: a package of a multilingual model needs the decoder's tag."""
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     with pytest.raises(
         UserError, match=r"\(data\.lang_tag=source_prefix\) cannot reach the model; train with data\.lang_tag"
@@ -263,9 +263,9 @@ def test_huggingface_export_takes_a_source_tag_and_refuses_a_decoder_start_one(
     multilingual_run, decoder_start_run, tmp_path
 ):
     pytest.importorskip("transformers")
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     with pytest.raises(UserError, match=r"data\.lang_tag=decoder_start has no Marian convention"):
         export(
@@ -315,11 +315,11 @@ def random_tagged_model(root, lang_tag: str, seed: int, eos_bias: float):
     import torch
 
     from seq2seq.artifacts.checkpoint import atomic_save
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.sentencepiece_training import train_sentencepiece
     from seq2seq.data.tokenizer import EOS_ID
+    from seq2seq.export.command import export
     from seq2seq.model.transformer import build_model
 
     ckpt = root / "ckpt"
@@ -401,8 +401,8 @@ def test_both_engines_write_and_score_a_tagged_model_alike(random_model, beam, l
     the same n-best lines, each scored as computed here apart from either search."""
     from seq2seq.data.tokenizer import EOS_ID
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-    from seq2seq.inference.engine_api import output_budget
     from seq2seq.inference.translator import Translator
+    from seq2seq.inference.translator_api import output_budget
 
     lang_tag, checkpoint, exported = random_model
     settings = dict(SETTINGS, beam=beam, nbest=min(beam, 3), length_penalty=length_penalty, tgt_lang="fr")
@@ -434,10 +434,10 @@ def untrained_byte_level_tagged_model(root, lang_tag: str, pad_and_bos_logit: fl
     import torch
 
     from seq2seq.artifacts.checkpoint import atomic_save
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig, ModelConfig
     from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizers
+    from seq2seq.export.command import export
     from seq2seq.model.transformer import build_model
 
     ckpt = root / "ckpt"
@@ -479,8 +479,8 @@ def test_both_engines_end_a_tagged_models_lines_at_the_budget_alike(tmp_path, la
     PyTorch banned <pad> and <s> after its softmax, CTranslate2 before it (the rest renormalised),
     so a young model's pad/<s> mass reordered near-tied hypotheses. Greedy agreed, and still does."""
     from seq2seq.inference.ctranslate2_engine import CTranslate2Translator
-    from seq2seq.inference.engine_api import output_budget
     from seq2seq.inference.translator import Translator
+    from seq2seq.inference.translator_api import output_budget
 
     checkpoint, exported = untrained_byte_level_tagged_model(tmp_path, lang_tag, pad_and_bos_logit=3.0)
     for beam in (5, 1):

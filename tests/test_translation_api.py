@@ -147,7 +147,7 @@ def line_breaks() -> list[str]:
 @pytest.mark.parametrize("way_in", ["Translator.load", "CTranslate2Translator.load", "load"])
 def test_an_item_with_a_line_break_is_refused_naming_it(run_dir: Path, way_in: str) -> None:
     # translate(["a b\nc d", "e f"]) gave one translation of both lines of the first item.
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     if way_in == "CTranslate2Translator.load":
         pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
@@ -225,7 +225,7 @@ def test_settings_no_engine_decodes_are_refused_the_same_way_wherever_they_come_
     hypotheses and PyTorch 6: the settings check themselves as they are made, so every way in (the
     command, `load`, a view's settings, the server's requests, distill's teacher) refuses them alike."""
     from seq2seq.config import DistillConfig, validate_distill
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
     from seq2seq.serve.settings import settings_from_request
 
     if engine == "ctranslate2":
@@ -273,7 +273,7 @@ def test_device_cuda_without_a_gpu_is_one_message_for_training_and_every_engine(
 
 def test_both_translators_have_the_methods_the_commands_and_the_server_call() -> None:
     from seq2seq.inference import CTranslate2Translator  # the class needs no ctranslate2 until it loads one
-    from seq2seq.inference.engine_api import TranslatorAPI
+    from seq2seq.inference.translator_api import TranslatorAPI
 
     for translator in (Translator, CTranslate2Translator):
         for method in ("translate", "translate_nbest"):
@@ -287,8 +287,8 @@ def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
     """beam, length_penalty, max_len_a, ... were written again in translator.py (twice),
     ctranslate2_engine.py, sampling.py and serve/settings.py; a Translator built directly decoded
     with beam=1 and batch_size=64 against the command's 5 and 128."""
-    from seq2seq.inference.engine_api import decoding_config
     from seq2seq.inference.settings import EngineOptions
+    from seq2seq.inference.translator_api import decoding_config
 
     schema = TranslateConfig()
     checked = 0
@@ -305,7 +305,7 @@ def test_every_way_in_takes_its_decoding_defaults_from_the_schema() -> None:
 def test_load_decodes_with_the_engine_the_command_picks(run_dir: Path, tmp_path: Path) -> None:
     """`seq2seq.inference.load`: the run's CTranslate2 export where it writes PyTorch's lines,
     PyTorch where the settings need it, the same lines as seq2seq-translate either way."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     fast = load(run_dir, beam=3, precision="fp32", device="cpu")
     nbest = load(run_dir, beam=3, nbest=2, precision="fp32", device="cpu")
@@ -322,7 +322,7 @@ def test_decoding_with_other_settings_is_a_view_that_changes_nothing_shared(run_
     """The server decodes each batch with its requests' settings on engines that all requests share:
     `decoding_with` gives what an engine loaded with those settings gives, and the shared engine goes on
     decoding as it was loaded (the server used to set the settings on it, batch after batch)."""
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     if engine == "ctranslate2":
         pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
@@ -479,9 +479,9 @@ def test_attention_plots_are_refused_for_an_ensemble(run_dir: Path, tmp_path: Pa
 
 def test_seq2seq_translate_decodes_a_ctranslate2_export_as_the_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     ct2 = export(
         export_plan(
@@ -514,9 +514,9 @@ def test_both_engines_cut_a_source_longer_than_the_model_and_say_which_line(
     run_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("ctranslate2", reason="CTranslate2 needs `pip install seq2seq[export]`")
-    from seq2seq.artifacts.export import export
     from seq2seq.cli.export import export_plan
     from seq2seq.config import ExportConfig
+    from seq2seq.export.command import export
 
     ct2 = export(
         export_plan(
@@ -723,7 +723,7 @@ def test_a_servers_settings_carry_its_output_limits_to_the_shared_engine(run_dir
     batch_size, or a shared engine decodes its requests with the schema's limits instead."""
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
     from seq2seq.serve.settings import settings_from_request
 
     if engine == "ctranslate2":

@@ -28,12 +28,12 @@ from test_m2m100 import (
 )
 
 from seq2seq.artifacts.checkpoint import model_from_checkpoint
-from seq2seq.artifacts.export import export
 from seq2seq.artifacts.huggingface import load_pretrained
 from seq2seq.artifacts.vocab_rows import kept_rows
 from seq2seq.cli.export import export_plan
 from seq2seq.config import ExportConfig, UserError
 from seq2seq.data.tokenizer import Tokenizers
+from seq2seq.export.command import export
 from seq2seq.inference.settings import DecodingSettings
 from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.inference.translator import Translator
@@ -47,7 +47,7 @@ PRUNE = "data.prune_vocab=true"
 
 
 def train_run(root: Path, family: str, *extra: str) -> SimpleNamespace:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     directory = hf_directory(root / "model", family)
     overrides = [*FINE_TUNE, *parallel_corpus(root / "corpus"), f"init_from={directory}", *extra]
@@ -128,7 +128,7 @@ def test_the_pruned_model_computes_transformers_logits_at_the_kept_ids(pruned: S
 
 
 def test_greedy_lines_are_the_whole_models_where_it_picks_no_dropped_id(pruned: SimpleNamespace) -> None:
-    from seq2seq.inference.engine_loader import load
+    from seq2seq.inference.loading import load
 
     model, tokenizers = pruned_model(pruned.model, pruned.run)
     lines = corpus_texts(pruned.corpus)[:64]  # the English training lines: every piece kept
@@ -221,7 +221,7 @@ def test_resume_and_averaging_keep_the_map(
     """A resumed run keeps the tokenizer it started with (not pruned again, which would renumber its data),
     says so in the log; its checkpoints average and translate."""
     from seq2seq.cli.average import average_files
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     run = tmp_path / "run"
     shutil.copytree(pruned.run, run)
@@ -252,7 +252,7 @@ def test_pruning_a_vocabulary_of_no_such_model_is_one_line(tmp_path: Path) -> No
     from conftest import TINY_TRAIN
     from test_huggingface import marian_directory
 
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     marian = marian_directory(tmp_path / "marian", "swish", True)
     runs = {
@@ -272,7 +272,7 @@ def test_pruning_a_vocabulary_of_no_such_model_is_one_line(tmp_path: Path) -> No
 
 
 def test_pruning_a_streamed_corpus_is_one_line(tmp_path: Path) -> None:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     directory = hf_directory(tmp_path / "model", "nllb")
     overrides = [
@@ -335,8 +335,8 @@ def test_the_server_serves_a_pruned_run_by_a_libretranslate_clients_codes(pruned
     from seq2seq.cli.serve import serve_plan
     from seq2seq.config import ServeConfig
     from seq2seq.serve.app import create_app
+    from seq2seq.serve.command import _load
     from seq2seq.serve.requests import Limits
-    from seq2seq.serve.server import _load
 
     plan = serve_plan(ServeConfig(run=str(pruned.run), beam=2, precision="fp32", device="cpu", threads=1))
     served = _load(plan, plan.models[0])

@@ -19,18 +19,19 @@ from lock_holder import hold_lock_in_another_process
 from omegaconf import OmegaConf
 
 from seq2seq.artifacts.checkpoint import atomic_save, load_checkpoint
-from seq2seq.artifacts.export import export, write_run_exports
+from seq2seq.artifacts.exports import write_run_exports
 from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.translate import translate
 from seq2seq.config import ExportConfig, UserError
 from seq2seq.distill.files import write_lines
+from seq2seq.export.command import export
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     root = tmp_path_factory.mktemp("writers")
     overrides = [*TINY_TRAIN, "data.task_train_size=200", "max_steps=2", "valid_every=2", "save_every=2"]
@@ -269,7 +270,7 @@ WRITER_RULES = {
     "seq2seq.artifacts.safetensors": "into export's staging directory",
     "seq2seq.artifacts.ctranslate2_model": "into export's staging directory",
     "seq2seq.artifacts.marian": "into export's staging directory",
-    "seq2seq.train.run": "the run directory under train/lock.py: cleaning.json copied in",
+    "seq2seq.train.command": "the run directory under train/lock.py: cleaning.json copied in",
     "seq2seq.train.run_outputs": "the run directory under train/lock.py: its marker, made once (clear_leftovers)",
     "seq2seq.distill.command": "distill.log appended, in the folder files.held holds",
     "seq2seq.distill.translations": "translations.jsonl appended under files.held, cut back to its count",
@@ -280,7 +281,7 @@ WRITER_RULES = {
     "seq2seq.artifacts.m2m100": "format=huggingface: into export's staging directory",
     "seq2seq.measurement_cache": "the machine's cache: a new file renamed over the old",
     "seq2seq.serve.app": "a temporary folder of its own for translated files",
-    "seq2seq.serve.server": "a temporary folder of its own for translated files, removed at exit",
+    "seq2seq.serve.command": "a temporary folder of its own for translated files, removed at exit",
     "seq2seq.distill.student": "the student run's train.log appended, in the run directory it trains",
     "seq2seq.serve.libretranslate": "new names only, in the server's own folder",
     "seq2seq.cli.common": "opens /dev/null as stdout",
@@ -335,9 +336,9 @@ OUTPUT_WRITERS = {
     "seq2seq.inference.attention_plots.save_png": {"write_new_file"},  # attention='s pictures
     "seq2seq.cli.average.average_files": {"output_lock", "record"},  # output=, then the ledger's entry
     "seq2seq.cli.average.refuse_replacing": {"check_replaceable"},
-    "seq2seq.artifacts.export.export": {"check_new", "new_output"},  # output= must be new
-    "seq2seq.artifacts.export._write_directory": {"new_output", "replaced_folder"},  # and a run's exports
-    "seq2seq.artifacts.export.remove_stale_export_directories": {"remove_folder_leftovers"},
+    "seq2seq.export.command.export": {"check_new", "new_output"},  # output= must be new
+    "seq2seq.artifacts.exports.write_directory": {"new_output", "replaced_folder"},  # and a run's exports
+    "seq2seq.artifacts.exports.remove_stale_export_directories": {"remove_folder_leftovers"},
     "seq2seq.distill.output.claim_output": {"claim_folder"},  # seq2seq-distill's output= folder
     "seq2seq.distill.files.write_lines": {"write_new_text"},  # ... and its corpus files
 }
@@ -346,7 +347,8 @@ OUTPUT_MODULES = (
     "seq2seq.inference.attention_plots",
     "seq2seq.cli.average",
     "seq2seq.averaging",
-    "seq2seq.artifacts.export",
+    "seq2seq.artifacts.exports",
+    "seq2seq.export.",
     "seq2seq.artifacts.argos",
     "seq2seq.distill.",
 )

@@ -91,7 +91,7 @@ def weights_digest(run_dir: Path) -> str:
 
 def main() -> None:
     import seq2seq
-    from seq2seq.train.run import train
+    from seq2seq.cli.train import train
 
     print(f"seq2seq from {Path(seq2seq.__file__).parent}", file=sys.stderr)
 

@@ -5,5 +5,6 @@ freshness.py (whether an export was made from a checkpoint as it is now, no torc
 (the checkpoint payload as a type, its upgrade from older payloads, crash-safe save, the model rebuilt
 from a checkpoint), model_files.py (a checkpoint or weights export read for decoding, with its
 tokenizers), the formats: safetensors.py (the weights export), ctranslate2_model.py, marian.py (Hugging
-Face Marian), argos.py (Argos Translate), and export.py (seq2seq-export's work over them).
+Face Marian), argos.py (Argos Translate), and exports.py (an export's directory written whole, and a
+run's own exports; seq2seq-export's work over the formats is seq2seq/export/command.py's).
 """

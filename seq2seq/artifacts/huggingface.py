@@ -41,6 +41,28 @@ def has_language_codes(directory: Path) -> bool:
     return hf_config(directory).model_type in LANGUAGE_CODE_FAMILIES
 
 
+# The families' names in messages, by their tokenizer's class (tokenizer_config.json), else by model_type.
+FAMILY_NAMES = {"nllb": "NLLB-200", "m2m100": "M2M-100", "mbart50": "mBART-50"}
+
+
+def family_name(directory: Path) -> str:
+    """NLLB-200, M2M-100 or mBART-50: which of the language-code families the model in `directory` is
+    (one architecture holds NLLB-200 and M2M-100: their tokenizers tell them apart)."""
+    import json
+
+    from seq2seq.data.fairseq_vocab import FAMILIES
+
+    if hf_config(directory).model_type == mbart.MODEL_TYPE:
+        return FAMILY_NAMES["mbart50"]
+    try:
+        tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tokenizer_class = tokenizer_config["tokenizer_class"]
+    except (OSError, ValueError, KeyError, TypeError):
+        tokenizer_class = None
+    family = FAMILIES.get(str(tokenizer_class))
+    return FAMILY_NAMES[family] if family is not None else "NLLB-200/M2M-100"
+
+
 def load_pretrained(value: str) -> tuple[ModelPayload, Any]:
     """(payload, tokenizers) of the Hugging Face model `value` names (a directory or a Hub id)."""
     return read_pretrained_directory(marian.local_directory(value))

@@ -63,6 +63,11 @@ def is_huggingface_model(value: str) -> bool:
     return not path.exists() and bool(HUB_ID.match(value)) and path.suffix not in (".pt", ".safetensors")
 
 
+# The files of a Hub model's directory that init_from= reads: config and tokenizer JSON, Marian's *.spm,
+# NLLB-200's, M2M-100's and mBART-50's sentencepiece.bpe.model, the weights, the model card.
+HUB_FILES = ("*.json", "*.spm", "*.model", "*.safetensors", "*.bin", "*.md")
+
+
 def local_directory(value: str) -> Path:
     """The model's local directory: `value` itself, or the Hub's download of it."""
     path = Path(value)
@@ -72,7 +77,7 @@ def local_directory(value: str) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(value, allow_patterns=["*.json", "*.spm", "*.safetensors", "*.bin", "*.md"]))
+        return Path(snapshot_download(value, allow_patterns=list(HUB_FILES)))
     except Exception as err:  # offline, unknown repository, gated: the hub raises many kinds
         detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise UserError(

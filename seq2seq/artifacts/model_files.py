@@ -1,6 +1,6 @@
 """A model's files read as one: a training checkpoint, a weights export (see safetensors.py) or a Hugging
 Face Marian directory (marian.py) as a checkpoint-shaped payload, and the tokenizer that belongs to it.
-What decoding (seq2seq.inference.loading), seq2seq-export, averaging and init_from= read a model with.
+What decoding (seq2seq.inference.torch_model), seq2seq-export, averaging and init_from= read a model with.
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     from seq2seq.distill.student import StudentRun, student_config
     from seq2seq.distill.teacher import corpus_config, read_teacher
     from seq2seq.distill.translations import cache_folder, file_digest
-    from seq2seq.inference.engine_api import decoding_config
     from seq2seq.inference.job import decoding_job
+    from seq2seq.inference.translator_api import decoding_config
 
     teacher = read_teacher(cfg.teacher)
     corpus = corpus_config(teacher, data)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from seq2seq.artifacts.export import ExportPlan
+    from seq2seq.export.plan import ExportPlan
 
 USAGE = """\
 usage: seq2seq-export run=<run dir> | checkpoint=<file.pt>  output=<new dir>  [format=safetensors|ctranslate2|huggingface|argos]
@@ -51,7 +51,7 @@ def _run(argv: list[str]) -> None:
     validate_export(cfg)  # before torch: a bad setting is one line at once
     check_named_models_exist([cfg.run], cfg.checkpoint)  # and so is a path typed wrong
     prepare_process()
-    from seq2seq.artifacts.export import export  # torch: only once the command line is known to be good
+    from seq2seq.export.command import export  # torch: only once the command line is known to be good
 
     with stop_signals_raise():  # SIGTERM mid-write: the staging directory beside output= goes too
         output, model_cfg = export(export_plan(cfg))
@@ -111,8 +111,8 @@ def parse_arguments(argv: list[str]) -> object:
 def export_plan(cfg: Any) -> ExportPlan:
     """seq2seq-export's plan of a config (an ExportConfig or its DictConfig), checked: what `export`
     writes. The Python API's callers come here too; the command has checked it already."""
-    from seq2seq.artifacts.export import ExportPlan
     from seq2seq.config import validate_export
+    from seq2seq.export.plan import ExportPlan
 
     validate_export(cfg)
     return ExportPlan(

@@ -86,7 +86,7 @@ def _serve(cfg: Any) -> None:
     plan = report_errors(lambda: serve_plan(cfg), cfg.debug)  # a bad value answers before torch is loaded
     prepare_process()
     try:  # the server's packages are an extra: say how to get them, in one line
-        from seq2seq.serve.server import serve
+        from seq2seq.serve.command import serve
     except ImportError as err:
         name = err.name
         report_errors(lambda: _missing(name), cfg.debug)

@@ -1,8 +1,10 @@
-"""`seq2seq-train`: Hydra composes the config, `seq2seq.train.run.train` does the work.
+"""`seq2seq-train`: Hydra composes the config, `train` builds the run's plan of it (seq2seq/train/plan.py),
+and `seq2seq.train.command.train` does the work on the plan.
 
 The command line, the composed config and the paths it names are checked before torch is imported
 (a config error is one line, without torch's seconds), then the process is prepared (seq2seq/startup.py), then the run
-directory is made and locked, and Hydra hands the config to `train`."""
+directory is made and locked, and Hydra hands the config to `train`. Tests and scripts call `train(cfg,
+run_dir)` too: it does what the command does once Hydra has composed the config."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -106,8 +108,6 @@ def _hydra_main(cfg: DictConfig) -> None:
             claim_run_directory(run_dir)
         with before.taken_back_on_failure(holds=True) if before is not None else contextlib.nullcontext():
             check_resolves(cfg)  # what check_composed_config could not compose (a sweep, --config-name)
-        from seq2seq.train.run import train  # torch: only once the config is known to be good
-
         overrides = list(runtime.overrides.task)
         return train(cfg, run_dir, overrides, before=before, checked=_config_checked, started=_started)
 
@@ -115,6 +115,37 @@ def _hydra_main(cfg: DictConfig) -> None:
     summary = exit_on_interrupt(lambda: report_errors(run, debug or cfg.debug), debug)
     if summary.get("exit_status"):  # stopped by Ctrl-C or SIGTERM, after saving: not a finished run
         sys.exit(summary["exit_status"])
+
+
+def train(
+    cfg: DictConfig,
+    run_dir: Path | str,
+    overrides: list[str] | None = None,
+    before: BeforeStart | None = None,
+    checked: bool = False,
+    started: float | None = None,
+) -> dict[str, Any]:
+    """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path): the
+    run's plan (seq2seq.train.plan: its config, a resumed run's own or a Marian model's architecture;
+    the run directory's check; the corpus), then `seq2seq.train.command.train` on it. A start that
+    fails takes back what it added to the run directory: `before` is the directory as it stood before
+    the start (seq2seq-train notes it before Hydra writes there). `checked`: the caller validated `cfg`
+    (seq2seq-train does, before torch loads), so it is not again. `started`: when the command started,
+    on `Trainer.clock` (default: now): max_minutes counts from there. The caller's config is left as it
+    was given."""
+    # torch: only once the config is known to be good
+    from seq2seq.train.command import train as run
+    from seq2seq.train.plan import plan_run
+    from seq2seq.train.run_outputs import BeforeStart
+
+    run_dir, overrides = Path(run_dir), overrides or []
+    before = before or BeforeStart.of(run_dir)
+    # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
+    # made by Hydra just now), and writable (the lock is written there). From code, train() checks it.
+    claimed = holds_run_directory(run_dir)
+    with before.taken_back_on_failure(claimed):
+        plan = plan_run(cfg, run_dir, overrides, checked, claimed)
+    return run(plan, before, started)
 
 
 def check_composed_config(argv: list[str]) -> bool:

@@ -61,7 +61,8 @@ class Stream:
 # The alignment rule's scorer of each stream (by its label) that a pass learnt, for the next pass to judge
 # by: a streamed corpus is read again every epoch, and w times an epoch at weight w. Its tables and cut
 # are the corpus's head's (the same at every pass), so learning them again would only cost the time
-# again; each pass still has a Cleaner of its own, for its duplicates and its counts.
+# again; each pass still has a Cleaner of its own, for its duplicates and its counts. A run's are its
+# corpus plan's (CorpusPlan.alignment): the cache's build, reading the tokenizer's head, learns them first.
 AlignmentScorers = dict[str, AlignmentScorer]
 
 

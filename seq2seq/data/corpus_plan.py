@@ -17,14 +17,28 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seq2seq.config import DataConfig, UserError, as_dict, clean_rules, data_config
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, SINGLE_CORPUS, Stream, corpus_config, named_error
+from seq2seq.data.corpora import (
+    BACK_TRANSLATION_TAG,
+    SINGLE_CORPUS,
+    AlignmentScorers,
+    Stream,
+    check_back_translations,
+    corpus_config,
+    named_error,
+)
 from seq2seq.data.corpus import corpus_sources
-from seq2seq.data.directions import Direction, configured_directions, direction_settings, tag_tokens
+from seq2seq.data.directions import (
+    Direction,
+    check_readable_per_direction,
+    configured_directions,
+    direction_settings,
+    tag_tokens,
+)
 from seq2seq.data.tokenizer import pretrained_tokenizer_files
 from seq2seq.measurement_cache import cache_root
 
@@ -65,6 +79,11 @@ class CorpusPlan:
     files: tuple[CorpusFile, ...]  # every file read, by content: the cache key's, and a checkpoint's record
     key: str  # the cache key: the settings that decide the cached data, and the files' digests
     root: Path  # the cache folder: data.cache_dir, else the cache root ($SEQ2SEQ_CACHE)
+    # data.streaming: the alignment rule's scorer of each stream, learnt once from its head by whichever
+    # reads it first (the cache's build, for the tokenizer's head, else training's first pass) and
+    # judging every later pass of this run. Not a setting: the plan's streams and data.clean_settings
+    # decide it, and a plan is made per run, so a changed corpus or setting never meets a stale one.
+    alignment: AlignmentScorers = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def multilingual(self) -> bool:
@@ -86,8 +105,10 @@ def plan_corpus(
     already; else they are hashed here."""
     settings = as_dict(data) if not isinstance(data, dict) else dict(data)
     one = data_config(settings)
+    check_readable_per_direction(one)  # before any file is hashed: a config that reads one file for all is one line
     directions = tuple((d, direction_settings(one, d)) for d in configured_directions(one))
     streams = tuple(training_streams(one, directions))
+    check_back_translations(streams)  # how the files are read: at every start, cached or not
     if files is None:
         files = corpus_files(one, directions, streams)
     return CorpusPlan(

@@ -48,14 +48,37 @@ def corpus_lines(stream: Stream) -> int:
             return sum(1 for _ in iter_split(stream.cfg, "train") or ())
     except UserError as err:
         raise named_error(err, stream) from err
-    path, lines, last = Path(files[0]), 0, b"\n"
+    return file_lines(Path(files[0])) or 0  # None: the reader names the file and what is wrong with it
+
+
+def file_lines(path: Path) -> int | None:
+    """The lines of a text file (.gz decompressed) as the readers split them, on b"\\n" (a last line
+    without one counted), counted a megabyte at a time; None for a file that cannot be read."""
+    lines, last = 0, b"\n"
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as handle:
             while chunk := handle.read(1 << 20):
                 lines, last = lines + chunk.count(b"\n"), chunk[-1:]
     except (OSError, EOFError, zlib.error):
-        return 0  # the reader names the file and what is wrong with it, as it reads
+        return None
     return lines + (last != b"\n")
+
+
+def check_equal_sides(stream: Stream) -> None:
+    """data.streaming: a corpus of two files (a source and a target side) whose lines differ in number is
+    refused before training, in the reader's words. Read pair by pair, the shorter side's end would be
+    met only at the end of the corpus's first pass, in the middle of the run."""
+    try:
+        files = split_files(stream.cfg, "train")
+    except UserError as err:
+        raise (err if stream.corpus is None and stream.direction is None else named_error(err, stream)) from err
+    if len(files) != 2:
+        return
+    counts = [file_lines(Path(path)) for path in files]
+    if None in counts or counts[0] == counts[1]:
+        return  # a file that cannot be read: the reader names it and what is wrong with it, as it reads
+    err = UserError(f"{files[0]} has {counts[0]} lines but {files[1]} has {counts[1]}: they must pair up")
+    raise err if stream.corpus is None and stream.direction is None else named_error(err, stream)
 
 
 def identifier_for(languages: Sequence[str], streams: Sequence[Stream]) -> Any:

@@ -76,9 +76,3 @@ class CorpusTally:
 
     def copy(self) -> CorpusTally:
         return replace(self, rows=self.rows.copy())
-
-
-def describe_shown(names: Sequence[str], rows: np.ndarray) -> str:
-    """Each corpus's rows and share, for the log: "alpha 40 (25.0%), beta 120 (75.0%)"."""
-    total = max(int(rows.sum()), 1)
-    return ", ".join(f"{name} {int(count):,} ({count / total:.1%})" for name, count in zip(names, rows, strict=True))

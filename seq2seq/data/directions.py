@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from seq2seq.config import DataConfig, UserError, as_dict, data_config, parse_direction
 
+log = logging.getLogger(__name__)
 SOURCE_PREFIX, DECODER_START, BOTH = "source_prefix", "decoder_start", "both"
 # A pretrained NLLB-200 / M2M-100 model's layout: the source starts with its own language's code, the
 # target (after the decoder's start, </s>) with the target language's; the codes are the model's tokens.
@@ -66,7 +68,13 @@ def language_record(data: dict[str, Any]) -> dict[str, Any]:
 
 def configured_directions(data: Any) -> list[Direction]:
     """data.directions as Directions, in the order given; empty for a single-direction run."""
-    return [Direction(*parse_direction(entry)) for entry in (data.directions or [])]
+    return parsed_directions(data.directions)
+
+
+def parsed_directions(entries: Iterable[str] | None) -> list[Direction]:
+    """data.directions' entries ("src-tgt", as a config or a checkpoint's config["data"] holds them) as
+    Directions, in the order given."""
+    return [Direction(*parse_direction(entry)) for entry in (entries or [])]
 
 
 def is_multilingual(data: Any) -> bool:
@@ -154,6 +162,9 @@ class LanguageTags:
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)
     # language_codes: the run pruned the model's vocabulary to its directions (data.prune_vocab)
     pruned: bool = False
+    # language_codes: the aliases that name several of the model's languages -> those (zh: zho_Hans,
+    # zho_Hant); asking by one is answered by its alias, and said once (`tag_id`)
+    shared: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def tag(self, tgt_lang: str) -> str:
         self.tag_id(tgt_lang)
@@ -180,7 +191,23 @@ class LanguageTags:
                     f"...) or their ISO 639-1 codes ({', '.join(sorted(self.aliases)[:4]) or 'none'}, ...){trained}"
                 )
             raise UserError(f"{key}={tgt_lang}: the model {verb} {', '.join(sorted(self.ids))}{trained}")
+        if tgt_lang in self.shared and tgt_lang not in self.ids:
+            self._say_which(tgt_lang, key)
         return self.ids[self.code(tgt_lang)]
+
+    def _say_which(self, alias: str, key: str) -> None:
+        """Once a process for each alias: which of the model's languages of that ISO 639-1 code it read."""
+        said = (alias, self.code(alias), tuple(self.shared[alias]))
+        if said in _SAID:
+            return
+        _SAID.add(said)
+        others = [lang for lang in self.shared[alias] if lang != self.code(alias)]
+        spelled = {lang: code for code, lang in self.aliases.items() if code != alias}  # zt for zho_Hant
+        named = ", ".join(f"{lang} (or {spelled[lang]})" if lang in spelled else lang for lang in others)
+        log.warning(
+            "%s=%s: read as %s; ISO 639-1 %s names %d of the model's languages (%s), ask for %s by name",
+            key, alias, self.code(alias), alias, len(self.shared[alias]), ", ".join(self.shared[alias]), named,
+        )  # fmt: skip
 
     def is_trained(self, src_lang: str, tgt_lang: str) -> bool:
         """False: the pair would be translated zero-shot (warn once). A pretrained model's own layout
@@ -200,7 +227,7 @@ class LanguageTags:
         if not names:
             if not (source and target):
                 raise UserError(
-                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100 model as it came serves the direction "
+                    "source_lang, target_lang: a pretrained NLLB-200/M2M-100/mBART-50 model as it came serves the direction "
                     "they name (e.g. source_lang=en target_lang=de)"
                 )
             self.tag_id(source, "source_lang")
@@ -218,7 +245,7 @@ class LanguageTags:
         if self.placement == LANGUAGE_CODES:
             if src_lang is None:
                 raise UserError(
-                    "src_lang: the model (NLLB-200/M2M-100 layout) starts each source with its language's code; "
+                    "src_lang: the model (NLLB-200/M2M-100/mBART-50 layout) starts each source with its language's code; "
                     f"name the source language, e.g. src_lang={sorted(self.ids)[0]}"
                 )
             return [self.tag_id(src_lang, "src_lang"), *ids]
@@ -233,20 +260,19 @@ class LanguageTags:
         return dataclasses.asdict(self)
 
 
-def language_tags(data: Any, tokenizers: Any) -> LanguageTags | None:
-    """The tags of a run with data config `data` (a checkpoint's config["data"] will do) and its
-    tokenizers; None for a single-direction run. Each tag must be one entry of the vocabulary it goes
-    into: a tokenizer without one is not this run's (or predates data.directions)."""
-    if isinstance(data, dict):
-        data = data_config(data)
-    if data.lang_tag == LANGUAGE_CODES:
-        return _language_codes(data, tokenizers)
-    if not is_multilingual(data):
+def language_tags(lang_tag: str, directions: Sequence[Direction], tokenizers: Any) -> LanguageTags | None:
+    """The tags of a run that places them by data.lang_tag `lang_tag` over its data.directions
+    `directions` (`configured_directions`; empty for a single-direction run, which has none), with its
+    tokenizers. Each tag must be one entry of the vocabulary it goes into: a tokenizer without one is
+    not this run's (or predates data.directions)."""
+    if lang_tag == LANGUAGE_CODES:
+        return _language_codes(directions, tokenizers)
+    if not directions:
         return None
     places = ((tokenizers.tgt, TARGET_TAGGED), (tokenizers.src, SOURCE_TAGGED))
-    sides = [side for side, placements in places if data.lang_tag in placements]  # where the tag goes
+    sides = [side for side, placements in places if lang_tag in placements]  # where the tag goes
     ids = {}
-    for lang in target_languages(configured_directions(data)):
+    for lang in target_languages(directions):
         found = {side.token_to_id(language_tag(lang)) for side in sides}
         if None in found:
             raise UserError(
@@ -258,25 +284,30 @@ def language_tags(data: Any, tokenizers: Any) -> LanguageTags | None:
                 "vocabularies; it needs one (train the tokenizers with data.directions)"
             )
         ids[lang] = found.pop()
-    return LanguageTags(data.lang_tag, tuple(d.name for d in configured_directions(data)), ids)
+    return LanguageTags(lang_tag, tuple(d.name for d in directions), ids)
 
 
-def _language_codes(data: Any, tokenizers: Any) -> LanguageTags:
+def _language_codes(directions: Sequence[Direction], tokenizers: Any) -> LanguageTags:
     """A pretrained model's own language codes (every language it has, by its tokenizer), the
     directions a run trained (none for the model as it came), and the aliases of its languages."""
     side = tokenizers.tgt
     if not hasattr(side, "languages"):
         raise UserError(
-            "data.lang_tag=language_codes: the layout of a pretrained NLLB-200/M2M-100 model; it needs that model's "
+            "data.lang_tag=language_codes: the layout of a pretrained NLLB-200/M2M-100/mBART-50 model; it needs that model's "
             "tokenizer (init_from=<its directory>)"
         )
     ids = {lang: side.token_to_id(token) for lang, token in side.languages.items()}
     pruned = getattr(side, "pruned", None) is not None
-    tags = LanguageTags(LANGUAGE_CODES, tuple(d.name for d in configured_directions(data)), ids, side.aliases(), pruned)
-    for direction in configured_directions(data):
+    names = tuple(d.name for d in directions)
+    tags = LanguageTags(LANGUAGE_CODES, names, ids, side.aliases(), pruned, side.shared_codes())
+    for direction in directions:
         tags.tag_id(direction.src, "data.directions")
         tags.tag_id(direction.tgt, "data.directions")
     return tags
+
+
+# The ambiguous aliases said already (`LanguageTags._say_which`): a server asks at every request.
+_SAID: set[tuple[str, str, tuple[str, ...]]] = set()
 
 
 def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> None:
@@ -293,7 +324,7 @@ def check_tags_free(pieces: Iterable[str], tags: Iterable[str], where: str) -> N
 def check_same_directions(saved: Any, data: Any) -> None:
     """A resumed run must train the directions, tag placement and sampling it started with: its data
     position and its model's tags mean nothing under others. `saved`: the checkpoint's data config
-    (a dict); `data`: the resumed run's. For train/run.py to call where it compares a resume's config;
+    (a dict); `data`: the resumed run's. For train/command.py to call where it compares a resume's config;
     the batch stream checks the same against its saved state (seq2seq.data.batching)."""
     saved = saved if isinstance(saved, dict) else as_dict(saved)
     defaults = DataConfig()

@@ -106,26 +106,40 @@ MACROLANGUAGE_MEMBERS = {
 LIBRETRANSLATE_CODES = {"zt": "zho_Hant"}
 
 
+def iso_639_1_languages(languages: dict[str, str]) -> dict[str, list[str]]:
+    """ISO 639-1 code -> the model's languages it names, in sorted order (de: [deu_Latn]; zh: [zho_Hans,
+    zho_Hant]), found through ISO 639-3 (deu is de) and MACROLANGUAGE_MEMBERS; mBART-50's en_XX is en's.
+    A code the model names a language by already (M2M-100's en) is none of these."""
+    import pycountry
+
+    named: dict[str, list[str]] = {}
+    for lang in sorted(languages):
+        base = lang.partition("_")[0]
+        iso = None
+        if len(base) == 2 and base != lang:  # mBART-50's en_XX answers to en
+            iso = base
+        elif len(base) == 3:
+            found = pycountry.languages.get(alpha_3=base)
+            iso = getattr(found, "alpha_2", None) or MACROLANGUAGE_MEMBERS.get(base)
+        if iso and iso not in languages:
+            named.setdefault(iso, []).append(lang)
+    return named
+
+
 def iso_639_1_aliases(languages: dict[str, str]) -> dict[str, str]:
     """ISO 639-1 code -> the model's language named by it: deu_Latn for de. Where several of the model's
     languages have one code (zh: zho_Hans and zho_Hant; ks: kas_Arab and kas_Deva), the first in sorted
     order is its alias (zh -> zho_Hans); the others are asked for by their own names (or zt -> zho_Hant,
     as LibreTranslate spells it). A language named by a two-letter code already (M2M-100's) needs none."""
-    import pycountry
-
-    aliases: dict[str, str] = {}
-    for lang in sorted(languages):
-        base = lang.partition("_")[0]
-        if len(base) == 2 and base != lang and base not in languages:  # mBART-50's en_XX answers to en
-            aliases.setdefault(base, lang)
-        if len(base) != 3:
-            continue
-        found = pycountry.languages.get(alpha_3=base)
-        iso = getattr(found, "alpha_2", None) or MACROLANGUAGE_MEMBERS.get(base)
-        if iso and iso not in languages:
-            aliases.setdefault(iso, lang)
+    aliases = {iso: langs[0] for iso, langs in iso_639_1_languages(languages).items()}
     aliases.update({code: lang for code, lang in LIBRETRANSLATE_CODES.items() if lang in languages})
     return aliases
+
+
+def shared_iso_639_1_codes(languages: dict[str, str]) -> dict[str, list[str]]:
+    """The ISO 639-1 codes that name more than one of the model's languages -> those languages (zh:
+    [zho_Hans, zho_Hant]): their alias is the first; a translation that asks by the code is told which."""
+    return {iso: langs for iso, langs in iso_639_1_languages(languages).items() if len(langs) > 1}
 
 
 class FairseqVocab(PieceVocab):
@@ -161,6 +175,10 @@ class FairseqVocab(PieceVocab):
     def aliases(self) -> dict[str, str]:
         """The ISO 639-1 code of each language that has one -> the model's name for it (`iso_639_1_aliases`)."""
         return iso_639_1_aliases(self.languages)
+
+    def shared_codes(self) -> dict[str, list[str]]:
+        """The ISO 639-1 codes of several of the model's languages (`shared_iso_639_1_codes`)."""
+        return shared_iso_639_1_codes(self.languages)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
         """As the Hugging Face tokenizers cut a text: SentencePiece's pieces (one it cannot name is

@@ -29,15 +29,15 @@ from seq2seq.config import DataConfig, UserError
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.cleaning import CleaningReport, refuse_emptied_head
 from seq2seq.data.cleaning import summary as cleaning_summary
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, check_back_translations, iter_training_rows
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, iter_training_rows
 from seq2seq.data.corpus import iter_split, require_pairs, unzip
 from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's, named here as it always was
 from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
 from seq2seq.data.corpus_plan import content_digest as content_digest
-from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
+from seq2seq.data.corpus_stream import check_equal_sides, corpus_lines, mixed_rows
 from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
-from seq2seq.data.directions import LanguageTags, check_readable_per_direction, language_tags
+from seq2seq.data.directions import LanguageTags, language_tags
 from seq2seq.data.fairseq_vocab import FairseqTokenizers
 from seq2seq.data.multilingual import (
     DIRECTION,
@@ -337,7 +337,8 @@ def _direction_tags(corpus: CorpusPlan, tokenizers: Tokenizers) -> list | None:
     """Each direction's tag ids (`direction_tag_ids`) by the run's LanguageTags; None for one direction."""
     if not corpus.multilingual:
         return None
-    return direction_tag_ids(language_tags(corpus.data, tokenizers), [d for d, _ in corpus.directions])
+    directions = [d for d, _ in corpus.directions]
+    return direction_tag_ids(language_tags(corpus.data.lang_tag, directions, tokenizers), directions)
 
 
 def _pruned(corpus: CorpusPlan, tokenizers: FairseqTokenizers, raw: datasets.Dataset) -> FairseqTokenizers:
@@ -362,15 +363,22 @@ def _build(corpus: CorpusPlan, target: Path) -> None:
         (staging / "work").mkdir(parents=True)
         early = {"dropped_empty": 0, "dropped_too_long": 0}
         multilingual = corpus.multilingual
-        if multilingual:
-            check_readable_per_direction(data)
         read: dict[str, int] = {}
         cleaning = CleaningReport()
+        # data.streaming: the alignment rule's scorers learnt on this head are kept on the plan, and
+        # training's passes judge by them rather than learn them again (the cached mode's build is its
+        # only pass)
+        scorers = corpus.alignment if data.streaming else None
+        if data.streaming:  # the head is all that is read before training: sides that do not pair up, now
+            for stream in corpus.streams:
+                check_equal_sides(stream)
         if data.streaming and corpus.corpus_names:  # the head of the corpora interleaved, not the first corpus alone
             lines = [corpus_lines(stream) for stream in corpus.streams]
-            rows = mixed_rows(corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines)
+            rows = mixed_rows(
+                corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines, scorers=scorers
+            )
         else:
-            rows = iter_training_rows(corpus.streams, data.clean_settings, corpus.languages, read, cleaning)
+            rows = iter_training_rows(corpus.streams, data.clean_settings, corpus.languages, read, cleaning, scorers)
         train_pairs = drop_by_text(rows, data.max_tokens, early)
         # data.streaming: the tokenizer learns from the head of the corpus; training tokenizes the rest as it goes
         if data.streaming:
@@ -472,7 +480,6 @@ def prepare_corpus(
 ) -> PreparedData:
     """Tokenized splits of the planned corpus, built once and then loaded from the cache. Under DDP only
     the main process builds; the others wait at `barrier` and load what it wrote."""
-    check_back_translations(corpus.streams)  # at every start, cached or not: it is about how the files are read
     root, target = corpus.root, corpus.target
     if is_main and (swept := remove_abandoned_builds(root)):
         log.info("removed %s bytes of cache builds left by processes that were killed", f"{swept:,}")
@@ -502,7 +509,7 @@ def prepare_corpus(
             log.info("corpora: %s", describe_corpora(data.train))
     if corpus.multilingual:
         directions = [d for d, _ in corpus.directions]
-        tags = language_tags(corpus.data, data.tokenizers)
+        tags = language_tags(corpus.data.lang_tag, directions, data.tokenizers)
         attach_directions(data, directions, corpus.data.lang_tag, corpus.data.sampling_temperature, tags)
         if is_main:
             log.info("directions: %s", describe_directions(data.train, corpus.data.sampling_temperature))

@@ -62,8 +62,9 @@ class StreamingBatches:
         self.tagged = set(corpus.tagged)
         self.tag_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if self.tagged else None
         self._batches: list[np.ndarray] | None = None  # read on first use, so a resume reads its buffer only
-        # The alignment rule's scorer of each stream, learnt at the first pass and judging every later one
-        self._scorers: AlignmentScorers = {}
+        # The alignment rule's scorer of each stream, learnt once a run and judging every pass: the plan's,
+        # which the cache's build filled when it read the tokenizer's head, else the first pass fills it
+        self._scorers: AlignmentScorers = corpus.alignment
 
     def _ensure_loaded(self) -> None:
         if self._batches is None:

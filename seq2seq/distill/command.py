@@ -42,8 +42,8 @@ from seq2seq.distill.plan import DistillPlan
 from seq2seq.distill.selection import select
 from seq2seq.distill.student import LOG_FORMAT, train_once
 from seq2seq.distill.translations import cache_key, cut_to_count, read_translations, translate_cached
-from seq2seq.inference.engine_api import TranslatorAPI
-from seq2seq.inference.engine_loader import api_engine
+from seq2seq.inference.loading import api_engine
+from seq2seq.inference.translator_api import TranslatorAPI
 
 log = logging.getLogger("seq2seq.distill")
 SELECTION, RESULT, STATE = "selection.json", "result.json", "state.json"

@@ -29,19 +29,19 @@ def claim_output(path: Path) -> bool:
 def check_settings(path: Path, settings: dict[str, Any]) -> None:
     """The first run records `settings`; a rerun must give the same."""
     file = path / SETTINGS
-    if not file.is_file():
+    before = read_json(file) if file.is_file() else None
+    if before is not None:
+        if "teacher_weights" in before:
+            check_teacher_weights(path, before["teacher_weights"], settings["teacher_weights"])
+        for key in sorted((set(before) | set(settings)) - {"teacher_weights"}):  # those by content, above
+            if before.get(key) != settings.get(key):
+                raise UserError(
+                    f"output={path}: holds a distillation with {key}={before.get(key)!r}, not {settings.get(key)!r}; "
+                    "rerun it as it was, or give a new output="
+                )
+    if before is None:
         write_new_json(file, settings)
-        return
-    before = read_json(file)
-    if "teacher_weights" in before:
-        check_teacher_weights(path, before["teacher_weights"], settings["teacher_weights"])
-    for key in sorted((set(before) | set(settings)) - {"teacher_weights"}):  # those by content, above
-        if before.get(key) != settings.get(key):
-            raise UserError(
-                f"output={path}: holds a distillation with {key}={before.get(key)!r}, not {settings.get(key)!r}; "
-                "rerun it as it was, or give a new output="
-            )
-    if "teacher_weights" not in before:  # a folder from before they were recorded: nothing to compare yet
+    elif "teacher_weights" not in before:  # a folder from before they were recorded: nothing to compare yet
         write_new_json(file, {**before, "teacher_weights": settings["teacher_weights"]})
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from seq2seq.config import UserError
 from seq2seq.inference.corpus_scores import corpus_bleu, corpus_chrf
-from seq2seq.inference.engine_api import one_line
-from seq2seq.inference.engine_loader import load
+from seq2seq.inference.loading import load
+from seq2seq.inference.translator_api import one_line
 
 log = logging.getLogger("seq2seq.distill")
 ENGINES = {"default": "auto", "int8": "int8"}  # what speed["..."] names -> the precision= decoding with it

@@ -122,8 +122,8 @@ def train_once(run: StudentRun, max_steps: int | None = None) -> dict[str, Any]:
     recorded it, a killed run's resumed from its last checkpoint, else a fresh run (of `max_steps`
     updates where given: the baseline's, the student's count)."""
     # torch: once the command line and config are known to be good
+    from seq2seq.train.command import train
     from seq2seq.train.plan import plan_run
-    from seq2seq.train.run import run_planned
     from seq2seq.train.run_outputs import BeforeStart
 
     run_dir = run.run_dir
@@ -142,7 +142,7 @@ def train_once(run: StudentRun, max_steps: int | None = None) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     with _train_log(run_dir):
         before = BeforeStart.of(run_dir)
-        summary = run_planned(plan_run(config, run_dir, []), before)
+        summary = train(plan_run(config, run_dir, []), before)
     summary = json.loads(json.dumps(summary, default=str))
     if not summary.get("exit_status"):  # stopped by a signal: the rerun resumes it
         write_new_json(run_dir / SUMMARY, summary)

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.config import UserError
 from seq2seq.decoding_defaults import SEARCH_VERSION
 from seq2seq.distill.files import held, read_json
-from seq2seq.inference.engine_api import TranslatorAPI, one_line
+from seq2seq.inference.translator_api import TranslatorAPI, one_line
 
 log = logging.getLogger("seq2seq.distill")
 TRANSLATIONS, PROGRESS, KEY = "translations.jsonl", "progress.json", "key.json"
@@ -146,17 +147,25 @@ def cut_to_count(folder: Path) -> None:
 
 def read_translations(folder: Path, count: int) -> list[list[str]]:
     """The n-best texts of each of the `count` source lines, from a finished folder."""
+    return list(iter_translations(folder, count))
+
+
+def iter_translations(folder: Path, count: int) -> Iterator[list[str]]:
+    """read_translations' rows one at a time, for a caller that writes them out as they come rather than
+    hold them all (scripts/back_translate.py); the count is checked as the file is read."""
     path = folder / TRANSLATIONS
-    rows = []
+    number = 0
     with path.open(encoding="utf-8") as file:
         for number, line in enumerate(file, start=1):
+            if number > count:
+                number += sum(1 for _ in file)
+                break
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise UserError(
                     f"{path}:{number}: not a JSON list ({err.msg}); remove {folder} to translate again"
                 ) from err
-            rows.append(row)
-    if len(rows) != count:
-        raise UserError(f"{path}: {len(rows)} lines for {count} sources; remove {folder} to translate again")
-    return rows
+            yield row
+    if number != count:
+        raise UserError(f"{path}: {number} lines for {count} sources; remove {folder} to translate again")

@@ -24,10 +24,10 @@ from seq2seq.artifacts.replacing import output_lock, writing_file
 from seq2seq.config import UserError
 from seq2seq.data.corpus import read_lines
 from seq2seq.inference.corpus_scores import corpus_bleu, corpus_chrf
-from seq2seq.inference.engine_api import Translation, one_line
-from seq2seq.inference.engine_loader import load_engine
 from seq2seq.inference.job import TranslatePlan
+from seq2seq.inference.loading import load_engine
 from seq2seq.inference.resolved_model import ResolvedModel
+from seq2seq.inference.translator_api import Translation, one_line
 
 log = logging.getLogger("seq2seq.translate")
 COMMAND = "seq2seq-translate"

@@ -28,8 +28,12 @@ from seq2seq.artifacts.ctranslate2_model import read_export, unreadable_model
 from seq2seq.config import UserError, check_cuda_device
 from seq2seq.cpu_sharing import usable_cores
 from seq2seq.data.tokenizer import BOS, EOS, PAD
-from seq2seq.inference import engine_probe
-from seq2seq.inference.engine_api import (
+from seq2seq.inference import int8_probe
+from seq2seq.inference.choice import choose_engine
+from seq2seq.inference.job import DecodingJob, decoding_job
+from seq2seq.inference.settings import DecodingSettings, EngineOptions
+from seq2seq.inference.target_language import ModelLanguages
+from seq2seq.inference.translator_api import (
     Translation,
     check_beam_fits,
     check_prefix_fits,
@@ -39,10 +43,6 @@ from seq2seq.inference.engine_api import (
     sources_to_decode,
     to_translate,
 )
-from seq2seq.inference.engine_choice import choose_engine
-from seq2seq.inference.job import DecodingJob, decoding_job
-from seq2seq.inference.settings import DecodingSettings, EngineOptions
-from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.startup import prepare_process
 
 log = logging.getLogger("seq2seq.translate")
@@ -111,7 +111,7 @@ class CTranslate2Translator:
 
         path: a run directory (its ctranslate2/, which must be no older than its checkpoint) or a
             `seq2seq-export format=ctranslate2` directory. The settings are `Translator.load`'s
-            (`seq2seq.inference.engine_api.decoding_config`), with `precision="int8"` (8-bit weights,
+            (`seq2seq.inference.translator_api.decoding_config`), with `precision="int8"` (8-bit weights,
             quantised as the model loads); `sampling` is a `SamplingRule` (CTranslate2's sampler: other
             samples than PyTorch's from the same seed). Bad files or settings raise
             `seq2seq.config.UserError`, one line.
@@ -202,7 +202,7 @@ class CTranslate2Translator:
         return [nbest[0].text for nbest in self.translate_nbest(lines, prefixes)]
 
     def _source_tokens(self, ids: list[int]) -> list[str]:
-        """A line's ids (engine_api.encode_sources) as the token names CTranslate2 reads (cut to the model's
+        """A line's ids (translator_api.encode_sources) as the token names CTranslate2 reads (cut to the model's
         positions there, with its warning: CTranslate2 itself would cut them silently)."""
         return [self.tokenizers.src.id_to_token(i) for i in ids]
 
@@ -273,7 +273,7 @@ class CTranslate2Translator:
         decoder_start tag is given, not predicted, so ours does not. CTranslate2's ranking only orders
         the finished hypotheses: it returns all of them (num_hypotheses=beam) and they are ranked here.
         A pretrained NLLB-200/M2M-100/mBART-50 model's code counts, and so does the </s> that ends a line
-        cut at its budget, as in transformers' `generate` (search.Hypothesis, count_given)."""
+        cut at its budget, as in transformers' `generate` (search.SearchRules.generate_lengths)."""
         alpha, scored = self.settings.length_penalty, []
         for hyp, score in zip(output.hypotheses, output.scores, strict=True):
             ids = [self.tokenizers.tgt.token_to_id(t) for t in hyp if t != EOS]
@@ -389,11 +389,11 @@ def probe_loader(job: DecodingJob, export: str | Path) -> Callable[[str], CTrans
 
 def say_if_int8_is_slower(job: DecodingJob, export: str | Path) -> None:
     """A warning where the run's `export` decodes slower with 8-bit weights than in fp32 on this CPU (timed
-    once per machine, model shape and search, searching as `job` says, and cached: engine_probe.py).
+    once per machine, model shape and search, searching as `job` says, and cached: int8_probe.py).
     An export given by hand (checkpoint=) is not timed: the measurement is kept per run."""
     if job.model.checkpoint:
         return
-    timing = engine_probe.cached_timing(job, ("ctranslate2", "int8"), probe_loader(job, export))
+    timing = int8_probe.cached_timing(job, ("ctranslate2", "int8"), probe_loader(job, export))
     fp32, int8 = timing.seconds["ctranslate2"], timing.seconds["int8"]
     if int8 > fp32:
         log.warning(
@@ -401,6 +401,6 @@ def say_if_int8_is_slower(job: DecodingJob, export: str | Path) -> None:
             "(measured once, cached in %s); precision=auto decodes faster here",
             int8,
             fp32,
-            engine_probe.PROBE_SENTENCES,
-            engine_probe.cache_file(),
+            int8_probe.PROBE_SENTENCES,
+            int8_probe.cache_file(),
         )

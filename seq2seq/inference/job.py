@@ -2,7 +2,7 @@
 resolved model, one `DecodingSettings`, the `EngineOptions` and the engine asked for, frozen.
 
 `decoding_job(cfg)` is the one builder: seq2seq-translate and seq2seq-serve call it in cli/ on their
-config, the Python API's loaders (engine_api.decoding_config's keywords) on theirs, so a setting is
+config, the Python API's loaders (translator_api.decoding_config's keywords) on theirs, so a setting is
 checked, and a model's files read, the same way and once. Below it nothing reads a config: the engine
 choice, the loaders and the engines take the job's parts. seq2seq-translate's `TranslatePlan` adds its
 files to the job. No torch here: the commands build their plan before it loads.
@@ -23,7 +23,7 @@ class DecodingJob:
     model: ResolvedModel  # what run= and checkpoint= name, read from the disk once
     settings: DecodingSettings  # how to decode: the engines take them per call (decoding_with)
     options: EngineOptions  # device, threads, precision: fixed at load
-    engine: str = "auto"  # auto | torch | ctranslate2: engine_choice.py decides on the rest of the job
+    engine: str = "auto"  # auto | torch | ctranslate2: choice.py decides on the rest of the job
     # attention=: seq2seq-translate's heatmaps, which only PyTorch draws (so they decide the engine too).
     attention: str | None = None
 

@@ -1,91 +1,72 @@
-"""Loading a model for PyTorch decoding: a run's weights, a training checkpoint, a `seq2seq-export` weights
-file (several: an ensemble) or a Hugging Face Marian directory, with its tokenizer, in the precision
-asked for. `Translator.from_job` builds its Translator on it (seq2seq.inference.engine_loader)."""
+"""One way in to decoding: a decoding job (job.py: the model, the decoding settings, the engine
+options) in, an engine out.
+
+The model is what run= or checkpoint= name: a run directory, a training checkpoint (several,
+comma-separated: an ensemble), a weights export (<run>/model/ or `seq2seq-export format=safetensors`),
+a CTranslate2 export (<run>/ctranslate2/ or `format=ctranslate2`) or a Hugging Face Marian directory.
+`load_engine` picks the engine by seq2seq-translate's rules (`seq2seq.inference.choice.choose_engine`)
+and returns it: PyTorch's `Translator` or `CTranslate2Translator`, each saying which it is in `kind`.
+seq2seq-translate, seq2seq-serve and the Python API's `load` come here; `Translator.load` and
+`CTranslate2Translator.load` are the same with the engine forced, building their translator as this
+does (`Translator.from_job`, `ctranslate2_engine.load_export`).
+"""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from seq2seq import cpu_sharing
+from seq2seq.inference.choice import EngineChoice, choose_engine
+from seq2seq.inference.ctranslate2_engine import EngineUnavailable, load_export
+from seq2seq.inference.job import DecodingJob, decoding_job
+from seq2seq.inference.translator_api import ENGINE_NAMES, TranslatorAPI, decoding_config
 
-from seq2seq.artifacts.checkpoint import check_vocabulary, model_from_checkpoint
-from seq2seq.artifacts.model_files import check_same_tokenizer, load_tokenizers, read_model_file
-from seq2seq.artifacts.path_kind import CTRANSLATE2_FILE, WEIGHTS_FILE
-from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR, INFERENCE_DIR, RunDir
-from seq2seq.config import UserError
-from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference.engine_api import check_beam_fits
-from seq2seq.inference.ensemble import Ensemble
-from seq2seq.model.transformer import Transformer
-from seq2seq.precision import choose_decoding_precision, choose_precision, log_choice
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 log = logging.getLogger("seq2seq.translate")
 
 
-def check_precision(precision: str, device: torch.device) -> None:
-    """What PyTorch cannot decode in, refused before loading: a config error costs no time."""
-    if precision == "fp16" and device.type == "cpu":
-        choose_precision(precision, device, 0, 0)
-    if precision == "int8":
-        raise UserError(
-            "config error: precision=int8: only the CTranslate2 engine decodes in int8 "
-            "(seq2seq-translate run=<run> precision=int8, or CTranslate2Translator.load)"
-        )
+def load(path: str | Path | Sequence[str | Path], **settings: Any) -> TranslatorAPI:
+    """The engine seq2seq-translate decodes `path` with, set to `settings`: the keyword arguments of
+    `seq2seq.inference.translator_api.decoding_config` (engine=auto unless given), with its defaults. Each
+    item it translates must be one line, as for `Translator.load`."""
+    return api_engine(decoding_job(decoding_config(path, **settings)))
 
 
-def load_model(
-    run: str | None,
-    checkpoints: list[str] | None,
-    precision: str,
-    device: torch.device,
-    beam: int,
-    model_file: str | None = None,
-) -> tuple[Transformer | Ensemble, Tokenizers, dict[str, Any] | None]:
-    """The model of `checkpoints` (training checkpoints or weights exports; several: an ensemble), else
-    of `run`: `model_file` (as resolved), else RunDir.model_file's (the weights-only model/ that training
-    writes at its end, else best.pt, else last.pt), and its tokenizer, on `device` in what `precision`
-    comes to there. `beam` is checked against the target vocabulary before anything is logged: a bad
-    setting is one line of error, not log lines and an error.
-    The third value is the model's data config (its languages and tags: ModelLanguages.of), if it has one."""
-    loaded = (
-        [read_model_file(Path(p)) for p in checkpoints]
-        if checkpoints
-        else [_read_from_run(run, Path(model_file) if model_file else RunDir(run).model_file())]
-    )
-    tokenizers = load_tokenizers(loaded[0][0], run, loaded[0][1]["config"].get("data"))
-    for path, payload in loaded[1:]:  # an ensemble: each member's tokenizer must be the first's
-        check_same_tokenizer(load_tokenizers(path, run, payload["config"].get("data")), tokenizers, path, loaded[0][0])
-    for path, payload in loaded:
-        check_vocabulary(payload, tokenizers, path)
-    shape = loaded[0][1]["config"]["model"]
-    choice = choose_decoding_precision(precision, device, shape["d_model"], shape["ffn_dim"])
-    log_choice(choice, log)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[choice.precision]
-    models = [model_from_checkpoint(payload).to(device=device, dtype=dtype).eval() for _, payload in loaded]
-    check_beam_fits(beam, tokenizers.tgt.get_vocab_size())
-    for path, payload in loaded:
-        log.info("loaded %s (update %d)", path, payload.get("step", -1))
-    data = loaded[0][1]["config"].get("data")
-    return (models[0] if len(models) == 1 else Ensemble(models)), tokenizers, data
+def api_engine(job: DecodingJob) -> TranslatorAPI:
+    """The engine of `job` as the Python API hands it out (`load`; seq2seq-distill's teacher): each item
+    it translates must be one line."""
+    engine = load_engine(job)
+    engine.one_line_items = True
+    return engine
 
 
-def _read_from_run(run: str | Path, path: Path) -> tuple[Path, dict[str, Any]]:
-    """The run's model file; when it cannot be read, the error also names what of the run can be."""
+def load_engine(job: DecodingJob) -> TranslatorAPI:
+    """The engine `choose_engine` picks for `job`, loaded: CTranslate2 never imports torch (most of
+    PyTorch's start-up; docs/performance.md), PyTorch's `Translator` decodes everything. Where
+    CTranslate2 was only preferred as the faster engine and cannot run here (its CUDA libraries
+    missing), PyTorch decodes instead."""
+    choice = choose_engine(job)
     try:
-        return read_model_file(path)
-    except UserError as err:
-        run = Path(run)
-        others = [
-            f"checkpoint={candidate}"
-            for candidate, sign in [
-                (run / INFERENCE_DIR, WEIGHTS_FILE),
-                (run / CTRANSLATE2_DIR, CTRANSLATE2_FILE),
-                (RunDir(run).checkpoint("last"), None),
-            ]
-            if (candidate / sign if sign else candidate).is_file() and candidate != path and candidate != path.parent
-        ]
-        if not others:
+        engine = _load(job, choice)
+    except EngineUnavailable as err:
+        if not choice.preferred_only:  # asked for, or needed by the settings (int8, an export given)
             raise
-        raise UserError(f"{err}; translate with another of the run's models: {', '.join(others)}") from err
+        choice = EngineChoice("torch", None, f"the run's CTranslate2 export cannot decode here: {err}")
+        engine = _load(job, choice)
+    # After loading: a bad file or setting is one line of error, not a line of log and one of error.
+    log.info("engine: %s (%s)", ENGINE_NAMES[choice.engine], choice.why)
+    if cpu_sharing.waiting == "short":  # the machine was shared at start
+        log.info(cpu_sharing.describe_this_process())
+    return engine
+
+
+def _load(job: DecodingJob, choice: EngineChoice) -> TranslatorAPI:
+    if choice.engine == "ctranslate2":
+        return load_export(job, choice.model)
+    from seq2seq.inference.translator import Translator  # here, not at the top: it imports torch
+
+    return Translator.from_job(job)

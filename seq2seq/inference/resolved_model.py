@@ -1,5 +1,5 @@
 """What a decoding job's run= and checkpoint= name, read from the disk once: a frozen description
-that the engine choice (engine_choice.py) decides on without reading the disk again, and that a server
+that the engine choice (choice.py) decides on without reading the disk again, and that a server
 keeps for its life, choosing per request without a file system call.
 
 A bad name fails here, in one line naming the file: an Argos package (neither engine reads one).
@@ -27,13 +27,13 @@ class ResolvedModel:
     given_export_stale: str | None  # checkpoint=<run>/ctranslate2 made from another checkpoint: why
     export: str | None  # the run's CTranslate2 export directory (run= alone)
     # Why that export cannot decode this model (missing, stale, the package not installed); None: it can,
-    # for the requests CTranslate2 decodes alike (engine_choice.why_not_ctranslate2), or there is none.
+    # for the requests CTranslate2 decodes alike (choice.why_not_ctranslate2), or there is none.
     export_unfit: str | None
     # The run's export exists but its checkpoint could not be read: raised when the export is chosen,
     # as a choice that needed it always did (engine=torch never reads it).
     export_error: UserError | None = None
     # The export is of a pretrained NLLB-200/M2M-100/mBART-50 model (data.lang_tag=language_codes): its
-    # beam search keeps CTranslate2's own rules, not generate's (engine_choice.why_not_ctranslate2).
+    # beam search keeps CTranslate2's own rules, not generate's (choice.why_not_ctranslate2).
     export_language_codes: bool = False
     # run= alone: the file PyTorch decodes (RunDir.model_file) and its (mtime_ns, size) when resolved;
     # None where the run has none (loading it then says so, as it did).

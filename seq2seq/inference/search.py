@@ -8,6 +8,7 @@ is `Beams`, its stopping rule `sentence_done`; the CPU speed-ups both use are in
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,46 @@ from seq2seq.model.kv_cache import DecoderState
 from seq2seq.model.transformer import Transformer
 
 NEG_INF = float("-inf")
+
+
+class SearchRules(enum.Enum):
+    """Whose rules a search follows where CTranslate2's search and transformers' `generate` differ
+    (read in CTranslate2's src/decoding.cc and transformers' `_beam_search`; docs/huggingface.md).
+
+    CTRANSLATE2 (every run of this project's own layout): a hypothesis's length leaves a given
+    decoder_start tag out and counts a cut line without </s> (`Hypothesis`); pad and <s> are banned
+    before the softmax (renormalised, as its suppress_sequences); after a forced prefix only the best
+    candidate may end the line (`end_after_prefix_from_the_best_only`); at the budget's last token the
+    top `beam` candidates all end (`Beams.finish`'s `last`).
+
+    GENERATE (a pretrained NLLB-200/M2M-100/mBART-50 model's layout, data.lang_tag=language_codes,
+    decoded as transformers' `generate` decodes it): the length counts the forced language code and a
+    cut line's </s> (the one its forced_eos_token_id puts at the budget); the bans come after the
+    softmax, unrenormalised; neither of CTranslate2's two step rules.
+
+    CTRANSLATE2_WITH_GENERATE_LENGTHS: CTranslate2's steps and renormalised bans with generate's lengths:
+    what `CTranslate2Translator` writes for such a model's export, whose finished lines it ranks by
+    generate's lengths (tests/test_m2m100_export.py)."""
+
+    CTRANSLATE2 = "ctranslate2"
+    GENERATE = "generate"
+    CTRANSLATE2_WITH_GENERATE_LENGTHS = "ctranslate2_with_generate_lengths"
+
+    @property
+    def generate_lengths(self) -> bool:
+        """The length a score is divided by counts the given tokens and a cut line's </s>."""
+        return self is not SearchRules.CTRANSLATE2
+
+    @property
+    def ctranslate2_steps(self) -> bool:
+        """The end right after a forced prefix from the best candidate only, and the top `beam`
+        candidates all ending at the budget's last token."""
+        return self is not SearchRules.GENERATE
+
+    @property
+    def renormalises(self) -> bool:
+        """The default of `renormalise` (`_next_log_probs`): the bans before the softmax."""
+        return self is not SearchRules.GENERATE
 
 
 @dataclass
@@ -48,14 +89,15 @@ class Hypothesis:
         length_penalty: float,
         cut: bool = False,
         given: int = 0,
-        count_given: bool = False,
+        rules: SearchRules = SearchRules.CTRANSLATE2,
     ) -> Hypothesis:
         """`cut`: the line reached its output budget and ends without EOS (see `_only_eos`); `given`:
-        how many of the first tokens were given, not predicted (a decoder_start tag); `count_given`:
-        the length counts them all the same, and a cut line's closing </s>, as transformers' `generate`
-        counts a forced language code and the </s> its forced_eos_token_id puts at the budget (a
-        pretrained NLLB-200/M2M-100 model's layout, data.lang_tag=language_codes)."""
-        if count_given:
+        how many of the first tokens were given, not predicted (a decoder_start tag); `rules` with
+        generate's lengths (`SearchRules.generate_lengths`): the length counts them all the same, and
+        a cut line's closing </s>, as transformers' `generate` counts a forced language code and the
+        </s> its forced_eos_token_id puts at the budget (a pretrained NLLB-200/M2M-100/mBART-50 model's
+        layout, data.lang_tag=language_codes)."""
+        if rules.generate_lengths:
             length = len(tokens) + 1
         else:
             length = len(tokens) - given + (0 if cut else 1)
@@ -68,8 +110,8 @@ def _next_log_probs(
     """One decoding step; padding and the start token (BOS, where the start is EOS) are never valid
     outputs: banned, and the rest renormalised. Without renormalising, a prefix after which the model gave
     them more probability scored lower than under CTranslate2's suppress_sequences, and a young model's
-    beams ranked otherwise there. `renormalise=False`: transformers' `generate` rule (a pretrained
-    NLLB-200/M2M-100 model, which CTranslate2 does not decode here), banned after the softmax. A pruned
+    beams ranked otherwise there. `renormalise=False`: transformers' `generate` rule
+    (`SearchRules.GENERATE`: a pretrained NLLB-200/M2M-100/mBART-50 model), banned after the softmax. A pruned
     vocabulary (data.prune_vocab) renormalises, as its Hugging Face export's `generate` does (its
     renormalize_logits, seq2seq.artifacts.vocab_rows)."""
     log_probs = model.decode_step(tokens, state)
@@ -121,19 +163,19 @@ def greedy_search(
     sampling: SamplingRule | None = None,
     generator: torch.Generator | None = None,
     given: int = 0,
-    count_given: bool = False,
+    rules: SearchRules = SearchRules.CTRANSLATE2,
     renormalise: bool | None = None,
 ) -> list[Hypothesis]:
     """src: (B, S) ids -> the most likely next token at every step, for each sentence; with a
     `sampling` rule, a token drawn from the model's (filtered) distribution instead (`generator`
     seeds it). The tokens do not depend on `length_penalty`: it only sets the hypotheses' `score`,
     which is the model's own log-probability either way (not the tempered one). `forced`: a target
-    prefix per sentence (see `force_prefix`; `given`: its first steps that cost nothing; `count_given`:
-    see `Hypothesis.scored`). Sentences
-    leave the batch as they finish, in steps of
-    `row_multiple` (see `rows_to_keep`). `renormalise`: see `_next_log_probs`; by default
-    as `count_given` says (False with it: transformers' rule)."""
-    renormalise = not count_given if renormalise is None else renormalise
+    prefix per sentence (see `force_prefix`; `given`: its first steps that cost nothing). `rules`: the
+    lengths hypotheses are scored by (`SearchRules`; CTranslate2's two step rules cannot change a
+    greedy line). Sentences leave the batch as they finish, in steps of `row_multiple` (see
+    `rows_to_keep`). `renormalise`: see `_next_log_probs`; by default as `rules` says
+    (`SearchRules.renormalises`)."""
+    renormalise = rules.renormalises if renormalise is None else renormalise
     batch = src.size(0)
     state = model.start_decoding(src)
     alive = torch.arange(batch, device=src.device)  # original index of each row still decoding
@@ -159,7 +201,7 @@ def greedy_search(
             if token == eos:
                 cut = limits[index] <= step + 1
                 results[index] = Hypothesis.scored(
-                    outputs[index], float(log_prob[row]), length_penalty, cut, given, count_given
+                    outputs[index], float(log_prob[row]), length_penalty, cut, given, rules
                 )
             else:
                 outputs[index].append(token)
@@ -187,9 +229,8 @@ def beam_search(
     row_multiple: int = 1,
     forced: torch.Tensor | None = None,
     given: int = 0,
-    count_given: bool = False,
+    rules: SearchRules = SearchRules.CTRANSLATE2,
     renormalise: bool | None = None,
-    ctranslate2_rules: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """Keeps the `beam` most likely prefixes per sentence and returns its `nbest` best finished
     hypotheses, best `score` first. A prefix that ends with EOS among the top `beam` candidates is
@@ -198,16 +239,10 @@ def beam_search(
     Sentences leave the batch as they are done, in steps of `row_multiple` (see `rows_to_keep`).
     `forced`: a target prefix per sentence (see `force_prefix`); while it lasts a sentence has one
     live prefix, as at the start, and right after it only the best candidate may end the line
-    (`end_after_prefix_from_the_best_only`). `renormalise`: as in `greedy_search`.
-
-    `ctranslate2_rules`: the two rules of CTranslate2's search above (the end right after a prefix;
-    the top `beam` candidates all ending at the budget's last token, `Beams.finish`'s `last`): on by
-    default, off under `count_given`, which follows transformers' `generate` (it has neither: a line
-    ends at its budget by the forced </s> alone). True with `count_given`: how CTranslate2 searches an
-    NLLB-200/M2M-100/mBART-50 export, whose hypotheses `CTranslate2Translator` then ranks by generate's
-    lengths (tests/test_m2m100_export.py)."""
-    renormalise = not count_given if renormalise is None else renormalise
-    ctranslate2_rules = not count_given if ctranslate2_rules is None else ctranslate2_rules
+    (`end_after_prefix_from_the_best_only`) under CTranslate2's rules. `rules`: whose rules the
+    search follows where CTranslate2's and transformers' `generate` differ (`SearchRules`: the lengths,
+    the bans, the end after a prefix, the last step). `renormalise`: as in `greedy_search`."""
+    renormalise = rules.renormalises if renormalise is None else renormalise
     # The first step decodes one row per sentence (its k beams would all be BOS), the next ones k:
     # `beams.rows` decoder rows per sentence, B*rows in all.
     state = model.start_decoding(src)
@@ -218,7 +253,7 @@ def beam_search(
         log_probs = _next_log_probs(model, beams.last_tokens(), state, bos, renormalise)  # (B*rows, V)
         cut = [limit[i] <= step + 1 for i in beams.alive]  # a budget of one: EOS is the cut
         last = [limit[i] <= step + 2 for i in beams.alive]  # each sentence's last token (see Beams.finish)
-        if not ctranslate2_rules:  # transformers' generate ends a line at its budget by the forced </s> alone
+        if not rules.ctranslate2_steps:  # transformers' generate ends a line at its budget by the forced </s> alone
             last = [False] * len(last)
         at_limit = torch.tensor(cut, device=src.device)
         _only_eos(log_probs, at_limit.repeat_interleave(beams.rows), eos)
@@ -228,13 +263,13 @@ def beam_search(
         cand_scores, cand_beam, cand_token = best_continuations(log_probs, beams.scores, 2 * beam)  # (B, 2k)
         if cand_scores.size(1) < beam:  # the first step of a beam wider than the vocabulary
             cand_scores, cand_beam, cand_token = _pad_candidates(cand_scores, cand_beam, cand_token, beam)
-        if prefix_length is not None and ctranslate2_rules:
+        if prefix_length is not None and rules.ctranslate2_steps:
             lengths = prefix_length[torch.tensor(beams.alive, device=src.device)]
             end_after_prefix_from_the_best_only(
                 cand_scores, cand_token, (lengths == step) & (lengths > 0), eos, model.pad_id
             )
         is_eos = cand_token == eos
-        beams.finish(cand_scores, cand_beam, cand_token, is_eos, length_penalty, cut, last, given, count_given)
+        beams.finish(cand_scores, cand_beam, cand_token, is_eos, length_penalty, cut, last, given, rules)
         state.reorder_beams(beams.extend(cand_scores, cand_beam, cand_token, is_eos), group=beam)
         best_live = beams.best_live()
         done = [
@@ -334,11 +369,11 @@ class Beams:
         cut: list[bool],
         last: list[bool],
         given: int = 0,
-        count_given: bool = False,
+        rules: SearchRules = SearchRules.CTRANSLATE2,
     ) -> None:
         """Moves the EOS candidates ranked within the top `beam` of their sentence to `finished`
         (not those of sentences already done, which only pad the batch). `cut[row]`: that sentence's
-        budget is one token, so its EOS is the cut (see `_only_eos`); `given`: see `Hypothesis`.
+        budget is one token, so its EOS is the cut (see `_only_eos`); `given`, `rules`: see `Hypothesis`.
 
         `last[row]`: this step gives that sentence's last token within its budget, so each of its top
         `beam` candidates ends here, an EOS one as finished, any other as a line cut after this
@@ -357,7 +392,7 @@ class Beams:
             if not is_eos[row, rank]:
                 tokens.append(int(cand_token[row, rank]))
             cut_here = cut[row] or not bool(is_eos[row, rank])
-            hypothesis = Hypothesis.scored(tokens, log_prob, length_penalty, cut_here, given, count_given)
+            hypothesis = Hypothesis.scored(tokens, log_prob, length_penalty, cut_here, given, rules)
             self.finished[self.alive[row]].append(hypothesis)
 
     def extend(

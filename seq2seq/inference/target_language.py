@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.config import DataConfig, UserError, parse_direction
-from seq2seq.data.directions import LANGUAGE_CODES, LanguageTags, language_tags
+from seq2seq.data.directions import LANGUAGE_CODES, LanguageTags, language_tags, parsed_directions
 
 log = logging.getLogger("seq2seq.translate")
 _LEADING_TAG = re.compile(r"\s*>>([^<>\s]+)<<\s*")  # data.directions.language_tag's spelling, and the space after
@@ -41,8 +41,8 @@ class ModelLanguages:
         """From a checkpoint's (or export record's) config["data"] and the model's tokenizers."""
         if not data:
             return cls(None)
-        known = {k: v for k, v in data.items() if k in DataConfig.__dataclass_fields__}
-        tags = language_tags(known, tokenizers)
+        lang_tag = data.get("lang_tag", DataConfig.__dataclass_fields__["lang_tag"].default)
+        tags = language_tags(lang_tag, parsed_directions(data.get("directions")), tokenizers)
         if tags is not None:
             return cls(tags)
         named = lambda key: None if data.get(key) in UNNAMED else data[key]  # noqa: E731

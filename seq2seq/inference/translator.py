@@ -27,7 +27,14 @@ import torch
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizers, decoder_start_id
 from seq2seq.data.vocab_pruning import pruned_record
 from seq2seq.device import half_precision_on_cpu, pick_device
-from seq2seq.inference.engine_api import (
+from seq2seq.inference.ensemble import Ensemble
+from seq2seq.inference.job import DecodingJob, decoding_job
+from seq2seq.inference.sampling import SamplingRule
+from seq2seq.inference.search import Hypothesis, SearchRules, beam_search, greedy_search
+from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.target_language import ModelLanguages
+from seq2seq.inference.torch_model import check_precision, load_model
+from seq2seq.inference.translator_api import (
     Translation,
     check_beam_fits,
     check_prefix_fits,
@@ -38,13 +45,6 @@ from seq2seq.inference.engine_api import (
     sources_to_decode,
     to_translate,
 )
-from seq2seq.inference.ensemble import Ensemble
-from seq2seq.inference.job import DecodingJob, decoding_job
-from seq2seq.inference.loading import check_precision, load_model
-from seq2seq.inference.sampling import SamplingRule
-from seq2seq.inference.search import Hypothesis, beam_search, greedy_search
-from seq2seq.inference.settings import DecodingSettings
-from seq2seq.inference.target_language import ModelLanguages
 from seq2seq.model.transformer import Transformer
 
 
@@ -112,7 +112,7 @@ class Translator:
         """The Translator of a decoding job: its model (run= or checkpoint=, several comma-separated: an
         ensemble; run= by the model file as resolved, refused where it was written again since), its
         settings and its device, precision and threads. The PyTorch engine of
-        `seq2seq.inference.engine_loader` (seq2seq-translate, seq2seq-serve) and of `load`."""
+        `seq2seq.inference.loading` (seq2seq-translate, seq2seq-serve) and of `load`."""
         model_file = job.model.unchanged_model_file()
         settings, options = job.settings, job.options
         device = pick_device(options.device)
@@ -131,7 +131,7 @@ class Translator:
     def load(cls, path: str | Path | Sequence[str | Path], **settings: Any) -> Translator:
         """Loads a model once for translating many lists of lines, on PyTorch. `path` and the keyword
         settings (beam, nbest, length_penalty, max_len_a, max_len_b, batch_size, precision, device,
-        threads, sampling, seed) are those of `seq2seq.inference.engine_api.decoding_config`, with
+        threads, sampling, seed) are those of `seq2seq.inference.translator_api.decoding_config`, with
         seq2seq-translate's defaults; `seq2seq.inference.load` takes the same and picks the engine.
         Each item it translates must be one line: one with a line break is refused (check_one_line).
         Bad files or settings raise `seq2seq.config.UserError` with a one-line message naming the key
@@ -177,14 +177,15 @@ class Translator:
         # shrink in steps of 16 sentences so that few shapes occur (see speedups.rows_to_keep).
         multiple = 16 if half_precision_on_cpu(self.model.output.weight) else 1
         given = len(self.languages.forced_tag(self.settings.tgt_lang))  # a decoder_start tag: given, not predicted
-        count_given = self.languages.counts_forced_tag
+        # A pretrained NLLB-200/M2M-100/mBART-50 model's layout decodes as transformers' generate does.
+        rules = SearchRules.GENERATE if self.languages.counts_forced_tag else SearchRules.CTRANSLATE2
         # A pruned vocabulary renormalises after banning pad and <s> (generate's renormalize_logits on its export).
-        renormalise = not count_given or pruned_record(self.tokenizers) is not None
+        renormalise = rules.renormalises or pruned_record(self.tokenizers) is not None
         if self.sampling is not None:  # nbest samples per line: each line `nbest` times in the batch
             repeat = lambda x: None if x is None else x.repeat_interleave(self.settings.nbest, dim=0)  # noqa: E731
             hyps = greedy_search(
                 self.model, repeat(src), self.start_id, EOS_ID, repeat(max_len), self.settings.length_penalty, multiple,
-                repeat(forced), self.sampling, self.generator, given, count_given, renormalise,
+                repeat(forced), self.sampling, self.generator, given, rules, renormalise,
             )  # fmt: skip
             return [hyps[i : i + self.settings.nbest] for i in range(0, len(hyps), self.settings.nbest)]
         if self.settings.beam == 1:
@@ -198,7 +199,7 @@ class Translator:
                 multiple,
                 forced,
                 given=given,
-                count_given=count_given,
+                rules=rules,
                 renormalise=renormalise,
             )
             return [[h] for h in hyps]
@@ -214,7 +215,7 @@ class Translator:
             multiple,
             forced,
             given,
-            count_given,
+            rules,
             renormalise,
         )
 

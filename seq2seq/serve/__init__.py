@@ -12,6 +12,6 @@ files.py (.txt, .html, .srt, .docx in and out), service.py (what the routes shar
 API key, texts to decoded lines and back, the drain after SIGTERM), libretranslate.py
 (LibreTranslate's routes), native.py (/v1/translate and /v1/attention), spec.py (GET /spec), app.py
 (the Starlette app: every route, /health, /v1/info, the page, errors as JSON, CORS), plan.py (what the
-command builds: each model's decoding job, the server's bounds), server.py (loading, binding, uvicorn,
-shutdown), page.html (the page).
+command builds: each model's decoding job, the server's bounds), command.py (serve(plan): loading, binding,
+uvicorn, shutdown), page.html (the page).
 """

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from seq2seq.inference.engine_api import Translation, encode_sources
 from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.translator_api import Translation, encode_sources
 from seq2seq.serve.engine_thread import EngineThread
 from seq2seq.serve.engines import Engines
 
@@ -49,7 +49,7 @@ class Job:
     lines: list[str]
     prefixes: list[str] | None
     settings: DecodingSettings | None
-    sources: list[list[int]]  # each line's source ids (engine_api.encode_sources), tokenized once, here
+    sources: list[list[int]]  # each line's source ids (translator_api.encode_sources), tokenized once, here
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     work: Callable[[Engines], Any] | None = None

@@ -13,11 +13,11 @@ import dataclasses
 from typing import TYPE_CHECKING, cast
 
 from seq2seq.data.tokenizer import Tokenizers
-from seq2seq.inference.engine_api import ENGINE_NAMES, TranslatorAPI
-from seq2seq.inference.engine_choice import choose_engine
-from seq2seq.inference.engine_loader import load_engine
+from seq2seq.inference.choice import choose_engine
 from seq2seq.inference.job import DecodingJob
+from seq2seq.inference.loading import load_engine
 from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.translator_api import ENGINE_NAMES, TranslatorAPI
 
 if TYPE_CHECKING:
     from seq2seq.inference.translator import Translator  # its module imports torch

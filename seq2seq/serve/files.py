@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from seq2seq.inference.engine_api import one_line
+from seq2seq.inference.translator_api import one_line
 from seq2seq.serve.html_text import HtmlDocument
 from seq2seq.serve.requests import BadRequest
 

@@ -13,8 +13,8 @@ import typing
 from typing import Any
 
 from seq2seq.config import UserError
-from seq2seq.inference.engine_api import check_beam_fits
 from seq2seq.inference.settings import DecodingSettings
+from seq2seq.inference.translator_api import check_beam_fits
 
 # What /v1/translate may set: DecodingSettings' fields, of their types.
 OPTIONS = ("beam", "nbest", "length_penalty", "sampling", "temperature", "top_k", "top_p", "seed")

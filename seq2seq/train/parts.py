@@ -1,5 +1,5 @@
 """What each part of training reads of the run's config, taken out of it once: the model to build,
-the batches, the update and the loop. run.py makes them from the config a run trains with (its plan's,
+the batches, the update and the loop. command.py makes them from the config a run trains with (its plan's,
 after recipe= and compile=) and hands each part to the object that reads it; recipe=auto's timing
 makes them from each candidate's config. None of them edits or keeps the config itself.
 

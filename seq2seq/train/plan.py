@@ -4,7 +4,7 @@ run directory's decision, and the corpus plan (seq2seq.data.corpus_plan: its dir
 files by content, tokenizer and cache key).
 
     plan_run(cfg, run_dir, overrides) -> RunPlan
-        .config   the resolved config: run.py's steps read their keys from it; recipe= and compile=
+        .config   the resolved config: command.py's steps read their keys from it; recipe= and compile=
                   are chosen later, where the data and the device are there to time
         .resumed  the TrainingState a resume continues from (its corpus checked against .corpus.files)
         .run_dir, .claimed   where the run writes, and whether seq2seq-train checked and locked it
@@ -15,7 +15,7 @@ files by content, tokenizer and cache key).
 
 The plan is where a run's config is edited: after resume=, init_from= and sentencepiece (here), after
 recipe= (plan_recipes) and after compile=auto (with_compile, once run_compile has measured). Nothing
-below takes a whole config: run.py reads the plan's keys, the Trainer gets its parts (seq2seq.train.parts).
+below takes a whole config: command.py reads the plan's keys, the Trainer gets its parts (seq2seq.train.parts).
 
 The corpus files are hashed once, here: a resume's check against its checkpoint's record reads the
 plan's digests, and the data preparation keys its cache with the same ones.
@@ -31,7 +31,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.artifacts.checkpoint import TrainingState, load_training_state
-from seq2seq.artifacts.huggingface import has_language_codes, pretrained_model_config
+from seq2seq.artifacts.huggingface import family_name, has_language_codes, pretrained_model_config
 from seq2seq.artifacts.marian import is_huggingface_model, local_directory
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import (
@@ -102,37 +102,38 @@ def pretrained_config(cfg: DictConfig, overrides: list[str], directory: Path) ->
     vocabulary is its."""
     cfg.model = pretrained_model_config(directory, overrides, cfg.model)
     if has_language_codes(directory):
-        language_code_data(cfg, overrides)
+        language_code_data(cfg, overrides, family_name(directory))
     else:
         cfg.data.joint_vocab = not (directory / "target_vocab.json").is_file()
     return cfg
 
 
-# What says which tokenizer a run trains: an NLLB-200/M2M-100 model brings its own.
+# What says which tokenizer a run trains: an NLLB-200/M2M-100/mBART-50 model brings its own.
 OWN_TOKENIZER_KEYS = ("data.joint_vocab", "data.tokenizer", "data.vocab_size", "data.sentencepiece_type")
 
 
-def language_code_data(cfg: DictConfig, overrides: list[str]) -> None:
-    """An NLLB-200 or M2M-100 model is trained in its own layout (data.lang_tag=language_codes: each
-    source starts with its language's code, each target with its own after </s>), on its one vocabulary;
-    a run of one direction is data.directions=[src_lang-tgt_lang], so that both codes are put in."""
+def language_code_data(cfg: DictConfig, overrides: list[str], family: str = "NLLB-200/M2M-100") -> None:
+    """An NLLB-200, M2M-100 or mBART-50 model (`family`: its name in messages) is trained in its own
+    layout (data.lang_tag=language_codes: each source starts with its language's code, each target with
+    its own after </s>), on its one vocabulary; a run of one direction is
+    data.directions=[src_lang-tgt_lang], so that both codes are put in."""
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == "data.lang_tag" and value != LANGUAGE_CODES:
             raise UserError(
-                f"'{override}': init_from={cfg.init_from} is an NLLB-200/M2M-100 model, trained with its own layout "
+                f"'{override}': init_from={cfg.init_from} is an {family} model, trained with its own layout "
                 f"(data.lang_tag={LANGUAGE_CODES}: its language codes, not >>xx<< tags); drop the override"
             )
         if key in OWN_TOKENIZER_KEYS and not (key == "data.joint_vocab" and value.lower() == "true"):
             raise UserError(
-                f"'{override}': init_from={cfg.init_from} is an NLLB-200/M2M-100 model, whose one vocabulary and "
+                f"'{override}': init_from={cfg.init_from} is an {family} model, whose one vocabulary and "
                 "SentencePiece model are its own (a Marian model's separate vocabularies are not); drop the override"
             )
     cfg.data.lang_tag, cfg.data.joint_vocab = LANGUAGE_CODES, True
     if not cfg.data.directions:
         if cfg.data.kind == "builtin" or cfg.data.src_lang in UNNAMED or cfg.data.tgt_lang in UNNAMED:
             raise UserError(
-                f"init_from={cfg.init_from}: an NLLB-200/M2M-100 model needs its languages named: data.src_lang and "
+                f"init_from={cfg.init_from}: an {family} model needs its languages named: data.src_lang and "
                 "data.tgt_lang (or data.directions) as its codes (eng_Latn, __en__'s en) or ISO 639-1 codes (en, de)"
             )
         cfg.data.directions = [f"{cfg.data.src_lang}-{cfg.data.tgt_lang}"]

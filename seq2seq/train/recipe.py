@@ -17,7 +17,7 @@ straddle its minimum within that spread (a close call) is not taken: the next on
 two recipes score alike (that is what the minimum marks), so the rule only has to be the same every time.
 
 The run's plan holds each candidate's config, its overrides applied (seq2seq.train.plan.plan_recipes);
-`choose_recipe` picks one, and run.py builds the Trainer from its config, which the checkpoints keep: a
+`choose_recipe` picks one, and command.py builds the Trainer from its config, which the checkpoints keep: a
 resumed run continues with the same recipe and measures nothing.
 """
 

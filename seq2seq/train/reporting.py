@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seq2seq.data.corpus_weights import CorpusTally, describe_shown
+from seq2seq.data.corpus_weights import CorpusTally
 from seq2seq.train.dashboard import Dashboard
 from seq2seq.train.evaluate import describe_directions
 from seq2seq.train.update import UpdateResult
@@ -163,3 +163,9 @@ class Report:
 def _cell(text: str) -> str:
     """A Markdown table cell: a '|' inside a sentence would end the cell early."""
     return text.replace("|", r"\|")
+
+
+def describe_shown(names: Sequence[str], rows: np.ndarray) -> str:
+    """Each corpus's rows and share, for the log: "alpha 40 (25.0%), beta 120 (75.0%)"."""
+    total = max(int(rows.sum()), 1)
+    return ", ".join(f"{name} {int(count):,} ({count / total:.1%})" for name, count in zip(names, rows, strict=True))

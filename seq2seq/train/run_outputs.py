@@ -39,7 +39,7 @@ from seq2seq.artifacts.run_dir import (
 )
 from seq2seq.config import UserError
 
-log = logging.getLogger("seq2seq.train")  # run.py's: the run's log lines, wherever they are written
+log = logging.getLogger("seq2seq.train")  # command.py's: the run's log lines, wherever they are written
 TOP_FILES = (*TOKENIZER_FILES, CLEANING_REPORT)  # what a run writes at the top of its directory
 
 
@@ -262,7 +262,7 @@ def clear_leftovers(run_dir: Path, overwrite: bool) -> None:
     """Rank 0, holding the run directory's lock: an earlier run's files (`overwrite`: a new run with
     overwrite=true) and the unfinished writes of an interrupted one; then the marker that says the
     directory is a run's."""
-    from seq2seq.artifacts.export import remove_stale_export_directories  # when used, as run.py imports it
+    from seq2seq.artifacts.exports import remove_stale_export_directories  # when used, as command.py imports it
 
     if overwrite and (removed := clear_earlier_run(run_dir)):
         log.info("overwrite=true: removed the earlier run's %s from %s", ", ".join(removed), run_dir)

@@ -1,6 +1,6 @@
 """The training loop: updates, validation, checkpoints, and exact resume.
 
-The Trainer owns a run once run.py hands it over: the loop and its stop rules, the run's clock, the
+The Trainer owns a run once command.py hands it over: the loop and its stop rules, the run's clock, the
 step, best and patience, the final validation and save (`run`); it is handed the parts of the config
 it reads (parts.py), never the config.
 It composes the update (update.py), the time budget (budget.py) and what it shows (reporting.py).
@@ -61,7 +61,7 @@ class Trainer:
     ) -> None:
         """`parts`: what the run's config says of the model, the batches, the update and the loop
         (parts.TrainingParts.of). `started`: when the run's command started
-        (on `clock`), so that max_minutes counts its set-up. `precision`: what the run computes in (run.py
+        (on `clock`), so that max_minutes counts its set-up. `precision`: what the run computes in (command.py
         resolves precision=auto first, `choose_run_precision`); without it the Trainer resolves it itself."""
         self.parts, self.loop = parts, parts.loop
         self.run_dir, self.data, self.device, self.dist = run_dir, data, device, dist

@@ -1,9 +1,11 @@
-"""`train(cfg)`: a whole training run, from a composed config to the best checkpoint.
+"""`train(plan)`: seq2seq-train's work on the plan of a run (seq2seq/train/plan.py), from the device to
+the best checkpoint.
 
-The Hydra entry point (seq2seq/cli/train.py) only calls this; tests call it directly. It sets the run
-up (its config, checked once; the device and process group; the run directory; the data, recipe and
-precision) and hands over to the Trainer, which owns the run from there (seq2seq/train/trainer.py);
-then it reports the summary and writes the exports. The caller's config is left as it was given.
+cli/train.py builds the plan (`train(cfg, run_dir)` there, for code that has a config: the tests, a
+script) and seq2seq-distill's student builds its own; nothing here reads a config. It sets the run up
+(the device and process group; the run directory; the data, recipe and precision) and hands over to
+the Trainer, which owns the run from there (seq2seq/train/trainer.py); then it reports the summary and
+writes the exports.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from seq2seq import cpu_sharing
 from seq2seq.allocator import allocator_in_use
 from seq2seq.artifacts.replacing import write_files_into, write_new_file
 from seq2seq.artifacts.run_dir import INFERENCE_DIR, LOCK_FREE_STARTUP_FILES, RunDir
-from seq2seq.config import AUTO_RECIPE, TRAIN_GROUPS, UserError, compile_setting
+from seq2seq.config import AUTO_RECIPE, UserError, compile_setting
 from seq2seq.data.pipeline import prepare_corpus
 from seq2seq.device import pick_device, use_deterministic_algorithms
 from seq2seq.inference.target_language import translate_command
@@ -37,9 +38,9 @@ from seq2seq.train.distributed import (
     lost_peer_message,
 )
 from seq2seq.train.init_from import init_weights_from
-from seq2seq.train.lock import holds_run_directory, run_directory_lock
+from seq2seq.train.lock import run_directory_lock
 from seq2seq.train.parts import TrainingParts
-from seq2seq.train.plan import RunPlan, plan_run, with_compile
+from seq2seq.train.plan import RunPlan, with_compile
 from seq2seq.train.recipe import choose_recipe
 from seq2seq.train.rng import seed_everything
 from seq2seq.train.run_compile import choose_compile
@@ -54,7 +55,6 @@ from seq2seq.train.run_precision import choose_run_precision
 from seq2seq.train.trainer import STOPPED_BY_SIGNAL, Trainer
 
 log = logging.getLogger("seq2seq.train")
-GROUPS = TRAIN_GROUPS
 
 
 def log_summary(trainer: Trainer) -> None:
@@ -102,38 +102,16 @@ def log_summary(trainer: Trainer) -> None:
     log.info("run directory: %s   (tensorboard --logdir %s)", run_dir, RunDir(run_dir).tb)
 
 
-def train(
-    cfg: DictConfig,
-    run_dir: Path | str,
-    overrides: list[str] | None = None,
-    before: BeforeStart | None = None,
-    checked: bool = False,
-    started: float | None = None,
-) -> dict[str, Any]:
-    """Trains as `cfg` says and returns the final summary (best metric, step, checkpoint path).
+def train(plan: RunPlan, before: BeforeStart, started: float | None = None) -> dict[str, Any]:
+    """Trains as `plan` says and returns the final summary (best metric, step, checkpoint path).
 
-    The steps, in order: the run's plan (seq2seq.train.plan: its config, a resumed run's own or a Marian
-    model's architecture; the run directory's check; the corpus); the device and the process group; the
-    run directory (agreed by the ranks, checked writable, locked, cleared of an interrupted run's
-    leftovers); the Trainer (data, recipe, precision, weights); its fit; the summary and exports. A start
-    that fails takes back what it added to the run directory: `before` is the directory as it stood
-    before the start (seq2seq-train notes it before Hydra writes there). `checked`: the caller validated
-    `cfg` (seq2seq-train does, before torch loads), so it is not again. `started`: when the command
-    started, on `Trainer.clock` (default: now): max_minutes counts from there. A run that ends without a
-    single update (max_minutes spent before it) is an error, and takes back what it added, as a failed
-    start does: it has nothing to translate with."""
-    run_dir, overrides = Path(run_dir), overrides or []
-    before = before or BeforeStart.of(run_dir)
-    # A directory this process claimed is seq2seq-train's: checked before Hydra wrote into it (or new,
-    # made by Hydra just now), and writable (the lock is written there). From code, train() checks it.
-    claimed = holds_run_directory(run_dir)
-    with before.taken_back_on_failure(claimed):
-        plan = plan_run(cfg, run_dir, overrides, checked, claimed)
-    return run_planned(plan, before, started)
-
-
-def run_planned(plan: RunPlan, before: BeforeStart, started: float | None = None) -> dict[str, Any]:
-    """The run `plan` describes, from the device to the summary (see `train`)."""
+    The steps, in order: the device and the process group; the run directory (agreed by the ranks,
+    checked writable, locked, cleared of an interrupted run's leftovers); the Trainer (data, recipe,
+    precision, weights); its fit; the summary and exports. A start that fails takes back what it added
+    to the run directory: `before` is the directory as it stood before the start (seq2seq-train notes it
+    before Hydra writes there). `started`: when the command started, on `Trainer.clock` (default: now):
+    max_minutes counts from there. A run that ends without a single update (max_minutes spent before it)
+    is an error, and takes back what it added, as a failed start does: it has nothing to translate with."""
     run_dir, config = plan.run_dir, plan.config
     device = pick_device(config.device)
     dist = init_distributed(device, config.dist_timeout_minutes, config.dist_wait_minutes)
@@ -250,9 +228,9 @@ def hydra_argument(key: str, value: str) -> str:
 
 
 def _write_inference_exports(run_dir: Path) -> None:
-    """What translation reads (seq2seq.artifacts.export.write_run_exports), logged. A failure here
+    """What translation reads (seq2seq.artifacts.exports.write_run_exports), logged. A failure here
     costs nothing: the checkpoints are intact and translation falls back to them."""
-    from seq2seq.artifacts.export import RUN_EXPORTS, write_run_exports
+    from seq2seq.artifacts.exports import RUN_EXPORTS, write_run_exports
 
     if not RunDir(run_dir).has_checkpoints():
         return

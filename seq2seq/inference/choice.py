@@ -40,7 +40,7 @@ class EngineChoice:
     model: str | None  # the CTranslate2 model directory; None for torch (run= or checkpoint= as given)
     why: str  # for the log
     # CTranslate2 taken as the faster engine, not because the settings need it: where it cannot run
-    # (its CUDA libraries missing), PyTorch decodes instead (seq2seq.inference.engine_loader).
+    # (its CUDA libraries missing), PyTorch decodes instead (seq2seq.inference.loading).
     preferred_only: bool = False
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from seq2seq import cpuinfo, measurement_cache
 from seq2seq.artifacts.run_dir import CTRANSLATE2_DIR
 from seq2seq.cpu_sharing import usable_cores
-from seq2seq.inference.engine_api import TranslatorAPI
 from seq2seq.inference.job import DecodingJob
+from seq2seq.inference.translator_api import TranslatorAPI
 from seq2seq.measurement_cache import cached
 
 log = logging.getLogger("seq2seq.translate")
