@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -80,12 +80,12 @@ class CompiledUpdate:
         clip_norm: float,
         autocast: Callable[[], AbstractContextManager],
         mode: str | None,
+        half_precision: bool = False,
     ) -> None:
         self.objective, self.parameters, self.optimizer = objective, parameters, optimizer
         self.clip_norm, self.autocast = clip_norm, autocast
         # In half precision the gradients are added in one pass (flat_parameters.py says why); in
         # fp32 the chain's loops are vectorised, and it holds less at the backward's end.
-        half_precision = not isinstance(autocast(), nullcontext)
         self._accumulate = parameters.accumulate_in_one_pass if half_precision else parameters.accumulate
         self.cache_dir = use_project_inductor_cache()
         import torch._dynamo  # the compiler, imported only by runs that compile

@@ -99,7 +99,6 @@ class FlatParameters:
         into a few dozen loops over every element of it, which convert the half-precision gradients
         inside and are not vectorised. The cost: the laid-out copy is held once more (docs/
         performance.md, "The compiled update on Intel Xeon with AMX")."""
-        gradients = list(gradients)
         for group, values in enumerate(self.buffers):
             pieces, end = [], 0
             for gradient, (owner, start, numel) in zip(gradients, self.places, strict=True):

@@ -147,7 +147,13 @@ class Update:
             return None
         clip = self.parts.optim.clip_norm
         return CompiledUpdate(
-            self.objective, self.parameters, self.optimizer, clip, self.autocast, self.parts.compile_mode
+            self.objective,
+            self.parameters,
+            self.optimizer,
+            clip,
+            self.autocast,
+            self.parts.compile_mode,
+            half_precision=self.precision != "fp32",
         )
 
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
