@@ -420,3 +420,31 @@ def test_unequal_sides_of_a_streamed_corpus_are_refused_before_training(tmp_path
     corpora.corpora.append(CorpusConfig(name="short", train_src=cfg.train_src, train_tgt=cfg.train_tgt))
     with pytest.raises(UserError, match=rf"^data.corpora\[short\]: {src} has {PAIRS} lines but {tgt} has {PAIRS - 1}"):
         prepare_data(corpora)
+
+
+def test_a_streamed_corpus_whose_first_lines_are_dropped_is_not_refused_for_them(tmp_path: Path) -> None:
+    """The tokenizer's head holds each corpus at its share, a few lines of a small one in a large mix:
+    its first lines all dropped say nothing of the rest, which is kept."""
+    cfg = streamed_corpora(
+        tmp_path, ("alpha", 400, 1.0), ("beta", 40, 1.0), clean=["markup"], stream_tokenizer_pairs=20
+    )
+    beta = Path(cfg.corpora[1].train)
+    lines = beta.read_text().splitlines(keepends=True)
+    beta.write_text("<b>x</b> y\tz w\n" * 3 + "".join(lines[3:]))
+    data = prepare_data(cfg)  # the head read beta's first 2 lines: both markup
+    epoch = streamed_epochs(stream(cfg, data.tokenizers), data)[0]
+    assert sum(text.startswith("beta") for text in epoch) == 37
+
+
+def test_a_rule_that_empties_a_small_corpus_of_a_large_mix_is_refused_before_training(tmp_path: Path) -> None:
+    """Where the head read only a few of a corpus's lines, its first pairs are judged on before training,
+    up to corpus_stream.CHECKED_PAIRS, so that a rule emptying it is still found before the first update."""
+    from seq2seq.data import corpus_stream
+
+    cfg = streamed_corpora(
+        tmp_path, ("alpha", 400, 1.0), ("beta", 40, 1.0), clean=["markup"], stream_tokenizer_pairs=20
+    )
+    Path(cfg.corpora[1].train).write_text("<b>x</b> y\tz w\n" * 40)
+    assert corpus_stream.CHECKED_PAIRS >= 40  # so the whole of beta is judged: "the 40", not "the first 40"
+    with pytest.raises(UserError, match=r"every one of the 40 training pairs of beta was dropped \(markup 40\)"):
+        prepare_data(cfg)

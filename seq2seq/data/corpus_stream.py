@@ -21,15 +21,16 @@ import gzip
 import heapq
 import math
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from seq2seq.config import CleanSettings, UserError
-from seq2seq.data.cleaning import CleaningReport
+from seq2seq.data.cleaning import CleaningReport, StreamReport, refuse_emptied
 from seq2seq.data.corpora import SINGLE_CORPUS, AlignmentScorers, Stream, named_error, stream_cleaner
 from seq2seq.data.corpus import iter_split, split_files
 from seq2seq.data.language_id import identifier as make_identifier
@@ -37,6 +38,10 @@ from seq2seq.data.language_id import identifier as make_identifier
 DROPPED = None  # what a pass yields for a line it read and did not keep
 BLOCK = 1024  # kept pairs a fraction's sample is drawn among at a time: the pairs held in memory
 END = object()  # what a finished pass gives `next`
+# The first pairs of each corpus judged by its rules before training (all of a shorter corpus): the
+# tokenizer's head holds a corpus at its share of the mix, which for a small corpus beside a large one
+# can be a line or two, too few to say that its rules drop every line.
+CHECKED_PAIRS = 1000
 
 
 def corpus_lines(stream: Stream) -> int:
@@ -202,3 +207,41 @@ def mixed_rows(
         for stream, weight, each in zip(streams, weights, rngs, strict=True)
     ]
     yield from interleave(sources, [n * math.ceil(w) for n, w in zip(lines, weights, strict=True)])
+
+
+def refuse_emptied_corpora(
+    streams: Sequence[Stream],
+    settings: CleanSettings,
+    languages: Sequence[str],
+    head: CleaningReport,
+    lines: Sequence[int],
+    scorers: AlignmentScorers | None = None,
+) -> None:
+    """data.streaming with data.corpora, before training: a corpus whose rules dropped each of its first
+    min(its lines, CHECKED_PAIRS) pairs is refused, with the counts. The tokenizer's `head` (its cleaning
+    report) judged those of them it read; where it read fewer, the corpus's first pairs are judged again
+    here, alone, with a report of their own (the head's stays what the tokenizer saw)."""
+    identifier, loaded = None, False
+    for stream, n in zip(streams, lines, strict=True):
+        if not stream.rules:
+            continue
+        wanted = min(n, CHECKED_PAIRS)
+        report = head.streams.get(stream.label)
+        if report is None or report.read < wanted:
+            if not loaded:
+                identifier, loaded = identifier_for(languages, streams), True
+            report = judged_head(settings, stream, identifier, wanted, scorers)
+        refuse_emptied(stream.label, report, first=report.read < n)
+
+
+def judged_head(
+    settings: CleanSettings,
+    stream: Stream,
+    identifier: Any,
+    pairs: int,
+    scorers: AlignmentScorers | None = None,
+) -> StreamReport:
+    """The counts of a corpus's rules over its first `pairs` pairs, in a report of their own."""
+    report = CleaningReport()
+    deque(islice(one_pass(settings, stream, identifier, report, {SINGLE_CORPUS: 0}, scorers), pairs), maxlen=0)
+    return report.stream(stream.label, stream.rules)

@@ -34,7 +34,7 @@ from seq2seq.data.corpus import iter_split, require_pairs, unzip
 from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's, named here as it always was
 from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
 from seq2seq.data.corpus_plan import content_digest as content_digest
-from seq2seq.data.corpus_stream import check_equal_sides, corpus_lines, mixed_rows
+from seq2seq.data.corpus_stream import check_equal_sides, corpus_lines, mixed_rows, refuse_emptied_corpora
 from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.direction_sampling import direction_shares
 from seq2seq.data.directions import LanguageTags, language_tags
@@ -385,7 +385,11 @@ def _build(corpus: CorpusPlan, target: Path) -> None:
             train_pairs = islice(train_pairs, data.stream_tokenizer_pairs)
         schema = text_schema(multilingual, bool(corpus.corpus_names))
         written = _write_text(train_pairs, staging / "work" / "raw.arrow", schema)
-        if data.streaming:  # all that is read before training: a rule that emptied it says so now
+        if data.streaming and corpus.corpus_names:  # a small corpus's few lines in the head, read on
+            refuse_emptied_corpora(
+                corpus.streams, data.clean_settings, corpus.languages, cleaning, lines, scorers=scorers
+            )
+        elif data.streaming:  # all that is read before training: a rule that emptied it says so now
             refuse_emptied_head(cleaning)
         if multilingual:
             require_every_direction(corpus.directions, "train", read)
