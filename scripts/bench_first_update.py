@@ -49,7 +49,7 @@ MIX = (
     ("clean", "parallel_files", 0.1, 3.0, False),
     ("memory", "tsv", 0.1, 2.0, False),
 )
-FIRST_UPDATE = re.compile(r"^update 1\b")  # progress_lines.py's line at the first update
+FIRST_UPDATE = re.compile(r"^update 1\b")  # reporting.py's ProgressLines line at the first update
 TAB = "\t"
 LOGGED_LINES = 80  # log lines kept (with their times) from before the first update
 

@@ -15,7 +15,7 @@ from seq2seq.config import CorpusConfig, DataConfig, UserError, validate_corpora
 from seq2seq.data.batching import EpochBatches
 from seq2seq.data.corpora import BACK_TRANSLATION_MARK
 from seq2seq.data.corpus_plan import plan_corpus
-from seq2seq.data.corpus_weights import showings, weighted_rows
+from seq2seq.data.epoch_mix import showings, weighted_rows
 from seq2seq.data.pipeline import cache_key, prepare_data
 from seq2seq.data.tokenizer import EOS_ID
 

@@ -364,7 +364,7 @@ class Terminal(io.StringIO):
 
 
 def test_progress_bar_shows_this_updates_figures(tmp_path):
-    from seq2seq.train.dashboard import Dashboard
+    from seq2seq.train.reporting import Dashboard
 
     terminal = Terminal()
     dashboard = Dashboard(tmp_path, 0, 100, True, stream=terminal)
@@ -379,8 +379,8 @@ def test_progress_bar_shows_this_updates_figures(tmp_path):
 def test_redirected_progress_is_plain_lines(tmp_path, monkeypatch):
     """Not a terminal: no carriage returns, a line at the first update and then one every 30 s of the
     clock, and whatever is written next starts a line of its own (it was glued to the last bar)."""
-    import seq2seq.train.dashboard as module
-    import seq2seq.train.progress_lines as lines_module
+    import seq2seq.train.reporting as lines_module
+    import seq2seq.train.reporting as module
 
     clock = [0.0]
     monkeypatch.setattr(lines_module.time, "monotonic", lambda: clock[0])
@@ -408,7 +408,7 @@ def test_on_a_terminal_log_lines_are_printed_above_the_bar(tmp_path, monkeypatch
     the console handler is given back when the dashboard closes."""
     import logging
 
-    from seq2seq.train.dashboard import Dashboard
+    from seq2seq.train.reporting import Dashboard
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stdout", terminal)  # the console handler's stream, as Hydra's is stdout
@@ -438,7 +438,7 @@ def test_a_redirected_training_run_writes_no_carriage_returns(tmp_path, capsys):
 
 
 def test_progress_bar_total_follows_the_time_budget_when_it_binds(tmp_path, monkeypatch):
-    import seq2seq.train.dashboard as module
+    import seq2seq.train.reporting as module
 
     clock = [0.0]
     monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
@@ -457,7 +457,7 @@ def test_progress_bar_total_follows_the_time_budget_when_it_binds(tmp_path, monk
 
 
 def test_progress_bar_moves_on_every_update(tmp_path, monkeypatch):
-    from seq2seq.train.dashboard import Dashboard
+    from seq2seq.train.reporting import Dashboard
 
     moves = []
     progress = Dashboard.progress
@@ -470,7 +470,7 @@ def test_progress_bar_moves_on_every_update(tmp_path, monkeypatch):
 
 def test_attention_images_stay_within_their_share_of_the_training_time(tmp_path, monkeypatch):
     import seq2seq.inference.attention_plots as plots
-    from seq2seq.train.dashboard import Dashboard
+    from seq2seq.train.reporting import Dashboard
 
     image = np.zeros((4, 4, 3), dtype=np.uint8)
     orders = []
@@ -499,8 +499,8 @@ def test_a_held_loss_says_which_update_it_is_of(tmp_path, monkeypatch):
     """The first hour: `loss=9.486, lr=4.00e-05` on every line from update 1 to 18 while the count moved,
     as if the run were frozen. The loss and lr are read back every log_every updates only (a GPU sync);
     a line drawn after that says which update they are of."""
-    import seq2seq.train.dashboard as module
-    import seq2seq.train.progress_lines as lines_module
+    import seq2seq.train.reporting as lines_module
+    import seq2seq.train.reporting as module
 
     clock = [0.0]
     monkeypatch.setattr(lines_module.time, "monotonic", lambda: clock[0])
@@ -540,7 +540,7 @@ def test_a_budget_of_three_images_draws_one_of_every_kind(tmp_path, monkeypatch)
     import torch
 
     import seq2seq.inference.attention_plots as plots
-    from seq2seq.train.dashboard import Dashboard
+    from seq2seq.train.reporting import Dashboard
 
     clock = [0.0]
 

@@ -16,7 +16,6 @@ from seq2seq.config import DataConfig, UserError, as_dict, validate_directions
 from seq2seq.data.batching import EpochBatches, collate, split_batch
 from seq2seq.data.corpus import iter_parallel
 from seq2seq.data.corpus_plan import plan_corpus
-from seq2seq.data.direction_sampling import direction_shares, epoch_counts, epoch_rows
 from seq2seq.data.directions import (
     Direction,
     check_same_directions,
@@ -25,6 +24,7 @@ from seq2seq.data.directions import (
     direction_config,
     language_tags,
 )
+from seq2seq.data.epoch_mix import direction_shares, epoch_counts, epoch_rows
 from seq2seq.data.pipeline import CACHE_VERSION, cache_key, content_digest, keep_pair, prepare_data
 from seq2seq.data.sentencepiece_training import train_sentencepiece
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizers

@@ -310,7 +310,7 @@ def test_the_readme_links_lead_somewhere() -> None:
 def test_the_progress_line_in_train_md_is_one_the_dashboard_writes(tmp_path, monkeypatch) -> None:
     """The example plain progress line of docs/train.md, drawn by the Dashboard from the same figures:
     update 31 of 2,000, one update a second, update 1's loss and lr held since the read-back at update 1."""
-    import seq2seq.train.dashboard as module
+    import seq2seq.train.reporting as module
 
     text = " ".join((DOCS / "train.md").read_text().split())
     (documented,) = re.findall(r"`(update 31/2000 [^`]*)`", text)

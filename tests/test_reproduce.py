@@ -130,7 +130,7 @@ def test_reproduce_on_the_builtin_task(tmp_path: Path) -> None:
 def test_the_curve_and_the_recipe_choice_are_read_whatever_the_log_format(tmp_path: Path) -> None:
     # The validation curve comes from the run's TensorBoard events, as training writes them; the recipe's
     # lines are found in a log of any line prefix (a distill student's, a plain one, Hydra's).
-    from seq2seq.train.dashboard import Dashboard
+    from seq2seq.train.reporting import Dashboard
 
     script = load_script("reproduce")
     clock = iter([0.0, 0.0, 0.0])

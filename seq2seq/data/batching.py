@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from seq2seq.config import UserError
-from seq2seq.data.corpus_weights import CorpusTally, weighted_direction_counts, weighted_rows
-from seq2seq.data.direction_sampling import direction_shares, epoch_rows
+from seq2seq.data.epoch_mix import CorpusTally, direction_shares, epoch_rows, weighted_direction_counts, weighted_rows
 from seq2seq.data.pipeline import Split
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -190,8 +189,8 @@ class EpochBatches:
         self.seed = seed
         self.max_positions = max_positions
         self.src_len, self.tgt_len = split.src.lengths(), split.tgt.lengths()
-        # A multilingual split: each epoch gives each direction its temperature share (direction_sampling).
-        # ... of the rows data.corpora's weights make (corpus_weights): the temperature acts on top of them.
+        # A multilingual split: each epoch gives each direction its temperature share (epoch_mix).
+        # ... of the rows data.corpora's weights make (epoch_mix): the temperature acts on top of them.
         self.shares = None
         if split.directions is not None and split.sampling_temperature is not None:
             counts = weighted_direction_counts(

@@ -5,7 +5,7 @@ Without data.corpora the run has one corpus, data.kind's training split, exactly
 existed. With it, each entry is read by the bilingual readers of seq2seq.data.corpus as if it were
 data.kind (its own kind and files), and each pair carries its corpus's index (the order of
 data.corpora) in a `corpus` column, from the raw text through the cached token ids, so that an epoch
-can show each corpus its weight's worth (corpus_weights.py).
+can show each corpus its weight's worth (epoch_mix.py).
 """
 
 from __future__ import annotations

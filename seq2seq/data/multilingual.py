@@ -3,7 +3,7 @@ one vocabulary learnt from each language's text, and each pair tagged with its t
 
 Pairs carry their direction's index (the order of data.directions) in a `direction` column, from the
 raw text through the cached token ids, so sampling can give each direction its share (see
-direction_sampling) and validation can be scored per direction. Each function is handed the
+epoch_mix) and validation can be scored per direction. Each function is handed the
 directions as the corpus plan made them (seq2seq.data.corpus_plan): each with its own settings.
 """
 

@@ -35,9 +35,8 @@ from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's
 from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
 from seq2seq.data.corpus_plan import content_digest as content_digest
 from seq2seq.data.corpus_stream import check_equal_sides, corpus_lines, mixed_rows, refuse_emptied_corpora
-from seq2seq.data.corpus_weights import epoch_counts_by_corpus, weighted_direction_counts
-from seq2seq.data.direction_sampling import direction_shares
 from seq2seq.data.directions import LanguageTags, language_tags
+from seq2seq.data.epoch_mix import direction_shares, epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.fairseq_vocab import FairseqTokenizers
 from seq2seq.data.multilingual import (
     DIRECTION,

@@ -27,7 +27,7 @@ from seq2seq.data.cleaning import CleaningReport
 from seq2seq.data.corpora import BACK_TRANSLATION_TAG, AlignmentScorers, iter_training_rows
 from seq2seq.data.corpus_plan import CorpusPlan
 from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
-from seq2seq.data.corpus_weights import CorpusTally
+from seq2seq.data.epoch_mix import CorpusTally
 from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
 from seq2seq.data.tokenizer import BOS_ID, Tokenizers
 

@@ -1,12 +1,23 @@
-"""How often each corpus of data.corpora is shown: its weight, honoured exactly over every epoch.
+"""What an epoch is made of: each corpus of data.corpora its weight's worth, then each direction of
+data.directions its temperature share of the rows the weights make (docs/corpora.md, "Weights").
 
-A corpus of n pairs at weight w gives floor(w) x n pairs to each epoch, every pair floor(w) times,
-and round((w - floor(w)) x n) more, a sample without replacement drawn afresh each epoch from the
+**Weights.** A corpus of n pairs at weight w gives floor(w) x n pairs to each epoch, every pair floor(w)
+times, and round((w - floor(w)) x n) more, a sample without replacement drawn afresh each epoch from the
 epoch's generator. Weight 3 is each pair three times an epoch; weight 0.25 a different quarter of the
 corpus each epoch. So the counts are exact (not a rate that only holds on average, as a corpus drawn
-batch by batch would give), every pair of an up-weighted corpus is seen alike, and an epoch stays a
-pure function of (seed, epoch), which seq2seq.data.batching's resume needs. Why this rather than
+batch by batch would give), every pair of an up-weighted corpus is seen alike. Why this rather than
 Eole's round-robin or Marian's per-sentence loss weights: docs/corpora.md, "Weights".
+
+**Temperature.** Direction d, with n_d training pairs, gets the share p_d = n_d^(1/T) / sum_e n_e^(1/T)
+of every epoch (Arivazhagan et al. 2019; fairseq's and XLM-R's sampling): T = 1 keeps the data's
+proportions, a larger T flattens them, so the smaller pairs are not drowned, and T = inf makes them
+equal. An epoch keeps the size of the training data (sum of n_d pairs) and gives direction d its share,
+rounded by largest remainder: a direction with fewer pairs than its share is repeated (every pair as
+often, the rest drawn without replacement), a larger one is subsampled without replacement.
+
+Counts are fixed and the rows drawn from the epoch's generator, so an epoch is a pure function of (seed,
+epoch), as seq2seq.data.batching's resume needs. One module for both: batching composes an epoch from
+the two in turn, and the log and TensorBoard count it by them.
 """
 
 from __future__ import annotations
@@ -76,3 +87,35 @@ class CorpusTally:
 
     def copy(self) -> CorpusTally:
         return replace(self, rows=self.rows.copy())
+
+
+def direction_shares(counts: list[int], temperature: float) -> np.ndarray:
+    """p_d proportional to n_d^(1/T); a direction without pairs gets none."""
+    counts_array = np.asarray(counts, dtype=np.float64)
+    exponent = 0.0 if math.isinf(temperature) else 1.0 / temperature
+    weights = np.where(counts_array > 0, counts_array**exponent, 0.0)
+    return weights / weights.sum()
+
+
+def epoch_counts(shares: np.ndarray, total: int) -> np.ndarray:
+    """`total` rows split by `shares`, each count within one of total x share (largest remainder)."""
+    exact = shares * total
+    counts = np.floor(exact).astype(np.int64)
+    short = total - int(counts.sum())
+    counts[np.argsort(-(exact - counts), kind="stable")[:short]] += 1
+    return counts
+
+
+def epoch_rows(directions: np.ndarray, shares: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Row indices of one epoch: direction d's rows (`directions[i]` is row i's direction) repeated or
+    subsampled to its share of len(directions) rows. Sorted by nothing: batching orders them."""
+    counts = epoch_counts(shares, len(directions))
+    chosen = []
+    for direction, wanted in enumerate(counts):
+        rows = np.flatnonzero(directions == direction)
+        if wanted == 0 or len(rows) == 0:
+            continue
+        whole, rest = divmod(int(wanted), len(rows))
+        chosen.extend([rows] * whole)
+        chosen.append(np.sort(rng.choice(rows, size=rest, replace=False)))
+    return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
