@@ -346,7 +346,7 @@ def test_streaming_corpora_keeps_memory_flat(tmp_path: Path) -> None:
     import tracemalloc
 
     from seq2seq.data.cleaning import CleaningReport
-    from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
+    from seq2seq.data.corpora import corpus_lines, mixed_rows
 
     peaks = []
     for n in (2_000, 2_000, 20_000):  # the first a warm-up: what the first pass imports and caches is not the corpus's
@@ -438,13 +438,13 @@ def test_a_streamed_corpus_whose_first_lines_are_dropped_is_not_refused_for_them
 
 def test_a_rule_that_empties_a_small_corpus_of_a_large_mix_is_refused_before_training(tmp_path: Path) -> None:
     """Where the head read only a few of a corpus's lines, its first pairs are judged on before training,
-    up to corpus_stream.CHECKED_PAIRS, so that a rule emptying it is still found before the first update."""
-    from seq2seq.data import corpus_stream
+    up to corpora.CHECKED_PAIRS, so that a rule emptying it is still found before the first update."""
+    from seq2seq.data import corpora
 
     cfg = streamed_corpora(
         tmp_path, ("alpha", 400, 1.0), ("beta", 40, 1.0), clean=["markup"], stream_tokenizer_pairs=20
     )
     Path(cfg.corpora[1].train).write_text("<b>x</b> y\tz w\n" * 40)
-    assert corpus_stream.CHECKED_PAIRS >= 40  # so the whole of beta is judged: "the 40", not "the first 40"
+    assert corpora.CHECKED_PAIRS >= 40  # so the whole of beta is judged: "the 40", not "the first 40"
     with pytest.raises(UserError, match=r"every one of the 40 training pairs of beta was dropped \(markup 40\)"):
         prepare_data(cfg)

@@ -59,7 +59,7 @@ def runs(root: Path) -> dict[str, list[str]]:
         ],
         "corpora": [*TINY_TRAIN, *weighted],
         "streaming": [*TINY_TRAIN, "data.streaming=true", "data.stream_buffer_pairs=150"],
-        # the same corpora streamed: their passes weighted and interleaved (seq2seq.data.corpus_stream)
+        # the same corpora streamed: their passes weighted and interleaved (seq2seq.data.corpora)
         "streamed_corpora": [*TINY_TRAIN, *weighted, "data.streaming=true", "data.stream_buffer_pairs=100"],
     }
 

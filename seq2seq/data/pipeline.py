@@ -29,12 +29,19 @@ from seq2seq.config import DataConfig, UserError
 from seq2seq.data.cache_builds import owner, remove_abandoned_builds
 from seq2seq.data.cleaning import CleaningReport, refuse_emptied_head
 from seq2seq.data.cleaning import summary as cleaning_summary
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, CORPUS, iter_training_rows
+from seq2seq.data.corpora import (
+    BACK_TRANSLATION_TAG,
+    CORPUS,
+    check_equal_sides,
+    corpus_lines,
+    iter_training_rows,
+    mixed_rows,
+    refuse_emptied_corpora,
+)
 from seq2seq.data.corpus import iter_split, require_pairs, unzip
 from seq2seq.data.corpus_plan import CACHE_VERSION as CACHE_VERSION  # the key's, named here as it always was
 from seq2seq.data.corpus_plan import CorpusPlan, TokenizerPlan, plan_corpus
 from seq2seq.data.corpus_plan import content_digest as content_digest
-from seq2seq.data.corpus_stream import check_equal_sides, corpus_lines, mixed_rows, refuse_emptied_corpora
 from seq2seq.data.directions import LanguageTags, language_tags
 from seq2seq.data.epoch_mix import direction_shares, epoch_counts_by_corpus, weighted_direction_counts
 from seq2seq.data.fairseq_vocab import FairseqTokenizers

@@ -5,7 +5,7 @@ tokenized, filtered and cut into token buckets (sorted by length within the buff
 low), and its batches are shuffled. Memory holds one buffer, whatever the size of the corpus.
 data.clean's rules drop pairs as they are read, before any buffer: buffers count the pairs kept.
 With data.corpora the corpora are read side by side, each its weight's worth of passes an epoch
-(corpus_stream.py), and each buffer's rows keep their corpus, for the tag and the counts.
+(corpora.py), and each buffer's rows keep their corpus, for the tag and the counts.
 
 The interface is EpochBatches': `next_update`, `state_dict`, `load_state_dict`, `epoch`. The position
 is (epoch, buffer, batches of the buffer consumed), so a resumed run re-reads the lines of the buffers
@@ -24,9 +24,8 @@ import numpy as np
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, check_same_corpora, check_same_stream, collate, make_batches
 from seq2seq.data.cleaning import CleaningReport
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, AlignmentScorers, iter_training_rows
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, AlignmentScorers, corpus_lines, iter_training_rows, mixed_rows
 from seq2seq.data.corpus_plan import CorpusPlan
-from seq2seq.data.corpus_stream import corpus_lines, mixed_rows
 from seq2seq.data.epoch_mix import CorpusTally
 from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
 from seq2seq.data.tokenizer import BOS_ID, Tokenizers
@@ -90,7 +89,7 @@ class StreamingBatches:
 
     def _epoch_rows(self, epoch: int) -> Iterator[tuple]:
         """One epoch's rows: data.kind's corpus as it reads, or data.corpora weighted and interleaved
-        (corpus_stream.py), as a pure function of (seed, epoch) so that a resume reads the same."""
+        (corpora.py), as a pure function of (seed, epoch) so that a resume reads the same."""
         corpus, settings = self.corpus, self.data.clean_settings
         if not self.corpora:
             return iter_training_rows(corpus.streams, settings, corpus.languages, {}, CleaningReport(), self._scorers)
