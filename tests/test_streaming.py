@@ -448,3 +448,16 @@ def test_a_rule_that_empties_a_small_corpus_of_a_large_mix_is_refused_before_tra
     assert corpora.CHECKED_PAIRS >= 40  # so the whole of beta is judged: "the 40", not "the first 40"
     with pytest.raises(UserError, match=r"every one of the 40 training pairs of beta was dropped \(markup 40\)"):
         prepare_data(cfg)
+
+
+def test_a_streamed_mix_logs_each_corpus_s_lines_weight_and_share_at_the_start(tmp_path, caplog):
+    """A streamed run counts no pairs before training, but it reads each corpus's lines, weight times an
+    epoch: the start-up line says so, as the cached run's says its pairs. 400 lines at weight 1 and 40 at
+    2.5 read 400 and 100 lines an epoch: 80% and 20%."""
+    caplog.set_level("INFO")
+    prepare_data(streamed_corpora(tmp_path, ("alpha", 400, 1.0), ("beta", 40, 2.5)))
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("corpora (streamed")]
+    assert line == (
+        "corpora (streamed; lines before cleaning): "
+        "alpha 400 lines x 1 = 400 an epoch (80.0%), beta 40 lines x 2.5 = 100 an epoch (20.0%)"
+    )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from itertools import chain, islice
 from pathlib import Path
@@ -517,6 +517,8 @@ def prepare_corpus(
         data.train.corpus_names, data.train.corpus_weights = corpus.corpus_names, corpus.corpus_weights
         if is_main:
             log.info("corpora: %s", describe_corpora(data.train))
+    elif corpus.corpus_names and is_main:  # streamed: each corpus's lines, as its passes read them
+        log.info("corpora (streamed; lines before cleaning): %s", describe_streamed_corpora(corpus))
     if corpus.multilingual:
         directions = [d for d, _ in corpus.directions]
         tags = language_tags(corpus.data.lang_tag, directions, data.tokenizers)
@@ -533,10 +535,23 @@ def prepare_corpus(
 def describe_corpora(train: Split) -> str:
     """Each corpus's training pairs, its weight, and the pairs (and share) of an epoch it gives, for the log."""
     kept = np.bincount(train.corpora, minlength=len(train.corpus_names))
-    shown = epoch_counts_by_corpus(kept, train.corpus_weights)
+    return _describe_mix(train.corpus_names, kept, train.corpus_weights, "pairs")
+
+
+def describe_streamed_corpora(corpus: CorpusPlan) -> str:
+    """data.streaming: each stream's lines (counted as its passes count them, before cleaning drops
+    any), its corpus's weight, and the lines (and share) of an epoch it reads, for the log. A stream is
+    a corpus in one direction; its corpus's index is the last of the indices its rows carry."""
+    lines = np.asarray([corpus_lines(stream) for stream in corpus.streams], dtype=np.int64)
+    weights = [corpus.corpus_weights[stream.extra[-1]] for stream in corpus.streams]
+    return _describe_mix([stream.label for stream in corpus.streams], lines, weights, "lines")
+
+
+def _describe_mix(names: Sequence[str], counts: np.ndarray, weights: Sequence[float], unit: str) -> str:
+    shown = epoch_counts_by_corpus(counts, weights)
     return ", ".join(
-        f"{name} {int(pairs):,} pairs x {weight:g} = {int(count):,} an epoch ({count / shown.sum():.1%})"
-        for name, pairs, weight, count in zip(train.corpus_names, kept, train.corpus_weights, shown, strict=True)
+        f"{name} {int(n):,} {unit} x {weight:g} = {int(count):,} an epoch ({count / max(shown.sum(), 1):.1%})"
+        for name, n, weight, count in zip(names, counts, weights, shown, strict=True)
     )
 
 
