@@ -12,6 +12,14 @@ name), in bf16 autocast where the CPU has bf16 instructions (or a GPU is used), 
     python scripts/bench_nllb_shapes.py --tokens 2048 4096 --device cuda
     python scripts/bench_nllb_shapes.py --device cuda --peak-tflops 989   # the GPU's dense bf16 peak
     python scripts/bench_nllb_shapes.py --smoke               # tiny shapes: that the script runs
+    python scripts/bench_nllb_shapes.py --freeze embeddings   # freeze=[embeddings]: less memory
+    python scripts/bench_nllb_shapes.py --trainable-top-layers 2 # trainable_top_layers=2
+    python scripts/bench_nllb_shapes.py --vocab 32000         # a pruned vocabulary (data.prune_vocab)
+
+--freeze and --trainable-top-layers freeze as a run's freeze= and trainable_top_layers= do
+(seq2seq.train.freezing), before the optimiser sees the model; --vocab builds the output layer and
+the embeddings with that many ids, the size data.prune_vocab leaves when the corpus uses that many.
+Peak memory is the process's: one configuration an invocation.
 
 The update is the run's objective (TeacherForcedLoss: the chunked projection of the 256k vocabulary,
 label smoothing 0.1) with torch's AdamW over the model's parameters, dropout on; the project's own
@@ -107,7 +115,8 @@ def seconds_per_update(model: torch.nn.Module, tokens: int, updates: int, bf16: 
     from seq2seq.train.loss import TeacherForcedLoss
 
     objective = TeacherForcedLoss(model, smoothing=0.1).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    # A frozen parameter gets no gradient and no moments, as in a run (seq2seq.train.flat_parameters)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     rows, vocab = max(1, tokens // SENTENCE_TOKENS), model.output.weight.size(0)
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(4, vocab, (rows, SENTENCE_TOKENS), generator=generator).to(device)
@@ -136,16 +145,25 @@ def main() -> None:
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes: check that the script runs")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s, for the MFU")
+    parser.add_argument("--freeze", nargs="+", default=[], choices=("embeddings", "encoder", "decoder"))
+    parser.add_argument("--trainable-top-layers", type=int, help="as trainable_top_layers=: all but the top N frozen")
+    parser.add_argument("--vocab", type=int, help="ids in the vocabulary (a pruned one); default: the model's 256,206")
     args = parser.parse_args()
     from seq2seq.cpuinfo import has_bf16
 
     device = torch.device(args.device)
     bf16 = args.precision == "bf16" or (args.precision == "auto" and (device.type == "cuda" or has_bf16()))
-    shape = {**NLLB_600M, **(SMOKE if args.smoke else {})}
+    shape = {**NLLB_600M, **(SMOKE if args.smoke else {}), **({"vocab_size": args.vocab} if args.vocab else {})}
     model, build_seconds = build(shape, device)
+    from seq2seq.train.freezing import freeze
+
+    freeze(model, args.freeze, args.trainable_top_layers)
     result = {
         "shape": "smoke" if args.smoke else "nllb-200-distilled-600M",
         "parameters": sum(p.numel() for p in model.parameters()),
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "freeze": args.freeze,
+        "trainable_top_layers": args.trainable_top_layers,
         "vocab": shape["vocab_size"],
         "precision": "bf16 autocast" if bf16 else "fp32",
         "build_seconds": round(build_seconds, 2),
