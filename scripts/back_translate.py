@@ -28,7 +28,6 @@ import argparse
 import importlib.util
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -49,7 +48,12 @@ from seq2seq.data.corpora import BACK_TRANSLATION_MARK  # noqa: E402
 from seq2seq.data.corpus import iter_lines  # noqa: E402
 from seq2seq.distill.source_language import SAMPLE_LINES, SURE  # noqa: E402
 from seq2seq.distill.teacher import Teacher, read_teacher  # noqa: E402
-from seq2seq.distill.translations import cache_key, iter_translations, translate_cached  # noqa: E402
+from seq2seq.distill.translations import (  # noqa: E402
+    cache_folder,
+    cache_key,
+    iter_translations,
+    translate_cached,
+)
 from seq2seq.inference import load  # noqa: E402
 from seq2seq.inference.target_language import UNNAMED  # noqa: E402
 
@@ -176,8 +180,7 @@ def back_translate(args: argparse.Namespace) -> dict[str, Any]:
     check_output(out, names, key)
     # Loaded before anything is written: a tokenizer that is not the model's is refused here, in one line
     engine = engine_for(teacher, settings, args).with_languages(args.tgt, args.src)
-    cache = Path(args.cache or Path(os.environ.get("SEQ2SEQ_CACHE", Path.home() / ".cache/seq2seq")) / "distill")
-    folder = cache / key
+    folder = cache_folder(args.cache) / key  # seq2seq-distill's cache: the same translations are one entry
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "key.json").is_file():
         write_new_json(folder / "key.json", parts)
