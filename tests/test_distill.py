@@ -255,11 +255,11 @@ def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teach
     )
     first = CountingEngine(load(str(teacher), beam=5, threads=1))
     first.kind, first.with_languages = "ctranslate2", lambda src, tgt: first
-    command.teacher_translations(plan, first, "src-tgt", sources)
+    translations.teacher_translations(plan.translations, first, "src-tgt", sources)
     second = CountingEngine(None)
     second.kind, second.with_languages = "ctranslate2", lambda src, tgt: second
     with caplog.at_level(logging.INFO, logger="seq2seq.distill"):
-        rows, _, _ = command.teacher_translations(plan, second, "src-tgt", sources)
+        rows, _, _ = translations.teacher_translations(plan.translations, second, "src-tgt", sources)
     assert second.calls == 0 and "reused" in caplog.text
     assert [r[0] for r in rows] == [one_line(t) for t in first.engine.translate(sources)]
     key = cache_key(teacher_.weights, sources, {"beam": 5})[0]
@@ -557,7 +557,7 @@ def test_a_full_cache_disk_is_one_line_naming_cache_and_leaves_no_part_of_a_file
 
 
 def test_a_folder_one_distillation_holds_is_refused_to_a_second(tmp_path):
-    from seq2seq.distill.files import held
+    from seq2seq.distill.output import held
 
     with held(tmp_path, "a distillation"):
         assert (tmp_path / ".lock").read_text() == f"{os.getpid()} seq2seq-distill\n"

@@ -20,33 +20,29 @@ settings: another student of the same teacher and corpus reuses them.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
-import sys
-import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from seq2seq import cpu_sharing
-from seq2seq.artifacts.replacing import write_new_json
-from seq2seq.config import DataConfig, UserError
-from seq2seq.data.directions import Direction, direction_config, each_direction
-from seq2seq.data.parallel_corpus import pair_files, split_pairs
+from seq2seq.artifacts.replacing import write_files_into, write_new_json
+from seq2seq.config import UserError
+from seq2seq.data.directions import direction_config
+from seq2seq.data.parallel_corpus import split_pairs, training_pairs, write_pairs
 from seq2seq.distill import report
 from seq2seq.distill.back_translation import BackTranslated
-from seq2seq.distill.files import held, read_json, write_lines
-from seq2seq.distill.output import check_settings, claim_output
+from seq2seq.distill.output import RESULT, opened, read_json
 from seq2seq.distill.plan import DistillPlan
 from seq2seq.distill.selection import select
-from seq2seq.distill.student import LOG_FORMAT, train_once
-from seq2seq.distill.translations import cache_key, cut_to_count, read_translations, translate_cached
+from seq2seq.distill.student import train_once
+from seq2seq.distill.translations import Progress, teacher_translations
 from seq2seq.inference.loading import api_engine
 from seq2seq.inference.translator_api import TranslatorAPI
 
 log = logging.getLogger("seq2seq.distill")
-SELECTION, RESULT, STATE = "selection.json", "result.json", "state.json"
+SELECTION = "selection.json"
+Pairs = dict[str, tuple[list[str], list[str]]]  # {"de-en": (sources, targets)}
 
 
 def distill(plan: DistillPlan) -> dict[str, Any]:
@@ -66,35 +62,27 @@ def distill(plan: DistillPlan) -> dict[str, Any]:
 
 
 def _distill(plan: DistillPlan) -> dict[str, Any]:
-    output = plan.output
-    resumed = claim_output(output)
-    with held(output, "a distillation"), _logging(output / "distill.log"):
-        check_settings(output, plan.settings)
-        log.info("%s %s", "resuming" if resumed else "distilling into", output)
-        state = read_json(output / STATE) if (output / STATE).is_file() else {"seconds": {}}
-        done = read_json(output / RESULT) if (output / RESULT).is_file() else None
+    with opened(plan.output, plan.settings) as folder:
+        done = folder.finished()
         if done is not None and (plan.baseline is None or "baseline" in done):  # baseline=true may come later
-            log.info("finished earlier: %s", output / RESULT)
+            log.info("finished earlier: %s", folder.path / RESULT)
             return done
-        with _timed(state, "teacher_and_selection", output):
-            selection = distilled_corpus(plan, output / "data")
-        with _timed(state, "student", output):
+        with folder.step("teacher_and_selection"):
+            selection = distilled_corpus(plan, folder.path / "data")
+        with folder.step("student"):
             summary = train_once(plan.student)
         if summary.get("exit_status"):
             return summary
         baseline = None
         if plan.baseline is not None:
-            with _timed(state, "baseline", output):
-                original_training_pairs(plan.corpus, output / "data", plan.back_translated)
+            with folder.step("baseline"):
+                original_training_pairs(plan, folder.path / "data")
                 baseline = train_once(plan.baseline, max_steps=summary["step"])
             if baseline.get("exit_status"):
                 return baseline
-        with _timed(state, "report", output):
-            result = compare(plan, selection, summary, baseline)
-        result["seconds"] = state["seconds"]
-        write_new_json(output / RESULT, result)
-        log.info("teacher against student: %s", output / RESULT)
-        return result
+        with folder.step("report"):
+            result = report.compare(plan, selection, summary, baseline)
+        return folder.finish(result)
 
 
 def distilled_corpus(plan: DistillPlan, root: Path) -> dict[str, Any]:
@@ -103,90 +91,67 @@ def distilled_corpus(plan: DistillPlan, root: Path) -> dict[str, Any]:
     if (root / SELECTION).is_file():
         log.info("distilled corpus made earlier: %s", root / "distilled")
         return read_json(root / SELECTION)
-    for folder in ("distilled", "original"):
-        (root / folder).mkdir(parents=True, exist_ok=True)
     engine = api_engine(plan.teacher_job)  # the teacher as seq2seq-translate decodes it with these settings
     selection = {}
-    for direction, one in each_direction(plan.corpus):
+    for direction, sources, references in training_pairs(plan.corpus):
         if plan.targets.trained_targets == "references":
-            selection[direction.name] = references_direction(direction, one, root / "distilled")
+            selection[direction.name] = {"lines": len(sources), "kept": len(sources), "targets": "references"}
+            kept = (sources, references)
+            log.info("%s: %d pairs with their references, in %s", direction.name, len(sources), root / "distilled")
         else:
-            selection[direction.name] = distil_direction(plan, engine, direction, one, root / "distilled")
+            selection[direction.name], kept = distil_direction(plan, engine, direction.name, sources, references)
+        _write(root / "distilled", "train", {direction.name: kept})
+    held_out = {split: dict(pairs) for split, pairs in plan.held_out.items()}
     for item in plan.back_translated:
-        entry = back_translate_direction(plan, engine, item, root)
+        entry, (train, held_out["valid"][item.direction.name]) = back_translate_direction(plan, engine, item)
+        _write(root / "distilled", "train", {item.direction.name: train})
         made_for = [name for name, earlier in selection.items() if earlier.get("translations") == entry["translations"]]
         if made_for:  # a distilled direction's translations, reused: their time is counted there, once
             entry.update(teacher_seconds=None, teacher_lines_per_second=None, translations_of=made_for[0])
         selection[item.direction.name] = entry
-    for split, by_direction in plan.held_out.items():
-        for name, (sources, references) in by_direction.items():
-            write_pairs(root / "original", split, Direction(*name.split("-")), sources, references)
+    for split, pairs in held_out.items():
+        _write(root / "original", split, pairs)
     write_new_json(root / SELECTION, selection)
     return selection
 
 
 def distil_direction(
-    plan: DistillPlan, engine: TranslatorAPI, direction: Direction, one: DataConfig, folder: Path
-) -> dict[str, Any]:
+    plan: DistillPlan, engine: TranslatorAPI, name: str, sources: list[str], references: list[str]
+) -> tuple[dict[str, Any], tuple[list[str], list[str]]]:
     """One direction's training pairs, translated by the teacher, a target chosen per line and bad lines
-    dropped, written as train.<src>-<tgt>.<lang> in `folder`; returns its entry of selection.json."""
-    sources, references = split_pairs(one, "train")
-    nbests, progress, cached = teacher_translations(plan, engine, direction.name, sources)
+    dropped: its entry of selection.json, and the pairs kept."""
+    nbests, progress, cached = teacher_translations(plan.translations, engine, name, sources)
     targets = plan.targets
     kept = select(sources, nbests, references, targets.select, targets.min_score)
-    write_pairs(folder, "train", direction, kept.sources, kept.targets)
     log.info(
         "%s: %d of %d lines kept (%d empty, %d below min_score=%g)",
-        *(direction.name, len(kept.sources), len(sources), kept.dropped_empty, kept.dropped_low_score),
+        *(name, len(kept.sources), len(sources), kept.dropped_empty, kept.dropped_low_score),
         targets.min_score,
     )
-    return {
+    entry = {
         "lines": len(sources),
         "kept": len(kept.sources),
         "dropped_empty": kept.dropped_empty,
         "dropped_low_score": kept.dropped_low_score,
         **translation_figures(progress, cached),
     }
-
-
-def write_pairs(folder: Path, split: str, direction: Direction, sources: list[str], targets: list[str]) -> None:
-    """One direction's split as the student reads it (data/parallel_corpus.py), each file replaced whole."""
-    for path, lines in zip(pair_files(folder, split, direction), (sources, targets), strict=True):
-        write_lines(path, lines)
-
-
-def translation_figures(progress: Any, cached: Path) -> dict[str, Any]:
-    """A selection.json entry's account of the teacher's translations it was made from."""
-    return {
-        # To the millisecond: one decimal wrote a small corpus's measured time as 0.0.
-        "teacher_seconds": round(progress.seconds, 3),
-        "teacher_lines_per_second": round(progress.lines / progress.seconds, 1) if progress.seconds else None,
-        "translations": str(cached),
-    }
-
-
-def references_direction(direction: Direction, one: DataConfig, folder: Path) -> dict[str, Any]:
-    """One direction's training pairs as the corpus has them: trained_targets=references, and the
-    baseline's data/original/."""
-    sources, references = split_pairs(one, "train")
-    write_pairs(folder, "train", direction, sources, references)
-    log.info("%s: %d pairs with their references, in %s", direction.name, len(sources), folder)
-    return {"lines": len(sources), "kept": len(sources), "targets": "references"}
+    return entry, (kept.sources, kept.targets)
 
 
 def back_translate_direction(
-    plan: DistillPlan, engine: TranslatorAPI, item: BackTranslated, root: Path
-) -> dict[str, Any]:
+    plan: DistillPlan, engine: TranslatorAPI, item: BackTranslated
+) -> tuple[dict[str, Any], tuple[tuple[list[str], list[str]], tuple[list[str], list[str]]]]:
     """One back_translate= direction x-y: the training and validation pairs of p-y with their p side
     translated into x by the teacher (back_translation.py); a line translated to nothing is dropped.
-    Returns its entry of selection.json."""
+    Returns its entry of selection.json, and its training and validation pairs."""
     one = direction_config(plan.corpus, item.pairs_from)
     entry: dict[str, Any] = {"pivot": item.pivot, "pairs_from": item.pairs_from.name}
-    for split, folder in (("train", "distilled"), ("valid", "original")):
+    made = []
+    for split in ("train", "valid"):
         sources, references = split_pairs(one, split)
-        nbests, progress, cached = teacher_translations(plan, engine, item.translated_by.name, sources)
+        nbests, progress, cached = teacher_translations(plan.translations, engine, item.translated_by.name, sources)
         kept = [(best[0], reference) for best, reference in zip(nbests, references, strict=True) if best[0].strip()]
-        write_pairs(root / folder, split, item.direction, [s for s, _ in kept], [t for _, t in kept])
+        made.append(([s for s, _ in kept], [t for _, t in kept]))
         log.info(
             "%s (%s): %d of %d %s pairs of %s, their %s side translated into %s (%d empty dropped)",
             *(item.direction.name, split, len(kept), len(sources), split, item.pairs_from.name, item.pivot),
@@ -196,115 +161,32 @@ def back_translate_direction(
         if split == "train":
             entry.update(lines=len(sources), kept=len(kept), dropped_empty=len(sources) - len(kept))
             entry.update(translation_figures(progress, cached))
-    return entry
+    return entry, (made[0], made[1])
 
 
-def original_training_pairs(corpus: DataConfig, root: Path, planned: Sequence[BackTranslated] = ()) -> None:
+def translation_figures(progress: Progress, cached: Path) -> dict[str, Any]:
+    """A selection.json entry's account of the teacher's translations it was made from."""
+    return {
+        # To the millisecond: one decimal wrote a small corpus's measured time as 0.0.
+        "teacher_seconds": round(progress.seconds, 3),
+        "teacher_lines_per_second": round(progress.lines / progress.seconds, 1) if progress.seconds else None,
+        "translations": str(cached),
+    }
+
+
+def original_training_pairs(plan: DistillPlan, root: Path) -> None:
     """data/original/train.*: the references the baseline trains on (baseline=true may come on a rerun),
     and the back-translated directions' pairs as the student has them (they have no references)."""
-    for direction, one in each_direction(corpus):
-        references_direction(direction, one, root / "original")
-    for item in planned:
-        for lang in (item.direction.src, item.direction.tgt):
-            name = f"train.{item.direction.name}.{lang}"
-            write_lines(root / "original" / name, (root / "distilled" / name).read_text(encoding="utf-8").splitlines())
+    for direction, sources, references in training_pairs(plan.corpus):
+        _write(root / "original", "train", {direction.name: (sources, references)})
+        log.info("%s: %d pairs with their references, in %s", direction.name, len(sources), root / "original")
+    for item in plan.back_translated:
+        name, langs = f"train.{item.direction.name}", (item.direction.src, item.direction.tgt)
+        src, tgt = ((root / "distilled" / f"{name}.{lang}").read_text(encoding="utf-8").splitlines() for lang in langs)
+        _write(root / "original", "train", {item.direction.name: (src, tgt)})
 
 
-def teacher_translations(
-    plan: DistillPlan, engine: TranslatorAPI, direction: str, sources: list[str]
-) -> tuple[list[list[str]], Any, Path]:
-    """The teacher's n-best lists of one direction's sources, from the cache or translated into it."""
-    search = plan.teacher_job.settings
-    decoding = {
-        "beam": search.beam,
-        "nbest": search.nbest,
-        "length_penalty": search.length_penalty,
-        "engine": engine.kind,
-        "direction": direction,
-    }
-    key, parts = cache_key(plan.teacher.weights, sources, decoding)
-    folder = plan.cache / key
-    try:  # a full disk, a read-only one: one line naming cache= (write_new_json leaves no part of a file)
-        folder.mkdir(parents=True, exist_ok=True)
-        if not (folder / "key.json").is_file():
-            write_new_json(folder / "key.json", parts)
-        progress = translate_cached(engine.with_languages(*direction.split("-")), sources, folder, plan.chunk_lines)
-    except OSError as err:
-        cut_to_count(folder)
-        raise UserError(
-            f"cache={plan.cache}: cannot keep the teacher's translations there ({err.strerror or err}); "
-            "free some space or give cache= another directory (a rerun resumes what was kept)"
-        ) from err
-    return read_translations(folder, len(sources)), progress, folder
-
-
-def compare(
-    plan: DistillPlan, selection: dict[str, Any], summary: dict[str, Any], baseline: dict[str, Any] | None
-) -> dict[str, Any]:
-    """result.json: teacher and student side by side (and the baseline's scores, with baseline=true)."""
-    split = "test" if "test" in plan.held_out else "valid"
-    pairs = plan.held_out[split]
-    threads, lines, student = list(plan.report.speed_threads), plan.report.speed_lines, plan.student.run_dir
-    load_before = round(os.getloadavg()[0], 2)
-    # Other processes' threads now, before the timings: the load average cannot tell other work from this
-    # command's own training winding down and its own timing threads (publish_distill.py reads this).
-    others = cpu_sharing.others_running()
-    result: dict[str, Any] = {
-        "name": f"distill_{'_'.join(pairs)}",
-        "experiment": "distill",
-        "direction": ",".join(pairs),
-        "split": split,
-        "settings": plan.report.settings,
-        "corpus": selection,
-        "teacher": report.model_report(plan.teacher.paths, pairs, lines, threads),
-        "student": {
-            **report.model_report([str(student)], pairs, lines, threads),
-            "run": str(student),
-            "steps": summary["step"],
-            "train_minutes": round(summary["minutes"], 2),
-        },
-    }
-    if baseline is not None and plan.baseline is not None:
-        trained = plan.baseline.run_dir
-        engine_scores = report.test_scores([str(trained)], pairs, 2 if 2 in threads else max(threads))
-        result["baseline"] = {**engine_scores, "run": str(trained), "steps": baseline["step"]}
-    teacher_speed, student_speed = result["teacher"]["lines_per_second"], result["student"]["lines_per_second"]
-    result["speedup"] = round(student_speed / teacher_speed, 2) if teacher_speed and student_speed else None
-    result["bleu_lowercase_gap"] = round(result["teacher"]["bleu_lowercase"] - result["student"]["bleu_lowercase"], 2)
-    result["speed_lines"] = min(lines, len(next(iter(pairs.values()))[0]))
-    result["load_average_during_speed"] = [load_before, round(os.getloadavg()[0], 2)]
-    result["other_threads_before_speed"] = None if others is None else round(others, 1)
-    result["machine"] = report.machine()
-    result["name"] += f".{result['machine']['cpu_capability'].lower().replace(' ', '_')}"
-    return result
-
-
-@contextlib.contextmanager
-def _timed(state: dict[str, Any], step: str, output: Path) -> Iterator[None]:
-    """Adds the step's wall-clock seconds in this run to state.json (a resumed step's add up)."""
-    began = time.monotonic()
-    try:
-        yield
-    finally:
-        seconds = state["seconds"]
-        seconds[step] = round(seconds.get(step, 0.0) + time.monotonic() - began, 1)
-        write_new_json(output / STATE, state)
-
-
-@contextlib.contextmanager
-def _logging(path: Path) -> Iterator[None]:
-    """Every seq2seq logger's INFO and above into `path` and onto stderr for the command's life."""
-    logger = logging.getLogger("seq2seq")
-    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8"), logging.StreamHandler(sys.stderr)]
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    for handler in handlers:
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        logger.addHandler(handler)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            logger.removeHandler(handler)
-            handler.close()
-        logger.setLevel(level)
+def _write(folder: Path, split: str, pairs: Pairs) -> None:
+    """The pairs' files in `folder` as the student reads them (data/parallel_corpus.py), each replaced
+    whole (replacing.write_files_into)."""
+    write_files_into(folder, functools.partial(write_pairs, split=split, pairs=pairs))
