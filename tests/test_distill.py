@@ -24,7 +24,8 @@ from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
 from seq2seq.data import parallel_corpus
 from seq2seq.data.builtin import reverse_task
-from seq2seq.distill import command, translations
+from seq2seq.distill import translations
+from seq2seq.distill.corpus import distilled_corpus
 from seq2seq.distill.selection import select
 from seq2seq.distill.teacher import corpus_config, read_teacher
 from seq2seq.distill.translations import (
@@ -346,7 +347,7 @@ def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(mult
         teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), check_language=False
     )
     held_out = parallel_corpus.held_out(corpus)
-    selection = command.distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
+    selection = distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert sorted(selection) == ["de-en", "en-de", "en-fr"]
     engine = load(str(multilingual_run.path), beam=5)
     for name in selection:
@@ -370,7 +371,7 @@ def test_an_ensemble_teacher_translates_as_seq2seq_translate_decodes_it(teacher,
     assert not taught.is_run and taught.weights == [Path(c) for c in checkpoints]
     corpus = corpus_config(taught, ["data.task_train_size=30"])  # an ensemble decodes on PyTorch: fewer lines
     cfg = DistillConfig(teacher=",".join(checkpoints), output=str(tmp_path), cache=str(tmp_path / "c"), threads=1)
-    command.distilled_corpus(distill_plan(cfg, ["data.task_train_size=30"], []), tmp_path / "data")
+    distilled_corpus(distill_plan(cfg, ["data.task_train_size=30"], []), tmp_path / "data")
     sources = reverse_task(corpus)["train"][0]
     assert len(sources) == 30
     expected = [one_line(t) for t in load(checkpoints, beam=5).translate(sources) if t.strip()]

@@ -25,7 +25,7 @@ from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.translate import translate
 from seq2seq.config import ExportConfig, UserError
-from seq2seq.distill import command as distill_command
+from seq2seq.distill import corpus as distill_corpus
 from seq2seq.export.command import export
 
 
@@ -128,7 +128,7 @@ def distill_json(run: Path, tmp: Path) -> Callable[[int], Path]:
 def distill_lines(run: Path, tmp: Path) -> Callable[[int], Path]:
     def write(value: int) -> Path:
         lines = [str(n) for n in range(value)]
-        distill_command._write(tmp, "train", {"src-tgt": (lines, lines)})
+        distill_corpus._write(tmp, "train", {"src-tgt": (lines, lines)})
         return tmp / "train.src-tgt.src"
 
     return write
@@ -342,7 +342,7 @@ OUTPUT_WRITERS = {
     "seq2seq.artifacts.exports.write_directory": {"new_output", "replaced_folder"},  # and a run's exports
     "seq2seq.artifacts.exports.remove_stale_export_directories": {"remove_folder_leftovers"},
     "seq2seq.distill.output.claim_output": {"claim_folder"},  # seq2seq-distill's output= folder
-    "seq2seq.distill.command._write": {"write_files_into"},  # ... and its corpus files
+    "seq2seq.distill.corpus._write": {"write_files_into"},  # ... and its corpus files
 }
 OUTPUT_MODULES = (
     "seq2seq.inference.command",
