@@ -16,8 +16,8 @@ from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DistillConfig, UserError
 from seq2seq.data.directions import Direction
 from seq2seq.data.parallel_corpus import corpus_test_pairs
-from seq2seq.distill import command
 from seq2seq.distill.back_translation import BackTranslated, plan, with_back_translated
+from seq2seq.distill.corpus import distilled_corpus
 from seq2seq.distill.student import student_config
 from seq2seq.distill.teacher import corpus_config, read_teacher
 from seq2seq.inference.loading import load
@@ -69,7 +69,7 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
     distillation = distill_plan(cfg, [], [])
     held_out = distillation.held_out
     root = tmp_path / "data"
-    selection = command.distilled_corpus(distillation, root)
+    selection = distilled_corpus(distillation, root)
     assert sorted(selection) == ["de-en", "de-fr", "en-de", "en-fr", "fr-de"]
     engine = load(str(multilingual_run.path), beam=5)
     corpus_dir = multilingual_run.corpus
@@ -112,7 +112,7 @@ def test_translations_a_distilled_direction_made_are_reused_and_timed_once(multi
         back_translate=["de-fr"],
         check_language=False,
     )
-    selection = command.distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
+    selection = distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert selection["de-fr"]["translations"] == selection["en-de"]["translations"]
     assert selection["de-fr"]["translations_of"] == "en-de" and selection["de-fr"]["teacher_seconds"] is None
     assert selection["en-de"]["teacher_seconds"] > 0

@@ -24,7 +24,8 @@ from seq2seq.cli.distill import distill_plan, main
 from seq2seq.config import DataConfig, DistillConfig, UserError, as_dict
 from seq2seq.data import parallel_corpus
 from seq2seq.data.builtin import reverse_task
-from seq2seq.distill import command, translations
+from seq2seq.distill import translations
+from seq2seq.distill.corpus import distilled_corpus
 from seq2seq.distill.selection import select
 from seq2seq.distill.teacher import corpus_config, read_teacher
 from seq2seq.distill.translations import (
@@ -255,11 +256,11 @@ def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teach
     )
     first = CountingEngine(load(str(teacher), beam=5, threads=1))
     first.kind, first.with_languages = "ctranslate2", lambda src, tgt: first
-    command.teacher_translations(plan, first, "src-tgt", sources)
+    translations.teacher_translations(plan.translations, first, "src-tgt", sources)
     second = CountingEngine(None)
     second.kind, second.with_languages = "ctranslate2", lambda src, tgt: second
     with caplog.at_level(logging.INFO, logger="seq2seq.distill"):
-        rows, _, _ = command.teacher_translations(plan, second, "src-tgt", sources)
+        rows, _, _ = translations.teacher_translations(plan.translations, second, "src-tgt", sources)
     assert second.calls == 0 and "reused" in caplog.text
     assert [r[0] for r in rows] == [one_line(t) for t in first.engine.translate(sources)]
     key = cache_key(teacher_.weights, sources, {"beam": 5})[0]
@@ -346,7 +347,7 @@ def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(mult
         teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), check_language=False
     )
     held_out = parallel_corpus.held_out(corpus)
-    selection = command.distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
+    selection = distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert sorted(selection) == ["de-en", "en-de", "en-fr"]
     engine = load(str(multilingual_run.path), beam=5)
     for name in selection:
@@ -370,7 +371,7 @@ def test_an_ensemble_teacher_translates_as_seq2seq_translate_decodes_it(teacher,
     assert not taught.is_run and taught.weights == [Path(c) for c in checkpoints]
     corpus = corpus_config(taught, ["data.task_train_size=30"])  # an ensemble decodes on PyTorch: fewer lines
     cfg = DistillConfig(teacher=",".join(checkpoints), output=str(tmp_path), cache=str(tmp_path / "c"), threads=1)
-    command.distilled_corpus(distill_plan(cfg, ["data.task_train_size=30"], []), tmp_path / "data")
+    distilled_corpus(distill_plan(cfg, ["data.task_train_size=30"], []), tmp_path / "data")
     sources = reverse_task(corpus)["train"][0]
     assert len(sources) == 30
     expected = [one_line(t) for t in load(checkpoints, beam=5).translate(sources) if t.strip()]
@@ -557,7 +558,7 @@ def test_a_full_cache_disk_is_one_line_naming_cache_and_leaves_no_part_of_a_file
 
 
 def test_a_folder_one_distillation_holds_is_refused_to_a_second(tmp_path):
-    from seq2seq.distill.files import held
+    from seq2seq.distill.output import held
 
     with held(tmp_path, "a distillation"):
         assert (tmp_path / ".lock").read_text() == f"{os.getpid()} seq2seq-distill\n"

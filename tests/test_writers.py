@@ -25,7 +25,7 @@ from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.cli.export import export_plan
 from seq2seq.cli.translate import translate
 from seq2seq.config import ExportConfig, UserError
-from seq2seq.distill.files import write_lines
+from seq2seq.distill import corpus as distill_corpus
 from seq2seq.export.command import export
 
 
@@ -127,8 +127,9 @@ def distill_json(run: Path, tmp: Path) -> Callable[[int], Path]:
 
 def distill_lines(run: Path, tmp: Path) -> Callable[[int], Path]:
     def write(value: int) -> Path:
-        write_lines(tmp / "train.src", [str(n) for n in range(value)])
-        return tmp / "train.src"
+        lines = [str(n) for n in range(value)]
+        distill_corpus._write(tmp, "train", {"src-tgt": (lines, lines)})
+        return tmp / "train.src-tgt.src"
 
     return write
 
@@ -272,8 +273,9 @@ WRITER_RULES = {
     "seq2seq.artifacts.marian": "into export's staging directory",
     "seq2seq.train.command": "the run directory under train/lock.py: cleaning.json copied in",
     "seq2seq.train.run_outputs": "the run directory under train/lock.py: its marker, made once (clear_leftovers)",
-    "seq2seq.distill.command": "distill.log appended, in the folder files.held holds",
-    "seq2seq.distill.translations": "translations.jsonl appended under files.held, cut back to its count",
+    "seq2seq.distill.output": "distill.log appended, in the folder output.held holds",
+    "seq2seq.distill.translations": "translations.jsonl appended under output.held, cut back to its count",
+    "seq2seq.data.parallel_corpus": "seq2seq-distill's corpus files, into replacing.write_files_into's new folder",
     "seq2seq.data.pipeline": "the cache's staging directory, renamed into place (cache_builds.py)",
     "seq2seq.data.sentencepiece_training": "into the cache build's staging directory",
     "seq2seq.data.cleaning": "cleaning.json into the cache build's staging directory",
@@ -340,7 +342,7 @@ OUTPUT_WRITERS = {
     "seq2seq.artifacts.exports.write_directory": {"new_output", "replaced_folder"},  # and a run's exports
     "seq2seq.artifacts.exports.remove_stale_export_directories": {"remove_folder_leftovers"},
     "seq2seq.distill.output.claim_output": {"claim_folder"},  # seq2seq-distill's output= folder
-    "seq2seq.distill.files.write_lines": {"write_new_text"},  # ... and its corpus files
+    "seq2seq.distill.corpus._write": {"write_files_into"},  # ... and its corpus files
 }
 OUTPUT_MODULES = (
     "seq2seq.inference.command",
@@ -356,10 +358,10 @@ NOT_OUTPUTS = {
     "seq2seq.inference.command._open_output": "opens the new file writing_file yields (or output='s device)",
     "seq2seq.inference.attention_plots.save_png.draw": "draws into the new file write_new_file yields",
     "seq2seq.artifacts.argos.argos_writer._write": "the package's files, inside new_output's new folder",
-    "seq2seq.distill.command._logging": "distill.log appended, in the folder claim_output took and held holds",
+    "seq2seq.distill.output._logging": "distill.log appended, in the folder claim_output took and held holds",
     "seq2seq.distill.student._train_log": "the student run's train.log appended, as seq2seq-train's Hydra does",
-    "seq2seq.distill.translations.translate_cached": "the cache's translations.jsonl appended, cut to its count",
-    "seq2seq.distill.translations.cut_to_count": "the cache's translations.jsonl cut back to what it counted",
+    "seq2seq.distill.translations._translate_held": "the cache's translations.jsonl appended, cut to its count",
+    "seq2seq.distill.translations._cut_to_count": "the cache's translations.jsonl cut back to what it counted",
 }
 REMOVING_CALLS = {"rmtree", "unlink", "rmdir", "remove", "removedirs", "move", "copyfile", "copytree"}
 

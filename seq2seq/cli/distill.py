@@ -76,7 +76,7 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     from seq2seq.distill.source_language import check_source_language
     from seq2seq.distill.student import StudentRun, student_config
     from seq2seq.distill.teacher import corpus_config, read_teacher
-    from seq2seq.distill.translations import cache_folder, file_digest
+    from seq2seq.distill.translations import TeacherCache, cache_folder, file_digest
     from seq2seq.inference.job import decoding_job
     from seq2seq.inference.translator_api import decoding_config
 
@@ -97,6 +97,8 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     # The teacher decodes as seq2seq-translate decodes it with these settings (the default engine).
     search = {key: getattr(cfg, key) for key in DISTILL_SEARCH_KEYS}
     teacher_job = decoding_job(decoding_config(model_path(teacher.paths), **search, threads=cfg.threads))
+    decoding = teacher_job.settings  # what keys its translations in the cache, beside the sources and weights
+    keyed = {"beam": decoding.beam, "nbest": decoding.nbest, "length_penalty": decoding.length_penalty}
     chosen = ("student", "beam", "nbest", "select", "min_score", "length_penalty", "trained_targets")
     settings = {  # what decides the output folder's contents (output.check_settings)
         "teacher": teacher.paths,
@@ -109,14 +111,13 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     }
     return DistillPlan(
         output=output,
-        cache=cache,
         teacher=teacher,
         teacher_job=teacher_job,
         corpus=corpus,
         back_translated=tuple(back_translated),
         held_out=held_out_pairs,
+        translations=TeacherCache(cache, tuple(teacher.weights), keyed, cfg.chunk_lines),
         targets=Targets(cfg.trained_targets, cfg.select, cfg.min_score),
-        chunk_lines=cfg.chunk_lines,
         student=student,
         baseline=student.on_references(output / "data", has_test) if cfg.baseline else None,
         report=ReportPlan(cfg.speed_lines, tuple(cfg.speed_threads), {**as_dict(cfg), "teacher": teacher.paths}),

@@ -1,13 +1,14 @@
 """A corpus as parallel files in one folder, the layout data.kind=parallel_files reads with {src} and
 {tgt} in its file names: <split>.<src>-<tgt>.<lang>, each direction's pairs line by line.
-seq2seq-distill writes its student's corpus so (its writes go through seq2seq/artifacts/replacing.py,
-above this layer); here are what it reads of the corpus it starts from (each split's pairs of each
-direction, the held-out ones once), the files' names, and the data settings that read them back."""
+seq2seq-distill writes its student's corpus so: here are what it reads of the corpus it starts from
+(each direction's training pairs, the held-out ones once), the files' names, their writing (`write_pairs`,
+into a new folder that seq2seq/artifacts/replacing.py's write_files_into, above this layer, then moves
+into place), and the data settings that read them back."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -25,6 +26,12 @@ def split_pairs(one: DataConfig, split: str) -> tuple[list[str], list[str]]:
     sources, targets = unzip(iter_split(one, split))
     require_pairs(one, split, len(sources))
     return sources, targets
+
+
+def training_pairs(corpus: DataConfig) -> Iterator[tuple[Direction, list[str], list[str]]]:
+    """Each direction of `corpus` with its training pairs (sources, targets), one direction at a time."""
+    for direction, one in each_direction(corpus):
+        yield direction, *split_pairs(one, "train")
 
 
 def held_out(corpus: DataConfig) -> HeldOut:
@@ -67,6 +74,14 @@ def pair_files(folder: Path, split: str, direction: Direction) -> tuple[Path, Pa
     """<split>.<src>-<tgt>.<src> and .<tgt> in `folder`: the two files of one direction's split."""
     name = f"{split}.{direction.name}"
     return folder / f"{name}.{direction.src}", folder / f"{name}.{direction.tgt}"
+
+
+def write_pairs(folder: Path, split: str, pairs: dict[str, tuple[list[str], list[str]]]) -> None:
+    """Each direction's pairs of `split` ({"de-en": (sources, targets)}) as its two files in `folder`
+    (pair_files), a line per text in UTF-8 with \\n line ends."""
+    for name, sides in pairs.items():
+        for path, lines in zip(pair_files(folder, split, Direction(*name.split("-"))), sides, strict=True):
+            path.write_bytes("".join(f"{line}\n" for line in lines).encode("utf-8"))
 
 
 def reading_files(data: DictConfig, root: Path, train_folder: str, has_test: bool) -> DictConfig:

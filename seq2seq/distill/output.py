@@ -1,23 +1,78 @@
-"""The output folder: made by this command (its marker says so), resumed by it, never taken over.
+"""The output folder, end to end: made by this command (its marker says so), held by one process at a
+time, resumed by it, never taken over; what each step left in it read back, and the command's log.
 
 A folder that exists without the marker and holds anything is someone else's: refused, nothing written.
 settings.json keeps what decides the folder's contents; a rerun with others would mix two
 distillations in one folder, and is refused with the key that differs. The teacher is kept by its
 weights too (each file's SHA-256): a teacher whose files now hold other weights is refused by file.
+state.json adds up each step's seconds over the runs that did it; result.json is the last step's.
+Every JSON file here is written by replacing.write_new_json and read back by `read_json`; the
+teacher's cache folders (translations.py) are held and read the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from seq2seq.artifacts import file_lock
 from seq2seq.artifacts.replacing import claim_folder, write_new_json
 from seq2seq.config import UserError
-from seq2seq.distill.files import read_json
 
+log = logging.getLogger("seq2seq.distill")
 MARKER = ".seq2seq-distill"
 MARKER_TEXT = "a seq2seq-distill output folder: rerun the same command to resume it\n"
-SETTINGS = "settings.json"
+SETTINGS, STATE, RESULT, LOG = "settings.json", "state.json", "result.json", "distill.log"
+# Hydra's job-log format: distill.log, and a student's train.log, read as the train.log of a seq2seq-train run.
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+class OutputFolder:
+    """The output folder while `opened` holds it: the seconds each step took (state.json) and the
+    result of a finished distillation (result.json)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.state = read_json(path / STATE) if (path / STATE).is_file() else {"seconds": {}}
+
+    def finished(self) -> dict[str, Any] | None:
+        """result.json's contents when an earlier run finished, else None."""
+        return read_json(self.path / RESULT) if (self.path / RESULT).is_file() else None
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Adds the step's wall-clock seconds in this run to state.json (a resumed step's add up)."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = self.state["seconds"]
+            seconds[name] = round(seconds.get(name, 0.0) + time.monotonic() - began, 1)
+            write_new_json(self.path / STATE, self.state)
+
+    def finish(self, result: dict[str, Any]) -> dict[str, Any]:
+        """result.json: `result` with the steps' seconds."""
+        result["seconds"] = self.state["seconds"]
+        write_new_json(self.path / RESULT, result)
+        log.info("teacher against student: %s", self.path / RESULT)
+        return result
+
+
+@contextlib.contextmanager
+def opened(path: Path, settings: dict[str, Any]) -> Iterator[OutputFolder]:
+    """The output folder, this command's (claim_output), held for the block, logged into, and holding
+    a distillation of `settings` (check_settings)."""
+    resumed = claim_output(path)
+    with held(path, "a distillation"), _logging(path / LOG):
+        check_settings(path, settings)
+        log.info("%s %s", "resuming" if resumed else "distilling into", path)
+        yield OutputFolder(path)
 
 
 def claim_output(path: Path) -> bool:
@@ -57,3 +112,45 @@ def check_teacher_weights(path: Path, before: list[dict[str, str]], now: list[di
                 f"{current['sha256'][:12]}): what the folder holds is the old teacher's; put that teacher back "
                 "to resume it, or give a new output= for this one"
             )
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(
+            f"{path}: unreadable ({err}); it is this command's state: remove the folder to start over"
+        ) from err
+
+
+@contextlib.contextmanager
+def held(folder: Path, what: str) -> Iterator[None]:
+    """The folder's lock for the block: a second seq2seq-distill writing there is refused in one line.
+    The kernel drops the lock however the process ends, so a killed run never blocks the next."""
+    try:
+        fd = file_lock.acquire(folder / file_lock.FOLDER_LOCK, "seq2seq-distill")
+    except file_lock.Busy:
+        raise UserError(f"{folder}: another seq2seq-distill is writing {what} there; wait for it") from None
+    try:
+        yield
+    finally:
+        file_lock.release(fd, folder / file_lock.FOLDER_LOCK)
+
+
+@contextlib.contextmanager
+def _logging(path: Path) -> Iterator[None]:
+    """Every seq2seq logger's INFO and above into `path` and onto stderr for the command's life."""
+    logger = logging.getLogger("seq2seq")
+    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8"), logging.StreamHandler(sys.stderr)]
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+        logger.setLevel(level)

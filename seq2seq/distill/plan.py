@@ -2,13 +2,14 @@
 written, and the only thing the steps (command.py) are handed.
 
     DistillPlan
-      .output, .cache        the output folder and the teacher's translations' cache (checked as folders)
+      .output                the output folder (checked as a folder)
       .teacher, .teacher_job the teacher's files and config (teacher.py), and the decoding job it
                              translates with: inference/job.py's `decoding_job`, as seq2seq-translate's
       .corpus, .back_translated, .held_out
                              the teacher's data settings with data.* on top, the back_translate= pivots,
                              the original validation and test pairs (read once: a corpus that cannot be
                              read is one line before anything is written)
+      .translations          the teacher's translations' cache (checked as a folder) and what keys them
       .targets               how a target is chosen per line (trained_targets=, select=, min_score=)
       .student, .baseline    the student's training (StudentRun: its config, validated; train/plan.py
                              plans its run once the files it reads are written), and with baseline=true
@@ -28,6 +29,7 @@ from seq2seq.data.parallel_corpus import HeldOut
 from seq2seq.distill.back_translation import BackTranslated
 from seq2seq.distill.student import StudentRun
 from seq2seq.distill.teacher import Teacher
+from seq2seq.distill.translations import TeacherCache
 from seq2seq.inference.job import DecodingJob
 
 
@@ -52,14 +54,13 @@ class ReportPlan:
 @dataclass(frozen=True)
 class DistillPlan:
     output: Path
-    cache: Path
     teacher: Teacher
     teacher_job: DecodingJob
     corpus: DataConfig
     back_translated: tuple[BackTranslated, ...]
     held_out: HeldOut
+    translations: TeacherCache
     targets: Targets
-    chunk_lines: int  # source lines the teacher translates between two saves of its progress
     student: StudentRun
     baseline: StudentRun | None
     report: ReportPlan

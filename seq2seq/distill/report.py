@@ -1,4 +1,5 @@
-"""Teacher against student: test scores, parameters, and decoding speed on the same sentences.
+"""result.json, teacher against student (`compare`): test scores, parameters, and decoding speed on the
+same sentences.
 
 Scores as scripts/reproduce.py computes them (sacreBLEU cased and lowercase, chrF, and BLEU on
 lowercased Moses-tokenized text where sacremoses is installed), from the default engine and beam (seq2seq/decoding_defaults.py).
@@ -15,15 +16,60 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from seq2seq import cpu_sharing
 from seq2seq.config import UserError
 from seq2seq.inference.corpus_scores import corpus_bleu, corpus_chrf
 from seq2seq.inference.loading import load
 from seq2seq.inference.translator_api import one_line
 
+if TYPE_CHECKING:
+    from seq2seq.distill.plan import DistillPlan
+
 log = logging.getLogger("seq2seq.distill")
 ENGINES = {"default": "auto", "int8": "int8"}  # what speed["..."] names -> the precision= decoding with it
+
+
+def compare(
+    plan: DistillPlan, selection: dict[str, Any], summary: dict[str, Any], baseline: dict[str, Any] | None
+) -> dict[str, Any]:
+    """result.json: teacher and student side by side (and the baseline's scores, with baseline=true)."""
+    split = "test" if "test" in plan.held_out else "valid"
+    pairs = plan.held_out[split]
+    threads, lines, student = list(plan.report.speed_threads), plan.report.speed_lines, plan.student.run_dir
+    load_before = round(os.getloadavg()[0], 2)
+    # Other processes' threads now, before the timings: the load average cannot tell other work from this
+    # command's own training winding down and its own timing threads (publish_distill.py reads this).
+    others = cpu_sharing.others_running()
+    result: dict[str, Any] = {
+        "name": f"distill_{'_'.join(pairs)}",
+        "experiment": "distill",
+        "direction": ",".join(pairs),
+        "split": split,
+        "settings": plan.report.settings,
+        "corpus": selection,
+        "teacher": model_report(plan.teacher.paths, pairs, lines, threads),
+        "student": {
+            **model_report([str(student)], pairs, lines, threads),
+            "run": str(student),
+            "steps": summary["step"],
+            "train_minutes": round(summary["minutes"], 2),
+        },
+    }
+    if baseline is not None and plan.baseline is not None:
+        trained = plan.baseline.run_dir
+        engine_scores = test_scores([str(trained)], pairs, 2 if 2 in threads else max(threads))
+        result["baseline"] = {**engine_scores, "run": str(trained), "steps": baseline["step"]}
+    teacher_speed, student_speed = result["teacher"]["lines_per_second"], result["student"]["lines_per_second"]
+    result["speedup"] = round(student_speed / teacher_speed, 2) if teacher_speed and student_speed else None
+    result["bleu_lowercase_gap"] = round(result["teacher"]["bleu_lowercase"] - result["student"]["bleu_lowercase"], 2)
+    result["speed_lines"] = min(lines, len(next(iter(pairs.values()))[0]))
+    result["load_average_during_speed"] = [load_before, round(os.getloadavg()[0], 2)]
+    result["other_threads_before_speed"] = None if others is None else round(others, 1)
+    result["machine"] = machine()
+    result["name"] += f".{result['machine']['cpu_capability'].lower().replace(' ', '_')}"
+    return result
 
 
 def scores(hypotheses: list[str], references: list[str], language: str) -> dict[str, Any]:

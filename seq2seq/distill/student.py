@@ -36,15 +36,13 @@ from seq2seq.config import (
     validate_train,
 )
 from seq2seq.data.parallel_corpus import reading_files
-from seq2seq.distill.files import read_json
+from seq2seq.distill.output import LOG_FORMAT, read_json
 from seq2seq.distill.teacher import Teacher
 
 log = logging.getLogger("seq2seq.distill")
 SUMMARY = "distill-summary.json"  # written into a student's run directory once its training finished
 # train.* keys the command sets itself.
 NOT_OVERRIDABLE = ("data", "resume", "init_from", "overwrite", "recipe", "recipes")
-# Hydra's job-log format: a student's train.log reads as the train.log of a seq2seq-train run.
-LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 def model_preset(name: str) -> dict[str, Any]:

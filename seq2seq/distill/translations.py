@@ -28,7 +28,7 @@ from seq2seq import measurement_cache
 from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.config import UserError
 from seq2seq.decoding_defaults import SEARCH_VERSION
-from seq2seq.distill.files import held, read_json
+from seq2seq.distill.output import held, read_json
 from seq2seq.inference.translator_api import TranslatorAPI, one_line
 
 log = logging.getLogger("seq2seq.distill")
@@ -42,6 +42,47 @@ class Progress:
     seconds: float = 0.0  # the teacher's decoding time so far, summed over the runs that wrote them
     finished: bool = False
     sha256: str | None = None  # translations.jsonl's, once finished (None: finished by older code)
+
+
+@dataclass(frozen=True)
+class TeacherCache:
+    """cache=, and what keys the teacher's translations kept there besides the source lines: the
+    teacher's weight files and its search (beam, n-best, length penalty); and how many source lines
+    the teacher translates between two saves of its progress."""
+
+    root: Path
+    weights: tuple[Path, ...]
+    search: dict[str, Any]
+    chunk_lines: int
+
+
+def teacher_translations(
+    cache: TeacherCache, engine: TranslatorAPI, direction: str, sources: list[str]
+) -> tuple[list[list[str]], Progress, Path]:
+    """The teacher's n-best lists of one direction's sources, from the cache or translated into it, with
+    the progress that made them and their folder."""
+    key, parts = cache_key(
+        list(cache.weights), sources, {**cache.search, "engine": engine.kind, "direction": direction}
+    )
+    folder = cache.root / key
+    try:  # a full disk, a read-only one: one line naming cache= (write_new_json leaves no part of a file)
+        folder.mkdir(parents=True, exist_ok=True)
+        with held(folder, "translations"):
+            try:
+                progress = _progress(folder)
+                if not (folder / KEY).is_file():
+                    write_new_json(folder / KEY, parts)
+                translating = engine.with_languages(*direction.split("-"))
+                progress = _translate_held(translating, sources, folder, cache.chunk_lines, progress)
+            except OSError:
+                _cut_to_count(folder)  # while still held: no other process has resumed it yet
+                raise
+    except OSError as err:
+        raise UserError(
+            f"cache={cache.root}: cannot keep the teacher's translations there ({err.strerror or err}); "
+            "free some space or give cache= another directory (a rerun resumes what was kept)"
+        ) from err
+    return read_translations(folder, len(sources)), progress, folder
 
 
 def cache_folder(given: str | None) -> Path:
@@ -83,38 +124,47 @@ def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, ch
     stopped; returns the finished progress. `folder` must be this key's (see cache_key)."""
     folder.mkdir(parents=True, exist_ok=True)
     with held(folder, "translations"):
-        progress = Progress(**read_json(folder / PROGRESS)) if (folder / PROGRESS).is_file() else Progress()
-        if progress.finished:
-            check_finished(folder, progress)
-            log.info("teacher's translations reused from %s (%d lines, finished earlier)", folder, progress.lines)
-            return progress
-        if progress.lines:
-            log.info(
-                "resuming the teacher's translations at line %d of %d (%s)", progress.lines + 1, len(sources), folder
-            )
-        path = folder / TRANSLATIONS
-        with path.open("ab") as out:
-            out.truncate(progress.bytes)  # what a killed run appended after its last count
-            out.seek(progress.bytes)  # so that tell() counts from the cut (appends go to the end anyway)
-            bar = tqdm(total=len(sources), initial=progress.lines, unit="line", desc="teacher", disable=None)
-            for start in range(progress.lines, len(sources), chunk_lines):
-                chunk = sources[start : start + chunk_lines]
-                began = time.perf_counter()
-                results = engine.translate_nbest(chunk, first_line_number=start + 1)
-                seconds = time.perf_counter() - began
-                data = "".join(json.dumps([one_line(t.text) for t in r], ensure_ascii=False) + "\n" for r in results)
-                out.write(data.encode("utf-8"))
-                out.flush()
-                os.fsync(out.fileno())
-                progress = Progress(start + len(chunk), out.tell(), progress.seconds + seconds)
-                write_new_json(folder / PROGRESS, asdict(progress))
-                bar.update(len(chunk))
-            bar.close()
-        progress.finished, progress.sha256 = True, file_digest(path)
-        write_new_json(folder / PROGRESS, asdict(progress))
-        rate = progress.lines / progress.seconds if progress.seconds else float("inf")
-        log.info("teacher translated %d lines in %.1f s (%.1f lines/s)", progress.lines, progress.seconds, rate)
+        return _translate_held(engine, sources, folder, chunk_lines, _progress(folder))
+
+
+def _progress(folder: Path) -> Progress:
+    """What progress.json counts (nothing yet where there is none)."""
+    return Progress(**read_json(folder / PROGRESS)) if (folder / PROGRESS).is_file() else Progress()
+
+
+def _translate_held(
+    engine: TranslatorAPI, sources: list[str], folder: Path, chunk_lines: int, progress: Progress
+) -> Progress:
+    """translate_cached's work from `progress` on, in `folder` held by this process."""
+    if progress.finished:
+        check_finished(folder, progress)
+        log.info("teacher's translations reused from %s (%d lines, finished earlier)", folder, progress.lines)
         return progress
+    if progress.lines:
+        log.info("resuming the teacher's translations at line %d of %d (%s)", progress.lines + 1, len(sources), folder)
+    path = folder / TRANSLATIONS
+    with path.open("ab") as out:
+        out.truncate(progress.bytes)  # what a killed run appended after its last count
+        out.seek(progress.bytes)  # so that tell() counts from the cut (appends go to the end anyway)
+        bar = tqdm(total=len(sources), initial=progress.lines, unit="line", desc="teacher", disable=None)
+        for start in range(progress.lines, len(sources), chunk_lines):
+            chunk = sources[start : start + chunk_lines]
+            began = time.perf_counter()
+            results = engine.translate_nbest(chunk, first_line_number=start + 1)
+            seconds = time.perf_counter() - began
+            data = "".join(json.dumps([one_line(t.text) for t in r], ensure_ascii=False) + "\n" for r in results)
+            out.write(data.encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())
+            progress = Progress(start + len(chunk), out.tell(), progress.seconds + seconds)
+            write_new_json(folder / PROGRESS, asdict(progress))
+            bar.update(len(chunk))
+        bar.close()
+    progress.finished, progress.sha256 = True, file_digest(path)
+    write_new_json(folder / PROGRESS, asdict(progress))
+    rate = progress.lines / progress.seconds if progress.seconds else float("inf")
+    log.info("teacher translated %d lines in %.1f s (%.1f lines/s)", progress.lines, progress.seconds, rate)
+    return progress
 
 
 def check_finished(folder: Path, progress: Progress) -> None:
@@ -135,12 +185,12 @@ def check_finished(folder: Path, progress: Progress) -> None:
         )
 
 
-def cut_to_count(folder: Path) -> None:
+def _cut_to_count(folder: Path) -> None:
     """Cuts translations.jsonl back to what progress.json counts: what a write that failed (a full
-    disk) appended after it, as a rerun would. Under the folder's lock; where another process holds it
-    (or the folder cannot be opened), that process's own resume does the cut."""
-    with contextlib.suppress(OSError, UserError), held(folder, "translations"):
-        counted = Progress(**read_json(folder / PROGRESS)).bytes if (folder / PROGRESS).is_file() else 0
+    disk) appended after it, as a rerun would; in `folder` held by this process. Where that cannot be
+    done either (the folder cannot be read), the next run's resume does the cut."""
+    with contextlib.suppress(OSError, UserError):
+        counted = _progress(folder).bytes
         if (folder / TRANSLATIONS).is_file():
             os.truncate(folder / TRANSLATIONS, counted)
 
