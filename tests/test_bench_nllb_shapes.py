@@ -36,9 +36,17 @@ def test_the_update_flops_are_torchs_count_of_one_update() -> None:
     assert bench.update_flops(shape, rows, src_len, tgt_len) + recomputed == counter.get_total_flops()
 
 
-def test_the_smoke_run_prints_tokens_a_second_flops_and_mfu() -> None:
+def test_the_smoke_run_prints_tokens_a_second_flops_and_mfu_and_freezes_and_prunes_as_a_run_would() -> None:
+    """One run of the script (its start is most of its time) at the smoke shapes (d_model 64, FFN 128,
+    2 + 2 layers, tied embeddings) with --trainable-top-layers 1 --vocab 500. Counted by hand, an encoder
+    layer has 4 x (64 x 64 + 64) attention + (64 x 128 + 128) + (128 x 64 + 64) FFN + 2 x 128 norm =
+    33,472 parameters, a decoder layer one more attention and norm, 50,240; the one embedding 500 x 64 =
+    32,000; the two final norms 256. Trainable: the top layer of each stack and the final norms."""
+    encoder_layer = 4 * (64 * 64 + 64) + (64 * 128 + 128) + (128 * 64 + 64) + 2 * 128
+    decoder_layer = encoder_layer + 4 * (64 * 64 + 64) + 128
     command = [sys.executable, str(SCRIPTS / "bench_nllb_shapes.py"), "--smoke", "--tokens", "64", "128",
-               "--updates", "1", "--precision", "fp32", "--peak-tflops", "2.5"]  # fmt: skip
+               "--updates", "1", "--precision", "fp32", "--peak-tflops", "2.5",
+               "--trainable-top-layers", "1", "--vocab", "500"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
@@ -46,21 +54,6 @@ def test_the_smoke_run_prints_tokens_a_second_flops_and_mfu() -> None:
     for tokens in ("64", "128"):
         assert result["tokens_per_second"][tokens] > 0 and result["model_tflops_per_second"][tokens] > 0
         assert result["mfu"][tokens] == pytest.approx(result["model_tflops_per_second"][tokens] / 2.5, rel=1e-3)
-
-
-def test_the_smoke_run_freezes_and_prunes_as_a_run_would() -> None:
-    """--trainable-top-layers 1 --vocab 500 at the smoke shapes (d_model 64, FFN 128, 2 + 2 layers, tied
-    embeddings): counted by hand, an encoder layer has 4 x (64 x 64 + 64) attention + (64 x 128 + 128) +
-    (128 x 64 + 64) FFN + 2 x 128 norm = 33,472 parameters, a decoder layer one more attention and norm,
-    50,240; the one embedding 500 x 64 = 32,000; the two final norms 256. Trainable: the top layer of each
-    stack and the final norms."""
-    encoder_layer = 4 * (64 * 64 + 64) + (64 * 128 + 128) + (128 * 64 + 64) + 2 * 128
-    decoder_layer = encoder_layer + 4 * (64 * 64 + 64) + 128
-    command = [sys.executable, str(SCRIPTS / "bench_nllb_shapes.py"), "--smoke", "--tokens", "64", "--updates", "1",
-               "--precision", "fp32", "--trainable-top-layers", "1", "--vocab", "500"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
     assert result["vocab"] == 500
     assert result["parameters"] == 500 * 64 + 2 * encoder_layer + 2 * decoder_layer + 2 * 128
     assert result["trainable_parameters"] == encoder_layer + decoder_layer + 2 * 128
