@@ -26,8 +26,9 @@ Counted per update, in the generated `call()` of every graph compiled: the Trito
 ATen: `extern_kernels.*(` and `torch.ops.*(`, less allocations and views, which launch nothing). The
 eager operators around the compiled graph (the update's scalars, the read-back's stack) are not in
 it; the CPU's figures (docs/performance.md, scripts/bench_train.py --counts-only) have them. With
---cpu-too the same graph is also generated for the CPU and counted the same way (its C++ kernels and
-extern calls), so the two devices' counts come from one method.
+--devices cuda,cpu the same update is also generated for the CPU and counted the same way (its C++
+kernels and extern calls); --devices cpu alone runs on any torch, CPU builds included: the method
+checked against the profiler's count of the same torch.
 """
 
 from __future__ import annotations
@@ -46,11 +47,22 @@ SCRIPTS = Path(__file__).resolve().parent
 FAKE_H100 = SCRIPTS / "fake_h100"
 SHIM_MARK = "COUNT_GPU_KERNELS_SHIM"
 
-# The CPU's counts of the same compiled update, from the profiler (docs/performance.md, "Where the
-# compiled update's memory went" and "the loss, counted"; bench_train.py --counts-only, torch 2.13.0).
+# The CPU's profiled counts of the compiled update (scripts/bench_train.py --counts-only, torch 2.13.0,
+# docs/performance.md): its generated kernels' profiler events, and the top-level `aten::` operators
+# that compute, the graph's extern calls among them with the eager ones around the graph and the ones
+# inside the CPU's mask operator. "randint": with the dropout mask a GPU traces (torch.randint), before
+# the CPU's mask operator (seq2seq::keep_mask).
 CPU_PROFILED = {
-    ("small", "fp32"): {"generated_kernels": 90, "extern_and_eager_calls": 143, "launches": 233},
-    ("base", "fp32"): {"generated_kernels": 171, "extern_and_eager_calls": 260, "launches": 431},
+    ("small", "fp32"): [
+        {"dropout": "keep_mask", "generated_kernels": 101, "extern_and_eager_calls": 193, "launches": 294},
+        {"dropout": "randint", "generated_kernels": 90, "extern_and_eager_calls": 143, "launches": 233},
+    ],
+    ("small", "bf16"): [
+        {"dropout": "keep_mask", "generated_kernels": 130, "extern_and_eager_calls": 193, "launches": 323},
+    ],
+    ("base", "fp32"): [
+        {"dropout": "randint", "generated_kernels": 171, "extern_and_eager_calls": 260, "launches": 431},
+    ],
 }
 
 # In a generated call(): a Triton kernel's launch, a C++ kernel's definition, and the calls that are
@@ -157,12 +169,10 @@ class Captured(Exception):
     """Raised where Inductor would load its generated module: the code is taken, nothing compiled."""
 
 
-def pretend_the_gpu_is_there(generated: list[dict]) -> None:
-    """The Python side of the fake H100 (the module docstring), and the capture of every graph's
-    wrapper code into `generated`."""
+def pretend_the_gpu_is_there() -> None:
+    """The Python side of the fake H100 (the module docstring)."""
     import torch
     from torch._inductor.fx_passes import fuse_attention, joint_graph
-    from torch._inductor.graph import GraphLowering
     from torch.utils._python_dispatch import TorchDispatchMode
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
@@ -198,6 +208,13 @@ def pretend_the_gpu_is_there(generated: list[dict]) -> None:
     joint_graph.UniformValueConstantFolder.run = fold_on_cpu
     sfdp_init = fuse_attention._sfdp_init
     fuse_attention._sfdp_init = lambda input_device=None: sfdp_init(torch.device("cpu"))
+
+
+def capture_generated_code(generated: list[dict]) -> None:
+    """Every graph's wrapper code into `generated`, where Inductor would load it as a module; the
+    compile stops there, and the graph runs as Dynamo traced it."""
+    import torch
+    from torch._inductor.graph import GraphLowering
 
     def capture(self: GraphLowering) -> None:
         code = self.codegen_with_cpp_wrapper() if self.cpp_wrapper else self.codegen()
@@ -235,7 +252,7 @@ def generate(
     model: str, tokens: int, precision: str, device_name: str, data_dir: str, vocab: int, generated: list[dict]
 ) -> dict:
     """The update of `model` at `tokens` a batch compiled for `device_name` (the graphs' code lands in
-    `generated`, pretend_the_gpu_is_there's capture); -> its launches, summed over its graphs."""
+    `generated`, capture_generated_code's); -> its launches, summed over its graphs."""
     import torch
     import torch._dynamo
     from hydra import compose, initialize_config_module
@@ -324,15 +341,27 @@ def main() -> None:
     parser.add_argument("--runs", default="small:4096,base:4096", help="model:batch_tokens, comma-separated")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--cpu-too", action="store_true", help="also generate the CPU's code of each, counted alike")
+    parser.add_argument(
+        "--devices",
+        default="cuda",
+        help="cuda, cpu or cuda,cpu: the devices to generate each update's code for (cpu needs no CUDA build)",
+    )
+    parser.add_argument(
+        "--gpu-dropout-on-cpu",
+        action="store_true",
+        help="the CPU's graph with the GPU's traced dropout mask (torch.randint, not seq2seq::keep_mask): "
+        "the same graph on both backends",
+    )
     parser.add_argument("--code-dir", default="", help="write each graph's generated code here")
     args = parser.parse_args()
     import torch
 
-    refusal = refuse_without_cuda_build(torch.__version__, torch.version.cuda)
+    devices = args.devices.split(",")
+    on_gpu = "cuda" in devices
+    refusal = refuse_without_cuda_build(torch.__version__, torch.version.cuda) if on_gpu else None
     if refusal:
         sys.exit(refusal)
-    if os.environ.get(SHIM_MARK) is None:
+    if on_gpu and os.environ.get(SHIM_MARK) is None:
         relaunch_with_shim()
     import torch._inductor.config as inductor
 
@@ -344,14 +373,23 @@ def main() -> None:
     inductor.fx_graph_cache = False
     inductor.autotune_local_cache = False
     torch.set_num_threads(1)
+    if on_gpu:
+        pretend_the_gpu_is_there()
+    if args.gpu_dropout_on_cpu:
+        from seq2seq.model import dropout
+
+        def randint_mask(x: torch.Tensor, threshold: int) -> torch.Tensor:  # dropout.traced_keep_mask off a CPU
+            return torch.randint(0, dropout.INT16_LEVELS, x.shape, device=x.device) >= threshold
+
+        dropout.traced_keep_mask = randint_mask
     generated: list[dict] = []
-    pretend_the_gpu_is_there(generated)
+    capture_generated_code(generated)
     rows = []
     for item in args.runs.split(","):
         model, tokens = item.split(":")
         for precision in args.precisions.split(","):
             row: dict = {"model": model, "batch_tokens": int(tokens), "precision": precision}
-            for device in ("cuda", "cpu") if args.cpu_too else ("cuda",):
+            for device in devices:
                 counted = generate(model, int(tokens), precision, device, args.data_dir, args.vocab, generated)
                 sources = counted.pop("sources")
                 if args.code_dir:
@@ -363,15 +401,23 @@ def main() -> None:
             profiled = CPU_PROFILED.get((model, precision))
             if profiled and int(tokens) == 4096:
                 row["cpu_profiled"] = profiled
+            if args.gpu_dropout_on_cpu and "cpu_codegen" in row:
+                row["cpu_codegen"]["dropout"] = "randint"
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
     report = {
-        "what": "the compiled update's kernels in the code Inductor generates for a CUDA device, on a machine without one",
-        "how": "FakeTensorMode on device cuda, a stand-in CUDA runtime and Triton target (H100, sm_90), "
-        "Inductor's GraphLowering.codegen() taken before any kernel is compiled: nothing ran on a GPU",
+        "what": "the compiled update's kernels in the code Inductor generates for each device (cuda: on a machine "
+        "without one), counted in the generated call()",
+        "how": "the model, Adam and the batch under FakeTensorMode; torch.compile of the update as compile=true; "
+        "Inductor's GraphLowering.codegen() taken before any kernel is compiled"
+        + (", with a stand-in CUDA runtime and Triton target (H100, sm_90): nothing ran on a GPU" if on_gpu else ""),
+        "command": "python scripts/count_gpu_kernels.py " + " ".join(sys.argv[1:]),
         "torch": torch.__version__,
-        "triton": __import__("triton").__version__,
-        "gpu_pretended": torch.cuda.get_device_name(0),
+        **(
+            {"triton": __import__("triton").__version__, "gpu_pretended": torch.cuda.get_device_name(0)}
+            if on_gpu
+            else {}
+        ),
         "runs": rows,
     }
     json.dump(report, sys.stdout, indent=2)
