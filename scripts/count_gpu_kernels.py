@@ -34,9 +34,11 @@ checked against the profiler's count of the same torch.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -363,6 +365,8 @@ def main() -> None:
         sys.exit(refusal)
     if on_gpu and os.environ.get(SHIM_MARK) is None:
         relaunch_with_shim()
+    if on_gpu:  # the relaunched process: the stand-ins and the fresh caches go when it ends
+        atexit.register(shutil.rmtree, os.environ[SHIM_MARK], ignore_errors=True)
     import torch._inductor.config as inductor
 
     inductor.compile_threads = 1
