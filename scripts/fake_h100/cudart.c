@@ -47,44 +47,43 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
 }
 
 /* H100 SXM5 80 GB: sm_90, 132 SMs */
+static const struct cudaDeviceProp H100 = {
+    .name = "NVIDIA H100 80GB HBM3",
+    .totalGlobalMem = (size_t)80 << 30,
+    .sharedMemPerBlock = 49152,
+    .regsPerBlock = 65536,
+    .warpSize = 32,
+    .maxThreadsPerBlock = 1024,
+    .maxThreadsDim = {1024, 1024, 64},
+    .maxGridSize = {2147483647, 65535, 65535},
+    .major = 9,
+    .minor = 0,
+    .multiProcessorCount = 132,
+    .concurrentKernels = 1,
+    .unifiedAddressing = 1,
+    .memoryBusWidth = 5120,
+    .l2CacheSize = 50 << 20,
+    .maxThreadsPerMultiProcessor = 2048,
+    .streamPrioritiesSupported = 1,
+    .sharedMemPerMultiprocessor = 233472,
+    .regsPerMultiprocessor = 65536,
+    .sharedMemPerBlockOptin = 232448,
+    .maxBlocksPerMultiProcessor = 32,
+};
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
-  memset(prop, 0, sizeof *prop);
-  strcpy(prop->name, "NVIDIA H100 80GB HBM3");
-  prop->totalGlobalMem = (size_t)80 << 30;
-  prop->sharedMemPerBlock = 49152;
-  prop->regsPerBlock = 65536;
-  prop->warpSize = 32;
-  prop->maxThreadsPerBlock = 1024;
-  prop->maxThreadsDim[0] = 1024;
-  prop->maxThreadsDim[1] = 1024;
-  prop->maxThreadsDim[2] = 64;
-  prop->maxGridSize[0] = 2147483647;
-  prop->maxGridSize[1] = 65535;
-  prop->maxGridSize[2] = 65535;
-  prop->major = 9;
-  prop->minor = 0;
-  prop->multiProcessorCount = 132;
-  prop->concurrentKernels = 1;
-  prop->unifiedAddressing = 1;
-  prop->memoryBusWidth = 5120;
-  prop->l2CacheSize = 50 << 20;
-  prop->maxThreadsPerMultiProcessor = 2048;
-  prop->streamPrioritiesSupported = 1;
-  prop->sharedMemPerMultiprocessor = 233472;
-  prop->regsPerMultiprocessor = 65536;
-  prop->sharedMemPerBlockOptin = 232448;
-  prop->maxBlocksPerMultiProcessor = 32;
+  *prop = H100;
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
   switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case cudaDevAttrMultiProcessorCount: *value = 132; break;
-    case cudaDevAttrWarpSize: *value = 32; break;
-    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 232448; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = H100.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = H100.minor; break;
+    case cudaDevAttrMultiProcessorCount: *value = H100.multiProcessorCount; break;
+    case cudaDevAttrWarpSize: *value = H100.warpSize; break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = H100.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)H100.sharedMemPerBlockOptin; break;
     default: *value = 0;
   }
   return cudaSuccess;
