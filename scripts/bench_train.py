@@ -389,8 +389,8 @@ def main() -> None:
 
 def counts_report(args: argparse.Namespace) -> dict:
     """--counts-only: what an update launches, eager and compiled, per model (seq2seq/train/
-    compiled_update.py compiles the whole update); the compiled count is a GPU's kernel count for the
-    same graph. Compiling takes minutes on a CPU (its seconds are in the report, not a measurement
+    compiled_update.py compiles the whole update); the compiled count is a floor for a GPU's kernel
+    count of the same graph (scripts/count_gpu_kernels.py counts the Triton code). Compiling takes minutes on a CPU (its seconds are in the report, not a measurement
     of anything but this machine's load)."""
     runs = [item.split(":") for item in args.runs.split(",")] if args.runs else [(args.model, args.batch_tokens)]
     rows = []

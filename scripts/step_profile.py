@@ -142,7 +142,8 @@ def operator_calls_per_update(step: Callable[[], object], updates: int) -> dict[
     compiled (compile=true) also Inductor's generated kernels (`count_generated_kernels`) and the
     launches: those kernels plus the top-level operators that compute, in the compiled code the
     extern calls (matrix products, attention) and outside it the few eager operators around it. A
-    GPU launches about that many kernels for the same graph: Inductor fuses alike for both."""
+    GPU launches more for the same graph: the same extern calls, but Triton makes a kernel of each
+    loop nest that C++ fuses with others (scripts/count_gpu_kernels.py counts the Triton code)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(updates):
             step()
