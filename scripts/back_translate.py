@@ -166,7 +166,7 @@ def check_output(out: Path, names: list[str], key: str) -> None:
 
 
 def back_translate(args: argparse.Namespace) -> dict[str, Any]:
-    teacher = read_teacher(args.model)
+    teacher = read_teacher(args.model, given_as="--model ")
     model_direction(teacher, args.src, args.tgt)
     targets = FileLines(args.input)  # read a chunk at a time, never held whole
     if not targets:

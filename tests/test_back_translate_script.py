@@ -211,3 +211,30 @@ def test_a_killed_back_translation_resumes_at_its_next_chunk(tmp_path, monkeypat
     assert [line for _, chunk in killed.chunks + resumed.chunks for line in chunk] == lines
     assert (tmp_path / "bt" / "train.en").read_text().splitlines() == [" ".join(reversed(s.split())) for s in lines]
     assert (tmp_path / "bt" / "train.de").read_text().splitlines() == lines
+
+
+def test_a_model_that_is_not_a_run_or_checkpoints_is_named_as_the_flag_the_user_gave(tmp_path):
+    script = load_script("back_translate")
+    missing = tmp_path / "a.pt"
+    with pytest.raises(UserError, match=rf"^--model {missing},{missing}: {missing}: no such file or directory; "):
+        script.read_teacher(f"{missing},{missing}", given_as="--model ")
+    mono = tmp_path / "mono.de"
+    mono.write_text("Ein Mann.\n")
+    argv = ["--model", str(missing), "--input", str(mono), "--src", "en", "--tgt", "de", "--out", str(tmp_path / "bt")]
+    with pytest.raises(SystemExit, match=rf"^error: --model {missing}: "):  # the command's one line
+        script.main(argv)
+    assert not (tmp_path / "bt").exists()
+
+
+def test_an_ensemble_of_checkpoints_is_loaded_as_one_reverse_model(monkeypatch):
+    """--model a.pt,b.pt: every checkpoint goes to the engine, which averages their predictions (as
+    seq2seq-translate's checkpoint=a,b); one path is loaded as itself."""
+    script = load_script("back_translate")
+    loaded = []
+    monkeypatch.setattr(script, "load", lambda paths, **kwargs: loaded.append((paths, kwargs)))
+    args = type("Args", (), {"batch_size": 8, "threads": 1, "device": "cpu"})()
+    beam = {"sampling": False, "beam": 5, "length_penalty": 1.0}
+    script.engine_for(Teacher(["/r/a.pt", "/r/b.pt"], [], {}), beam, args)
+    script.engine_for(Teacher(["/r/a.pt"], [], {}), beam, args)
+    assert [paths for paths, _ in loaded] == [["/r/a.pt", "/r/b.pt"], "/r/a.pt"]
+    assert loaded[0][1] == {"batch_size": 8, "threads": 1, "device": "cpu", "beam": 5, "length_penalty": 1.0}

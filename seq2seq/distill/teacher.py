@@ -46,14 +46,14 @@ class Teacher:
         return len(self.paths) == 1 and path_kind(self.paths[0]) is PathKind.RUN
 
 
-def read_teacher(spec: str) -> Teacher:
+def read_teacher(spec: str, given_as: str = "teacher=") -> Teacher:
     """teacher=<run directory> or teacher=<a.pt>,<b.pt> (an ensemble of checkpoints that share one
     tokenizer, as seq2seq-translate's checkpoint= takes them; the student's settings come from the
     first). A CTranslate2 or Marian directory has no training config to give the student its data, so
-    it is refused."""
+    it is refused. `given_as`: how the errors name the setting (scripts/back_translate.py's "--model ")."""
     paths = [p for p in str(spec).split(",") if p]
     if not paths:
-        raise UserError(f"teacher={spec}: names nothing; give a run directory")
+        raise UserError(f"{given_as}{spec}: names nothing; give a run directory")
     if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN:
         run = RunDir(paths[0])
         config = for_student(load_checkpoint(run.find_checkpoint())["config"])
@@ -63,7 +63,7 @@ def read_teacher(spec: str) -> Teacher:
         if kind is not PathKind.CHECKPOINT or not Path(path).is_file() or not is_checkpoint_file(Path(path)):
             what = kind.value if Path(path).exists() else "no such file or directory"
             raise UserError(
-                f"teacher={spec}: {path}: {what}; give a run directory or training checkpoints "
+                f"{given_as}{spec}: {path}: {what}; give a run directory or training checkpoints "
                 "(the student's data and training settings come from the teacher's config)"
             )
     resolved = [str(Path(p).resolve()) for p in paths]
