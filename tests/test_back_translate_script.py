@@ -92,7 +92,7 @@ def test_monolingual_text_in_another_language_is_refused_in_one_line():
 def test_the_wrong_language_stops_the_script_before_the_model_is_loaded(tmp_path, monkeypatch):
     script = load_script("back_translate")
     reverse = Teacher(["runs/de-en"], [tmp_path / "weights"], {"data": {"src_lang": "de", "tgt_lang": "en"}})
-    monkeypatch.setattr(script, "read_teacher", lambda spec: reverse)
+    monkeypatch.setattr(script, "read_teacher", lambda spec, given_as: reverse)
     monkeypatch.setattr(script, "engine_for", lambda *a: pytest.fail("the model was loaded"))
     mono = tmp_path / "mono.de"
     mono.write_text("\n".join(ENGLISH) + "\n")
@@ -170,7 +170,7 @@ def german(n: int) -> list[str]:
 def back_translate_with(script, tmp_path: Path, name: str, lines: list[str], engine: _Reverser, monkeypatch) -> None:
     reverse = Teacher(["runs/de-en"], [tmp_path / "weights"], {"data": {"src_lang": "de", "tgt_lang": "en"}})
     (tmp_path / "weights").write_bytes(b"w")
-    monkeypatch.setattr(script, "read_teacher", lambda spec: reverse)
+    monkeypatch.setattr(script, "read_teacher", lambda spec, given_as: reverse)
     monkeypatch.setattr(script, "engine_for", lambda *a: engine)
     mono = tmp_path / f"{name}.de"
     if not mono.exists():
