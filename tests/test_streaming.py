@@ -461,3 +461,17 @@ def test_a_streamed_mix_logs_each_corpus_s_lines_weight_and_share_at_the_start(t
         "corpora (streamed; lines before cleaning): "
         "alpha 400 lines x 1 = 400 an epoch (80.0%), beta 40 lines x 2.5 = 100 an epoch (20.0%)"
     )
+
+
+def test_a_streamed_mix_counts_each_corpus_s_lines_once_a_run(tmp_path, monkeypatch):
+    """The cache's build, the start-up line and training's interleave all need each corpus's lines;
+    the plan counts them once (a crawl's count reads every byte of its file)."""
+    import seq2seq.data.corpus_plan as corpus_plan
+
+    counted = []
+    real = corpus_plan.corpus_lines
+    monkeypatch.setattr(corpus_plan, "corpus_lines", lambda stream: counted.append(stream.label) or real(stream))
+    data = prepare_data(streamed_corpora(tmp_path, ("alpha", 40, 1.0), ("beta", 20, 2.0)))
+    batches = StreamingBatches(data.plan, data.tokenizers, batch_tokens=64, seed=5, max_positions=64)
+    batches.next_update(1, 0, 1)
+    assert sorted(counted) == ["alpha", "beta"]

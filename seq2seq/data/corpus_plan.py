@@ -29,6 +29,7 @@ from seq2seq.data.corpora import (
     Stream,
     check_back_translations,
     corpus_config,
+    corpus_lines,
     named_error,
 )
 from seq2seq.data.corpus import corpus_sources
@@ -84,6 +85,16 @@ class CorpusPlan:
     # judging every later pass of this run. Not a setting: the plan's streams and data.clean_settings
     # decide it, and a plan is made per run, so a changed corpus or setting never meets a stale one.
     alignment: AlignmentScorers = field(default_factory=dict, compare=False, repr=False)
+    # data.streaming with data.corpora: each stream's lines (by its label), counted once a run by
+    # `lines_of` (the cache's build, the start-up log and training's interleave all need them)
+    line_counts: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def lines_of(self) -> list[int]:
+        """Each stream's lines (corpora.corpus_lines), counted the first time they are asked for."""
+        for stream in self.streams:
+            if stream.label not in self.line_counts:
+                self.line_counts[stream.label] = corpus_lines(stream)
+        return [self.line_counts[stream.label] for stream in self.streams]
 
     @property
     def multilingual(self) -> bool:

@@ -33,7 +33,6 @@ from seq2seq.data.corpora import (
     BACK_TRANSLATION_TAG,
     CORPUS,
     check_equal_sides,
-    corpus_lines,
     iter_training_rows,
     mixed_rows,
     refuse_emptied_corpora,
@@ -379,7 +378,7 @@ def _build(corpus: CorpusPlan, target: Path) -> None:
             for stream in corpus.streams:
                 check_equal_sides(stream)
         if data.streaming and corpus.corpus_names:  # the head of the corpora interleaved, not the first corpus alone
-            lines = [corpus_lines(stream) for stream in corpus.streams]
+            lines = corpus.lines_of()
             rows = mixed_rows(
                 corpus.streams, data.clean_settings, corpus.languages, cleaning, read, lines, scorers=scorers
             )
@@ -542,7 +541,7 @@ def describe_streamed_corpora(corpus: CorpusPlan) -> str:
     """data.streaming: each stream's lines (counted as its passes count them, before cleaning drops
     any), its corpus's weight, and the lines (and share) of an epoch it reads, for the log. A stream is
     a corpus in one direction; its corpus's index is the last of the indices its rows carry."""
-    lines = np.asarray([corpus_lines(stream) for stream in corpus.streams], dtype=np.int64)
+    lines = np.asarray(corpus.lines_of(), dtype=np.int64)
     weights = [corpus.corpus_weights[stream.extra[-1]] for stream in corpus.streams]
     return _describe_mix([stream.label for stream in corpus.streams], lines, weights, "lines")
 

@@ -24,7 +24,7 @@ import numpy as np
 from seq2seq.config import UserError
 from seq2seq.data.batching import Batch, check_same_corpora, check_same_stream, collate, make_batches
 from seq2seq.data.cleaning import CleaningReport
-from seq2seq.data.corpora import BACK_TRANSLATION_TAG, AlignmentScorers, corpus_lines, iter_training_rows, mixed_rows
+from seq2seq.data.corpora import BACK_TRANSLATION_TAG, AlignmentScorers, iter_training_rows, mixed_rows
 from seq2seq.data.corpus_plan import CorpusPlan
 from seq2seq.data.epoch_mix import CorpusTally
 from seq2seq.data.pipeline import Split, TokenColumn, drop_by_text, keep_pair
@@ -94,7 +94,7 @@ class StreamingBatches:
         if not self.corpora:
             return iter_training_rows(corpus.streams, settings, corpus.languages, {}, CleaningReport(), self._scorers)
         if self._lines is None:
-            self._lines = [corpus_lines(stream) for stream in corpus.streams]
+            self._lines = corpus.lines_of()
         rng = np.random.default_rng([self.seed, epoch, 0])  # [seed, epoch, buffer] seeds the batches
         rows = (corpus.streams, settings, corpus.languages, CleaningReport(), {}, self._lines, corpus.corpus_weights)
         return mixed_rows(*rows, rng, self._scorers)
