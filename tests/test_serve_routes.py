@@ -366,6 +366,40 @@ def _translated_file(client: TestClient, name: str, data: bytes) -> bytes:
     return download.content
 
 
+def test_an_app_removes_the_files_folder_it_made_and_never_a_given_one(tmp_path: Path, monkeypatch) -> None:
+    """Without Web.files_dir the app makes a temporary folder for translated files, and it is the app's:
+    gone when the app stops serving, or with an app dropped unserved. A folder the caller gave is
+    written into and stays, with what the caller had put there."""
+    import gc
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes it, to be seen
+
+    def made() -> list[Path]:
+        return sorted(tmp_path.glob("seq2seq-serve-files-*"))
+
+    model, _ = served_model("en", "de")
+    try:
+        with TestClient(create_app([model], Limits(16, 40, 8), None)) as client:
+            assert _translated_file(client, "notes.txt", b"ab\n") == b"AB\n"
+            (folder,) = made()
+            assert any(folder.iterdir())  # the translated file, for its download
+        assert made() == []
+        unserved = create_app([model], Limits(16, 40, 8), None)
+        assert len(made()) == 1
+        del unserved
+        gc.collect()
+        assert made() == []
+        given = tmp_path / "given"
+        given.mkdir()
+        (given / "notes.txt").write_text("mine")
+        with TestClient(create_app([model], Limits(16, 40, 8), None, None, Web(files_dir=given))) as client:
+            assert _translated_file(client, "more.txt", b"cd\n") == b"CD\n"
+        assert (given / "notes.txt").read_text() == "mine" and len(list(given.iterdir())) == 2
+    finally:
+        model.batcher.stop()
+
+
 def test_text_html_and_subtitle_files_come_back_in_their_format(served) -> None:
     client, _ = served
     assert _translated_file(client, "notes.txt", b"ab cd\r\n\r\nEf gh. Ij kl.\n") == b"AB CD\r\n\r\nEF GH. IJ KL.\n"

@@ -10,12 +10,15 @@ origins may call it (CORS, `cors_origins`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import importlib.resources
 import json
 import logging
-from collections.abc import Callable
+import shutil
+import weakref
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +58,9 @@ class Web:
     """How the server meets the web: which origins' pages may call it, where translated files go."""
 
     cors_origins: tuple[str, ...] = ("*",)
-    files_dir: Path | None = None  # a folder the server made (and removes); None: a new temporary one
+    # The caller's folder (written into, never removed); None: the app makes a temporary one, its own,
+    # and removes it when it stops, or when it goes (at exit at the latest) if it never started.
+    files_dir: Path | None = None
     max_file_bytes: int = 5_000_000
 
 
@@ -91,7 +96,8 @@ def create_app(
     defaults = first.settings
     service = Service([model.batcher for model in served], limits, keys)
     languages = Languages([model for m in served for model in _models(m)])
-    files_dir = web.files_dir or _temporary_folder()
+    owned = None if web.files_dir else _temporary_folder()
+    files_dir = web.files_dir or owned
     libre = LibreTranslate(service, languages, defaults, files_dir, web.max_file_bytes)
     native = NativeApi(served, service, languages, limits)
 
@@ -141,7 +147,30 @@ def create_app(
         max_age=60 * 60 * 24 * 20,
     )
     errors = {HTTPException: _http_error, Exception: _server_error}
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[cors], exception_handlers=errors)
+    if owned is not None:
+        lifespan = _holding(owned, lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[cors], exception_handlers=errors)
+    if owned is not None:  # an app made and dropped without serving leaves nothing either
+        weakref.finalize(app, shutil.rmtree, owned, True)
+    return app
+
+
+def _holding(folder: Path, lifespan: Any) -> Callable[[Any], contextlib.AbstractAsyncContextManager]:
+    """`lifespan` (None: none), with the app's own files folder there while it serves and gone after."""
+
+    @contextlib.asynccontextmanager
+    async def held(app: Any) -> AsyncIterator[Any]:
+        folder.mkdir(parents=True, exist_ok=True)  # again, if the app is served a second time
+        try:
+            if lifespan is None:
+                yield None
+            else:
+                async with lifespan(app) as state:
+                    yield state
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return held
 
 
 def _page(server: dict[str, Any]) -> str:
