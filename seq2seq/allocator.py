@@ -20,11 +20,13 @@ comes before torch is imported, which would otherwise be imported twice.
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
 import json
 import os
 import sys
 from collections.abc import MutableMapping
+from typing import Any
 
 SWITCH = "SEQ2SEQ_ALLOCATOR"  # "system" keeps the C library's malloc
 # Set only for the exec of the re-launch: the user's LD_PRELOAD as JSON (null when it was unset).
@@ -87,6 +89,36 @@ def _tcmalloc_mapped() -> bool:
     """tcmalloc is loaded in this process already (re-launched, and LD_PRELOAD since restored)."""
     with open("/proc/self/maps") as maps:
         return "tcmalloc" in maps.read()
+
+
+class FreeMemoryRelease:
+    """glibc's malloc, where the process runs on it: every `every` calls of `tick`, the free pages of its
+    heaps go back to the system (malloc_trim(0)). A training's tensors come in sizes that never repeat
+    (see above); the heap keeps the space they freed, in pieces too scattered to reuse, and the process
+    grows over a run on glibc where tcmalloc holds steady (docs/performance.md, "Allocator"). Returning
+    them every few dozen updates keeps it near what the updates hold; the pages come back as one page
+    fault each when a later update touches them, paid once per interval rather than per tensor (as a
+    fixed mmap threshold would). A no-op on tcmalloc and where there is no glibc."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.calls = every, 0
+        self.trim = _malloc_trim() if allocator_in_use() == "system" else None
+
+    def tick(self) -> bool:
+        """Counts a call; True when this one released the free memory."""
+        self.calls += 1
+        if self.trim is None or self.calls % self.every:
+            return False
+        self.trim(0)
+        return True
+
+
+def _malloc_trim() -> Any:
+    """glibc's malloc_trim, or None (musl, macOS: no such function)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim  # the process's own symbols: the C library it runs on
+    except (OSError, AttributeError):
+        return None
 
 
 def allocator_in_use() -> str:

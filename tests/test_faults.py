@@ -185,6 +185,22 @@ def test_updates_are_read_back_every_log_every_updates(setup, tmp_path):
     assert trainer.pending == [] and trainer.skipped_updates == 3
 
 
+def test_the_loop_hands_the_heap_back_every_so_many_updates(setup, tmp_path):
+    """fit calls the allocator's release once an update (allocator.FreeMemoryRelease, whose effect on
+    the heap tests/test_allocator.py reads from /proc), so that it runs every `every` updates."""
+    cfg, data = setup
+    cfg = cfg.copy()
+    cfg.max_steps, cfg.valid_every, cfg.save_every = 5, 1000, 1000
+    trainer = Trainer(
+        TrainingParts.of(cfg, torch.device("cpu")), tmp_path / "run", data, torch.device("cpu"), DistContext()
+    )
+    trainer.stream.next_update = lambda *_args: [batch_of(data, np.arange(0, 8))]
+    trims: list[int] = []
+    trainer.free_memory.every, trainer.free_memory.trim = 2, trims.append
+    assert trainer.fit(Report()) == "reached max_steps=5"
+    assert trainer.step == 5 and trainer.free_memory.calls == 5 and trims == [0, 0]
+
+
 def test_a_run_that_keeps_getting_nan_stops_with_its_last_good_checkpoint(tmp_path, monkeypatch, caplog):
     """Through train(): four good updates (checkpoint at 4), then NaN for ever -> NonFiniteLoss after
     max_skipped_updates=3 skips, and checkpoints/last.pt is the one from update 4."""

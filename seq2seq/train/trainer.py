@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from seq2seq import cpu_sharing
+from seq2seq.allocator import FreeMemoryRelease
 from seq2seq.artifacts.checkpoint import TrainingState, Vocabulary, save_training_state
 from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.data.pipeline import PreparedData
@@ -42,6 +43,9 @@ from seq2seq.train.update import (
     training_update,
 )
 
+# Updates between returns of glibc's free heap pages (allocator.FreeMemoryRelease); measured in
+# docs/performance.md, "Allocator".
+FREE_MEMORY_EVERY = 50
 log = logging.getLogger(__name__)
 STOPPED_BY_SIGNAL = "stopped by signal (Ctrl-C or SIGTERM)"
 
@@ -95,6 +99,7 @@ class Trainer:
         # other work runs (cpu_sharing.py). Not in a deterministic run, whose sums must not depend on load.
         cpu = device.type == "cpu" and not loop.deterministic
         self.sharing = cpu_sharing.watch_for_sharing(torch.get_num_threads(), torch.set_num_threads) if cpu else None
+        self.free_memory = FreeMemoryRelease(FREE_MEMORY_EVERY)  # glibc's heap, handed back (allocator.py)
 
     # ---- the checkpoint: what the run is, and how it goes on ------------------------------------
     def training_state(self, rng: list[dict[str, Any]] | None = None) -> TrainingState:
@@ -305,6 +310,7 @@ class Trainer:
             update_start = self.clock()
             tokens = self.train_step()
             self.notice_other_work()
+            self.free_memory.tick()
             if tokens is None:
                 continue
             step = self.step
