@@ -474,20 +474,21 @@ def test_attention_images_stay_within_their_share_of_the_training_time(tmp_path,
 
     image = np.zeros((4, 4, 3), dtype=np.uint8)
     orders = []
+    now = [0.0]  # the dashboard's clock: an image costs 0.05 s of it exactly, whatever the machine's load
 
     def images(samples, kinds):  # 6 images of 0.05 s each, drawn as they are asked for
         orders.append(kinds)
         for number in range(6):
-            time.sleep(0.05)
+            now[0] += 0.05
             yield f"attention/{kinds[number % 3]}/layer_{number}/sample_1", image
 
     monkeypatch.setattr(plots, "translate_with_attention", lambda translator, sources: sources)
     monkeypatch.setattr(plots, "attention_images", images)
-    dashboard = Dashboard(tmp_path, 0, 10, progress=False, attention_share=0.01)
+    dashboard = Dashboard(tmp_path, 0, 10, progress=False, attention_share=0.01, clock=lambda: now[0])
     try:
         # 1% of 12 s is 0.12 s: after the third image (0.15 s) it stops, overrunning by less than one image.
         assert dashboard.attention(1, None, ["a"], training_seconds=12.0) == 3
-        assert 0.15 <= dashboard.attention_seconds < 0.2
+        assert dashboard.attention_seconds == pytest.approx(0.15)
         assert dashboard.attention(2, None, ["a"], training_seconds=14.0) == 0  # 0.14 s allowed: spent
         assert dashboard.attention(3, None, ["a"], training_seconds=100.0) == 6  # 1 s allowed: all six
         assert orders[0][0] == "cross"  # the most telling kind first
