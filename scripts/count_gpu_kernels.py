@@ -392,7 +392,13 @@ def main() -> None:
     for item in args.runs.split(","):
         model, tokens = item.split(":")
         for precision in args.precisions.split(","):
-            row: dict = {"model": model, "batch_tokens": int(tokens), "precision": precision}
+            # The machine state each figure was taken in: counts do not depend on it, generate_seconds do.
+            row: dict = {
+                "model": model,
+                "batch_tokens": int(tokens),
+                "precision": precision,
+                "load_average_1min_at_start": round(os.getloadavg()[0], 2),
+            }
             for device in devices:
                 counted = generate(model, int(tokens), precision, device, args.data_dir, args.vocab, generated)
                 sources = counted.pop("sources")
