@@ -54,10 +54,9 @@ class StreamingBatches:
         self.batch_tokens, self.seed, self.max_positions = batch_tokens, seed, max_positions
         self.dropped = 0  # pairs the length filters removed so far (they are counted as they stream by)
         self.epoch, self.buffer, self.position = 1, 0, 0
-        # data.corpora: each corpus's lines (counted once, for the interleave), its rows of this epoch, the tag
+        # data.corpora: its rows of this epoch and the tag (each corpus's lines: the plan's, counted once a run)
         self.corpora = bool(corpus.corpus_names)
         self.corpus_tally = CorpusTally(corpus.corpus_names) if self.corpora else None
-        self._lines: list[int] | None = None
         self.tagged = set(corpus.tagged)
         self.tag_id = tokenizers.src.token_to_id(BACK_TRANSLATION_TAG) if self.tagged else None
         self._batches: list[np.ndarray] | None = None  # read on first use, so a resume reads its buffer only
@@ -93,10 +92,9 @@ class StreamingBatches:
         corpus, settings = self.corpus, self.data.clean_settings
         if not self.corpora:
             return iter_training_rows(corpus.streams, settings, corpus.languages, {}, CleaningReport(), self._scorers)
-        if self._lines is None:
-            self._lines = corpus.lines_of()
         rng = np.random.default_rng([self.seed, epoch, 0])  # [seed, epoch, buffer] seeds the batches
-        rows = (corpus.streams, settings, corpus.languages, CleaningReport(), {}, self._lines, corpus.corpus_weights)
+        lines = corpus.lines_of()  # counted at the run's first need, then the plan's
+        rows = (corpus.streams, settings, corpus.languages, CleaningReport(), {}, lines, corpus.corpus_weights)
         return mixed_rows(*rows, rng, self._scorers)
 
     def _next_buffer(self) -> bool:
