@@ -2,7 +2,7 @@
 precision and recall, and each kind of noise's share removed. Cleaning only, no training.
 
     python scripts/score_cleaning.py /tmp/noisy --json results/cleaning_noisy_multi30k.json \\
-        --markdown results/cleaning_noisy_multi30k.md [--rules default] [--languages fr]
+        --markdown results/cleaning_noisy_multi30k.md [--rules hard] [--languages fr]
 
 The pairs go through seq2seq.data.cleaning's Cleaner, as training reads them, with
 data.clean_settings' defaults. A rule's precision: of the pairs it dropped, the share that were noise
@@ -21,13 +21,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from seq2seq.config import CleanSettings, clean_rules
+from seq2seq.config import CLEAN_SETS, CleanSettings, clean_rules
 from seq2seq.data.cleaning import Cleaner, CleaningReport
 from seq2seq.data.corpus import iter_parallel
 from seq2seq.data.language_id import identifier
 
 CLEAN = "clean"
-# The noise each rule is meant for (make_noisy_multi30k.py's kinds); misaligned pairs only the opt-in
+# The noise each rule is meant for (make_noisy_multi30k.py's kinds); misaligned pairs only the
 # alignment rule's word tables see: no hard rule sees that a fluent German sentence translates another.
 MEANT_FOR = {
     "control_chars": ("control_chars",),
@@ -114,13 +114,13 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", help="make_noisy_multi30k.py's --out: train.en, train.de, noise.tsv")
-    parser.add_argument("--rules", default="default", help="as data.clean: default or a comma-separated list")
+    parser.add_argument("--rules", default="default", help="as data.clean: default, hard, or a comma-separated list")
     parser.add_argument("--languages", default="", help="as data.clean_settings.languages, comma-separated")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args()
     corpus = Path(args.corpus)
-    rules = clean_rules(args.rules if args.rules in ("default", "none") else args.rules.split(","), "--rules")
+    rules = clean_rules(args.rules if args.rules in CLEAN_SETS else args.rules.split(","), "--rules")
     extra = [code for code in args.languages.split(",") if code]
     settings = CleanSettings(languages=extra)
     found = identifier(sorted({"en", "de", *extra})) if "language" in rules else None

@@ -98,7 +98,7 @@ class CorpusConfig:
     weight: float = setting(
         1.0, "> 0: each pair is shown this many times an epoch (a fraction: a fresh fixed-seed sample each epoch)"
     )
-    clean: Any = setting(None, "this corpus's rules: default | none | [rule, ...]; null: data.clean's")
+    clean: Any = setting(None, "this corpus's rules: default | hard | none | [rule, ...]; null: data.clean's")
     tag: bool = setting(
         False, "back-translated: its sources start with <BT>, a token no real source (nor translation) has"
     )
@@ -209,7 +209,9 @@ class DataConfig:
         metadata={"help": "training corpora [{name, kind, weight, files...}]; null: data.kind's train split"},
     )
     clean: Any = setting(
-        "none", "training pairs' cleaning rules: default (all) | none | [rule, ...] (docs/corpora.md); never valid/test"
+        "none",
+        "training pairs' cleaning rules: default (all) | hard (all but alignment) | none | [rule, ...] "
+        "(docs/corpora.md); never valid/test",
     )
     clean_settings: CleanSettings = field(default_factory=CleanSettings)
 
@@ -954,10 +956,12 @@ CLEAN_RULES = (
     "language",
     "alignment",
 )
-# Rules named only by choice (`[default, alignment]`): alignment learns word tables from the corpus
-# before the first pair is judged, which the rules above never need.
-OPT_IN_RULES = ("alignment",)
-DEFAULT_CLEAN_RULES = tuple(rule for rule in CLEAN_RULES if rule not in OPT_IN_RULES)
+# data.clean=hard: the rules that judge a pair by itself (and the pairs kept before it), as
+# bicleaner-hardrules' are; default adds `alignment`, which learns word tables from each corpus's head
+# before its first pair is judged (docs/corpora.md gives each one's pairs a second).
+HARD_CLEAN_RULES = tuple(rule for rule in CLEAN_RULES if rule != "alignment")
+DEFAULT_CLEAN_RULES = CLEAN_RULES
+CLEAN_SETS = {"default": DEFAULT_CLEAN_RULES, "hard": HARD_CLEAN_RULES, "none": ()}
 CORPUS_KINDS = ("parallel_files", "tsv", "jsonl", "multi30k", "hub")
 # What each kind of corpus must name, in data.corpora.
 CORPUS_FILES = {
@@ -970,18 +974,18 @@ CORPUS_FILES = {
 
 
 def clean_rules(value: Any, key: str = "data.clean") -> tuple[str, ...]:
-    """data.clean (or a corpus's clean) as the rules it names, in CLEAN_RULES' order: default is all but
-    the opt-in ones (also inside a list: `[default, alignment]`), none is none; an unknown name is a
-    one-line error naming `key`."""
+    """data.clean (or a corpus's clean) as the rules it names, in CLEAN_RULES' order: a set's name
+    (default, hard, none; also inside a list: `[hard, alignment]`) stands for its rules; an unknown name
+    is a one-line error naming `key`."""
     if isinstance(value, str):
-        _choice(key, value, ("default", "none"))
-        return DEFAULT_CLEAN_RULES if value == "default" else ()
+        _choice(key, value, tuple(CLEAN_SETS))
+        return CLEAN_SETS[value]
     names = [str(name) for name in value]
-    unknown = [name for name in names if name not in CLEAN_RULES and name != "default"]
-    _check(not unknown, key, names, f"{', '.join(unknown)}: not a rule; the rules: default, {', '.join(CLEAN_RULES)}")
-    if "default" in names:
-        names += DEFAULT_CLEAN_RULES
-    return tuple(rule for rule in CLEAN_RULES if rule in names)
+    unknown = [name for name in names if name not in CLEAN_RULES and name not in CLEAN_SETS]
+    sets = ", ".join(CLEAN_SETS)
+    _check(not unknown, key, names, f"{', '.join(unknown)}: not a rule; the rules: {sets}, {', '.join(CLEAN_RULES)}")
+    named = {rule for name in names for rule in CLEAN_SETS.get(name, (name,))}
+    return tuple(rule for rule in CLEAN_RULES if rule in named)
 
 
 def validate_corpora(d: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from seq2seq.config import (
     clean_rules,
 )
 from seq2seq.data.alignment import NULL, AlignmentScorer, learn_table, words
-from seq2seq.data.cleaning import Cleaner, CleaningReport
+from seq2seq.data.cleaning import Cleaner, CleaningReport, summary
 from seq2seq.data.corpus_plan import plan_corpus
 from seq2seq.data.pipeline import keep_pair, prepare_data
 from seq2seq.data.streaming import StreamingBatches
@@ -125,19 +126,36 @@ def test_the_tables_learn_from_the_head_alone() -> None:
     assert len(seen) == 150
 
 
-def test_too_few_pairs_to_learn_from_is_one_line_naming_the_corpus() -> None:
-    with pytest.raises(
-        UserError, match=r"alignment rule .* data.corpora\[tiny\] has 4 with 1 to 80 words .* fewer than 100"
-    ):
-        AlignmentScorer(KOEHN, 3.0, "data.corpora[tiny]")
+def test_a_corpus_too_small_to_learn_from_is_not_judged_and_the_report_says_why() -> None:
+    # A 99-pair in-domain memory beside a crawl must not stop data.clean=default: it trains unjudged.
+    pairs, wrong = made_corpus(seed=5, aligned=90, misaligned=9)
+    report = CleaningReport()
+    cleaner = Cleaner(
+        ("alignment",), CleanSettings(), "en", "de", None, report, "data.corpora[memory]", head=lambda: pairs
+    )
+    assert all(cleaner.keep(src, tgt) for src, tgt in pairs)  # the misaligned 9 included
+    entry = report.to_dict()["streams"]["data.corpora[memory]"]
+    assert entry["kept"] == entry["read"] == 99 and entry["dropped"] == {"alignment": 0}
+    assert re.fullmatch(
+        r"data.corpora\[memory\] has 99 pairs with 1 to 80 words on both sides to learn word tables from, "
+        r"fewer than 100: no pair of it was judged by this rule",
+        entry["not_judged"]["alignment"],
+    )
+    assert summary(report.to_dict()) == "data.corpora[memory]: kept 99 of 99; alignment not judged: too few pairs"
+    # One pair more and the same corpus is judged (by tables too thin to drop any pair here)
+    pairs, _ = made_corpus(seed=5, aligned=91, misaligned=9)
+    report = CleaningReport()
+    cleaner = Cleaner(("alignment",), CleanSettings(), "en", "de", None, report, "m", head=lambda: pairs)
+    assert cleaner.alignment.cut is not None and report.to_dict()["streams"]["m"]["not_judged"] == {}
 
 
-def test_alignment_is_named_by_choice_not_by_default() -> None:
-    assert "alignment" in CLEAN_RULES and "alignment" not in DEFAULT_CLEAN_RULES
-    assert clean_rules("default") == DEFAULT_CLEAN_RULES
-    assert clean_rules(["default", "alignment"]) == (*DEFAULT_CLEAN_RULES, "alignment")
+def test_default_is_every_rule_and_hard_leaves_alignment_out() -> None:
+    assert "alignment" in CLEAN_RULES and DEFAULT_CLEAN_RULES == CLEAN_RULES
+    assert clean_rules("default") == CLEAN_RULES
+    assert clean_rules("hard") == tuple(rule for rule in CLEAN_RULES if rule != "alignment")
+    assert clean_rules(["hard", "alignment"]) == CLEAN_RULES
     assert clean_rules(["alignment", "length"]) == ("length", "alignment")
-    with pytest.raises(UserError, match="the rules: default, control_chars"):
+    with pytest.raises(UserError, match="the rules: default, hard, none, control_chars"):
         clean_rules(["aligment"])
 
 

@@ -12,7 +12,9 @@ import pytest
 from conftest import TINY_TRAIN, compose_config
 
 from seq2seq.config import (
+    CLEAN_RULES,
     DEFAULT_CLEAN_RULES,
+    HARD_CLEAN_RULES,
     CleanSettings,
     CorpusConfig,
     DataConfig,
@@ -104,7 +106,7 @@ def test_a_side_in_the_wrong_language():
 def test_a_pair_is_counted_under_the_first_rule_that_drops_it_and_samples_are_kept():
     report = CleaningReport()
     pairs = [GOOD, GOOD, GOOD, ("<p>\x07</p>", "x"), ("same text here", "same text here")]
-    rules = tuple(r for r in DEFAULT_CLEAN_RULES if r != "language")
+    rules = tuple(r for r in HARD_CLEAN_RULES if r != "language")
     cleaner = Cleaner(rules, CleanSettings(report_samples=1), "en", "de", None, report, "web")
     assert [cleaner.keep(*pair) for pair in pairs] == [True, False, False, False, False]
     entry = report.to_dict()["streams"]["web"]
@@ -124,8 +126,9 @@ def test_normalised_keeps_letters_case_folded():
     assert normalised("  Straße, 12 MEN!  ") == "strasse men"
 
 
-def test_rule_names_default_and_none():
-    assert clean_rules("default") == DEFAULT_CLEAN_RULES and clean_rules("none") == ()
+def test_rule_names_default_hard_and_none():
+    assert clean_rules("default") == DEFAULT_CLEAN_RULES == CLEAN_RULES and clean_rules("none") == ()
+    assert clean_rules("hard") == tuple(rule for rule in CLEAN_RULES if rule != "alignment")
     assert clean_rules(["language", "length"]) == ("length", "language")  # CLEAN_RULES' order
     with pytest.raises(UserError, match=r"data.clean=\['lenght'\]: lenght: not a rule"):
         clean_rules(["lenght"])

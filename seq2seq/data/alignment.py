@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq.config import UserError
-
 WORD = re.compile(r"\w+")
 NULL = 0  # each source sentence's empty word (Model 1 lets a target word come from nothing)
 UNSEEN = 1e-7  # t(f | e) of a pair of words the table never saw together
@@ -93,16 +91,21 @@ def learn_table(pairs: Sequence[tuple[list[str], list[str]]], iterations: int = 
 
 class AlignmentScorer:
     """Both ways' tables learnt from `pairs` (the head of one corpus) and the cut under which a pair is
-    taken as misaligned."""
+    taken as misaligned. A head with fewer than MIN_PAIRS pairs to learn from teaches nothing to judge
+    by: the scorer then judges no pair and says why in `not_judged` (the report's), so that a small
+    corpus among several (an in-domain memory) trains under data.clean=default instead of stopping it."""
 
     def __init__(self, pairs: Iterable[tuple[str, str]], max_mads: float, label: str) -> None:
         tokenized = [(words(src), words(tgt)) for src, tgt in pairs]
         tokenized = [(s, t) for s, t in tokenized if 0 < len(s) <= MAX_LEARN_WORDS and 0 < len(t) <= MAX_LEARN_WORDS]
+        self.not_judged: str | None = None
+        self.cut: float | None = None
         if len(tokenized) < MIN_PAIRS:
-            raise UserError(
-                f"data.clean: the alignment rule learns its word tables from a corpus's first pairs; {label} "
-                f"has {len(tokenized)} with 1 to {MAX_LEARN_WORDS} words on both sides, fewer than {MIN_PAIRS}: leave the rule out there"
+            self.not_judged = (
+                f"{label} has {len(tokenized)} pairs with 1 to {MAX_LEARN_WORDS} words on both sides to learn "
+                f"word tables from, fewer than {MIN_PAIRS}: no pair of it was judged by this rule"
             )
+            return
         self.forward = learn_table(tokenized)
         self.backward = learn_table([(t, s) for s, t in tokenized])
         scores = np.array([self._score(s, t) for s, t in tokenized])
@@ -121,5 +124,7 @@ class AlignmentScorer:
         return self._score(source, target)
 
     def misaligned(self, src: str, tgt: str) -> bool:
+        if self.cut is None:
+            return False
         score = self.score(src, tgt)
         return score is not None and score < self.cut

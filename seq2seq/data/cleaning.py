@@ -104,6 +104,7 @@ class StreamReport:
     dropped: Counter = field(default_factory=Counter)
     samples: dict[str, list[list[str]]] = field(default_factory=dict)
     rules: tuple[str, ...] = ()
+    not_judged: dict[str, str] = field(default_factory=dict)  # a rule that could not judge this stream: why
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +112,7 @@ class StreamReport:
             "read": self.read,
             "kept": self.kept,
             "dropped": {rule: self.dropped[rule] for rule in self.rules},
+            "not_judged": self.not_judged,
             "samples": self.samples,
         }
 
@@ -138,7 +140,10 @@ def summary(report: dict[str, Any]) -> str:
         if not stream["rules"]:
             continue
         drops = ", ".join(f"{rule} {count:,}" for rule, count in stream["dropped"].items() if count)
-        parts.append(f"{label}: kept {stream['kept']:,} of {stream['read']:,}" + (f" ({drops})" if drops else ""))
+        unjudged = "".join(f"; {rule} not judged: too few pairs" for rule in stream.get("not_judged", {}))
+        parts.append(
+            f"{label}: kept {stream['kept']:,} of {stream['read']:,}" + (f" ({drops})" if drops else "") + unjudged
+        )
     return "; ".join(parts)
 
 
@@ -196,7 +201,11 @@ class Cleaner:
                 raise UserError(f"data.clean: the alignment rule cannot reread {label} from its start")
             pairs = itertools.islice(head(), settings.alignment_pairs)
             self.alignment = AlignmentScorer(pairs, settings.alignment_max_mads, label)
-        self.checks = [(rule, getattr(self, f"_{rule}")) for rule in CLEAN_RULES if rule in rules]
+        judged = set(rules)
+        if self.alignment is not None and self.alignment.not_judged:
+            self.report.not_judged["alignment"] = self.alignment.not_judged
+            judged.discard("alignment")
+        self.checks = [(rule, getattr(self, f"_{rule}")) for rule in CLEAN_RULES if rule in judged]
 
     def keep(self, src: str, tgt: str) -> bool:
         return self.reason(src, tgt) is None
