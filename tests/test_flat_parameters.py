@@ -127,37 +127,3 @@ def test_a_checkpoints_tensors_own_their_storage_and_tied_weights_stay_tied() ->
     groups_before = sorted(sorted(names) for names in shared_before.values())
     assert sorted(sorted(names) for names in storages.values()) == groups_before
     assert any(len(names) > 1 for names in groups_before)  # the model does tie some weights
-
-
-def test_compiled_accumulation_adds_in_place_without_copying_the_buffer() -> None:
-    """Compiled, each parameter's gradient is added into the buffer itself, with a matrix product
-    between two additions (as the backward makes them): Inductor's code allocates nothing the size of
-    the buffer. (`view.add_` there became scatters over the whole buffer: two full-size copies.)"""
-    pytest.importorskip("torch._inductor")
-    from torch._inductor.utils import run_and_get_code
-
-    weights = [torch.nn.Parameter(torch.zeros(32, 32)) for _ in range(3)]
-    flat = FlatParameters(weights)
-    (buffer,) = flat.buffers
-    x, w = torch.randn(32, 32), torch.randn(32, 32) / 8
-
-    def backward_like(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        h, gradients = x, []
-        for _ in weights:
-            h = torch.relu(h @ w)
-            gradients.append(h.t() @ x)  # each "weight gradient" needs the product before it
-        flat.accumulate(gradients)
-        return h.sum()
-
-    compiled = torch.compile(backward_like, fullgraph=True)
-    _, (code, *_) = run_and_get_code(compiled, x, w)
-    # Independently: the same gradients, computed eagerly and added by hand
-    h, expected = x, []
-    for _ in weights:
-        h = torch.relu(h @ w)
-        expected.append(h.t() @ x)
-    for weight, gradient in zip(weights, expected, strict=True):
-        torch.testing.assert_close(weight.grad, gradient, rtol=1e-5, atol=1e-5)
-    full_size = f"(({buffer.numel()}, ), (1, )"
-    assert f"empty_strided_cpu{full_size}" not in code, "a copy of the whole gradient buffer was allocated"
-    assert buffer.numel() == 4096  # 3 x 1,024 padded to NORM_ROW: the size looked for

@@ -26,22 +26,6 @@ ALIGNMENT_BYTES = 64  # each parameter starts on a cache line (and a vector load
 NORM_ROW = 4096
 
 
-# One parameter's gradient added into its place in a flat buffer, as one operator that mutates the
-# buffer. Why an operator of its own: compiled, `view.add_(gradient)` on a view of the buffer is
-# functionalised into a scatter over the whole buffer, and a chain of them, spread through the
-# backward, makes full-size copies of the gradient buffer (two alive where one scatter hands over to the
-# next; 37 MB each in the small model, 200 MB in base: docs/performance.md, "The compiled update's
-# memory"). Inductor calls a mutating operator on the buffer itself, in place, as eager adds.
-@torch.library.custom_op("seq2seq::add_into_buffer", mutates_args=("buffer",))
-def add_into_buffer(buffer: torch.Tensor, start: int, gradient: torch.Tensor) -> None:
-    buffer.narrow(0, start, gradient.numel()).add_(gradient.reshape(-1))
-
-
-@add_into_buffer.register_fake
-def _(buffer: torch.Tensor, start: int, gradient: torch.Tensor) -> None:
-    return None
-
-
 class GradientReplaced(RuntimeError):
     """Code outside set `param.grad` to a tensor of its own: the optimiser would not see it."""
 
@@ -102,12 +86,11 @@ class FlatParameters:
         """Adds each parameter's new gradient (None: the loss did not reach it) into its view of the
         buffer, the last parameter first: about the order a backward pass completes them (the last
         layer's first, the embeddings' last). Compiled, the additions are a chain on one buffer, so
-        that order decides how early each can run and free what its gradient was made from; each is
-        `add_into_buffer`, so that none copies the buffer (see there)."""
-        pairs = zip(self.places, gradients, strict=True)
-        for (group, start, _), gradient in reversed(list(pairs)):
+        that order decides how early each can run and free what its gradient was made from."""
+        pairs = zip(self.split_gradients(), gradients, strict=True)
+        for view, gradient in reversed(list(pairs)):
             if gradient is not None:
-                add_into_buffer(self.buffers[group].grad, start, gradient)
+                view.add_(gradient)
 
     def accumulate_in_one_pass(self, gradients: Sequence[torch.Tensor | None]) -> None:
         """What `accumulate` does, as one addition per buffer: the gradients laid end to end (zeros in
