@@ -117,14 +117,13 @@ class AlignmentScorer:
         return (self.forward.log_likelihood(source, target) + self.backward.log_likelihood(target, source)) / 2
 
     def score(self, src: str, tgt: str) -> float | None:
-        """The pair's score, or None where a side has no word to judge it by."""
+        """The pair's score, or None where a side has no word to judge it by or the corpus taught no
+        tables (`not_judged`)."""
         source, target = words(src), words(tgt)
-        if not source or not target:
+        if self.cut is None or not source or not target:
             return None
         return self._score(source, target)
 
     def misaligned(self, src: str, tgt: str) -> bool:
-        if self.cut is None:
-            return False
         score = self.score(src, tgt)
         return score is not None and score < self.cut
