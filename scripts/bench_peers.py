@@ -25,20 +25,27 @@ measures the machine as much as the tools.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import re
-import subprocess
-import sys
-import time
-from pathlib import Path
+# isort: off
+from seq2seq.startup import prepare_process
 
-import torch
-from hydra import compose, initialize_config_module
+prepare_process()  # before torch, as bench_train.py: the GEMM rate measured here waits as seq2seq's threads do
+# isort: on
 
-import seq2seq.cli.train  # noqa: F401  (registers the config schema)
-from seq2seq.data.pipeline import prepare_data
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_module  # noqa: E402
+
+import seq2seq.cli.train  # noqa: E402,F401  (registers the config schema)
+from seq2seq.data.pipeline import prepare_data  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train import matmul_peak_gflops  # noqa: E402
@@ -135,7 +142,9 @@ def run_marian(args: argparse.Namespace, work: Path, words: int) -> dict:
         "--save-freq", "1000000", "--model", str(work / "marian" / "model.npz"), "--overwrite",
         "--seed", "1", "--log", str(log), "--quiet",
     ]  # fmt: skip
-    (work / "marian").mkdir(exist_ok=True)
+    # A model folder left by the run before would be resumed from (Marian continues a training it finds)
+    shutil.rmtree(work / "marian", ignore_errors=True)
+    (work / "marian").mkdir()
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - start
@@ -203,6 +212,7 @@ def run_eole(args: argparse.Namespace, work: Path, batch_tokens: int, updates: i
         },
     }
     (work / "eole.yaml").write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
+    shutil.rmtree(work / "eole-model", ignore_errors=True)  # each run starts from nothing, as Marian's
     env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
     start = time.perf_counter()
     done = subprocess.run(
@@ -290,6 +300,18 @@ def main() -> None:
                     "share_of_gemm_rate": round(achieved / gemm, 3),
                 }
             )
+            write_report(args, tokens, words, eole_batch, flops_per_tgt, runs)
+
+
+def write_report(
+    args: argparse.Namespace,
+    tokens: dict[str, float],
+    words: int,
+    eole_batch: int,
+    flops_per_tgt: float,
+    runs: list[dict],
+) -> None:
+    """The report so far (after every peer run, so that a failure later in the window keeps it)."""
     by_tool: dict[str, list[float]] = {}
     for row in runs:
         by_tool.setdefault(row["tool"], []).append(row["tgt_tokens_per_s"])
@@ -305,7 +327,7 @@ def main() -> None:
         "runs": runs,
         "tgt_tokens_per_s_by_tool": by_tool,
         "ratios_by_round": {
-            f"{ours} / {peer}": [round(a / b, 3) for a, b in zip(by_tool[ours], by_tool[peer], strict=True)]
+            f"{ours} / {peer}": [round(a / b, 3) for a, b in zip(by_tool[ours], by_tool.get(peer, []), strict=False)]
             for ours in by_tool
             if ours.startswith("seq2seq")
             for peer in ("marian", "eole")
