@@ -19,6 +19,7 @@ import torch._dynamo
 from conftest import TINY_TRAIN, compose_config
 from numerics import assert_close, reordered_sum_tolerance
 from omegaconf import DictConfig
+from torch.profiler import ProfilerActivity, profile
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import EpochBatches, collate
@@ -129,6 +130,40 @@ def test_an_epoch_of_batch_shapes_compiles_few_graphs() -> None:
     assert wide.size(1) > MAX_QUERIES_FOR_MATMULS
     update([dataclasses.replace(batch, src=wide, src_tokens=int((wide != 0).sum()))], len(shapes) + 1)
     assert update.compiled.graphs == 1, (update.compiled.graphs, len(shapes))
+
+
+@pytest.mark.slow
+def test_compiled_accumulation_holds_no_copy_of_the_flat_gradient() -> None:
+    """Compiled, the gradients are added into the flat buffer in place: what the update allocates
+    beyond what it held before stays under the buffer's size (torch's CPU allocator, as
+    scripts/step_profile.py counts it). Added into narrowed views, functionalised into a chain of
+    slice_scatters, the generated code held two full-size copies of the buffer (issue #81)."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(256, 256) for _ in range(3)]
+    net = torch.nn.Sequential(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(), layers[2])
+    parameters = FlatParameters(net.parameters())
+    inputs = torch.randn(8, 256)
+
+    def backward_pass(x: torch.Tensor) -> torch.Tensor:
+        loss = net(x).square().mean()
+        parameters.accumulate(torch.autograd.grad(loss, parameters.params))
+        return loss.detach()
+
+    compiled = torch.compile(backward_pass)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled(inputs)  # compiles
+        expected = [param.grad.clone() * 2 for param in parameters.params]
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            compiled(inputs)
+    held = peak = 0
+    for event in sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns()):
+        if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU:
+            held += event.nbytes()
+            peak = max(peak, held)
+    flat_bytes = parameters.buffers[0].grad.numel() * 4
+    assert peak < flat_bytes, (peak, flat_bytes)
+    for param, grad in zip(parameters.params, expected, strict=True):
+        assert_close(param.grad, grad, "gradient", atol=1e-6)
 
 
 def test_inductors_cache_goes_to_the_project_cache_unless_the_user_chose_one(monkeypatch, tmp_path: Path) -> None:

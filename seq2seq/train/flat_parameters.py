@@ -87,10 +87,15 @@ class FlatParameters:
         buffer, the last parameter first: about the order a backward pass completes them (the last
         layer's first, the embeddings' last). Compiled, the additions are a chain on one buffer, so
         that order decides how early each can run and free what its gradient was made from."""
-        pairs = zip(self.split_gradients(), gradients, strict=True)
-        for view, gradient in reversed(list(pairs)):
+        # Each view by as_strided, not `split_gradients`' narrow: compiled, an add into a narrowed view
+        # is functionalised into a slice_scatter, which Inductor keeps out of place (to fuse it with
+        # what reads the result), so the chain of them held full-size copies of the buffer; an
+        # as_strided_scatter it always turns back into an add in place (torch/_inductor/fx_passes/
+        # reinplace.py, _ALWAYS_MUTATING_SCATTER_OPS). Eager, the views are the same memory.
+        buffers = [values.grad for values in self.buffers]
+        for param, (group, start, _), gradient in reversed(list(zip(self.params, self.places, gradients, strict=True))):
             if gradient is not None:
-                view.add_(gradient)
+                buffers[group].as_strided(param.shape, param.stride(), start).add_(gradient)
 
     def accumulate_in_one_pass(self, gradients: Sequence[torch.Tensor | None]) -> None:
         """What `accumulate` does, as one addition per buffer: the gradients laid end to end (zeros in
@@ -98,7 +103,8 @@ class FlatParameters:
         into a view, functionalised, is a scatter into the whole buffer, and Inductor folds the chain
         into a few dozen loops over every element of it, which convert the half-precision gradients
         inside and are not vectorised. The cost: the laid-out copy is held once more (docs/
-        performance.md, "The compiled update on Intel Xeon with AMX")."""
+        performance.md, "The compiled update on Intel Xeon with AMX"; measured before `accumulate`
+        added in place, not since)."""
         for group, values in enumerate(self.buffers):
             pieces, end = [], 0
             for gradient, (owner, start, numel) in zip(gradients, self.places, strict=True):
