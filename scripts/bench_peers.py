@@ -8,19 +8,19 @@ dropout 0.1, label smoothing 0.1, the target embedding tied to the output layer,
 the same token sequences: the Multi30k en-de training split exactly as seq2seq tokenizes it (its joint
 8k BPE), written out as space-separated pieces with a vocabulary of exactly those pieces, so that no
 tool's own tokenizer decides how long a batch is. Marian's batches are set to seq2seq's real target
-tokens per update (measured in the first seq2seq run); Eole's, like seq2seq's, to 4,096 padded tokens.
-Where the tools cannot agree, the report says so (`differences`).
+tokens per update (measured in the first seq2seq run); Eole's batch size, which counts tokens its own
+way, is calibrated to about the same by a short probe run. Where the tools cannot agree, the report
+says so (`differences`).
 
 Each round runs seq2seq (scripts/bench_train.py, its own process; with --compiled its compile=true
-too, whose first updates compile), then Marian, then Eole; rounds
-repeat (A, B, C, A, B, C), so a drift of the machine shows in every tool's rows. A peer's rate is the
+too, whose first updates compile), then Marian, then Eole; rounds repeat (A, B, C, A, B, C), so a
+drift of the machine shows in every tool's rows. A peer's rate is the
 target tokens it reports between two of its own progress lines after --warmup updates, over the seconds
 it reports for them (Marian: "after N" labels and "Time"; Eole: its tgt tok/s over each interval). The
-fp32 GEMM rate is measured in this process after every peer run (bench_train measures its own), and a
-peer's model GFLOP/s is its target tokens/s times the FLOPs a target token cost in seq2seq's first run
-(bench_train.flops_per_update: the same model, the same batches' source/target ratio), so the shares
-of the GEMM rate compare. Run it idle: it
-measures the machine as much as the tools.
+fp32 GEMM rate is measured in this process right after every peer run (bench_train measures its own
+after its timed updates), and a peer's model GFLOP/s is its target tokens/s times the FLOPs a target
+token cost in seq2seq's first run (bench_train.flops_per_update: the same model, the same batches'
+source/target ratio). Run it idle: it measures the machine as much as the tools.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ FIRST_ID = 4  # ids below are seq2seq's specials (pad, bos, eos, unk): no text c
 DIFFERENCES = {
     "marian": "2 CPU threads are 2 graphs each on one core (Marian's CPU training), MKL sequential; "
     "post-norm as seq2seq; no biases to switch off",
-    "eole": "pre-norm (Eole has no post-norm Transformer); PyTorch's own threads (2)",
+    "eole": "pre-norm (Eole's decoder has no post-norm layer; its encoder's would, so both are left "
+    "pre-norm alike); PyTorch's own threads (2), its own allocator",
 }
 
 
@@ -122,7 +123,15 @@ def run_seq2seq(args: argparse.Namespace, compiled: bool = False) -> dict:
 MARIAN_LINE = re.compile(r"Up\. ([\d,]+) .* after ([\d,]+) : Time ([\d.]+)s")
 
 
-def run_marian(args: argparse.Namespace, work: Path, words: int) -> dict:
+def marian_intervals(log: str) -> list[tuple[int, float, float]]:
+    """(update, target tokens, seconds) of each interval between two of Marian's progress lines: its
+    "after N" counts the target labels so far, its "Time" the seconds since the line before."""
+    lines = [(int(u.replace(",", "")), int(a.replace(",", "")), float(t)) for u, a, t in MARIAN_LINE.findall(log)]
+    return [(u, a - b, t) for (u, a, t), (_, b, _) in zip(lines[1:], lines[:-1], strict=True)]
+
+
+def run_marian(args: argparse.Namespace, words: int) -> dict:
+    work = args.work
     log = work / "marian.log"
     log.unlink(missing_ok=True)
     command = [
@@ -148,17 +157,27 @@ def run_marian(args: argparse.Namespace, work: Path, words: int) -> dict:
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - start
-    rows = [
-        (int(u.replace(",", "")), int(a.replace(",", "")), float(t)) for u, a, t in MARIAN_LINE.findall(log.read_text())
-    ]
-    return _peer_row("marian", wall, rows, args.warmup, cumulative=True)
+    return _peer_row("marian", wall, marian_intervals(log.read_text()), args.warmup)
 
 
 EOLE_LINE = re.compile(r"Step\s+(\d+)/.*?bsz:\s*(\d+)/\s*(\d+)/\s*\d+;\s*(\d+)/\s*(\d+) tok/s;\s*(\d+) sec")
 
 
-def run_eole(args: argparse.Namespace, work: Path, batch_tokens: int, updates: int) -> dict:
+def eole_intervals(log: str) -> tuple[list[tuple[int, float, float]], list[int]]:
+    """(update, target tokens, seconds) of each interval between two of Eole's progress lines (its tgt
+    tok/s over the interval, its cumulative whole seconds), and each line's target tokens a batch."""
+    intervals, batch_tgt, before = [], [], None
+    for step, _src_batch, tgt_batch, _src, tgt, seconds in EOLE_LINE.findall(log):
+        if before is not None:  # the first line's interval holds the start-up
+            intervals.append((int(step), int(tgt) * (int(seconds) - before), int(seconds) - before))
+        batch_tgt.append(int(tgt_batch))
+        before = int(seconds)
+    return intervals, batch_tgt
+
+
+def run_eole(args: argparse.Namespace, batch_tokens: int, updates: int, warmup: int) -> dict:
     """Eole trains `updates` updates of `batch_tokens` (its own count: padded, the longer side)."""
+    work = args.work
     config = {
         "overwrite": True,
         "seed": 1,
@@ -222,31 +241,21 @@ def run_eole(args: argparse.Namespace, work: Path, batch_tokens: int, updates: i
     (work / "eole.log").write_text(done.stdout + done.stderr, encoding="utf-8")
     if done.returncode:
         raise SystemExit(f"bench_peers: eole failed ({done.returncode}); see {work / 'eole.log'}")
-    rows, before, batch_tgt = [], 0, []
-    for step, _src_batch, tgt_batch, _src, tgt, seconds in EOLE_LINE.findall(done.stdout + done.stderr):
-        step, seconds = int(step), int(seconds)
-        rows.append((step, int(tgt), seconds - before))  # tgt tok/s over the interval since the last line
-        batch_tgt.append(int(tgt_batch))
-        before = seconds
-    row = _peer_row("eole", wall, rows, min(args.warmup, updates - 2 * args.report_every), cumulative=False)
+    intervals, batch_tgt = eole_intervals(done.stdout + done.stderr)
+    row = _peer_row("eole", wall, intervals, warmup)
     return {**row, "batch_size": batch_tokens, "real_tgt_tokens_per_update": round(sum(batch_tgt) / len(batch_tgt), 1)}
 
 
 def calibrate_eole(args: argparse.Namespace, words: int) -> int:
     """Eole's batch_size that gives about `words` real target tokens an update (as seq2seq's and
     Marian's): Eole counts a batch's tokens its own way, so a short run at 4,096 measures the ratio."""
-    probe = run_eole(args, args.work, 4096, 4 * args.report_every)
+    probe = run_eole(args, 4096, updates=4 * args.report_every, warmup=args.report_every)
     return round(4096 * words / probe["real_tgt_tokens_per_update"])
 
 
-def _peer_row(tool: str, wall: float, rows: list[tuple[int, int, float]], warmup: int, cumulative: bool) -> dict:
-    """rows: (update, target tokens, seconds of the interval ending there); Marian's token counts are
-    cumulative, Eole's a rate over the interval."""
-    if cumulative:
-        tokens = [(u, a - b, t) for (u, a, t), (_, b, _) in zip(rows[1:], rows[:-1], strict=False)]
-    else:
-        tokens = [(u, rate * t, t) for u, rate, t in rows[1:]]
-    timed = [(n, t) for u, n, t in tokens if u > warmup]
+def _peer_row(tool: str, wall: float, intervals: list[tuple[int, float, float]], warmup: int) -> dict:
+    """A peer's rate over its intervals (update, target tokens, seconds) that end after `warmup`."""
+    timed = [(n, t) for u, n, t in intervals if u > warmup]
     if not timed:
         raise SystemExit(f"bench_peers: {tool} printed no progress after update {warmup}")
     seconds = sum(t for _, t in timed)
@@ -283,24 +292,24 @@ def main() -> None:
         runs.append({"round": round_index, **row})
         if args.compiled:
             runs.append({"round": round_index, **run_seq2seq(args, compiled=True)})
-        for tool in ("marian", "eole"):
-            if tool == "marian":
-                row = run_marian(args, args.work, words)
-            else:
-                eole_batch = eole_batch or calibrate_eole(args, words)
-                row = run_eole(args, args.work, eole_batch, args.warmup + args.updates)
-            gemm = matmul_peak_gflops(2.0)
-            achieved = row["tgt_tokens_per_s"] * flops_per_tgt / 1e9
-            runs.append(
-                {
-                    "round": round_index,
-                    **row,
-                    "model_gflops_per_s": round(achieved, 1),
-                    "gemm_gflops_per_s": round(gemm, 1),
-                    "share_of_gemm_rate": round(achieved / gemm, 3),
-                }
-            )
-            write_report(args, tokens, words, eole_batch, flops_per_tgt, runs)
+        runs.append({"round": round_index, **with_gemm_share(run_marian(args, words), flops_per_tgt)})
+        write_report(args, tokens, words, eole_batch, flops_per_tgt, runs)
+        eole_batch = eole_batch or calibrate_eole(args, words)
+        eole = run_eole(args, eole_batch, args.warmup + args.updates, args.warmup)
+        runs.append({"round": round_index, **with_gemm_share(eole, flops_per_tgt)})
+        write_report(args, tokens, words, eole_batch, flops_per_tgt, runs)
+
+
+def with_gemm_share(row: dict, flops_per_tgt: float) -> dict:
+    """A peer's row with its model GFLOP/s and their share of the GEMM rate measured now, right after it."""
+    gemm = matmul_peak_gflops(2.0)
+    achieved = row["tgt_tokens_per_s"] * flops_per_tgt / 1e9
+    return {
+        **row,
+        "model_gflops_per_s": round(achieved, 1),
+        "gemm_gflops_per_s": round(gemm, 1),
+        "share_of_gemm_rate": round(achieved / gemm, 3),
+    }
 
 
 def write_report(

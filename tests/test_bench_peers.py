@@ -30,26 +30,20 @@ EOLE_LOG = """\
 
 
 def test_marian_rate_is_the_labels_after_warmup_over_their_seconds():
-    rows = [
-        (int(u.replace(",", "")), int(a.replace(",", "")), float(t))
-        for u, a, t in bench_peers.MARIAN_LINE.findall(MARIAN_LOG)
-    ]
-    assert rows == [(10, 30_000, 12.0), (20, 61_000, 10.0), (30, 90_000, 9.5)]
-    row = bench_peers._peer_row("marian", 40.0, rows, warmup=10, cumulative=True)
+    intervals = bench_peers.marian_intervals(MARIAN_LOG)
+    assert intervals == [(20, 31_000, 10.0), (30, 29_000, 9.5)]  # the labels between lines, and their seconds
+    row = bench_peers._peer_row("marian", 40.0, intervals, warmup=10)
     # updates 11-30: 90,000 - 30,000 labels in 10.0 + 9.5 seconds
     assert row["tgt_tokens_per_s"] == round(60_000 / 19.5, 1)
     assert row["timed_seconds"] == 19.5
 
 
 def test_eole_rate_weights_each_interval_by_its_seconds():
-    found = bench_peers.EOLE_LINE.findall(EOLE_LOG)
-    assert [(int(f[0]), int(f[2]), int(f[4]), int(f[5])) for f in found] == [
-        (2, 3646, 261, 28),
-        (4, 3870, 1010, 36),
-        (6, 3730, 938, 44),
-    ]
-    rows = [(2, 261, 28), (4, 1010, 8), (6, 938, 8)]  # (update, tgt tok/s, seconds since the line before)
-    row = bench_peers._peer_row("eole", 50.0, rows, warmup=2, cumulative=False)
+    intervals, batch_tgt = bench_peers.eole_intervals(EOLE_LOG)
+    assert batch_tgt == [3646, 3870, 3730]  # bsz's target tokens, every line
+    # each interval's tgt tok/s times its seconds (36 - 28, 44 - 36); the first line's holds the start-up
+    assert intervals == [(4, 1010 * 8, 8), (6, 938 * 8, 8)]
+    row = bench_peers._peer_row("eole", 50.0, intervals, warmup=2)
     assert row["tgt_tokens_per_s"] == round((1010 * 8 + 938 * 8) / 16, 1)
 
 
