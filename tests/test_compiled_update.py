@@ -19,7 +19,7 @@ import torch._dynamo
 from conftest import TINY_TRAIN, compose_config
 from numerics import assert_close, reordered_sum_tolerance
 from omegaconf import DictConfig
-from torch.profiler import ProfilerActivity, profile
+from script_module import load_script
 
 from seq2seq.config import ModelConfig
 from seq2seq.data.batching import EpochBatches, collate
@@ -153,13 +153,10 @@ def test_compiled_accumulation_holds_no_copy_of_the_flat_gradient() -> None:
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         compiled(inputs)  # compiles
         expected = [param.grad.clone() * 2 for param in parameters.params]
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            compiled(inputs)
-    held = peak = 0
-    for event in sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns()):
-        if event.name() == "[memory]" and event.device_type() == torch.autograd.DeviceType.CPU:
-            held += event.nbytes()
-            peak = max(peak, held)
+        peak = (
+            load_script("step_profile").peak_allocated_per_update(lambda: compiled(inputs), 1)["peak_allocated_mb"]
+            * 2**20
+        )
     flat_bytes = parameters.buffers[0].grad.numel() * 4
     assert peak < flat_bytes, (peak, flat_bytes)
     for param, grad in zip(parameters.params, expected, strict=True):
