@@ -13,7 +13,7 @@ from torch import nn
 
 from seq2seq.config import ModelConfig
 from seq2seq.model.attention import MultiHeadAttention
-from seq2seq.model.embedding import PositionalEncoding, TokenEmbedding, sinusoidal_table
+from seq2seq.model.embedding import LookupGradientMadeLate, PositionalEncoding, TokenEmbedding, sinusoidal_table
 from seq2seq.model.kv_cache import DecoderState, KVCache
 from seq2seq.model.layers import AttentionRecord, DecoderLayer, EncoderLayer
 from seq2seq.model.transformer import Transformer, padding_mask
@@ -280,6 +280,26 @@ def test_token_embedding_scaled_by_sqrt_d_model() -> None:
     out = emb(tokens)
     torch.testing.assert_close(out[0], emb.weight.detach()[tokens[0]] * math.sqrt(D_MODEL))
     assert torch.all(out[0, 1] == 0)  # pad row starts at zero
+
+
+def test_traced_lookups_gradient_is_the_embeddings() -> None:
+    """The look-up compile=true traces (LookupGradientMadeLate) gives the rows and the table's gradient
+    that autograd gives for F.embedding with padding_idx: each token's row gradients summed, a token
+    seen twice twice, the pad row's none."""
+    torch.manual_seed(0)
+    weight = torch.randn(11, D_MODEL, requires_grad=True)
+    tokens = torch.tensor([[3, PAD, 7, 3], [10, 3, PAD, 1]])
+    upstream = torch.randn(2, 4, D_MODEL)
+    rows = LookupGradientMadeLate.apply(tokens, weight, PAD)
+    torch.testing.assert_close(rows, weight.detach()[tokens])
+    (mine,) = torch.autograd.grad((rows * upstream).sum(), weight)
+    expected = torch.zeros(11, D_MODEL)
+    for token, row in zip(tokens.flatten().tolist(), upstream.reshape(-1, D_MODEL), strict=True):
+        if token != PAD:
+            expected[token] += row
+    torch.testing.assert_close(mine, expected)
+    (reference,) = torch.autograd.grad((nn.functional.embedding(tokens, weight, PAD) * upstream).sum(), weight)
+    torch.testing.assert_close(mine, reference)
 
 
 # 5-6. Causality and padding ----------------------------------------------------------------------

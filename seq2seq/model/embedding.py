@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,7 +23,35 @@ class TokenEmbedding(nn.Module):
             self.weight[pad_id].zero_()
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling() and self.weight.requires_grad and torch.is_grad_enabled():
+            return LookupGradientMadeLate.apply(tokens, self.weight, self.pad_id) * self.scale
         return nn.functional.embedding(tokens, self.weight, self.pad_id) * self.scale
+
+
+class LookupGradientMadeLate(torch.autograd.Function):
+    """`F.embedding(tokens, weight, padding_idx=pad_id)` for the code torch.compile traces, whose
+    backward makes the (vocabulary x d_model) gradient only once the looked-up rows' gradient exists.
+
+    Why: traced, the dense gradient's zeros depend on nothing, and Inductor filled them early, in the
+    forward pass, so a table of zeros per look-up (two with shared embeddings) was held through the
+    update's peak, above eager's (docs/performance.md, "The embeddings' gradient"). Here the zeros are
+    summed with 0 times the rows' gradient, a dependency that keeps them after it. 0 * x is NaN only
+    where x is not finite, and then the update is skipped anyway."""
+
+    @staticmethod
+    def forward(ctx: Any, tokens: torch.Tensor, weight: torch.Tensor, pad_id: int) -> torch.Tensor:
+        ctx.save_for_backward(tokens)
+        ctx.pad_id, ctx.table = pad_id, (weight.shape, weight.dtype)
+        return nn.functional.embedding(tokens, weight, pad_id)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor, None]:
+        (tokens,) = ctx.saved_tensors
+        shape, dtype = ctx.table
+        ids = tokens.reshape(-1)
+        rows = grad.reshape(ids.numel(), shape[1]).to(dtype) * (ids != ctx.pad_id).to(dtype)[:, None]
+        zeros = torch.zeros(shape, dtype=dtype, device=grad.device) + 0.0 * rows.sum()
+        return None, zeros.index_add(0, ids, rows), None
 
 
 def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
