@@ -35,8 +35,9 @@ class LookupGradientMadeLate(torch.autograd.Function):
     Why: traced, the dense gradient's zeros depend on nothing, and Inductor filled them early, in the
     forward pass, so a table of zeros per look-up (two with shared embeddings) was held through the
     update's peak, above eager's (docs/performance.md, "The embeddings' gradient"). Here the zeros are
-    summed with 0 times the rows' gradient, a dependency that keeps them after it. 0 * x is NaN only
-    where x is not finite, and then the update is skipped anyway."""
+    summed with 0 times one of the rows' gradients, a dependency that keeps them after it (one
+    element, not the rows' sum: a sum's size is a guard of Inductor's C++ reductions, a recompile at
+    4,096 elements). 0 * x is NaN only where x is not finite, and then the update is skipped anyway."""
 
     @staticmethod
     def forward(ctx: Any, tokens: torch.Tensor, weight: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -50,7 +51,7 @@ class LookupGradientMadeLate(torch.autograd.Function):
         shape, dtype = ctx.table
         ids = tokens.reshape(-1)
         rows = grad.reshape(ids.numel(), shape[1]).to(dtype) * (ids != ctx.pad_id).to(dtype)[:, None]
-        zeros = torch.zeros(shape, dtype=dtype, device=grad.device) + 0.0 * rows.sum()
+        zeros = torch.zeros(shape, dtype=dtype, device=grad.device) + 0.0 * rows[0, 0]
         return None, zeros.index_add(0, ids, rows), None
 
 
