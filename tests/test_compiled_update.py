@@ -36,14 +36,20 @@ from seq2seq.train.parts import TrainingParts
 from seq2seq.train.update import Update, training_model
 
 
-def tiny_compiled_update() -> CompiledUpdate:
+def compiled_update_of(cfg: ModelConfig, vocab: int) -> CompiledUpdate:
+    """The update compile=true runs, for a fresh model of `cfg` (seed 0) with `vocab` tokens a side."""
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.1)
-    model = Transformer(cfg, 40, 40, pad_id=0)
+    model = Transformer(cfg, vocab, vocab, pad_id=0)
     parameters = FlatParameters(model.parameters())
-    optimizer = build_optimizer(parameters, compose_config("train", []).optim, 16, lambda step: 0.0)
+    optimizer = build_optimizer(parameters, compose_config("train", []).optim, cfg.d_model, lambda step: 0.0)
     objective = TeacherForcedLoss(model, smoothing=0.1).train()
     return CompiledUpdate(objective, parameters, optimizer, 1.0, nullcontext, None)
+
+
+def tiny_compiled_update() -> CompiledUpdate:
+    return compiled_update_of(
+        ModelConfig(d_model=16, heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.1), 40
+    )
 
 
 def test_the_whole_update_traces_into_one_graph() -> None:
@@ -165,18 +171,13 @@ def test_compiled_accumulation_holds_no_copy_of_the_flat_gradient() -> None:
 
 @pytest.mark.slow
 def test_compiled_update_holds_no_more_at_its_peak_than_eager() -> None:
-    """The update of a 1+1-layer model of the base model's width, at about 4,000 tokens, compiled and
-    eager, from the same weights and batch: the compiled one allocates no more at its peak (torch's
+    """The update of a 1+1-layer model of the base model's width, on 4,096 source and 4,096 target
+    tokens, compiled and eager, from the same weights and batch: the compiled one allocates no more at its peak (torch's
     CPU allocator, as scripts/step_profile.py counts it). With F.embedding traced as it is, Inductor
     filled both look-ups' (vocabulary x d_model) gradient zeros in the forward pass and held them
     through its peak, which then exceeded eager's (issue #81; seq2seq.model.embedding.LookupGradientMadeLate)."""
-    torch.manual_seed(0)
     cfg = ModelConfig(d_model=512, heads=8, ffn_dim=2048, encoder_layers=1, decoder_layers=1, dropout=0.0)
-    model = Transformer(cfg, 8000, 8000, pad_id=0)
-    parameters = FlatParameters(model.parameters())
-    optimizer = build_optimizer(parameters, compose_config("train", []).optim, 512, lambda step: 0.0)
-    objective = TeacherForcedLoss(model, smoothing=0.1).train()
-    update = CompiledUpdate(objective, parameters, optimizer, 1.0, nullcontext, None)
+    update = compiled_update_of(cfg, 8000)
     src, tgt_in, tgt_out = (torch.randint(1, 8000, (128, 32)) for _ in range(3))
     positions = (tgt_out != 0).flatten().nonzero().squeeze(1)
     inputs = (src, tgt_in, tgt_out, positions, torch.tensor(1 / 4096), torch.zeros(()), torch.tensor(0.0))
