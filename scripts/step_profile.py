@@ -280,7 +280,6 @@ def compiled_graphs_per_epoch(trainer: Any, batches: list[np.ndarray], multiple:
         update.parts.optim.clip_norm,
         update.autocast,
         None,
-        half_precision=update.precision != "fp32",
     )
     compiled._last = torch.compile(compiled._last_pass_and_step, backend="eager")
     trainer.objective.train()

@@ -44,15 +44,13 @@ def test_values_stay_and_autograd_fills_the_flat_gradient() -> None:
     )
 
 
-@pytest.mark.parametrize("method", ["accumulate", "accumulate_in_one_pass"])
-def test_accumulated_gradients_are_the_backward_passes(method: str) -> None:
-    """`accumulate` and `accumulate_in_one_pass` (the compiled update's ways in, after autograd.grad)
-    add to what the buffer holds, as a backward does: two passes' gradients, against a separate
+def test_accumulated_gradients_are_the_backward_passes() -> None:
+    """`accumulate` (the compiled update's way in, after autograd.grad) adds to what the buffer holds, as a backward does: two passes' gradients, against a separate
     model's two `.backward()` calls; the buffer's gaps between parameters stay zero. A parameter the
     loss did not reach (None) keeps its gradient."""
     net = model()
     flat = FlatParameters(net.parameters())
-    add = getattr(flat, method)
+    add = flat.accumulate
     src = torch.randint(1, 30, (3, 5))
     for _ in range(2):
         loss = net(src, src).float().square().mean()

@@ -31,7 +31,12 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        # On rows, not (batch, length, d_model): compiled, the first linear's 3-d output is a view of
+        # its matrix product, so the ReLU behind it stayed unwritten; the second linear wrote its own
+        # copy of it, and the ReLU's backward recomputed it from the product, which then lived to the
+        # backward beside the copy: two (tokens x ffn_dim) activations a layer instead of one.
+        rows = x.reshape(-1, x.size(-1))
+        return self.linear2(self.dropout(self.activation(self.linear1(rows)))).view(x.shape)
 
 
 class Residual(nn.Module):

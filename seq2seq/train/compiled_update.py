@@ -80,13 +80,9 @@ class CompiledUpdate:
         clip_norm: float,
         autocast: Callable[[], AbstractContextManager],
         mode: str | None,
-        half_precision: bool = False,
     ) -> None:
         self.objective, self.parameters, self.optimizer = objective, parameters, optimizer
         self.clip_norm, self.autocast = clip_norm, autocast
-        # In half precision the gradients are added in one pass (flat_parameters.py says why); in
-        # fp32 the chain's loops are vectorised, and it holds less at the backward's end.
-        self._accumulate = parameters.accumulate_in_one_pass if half_precision else parameters.accumulate
         self.cache_dir = use_project_inductor_cache()
         import torch._dynamo  # the compiler, imported only by runs that compile
         from torch._dynamo.utils import counters
@@ -157,7 +153,7 @@ class CompiledUpdate:
         # backward's end, and Inductor fused each weight's gradient product and bias sum into its
         # accumulation there: every layer's saved inputs and output gradients held to the end.
         gradients = torch.autograd.grad(loss * scale, self.parameters.params, allow_unused=True)
-        self._accumulate(gradients)
+        self.parameters.accumulate(gradients)
         return loss.detach().float(), nll.detach().float()
 
     def _last_pass_and_step(

@@ -91,35 +91,12 @@ class FlatParameters:
         # is functionalised into a slice_scatter, which Inductor keeps out of place (to fuse it with
         # what reads the result), so the chain of them held full-size copies of the buffer; an
         # as_strided_scatter it always turns back into an add in place (torch/_inductor/fx_passes/
-        # reinplace.py, _ALWAYS_MUTATING_SCATTER_OPS). Eager, the views are the same memory.
+        # reinplace.py, _ALWAYS_MUTATING_SCATTER_OPS). Eager, the views are the same memory. In place,
+        # each add is one vectorised loop in half precision as well: no one-pass form is needed there.
         buffers = [values.grad for values in self.buffers]
         for param, (group, start, _), gradient in reversed(list(zip(self.params, self.places, gradients, strict=True))):
             if gradient is not None:
                 buffers[group].as_strided(param.shape, param.stride(), start).add_(gradient)
-
-    def accumulate_in_one_pass(self, gradients: Sequence[torch.Tensor | None]) -> None:
-        """What `accumulate` does, as one addition per buffer: the gradients laid end to end (zeros in
-        the gaps), then added. For the compiled update in half precision: there each in-place add
-        into a view, functionalised, is a scatter into the whole buffer, and Inductor folds the chain
-        into a few dozen loops over every element of it, which convert the half-precision gradients
-        inside and are not vectorised. The cost: the laid-out copy is held once more (docs/
-        performance.md, "The compiled update on Intel Xeon with AMX"; measured before `accumulate`
-        added in place, not since)."""
-        for group, values in enumerate(self.buffers):
-            pieces, end = [], 0
-            for gradient, (owner, start, numel) in zip(gradients, self.places, strict=True):
-                if owner != group:
-                    continue
-                if start > end:
-                    pieces.append(values.grad.new_zeros(start - end))
-                if gradient is None:
-                    pieces.append(values.grad.new_zeros(numel))
-                else:
-                    pieces.append(gradient.reshape(-1).to(values.grad.dtype))
-                end = start + numel
-            if end < values.numel():
-                pieces.append(values.grad.new_zeros(values.numel() - end))
-            values.grad.add_(torch.cat(pieces))
 
     def gradient_norm(self) -> torch.Tensor:
         """The 2-norm of all gradients, as a device scalar (see NORM_ROW). Unchecked: the optimiser's

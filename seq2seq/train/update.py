@@ -153,7 +153,6 @@ class Update:
             clip,
             self.autocast,
             self.parts.compile_mode,
-            half_precision=self.precision != "fp32",
         )
 
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
