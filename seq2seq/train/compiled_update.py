@@ -39,6 +39,14 @@ from seq2seq.train.optim import Adam
 
 log = logging.getLogger(__name__)
 
+# Inductor stores a pointwise result used more than once only when it reads more than this many
+# buffers (its default 4); below that each user recomputes it. A post-norm residual sum,
+# x + dropout(sublayer), reads three (x, the sublayer's output, the mask): recomputed for the layer
+# norm's backward, it held the bf16 sublayer's output beside x to the backward, where eager holds the
+# sum alone. At 2 the sum is stored once and its parts are freed after the forward (docs/performance.md,
+# "The residual sums"). Set on a CPU only, where it was counted; fp32 was unchanged by it.
+CPU_REALIZE_READS_THRESHOLD = 2
+
 INDUCTOR_CACHE = "inductor"  # under the cache folder; TORCHINDUCTOR_CACHE_DIR, where set, wins
 
 
@@ -85,10 +93,14 @@ class CompiledUpdate:
         self.clip_norm, self.autocast = clip_norm, autocast
         self.cache_dir = use_project_inductor_cache()
         import torch._dynamo  # the compiler, imported only by runs that compile
+        import torch._inductor.config
         from torch._dynamo.utils import counters
 
         self._counters = counters
         self._config = torch._dynamo.config
+        on_cpu = parameters.buffers[0].device.type == "cpu"
+        self._inductor_options = {"realize_reads_threshold": CPU_REALIZE_READS_THRESHOLD} if on_cpu else {}
+        self._inductor_config = torch._inductor.config
         self._last = torch.compile(self._last_pass_and_step, mode=mode)
         self._backward = torch.compile(self._backward_pass, mode=mode)
         self.compile_seconds = 0.0  # wall time of the calls that compiled a graph
@@ -116,7 +128,7 @@ class CompiledUpdate:
     def _call(self, compiled: Callable, batch: Batch, *args: object) -> tuple[torch.Tensor, ...]:
         mark_batch_dynamic(batch)
         before, start = self._counters["stats"]["unique_graphs"], time.perf_counter()
-        with self._config.patch(trace_autograd_ops=True):
+        with self._config.patch(trace_autograd_ops=True), self._inductor_config.patch(self._inductor_options):
             result = compiled(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions, *args)
         new = self._counters["stats"]["unique_graphs"] - before
         if new:
