@@ -236,19 +236,17 @@ def test_compiled_bf16_update_holds_no_more_at_its_peak_than_eager() -> None:
     torch.manual_seed(1)
     src, tgt_in, tgt_out = (torch.randint(1, 64, (16, 32)) for _ in range(3))
     positions = (tgt_out != 0).flatten().nonzero().squeeze(1)
-    batch = Batch(src, tgt_in, tgt_out, np.arange(16), 512, 512, positions)
+    tokens = src.numel()  # no padding: every id is 1 or more
+    batch = Batch(src, tgt_in, tgt_out, np.arange(16), tokens, tokens, positions)
+    scale, earlier_loss, lr = 1 / tokens, torch.zeros(()), 0.0
+    eager_inputs = (src, tgt_in, tgt_out, positions, update._scalar(scale), earlier_loss, update._scalar(lr))
     peak = load_script("step_profile").peak_allocated_per_update
     with torch._dynamo.config.patch(trace_autograd_ops=True):
-        eager_peak = peak(lambda: update._last_pass_and_step(src, tgt_in, tgt_out, positions, *scalars()), 1)
-    update.last_pass_and_step(batch, 1 / 512, torch.zeros(()), 0.0)  # compiles
-    compiled_peak = peak(lambda: update.last_pass_and_step(batch, 1 / 512, torch.zeros(()), 0.0), 1)
+        eager_peak = peak(lambda: update._last_pass_and_step(*eager_inputs), 1)
+    update.last_pass_and_step(batch, scale, earlier_loss, lr)  # compiles
+    compiled_peak = peak(lambda: update.last_pass_and_step(batch, scale, earlier_loss, lr), 1)
     assert update.graphs == 1
     assert compiled_peak["peak_allocated_mb"] <= eager_peak["peak_allocated_mb"], (compiled_peak, eager_peak)
-
-
-def scalars() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`_last_pass_and_step`'s scale, earlier loss and rate, as `last_pass_and_step` makes them."""
-    return torch.full((), 1 / 512), torch.zeros(()), torch.full((), 0.0)
 
 
 def test_inductors_cache_goes_to_the_project_cache_unless_the_user_chose_one(monkeypatch, tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 # x + dropout(sublayer), reads three (x, the sublayer's output, the mask): recomputed for the layer
 # norm's backward, it held the bf16 sublayer's output beside x to the backward, where eager holds the
 # sum alone. At 2 the sum is stored once and its parts are freed after the forward (docs/performance.md,
-# "The residual sums"). Set on a CPU only, where it was counted; fp32 was unchanged by it.
+# "The residual sums"). On a CPU only: on a GPU its effect has not been counted.
 CPU_REALIZE_READS_THRESHOLD = 2
 
 INDUCTOR_CACHE = "inductor"  # under the cache folder; TORCHINDUCTOR_CACHE_DIR, where set, wins
