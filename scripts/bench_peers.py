@@ -91,15 +91,20 @@ def export_corpus(overrides: list[str], work: Path) -> dict[str, float]:
     return tokens
 
 
-def run_seq2seq(args: argparse.Namespace, compiled: bool = False) -> dict:
+def run_seq2seq(args: argparse.Namespace, compiled: bool = False, processes: int = 1) -> dict:
+    """seq2seq's row: one process of 2 threads, or under torchrun `processes` of one thread each with
+    their share of the update's 4,096 tokens (a process a core, as Marian's graphs are a thread each)."""
+    launcher = [sys.executable]
+    if processes > 1:
+        launcher = [str(Path(sys.executable).parent / "torchrun"), "--standalone", f"--nproc_per_node={processes}"]
     command = [
-        sys.executable,
+        *launcher,
         str(SCRIPTS / "bench_train.py"),
         f"--data-dir={args.data_dir}",
         "--model=small",
-        "--batch-tokens=4096",
+        f"--batch-tokens={4096 // processes}",
         "--precision=fp32",
-        "--threads=2",
+        f"--threads={2 // processes}",
         f"--warmup={args.warmup}",
         f"--steps={args.updates}",
         *(["--compile"] if compiled else []),
@@ -107,8 +112,9 @@ def run_seq2seq(args: argparse.Namespace, compiled: bool = False) -> dict:
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     report = json.loads(done.stdout)
+    tool = "seq2seq compile=true" if compiled else "seq2seq"
     return {
-        "tool": "seq2seq compile=true" if compiled else "seq2seq",
+        "tool": tool if processes == 1 else f"{tool}, {processes} processes x 1 thread",
         "wall_s": round(time.perf_counter() - start, 1),
         "tgt_tokens_per_s": round(report["tgt_tokens_per_s"], 1),
         "real_tgt_tokens_per_update": round(report["real_tgt_tokens_per_batch"], 1),
@@ -279,6 +285,12 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=60, help="updates timed")
     parser.add_argument("--report-every", type=int, default=10, help="the peers' progress lines")
     parser.add_argument("--compiled", action="store_true", help="also seq2seq's compile=true, after its eager run")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="also seq2seq compile=true under torchrun, this many processes of 1 thread",
+    )
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -292,6 +304,8 @@ def main() -> None:
         runs.append({"round": round_index, **row})
         if args.compiled:
             runs.append({"round": round_index, **run_seq2seq(args, compiled=True)})
+        if args.processes > 1:
+            runs.append({"round": round_index, **run_seq2seq(args, compiled=True, processes=args.processes)})
         runs.append({"round": round_index, **with_gemm_share(run_marian(args, words), flops_per_tgt)})
         write_report(args, tokens, words, eole_batch, flops_per_tgt, runs)
         eole_batch = eole_batch or calibrate_eole(args, words)

@@ -11,6 +11,9 @@ matmul peak measured in the same process; then counts what an update asks of the
 arithmetic (scripts/step_profile.py): operator calls, host read-backs (per update, over log_every
 updates), and on a GPU its kernels and busy time (gpu_busy_fraction: the GPU's kernel time over the
 timed seconds per update); and the shapes an epoch's batches come in, padded to 1 and to 8.
+Under torchrun (`torchrun --standalone --nproc_per_node 2 scripts/bench_train.py --threads 1
+--batch-tokens 2048 ...`: a process a core, each with its share of the update) rank 0 prints the
+report, its tokens summed over the ranks and its GEMM rate the ranks' rates measured at once, added.
 Run it on an idle machine: it measures the machine as much as the code. `--counts-only` times nothing:
 eager's and compile=true's operator calls, Inductor's generated kernels and the launches per update,
 side by side for each model (`--runs small:4096,base:4096`), on any machine.
@@ -54,7 +57,7 @@ from seq2seq.data.batching import make_batches, padded_width  # noqa: E402
 from seq2seq.data.pipeline import prepare_data  # noqa: E402
 from seq2seq.model import dropout  # noqa: E402
 from seq2seq.train import loss  # noqa: E402
-from seq2seq.train.distributed import DistContext  # noqa: E402
+from seq2seq.train.distributed import DistContext, cleanup_distributed, init_distributed  # noqa: E402
 from seq2seq.train.parts import TrainingParts  # noqa: E402
 from seq2seq.train.trainer import Trainer  # noqa: E402
 
@@ -106,7 +109,9 @@ def flops_per_update(model: torch.nn.Module, src_tokens: float, tgt_tokens: floa
     return 6.0 * (encoder * src_tokens + (decoder + output) * tgt_tokens)
 
 
-def build_trainer(args: argparse.Namespace, batch_tokens: int, model: str | None = None) -> Trainer:
+def build_trainer(
+    args: argparse.Namespace, batch_tokens: int, model: str | None = None, dist: DistContext | None = None
+) -> Trainer:
     overrides = [
         f"model={model or args.model}",
         "data=multi30k",
@@ -121,14 +126,15 @@ def build_trainer(args: argparse.Namespace, batch_tokens: int, model: str | None
     with initialize_config_module(version_base="1.3", config_module="seq2seq.configs"):
         cfg = compose("train", overrides=overrides)
     torch.set_num_threads(args.threads)
-    torch.manual_seed(cfg.seed)
-    data = prepare_data(cfg.data)
+    dist = dist or DistContext()
+    torch.manual_seed(cfg.seed + dist.rank)  # as seq2seq-train seeds a rank
+    data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
     return Trainer(
         TrainingParts.of(cfg, torch.device(args.device)),
         Path(args.run_dir),
         data,
         torch.device(args.device),
-        DistContext(),
+        dist,
     )
 
 
@@ -139,7 +145,7 @@ def _recorded(batches: list, used: list[np.ndarray]) -> list:
 
 def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     """The device is synchronised before and after the timed updates (they read nothing back between
-    them but every log_every updates, as in training)."""
+    them but every log_every updates, as in training). Under torchrun the tokens are every rank's."""
     start_first = time.perf_counter()
     trainer.train_step()
     first_step_done = time.perf_counter()
@@ -178,6 +184,7 @@ def measure(trainer: Trainer, warmup: int, steps: int) -> dict[str, float]:
     synchronize(str(trainer.device))
     seconds = time.perf_counter() - start
     trainer.stream.next_update = next_update
+    totals = {side: trainer.dist.sum(count) for side, count in totals.items()}
     return {
         "seconds_per_update": seconds / steps,
         # Without a device sync per update (a GPU's queue runs ahead), so the spread is the host's view
@@ -334,6 +341,10 @@ def main() -> None:
         runs_report(args)
         return
 
+    dist = init_distributed(torch.device(args.device))
+    if dist.enabled:
+        ranks_report(args, dist)
+        return
     trainer = build_trainer(args, args.batch_tokens)
     startup = time.perf_counter() - PROCESS_START
     with competing_jobs(args.compete, args.compete_threads) as competition:
@@ -348,6 +359,7 @@ def main() -> None:
         "overrides": args.set,
         "batch_tokens": args.batch_tokens,
         "threads": args.threads,
+        "processes": 1,
         "compile": args.compile,
         "precision": trainer.precision,
         "precision_reason": trainer.precision_choice.reason,
@@ -385,6 +397,43 @@ def main() -> None:
             report["scaling"].append({"batch_tokens": tokens, **{k: round(v, 4) for k, v in scaled.items()}})
     json.dump(report, sys.stdout, indent=2)
     print()
+
+
+def ranks_report(args: argparse.Namespace, dist: DistContext) -> None:
+    """Under torchrun: every rank trains its share of each update; rank 0 prints tokens/s over all of
+    them, against the GEMM rate of all ranks measured at once (each with its threads), and each rank's
+    peak RSS. The counts and shapes of one process are left to a run without torchrun."""
+    try:
+        trainer = build_trainer(args, args.batch_tokens, dist=dist)
+        result = measure(trainer, args.warmup, args.steps)
+        dist.barrier()  # every rank's GEMMs at once: the rate at which the ranks share the machine
+        peak = dist.sum(matmul_peak_gflops(args.peak_seconds, device=args.device))
+        achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
+        rss = dist.gather(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+        if dist.is_main:
+            report = {
+                "model": args.model,
+                "overrides": args.set,
+                "batch_tokens": args.batch_tokens,
+                "batch_tokens_per_update": args.batch_tokens * dist.world_size,
+                "threads": args.threads,
+                "processes": dist.world_size,
+                "compile": args.compile,
+                "precision": trainer.precision,
+                "parameters": sum(p.numel() for p in trainer.model.parameters()),
+                **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()},
+                "model_gflops_per_s": round(achieved, 1),
+                "matmul_peak_gflops_per_s": round(peak, 1),
+                "mfu_vs_fp32_peak": round(achieved / peak, 3),
+                "peak_rss_mb_by_rank": rss,
+                "peak_rss_mb": max(rss),
+                "device": args.device,
+                "machine": machine_info(),
+            }
+            json.dump(report, sys.stdout, indent=2)
+            print()
+    finally:
+        cleanup_distributed()
 
 
 def counts_report(args: argparse.Namespace) -> dict:

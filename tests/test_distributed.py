@@ -8,7 +8,9 @@ import os
 import socket
 import subprocess
 import sys
+from contextlib import nullcontext
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -54,11 +56,18 @@ def free_ports(count: int) -> list[int]:
 
 
 def updates(
-    rank: int, world_size: int, port: int, plans: list[list[list[np.ndarray]]], cache: str, outs: list[str]
+    rank: int,
+    world_size: int,
+    port: int,
+    plans: list[list[list[np.ndarray]]],
+    cache: str,
+    outs: list[str],
+    compiled: bool = False,
 ) -> None:
     """For each plan, runs one optimiser update on this rank with the micro-batches `plan[rank]` and
     saves the parameters (rank 0) with how many gradient all-reduces DDP made. The plans share one
-    process group: a spawn costs seconds."""
+    process group: a spawn costs seconds. `compiled`: compile=true's update, traced by TorchDynamo and
+    run as traced (the "eager" backend: Inductor's kernels would take minutes to build)."""
     os.environ.update(
         {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(world_size)}
     )
@@ -66,8 +75,10 @@ def updates(
     torch.set_num_threads(1)
     dist = init_distributed(torch.device("cpu"))
     try:
-        for plan, out in zip(plans, outs, strict=True):
-            one_update(plan[rank], out, dist)
+        tracing = mock.patch("torch.compile", partial(torch.compile, backend="eager")) if compiled else nullcontext()
+        with tracing:
+            for plan, out in zip(plans, outs, strict=True):
+                one_update(plan[rank], out, dist, compiled)
         # Both ranks leave the group together: rank 1 tearing gloo down while rank 0 was still saving
         # aborted rank 1 once in CI ("terminate called without an active exception").
         dist.barrier()
@@ -75,13 +86,17 @@ def updates(
         cleanup_distributed()
 
 
-def one_update(micro_batches: list[np.ndarray], out: str, dist: DistContext) -> None:
-    cfg = compose_config("train", [*OVERRIDES, f"accum_steps={len(micro_batches)}"])
+def one_update(micro_batches: list[np.ndarray], out: str, dist: DistContext, compiled: bool = False) -> None:
+    overrides = [*OVERRIDES, f"accum_steps={len(micro_batches)}", f"compile={str(compiled).lower()}"]
+    cfg = compose_config("train", overrides)
     data = prepare_data(cfg.data, barrier=dist.barrier, is_main=dist.is_main)
-    torch.manual_seed(0)  # the same initial weights on every rank
+    # The same initial weights on every rank; compiled, rank 1 draws others, which rank 0's replace.
+    torch.manual_seed(dist.rank if compiled else 0)
     trainer = Trainer(TrainingParts.of(cfg, torch.device("cpu")), Path(out).parent, data, torch.device("cpu"), dist)
     allreduces = []
-    if dist.enabled:
+    if compiled:
+        assert trainer.update.compiled is not None
+    elif dist.enabled:
 
         def counting_hook(state, bucket):  # DDP checks annotations at run time; string ones fail
             allreduces.append(bucket.index())
@@ -91,7 +106,7 @@ def one_update(micro_batches: list[np.ndarray], out: str, dist: DistContext) -> 
     batches = [collate(data.train, indices, cfg.model.max_positions) for indices in micro_batches]
     trainer.stream.next_update = lambda *_args: batches
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-    grads = record_gradients_at_the_update(trainer)
+    grads = (record_compiled_gradients if compiled else record_gradients_at_the_update)(trainer)
     assert trainer.train_step() is not None
     (update,) = trainer.check_updates()  # every rank: the read-back sums over ranks
     if dist.is_main:
@@ -112,6 +127,20 @@ def record_gradients_at_the_update(trainer: Trainer) -> dict[str, torch.Tensor]:
         return step(*args, **kwargs)
 
     trainer.optimizer.step = recording_step
+    return grads
+
+
+def record_compiled_gradients(trainer: Trainer) -> dict[str, torch.Tensor]:
+    """The gradients (all-reduced, not yet clipped) the compiled step is given under torchrun."""
+    grads: dict[str, torch.Tensor] = {}
+    compiled = trainer.update.compiled
+    step = compiled._step
+
+    def recording_step(*args):
+        grads.update({name: p.grad.detach().clone() for name, p in trainer.model.named_parameters()})
+        return step(*args)
+
+    compiled._step = recording_step
     return grads
 
 
@@ -181,6 +210,27 @@ def test_two_ranks_equal_one_rank_with_the_same_tokens(tmp_path: Path, ddp: dict
         assert_close(grad, accumulated["grads"][name], f"{name} (DDP vs accumulation)", atol=atol)
     moved = [not torch.equal(two_ranks["params"][name], before) for name, before in two_ranks["before"].items()]
     assert all(moved), "the update was not applied to every parameter"
+
+
+def test_compiled_update_under_torchrun_is_the_update_of_one_process(tmp_path: Path) -> None:
+    """compile=true under torchrun: each rank's compiled backward, the flat gradient all-reduced, then
+    the compiled step. Its gradients are those of one eager process over both halves (up to the order
+    of the sums), from rank 0's weights though rank 1 drew others, and the step moved every weight."""
+    both = np.concatenate([HALF_A, HALF_B])
+    (one,) = in_this_process({"big": [[both]]}, tmp_path).values()  # seed 0: rank 0's weights
+    out = str(tmp_path / "ranks.pt")
+    updates_args = (2, free_port(), [[[HALF_A], [HALF_B]]], str(tmp_path / "cache"), [out], True)
+    mp.spawn(updates, args=updates_args, nprocs=2, join=True)
+    ranks = torch.load(out, weights_only=True)
+    assert ranks["tokens"] == one["tokens"]
+    cfg = compose_config("train", OVERRIDES)
+    # Recorded before the step's clipping, the eager ones after it: clipped here as torch clips them.
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in ranks["grads"].values()]))
+    clipped = min(1.0, cfg.optim.clip_norm / (float(norm) + 1e-6))
+    for name, grad in ranks["grads"].items():
+        atol = gradient_tolerance(grad, ranks["tokens"], cfg.model)
+        assert_close(grad * clipped, one["grads"][name], f"{name} (compiled DDP vs one batch)", atol=atol)
+    assert all(not torch.equal(ranks["params"][name], before) for name, before in ranks["before"].items())
 
 
 def test_accumulation_under_ddp_all_reduces_only_on_the_update(ddp: dict[str, dict]) -> None:

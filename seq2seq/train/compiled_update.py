@@ -16,9 +16,12 @@ seconds it took. Inductor's generated code is cached across runs in the project'
 (`inductor/` beside precision.json), so a later run on the same machine and code traces again but
 compiles no kernel it has compiled before.
 
-Under torchrun (DDP all-reduces gradients during the backward) or with fp16's grad scaler (whose
-unscaling is host-side bookkeeping) the update compiles its objective only (update.py); this is the path
-of one process in fp32 or bf16.
+Under torchrun the step is a graph of its own: every micro-batch's forward and backward compiled
+(`backward_pass`), the flat gradient buffers summed over the ranks in one all-reduce each, then the
+clipping, the finiteness check and Adam compiled (`reduced_step`). On a CPU that is how several
+processes of one thread each train faster than one process of as many threads (docs/performance.md,
+"One process a core"). With fp16's grad scaler (whose unscaling is host-side bookkeeping) the update
+compiles its objective only (update.py).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import torch
 
 from seq2seq.data.batching import Batch
 from seq2seq.measurement_cache import cache_file
+from seq2seq.train.distributed import DistContext
 from seq2seq.train.flat_parameters import FlatParameters
 from seq2seq.train.loss import TeacherForcedLoss
 from seq2seq.train.optim import Adam
@@ -77,8 +81,10 @@ def mark_batch_dynamic(batch: Batch) -> None:
 
 class CompiledUpdate:
     """The compiled passes of an update: `last_pass_and_step` (forward, backward, clipping and Adam:
-    the whole update when it has one micro-batch) and `backward_pass` (forward and backward only: the
-    micro-batches before the last, with accum_steps > 1 or after an out-of-memory split)."""
+    the whole update when it has one micro-batch), `backward_pass` (forward and backward only: the
+    micro-batches before the last, with accum_steps > 1 or after an out-of-memory split; under
+    torchrun every micro-batch) and `reduced_step` (under torchrun: the gradients summed over the
+    ranks, then clipping and Adam)."""
 
     def __init__(
         self,
@@ -88,9 +94,11 @@ class CompiledUpdate:
         clip_norm: float,
         autocast: Callable[[], AbstractContextManager],
         mode: str | None,
+        dist: DistContext | None = None,
     ) -> None:
         self.objective, self.parameters, self.optimizer = objective, parameters, optimizer
         self.clip_norm, self.autocast = clip_norm, autocast
+        self.dist = dist or DistContext()
         self.cache_dir = use_project_inductor_cache()
         import torch._dynamo  # the compiler, imported only by runs that compile
         import torch._inductor.config
@@ -103,45 +111,67 @@ class CompiledUpdate:
         self._inductor_config = torch._inductor.config
         self._last = torch.compile(self._last_pass_and_step, mode=mode)
         self._backward = torch.compile(self._backward_pass, mode=mode)
+        self._step = torch.compile(self._step_of_the_gradients, mode=mode)
         self.compile_seconds = 0.0  # wall time of the calls that compiled a graph
         self.graphs = 0  # graphs compiled (the first of each function, then each recompile)
+        self._compiled_once: list[Callable] = []  # the functions that compiled a graph at least once
 
     def last_pass_and_step(
-        self, batch: Batch, scale: float, earlier_loss: torch.Tensor, lr: float
+        self, batch: Batch, scale: float | torch.Tensor, earlier_loss: torch.Tensor, lr: float
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The update's last micro-batch, then its step: -> (loss, nll, gradient norm before
         clipping). `scale` multiplies the loss before the backward (1 / the update's tokens);
         `earlier_loss` is the summed loss of the micro-batches before (finiteness is the whole
-        update's); `lr` the rate (`Adam.next_rate`). Gradients are zero after it."""
+        update's); `lr` the rate (`Adam.next_rate`). Gradients are zero after it. One process only."""
         self.parameters.gradients()  # each parameter's gradient still a view of the buffer
         return self._call(self._last, batch, self._scalar(scale), earlier_loss, self._scalar(lr))
 
-    def backward_pass(self, batch: Batch, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward_pass(self, batch: Batch, scale: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A micro-batch's forward and backward: its gradients added to the buffer; -> (loss, nll)."""
         return self._call(self._backward, batch, self._scalar(scale))
 
-    def _scalar(self, value: float) -> torch.Tensor:
+    def reduced_step(self, update_loss: torch.Tensor, lr: float) -> torch.Tensor:
+        """Under torchrun, after every micro-batch's `backward_pass`: the gradient buffers summed over
+        the ranks (each rank's loss was scaled by 1 / every rank's tokens, so the sum is the gradient
+        of the mean over all of them), then the step, skipped on every rank alike where the loss of
+        any rank or the summed gradient is not finite: -> the gradient norm before clipping. Gradients
+        are zero after it."""
+        for gradient in self.parameters.gradients():
+            self.dist.sum_in_place(gradient)
+        every_loss = self.dist.sum_on_device(update_loss)
+        return self._call(self._step, None, every_loss, self._scalar(lr))
+
+    def _scalar(self, value: float | torch.Tensor) -> torch.Tensor:
         """A number that changes every update, as a device tensor: as a Python number the graph would
         take it for a constant and recompile for the next one."""
-        return torch.full((), value, dtype=torch.float32, device=self.parameters.buffers[0].device)
+        device = self.parameters.buffers[0].device
+        if isinstance(value, torch.Tensor):  # under torchrun 1 / every rank's tokens, summed on the device
+            return value.to(device=device, dtype=torch.float32).reshape(())
+        return torch.full((), value, dtype=torch.float32, device=device)
 
-    def _call(self, compiled: Callable, batch: Batch, *args: object) -> tuple[torch.Tensor, ...]:
-        mark_batch_dynamic(batch)
+    def _call(self, compiled: Callable, batch: Batch | None, *args: object) -> tuple[torch.Tensor, ...]:
+        inputs = () if batch is None else (batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions)
+        if batch is not None:
+            mark_batch_dynamic(batch)
         before, start = self._counters["stats"]["unique_graphs"], time.perf_counter()
         with self._config.patch(trace_autograd_ops=True), self._inductor_config.patch(self._inductor_options):
-            result = compiled(batch.src, batch.tgt_in, batch.tgt_out, batch.tgt_positions, *args)
+            result = compiled(*inputs, *args)
         new = self._counters["stats"]["unique_graphs"] - before
         if new:
             seconds = time.perf_counter() - start
             self.compile_seconds += seconds
             self.graphs += new
+            first = compiled not in self._compiled_once
+            self._compiled_once.append(compiled)
+            if batch is None:
+                what = "the step compiled"
+            else:
+                shape = f"batch of {batch.src.size(0)} x {batch.src.size(1)} -> {batch.tgt_in.size(1)}"
+                what = f"{'the update compiled' if first else 'recompiled (a new batch shape broke a guard)'} ({shape})"
             log.info(
-                "compile: %s in %.1f s (batch of %d x %d -> %d; %d graphs so far, %.1f s in all; Inductor's cache: %s)",
-                "the update compiled" if self.graphs == new else "recompiled (a new batch shape broke a guard)",
+                "compile: %s in %.1f s (%d graphs so far, %.1f s in all; Inductor's cache: %s)",
+                what,
                 seconds,
-                batch.src.size(0),
-                batch.src.size(1),
-                batch.tgt_in.size(1),
                 self.graphs,
                 self.compile_seconds,
                 self.cache_dir,
@@ -179,12 +209,15 @@ class CompiledUpdate:
         lr: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         loss, nll = self._backward_pass(src, tgt_in, tgt_out, tgt_positions, scale)
-        # As the eager update does it (update.py): the norm over the flat buffers, clipping, and Adam
-        # skipping itself where the loss or the gradient is not finite.
+        return loss, nll, self._step_of_the_gradients(earlier_loss + loss, lr)
+
+    def _step_of_the_gradients(self, update_loss: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+        """As the eager update does it (update.py): the norm over the flat buffers, clipping, and Adam
+        skipping itself where the update's loss or the gradient is not finite; -> the norm."""
         norm = self.parameters.gradient_norm()
         if self.clip_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(self.parameters.buffers, self.clip_norm, norm, foreach=True)
-        not_finite = (~(torch.isfinite(earlier_loss + loss) & torch.isfinite(norm))).float()
+        not_finite = (~(torch.isfinite(update_loss) & torch.isfinite(norm))).float()
         self.optimizer.step_in_graph(lr, not_finite)
         self.parameters.zero_grad()
-        return loss, nll, norm
+        return norm

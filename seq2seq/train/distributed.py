@@ -50,6 +50,16 @@ class DistContext:
         dist.all_reduce(tensor)
         return float(tensor.item())
 
+    def sum_in_place(self, tensor: torch.Tensor) -> None:
+        """`tensor` replaced by its sum over all ranks (a gradient buffer: no copy of it is made)."""
+        if self.enabled:
+            dist.all_reduce(tensor)
+
+    def broadcast_in_place(self, tensor: torch.Tensor) -> None:
+        """`tensor` replaced by rank 0's."""
+        if self.enabled:
+            dist.broadcast(tensor, src=0)
+
     def sum_on_device(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` summed over all ranks, on its own device, without the host waiting for the result:
         the all-reduce is queued behind the work that makes `tensor` (NCCL runs it on the GPU)."""

@@ -141,10 +141,14 @@ class Update:
         return independent_copies(self.model.state_dict())
 
     def _compiled_update(self) -> CompiledUpdate | None:
-        """compile=true in one process without the grad scaler: the whole update compiled as one graph
-        (compiled_update.py). Under torchrun or in fp16 the objective alone is (`_wrap_for_training`)."""
-        if not self.parts.compiled or self.dist.enabled or self.precision == "fp16":
+        """compile=true without the grad scaler: the whole update compiled (compiled_update.py; under
+        torchrun its passes and its step, the gradients all-reduced between them). In fp16 the
+        objective alone is (`_wrap_for_training`)."""
+        if not self.parts.compiled or self.precision == "fp16":
             return None
+        # Every rank starts from rank 0's weights, as DistributedDataParallel makes them where it wraps.
+        for values in self.parameters.buffers:
+            self.dist.broadcast_in_place(values.detach())
         clip = self.parts.optim.clip_norm
         return CompiledUpdate(
             self.objective,
@@ -153,14 +157,15 @@ class Update:
             clip,
             self.autocast,
             self.parts.compile_mode,
+            self.dist,
         )
 
     def _wrap_for_training(self, objective: TeacherForcedLoss) -> torch.nn.Module:
-        """`objective` as an update calls it: in DistributedDataParallel under torchrun (gradients
-        all-reduced), compiled where compile=true does not compile the whole update, else itself.
-        Its parameters are the model's."""
+        """`objective` as an update calls it: in DistributedDataParallel under torchrun where the update
+        is eager (gradients all-reduced), compiled where compile=true does not compile the whole update
+        (fp16), else itself. Its parameters are the model's."""
         module: torch.nn.Module = objective
-        if self.dist.enabled:
+        if self.dist.enabled and self.compiled is None:
             ids = [self.device.index] if self.device.type == "cuda" else None
             module = torch.nn.parallel.DistributedDataParallel(objective, device_ids=ids)
         if self.parts.compiled and self.compiled is None:
@@ -253,9 +258,9 @@ class Update:
             for i, batch in enumerate(micro_batches):
                 # DDP: all-reduce gradients only on the last micro-batch of the update.
                 last = i == len(micro_batches) - 1
-                if self.compiled is not None:  # one process: total_tokens is a number
-                    batch, scale = batch.to(self.device), 1.0 / float(total_tokens)
-                    if last:
+                if self.compiled is not None:  # total_tokens: a number, or under torchrun a device scalar
+                    batch, scale = batch.to(self.device), 1.0 / total_tokens
+                    if last and not self.dist.enabled:
                         loss, nll, grad_norm = self.compiled.last_pass_and_step(batch, scale, loss_sum, lr)
                     else:
                         loss, nll = self.compiled.backward_pass(batch, scale)
@@ -264,6 +269,8 @@ class Update:
                     with sync:
                         loss, nll = self._forward_backward(batch.to(self.device), total_tokens)
                 loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
+            if self.compiled is not None and self.dist.enabled:  # the gradients all-reduced, then the step
+                grad_norm = self.compiled.reduced_step(loss_sum, lr)
         except torch.OutOfMemoryError as err:  # torch.cuda.OutOfMemoryError is the same class
             if self.dist.enabled:
                 raise UserError(
