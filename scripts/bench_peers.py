@@ -104,7 +104,7 @@ def run_seq2seq(args: argparse.Namespace, compiled: bool = False, processes: int
         "--model=small",
         f"--batch-tokens={4096 // processes}",
         "--precision=fp32",
-        f"--threads={2 // processes}",
+        f"--threads={2 if processes == 1 else 1}",
         f"--warmup={args.warmup}",
         f"--steps={args.updates}",
         *(["--compile"] if compiled else []),

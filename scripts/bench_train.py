@@ -353,25 +353,15 @@ def main() -> None:
     size = 8192 if on_gpu else 1024  # a GPU is only full with large products
     peak = matmul_peak_gflops(args.peak_seconds, size=size, device=args.device)
     peak_bf16 = matmul_peak_gflops(args.peak_seconds, size=size, dtype=torch.bfloat16, device=args.device)
-    achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
     report = {
-        "model": args.model,
-        "overrides": args.set,
-        "batch_tokens": args.batch_tokens,
-        "threads": args.threads,
-        "processes": 1,
-        "compile": args.compile,
-        "precision": trainer.precision,
+        **run_report(args, trainer, result, peak, processes=1),
         "precision_reason": trainer.precision_choice.reason,
-        "parameters": sum(p.numel() for p in trainer.model.parameters()),
         "startup_to_first_update_s": startup + result["first_update_s"],
-        **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()},
-        "model_gflops_per_s": round(achieved, 1),
-        "matmul_peak_gflops_per_s": round(peak, 1),
         "matmul_peak_bf16_gflops_per_s": round(peak_bf16, 1),
-        "mfu_vs_fp32_peak": round(achieved / peak, 3),
         # fp16 against the bf16 peak: tensor cores run both at one rate (a CPU has no fp16 path here)
-        "mfu_vs_own_precision_peak": round(achieved / (peak if trainer.precision == "fp32" else peak_bf16), 3),
+        "mfu_vs_own_precision_peak": round(
+            report_achieved(result) / (peak if trainer.precision == "fp32" else peak_bf16), 3
+        ),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         **({"peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)} if on_gpu else {}),
         **({"gpu": torch.cuda.get_device_name(args.device)} if on_gpu else {}),
@@ -399,6 +389,31 @@ def main() -> None:
     print()
 
 
+def report_achieved(result: dict[str, float]) -> float:
+    """Model GFLOP/s of a measurement (`measure`)."""
+    return result["_flops"] / result["seconds_per_update"] / 1e9
+
+
+def run_report(args: argparse.Namespace, trainer: Trainer, result: dict, peak: float, processes: int) -> dict:
+    """The fields every timed report has: the run, its measurement, and its share of the fp32 GEMM
+    rate `peak`."""
+    achieved = report_achieved(result)
+    return {
+        "model": args.model,
+        "overrides": args.set,
+        "batch_tokens": args.batch_tokens,
+        "threads": args.threads,
+        "processes": processes,
+        "compile": args.compile,
+        "precision": trainer.precision,
+        "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items() if k != "_flops"},
+        "model_gflops_per_s": round(achieved, 1),
+        "matmul_peak_gflops_per_s": round(peak, 1),
+        "mfu_vs_fp32_peak": round(achieved / peak, 3),
+    }
+
+
 def ranks_report(args: argparse.Namespace, dist: DistContext) -> None:
     """Under torchrun: every rank trains its share of each update; rank 0 prints tokens/s over all of
     them, against the GEMM rate of all ranks measured at once (each with its threads), and each rank's
@@ -408,23 +423,11 @@ def ranks_report(args: argparse.Namespace, dist: DistContext) -> None:
         result = measure(trainer, args.warmup, args.steps)
         dist.barrier()  # every rank's GEMMs at once: the rate at which the ranks share the machine
         peak = dist.sum(matmul_peak_gflops(args.peak_seconds, device=args.device))
-        achieved = result.pop("_flops") / result["seconds_per_update"] / 1e9
         rss = dist.gather(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
         if dist.is_main:
             report = {
-                "model": args.model,
-                "overrides": args.set,
-                "batch_tokens": args.batch_tokens,
+                **run_report(args, trainer, result, peak, processes=dist.world_size),
                 "batch_tokens_per_update": args.batch_tokens * dist.world_size,
-                "threads": args.threads,
-                "processes": dist.world_size,
-                "compile": args.compile,
-                "precision": trainer.precision,
-                "parameters": sum(p.numel() for p in trainer.model.parameters()),
-                **{k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()},
-                "model_gflops_per_s": round(achieved, 1),
-                "matmul_peak_gflops_per_s": round(peak, 1),
-                "mfu_vs_fp32_peak": round(achieved / peak, 3),
                 "peak_rss_mb_by_rank": rss,
                 "peak_rss_mb": max(rss),
                 "device": args.device,

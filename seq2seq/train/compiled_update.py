@@ -99,6 +99,9 @@ class CompiledUpdate:
         self.objective, self.parameters, self.optimizer = objective, parameters, optimizer
         self.clip_norm, self.autocast = clip_norm, autocast
         self.dist = dist or DistContext()
+        # Every rank starts from rank 0's weights, as DistributedDataParallel makes them where it wraps.
+        for values in parameters.buffers:
+            self.dist.broadcast_in_place(values)
         self.cache_dir = use_project_inductor_cache()
         import torch._dynamo  # the compiler, imported only by runs that compile
         import torch._inductor.config
@@ -114,7 +117,7 @@ class CompiledUpdate:
         self._step = torch.compile(self._step_of_the_gradients, mode=mode)
         self.compile_seconds = 0.0  # wall time of the calls that compiled a graph
         self.graphs = 0  # graphs compiled (the first of each function, then each recompile)
-        self._compiled_once: list[Callable] = []  # the functions that compiled a graph at least once
+        self._compiled_once: set[Callable] = set()  # the functions that compiled a graph at least once
 
     def last_pass_and_step(
         self, batch: Batch, scale: float | torch.Tensor, earlier_loss: torch.Tensor, lr: float
@@ -162,12 +165,16 @@ class CompiledUpdate:
             self.compile_seconds += seconds
             self.graphs += new
             first = compiled not in self._compiled_once
-            self._compiled_once.append(compiled)
+            self._compiled_once.add(compiled)
             if batch is None:
                 what = "the step compiled"
             else:
                 shape = f"batch of {batch.src.size(0)} x {batch.src.size(1)} -> {batch.tgt_in.size(1)}"
-                what = f"{'the update compiled' if first else 'recompiled (a new batch shape broke a guard)'} ({shape})"
+                what = (
+                    f"the update compiled ({shape})"
+                    if first
+                    else f"recompiled: a new batch shape broke a guard ({shape})"
+                )
             log.info(
                 "compile: %s in %.1f s (%d graphs so far, %.1f s in all; Inductor's cache: %s)",
                 what,

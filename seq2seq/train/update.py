@@ -146,9 +146,6 @@ class Update:
         objective alone is (`_wrap_for_training`)."""
         if not self.parts.compiled or self.precision == "fp16":
             return None
-        # Every rank starts from rank 0's weights, as DistributedDataParallel makes them where it wraps.
-        for values in self.parameters.buffers:
-            self.dist.broadcast_in_place(values.detach())
         clip = self.parts.optim.clip_norm
         return CompiledUpdate(
             self.objective,
