@@ -75,6 +75,21 @@ def test_make_batches_without_rng_fill_batches_in_length_order() -> None:
         assert (len(batch) + 1) * longest[following[0]] > budget
 
 
+def test_make_batches_group_sentences_of_one_longest_side_by_their_other_lengths() -> None:
+    # 40 sentences whose longer side is 10 tokens: targets all 10, sources 2 or 9, shuffled together.
+    # Ordered by the longer side alone, batches of 10 mix the two source lengths, and most of a
+    # short source's width is padding; ordered by the source's length next, each batch holds one.
+    rng = np.random.default_rng(7)
+    src_len = rng.permutation(np.repeat([2, 9], 20))
+    tgt_len = np.full(40, 10)
+    batches = make_batches(src_len, tgt_len, 10 * 12, np.random.default_rng(3))
+    assert [len(b) for b in batches] == [10] * 4
+    padded_src = sum(len(b) * int(src_len[b].max()) for b in batches)
+    assert padded_src == int(src_len.sum())  # 20 x 2 + 20 x 9: no source padding at all
+    for batch in batches:
+        assert len(set(src_len[batch].tolist())) == 1
+
+
 def test_make_batches_deterministic_per_seed_and_shuffled_across_seeds() -> None:
     src_len, tgt_len = random_lengths(300, 3)
 

@@ -61,12 +61,15 @@ def make_batches(
     pad_multiple: int = 1,
 ) -> list[np.ndarray]:
     """Groups sentence indices into batches whose padded size, sentences x longest side (+2 for
-    BOS/EOS, rounded up to `pad_multiple`), stays within `batch_tokens`. With `rng`, ties in length
-    are broken at random and the batch order is shuffled; without, the order is by length (for
-    evaluation)."""
+    BOS/EOS, rounded up to `pad_multiple`), stays within `batch_tokens`. Sentences are taken in order
+    of their longer side, then of the source's length, then of the target's, so that each side's
+    width in a batch is close to each sentence's own: among Multi30k's sentences of one longest side
+    the other side's length varies, and its padding is computed for nothing (docs/performance.md,
+    "Padding"). With `rng`, the remaining ties (sentences of the same two lengths) are broken at
+    random and the batch order is shuffled; without, the order is by length (for evaluation)."""
     longest = padded_width(np.maximum(src_len, tgt_len) + 2, pad_multiple)
     tiebreak = rng.random(len(longest)) if rng is not None else np.arange(len(longest))
-    order = np.lexsort((tiebreak, longest))
+    order = np.lexsort((tiebreak, tgt_len, src_len, longest))
     batches, start = [], 0
     while start < len(order):
         # Sorted ascending: the last sentence in the window is the longest, so padded size = count * its length.
