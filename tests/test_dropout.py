@@ -102,3 +102,21 @@ def test_compiled_dropout_draws_each_mask_once_and_holds_it_for_the_backward(mon
     assert draws == [torch.Size([8, 16])] * 2
     torch.manual_seed(7)
     torch.testing.assert_close(y, block(x))
+
+
+def test_compiled_dropouts_of_one_tensor_draw_their_own_masks() -> None:
+    # Two draws with equal arguments were merged by AOTAutograd's common-subexpression pass (it spares
+    # only aten's random operators), so one tensor dropped from twice got one mask for both.
+    first, second = Dropout(0.5).train(), Dropout(0.5).train()
+
+    def twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return first(x), second(x)
+
+    x = torch.randn(64, 64, requires_grad=True)
+    torch.manual_seed(3)
+    a, b = torch.compile(twice, fullgraph=True)(x)
+    assert not torch.equal(a == 0, b == 0)
+    torch.manual_seed(3)
+    eager_a, eager_b = twice(x)
+    torch.testing.assert_close(a, eager_a)
+    torch.testing.assert_close(b, eager_b)

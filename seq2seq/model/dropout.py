@@ -44,14 +44,18 @@ def cheap_keep_mask(shape: torch.Size | tuple[int, ...], threshold: int) -> torc
 
 # nondeterministic_seeded: two calls on equal inputs are different draws (the compiler must not merge
 # them) and the backward may not recompute one: it holds the mask the forward drew.
+# The tag does not stop AOTAutograd's common-subexpression pass, which spares only a fixed list of
+# aten's random operators: two calls with the same arguments (one tensor dropped from twice) were
+# merged into one draw, the two dropouts then sharing a mask. `draw` is a fresh empty tensor at every
+# call, which that pass never merges (aten.empty is on its list), so no two calls have equal arguments.
 @torch.library.custom_op("seq2seq::keep_mask", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
-def keep_mask_op(like: torch.Tensor, threshold: int) -> torch.Tensor:
+def keep_mask_op(like: torch.Tensor, threshold: int, draw: torch.Tensor) -> torch.Tensor:
     """The cheap mask in `like`'s shape, as one operator the compiler calls but does not trace."""
     return cheap_keep_mask(like.shape, threshold)
 
 
 @keep_mask_op.register_fake
-def _(like: torch.Tensor, threshold: int) -> torch.Tensor:
+def _(like: torch.Tensor, threshold: int, draw: torch.Tensor) -> torch.Tensor:
     return torch.empty(like.shape, dtype=torch.bool, device=like.device)
 
 
@@ -60,7 +64,7 @@ def traced_keep_mask(x: torch.Tensor, threshold: int) -> torch.Tensor:
     itself (`keep_mask_op`), elsewhere from `torch.randint`, which Inductor recomputes from the seed
     where it is used instead of storing it (see the module's docstring)."""
     if x.device.type == "cpu":
-        return keep_mask_op(x.detach(), threshold)
+        return keep_mask_op(x.detach(), threshold, torch.empty(0))
     return torch.randint(0, INT16_LEVELS, x.shape, device=x.device) >= threshold
 
 
