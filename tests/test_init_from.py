@@ -76,3 +76,21 @@ def test_a_model_of_another_shape_names_each_key_that_differs(first_run: Path, t
     assert str(info.value) == (
         f"init_from={first_run}: its model config differs from model.* of this run: {'; '.join(expected)}"
     )
+
+
+def test_a_model_of_another_shape_is_refused_before_the_corpus_is_tokenized(first_run: Path, tmp_path: Path) -> None:
+    # The weights were read, and their shape compared, only after the data were prepared: minutes lost.
+    cache = tmp_path / "cache"
+    overrides = ["model.d_model=32", "model.ffn_dim=64", f"data.cache_dir={cache}", f"init_from={first_run}"]
+    with pytest.raises(UserError, match="its model config differs from model.\\* of this run"):
+        train(compose_config("train", [*TRAIN, *overrides]), tmp_path / "run")
+    assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_an_unreadable_checkpoint_is_refused_before_the_corpus_is_tokenized(tmp_path: Path) -> None:
+    broken, cache = tmp_path / "broken.pt", tmp_path / "cache"
+    broken.write_bytes(b"not a checkpoint")
+    cfg = compose_config("train", [*TRAIN, f"data.cache_dir={cache}", f"init_from={broken}"])
+    with pytest.raises(UserError, match=str(broken)):
+        train(cfg, tmp_path / "run")
+    assert not cache.exists() or not any(cache.iterdir())

@@ -2,7 +2,8 @@
 optimiser, the schedule and the data start fresh. What it names: a run directory (its model), a
 training checkpoint, a weights-only export (model.safetensors or its directory), or a Hugging Face
 model: Marian, M2M-100, NLLB-200 (whose architecture and tokenizers the plan has already taken). The
-run's plan locates what it names once (`locate_weights`); the Trainer's model is then loaded from there."""
+run's plan reads what it names once (`read_initial_weights`), as it reads a resumed run's checkpoint;
+the Trainer's model is loaded from what it read."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.artifacts.checkpoint import Vocabulary
+from seq2seq.artifacts.checkpoint import ModelPayload, Vocabulary
 from seq2seq.artifacts.huggingface import read_pretrained_directory
 from seq2seq.artifacts.marian import TRAINING_ONLY_KEYS
 from seq2seq.artifacts.model_files import read_model_file
@@ -27,41 +28,55 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class WeightsSource:
-    """What init_from= names, located once by the run's plan (seq2seq.train.plan)."""
+class InitialWeights:
+    """What init_from= names, read once by the run's plan (seq2seq.train.plan), before the corpus is
+    tokenized: a file that cannot be read costs the user no minutes of preparation first."""
 
     given: str  # init_from= as the user wrote it: what messages name
-    path: Path  # a Hugging Face model's local directory, or the model file of a run, checkpoint or export
-    huggingface: bool
+    payload: ModelPayload  # checkpoint-shaped: its model config, vocabulary record and weights
+    full_tokenizers: Any = None  # a Hugging Face model's own tokenizers (their rows number its embeddings)
+
+    def model_config(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Its model.*, as a run of model.* `settings` would train it: a Hugging Face model's dropouts
+        are the run's (the plan took the rest of its architecture)."""
+        theirs = self.payload["config"]["model"]
+        if self.full_tokenizers is None:
+            return theirs
+        return {**theirs, **{key: settings[key] for key in TRAINING_ONLY_KEYS}}
+
+    def check_fits(self, settings: dict[str, Any]) -> None:
+        """One line naming each model.* key where its model and a run of `settings` differ."""
+        if differences := model_differences(self.model_config(settings), settings):
+            raise UserError(
+                f"init_from={self.given}: its model config differs from model.* of this run: {'; '.join(differences)}"
+            )
 
 
-def locate_weights(init_from: str, pretrained: Path | None) -> WeightsSource:
-    """Where the weights init_from= names are: `pretrained`, the local directory of the Hugging Face
-    model it names (the plan has it already), else the file `weights_file_of` finds."""
+def read_initial_weights(init_from: str, pretrained: Path | None) -> InitialWeights:
+    """The weights init_from= names: those of the Hugging Face model in `pretrained` (its local
+    directory: the plan has it already), else of the file `weights_file_of` finds."""
     if pretrained is not None:
-        return WeightsSource(init_from, pretrained, True)
-    return WeightsSource(init_from, weights_file_of(init_from), False)
+        payload, full = read_pretrained_directory(pretrained)
+        return InitialWeights(init_from, payload, full)
+    _, payload = read_model_file(weights_file_of(init_from))
+    return InitialWeights(init_from, payload)
 
 
 def init_weights_from(
-    model: torch.nn.Module, source: WeightsSource, settings: dict[str, Any], vocab: Vocabulary, tokenizers: Any = None
+    model: torch.nn.Module,
+    weights: InitialWeights,
+    settings: dict[str, Any],
+    vocab: Vocabulary,
+    tokenizers: Any = None,
 ) -> None:
-    """Loads the weights at `source` into `model`, built from model.* `settings` (a plain dict) for a
-    tokenizer of `vocab`; refused in one line when their architecture or vocabulary sizes differ.
+    """Loads `weights` into `model`, built from model.* `settings` (a plain dict) for a tokenizer of
+    `vocab`; refused in one line when their architecture or vocabulary sizes differ.
     `tokenizers`: the run's; where they are a pruned vocabulary (data.prune_vocab), a Hugging Face
     model's rows are cut to theirs."""
-    path = source.given
-    if source.huggingface:
-        payload, full = read_pretrained_directory(source.path)
-        if tokenizers is not None and pruned_record(tokenizers) is not None:
-            payload = kept_rows(payload, full, tokenizers)
-        payload["config"]["model"].update({k: settings[k] for k in TRAINING_ONLY_KEYS})
-    else:
-        _, payload = read_model_file(source.path)
-    if differences := model_differences(payload["config"]["model"], settings):
-        raise UserError(
-            f"init_from={path}: its model config differs from model.* of this run: {'; '.join(differences)}"
-        )
+    path, payload = weights.given, weights.payload
+    weights.check_fits(settings)
+    if weights.full_tokenizers is not None and tokenizers is not None and pruned_record(tokenizers) is not None:
+        payload = kept_rows(payload, weights.full_tokenizers, tokenizers)
     theirs = payload["vocab"]
     if (theirs["src_size"], theirs["tgt_size"]) != (vocab["src_size"], vocab["tgt_size"]):
         raise UserError(

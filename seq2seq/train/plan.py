@@ -8,7 +8,7 @@ files by content, tokenizer and cache key).
                   are chosen later, where the data and the device are there to time
         .resumed  the TrainingState a resume continues from (its corpus checked against .corpus.files)
         .run_dir, .claimed   where the run writes, and whether seq2seq-train checked and locked it
-        .init_from  where the weights init_from= names are (seq2seq.train.init_from), located once
+        .init_from  the weights init_from= names (seq2seq.train.init_from), read once, as .resumed is
         .corpus   what the data preparation reads (seq2seq.data.pipeline.prepare_corpus)
         .recipes  recipe= of a new run: each candidate's config, its overrides applied (the command
                   line's kept); seq2seq.train.recipe.choose_recipe picks one
@@ -38,6 +38,7 @@ from seq2seq.config import (
     AUTO_RECIPE,
     FIXED_RECIPE,
     UserError,
+    as_dict,
     check_weights_source,
     parse_overrides,
     validate_recipes,
@@ -47,7 +48,7 @@ from seq2seq.data.corpus_plan import CorpusPlan, plan_corpus
 from seq2seq.data.directions import LANGUAGE_CODES
 from seq2seq.data.tokenizer import is_pretrained_tokenizer_directory
 from seq2seq.inference.target_language import UNNAMED
-from seq2seq.train.init_from import WeightsSource, locate_weights
+from seq2seq.train.init_from import InitialWeights, read_initial_weights
 from seq2seq.train.recipe import Candidate, RecipePlan
 from seq2seq.train.resume import check_same_corpus, resumed_config
 from seq2seq.train.run_outputs import check_new_run_directory
@@ -61,7 +62,7 @@ class RunPlan:
     claimed: bool  # seq2seq-train checked this directory and holds its lock: not checked again
     corpus: CorpusPlan
     recipes: RecipePlan | None  # recipe= of a new run (auto or a name); None: fixed, or a resumed run's own
-    init_from: WeightsSource | None = None  # a new run's init_from=, located; None: fresh weights, or a resume
+    init_from: InitialWeights | None = None  # a new run's init_from=, read; None: fresh weights, or a resume
 
 
 def plan_run(
@@ -88,7 +89,9 @@ def plan_run(
         validate_recipes(cfg)
     if resumed is None and not claimed:  # before the corpus is hashed: a wrong directory costs nothing
         check_new_run_directory(run_dir, cfg.overwrite)
-    init_from = locate_weights(cfg.init_from, pretrained) if resumed is None and cfg.init_from else None
+    init_from = read_initial_weights(cfg.init_from, pretrained) if resumed is None and cfg.init_from else None
+    if init_from is not None and cfg.recipe == FIXED_RECIPE:  # the model trained is known: say so now
+        init_from.check_fits(as_dict(cfg.model))
     corpus = plan_corpus(cfg.data, pretrained)  # the corpus files hashed, once
     if resumed is not None:
         check_same_corpus(resumed.corpus, corpus.files, cfg.data, cfg.resume)
