@@ -63,7 +63,7 @@ def one_choice(experiment: str, data_dir: str, minutes: float, data_cache: str) 
     data = prepare_data(cfg.data)
     started = time.perf_counter()
     recipes = plan_recipes(cfg, overrides)
-    chosen = choose_recipe(recipes, data, pick_device(cfg.device), DistContext(), Trainer.clock)
+    chosen = choose_recipe(recipes, data, pick_device(cfg.device), DistContext(), Trainer.clock).candidate
     seconds = time.perf_counter() - started
     recipe_lines = [line for line in lines if line.startswith("recipe")]
     return {"recipe": chosen.name, "choice_seconds": round(seconds, 2), "log": recipe_lines}

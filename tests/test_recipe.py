@@ -311,3 +311,30 @@ def test_the_multi30k_experiments_choose_their_recipe():
     assert cfg.recipe == "auto"
     validate_recipes(cfg)
     assert OmegaConf.to_container(cfg.recipes)[-1]["min_updates"] == 0  # the last is the fall-back
+
+
+def test_compile_auto_takes_the_recipes_eager_probe_instead_of_timing_it_again(tmp_path, paced_machine, monkeypatch):
+    # compile=auto timed the chosen recipe's eager update a second time (another model built, another
+    # six updates), after recipe=auto had just timed it. The compiled probe is faked: it is not what
+    # this test is about, and compiling would take minutes.
+    import seq2seq.train.recipe as recipe
+    import seq2seq.train.run_compile as run_compile
+
+    probes = []
+    measure = recipe.measure_pace
+
+    def counting_probe(parts, data, device, clock, precision=None):
+        probes.append((parts.model.config.d_model, parts.update.compiled))
+        if parts.update.compiled:
+            return Pace(100.0, MIN_SPREAD, precision.precision, first_seconds=1000.0)
+        return measure(parts, data, device, clock, precision)
+
+    monkeypatch.setattr(recipe, "measure_pace", counting_probe)
+    monkeypatch.setattr(run_compile, "measure_pace", counting_probe)
+    minutes = 3.6  # the wide candidate makes its minimum (the test above): it alone is timed
+    summary, lines = train_logging(recipe_config(minutes, ["compile=auto"]), tmp_path / "run")
+    assert probes == [(64, False), (64, True)]
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["config"]
+    assert (saved["recipe"], saved["compile"]) == ("wide", "false")
+    compile_line = next(line for line in lines if line.startswith("compile: "))
+    assert "vs 7 eager" in compile_line  # the recipe's pace: 7.00 s an update

@@ -72,7 +72,7 @@ def test_auto_becomes_the_measured_choice_once_per_machine() -> None:
     def choose(cfg) -> bool:
         eager, compiled = (TrainingParts.of(cfg, cpu, compiled=c) for c in (False, True))
         return choose_compile(
-            eager, compiled, None, cpu, dist, PrecisionChoice("fp32", "as asked"), lambda: 0.0, measure
+            eager, compiled, None, cpu, dist, PrecisionChoice("fp32", "as asked"), lambda: 0.0, measure=measure
         )
 
     cfg = compose_config("train", [*TINY_TRAIN, "compile=auto", "max_steps=2000"])

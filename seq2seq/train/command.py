@@ -180,13 +180,14 @@ def _build_trainer(plan: RunPlan, run_dir: Path, device: torch.device, dist: Dis
         if data.cleaning is not None:  # data.clean's report, beside the run's other records
             report = json.dumps(data.cleaning, indent=1, ensure_ascii=False) + "\n"
             write_new_file(RunDir(run_dir).cleaning_report, lambda path: path.write_text(report))
-    chosen = plan.config
+    chosen, timed = plan.config, None
     if plan.recipes is not None:  # None: recipe=fixed, or a resume (its config holds the recipe it chose)
-        chosen = choose_recipe(plan.recipes, data, device, dist, Trainer.clock, start).config
+        choice = choose_recipe(plan.recipes, data, device, dist, Trainer.clock, start)
+        chosen, timed = choice.candidate.config, choice.pace
     precision = choose_run_precision(chosen.precision, chosen.model.d_model, chosen.model.ffn_dim, device, dist)
     if compile_setting(chosen.compile) == "auto":  # measured here, on the data and the device
         eager, compiled = (TrainingParts.of(chosen, device, compiled=c) for c in (False, True))
-        pays = choose_compile(eager, compiled, data, device, dist, precision, Trainer.clock)
+        pays = choose_compile(eager, compiled, data, device, dist, precision, Trainer.clock, timed)
         chosen = with_compile(chosen, pays)
     parts = TrainingParts.of(chosen, device)
     trainer = Trainer(parts, run_dir, data, device, dist, started=start, precision=precision)

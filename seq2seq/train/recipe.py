@@ -106,6 +106,15 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class RecipeChoice:
+    """The recipe a run trains with, and its pace where the choice timed it (rank 0's; None elsewhere,
+    and where nothing was timed): compile=auto's eager probe, already made."""
+
+    candidate: Candidate
+    pace: Pace | None = None
+
+
+@dataclass(frozen=True)
 class RecipePlan:
     """recipe= on a new run: the recipe asked for (auto, or a name) and every candidate of recipes=."""
 
@@ -159,7 +168,7 @@ def choose_recipe(
     dist: DistContext,
     clock: Callable[[], float],
     started: float | None = None,
-) -> Candidate:
+) -> RecipeChoice:
     """The recipe to train with: auto becomes a measured choice, a name is that recipe. Rank 0 measures
     on `clock` (the run's) and decides; every rank takes its choice. `started`: when the command
     started, on `clock` (default now): max_minutes counts from there, so each candidate's updates are
@@ -167,9 +176,9 @@ def choose_recipe(
     if recipes.asked != AUTO:
         chosen = recipes.named(recipes.asked)
         log.info("recipe: %s, as asked (%s)", chosen.name, ", ".join(chosen.applied) or "no overrides")
-        return chosen
+        return RecipeChoice(chosen)
     estimates: list[Estimate] = []
-    choice = None
+    choice, pace = None, None
     if dist.is_main:
         timing = clock()
         started = timing if started is None else started
@@ -178,6 +187,7 @@ def choose_recipe(
             if estimates[-1].makes_its_minimum:
                 break  # the first that makes its minimum wins: the smaller ones need not be timed
         choice = recipes.candidates[len(estimates) - 1].name  # the one that made its minimum, else the last
+        pace = estimates[-1].pace
         _log_choice(recipes, estimates, choice, clock() - timing, (clock() - started) / 60.0)
     chosen = recipes.named(dist.broadcast(choice))
     if dist.is_main:
@@ -187,7 +197,7 @@ def choose_recipe(
             ", ".join(chosen.applied) or "nothing",
             f" (kept from the command line: {', '.join(chosen.kept)})" if chosen.kept else "",
         )
-    return chosen
+    return RecipeChoice(chosen, pace)
 
 
 def _estimate(

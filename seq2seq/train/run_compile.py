@@ -30,7 +30,7 @@ from seq2seq.measurement_cache import cached
 from seq2seq.precision import PrecisionChoice, cpu_capability
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.parts import TrainingParts
-from seq2seq.train.recipe import UPDATE_SHARE, measure_pace
+from seq2seq.train.recipe import UPDATE_SHARE, Pace, measure_pace
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +111,13 @@ def measure_timings(
     device: torch.device,
     precision: PrecisionChoice,
     clock: Callable[[], float],
+    eager_pace: Pace | None = None,
 ) -> CompileTimings:
     """The probes of `eager` and `compiled` (the run's parts with the update eager, and compiled), both
-    in `precision`; the compile time is the compiled probe's first update less the eager one's."""
-    eager_pace = measure_pace(eager, data, device, clock, precision)
+    in `precision`; the compile time is the compiled probe's first update less the eager one's.
+    `eager_pace`: the eager probe where recipe=auto has made it already (in `precision`), else made here."""
+    if eager_pace is None or eager_pace.precision != precision.precision:
+        eager_pace = measure_pace(eager, data, device, clock, precision)
     compiled_pace = measure_pace(compiled, data, device, clock, precision)
     compile_seconds = max(compiled_pace.first_seconds - eager_pace.first_seconds, 0.0)
     return CompileTimings(eager_pace.seconds, compiled_pace.seconds, compile_seconds)
@@ -128,16 +131,18 @@ def choose_compile(
     dist: DistContext,
     precision: PrecisionChoice,
     clock: Callable[[], float],
+    eager_pace: Pace | None = None,
     measure: Callable[[], CompileTimings] | None = None,
 ) -> bool:
     """compile=auto's choice: whether the run compiles its update (rank 0 measures and decides; every
     rank gets its choice). `eager`, `compiled`: the run's parts both ways, as the probes train them.
-    `measure`: the timing (default: cached per machine, `measure_timings`)."""
+    `eager_pace`: recipe=auto's timing of the eager update, where it made one. `measure`: the timing
+    (default: cached per machine, `measure_timings`)."""
     choice = None
     if dist.is_main:
 
         def timed() -> CompileTimings:
-            return measure_timings(eager, compiled, data, device, precision, clock)
+            return measure_timings(eager, compiled, data, device, precision, clock, eager_pace)
 
         timings = cached(CACHE_NAME, _machine_key(eager, device, precision), CompileTimings, measure or timed)
         loop = eager.loop
