@@ -94,3 +94,19 @@ def test_an_unreadable_checkpoint_is_refused_before_the_corpus_is_tokenized(tmp_
     with pytest.raises(UserError, match=str(broken)):
         train(cfg, tmp_path / "run")
     assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_the_plan_holds_no_weights_once_the_model_has_them(first_run: Path, tmp_path: Path) -> None:
+    # The plan reads init_from='s weights before the corpus; kept there, a pretrained model would sit
+    # in memory twice for the whole run.
+    from seq2seq.train.plan import plan_run
+
+    cache = first_run.parent / "cache"
+    cfg = compose_config("train", [*TRAIN, "max_steps=1", f"data.cache_dir={cache}", f"init_from={first_run}"])
+    plan = plan_run(cfg, tmp_path / "run", [])
+    assert plan.init_from is not None and plan.init_from.payload is not None
+    import seq2seq.train.command as run
+    from seq2seq.train.run_outputs import BeforeStart
+
+    run.train(plan, BeforeStart.of(tmp_path / "run"))
+    assert plan.init_from.payload is None

@@ -8,7 +8,6 @@ the Trainer's model is loaded from what it read."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,29 @@ from seq2seq.data.vocab_pruning import pruned_record
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
 class InitialWeights:
     """What init_from= names, read once by the run's plan (seq2seq.train.plan), before the corpus is
-    tokenized: a file that cannot be read costs the user no minutes of preparation first."""
+    tokenized: a file that cannot be read costs the user no minutes of preparation first. The weights
+    are handed to the run's model once (`take`): after that the plan holds none of them, so a
+    pretrained model is not kept in memory twice for the whole run."""
 
-    given: str  # init_from= as the user wrote it: what messages name
-    payload: ModelPayload  # checkpoint-shaped: its model config, vocabulary record and weights
-    full_tokenizers: Any = None  # a Hugging Face model's own tokenizers (their rows number its embeddings)
+    def __init__(self, given: str, payload: ModelPayload, full_tokenizers: Any = None) -> None:
+        self.given = given  # init_from= as the user wrote it: what messages name
+        self.payload: ModelPayload | None = payload  # checkpoint-shaped: model config, vocabulary, weights
+        self.full_tokenizers = full_tokenizers  # a Hugging Face model's own (their rows number its embeddings)
+        self._model_config = payload["config"]["model"]
+
+    def take(self) -> ModelPayload:
+        """The payload, for the one model it initialises; the plan forgets it."""
+        payload, self.payload = self.payload, None
+        if payload is None:
+            raise RuntimeError(f"init_from={self.given}: its weights were handed over already")
+        return payload
 
     def model_config(self, settings: dict[str, Any]) -> dict[str, Any]:
         """Its model.*, as a run of model.* `settings` would train it: a Hugging Face model's dropouts
         are the run's (the plan took the rest of its architecture)."""
-        theirs = self.payload["config"]["model"]
+        theirs = self._model_config
         if self.full_tokenizers is None:
             return theirs
         return {**theirs, **{key: settings[key] for key in TRAINING_ONLY_KEYS}}
@@ -73,8 +82,8 @@ def init_weights_from(
     `vocab`; refused in one line when their architecture or vocabulary sizes differ.
     `tokenizers`: the run's; where they are a pruned vocabulary (data.prune_vocab), a Hugging Face
     model's rows are cut to theirs."""
-    path, payload = weights.given, weights.payload
     weights.check_fits(settings)
+    path, payload = weights.given, weights.take()
     if weights.full_tokenizers is not None and tokenizers is not None and pruned_record(tokenizers) is not None:
         payload = kept_rows(payload, weights.full_tokenizers, tokenizers)
     theirs = payload["vocab"]
