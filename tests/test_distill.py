@@ -558,14 +558,14 @@ def test_a_full_cache_disk_is_one_line_naming_cache_and_leaves_no_part_of_a_file
 
 
 def test_a_folder_one_distillation_holds_is_refused_to_a_second(tmp_path):
-    from seq2seq.distill.output import held
+    from seq2seq.artifacts.file_lock import held
 
-    with held(tmp_path, "a distillation"):
+    with held(tmp_path, "seq2seq-distill", "a distillation"):
         assert (tmp_path / ".lock").read_text() == f"{os.getpid()} seq2seq-distill\n"
         with pytest.raises(UserError, match=r"another seq2seq-distill is writing a distillation there; wait for it$"):
-            with held(tmp_path, "a distillation"):
+            with held(tmp_path, "seq2seq-distill", "a distillation"):
                 pass
-    with held(tmp_path, "a distillation"):  # free again once the first lets go
+    with held(tmp_path, "seq2seq-distill", "a distillation"):  # free again once the first lets go
         pass
 
 

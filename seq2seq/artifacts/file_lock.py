@@ -2,7 +2,8 @@
 when the process ends however it ends (SIGKILL included), so a stale file never blocks a later writer.
 The holder writes its process id (and what it is) into the file, for the refusal to name it.
 A folder held by one command at a time (a run directory, a distillation's output or cache folder) is
-locked by FOLDER_LOCK inside it; a file's writers lock one beside it (replacing.py).
+locked by FOLDER_LOCK inside it (`held`: for a block, a second command refused in one line); a file's
+writers lock one beside it (replacing.py).
 
 A lock file may be removed by its holder as it lets go (`release(..., remove=True)`), so that no lock
 file is left beside a user's output: a process that opened the file just before it was removed gets a
@@ -16,7 +17,10 @@ import contextlib
 import fcntl
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from seq2seq.config import UserError
 
 FOLDER_LOCK = ".lock"
 
@@ -53,6 +57,20 @@ def acquire(path: Path, owner: str = "") -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()} {owner}".strip().encode() + b"\n", 0)
     return fd
+
+
+@contextlib.contextmanager
+def held(folder: Path, command: str, what: str) -> Iterator[None]:
+    """`folder`'s FOLDER_LOCK for the block: a second `command` writing `what` there is refused in one
+    line. The kernel drops the lock however the process ends, so a killed one never blocks the next."""
+    try:
+        fd = acquire(folder / FOLDER_LOCK, command)
+    except Busy:
+        raise UserError(f"{folder}: another {command} is writing {what} there; wait for it") from None
+    try:
+        yield
+    finally:
+        release(fd, folder / FOLDER_LOCK)
 
 
 def holder_of(path: Path) -> str | None:

@@ -7,7 +7,7 @@ distillations in one folder, and is refused with the key that differs. The teach
 weights too (each file's SHA-256): a teacher whose files now hold other weights is refused by file.
 state.json adds up each step's seconds over the runs that did it; result.json is the last step's.
 Every JSON file here is written by replacing.write_new_json and read back by `read_json`; the
-teacher's cache folders (translations.py) are held and read the same way.
+teacher's cache folders (translations.py) are held the same way (file_lock.held) and read by it too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from seq2seq.artifacts.replacing import claim_folder, write_new_json
 from seq2seq.config import UserError
 
 log = logging.getLogger("seq2seq.distill")
+COMMAND = "seq2seq-distill"  # how the folder's lock and marker name their writer
 MARKER = ".seq2seq-distill"
 MARKER_TEXT = "a seq2seq-distill output folder: rerun the same command to resume it\n"
 SETTINGS, STATE, RESULT, LOG = "settings.json", "state.json", "result.json", "distill.log"
@@ -69,7 +70,7 @@ def opened(path: Path, settings: dict[str, Any]) -> Iterator[OutputFolder]:
     """The output folder, this command's (claim_output), held for the block, logged into, and holding
     a distillation of `settings` (check_settings)."""
     resumed = claim_output(path)
-    with held(path, "a distillation"), _logging(path / LOG):
+    with file_lock.held(path, COMMAND, "a distillation"), _logging(path / LOG):
         check_settings(path, settings)
         log.info("%s %s", "resuming" if resumed else "distilling into", path)
         yield OutputFolder(path)
@@ -78,7 +79,7 @@ def opened(path: Path, settings: dict[str, Any]) -> Iterator[OutputFolder]:
 def claim_output(path: Path) -> bool:
     """Makes `path` this command's, or finds it already is (the rule of replacing.claim_folder); True
     when it resumes an earlier run's."""
-    return claim_folder(path, "output", "seq2seq-distill", MARKER, MARKER_TEXT)
+    return claim_folder(path, "output", COMMAND, MARKER, MARKER_TEXT)
 
 
 def check_settings(path: Path, settings: dict[str, Any]) -> None:
@@ -121,20 +122,6 @@ def read_json(path: Path) -> Any:
         raise UserError(
             f"{path}: unreadable ({err}); it is this command's state: remove the folder to start over"
         ) from err
-
-
-@contextlib.contextmanager
-def held(folder: Path, what: str) -> Iterator[None]:
-    """The folder's lock for the block: a second seq2seq-distill writing there is refused in one line.
-    The kernel drops the lock however the process ends, so a killed run never blocks the next."""
-    try:
-        fd = file_lock.acquire(folder / file_lock.FOLDER_LOCK, "seq2seq-distill")
-    except file_lock.Busy:
-        raise UserError(f"{folder}: another seq2seq-distill is writing {what} there; wait for it") from None
-    try:
-        yield
-    finally:
-        file_lock.release(fd, folder / file_lock.FOLDER_LOCK)
 
 
 @contextlib.contextmanager

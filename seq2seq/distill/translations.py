@@ -25,10 +25,11 @@ from typing import Any
 from tqdm import tqdm
 
 from seq2seq import measurement_cache
+from seq2seq.artifacts import file_lock
 from seq2seq.artifacts.replacing import write_new_json
 from seq2seq.config import UserError
 from seq2seq.decoding_defaults import SEARCH_VERSION
-from seq2seq.distill.output import held, read_json
+from seq2seq.distill.output import COMMAND, read_json
 from seq2seq.inference.translator_api import TranslatorAPI, one_line
 
 log = logging.getLogger("seq2seq.distill")
@@ -67,7 +68,7 @@ def teacher_translations(
     folder = cache.root / key
     try:  # a full disk, a read-only one: one line naming cache= (write_new_json leaves no part of a file)
         folder.mkdir(parents=True, exist_ok=True)
-        with held(folder, "translations"):
+        with file_lock.held(folder, COMMAND, "translations"):
             try:
                 progress = _progress(folder)
                 if not (folder / KEY).is_file():
@@ -123,7 +124,7 @@ def translate_cached(engine: TranslatorAPI, sources: list[str], folder: Path, ch
     """Fills `folder` with the teacher's translations of `sources`, resuming where an earlier run
     stopped; returns the finished progress. `folder` must be this key's (see cache_key)."""
     folder.mkdir(parents=True, exist_ok=True)
-    with held(folder, "translations"):
+    with file_lock.held(folder, COMMAND, "translations"):
         return _translate_held(engine, sources, folder, chunk_lines, _progress(folder))
 
 
