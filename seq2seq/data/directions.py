@@ -121,7 +121,7 @@ def each_direction(data: DataConfig) -> list[tuple[Direction, DataConfig]]:
     found = configured_directions(data)
     if not found:
         return [(Direction(data.src_lang, data.tgt_lang), data)]
-    return [(d, direction_config(data, d)) for d in found]
+    return [(d, direction_settings(data, d)) for d in found]
 
 
 def check_readable_per_direction(data: Any) -> None:

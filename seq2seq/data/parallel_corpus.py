@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from seq2seq.config import DataConfig, UserError
 from seq2seq.data.corpus import iter_split, require_pairs, split_files, unzip
-from seq2seq.data.directions import Direction, direction_config, each_direction
+from seq2seq.data.directions import Direction, direction_settings, each_direction
 
 # {"valid": {direction: (sources, references)}, "test": ...}
 HeldOut = dict[str, dict[str, tuple[list[str], list[str]]]]
@@ -56,7 +56,7 @@ def corpus_test_pairs(corpus: DataConfig, directions: Sequence[Direction]) -> di
     though it was not configured with them; one without its files is left out."""
     found = {}
     for direction in directions:
-        one = direction_config(corpus, direction)
+        one = direction_settings(corpus, direction)
         try:
             files = split_files(one, "test")
         except UserError:  # Multi30k without this language's test file

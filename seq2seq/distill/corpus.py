@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq.artifacts.replacing import write_files_into, write_new_json
-from seq2seq.data.directions import direction_config
+from seq2seq.data.directions import direction_settings
 from seq2seq.data.parallel_corpus import split_pairs, training_pairs, write_pairs
 from seq2seq.distill.back_translation import BackTranslated
 from seq2seq.distill.output import read_json
@@ -95,7 +95,7 @@ def back_translate_direction(
     """One back_translate= direction x-y: the training and validation pairs of p-y with their p side
     translated into x by the teacher (back_translation.py); a line translated to nothing is dropped.
     Returns its entry of selection.json, and its training and validation pairs."""
-    one = direction_config(plan.corpus, item.pairs_from)
+    one = direction_settings(plan.corpus, item.pairs_from)
     entry: dict[str, Any] = {"pivot": item.pivot, "pairs_from": item.pairs_from.name}
     made = []
     for split in ("train", "valid"):
