@@ -133,6 +133,11 @@ def _progress(folder: Path) -> Progress:
     return Progress(**read_json(folder / PROGRESS)) if (folder / PROGRESS).is_file() else Progress()
 
 
+def _record(folder: Path, progress: Progress) -> None:
+    """progress.json, replaced whole: a kill leaves the last count or this one, never part of a file."""
+    write_new_json(folder / PROGRESS, asdict(progress))
+
+
 def _translate_held(
     engine: TranslatorAPI, sources: list[str], folder: Path, chunk_lines: int, progress: Progress
 ) -> Progress:
@@ -158,11 +163,11 @@ def _translate_held(
             out.flush()
             os.fsync(out.fileno())
             progress = Progress(start + len(chunk), out.tell(), progress.seconds + seconds)
-            write_new_json(folder / PROGRESS, asdict(progress))
+            _record(folder, progress)
             bar.update(len(chunk))
         bar.close()
     progress.finished, progress.sha256 = True, file_digest(path)
-    write_new_json(folder / PROGRESS, asdict(progress))
+    _record(folder, progress)
     rate = progress.lines / progress.seconds if progress.seconds else float("inf")
     log.info("teacher translated %d lines in %.1f s (%.1f lines/s)", progress.lines, progress.seconds, rate)
     return progress
@@ -178,7 +183,7 @@ def check_finished(folder: Path, progress: Progress) -> None:
         raise UserError(f"{path}: unreadable ({err.strerror or err}); remove {folder} to translate again") from err
     if progress.sha256 is None:
         progress.sha256 = digest
-        write_new_json(folder / PROGRESS, asdict(progress))
+        _record(folder, progress)
     elif digest != progress.sha256:
         raise UserError(
             f"{path}: not the translations this cache finished with (sha256 {digest[:12]}, "
