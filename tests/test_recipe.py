@@ -331,6 +331,8 @@ def test_compile_auto_takes_the_recipes_eager_probe_instead_of_timing_it_again(t
 
     monkeypatch.setattr(recipe, "measure_pace", counting_probe)
     monkeypatch.setattr(run_compile, "measure_pace", counting_probe)
+    # compile.json of its own: the faked timings must not decide another test's compile=auto
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))
     minutes = 3.6  # the wide candidate makes its minimum (the test above): it alone is timed
     summary, lines = train_logging(recipe_config(minutes, ["compile=auto"]), tmp_path / "run")
     assert probes == [(64, False), (64, True)]

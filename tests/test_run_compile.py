@@ -58,9 +58,10 @@ def test_the_reason_names_the_timings_it_decided_on() -> None:
     assert "4,600 updates compiled against ~3,060 eager" in reason
 
 
-def test_auto_becomes_the_measured_choice_once_per_machine() -> None:
+def test_auto_becomes_the_measured_choice_once_per_machine(tmp_path, monkeypatch) -> None:
     """The config the Trainer gets says true or false; a second run on the machine reads the cached
     timings instead of measuring."""
+    monkeypatch.setenv("SEQ2SEQ_CACHE", str(tmp_path / "cache"))  # no other test's compile.json
     calls = []
 
     def measure() -> CompileTimings:
