@@ -53,6 +53,7 @@ from seq2seq.distill.translations import (  # noqa: E402
     cache_key,
     iter_translations,
     translate_cached,
+    weight_digests,
 )
 from seq2seq.inference import load  # noqa: E402
 from seq2seq.inference.target_language import UNNAMED  # noqa: E402
@@ -174,7 +175,9 @@ def back_translate(args: argparse.Namespace) -> dict[str, Any]:
     if args.language_check:
         input_language(targets, args.tgt, args.input)
     settings = decoding(args)
-    key, parts = cache_key(teacher.weights, targets, {**settings, "direction": f"{args.tgt}-{args.src}"})
+    key, parts = cache_key(
+        weight_digests(teacher.weights), targets, {**settings, "direction": f"{args.tgt}-{args.src}"}
+    )
     out = Path(args.out)
     names = [f"train.{args.src}", f"train.{args.tgt}"]
     check_output(out, names, key)

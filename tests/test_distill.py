@@ -263,13 +263,14 @@ def test_finished_translations_are_reused_and_the_key_follows_their_inputs(teach
         rows, _, _ = translations.teacher_translations(plan.translations, second, "src-tgt", sources)
     assert second.calls == 0 and "reused" in caplog.text
     assert [r[0] for r in rows] == [one_line(t) for t in first.engine.translate(sources)]
-    key = cache_key(teacher_.weights, sources, {"beam": 5})[0]
-    assert cache_key(teacher_.weights, sources, {"beam": 4})[0] != key
-    assert cache_key(teacher_.weights, sources[:-1], {"beam": 5})[0] != key
-    assert cache_key(teacher_.weights, sources, {"beam": 5})[0] == key
+    weights = translations.weight_digests(teacher_.weights)
+    key = cache_key(weights, sources, {"beam": 5})[0]
+    assert cache_key(weights, sources, {"beam": 4})[0] != key
+    assert cache_key(weights, sources[:-1], {"beam": 5})[0] != key
+    assert cache_key(weights, sources, {"beam": 5})[0] == key
     # Translations an older search made are not this search's: the search's version is in the key.
     monkeypatch.setattr(translations, "SEARCH_VERSION", translations.SEARCH_VERSION - 1)
-    assert cache_key(teacher_.weights, sources, {"beam": 5})[0] != key
+    assert cache_key(weights, sources, {"beam": 5})[0] != key
 
 
 @pytest.mark.parametrize("metric", ["chrf", "bleu"])
@@ -340,15 +341,24 @@ def test_a_folder_it_did_not_make_is_left_alone(teacher, tmp_path, capsys):
     assert (output / "notes.txt").read_text() == "keep me"
 
 
-def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(multilingual_run, tmp_path):
+def test_each_direction_of_a_multilingual_teacher_is_distilled_with_its_tag(multilingual_run, tmp_path, monkeypatch):
     teacher_ = read_teacher(str(multilingual_run.path))
     corpus = corpus_config(teacher_, [])
     cfg = DistillConfig(
         teacher=str(multilingual_run.path), output=str(tmp_path), cache=str(tmp_path / "c"), check_language=False
     )
     held_out = parallel_corpus.held_out(corpus)
+    hashed, digest = [], translations.file_digest
+
+    def counting_digest(path):
+        hashed.append(path)
+        return digest(path)
+
+    monkeypatch.setattr(translations, "file_digest", counting_digest)
     selection = distilled_corpus(distill_plan(cfg, [], []), tmp_path / "data")
     assert sorted(selection) == ["de-en", "en-de", "en-fr"]
+    # The teacher's weights hashed once, for the folder's settings and all three directions' keys alike.
+    assert sorted(path for path in hashed if path in teacher_.weights) == sorted(teacher_.weights)
     engine = load(str(multilingual_run.path), beam=5)
     for name in selection:
         src, tgt = name.split("-")

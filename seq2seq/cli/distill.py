@@ -76,7 +76,7 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     from seq2seq.distill.source_language import check_source_language
     from seq2seq.distill.student import StudentRun, student_config
     from seq2seq.distill.teacher import corpus_config, read_teacher
-    from seq2seq.distill.translations import TeacherCache, cache_folder, file_digest
+    from seq2seq.distill.translations import TeacherCache, cache_folder, weight_digests
     from seq2seq.inference.job import decoding_job
     from seq2seq.inference.translator_api import decoding_config
 
@@ -100,10 +100,11 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
     decoding = teacher_job.settings  # what keys its translations in the cache, beside the sources and weights
     keyed = {"beam": decoding.beam, "nbest": decoding.nbest, "length_penalty": decoding.length_penalty}
     chosen = ("student", "beam", "nbest", "select", "min_score", "length_penalty", "trained_targets")
+    digests = weight_digests(teacher.weights)  # hashed once: the folder's settings and every cache key read them
     settings = {  # what decides the output folder's contents (output.check_settings)
         "teacher": teacher.paths,
         # By content: a teacher's files replaced (best.pt by another checkpoint) are another teacher.
-        "teacher_weights": [{"file": str(path.resolve()), "sha256": file_digest(path)} for path in teacher.weights],
+        "teacher_weights": [{"file": str(path.resolve()), "sha256": digests[str(path)]} for path in teacher.weights],
         **{key: getattr(cfg, key) for key in chosen},
         "back_translate": list(cfg.back_translate),
         "data": list(data),
@@ -116,7 +117,7 @@ def distill_plan(cfg: DistillConfig | Any, data: list[str], train: list[str]) ->
         corpus=corpus,
         back_translated=tuple(back_translated),
         held_out=held_out_pairs,
-        translations=TeacherCache(cache, tuple(teacher.weights), keyed, cfg.chunk_lines),
+        translations=TeacherCache(cache, digests, keyed, cfg.chunk_lines),
         targets=Targets(cfg.trained_targets, cfg.select, cfg.min_score),
         student=student,
         baseline=student.on_references(output / "data", has_test) if cfg.baseline else None,

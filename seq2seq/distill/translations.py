@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ class TeacherCache:
     the teacher translates between two saves of its progress."""
 
     root: Path
-    weights: tuple[Path, ...]
+    weights: dict[str, str]  # each weight file's SHA-256 (`weight_digests`), as the plan hashed it
     search: dict[str, Any]
     chunk_lines: int
 
@@ -62,9 +62,7 @@ def teacher_translations(
 ) -> tuple[list[list[str]], Progress, Path]:
     """The teacher's n-best lists of one direction's sources, from the cache or translated into it, with
     the progress that made them and their folder."""
-    key, parts = cache_key(
-        list(cache.weights), sources, {**cache.search, "engine": engine.kind, "direction": direction}
-    )
+    key, parts = cache_key(cache.weights, sources, {**cache.search, "engine": engine.kind, "direction": direction})
     folder = cache.root / key
     try:  # a full disk, a read-only one: one line naming cache= (write_new_json leaves no part of a file)
         folder.mkdir(parents=True, exist_ok=True)
@@ -103,13 +101,19 @@ def file_digest(path: Path) -> str:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
-def cache_key(weights: list[Path], sources: list[str], settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The key of a direction's translations and what went into it (kept beside them, for a reader)."""
+def weight_digests(weights: Sequence[Path]) -> dict[str, str]:
+    """Each of the teacher's weight files and its SHA-256, hashed once for every key a run makes."""
+    return {str(path): file_digest(path) for path in weights}
+
+
+def cache_key(weights: dict[str, str], sources: list[str], settings: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The key of a direction's translations and what went into it (kept beside them, for a reader).
+    `weights`: the teacher's files and their digests (`weight_digests`)."""
     corpus = hashlib.sha256()
     for line in sources:
         corpus.update(line.encode("utf-8") + b"\n")
     parts = {
-        "weights": {str(path): file_digest(path) for path in weights},
+        "weights": dict(weights),
         "sources": corpus.hexdigest(),
         "lines": len(sources),
         "settings": settings,
