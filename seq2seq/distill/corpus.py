@@ -98,8 +98,10 @@ def back_translate_direction(
     one = direction_settings(plan.corpus, item.pairs_from)
     entry: dict[str, Any] = {"pivot": item.pivot, "pairs_from": item.pairs_from.name}
     made = []
-    for split in ("train", "valid"):
-        sources, references = split_pairs(one, split)
+    for split in ("train", "valid"):  # the validation pairs as the plan read them (read once)
+        sources, references = (
+            split_pairs(one, split) if split == "train" else plan.held_out[split][item.pairs_from.name]
+        )
         nbests, progress, cached = teacher_translations(plan.translations, engine, item.translated_by.name, sources)
         kept = [(best[0], reference) for best, reference in zip(nbests, references, strict=True) if best[0].strip()]
         made.append(([s for s, _ in kept], [t for _, t in kept]))
