@@ -110,3 +110,19 @@ def test_the_plan_holds_no_weights_once_the_model_has_them(first_run: Path, tmp_
 
     run.train(plan, BeforeStart.of(tmp_path / "run"))
     assert plan.init_from.payload is None
+
+
+def test_a_named_recipe_of_another_shape_is_refused_before_the_corpus_is_tokenized(
+    first_run: Path, tmp_path: Path
+) -> None:
+    # recipe=<name> fixes the model as recipe=fixed does: its overrides are applied in the plan.
+    cache = tmp_path / "cache"
+    named = [
+        "recipe=narrow",
+        "recipes=[{name: narrow, overrides: ['model.d_model=32', 'model.ffn_dim=64']}]",
+        f"data.cache_dir={cache}",
+        f"init_from={first_run}",
+    ]
+    with pytest.raises(UserError, match="model.d_model: .* in init_from, 32 here"):
+        train(compose_config("train", [*TRAIN, *named]), tmp_path / "run")
+    assert not cache.exists() or not any(cache.iterdir())

@@ -89,13 +89,13 @@ def plan_run(
         validate_recipes(cfg)
     if resumed is None and not claimed:  # before the corpus is hashed: a wrong directory costs nothing
         check_new_run_directory(run_dir, cfg.overwrite)
+    recipes = plan_recipes(cfg, overrides) if resumed is None else None  # a resumed run's config holds its choice
     init_from = read_initial_weights(cfg.init_from, pretrained) if resumed is None and cfg.init_from else None
-    if init_from is not None and cfg.recipe == FIXED_RECIPE:  # the model trained is known: say so now
-        init_from.check_fits(as_dict(cfg.model))
+    if init_from is not None and cfg.recipe != AUTO_RECIPE:  # the model trained is known: say so now
+        init_from.check_fits(as_dict((recipes.candidates[0].config if recipes else cfg).model))
     corpus = plan_corpus(cfg.data, pretrained)  # the corpus files hashed, once
     if resumed is not None:
         check_same_corpus(resumed.corpus, corpus.files, cfg.data, cfg.resume)
-    recipes = plan_recipes(cfg, overrides) if resumed is None else None  # a resumed run's config holds its choice
     return RunPlan(cfg, resumed, run_dir, claimed, corpus, recipes, init_from)
 
 
