@@ -17,7 +17,7 @@ from seq2seq.config import DistillConfig, UserError
 from seq2seq.data.directions import Direction
 from seq2seq.data.parallel_corpus import corpus_test_pairs
 from seq2seq.distill.back_translation import BackTranslated, plan, with_back_translated
-from seq2seq.distill.corpus import distilled_corpus
+from seq2seq.distill.corpus import distilled_corpus, original_training_pairs
 from seq2seq.distill.student import student_config
 from seq2seq.distill.teacher import corpus_config, read_teacher
 from seq2seq.inference.loading import load
@@ -83,6 +83,12 @@ def test_back_translated_pairs_are_the_teachers_pivot_translations_beside_real_t
             assert lines(root / folder / f"{split}.{name}.{src}") == [written[i] for i in kept]
             targets = lines(corpus_dir / f"{split}.{pivot_pairs}.{tgt}")
             assert lines(root / folder / f"{split}.{name}.{tgt}") == [targets[i] for i in kept]
+        # The baseline's training files (it has no references for x-y): the distilled pairs as they are.
+        original_training_pairs(distillation, root)
+        for lang in (src, tgt):
+            assert lines(root / "original" / f"train.{name}.{lang}") == lines(
+                root / "distilled" / f"train.{name}.{lang}"
+            )
         # Tested on the corpus's own x-y pairs, never trained or validated on them.
         for lang in (src, tgt):
             assert lines(root / "original" / f"test.{name}.{lang}") == lines(corpus_dir / f"test.{name}.{lang}")

@@ -84,6 +84,12 @@ def write_pairs(folder: Path, split: str, pairs: dict[str, tuple[list[str], list
             path.write_bytes("".join(f"{line}\n" for line in lines).encode("utf-8"))
 
 
+def read_pairs(folder: Path, split: str, direction: Direction) -> tuple[list[str], list[str]]:
+    """One direction's (sources, targets) of `split` as `write_pairs` wrote them into `folder`."""
+    src, tgt = (path.read_text(encoding="utf-8").splitlines() for path in pair_files(folder, split, direction))
+    return src, tgt
+
+
 def reading_files(data: DictConfig, root: Path, train_folder: str, has_test: bool) -> DictConfig:
     """The data settings `data` reading pair_files under `root`: the training pairs from `train_folder`,
     the validation and test pairs from original/."""

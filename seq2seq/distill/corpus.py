@@ -22,7 +22,7 @@ from typing import Any
 
 from seq2seq.artifacts.replacing import write_files_into, write_new_json
 from seq2seq.data.directions import direction_settings
-from seq2seq.data.parallel_corpus import split_pairs, training_pairs, write_pairs
+from seq2seq.data.parallel_corpus import read_pairs, split_pairs, training_pairs, write_pairs
 from seq2seq.distill.back_translation import BackTranslated
 from seq2seq.distill.output import read_json
 from seq2seq.distill.plan import DistillPlan
@@ -134,9 +134,8 @@ def original_training_pairs(plan: DistillPlan, root: Path) -> None:
         _write(root / "original", "train", {direction.name: (sources, references)})
         log.info("%s: %d pairs with their references, in %s", direction.name, len(sources), root / "original")
     for item in plan.back_translated:
-        name, langs = f"train.{item.direction.name}", (item.direction.src, item.direction.tgt)
-        src, tgt = ((root / "distilled" / f"{name}.{lang}").read_text(encoding="utf-8").splitlines() for lang in langs)
-        _write(root / "original", "train", {item.direction.name: (src, tgt)})
+        pairs = read_pairs(root / "distilled", "train", item.direction)
+        _write(root / "original", "train", {item.direction.name: pairs})
 
 
 def _write(folder: Path, split: str, pairs: Pairs) -> None:
