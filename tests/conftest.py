@@ -42,10 +42,11 @@ MULTI30K_SETTING = "SEQ2SEQ_TEST_MULTI30K"
 def multi30k_candidates(environ: Mapping[str, str], clone: Path) -> list[Path]:
     """Where the Multi30k tests look for the corpus, in order (docs/contributing.md): the folder
     $SEQ2SEQ_TEST_MULTI30K names, alone, when it is set; else data/multi30k in the clone (where the README
-    fetches it), then ../shared/data/multi30k beside the clone."""
+    fetches it), then shared/data/multi30k beside the clone and beside each folder above it, nearest
+    first (one copy for several clones, a clone made in a scratch folder included)."""
     if environ.get(MULTI30K_SETTING):
         return [Path(environ[MULTI30K_SETTING]).expanduser().resolve()]
-    return [clone / "data" / "multi30k", clone.parent / "shared" / "data" / "multi30k"]
+    return [clone / "data" / "multi30k", *(above / "shared" / "data" / "multi30k" for above in clone.parents)]
 
 
 def find_multi30k(candidates: list[Path]) -> Path | None:

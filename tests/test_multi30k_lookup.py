@@ -23,8 +23,18 @@ def test_the_clone_s_data_folder_comes_before_the_shared_one(tmp_path: Path) -> 
     mine = corpus(clone / "data" / "multi30k")
     shared = corpus(tmp_path / "shared" / "data" / "multi30k")
     searched = multi30k_candidates({}, clone)
-    assert searched == [mine, shared]
+    assert searched[:2] == [mine, shared]
     assert find_multi30k(searched) == mine
+
+
+def test_a_clone_deeper_down_finds_the_shared_folder_above_it(tmp_path: Path) -> None:
+    # A clone made in a scratch folder (work/scratch/ci/) skipped every Multi30k test: only the
+    # clone's own parent was looked beside.
+    clone = tmp_path / "scratch" / "ci"
+    shared = corpus(tmp_path / "shared" / "data" / "multi30k")
+    searched = multi30k_candidates({}, clone)
+    assert searched[1] == tmp_path / "scratch" / "shared" / "data" / "multi30k"  # the nearest first
+    assert find_multi30k(searched) == shared
 
 
 def test_the_shared_folder_is_read_where_the_clone_has_none_or_half_a_fetch(tmp_path: Path) -> None:
