@@ -36,20 +36,23 @@ class InitialWeights:
         self.given = given  # init_from= as the user wrote it: what messages name
         self.payload: ModelPayload | None = payload  # checkpoint-shaped: model config, vocabulary, weights
         self.full_tokenizers = full_tokenizers  # a Hugging Face model's own (their rows number its embeddings)
+        # Kept past `take`: the architecture check still reads them once the weights are handed over.
         self._model_config = payload["config"]["model"]
+        self._huggingface = full_tokenizers is not None
 
-    def take(self) -> ModelPayload:
-        """The payload, for the one model it initialises; the plan forgets it."""
-        payload, self.payload = self.payload, None
+    def take(self) -> tuple[ModelPayload, Any]:
+        """(the payload, a Hugging Face model's own tokenizers or None), for the one model they
+        initialise; the plan forgets both."""
+        payload, full, self.payload, self.full_tokenizers = self.payload, self.full_tokenizers, None, None
         if payload is None:
             raise RuntimeError(f"init_from={self.given}: its weights were handed over already")
-        return payload
+        return payload, full
 
     def model_config(self, settings: dict[str, Any]) -> dict[str, Any]:
         """Its model.*, as a run of model.* `settings` would train it: a Hugging Face model's dropouts
         are the run's (the plan took the rest of its architecture)."""
         theirs = self._model_config
-        if self.full_tokenizers is None:
+        if not self._huggingface:
             return theirs
         return {**theirs, **{key: settings[key] for key in TRAINING_ONLY_KEYS}}
 
@@ -83,9 +86,9 @@ def init_weights_from(
     `tokenizers`: the run's; where they are a pruned vocabulary (data.prune_vocab), a Hugging Face
     model's rows are cut to theirs."""
     weights.check_fits(settings)
-    path, payload = weights.given, weights.take()
-    if weights.full_tokenizers is not None and tokenizers is not None and pruned_record(tokenizers) is not None:
-        payload = kept_rows(payload, weights.full_tokenizers, tokenizers)
+    path, (payload, full) = weights.given, weights.take()
+    if full is not None and tokenizers is not None and pruned_record(tokenizers) is not None:
+        payload = kept_rows(payload, full, tokenizers)
     theirs = payload["vocab"]
     if (theirs["src_size"], theirs["tgt_size"]) != (vocab["src_size"], vocab["tgt_size"]):
         raise UserError(

@@ -138,7 +138,8 @@ def measure_pace(
     (update.training_update), with no Trainer around them, each timed: the machine's pace for that
     recipe, in the precision it would train in (`precision`: this one, already chosen), under whatever
     load it has now. A recipe's probe is eager (compiling would cost more than the probe measures, and
-    speeds all recipes alike); compile=auto's times both. Leaves every random generator as it found it."""
+    speeds all recipes alike); compile=auto's times the compiled update (and the eager one where
+    recipe=auto has not). Leaves every random generator as it found it."""
     state = rng_state()
     try:
         dist = DistContext()
