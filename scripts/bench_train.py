@@ -420,16 +420,19 @@ def ranks_report(args: argparse.Namespace, dist: DistContext) -> None:
     peak RSS. The counts and shapes of one process are left to a run without torchrun."""
     try:
         trainer = build_trainer(args, args.batch_tokens, dist=dist)
+        summed = gradient_sum_seconds(trainer)
         result = measure(trainer, args.warmup, args.steps)
         dist.barrier()  # every rank's GEMMs at once: the rate at which the ranks share the machine
         peak = dist.sum(matmul_peak_gflops(args.peak_seconds, device=args.device))
         rss = dist.gather(round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+        waits = dist.gather(rank_waits(trainer, summed, args.steps)) if summed else []  # eager: DDP's own
         if dist.is_main:
             report = {
                 **run_report(args, trainer, result, peak, processes=dist.world_size),
                 "batch_tokens_per_update": args.batch_tokens * dist.world_size,
                 "peak_rss_mb_by_rank": rss,
                 "peak_rss_mb": max(rss),
+                **({"gradient_sum_ms_per_update_by_rank": waits} if waits else {}),
                 "device": args.device,
                 "machine": machine_info(),
             }
@@ -437,6 +440,40 @@ def ranks_report(args: argparse.Namespace, dist: DistContext) -> None:
             print()
     finally:
         cleanup_distributed()
+
+
+def gradient_sum_seconds(trainer: Trainer) -> list[float]:
+    """Each compiled update's gradient all-reduce, timed on this rank (the list fills as it trains).
+    The all-reduce returns once every rank has joined it, so its time is the collective's own plus
+    this rank's wait for the slowest: the cost of ranks out of step. DistributedDataParallel's eager
+    all-reduces overlap the backward inside its hooks and are not timed here."""
+    seconds: list[float] = []
+    dist, sum_in_place = trainer.dist, trainer.dist.sum_in_place
+
+    def timed(tensor: torch.Tensor) -> None:
+        start = time.perf_counter()
+        sum_in_place(tensor)
+        seconds.append(time.perf_counter() - start)
+
+    dist.sum_in_place = timed  # on this instance only, which the compiled update holds
+    return seconds
+
+
+def rank_waits(trainer: Trainer, summed: list[float], updates: int, calls: int = 10) -> dict[str, float]:
+    """This rank's gradient all-reduces over the last `updates` (the timed ones) of `summed`, in ms an
+    update, against the collective's own time: the same buffers summed `calls` times, every rank lined
+    up by a barrier first (the median). The difference is the time this rank waited for the others."""
+    copies = [gradient.clone() for gradient in trainer.update.parameters.gradients()]  # training's stay
+    timed = summed[-updates * len(copies) :]
+    own = []
+    for _ in range(calls):
+        trainer.dist.barrier()
+        start = time.perf_counter()
+        for copy in copies:
+            torch.distributed.all_reduce(copy)
+        own.append(time.perf_counter() - start)
+    mean, alone = sum(timed) / updates * 1e3, float(np.median(own)) * 1e3
+    return {"mean": round(mean, 1), "collective": round(alone, 1), "waiting": round(mean - alone, 1)}
 
 
 def counts_report(args: argparse.Namespace) -> dict:
