@@ -27,7 +27,7 @@ from seq2seq.data.pipeline import PreparedData, prepare_data
 from seq2seq.measurement_cache import cache_file
 from seq2seq.model.kernels import MAX_QUERIES_FOR_MATMULS
 from seq2seq.model.transformer import Transformer
-from seq2seq.train.compiled_update import CompiledUpdate, use_project_inductor_cache
+from seq2seq.train.compiled_update import CompiledUpdate, compile_settings, use_project_inductor_cache
 from seq2seq.train.distributed import DistContext
 from seq2seq.train.flat_parameters import FlatParameters
 from seq2seq.train.loss import TeacherForcedLoss
@@ -70,6 +70,29 @@ def test_the_whole_update_traces_into_one_graph() -> None:
     # autograd_function_apply: the loss in fixed chunks (compiled_loss.py), its backward in the graph
     for part in ("torch.autograd.grad", "seq2seq.keep_mask", "_foreach_mul_", ".lerp(", "autograd_function_apply"):
         assert part in code, part
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_aotautograds_cache_takes_the_update_graph(bf16: bool) -> None:
+    """The graph Dynamo makes of the whole update (fp32, and bf16 under autocast) passes AOTAutograd's
+    cache check in the settings the update compiles in: else every run traces and partitions the
+    joint forward and backward again. Outside them the same graph is refused (the custom
+    autograd.Functions; autocast's entry), which is what the settings are for."""
+    from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, check_cacheable
+
+    compiled = tiny_compiled_update()
+    if bf16:
+        compiled.autocast = lambda: torch.autocast("cpu", torch.bfloat16)
+    src, tgt_in, tgt_out = (torch.randint(1, 40, (3, 7)) for _ in range(3))
+    positions = (tgt_out != 0).flatten().nonzero().squeeze(1)
+    with compile_settings(on_cpu=True):
+        explained = torch._dynamo.explain(compiled._last_pass_and_step)(
+            src, tgt_in, tgt_out, positions, torch.tensor(0.05), torch.zeros(()), torch.tensor(1e-3)
+        )
+        (graph,) = explained.graphs
+        check_cacheable(graph)
+    with pytest.raises(BypassAOTAutogradCache, match="autocast" if bf16 else "autograd_function_apply"):
+        check_cacheable(graph)
 
 
 def make_update(cfg: DictConfig, data: PreparedData) -> Update:

@@ -29,8 +29,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 
@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 CPU_REALIZE_READS_THRESHOLD = 2
 
 INDUCTOR_CACHE = "inductor"  # under the cache folder; TORCHINDUCTOR_CACHE_DIR, where set, wins
+# What a bf16 update's graph calls to enter and leave autocast (torch.amp.autocast_mode)
+AUTOCAST_IN_GRAPH = ("_enter_autocast", "_exit_autocast")
 
 
 def use_project_inductor_cache() -> str:
@@ -65,6 +67,39 @@ def use_project_inductor_cache() -> str:
     if chosen is None or chosen == default_cache_dir():
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_file(INDUCTOR_CACHE))
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
+@contextmanager
+def compile_settings(on_cpu: bool) -> Iterator[None]:
+    """The compiler's settings while an update is traced and compiled, patched for those calls only.
+
+    - TorchDynamo traces autograd.grad, so the backward is in the update's graph.
+    - On a CPU, Inductor stores a pointwise result read by more than two (CPU_REALIZE_READS_THRESHOLD).
+    - AOTAutograd's cache takes the update's graph, which it would bypass for two of its parts: then
+      every run traces and partitions the joint forward and backward again, though Inductor's code is
+      cached (docs/performance.md, "Compile time"). The cache key hashes the graph Dynamo made:
+      (1) a custom autograd.Function (the chunked loss, the embedding look-up) is in it with its forward
+      and backward as traced subgraphs, and ours keep nothing on `ctx` but tensors and constants traced
+      with them, so a changed Function is a new key (torch holds this behind a flag while it rolls it
+      out); (2) bf16's autocast is entered inside the graph, its device, dtype and switch arguments of
+      the graph's nodes, so they are in the key too (torch's allow-list lacks the two functions).
+    """
+    import torch._dynamo.config
+    import torch._functorch.config
+    import torch._inductor.config
+
+    inductor = {"realize_reads_threshold": CPU_REALIZE_READS_THRESHOLD} if on_cpu else {}
+    autocast = {f"torch.amp.autocast_mode.{name}": torch.__version__ for name in AUTOCAST_IN_GRAPH}
+    inductor["unsafe_marked_cacheable_functions"] = {
+        **torch._inductor.config.unsafe_marked_cacheable_functions,
+        **autocast,
+    }
+    with (
+        torch._dynamo.config.patch(trace_autograd_ops=True),
+        torch._inductor.config.patch(inductor),
+        torch._functorch.config.patch(autograd_cache_allow_custom_autograd_functions=True),
+    ):
+        yield
 
 
 def mark_batch_dynamic(batch: Batch) -> None:
@@ -104,14 +139,10 @@ class CompiledUpdate:
             self.dist.broadcast_in_place(values)
         self.cache_dir = use_project_inductor_cache()
         import torch._dynamo  # the compiler, imported only by runs that compile
-        import torch._inductor.config
         from torch._dynamo.utils import counters
 
         self._counters = counters
-        self._config = torch._dynamo.config
-        on_cpu = parameters.buffers[0].device.type == "cpu"
-        self._inductor_options = {"realize_reads_threshold": CPU_REALIZE_READS_THRESHOLD} if on_cpu else {}
-        self._inductor_config = torch._inductor.config
+        self._on_cpu = parameters.buffers[0].device.type == "cpu"
         self._last = torch.compile(self._last_pass_and_step, mode=mode)
         self._backward = torch.compile(self._backward_pass, mode=mode)
         self._step = torch.compile(self._step_of_the_gradients, mode=mode)
@@ -157,7 +188,7 @@ class CompiledUpdate:
         if batch is not None:
             mark_batch_dynamic(batch)
         before, start = self._counters["stats"]["unique_graphs"], time.perf_counter()
-        with self._config.patch(trace_autograd_ops=True), self._inductor_config.patch(self._inductor_options):
+        with compile_settings(self._on_cpu):
             result = compiled(*inputs, *args)
         new = self._counters["stats"]["unique_graphs"] - before
         if new:
