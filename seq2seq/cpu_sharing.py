@@ -189,9 +189,43 @@ def busy_seconds() -> float | None:
 
 
 def own_seconds() -> float:
-    """CPU seconds this process (all its threads) has used."""
+    """CPU seconds this process's work has used: its threads, the children it has waited for, and the
+    descendants still running (Inductor's compile workers and the C++ compiler they start, a
+    tokenizer's pool) with the children they have waited for. Counted as other work, a compile's
+    workers would make training give up a thread mid-compile, and a compiled update recompile for it."""
     times = os.times()
-    return times.user + times.system
+    return times.user + times.system + times.children_user + times.children_system + _descendants_seconds()
+
+
+def _descendants_seconds() -> float:
+    """CPU seconds of this process's living descendants and of the children they waited for
+    (/proc/<pid>/stat's utime, stime, cutime, cstime); 0 where /proc cannot be read."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                after_name = f.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+        except (OSError, IndexError):
+            continue  # gone since it was listed
+        pid = int(name)
+        parents[pid] = int(after_name[1])
+        ticks[pid] = sum(int(field) for field in after_name[11:15])
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        total += ticks[pid]
+        todo.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 class SharingWatch:

@@ -253,3 +253,27 @@ def test_seq2seq_translate_says_when_the_machine_was_shared_at_start(
     with caplog.at_level(logging.INFO):
         translate(OmegaConf.structured(cfg))
     assert ("shared with other work" in caplog.text) is logged, caplog.text
+
+
+BUSY_THEN_SLEEP = (
+    "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.5: pass\ntime.sleep(30)"
+)
+
+
+def test_a_living_child_s_cpu_time_is_this_process_s_own_work() -> None:
+    """Inductor's compile workers (and the C++ compiler they run) are children of the training process:
+    their CPU time is its own work, not other work for SharingWatch to give a thread up for (which
+    made a compiled run recompile for its new thread count). A child that has spent 0.5 s of CPU and
+    still lives (so its time is in no `os.times()` field yet) counts in `own_seconds()`."""
+    before = cpu_sharing.own_seconds()
+    child = subprocess.Popen([sys.executable, "-c", BUSY_THEN_SLEEP])
+    try:
+        deadline = time.monotonic() + 20
+        while cpu_sharing.own_seconds() - before < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grown = cpu_sharing.own_seconds() - before
+        assert child.poll() is None  # still running: not yet in os.times()'s children
+        assert grown >= 0.5, grown
+    finally:
+        child.kill()
+        child.wait()
