@@ -81,8 +81,9 @@ def compile_settings(on_cpu: bool) -> Iterator[None]:
       (1) a custom autograd.Function (the chunked loss, the embedding look-up) is in it with its forward
       and backward as traced subgraphs, and ours keep nothing on `ctx` but tensors and constants traced
       with them, so a changed Function is a new key (torch holds this behind a flag while it rolls it
-      out); (2) bf16's autocast is entered inside the graph, its device, dtype and switch arguments of
-      the graph's nodes, so they are in the key too (torch's allow-list lacks the two functions).
+      out); (2) bf16's autocast is entered inside the graph, and its device, dtype and on/off are
+      arguments of the graph's own nodes, so they are in the key too (torch's allow-list lacks the
+      two functions).
     """
     import torch._dynamo.config
     import torch._functorch.config
