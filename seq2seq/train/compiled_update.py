@@ -205,7 +205,7 @@ class CompiledUpdate:
                 what = (
                     f"the update compiled ({shape})"
                     if first
-                    else f"recompiled: a new batch shape broke a guard ({shape})"
+                    else f"recompiled at a {shape}: a guard of the graphs so far broke (TORCH_LOGS=recompiles names it)"
                 )
             log.info(
                 "compile: %s in %.1f s (%d graphs so far, %.1f s in all; Inductor's cache: %s)",
