@@ -12,9 +12,9 @@ the logits are never held whole, and one graph serves every row count.
 Shapes: every batch has its own sentences and widths. Its dimensions are marked dynamic, so one graph
 serves them all; TorchDynamo still recompiles where a guard it made on the first batches stops holding
 (a width of 1, the source and target widths equal or not): a few graphs an epoch, each logged with the
-seconds it took. Inductor's generated code is cached across runs in the project's cache folder
-(`inductor/` beside precision.json), so a later run on the same machine and code traces again but
-compiles no kernel it has compiled before.
+seconds it took. Inductor's generated code and AOTAutograd's joint graphs are cached across runs in the
+project's cache folder (`inductor/` beside precision.json), so a later run on the same machine and code
+traces the update with TorchDynamo again but neither partitions nor compiles what it did before.
 
 Under torchrun the step is a graph of its own: every micro-batch's forward and backward compiled
 (`backward_pass`), the flat gradient buffers summed over the ranks in one all-reduce each, then the
