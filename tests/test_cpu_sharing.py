@@ -208,7 +208,8 @@ def test_training_narrows_to_one_thread_when_other_work_arrives(tmp_path, monkey
         set_threads,
         every_seconds=0.0,
         cores=2,
-        machine_seconds=lambda: cpu_sharing.own_seconds() + time.monotonic() - start,
+        machine_seconds=lambda: time.monotonic() - start,
+        process_seconds=lambda: 0.0,
     )  # the fake machine: other work takes one core from the start
     monkeypatch.setattr(cpu_sharing, "watch_for_sharing", fast_watch)
     threads = torch.get_num_threads()

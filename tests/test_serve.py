@@ -769,7 +769,7 @@ def test_the_worker_narrows_to_one_thread_when_other_work_arrives(monkeypatch, c
     def fast_watch(threads: int, set_threads: object) -> cpu_sharing.SharingWatch:
         return cpu_sharing.SharingWatch(  # the fake machine: other work takes one core from the start
             2, lambda n: set_on.append((n, threading.get_ident())), every_seconds=0.0, cores=2,
-            machine_seconds=lambda: cpu_sharing.own_seconds() + time.monotonic() - start,
+            machine_seconds=lambda: time.monotonic() - start, process_seconds=lambda: 0.0,
         )  # fmt: skip
 
     monkeypatch.setattr(cpu_sharing, "watch_for_sharing", fast_watch)
