@@ -463,7 +463,7 @@ def rank_waits(trainer: Trainer, summed: list[float], updates: int, calls: int =
     """This rank's gradient all-reduces over the last `updates` (the timed ones) of `summed`, in ms an
     update, against the collective's own time: the same buffers summed `calls` times, every rank lined
     up by a barrier first (the median). The difference is the time this rank waited for the others."""
-    copies = [gradient.clone() for gradient in trainer.update.parameters.gradients()]  # training's stay
+    copies = [gradient.clone() for gradient in trainer.update.parameters.gradients()]  # the run's left as they are
     timed = summed[-updates * len(copies) :]
     own = []
     for _ in range(calls):
