@@ -6,6 +6,7 @@ served; a body that keeps coming, however slowly, is not cut."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -53,6 +54,18 @@ def until_closed(client: socket.socket) -> bytes:
     while chunk := client.recv(65536):
         received += chunk
     return received
+
+
+def one_response(client: socket.socket) -> bytes:
+    """One whole answer on a connection that stays open: its head, then Content-Length bytes."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += client.recv(65536) or pytest.fail(f"closed after {received!r}")
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+    while len(body) < length:
+        body += client.recv(65536) or pytest.fail(f"closed after {received + body!r}")
+    return head + b"\r\n\r\n" + body
 
 
 def translated(port: int, body: bytes, pieces: int = 1, pause: float = 0.0) -> bytes:
@@ -121,3 +134,45 @@ def test_receive_seconds_must_be_a_positive_finite_time(seconds: float) -> None:
 
     with pytest.raises(ConfigValueError, match=r"^config error: receive_seconds=.*: must be positive and finite$"):
         validate_serve(ServeConfig(run="r", receive_seconds=seconds))
+
+
+def test_a_client_still_sending_reads_its_408(port: int) -> None:
+    """A client that sends on after the deadline, not yet reading, must still read its 408. A socket
+    closed at once answers what arrives next with a reset, after which the client's next send fails and
+    a 408 not yet read can be thrown away (closed with bytes unread, the server's kernel resets at once
+    and drops what it had not sent). So the server half-closes and reads on, dropping what it reads."""
+    with connect(port) as client:
+        client.sendall(HEAD + b"Content-Length: 1000\r\n\r\n")
+        time.sleep(SECONDS + 0.5)  # the 408 is written by now, unread
+        for _ in range(3):  # still sending its body
+            client.sendall(b"x" * 100)
+            time.sleep(0.2)  # time for a reset to come back
+        answer = until_closed(client)
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+
+
+def test_a_client_silent_after_its_408_is_let_go(port: int) -> None:
+    """The reading on after a 408 ends once the client pauses receive_seconds: the connection is closed
+    then, and what the client sends after that is refused."""
+    with connect(port) as client:
+        client.sendall(HEAD)
+        assert until_closed(client).startswith(b"HTTP/1.1 408")  # the server has sent all it will
+        time.sleep(SECONDS + 0.5)
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            for _ in range(3):
+                client.sendall(b"x")
+                time.sleep(0.2)
+
+
+def test_an_idle_connection_outlives_the_clients_pools(port: int) -> None:
+    """A connection idle for longer than uvicorn's 5 s (httpx's pool expiry) still takes a request: a
+    client pool that reuses it is not reset. (The keep-alive is not receive_seconds: nothing is late.)"""
+    body = b'{"q": "ab"}'
+    request = HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    with connect(port) as client:
+        client.sendall(request)
+        first = one_response(client)
+        time.sleep(6.0)
+        client.sendall(request)
+        second = one_response(client)
+    assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200"), (first, second)
