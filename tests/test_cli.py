@@ -324,6 +324,29 @@ def test_a_start_refused_for_its_init_from_takes_back_what_it_made(
         assert (run / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("where", ["new", "given", "hydra"])
+def test_a_start_refused_for_its_device_takes_back_what_it_made(tmp_path: Path, run_main, where: str) -> None:
+    # It left .hydra/, train.log and .lock behind: the device was chosen before the take-back began.
+    import torch
+
+    work = tmp_path / "work"
+    work.mkdir()
+    run = work / "outputs" / "run"
+    if where == "given":  # a directory the user had: left with what it held, and only that
+        run.mkdir(parents=True)
+        (run / "notes.txt").write_text("mine")
+    before = sorted(str(p.relative_to(work)) for p in work.rglob("*"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    args = [*TINY_RUN, f"device=cuda:{gpus}"] + ([f"hydra.run.dir={run}"] if where != "hydra" else [])
+    result = run_main(["seq2seq-train", *args], work)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert f"device=cuda:{gpus}: " in result.stderr
+    after = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.relative_to(work).parts[0] != "cache")
+    assert after == before
+    if where == "given":
+        assert (run / "notes.txt").read_text() == "mine"
+
+
 def test_a_refused_resume_leaves_the_run_as_it_was(trained_run: Path, tmp_path: Path, run_main) -> None:
     # Hydra's .hydra/resumed-<time>/ of the refused start stayed in the run; train.log (the run's own,
     # which Hydra appends to) stays, with the error at its end.

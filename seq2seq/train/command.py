@@ -113,8 +113,9 @@ def train(plan: RunPlan, before: BeforeStart, started: float | None = None) -> d
     max_minutes counts from there. A run that ends without a single update (max_minutes spent before it)
     is an error, and takes back what it added, as a failed start does: it has nothing to translate with."""
     run_dir, config = plan.run_dir, plan.config
-    device = pick_device(config.device)
-    dist = init_distributed(device, config.dist_timeout_minutes, config.dist_wait_minutes)
+    with before.taken_back_on_failure(plan.claimed):  # device=cuda:N that this machine lacks, a rank not met
+        device = pick_device(config.device)
+        dist = init_distributed(device, config.dist_timeout_minutes, config.dist_wait_minutes)
     device = dist.device if dist.enabled else device  # cuda:LOCAL_RANK under torchrun
     try:
         with contextlib.ExitStack() as held:
