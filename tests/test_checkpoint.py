@@ -164,6 +164,36 @@ def test_garbage_file_is_a_user_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "content",
+    [b"a b c\n", b"j\x04\x95\t\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02e.", b"\x80\x02}r\x008\xb9"],
+    ids=["text", "a damaged pickle", "a cut pickle"],
+)
+def test_a_file_the_unpickler_chokes_on_is_one_line_saying_what_it_is_not(tmp_path: Path, content: bytes) -> None:
+    # torch's weights-only unpickler raised IndexError ("pop from empty list"), KeyError and struct.error
+    # for these, which no handler took: a traceback, from init_from=notes.txt or a run's damaged best.pt.
+    path = tmp_path / "notes.pt"
+    path.write_bytes(content)
+    with pytest.raises(UserError) as info:
+        load_checkpoint(path)
+    assert (
+        str(info.value)
+        == f"{path}: not a readable checkpoint (truncated or corrupt): not a zip archive, as every checkpoint is"
+    )
+
+
+def test_a_checkpoint_that_cannot_be_read_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "best.pt"
+    atomic_save(sample_payload(), path)
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(torch, "load", refused)
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}: cannot read it \(Permission denied\)$"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
     "payload",
     [{"weights": torch.ones(2)}, {"format": 2, "model": {}}, {"format": 1}, [torch.ones(2)]],
     ids=["no-format", "other-format", "no-model", "list"],

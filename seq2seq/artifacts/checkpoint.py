@@ -12,9 +12,7 @@ layout, once, as it is read, so no reader keeps a default for a key older files 
 import dataclasses
 import errno
 import os
-import pickle
 import tempfile
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -28,6 +26,7 @@ from seq2seq.data.tokenizer import PAD_ID, SPECIALS, Tokenizers
 from seq2seq.model.transformer import Transformer, build_model
 
 FORMAT = 1
+ZIP_MAGIC = b"PK\x03\x04"  # how a zip archive begins, as every checkpoint does (torch.save's format)
 SPECIAL_TOKENS = len(SPECIALS)
 
 
@@ -201,8 +200,12 @@ def read_checkpoint_file(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: no such checkpoint file")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
-        raise UserError(f"{path}: not a readable checkpoint (truncated or corrupt): {_load_failure(err)}") from err
+    except OSError as err:
+        raise UserError(f"{path}: cannot read it ({err.strerror or err})") from err
+    except Exception as err:  # on bytes that are no checkpoint the unpickler raises whatever it meets
+        raise UserError(
+            f"{path}: not a readable checkpoint (truncated or corrupt): {_load_failure(err, path)}"
+        ) from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or "model" not in payload:
         raise UserError(f"{path}: not a seq2seq checkpoint (format {FORMAT})")
     return upgrade(payload)
@@ -217,10 +220,18 @@ def save_training_state(state: TrainingState, path: Path) -> None:
     atomic_save(state.to_payload(), path)
 
 
-def _load_failure(err: BaseException) -> str:
+def _load_failure(err: BaseException, path: Path) -> str:
     """What torch.load said went wrong, in one sentence, without its advice: for a file its weights-only
     loader refuses, torch suggests weights_only=False or allow-listing the global, which would run code
-    from a damaged or crafted file."""
+    from a damaged or crafted file. A file that is no zip archive, as every checkpoint is (torch.save's
+    format since torch 1.6), is told so: the unpickler's own words for it ("pop from empty list",
+    "invalid load key") say nothing to the user."""
+    with path.open("rb") as file:
+        head = file.read(len(ZIP_MAGIC))
+    if not head:
+        return "the file is empty"
+    if head != ZIP_MAGIC:
+        return "not a zip archive, as every checkpoint is"
     text = str(err)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1]
