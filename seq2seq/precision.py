@@ -123,10 +123,8 @@ def choose_precision(
             return PrecisionChoice("fp32", f"auto: fp32 on {device.type}")
         return PrecisionChoice(requested, "as asked")
     if requested == "fp16":
-        raise UserError(
-            "config error: precision='fp16' needs a GPU; on a CPU use precision=auto (measures bf16 against fp32), "
-            "bf16 or fp32"
-        )
+        # The one message for training and decoding, whose auto differ (measured; fp32): neither is told here.
+        raise UserError("config error: precision='fp16' needs a GPU; on a CPU use precision=auto, bf16 or fp32")
     if requested == "fp32":
         return PrecisionChoice("fp32", "as asked")
     measured = (rates or cached_matmul_rates)(d_model, ffn_dim)
