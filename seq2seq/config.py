@@ -877,6 +877,9 @@ def validate_train(cfg: Any) -> None:
 # An ISO 639-1 or 639-3 code, optionally with a script or region (zh_Hant, pt_BR): no "-", which
 # separates a direction's two codes, and nothing a file name or a >>tag<< cannot hold.
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
+# data.src_lang/tgt_lang of one direction: also a dataset's own keys (a hub dataset's "source") and the
+# built-in task's placeholders (src, tgt), so not ISO-checked; but no "-", space or empty name.
+LANGUAGE_KEY = re.compile(r"[A-Za-z0-9_]+")
 LANG_TAG_PLACES = ("source_prefix", "decoder_start", "both", "language_codes")
 # The codes of a pretrained model's languages that ISO 639 (pycountry) does not list, accepted as its
 # codes are: NLLB-200's South Levantine Arabic (ajp_Arab: ISO 639-3 merged ajp into apc in 2023) and
@@ -932,6 +935,10 @@ def validate_directions(d: Any) -> None:
     temperature = d.sampling_temperature
     why = "must be >= 1 (1: as the data is; larger: flatter; inf: uniform)"
     _check(temperature >= 1.0, "data.sampling_temperature", temperature, why)
+    for key in ("src_lang", "tgt_lang"):  # a direction's name, a file suffix, a dataset's key: never empty
+        value = getattr(d, key)
+        why = "must be a language code (en, de, zh_Hant): letters, digits and _ alone (a direction is src-tgt)"
+        _check(bool(LANGUAGE_KEY.fullmatch(str(value))), f"data.{key}", value, why)
     directions = list(d.directions or [])
     pairs = [parse_direction(entry) for entry in directions]
     repeated = sorted({f"{s}-{t}" for s, t in pairs if pairs.count((s, t)) > 1})

@@ -352,6 +352,11 @@ def test_a_resume_with_other_directions_is_refused(prefixed):
         ({"sampling_temperature": float("nan")}, "data.sampling_temperature=nan"),
         ({"directions": ["en-de"], "streaming": True}, "data.streaming=True: reads one direction"),
         ({"directions": ["en-de"], "kind": "builtin"}, "data.kind='builtin': the built-in task has one direction"),
+        # One direction's languages were not checked: an empty src_lang trained, and the model then
+        # answered src_lang=en with "the model translates -None only".
+        ({"src_lang": ""}, "data.src_lang='': must be a language code (en, de, zh_Hant)"),
+        ({"tgt_lang": "en-US"}, "data.tgt_lang='en-US': must be a language code"),
+        ({"tgt_lang": "de fr"}, "data.tgt_lang='de fr': must be a language code"),
     ],
 )
 def test_bad_settings_are_one_line_errors_naming_the_key(settings, message):
