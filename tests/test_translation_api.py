@@ -193,6 +193,8 @@ def test_the_command_still_reads_a_line_break_inside_a_line_as_text(run_dir: Pat
         (dict(batch_size=0), ValueError, "batch_size=0: must be positive"),
         (dict(length_penalty=float("nan")), ValueError, "length_penalty=nan: must be finite"),
         (dict(sampling=SamplingRule(), seed=10**25), ValueError, f"seed={10**25}: must be in [0, 4294967295]"),
+        # an AttributeError ('str' object has no attribute 'temperature')
+        (dict(sampling="yes"), TypeError, "sampling='yes': must be a SamplingRule, True or None"),
     ],
 )
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
@@ -209,6 +211,23 @@ def test_bad_api_settings_are_one_line_errors_naming_the_key(
     with pytest.raises(error, match=rf"^config error: {re.escape(message)}") as info:
         load(run_dir, **settings)
     assert isinstance(info.value, UserError)  # what seq2seq-translate prints as one line
+
+
+def test_sampling_true_and_false_mean_what_the_commands_sampling_true_and_false_do(run_dir: Path) -> None:
+    # sampling=True was an AttributeError ('bool' object has no attribute 'temperature'), and
+    # sampling=False turned sampling on (the rule was "not None").
+    from seq2seq.config import TranslateConfig
+    from seq2seq.inference.translator_api import decoding_config
+
+    on, off = decoding_config(run_dir, sampling=True), decoding_config(run_dir, sampling=False)
+    assert on.sampling and (on.temperature, on.top_k, on.top_p) == (
+        TranslateConfig.temperature,
+        TranslateConfig.top_k,
+        TranslateConfig.top_p,
+    )
+    assert not off.sampling
+    rule = decoding_config(run_dir, sampling=SamplingRule(temperature=0.5, top_k=3))
+    assert rule.sampling and (rule.temperature, rule.top_k) == (0.5, 3)
 
 
 def test_a_translator_built_directly_checks_its_settings(run_dir: Path) -> None:

@@ -91,7 +91,7 @@ def decoding_config(
     precision: str = TranslateConfig.precision,
     device: str = TranslateConfig.device,
     threads: int | None = TranslateConfig.threads,
-    sampling: SamplingRule | None = None,
+    sampling: SamplingRule | bool | None = None,
     seed: int = TranslateConfig.seed,
     tgt_lang: str | None = TranslateConfig.tgt_lang,
     src_lang: str | None = TranslateConfig.src_lang,
@@ -110,13 +110,19 @@ def decoding_config(
     length_penalty; a line has at most max_len_a * source tokens + max_len_b output tokens. precision:
     auto (fp32 for decoding), fp32, bf16, fp16 on a GPU, or int8 (CTranslate2's). device: auto, cpu,
     cuda, cuda:N. threads: of either engine (None: one per core). sampling: sample instead of
-    searching (a SamplingRule), seeded by `seed`. tgt_lang: the language a multilingual model writes
+    searching (a SamplingRule; True: its defaults, as the command's sampling=true), seeded by `seed`. tgt_lang: the language a multilingual model writes
     (required for one); src_lang: the input's, for the zero-shot warning. Bad settings raise
     `seq2seq.config.UserError`, one line naming the key (also a TypeError or ValueError, by kind).
     """
     paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
     run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
-    rule = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sampling else {}
+    rule_keys = ("temperature", "top_k", "top_p")
+    if sampling is None or isinstance(sampling, bool):  # True: the command's sampling=true, its defaults
+        sampling_on, rule = bool(sampling), {}
+    elif all(hasattr(sampling, key) for key in rule_keys):  # a SamplingRule (not imported: it imports torch)
+        sampling_on, rule = True, {key: getattr(sampling, key) for key in rule_keys}
+    else:
+        raise ConfigTypeError(f"config error: sampling={sampling!r}: must be a SamplingRule, True or None")
     cfg = TranslateConfig(
         run=run,
         checkpoint=None if run else ",".join(paths),
@@ -130,7 +136,7 @@ def decoding_config(
         precision=precision,
         device=device,
         threads=threads,
-        sampling=sampling is not None,
+        sampling=sampling_on,
         seed=seed,
         tgt_lang=tgt_lang,
         src_lang=src_lang,
