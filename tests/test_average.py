@@ -196,6 +196,16 @@ def test_checkpoints_naming_no_file_is_one_line(argument, message):
     assert str(info.value) == message
 
 
+def test_a_directory_among_the_checkpoints_is_named_as_one(tmp_path):
+    # It said "no such file" of a directory that is there.
+    save(tmp_path, "step_100", 100, 1.0)
+    with pytest.raises(UserError) as info:
+        main([f"checkpoints={tmp_path / 'checkpoints' / 'step_100.pt'},{tmp_path}"])
+    assert str(info.value) == f"checkpoints: {tmp_path}: a directory, not a checkpoint file (a run directory: run=)"
+    with pytest.raises(UserError, match=r": no such file$"):
+        main([f"checkpoints={tmp_path / 'absent.pt'}"])
+
+
 def test_output_onto_a_checkpoint_averaged_is_refused(tmp_path):
     # checkpoints=a.pt,b.pt output=a.pt replaced a.pt with the average.
     save(tmp_path, "step_100", 100, 1.0)

@@ -132,6 +132,8 @@ def test_translate_nbest_writes_moses_style_lines(trained_run: Path, tmp_path: P
     [
         (["run=/nonexistent/run"], "/nonexistent/run: no such run directory"),
         (["checkpoint=/nonexistent/x.pt"], "/nonexistent/x.pt: no such checkpoint file"),
+        # a directory there was "no such checkpoint file" too
+        (["checkpoint=."], ".: a directory, not a model file: give a run directory as run=, or a checkpoint in it"),
         (["run=.", "beam=0"], "config error: beam=0: must be positive"),
         (["run=.", "precision=fp8"], "config error: precision='fp8': must be one of auto, fp32, bf16, fp16, int8"),
         (  # it said auto "measures bf16 against fp32", which is training's auto: decoding's is fp32

@@ -44,6 +44,8 @@ def read_model_file(path: Path) -> tuple[Path, ModelPayload]:
     if kind is PathKind.WEIGHTS:
         path = path / WEIGHTS_FILE if path.is_dir() else path
         return path, load_weights(path)
+    if kind is PathKind.RUN:  # a directory, but no model's: "no such checkpoint file" said it was not there
+        raise UserError(f"{path}: a directory, not a model file: give a run directory as run=, or a checkpoint in it")
     payload = read_checkpoint_file(path)
     config = payload.get("config")
     model_cfg = model_config_of(config.get("model") if isinstance(config, dict) else None, path)

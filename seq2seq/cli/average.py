@@ -104,7 +104,10 @@ def run(cfg: AverageConfig) -> Path:
             raise UserError(f"checkpoints={cfg.checkpoints}: names no file; give checkpoints=a.pt,b.pt")
         missing = [p for p in paths if not p.is_file()]
         if missing:
-            raise UserError(f"checkpoints: {missing[0]}: no such file")
+            what = (
+                "a directory, not a checkpoint file (a run directory: run=)" if missing[0].is_dir() else "no such file"
+            )
+            raise UserError(f"checkpoints: {missing[0]}: {what}")
         return average_files(
             paths, Path(cfg.output) if cfg.output else paths[0].with_name("averaged.pt"), cfg.replace_output
         )
