@@ -481,6 +481,18 @@ def test_train_help_shows_groups_and_each_keys_value_and_description(tmp_path: P
     assert "  max_steps=2000  # updates; null: no limit" in lines
 
 
+def test_the_help_of_the_commands_without_groups_shows_every_default() -> None:
+    # seq2seq-distill --help showed back_translate=<dataclasses._MISSING_TYPE object at 0x...>: a
+    # default made by a factory (a list) was read as the field's plain default.
+    for command in ("seq2seq-distill", "seq2seq-average"):
+        result = subprocess.run([str(BIN / command), "--help"], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "MISSING" not in result.stdout, result.stdout
+    lines = subprocess.run([str(BIN / "seq2seq-distill"), "--help"], capture_output=True, text=True).stdout.splitlines()
+    assert any(line.startswith("  back_translate=[]  # ") for line in lines), lines
+    assert any(line.startswith("  speed_threads=[1, 2]  # ") for line in lines), lines
+
+
 def test_a_second_train_into_a_busy_run_directory_stops_before_hydra_writes_into_it(tmp_path: Path, run_main) -> None:
     from seq2seq.train.lock import run_directory_lock
 

@@ -261,7 +261,8 @@ def print_key_help(command: str, usage: str, schema: type) -> None:
     """--help for a command without config groups: every key, its default and its description."""
     lines = [f"usage: {command} {usage}", "", "keys (default: description):"]
     for f, (key, comment) in zip(dataclasses.fields(schema), described_fields(schema), strict=True):
-        shown = "null" if f.default is None else str(f.default).lower() if isinstance(f.default, bool) else f.default
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # a list's default: made
+        shown = "null" if default is None else str(default).lower() if isinstance(default, bool) else default
         lines.append(f"  {key}={shown}" + (f"  # {comment}" if comment else ""))
     try:
         print("\n".join(lines), flush=True)
