@@ -310,6 +310,10 @@ def test_the_corpus_and_student_must_share_the_teachers_languages_and_tokenizer(
         (["data.nope=1"], "data.nope"),
         (["train.data.max_tokens=10"], "train.data.max_tokens: cannot be set here (give data.max_tokens=)"),
         (["train.max_stepz=3"], "train.max_stepz"),
+        # the student's training keys were named without train.: "config error: max_steps=-1: ..."
+        (["train.max_steps=-1"], "config error: train.max_steps=-1: must be positive or null"),
+        (["train.model.d_model=-8"], "config error: train.model.d_model=-8: must be positive"),
+        (["data.max_tokens=0"], "config error: data.max_tokens=0: must be positive"),
         (["student=huge"], "student=huge: no such model preset"),
         (["nbest=3"], "nbest=3: needs select=chrf or select=bleu"),
         (["select=ter"], "select='ter': must be one of none, chrf, bleu"),

@@ -16,6 +16,7 @@ import copy
 import importlib.resources
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,11 @@ def model_preset(name: str) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.create((folder / f"{name}.yaml").read_text(encoding="utf-8")))
 
 
+# The key a training check names ("config error: max_steps=-1: ..."): under seq2seq-distill the student's
+# training keys are given as train.KEY=VALUE, its corpus's as data.KEY=VALUE.
+TRAIN_KEY = re.compile(r"^(config error: )(?!data\.)([A-Za-z_][\w.]*=)")
+
+
 def student_config(
     teacher: Teacher, preset: str, data: DataConfig, overrides: list[str], root: Path, has_test: bool
 ) -> DictConfig:
@@ -77,8 +83,11 @@ def student_config(
     cfg.data = reading_files(cfg.data, root, "distilled", has_test)
     if preset != STUDENT_AS_TEACHER:  # the teacher's own sizes were asked for
         warn_if_not_smaller(cfg.model, saved.get("model", {}), preset)
-    validate_train(cfg)
-    validate_recipes(cfg)
+    try:
+        validate_train(cfg)
+        validate_recipes(cfg)
+    except UserError as err:  # its keys as this command line spells them: train.max_steps (data.* as they are)
+        raise type(err)(TRAIN_KEY.sub(r"\1train.\2", str(err), count=1)) from err
     return cfg
 
 
