@@ -411,6 +411,11 @@ def test_the_server_refuses_to_start_in_one_line(run_dir: Path, tmp_path: Path) 
         ([f"run={run_dir}", "prot=0"], "prot: unknown key; did you mean port?"),
         ([f"run={run_dir}", "max_wait_ms=-1", taken], "config error: max_wait_ms=-1"),
         ([f"run={run_dir}", f"api_keys_file={tmp_path / 'no-keys'}", taken], "api_keys_file="),
+        # it loaded the model twice, and the second copy served nothing
+        (
+            [f"run={run_dir}", f"runs=[{run_dir}/.]", taken],
+            f"runs: {run_dir}/. is {run_dir} again; give each model once",
+        ),
     ]
     try:
         for args, expected in cases:

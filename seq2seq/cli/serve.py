@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from seq2seq.allocator import relaunch_with_tcmalloc
@@ -18,7 +19,7 @@ if __name__ == "__main__":  # `python -m seq2seq.cli.serve`: the console script 
 
 from seq2seq.cli.common import CONFIG_PATH, parse_key_values, print_help, report_errors, wants_help
 from seq2seq.cli.translate import wants_hydra
-from seq2seq.config import ServeConfig, register_configs, serve_translate_config, validate_server
+from seq2seq.config import ServeConfig, UserError, register_configs, serve_translate_config, validate_server
 from seq2seq.inference.job import decoding_job
 from seq2seq.inference.resolved_model import resolve
 from seq2seq.serve.plan import ModelPlan, ServePlan
@@ -63,6 +64,7 @@ def serve_plan(cfg: Any) -> ServePlan:
     cli/ reads the config."""
     job = decoding_job(serve_translate_config(cfg))
     validate_server(cfg)
+    _refuse_a_model_named_twice([cfg.run or cfg.checkpoint, *cfg.runs])
     # Each further run decodes as run= does, with the languages its own model records.
     further = [ModelPlan(dataclasses.replace(job, model=resolve(str(run), None))) for run in cfg.runs]
     return ServePlan(
@@ -78,6 +80,17 @@ def serve_plan(cfg: Any) -> ServePlan:
         receive_seconds=cfg.receive_seconds,
         api_keys_file=cfg.api_keys_file,
     )
+
+
+def _refuse_a_model_named_twice(named: list[Any]) -> None:
+    """Each model is loaded (its engines, its memory), and where two serve one direction the second is
+    never used: the same run given twice is a mistake, said before either loads."""
+    first: dict[Path, str] = {}
+    for given in named:
+        where = Path(str(given)).resolve()
+        if where in first:
+            raise UserError(f"runs: {given} is {first[where]} again; give each model once")
+        first[where] = str(given)
 
 
 def _serve(cfg: Any) -> None:
