@@ -83,6 +83,23 @@ def make_batches(
     return batches
 
 
+def update_group(batches: list[np.ndarray], position: int, needed: int) -> list[np.ndarray]:
+    """The `needed` batches (of row indices) from `position` on that make the next update, every rank's;
+    where fewer are left, those cycled to fill it (a corpus, or a buffer, smaller than one update)."""
+    group = batches[position : position + needed]
+    return group if len(group) == needed else [group[i % len(group)] for i in range(needed)]
+
+
+def ranks_batches(source: Any, group: list[np.ndarray], world_size: int, rank: int) -> list[Batch]:
+    """This rank's share of an update's `group`, padded; the epoch's corpus tally counts every rank's
+    rows, so that any rank's counts are the epoch's. `source`: EpochBatches or StreamingBatches (their
+    split, epoch, tally and padding)."""
+    if source.corpus_tally is not None:
+        source.corpus_tally.add(source.epoch, source.split.corpora[np.concatenate(group)])
+    shape = (source.max_positions, source.start_id, source.pad_multiple)
+    return [collate(source.split, indices, *shape) for indices in group[rank::world_size]]
+
+
 def collate(
     split: Split, indices: np.ndarray, max_positions: int, start_id: int = BOS_ID, pad_multiple: int = 1
 ) -> Batch:
@@ -229,14 +246,10 @@ class EpochBatches:
             self.epoch += 1
             self.position = 0
             self._batches = self._epoch_batches(self.epoch)
-        group = self._batches[self.position : self.position + needed]
-        if len(group) < needed:  # tiny corpora only: cycle through the epoch's batches to fill the update
-            group = [group[i % len(group)] for i in range(needed)]
+        # tiny corpora only: cycle through the epoch's batches to fill the update
+        group = update_group(self._batches, self.position, needed)
         self.position += needed
-        if self.corpus_tally is not None:  # every rank's rows, so that any rank's counts are the epoch's
-            self.corpus_tally.add(self.epoch, self.split.corpora[np.concatenate(group)])
-        mine = group[rank::world_size]
-        return [collate(self.split, indices, self.max_positions, self.start_id, self.pad_multiple) for indices in mine]
+        return ranks_batches(self, group, world_size, rank)
 
     def epochs_done(self, world_size: int, accum_steps: int) -> int:
         """Epochs fully trained on: the current one counts once the next update would start another."""

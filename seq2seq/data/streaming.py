@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from seq2seq.config import UserError
-from seq2seq.data.batching import Batch, check_same_corpora, check_same_stream, collate, make_batches
+from seq2seq.data.batching import (
+    Batch,
+    check_same_corpora,
+    check_same_stream,
+    make_batches,
+    ranks_batches,
+    update_group,
+)
 from seq2seq.data.cleaning import CleaningReport
 from seq2seq.data.corpora import BACK_TRANSLATION_TAG, AlignmentScorers, iter_training_rows, mixed_rows
 from seq2seq.data.corpus_plan import CorpusPlan
@@ -143,14 +150,9 @@ class StreamingBatches:
         needed = world_size * accum_steps
         if self.position + needed > len(self._batches) and self.position > 0 and not self._next_buffer():
             self._start(self.epoch + 1, buffer=0)
-        group = self._batches[self.position : self.position + needed]
-        if len(group) < needed:  # a buffer smaller than one update: cycle its batches to fill it
-            group = [group[i % len(group)] for i in range(needed)]
+        group = update_group(self._batches, self.position, needed)  # a buffer smaller than one update: cycled
         self.position += needed
-        if self.corpus_tally is not None:  # every rank's rows, so that any rank's counts are the epoch's
-            self.corpus_tally.add(self.epoch, self.split.corpora[np.concatenate(group)])
-        mine = group[rank::world_size]
-        return [collate(self.split, indices, self.max_positions, self.start_id, self.pad_multiple) for indices in mine]
+        return ranks_batches(self, group, world_size, rank)
 
     def epochs_done(self, world_size: int, accum_steps: int) -> int:
         """Epochs fully trained on: the current one counts once its last buffer cannot fill the next
