@@ -226,8 +226,11 @@ def _load_failure(err: BaseException, path: Path) -> str:
     from a damaged or crafted file. A file that is no zip archive, as every checkpoint is (torch.save's
     format since torch 1.6), is told so: the unpickler's own words for it ("pop from empty list",
     "invalid load key") say nothing to the user."""
-    with path.open("rb") as file:
-        head = file.read(len(ZIP_MAGIC))
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(ZIP_MAGIC))
+    except OSError:  # gone since torch opened it: torch's own words, below
+        head = ZIP_MAGIC
     if not head:
         return "the file is empty"
     if head != ZIP_MAGIC:
