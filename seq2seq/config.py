@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1144,3 +1145,39 @@ def validate_server(cfg: Any) -> None:
     _check(cfg.drain_seconds >= 0, "drain_seconds", cfg.drain_seconds, "must be >= 0")
     why = "must be positive and finite"
     _check(cfg.receive_seconds > 0 and _finite(cfg.receive_seconds), "receive_seconds", cfg.receive_seconds, why)
+
+
+def str_keys(schema: type, prefix: str = "") -> list[str]:
+    """The schema's keys whose values are text (paths, language codes, names), those of its nested
+    configs included."""
+    keys = []
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            keys.extend(str_keys(kind, f"{prefix}{f.name}."))
+        elif kind is str or kind == (str | None):
+            keys.append(prefix + f.name)
+    return keys
+
+
+def as_typed_text(value: str) -> str | None:
+    """A text key's value as Hydra's grammar reads it: as typed, `null` for none, quotes taken off.
+    Read as YAML it was another thing: `tgt_lang=no` (Norwegian) False, `input=-` (standard input) a
+    list, `output=#1` null."""
+    if value == "null":
+        return None
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def typed_dotlist(arguments: list[str], schema: type) -> Any:
+    """`key=value` arguments as a config to merge over `schema`'s: as OmegaConf.from_dotlist reads them
+    (YAML: numbers, booleans, lists), but a text key's value as typed (as_typed_text)."""
+    texts = str_keys(schema)
+    given = OmegaConf.from_dotlist([a for a in arguments if a.partition("=")[0].lstrip("+") not in texts])
+    for argument in (a for a in arguments if a.partition("=")[0].lstrip("+") in texts):
+        key, _, value = argument.partition("=")
+        OmegaConf.update(given, key.lstrip("+"), as_typed_text(value), force_add=True)
+    return given

@@ -154,6 +154,8 @@ TRANSLATE_COMMAND_LINES = [
     ["checkpoint=run/checkpoints/best.pt", "length_penalty=0.6", "nbest=3", "reference=ref.de", "input=test.en"],
     ["run=r", "sampling=true", "top_p=0.9", "temperature=0.7", "top_k=20", "seed=3", "threads=2", "precision=fp32"],
     ["run=r", "max_len_a=2", "max_len_b=5", "attention=null", "prefix=true", "debug=true", "device=cpu"],
+    # Read as YAML, input=- (the standard input, as --help says) was a list, and no (Norwegian) False.
+    ["run=r", "input=-", "output=-", "tgt_lang=no", "src_lang=yes", "reference='on'"],
 ]
 
 

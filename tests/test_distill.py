@@ -306,6 +306,7 @@ def test_the_corpus_and_student_must_share_the_teachers_languages_and_tokenizer(
     ("extra", "message"),
     [
         (["data.src_lang=fr"], "data.src_lang=fr: the teacher's is src"),
+        (["data.src_lang=no"], "data.src_lang=no: the teacher's is src"),  # Norwegian: it said False
         (["data.tokenizer=unigram"], "data.tokenizer=unigram: the teacher's is bpe"),
         (["data.nope=1"], "data.nope"),
         (["train.data.max_tokens=10"], "train.data.max_tokens: cannot be set here (give data.max_tokens=)"),

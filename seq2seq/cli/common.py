@@ -12,7 +12,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from seq2seq.config import UserError
+from seq2seq.config import UserError, str_keys, typed_dotlist
 
 # The YAML files live in configs/ at the top of the repository and are installed as the
 # seq2seq.configs package (see pyproject.toml), so Hydra finds them from any install.
@@ -121,7 +121,7 @@ def parse_key_values(argv: list[str], schema: type) -> Any:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    known = _schema_keys(schema)
+    known, texts = _schema_keys(schema), str_keys(schema)
     for argument in argv:
         key, equals, value = argument.partition("=")
         if not equals:
@@ -129,6 +129,8 @@ def parse_key_values(argv: list[str], schema: type) -> Any:
         if key not in known:
             close = difflib.get_close_matches(key.lstrip("+~"), known, n=1, cutoff=0.6)
             raise UserError(f"{key}: unknown key; {f'did you mean {close[0]}?' if close else '--help lists the keys'}")
+        if key in texts:
+            continue  # taken as typed (as_typed_text), not read as YAML
         try:  # each value is read as YAML: "," or "[a" is a YAML syntax error, not a string
             OmegaConf.from_dotlist([argument])
         except yaml.YAMLError as err:
@@ -139,7 +141,7 @@ def parse_key_values(argv: list[str], schema: type) -> Any:
         if key in list_keys(schema):
             check_list_value(key, value, OmegaConf.from_dotlist([argument])[key])
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.from_dotlist(argv))
+        merged = OmegaConf.merge(OmegaConf.structured(schema), typed_dotlist(argv, schema))
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "command line"
         raise UserError(f"{key}: {str(err).strip().splitlines()[0]}") from err

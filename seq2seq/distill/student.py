@@ -33,6 +33,7 @@ from seq2seq.config import (
     ModelConfig,
     TrainConfig,
     UserError,
+    typed_dotlist,
     validate_recipes,
     validate_train,
 )
@@ -76,7 +77,7 @@ def student_config(
             hint = f"give data.{key.removeprefix('data.')}=" if key.startswith("data.") else "seq2seq-distill sets it"
             raise UserError(f"train.{key}: cannot be set here ({hint})")
     try:
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
+        cfg = OmegaConf.merge(cfg, typed_dotlist([o.lstrip("+") for o in overrides], TrainConfig))
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "train"
         raise UserError(f"train.{key}: {str(err).strip().splitlines()[0]}") from err

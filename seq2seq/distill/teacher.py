@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from seq2seq.artifacts.checkpoint import is_checkpoint_file, load_checkpoint
 from seq2seq.artifacts.path_kind import PathKind, path_kind
 from seq2seq.artifacts.run_dir import RunDir
-from seq2seq.config import DataConfig, UserError, as_dict, data_config, validate_directions
+from seq2seq.config import DataConfig, UserError, as_dict, data_config, typed_dotlist, validate_directions
 from seq2seq.data.directions import LANGUAGE_CODES
 
 # data.* keys that fix what the student reads and writes: they must be the teacher's.
@@ -101,7 +101,7 @@ def corpus_config(teacher: Teacher, overrides: list[str]) -> DataConfig:
     base = OmegaConf.merge(OmegaConf.structured(DataConfig), saved)
     given = [o.removeprefix("data.") for o in overrides]
     try:
-        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(given))
+        merged = OmegaConf.merge(base, typed_dotlist(given, DataConfig))
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "data"
         raise UserError(f"data.{key}: {str(err).strip().splitlines()[0]}") from err

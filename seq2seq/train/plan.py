@@ -37,10 +37,12 @@ from seq2seq.artifacts.run_dir import RunDir
 from seq2seq.config import (
     AUTO_RECIPE,
     FIXED_RECIPE,
+    TrainConfig,
     UserError,
     as_dict,
     check_weights_source,
     parse_overrides,
+    typed_dotlist,
     validate_recipes,
     validate_train,
 )
@@ -181,8 +183,9 @@ def apply_recipe(cfg: DictConfig, name: str, user_keys: set[str]) -> list[str]:
     for key, value in recipe_overrides(cfg, name).items():
         if set_by_user(key, user_keys):
             continue
-        # from_dotlist parses the value as the command line would (numbers, booleans, null)
-        OmegaConf.update(cfg, key, OmegaConf.select(OmegaConf.from_dotlist([f"{key}={value}"]), key), merge=False)
+        # parsed as the command line would be (numbers, booleans, null; a text key's value as written)
+        parsed = OmegaConf.select(typed_dotlist([f"{key}={value}"], TrainConfig), key)
+        OmegaConf.update(cfg, key, parsed, merge=False)
         applied.append(f"{key}={value}")
     cfg.recipe = name
     return applied

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import TRAIN_GROUPS, TrainConfig, UserError
+from seq2seq.config import TRAIN_GROUPS, TrainConfig, UserError, typed_dotlist
 from seq2seq.data.directions import check_same_directions
 
 log = logging.getLogger("seq2seq.train")
@@ -59,7 +59,7 @@ def resumed_config(resume: str, overrides: list[str], saved: dict[str, Any]) -> 
             keys.append(override.lstrip("+"))
     # The saved config on the schema (keys newer than the checkpoint at their defaults), then the overrides.
     started = OmegaConf.merge(OmegaConf.structured(TrainConfig), saved)
-    merged = OmegaConf.merge(started, OmegaConf.from_dotlist(keys))
+    merged = OmegaConf.merge(started, typed_dotlist(keys, TrainConfig))
     merged.resume = resume
     merged.init_from = None  # the weights come from the checkpoint now, not from where the run started
     check_same_directions(saved["data"], merged.data)  # a multilingual run keeps its directions and tags
