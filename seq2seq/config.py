@@ -940,6 +940,9 @@ def validate_directions(d: Any) -> None:
         value = getattr(d, key)
         why = "must be a language code (en, de, zh_Hant): letters, digits and _ alone (a direction is src-tgt)"
         _check(bool(LANGUAGE_KEY.fullmatch(str(value))), f"data.{key}", value, why)
+        # A YAML file's bare no (Norwegian), yes, on or off is a boolean, which the text key holds as a word.
+        why = "a YAML boolean, not a language: a bare no, yes, on or off in a config file is one; quote it ('no')"
+        _check(str(value) not in ("True", "False"), f"data.{key}", value, why)
     directions = list(d.directions or [])
     pairs = [parse_direction(entry) for entry in directions]
     repeated = sorted({f"{s}-{t}" for s, t in pairs if pairs.count((s, t)) > 1})

@@ -357,6 +357,8 @@ def test_a_resume_with_other_directions_is_refused(prefixed):
         ({"src_lang": ""}, "data.src_lang='': must be a language code (en, de, zh_Hant)"),
         ({"tgt_lang": "en-US"}, "data.tgt_lang='en-US': must be a language code"),
         ({"tgt_lang": "de fr"}, "data.tgt_lang='de fr': must be a language code"),
+        # `tgt_lang: no` in a YAML file: the text key held 'False', and the run trained "en-False"
+        ({"tgt_lang": "False"}, "data.tgt_lang='False': a YAML boolean, not a language: a bare no, yes, on or off"),
     ],
 )
 def test_bad_settings_are_one_line_errors_naming_the_key(settings, message):
