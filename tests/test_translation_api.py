@@ -195,6 +195,8 @@ def test_the_command_still_reads_a_line_break_inside_a_line_as_text(run_dir: Pat
         (dict(sampling=SamplingRule(), seed=10**25), ValueError, f"seed={10**25}: must be in [0, 4294967295]"),
         # an AttributeError ('str' object has no attribute 'temperature')
         (dict(sampling="yes"), TypeError, "sampling='yes': must be a SamplingRule, True or None"),
+        # Python's "decoding_config() got an unexpected keyword argument 'beams'"
+        (dict(beams=3), TypeError, "beams: not a decoding setting; did you mean beam?"),
     ],
 )
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])

@@ -4,6 +4,8 @@ checks and limits both apply, written once; no torch here, so the CTranslate2 pa
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 import re
 from collections.abc import Iterable, Sequence
@@ -95,6 +97,7 @@ def decoding_config(
     seed: int = TranslateConfig.seed,
     tgt_lang: str | None = TranslateConfig.tgt_lang,
     src_lang: str | None = TranslateConfig.src_lang,
+    **unknown: Any,
 ) -> TranslateConfig:
     """The translate config of the Python API's `load(path, **settings)`: seq2seq-translate's keys, with
     its defaults (TranslateConfig's); the loaders build their decoding job of it (job.decoding_job),
@@ -114,6 +117,11 @@ def decoding_config(
     (required for one); src_lang: the input's, for the zero-shot warning. Bad settings raise
     `seq2seq.config.UserError`, one line naming the key (also a TypeError or ValueError, by kind).
     """
+    if unknown:  # Python's own TypeError named this function, not the setting the caller meant
+        key, known = next(iter(unknown)), [name for name in inspect.signature(decoding_config).parameters][1:-1]
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"the settings: {', '.join(known)}"
+        raise ConfigTypeError(f"config error: {key}: not a decoding setting; {hint}")
     paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
     run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
     rule_keys = ("temperature", "top_k", "top_p")
