@@ -64,7 +64,7 @@ def read_teacher(spec: str, given_as: str = "teacher=") -> Teacher:
             what = kind.value if Path(path).exists() else "no such file or directory"
             raise UserError(
                 f"{given_as}{spec}: {path}: {what}; give a run directory or training checkpoints "
-                "(the student's data and training settings come from the teacher's config)"
+                "(their training config gives the languages and the data settings)"
             )
     resolved = [str(Path(p).resolve()) for p in paths]
     return Teacher(resolved, [Path(p) for p in resolved], for_student(load_checkpoint(paths[0])["config"]))
