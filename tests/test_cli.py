@@ -101,6 +101,27 @@ def test_translate_from_files_with_reference_reports_sacrebleu(trained_run: Path
     assert "chrF2 = " in result.stderr
 
 
+def test_a_reference_of_other_length_costs_no_translation_and_loses_none(
+    trained_run: Path, tmp_path: Path, run_main
+) -> None:
+    # It was found after the whole input was translated, and the error then threw the translations away.
+    (tmp_path / "src.txt").write_text("a b c\nd e f\n")
+    (tmp_path / "ref.txt").write_text("C B A\n")
+    common = [f"run={trained_run}", "beam=1", f"reference={tmp_path / 'ref.txt'}"]
+    # A file: counted before the model loads, nothing written.
+    given = run_main(["seq2seq-translate", *common, f"input={tmp_path / 'src.txt'}", "output=hyp.txt"], tmp_path)
+    assert given.returncode == 2
+    assert given.stderr.splitlines() == [
+        f"error: {tmp_path / 'ref.txt'} has 1 lines but input={tmp_path / 'src.txt'} has 2"
+    ]
+    assert not (tmp_path / "hyp.txt").exists()
+    # Standard input: its lines are known once translated, and the translations are kept.
+    piped = run_main(["seq2seq-translate", *common, "output=piped.txt"], tmp_path, stdin="a b c\nd e f\n")
+    assert piped.returncode == 2
+    assert piped.stderr.splitlines()[-1].startswith(f"error: {tmp_path / 'ref.txt'} has 1 lines but the input had 2")
+    assert len((tmp_path / "piped.txt").read_text().splitlines()) == 2
+
+
 def test_translate_in_bf16_agrees_with_fp32(trained_run: Path, tmp_path: Path, run_main) -> None:
     """precision=bf16 casts the weights (attention and caches stay fp32 on a CPU): on the trained
     toy model its greedy output is the fp32 output on nearly every line."""

@@ -108,19 +108,39 @@ def translate(plan: TranslatePlan) -> dict[str, Any]:
     _refuse_closed_standard_streams(plan)
     # The one rule of every writer, before the model loads: one writer per file, a file replaced only
     # when this command wrote it, by a new file renamed over it once the translation is whole.
+    references = _references(plan)  # before any work: a reference that cannot match costs no translation
     out, plots = plan.output, plan.job.attention
     output = writing_file(Path(out), "output", COMMAND, plan.replace_output) if out != "-" else None
     attention = output_lock(Path(plots), "attention", COMMAND, make_parent=True, folder=True) if plots else None
     with output or contextlib.nullcontext() as target, attention or contextlib.nullcontext():
         try:
-            return _translate(plan, target)
+            result, hypotheses = _translate(plan, target)
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the lines so far are not a translation
             if target is not None and target != Path(out):
                 log.warning("output=%s: left as it was; the translation was interrupted", out)
             raise
+    if references is not None and hypotheses is not None:  # scored once the translations are kept
+        result.update(_score(hypotheses, plan.reference, references))
+    return result
 
 
-def _translate(plan: TranslatePlan, target: Path | None) -> dict[str, Any]:
+def _references(plan: TranslatePlan) -> list[str] | None:
+    """reference='s lines, read before the model loads; held against the input's lines where the input
+    is a file that can be read twice (stdin's are counted as they are translated)."""
+    if not plan.reference:
+        return None
+    references = read_lines(plan.reference)
+    if plan.input != "-" and os.path.isfile(plan.input):
+        with _open_input(plan.input) as source:
+            lines = sum(1 for _ in _lines_of(source, plan.input))
+        if lines != len(references):
+            raise UserError(f"{plan.reference} has {len(references)} lines but input={plan.input} has {lines}")
+    return references
+
+
+def _translate(plan: TranslatePlan, target: Path | None) -> tuple[dict[str, Any], list[str] | None]:
+    """The translations written; (what to report, the best translation of each line, or None where the
+    reader went away first)."""
     translator = load_engine(plan.job)
     settings = plan.job.settings
     translator.languages.required_target(settings.tgt_lang)  # a multilingual model's: before output= is opened
@@ -142,19 +162,16 @@ def _translate(plan: TranslatePlan, target: Path | None) -> dict[str, Any]:
             plot(sources, [nbest[0].tokens for nbest in results], lines)  # 0-based ids, as in the n-best lines
             lines += len(chunk)
     except BrokenPipeError:  # the reader went away (e.g. `| head`): nothing left to do
-        return {"lines": lines}
+        return {"lines": lines}, None
     finally:
         if sink is not sys.stdout:
             with contextlib.suppress(OSError):  # every chunk was flushed; a failed write is already reported
                 sink.close()
     seconds = time.monotonic() - start
     log.info("translated %d lines in %.1f s (%.1f lines/s)", lines, seconds, lines / max(seconds, 1e-9))
-    result: dict[str, Any] = {"lines": lines, "seconds": seconds}
-    if plan.reference:
-        result.update(_score(hypotheses, plan.reference))
     if plan.job.attention:
         log.info("cross-attention heatmaps of the non-empty lines are in %s", plan.job.attention)
-    return result
+    return {"lines": lines, "seconds": seconds}, hypotheses
 
 
 def _is_terminal(source: IO[bytes]) -> bool:
@@ -253,10 +270,14 @@ def _open_input(path: str) -> IO[bytes]:
         raise UserError(f"{path}: cannot read the input ({err.strerror or err})") from err
 
 
-def _score(hypotheses: list[str], reference_path: str) -> dict[str, float]:
-    references = read_lines(reference_path)
-    if len(references) != len(hypotheses):
-        raise UserError(f"{reference_path} has {len(references)} lines but the input had {len(hypotheses)}")
+def _score(hypotheses: list[str], reference_path: str, references: list[str] | None = None) -> dict[str, float]:
+    """Corpus BLEU and chrF of the translations against reference_path's lines (`references`: read already)."""
+    references = read_lines(reference_path) if references is None else references
+    if len(references) != len(hypotheses):  # stdin's lines: known only now, the translations kept
+        raise UserError(
+            f"{reference_path} has {len(references)} lines but the input had {len(hypotheses)} "
+            "(the translations are written; score them with a reference of as many lines)"
+        )
     bleu, chrf = corpus_bleu(hypotheses, references), corpus_chrf(hypotheses, references)
     print(bleu.report, file=sys.stderr)
     print(chrf.report, file=sys.stderr)
