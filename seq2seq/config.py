@@ -697,6 +697,8 @@ def validate_device(device: Any) -> None:
 def _check_device_and_threads(cfg: Any) -> None:
     """device= and threads=, which training and both translation engines share."""
     validate_device(cfg.device)
+    if cfg.threads is not None:  # the Python API's threads=1.5 reached CTranslate2's constructor
+        _check_type("threads", cfg.threads, int)
     # 0 is refused rather than read as "all cores": null says that, and torch itself refuses 0.
     why = "must be positive, or null for the default (one thread per core)"
     _check(cfg.threads is None or cfg.threads > 0, "threads", cfg.threads, why)

@@ -195,6 +195,8 @@ def test_the_command_still_reads_a_line_break_inside_a_line_as_text(run_dir: Pat
         (dict(sampling=SamplingRule(), seed=10**25), ValueError, f"seed={10**25}: must be in [0, 4294967295]"),
         # an AttributeError ('str' object has no attribute 'temperature')
         (dict(sampling="yes"), TypeError, "sampling='yes': must be a SamplingRule, True or None"),
+        # CTranslate2's constructor's own TypeError, of many lines
+        (dict(threads=1.5), TypeError, "threads=1.5: must be an integer"),
         # Python's "decoding_config() got an unexpected keyword argument 'beams'"
         (dict(beams=3), TypeError, "beams: not a decoding setting; did you mean beam?"),
     ],
@@ -213,6 +215,15 @@ def test_bad_api_settings_are_one_line_errors_naming_the_key(
     with pytest.raises(error, match=rf"^config error: {re.escape(message)}") as info:
         load(run_dir, **settings)
     assert isinstance(info.value, UserError)  # what seq2seq-translate prints as one line
+
+
+@pytest.mark.parametrize("path", [5, [], [None], b"run"], ids=["int", "empty", "none", "bytes"])
+def test_a_path_that_is_no_path_is_one_line(path: object) -> None:
+    # "'int' object is not iterable", "expected str, bytes or os.PathLike object, not NoneType"
+    from seq2seq.inference.translator_api import decoding_config
+
+    with pytest.raises(TypeError, match=r"^path=.*: must be a path \(str or Path\) or a list of checkpoint paths$"):
+        decoding_config(path)
 
 
 def test_sampling_true_and_false_mean_what_the_commands_sampling_true_and_false_do(run_dir: Path) -> None:

@@ -122,7 +122,10 @@ def decoding_config(
         close = difflib.get_close_matches(key, known, n=1)
         hint = f"did you mean {close[0]}?" if close else f"the settings: {', '.join(known)}"
         raise ConfigTypeError(f"config error: {key}: not a decoding setting; {hint}")
-    paths = [str(path)] if isinstance(path, str | Path) else [str(p) for p in path]
+    items = [path] if isinstance(path, str | Path) else list(path) if isinstance(path, Sequence) else None
+    if not items or not all(isinstance(item, str | Path) for item in items):
+        raise ConfigTypeError(f"path={path!r}: must be a path (str or Path) or a list of checkpoint paths")
+    paths = [str(item) for item in items]
     run = paths[0] if len(paths) == 1 and path_kind(paths[0]) is PathKind.RUN else None
     rule_keys = ("temperature", "top_k", "top_p")
     if sampling is None or isinstance(sampling, bool):  # True: the command's sampling=true, its defaults
