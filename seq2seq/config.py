@@ -764,6 +764,11 @@ def validate_train(cfg: Any) -> None:
     top = cfg.trainable_top_layers
     fewest = min(cfg.model.encoder_layers, cfg.model.decoder_layers)
     _check(top is None or 0 <= top <= fewest, "trainable_top_layers", top, f"must be null or 0 to {fewest} (layers)")
+    # Both stacks whole, and the embeddings (named, or by trainable_top_layers): no weight would train,
+    # and the first update's backward failed inside torch.
+    parts = set(cfg.freeze or [])
+    everything = {"encoder", "decoder"} <= parts and ("embeddings" in parts or top is not None)
+    _check(not everything, "freeze", list(cfg.freeze), "freezes every weight, so nothing would train; leave a part out")
     validate_pruning(d, cfg.init_from)
     validate_directions(d)
     _check(d.max_length_ratio >= 1.0, "data.max_length_ratio", d.max_length_ratio, "must be at least 1")

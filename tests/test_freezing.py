@@ -57,3 +57,17 @@ def test_a_frozen_encoder_comes_out_as_it_went_in(first_run: Path, tmp_path: Pat
 def test_a_bad_value_is_one_line(override: str, key: str) -> None:
     with pytest.raises(ConfigValueError, match=rf"^config error: {key}="):
         validate_train(compose_config("train", [*TRAIN, override]))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["freeze=[embeddings,encoder,decoder]"], ["freeze=[encoder,decoder]", "trainable_top_layers=1"]],
+    ids=["all three", "both stacks and the embeddings by trainable_top_layers"],
+)
+def test_freezing_every_weight_is_refused_before_the_run(overrides: list[str]) -> None:
+    # It trained on until the first backward: "element 0 of tensors does not require grad", a traceback.
+    with pytest.raises(
+        ConfigValueError, match=r"^config error: freeze=.*: freezes every weight, so nothing would train"
+    ):
+        validate_train(compose_config("train", [*TRAIN, *overrides]))
+    validate_train(compose_config("train", [*TRAIN, "freeze=[encoder,decoder]"]))  # the embeddings train
