@@ -106,9 +106,9 @@ def translate(plan: TranslatePlan) -> dict[str, Any]:
     """seq2seq-translate's work: the plan's input translated into its output (and scored)."""
     refuse_writing_over_inputs(plan)
     _refuse_closed_standard_streams(plan)
+    references = _references(plan)  # before any work: a reference that cannot match costs no translation
     # The one rule of every writer, before the model loads: one writer per file, a file replaced only
     # when this command wrote it, by a new file renamed over it once the translation is whole.
-    references = _references(plan)  # before any work: a reference that cannot match costs no translation
     out, plots = plan.output, plan.job.attention
     output = writing_file(Path(out), "output", COMMAND, plan.replace_output) if out != "-" else None
     attention = output_lock(Path(plots), "attention", COMMAND, make_parent=True, folder=True) if plots else None
