@@ -13,6 +13,7 @@ import math
 import os
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1157,18 +1158,29 @@ def validate_server(cfg: Any) -> None:
     _check(cfg.receive_seconds > 0 and _finite(cfg.receive_seconds), "receive_seconds", cfg.receive_seconds, why)
 
 
-def str_keys(schema: type, prefix: str = "") -> list[str]:
-    """The schema's keys whose values are text (paths, language codes, names), those of its nested
-    configs included."""
+def keys_of_kind(schema: type, wanted: Callable[[Any], bool], prefix: str = "") -> list[str]:
+    """The schema's keys whose type hint `wanted` takes, those of its nested configs included."""
     keys = []
     hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):
         kind = hints[f.name]
         if dataclasses.is_dataclass(kind):
-            keys.extend(str_keys(kind, f"{prefix}{f.name}."))
-        elif kind is str or kind == (str | None):
+            keys.extend(keys_of_kind(kind, wanted, f"{prefix}{f.name}."))
+        elif wanted(kind):
             keys.append(prefix + f.name)
     return keys
+
+
+def str_keys(schema: type) -> list[str]:
+    """The schema's keys whose values are text (paths, language codes, names)."""
+    return keys_of_kind(schema, lambda kind: kind is str or kind == (str | None))
+
+
+def list_keys(schema: type) -> list[str]:
+    """The schema's keys whose values are lists (data.directions, back_translate, runs, ...)."""
+    return keys_of_kind(
+        schema, lambda kind: list in (typing.get_origin(kind), *map(typing.get_origin, typing.get_args(kind)))
+    )
 
 
 def as_typed_text(value: str) -> str | None:

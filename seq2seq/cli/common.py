@@ -8,11 +8,10 @@ import importlib.resources
 import logging
 import os
 import sys
-import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from seq2seq.config import UserError, str_keys, typed_dotlist
+from seq2seq.config import UserError, list_keys, str_keys, typed_dotlist
 
 # The YAML files live in configs/ at the top of the repository and are installed as the
 # seq2seq.configs package (see pyproject.toml), so Hydra finds them from any install.
@@ -175,20 +174,6 @@ def _parse_hint(override: str, err: Exception) -> str:
     if equals and value and value[0] not in "'\"" and not value.isascii():
         return f"Hydra reads non-ASCII letters only in quotes, inside the argument: \"{key}='{value}'\""
     return str(err).splitlines()[0]
-
-
-def list_keys(schema: type, prefix: str = "") -> list[str]:
-    """The schema's keys whose values are lists (data.directions, back_translate, runs, ...), those of
-    its nested configs included."""
-    keys = []
-    hints = typing.get_type_hints(schema)
-    for f in dataclasses.fields(schema):
-        kind = hints[f.name]
-        if dataclasses.is_dataclass(kind):
-            keys.extend(list_keys(kind, f"{prefix}{f.name}."))
-        elif list in (typing.get_origin(kind), *map(typing.get_origin, typing.get_args(kind))):
-            keys.append(prefix + f.name)
-    return keys
 
 
 def check_list_value(key: str, text: Any, value: Any) -> None:
