@@ -129,12 +129,13 @@ def _references(plan: TranslatePlan) -> list[str] | None:
     is a file that can be read twice (stdin's are counted as they are translated)."""
     if not plan.reference:
         return None
-    references = read_lines(plan.reference)
+    lines = None
     if plan.input != "-" and os.path.isfile(plan.input):
         with _open_input(plan.input) as source:
             lines = sum(1 for _ in _lines_of(source, plan.input))
-        if lines != len(references):
-            raise UserError(f"{plan.reference} has {len(references)} lines but input={plan.input} has {lines}")
+    references = read_lines(plan.reference)
+    if lines is not None and lines != len(references):
+        raise UserError(f"{plan.reference} has {len(references)} lines but input={plan.input} has {lines}")
     return references
 
 
