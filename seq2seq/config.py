@@ -745,6 +745,13 @@ def check_cuda_device(device: str, gpus: int) -> None:
 FREEZABLE = ("embeddings", "encoder", "decoder")
 
 
+def freezes_embeddings(parts: Any, top_layers: int | None) -> bool:
+    """Whether freeze= (`parts`) and trainable_top_layers= freeze the embeddings (and a tied output
+    layer): named, or by trainable_top_layers, which trains the top layers alone. The one rule that
+    seq2seq.train.freezing applies and validate_train checks against."""
+    return "embeddings" in parts or top_layers is not None
+
+
 def validate_train(cfg: Any) -> None:
     """Checks a composed TrainConfig (DictConfig or dataclass) beyond its types."""
     validate_model(cfg.model)
@@ -768,7 +775,7 @@ def validate_train(cfg: Any) -> None:
     # Both stacks whole, and the embeddings (named, or by trainable_top_layers): no weight would train,
     # and the first update's backward failed inside torch.
     parts = set(cfg.freeze or [])
-    everything = {"encoder", "decoder"} <= parts and ("embeddings" in parts or top is not None)
+    everything = {"encoder", "decoder"} <= parts and freezes_embeddings(parts, top)
     _check(not everything, "freeze", list(cfg.freeze), "freezes every weight, so nothing would train; leave a part out")
     validate_pruning(d, cfg.init_from)
     validate_directions(d)

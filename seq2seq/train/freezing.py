@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
+from seq2seq.config import freezes_embeddings
+
 log = logging.getLogger(__name__)
 
 
@@ -21,7 +23,7 @@ def frozen_names(model: torch.nn.Module, parts: Sequence[str], top_layers: int |
         stack, _, rest = name.partition(".")
         embedding = ("src_positions", "tgt_positions", "src_embed_norm", "tgt_embed_norm", "output.")
         if name.endswith("_embed.weight") or name.startswith(embedding):
-            return "embeddings" in parts or top_layers is not None
+            return freezes_embeddings(parts, top_layers)
         if stack in ("encoder_layers", "encoder_norm"):
             if "encoder" in parts:
                 return True
