@@ -113,8 +113,8 @@ def decoding_config(
     length_penalty; a line has at most max_len_a * source tokens + max_len_b output tokens. precision:
     auto (fp32 for decoding), fp32, bf16, fp16 on a GPU, or int8 (CTranslate2's). device: auto, cpu,
     cuda, cuda:N. threads: of either engine (None: one per core). sampling: sample instead of
-    searching (a SamplingRule; True: its defaults, as the command's sampling=true), seeded by `seed`. tgt_lang: the language a multilingual model writes
-    (required for one); src_lang: the input's, for the zero-shot warning. Bad settings raise
+    searching (a SamplingRule; True: its defaults, as the command's sampling=true), seeded by `seed`.
+    tgt_lang: the language a multilingual model writes (required for one); src_lang: the input's, for the zero-shot warning. Bad settings raise
     `seq2seq.config.UserError`, one line naming the key (also a TypeError or ValueError, by kind).
     """
     if unknown:  # Python's own TypeError named this function, not the setting the caller meant
